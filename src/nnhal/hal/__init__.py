@@ -1,0 +1,20 @@
+"""The HAL types and interfaces of ``android.hardware.neuralnetworks`` 1.0-1.3.
+
+Names here are the 1.3 versions; older versions of types that changed live in
+:mod:`nnhal.hal.v1_0`, :mod:`nnhal.hal.v1_1` and :mod:`nnhal.hal.v1_2`.
+This package imports nothing else of nnhal.
+"""
+
+from nnhal.hal.interfaces import *  # noqa: F401,F403
+from nnhal.hal.interfaces import __all__ as _iface_all
+from nnhal.hal.types import *  # noqa: F401,F403
+from nnhal.hal.types import (  # noqa: F401
+    NO_TIMING,
+    OPERAND_TYPE_BYTE_SIZE,
+    SCALAR_TYPES,
+    UINT64_MAX,
+    is_tensor_type,
+    safe_union_discriminator,
+)
+
+__all__ = list(_iface_all)

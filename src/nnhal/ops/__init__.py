@@ -1,0 +1,1 @@
+"""Operations of the HAL: one module per family, declared as data (see base.py)."""

@@ -1,0 +1,322 @@
+"""The operation framework: how each HAL operation is declared.
+
+Every operation of ``OperationType`` is declared once, as data, by an
+:class:`OpDef` in its family module (``nnhal/ops/<family>.py``, in that
+module's ``OPS`` list) and collected by :mod:`nnhal.ops.registry`.
+
+Three phases, as in Android's ``OperationResolver``:
+
+* **signatures + validate**: operand types per position and the HAL version
+  that allows them (checked generically by :func:`match_signature`), then an
+  optional ``validate(ctx: OpInfo)`` for further rules that need only types,
+  shapes and constant values ("input 2 must be a constant", ranks...).  It
+  raises :class:`OpValidationError`.  Used by model validation,
+  ``getSupportedOperations`` and error messages.
+* **prepare**: optional ``prepare(ctx: OpInfo) -> state`` run once per
+  prepared model, with constant operand values available; whatever it returns
+  reaches every execution as ``ExecContext.state`` (filter re-layouts,
+  quantization multipliers...).  It must not depend on non-constant inputs.
+* **execute**: ``execute(ctx: ExecContext) -> list[np.ndarray]`` gets the
+  input tensors and the output operands' types, computes output shapes from
+  the actual inputs and returns one array per output, in the output operand's
+  storage dtype (see :data:`NUMPY_DTYPE`).  Errors at run time raise
+  :class:`OpExecutionError` (the driver reports GENERAL_FAILURE).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence, Union
+
+import numpy as np
+
+from nnhal.hal import OperandLifeTime, OperandType, OperationType, SymmPerChannelQuantParams
+
+T = OperandType
+
+
+class HalVersion(enum.IntEnum):
+    V1_0 = 0
+    V1_1 = 1
+    V1_2 = 2
+    V1_3 = 3
+
+
+V1_0, V1_1, V1_2, V1_3 = HalVersion.V1_0, HalVersion.V1_1, HalVersion.V1_2, HalVersion.V1_3
+
+
+class OpValidationError(Exception):
+    """A model-time rule of an operation is broken (-> INVALID_ARGUMENT)."""
+
+
+class OpExecutionError(Exception):
+    """An operation cannot run on the values given (-> GENERAL_FAILURE)."""
+
+
+# numpy storage dtype of every operand type's elements
+NUMPY_DTYPE: dict[OperandType, np.dtype] = {
+    T.FLOAT32: np.dtype(np.float32),
+    T.INT32: np.dtype(np.int32),
+    T.UINT32: np.dtype(np.uint32),
+    T.TENSOR_FLOAT32: np.dtype(np.float32),
+    T.TENSOR_INT32: np.dtype(np.int32),
+    T.TENSOR_QUANT8_ASYMM: np.dtype(np.uint8),
+    T.BOOL: np.dtype(np.bool_),
+    T.TENSOR_QUANT16_SYMM: np.dtype(np.int16),
+    T.TENSOR_FLOAT16: np.dtype(np.float16),
+    T.TENSOR_BOOL8: np.dtype(np.bool_),
+    T.FLOAT16: np.dtype(np.float16),
+    T.TENSOR_QUANT8_SYMM_PER_CHANNEL: np.dtype(np.int8),
+    T.TENSOR_QUANT16_ASYMM: np.dtype(np.uint16),
+    T.TENSOR_QUANT8_SYMM: np.dtype(np.int8),
+    T.TENSOR_QUANT8_ASYMM_SIGNED: np.dtype(np.int8),
+    T.TENSOR_OEM_BYTE: np.dtype(np.uint8),
+}
+
+FLOAT_TENSOR_TYPES = frozenset({T.TENSOR_FLOAT32, T.TENSOR_FLOAT16})
+QUANT8_ASYMM_TYPES = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED})
+
+
+# A position in a signature accepts one type, or any type of a set.
+TypeSpec = Union[OperandType, frozenset]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One accepted combination of operand types.
+
+    ``inputs`` are the required inputs; ``optional`` are trailing inputs of
+    which any prefix may be present (so the operation may have between
+    ``len(inputs)`` and ``len(inputs) + len(optional)`` inputs).
+    ``version`` is the first HAL version that allows this combination.
+    """
+
+    inputs: tuple
+    outputs: tuple
+    version: HalVersion = V1_0
+    optional: tuple = ()
+
+    def accepts_count(self, n_inputs: int, n_outputs: int) -> bool:
+        return len(self.inputs) <= n_inputs <= len(self.inputs) + len(self.optional) and n_outputs == len(
+            self.outputs
+        )
+
+
+def _type_ok(spec: TypeSpec, t: OperandType) -> bool:
+    return t in spec if isinstance(spec, frozenset) else t == spec
+
+
+def _spec_name(spec: TypeSpec) -> str:
+    if isinstance(spec, frozenset):
+        return "{" + ",".join(sorted(OperandType(s).name for s in spec)) + "}"
+    return OperandType(spec).name
+
+
+def format_signature(sig: Signature) -> str:
+    ins = [_spec_name(s) for s in sig.inputs] + [f"[{_spec_name(s)}]" for s in sig.optional]
+    outs = [_spec_name(s) for s in sig.outputs]
+    return f"({', '.join(ins)}) -> ({', '.join(outs)}) since HAL {sig.version.name}"
+
+
+@dataclass
+class OperandInfo:
+    """What validation and prepare know of an operand: its type, declared
+    shape and quantization, lifetime, and the value if it is a constant."""
+
+    type: OperandType
+    dimensions: tuple[int, ...]
+    scale: float = 0.0
+    zero_point: int = 0
+    channel_quant: Optional[SymmPerChannelQuantParams] = None
+    lifetime: OperandLifeTime = OperandLifeTime.TEMPORARY_VARIABLE
+    value: Optional[np.ndarray] = None  # constants only (CONSTANT_COPY / CONSTANT_REFERENCE)
+
+    @property
+    def is_constant(self) -> bool:
+        return self.lifetime in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
+
+    @property
+    def is_omitted(self) -> bool:
+        return self.lifetime == OperandLifeTime.NO_VALUE
+
+    @property
+    def rank(self) -> int:
+        return len(self.dimensions)
+
+
+@dataclass
+class OpInfo:
+    """Validation / prepare view of one operation."""
+
+    type: OperationType
+    inputs: list[OperandInfo]
+    outputs: list[OperandInfo]
+    version: HalVersion = V1_3
+    relaxed: bool = False
+    # for IF / WHILE: the referenced subgraphs (hal.Subgraph) and the model
+    subgraphs: Sequence[Any] = ()
+
+    def constant(self, i: int) -> Optional[np.ndarray]:
+        return self.inputs[i].value if i < len(self.inputs) else None
+
+    def fail(self, msg: str) -> OpValidationError:
+        return OpValidationError(f"{self.type.name}: {msg}")
+
+
+@dataclass
+class Tensor:
+    """An operand's value at execution time.  ``data`` has the operand's
+    storage dtype (NUMPY_DTYPE) and its actual shape; scalars are 0-d arrays;
+    ``data`` is None for an omitted (NO_VALUE / hasNoValue) input."""
+
+    type: OperandType
+    data: Optional[np.ndarray]
+    scale: float = 0.0
+    zero_point: int = 0
+    channel_quant: Optional[SymmPerChannelQuantParams] = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return () if self.data is None else tuple(self.data.shape)
+
+    @property
+    def omitted(self) -> bool:
+        return self.data is None
+
+    def dequantize(self) -> np.ndarray:
+        """Real values as float32 (quantized types use scale / zeroPoint)."""
+        if self.type in QUANTIZED_TYPES:
+            if self.channel_quant is not None:
+                scales = np.asarray(self.channel_quant.scales, np.float32)
+                shape = [1] * self.data.ndim
+                shape[self.channel_quant.channelDim] = -1
+                return self.data.astype(np.float32) * scales.reshape(shape)
+            return (self.data.astype(np.int32) - self.zero_point).astype(np.float32) * np.float32(self.scale)
+        return self.data.astype(np.float32)
+
+
+QUANTIZED_TYPES = frozenset(
+    {T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_ASYMM,
+     T.TENSOR_QUANT16_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL}
+)
+
+
+@dataclass
+class OutputSpec:
+    """An output operand as declared in the model: type, dimensions (0 = not
+    known until run time; () may also mean unknown rank) and quantization."""
+
+    type: OperandType
+    dimensions: tuple[int, ...]
+    scale: float = 0.0
+    zero_point: int = 0
+    channel_quant: Optional[SymmPerChannelQuantParams] = None
+
+    @property
+    def dtype(self) -> np.dtype:
+        return NUMPY_DTYPE[self.type]
+
+
+@dataclass
+class ExecContext:
+    """What an operation's ``execute`` sees."""
+
+    type: OperationType
+    inputs: list[Tensor]
+    outputs: list[OutputSpec]
+    relaxed: bool = False
+    state: Any = None
+    # control flow (IF / WHILE): the executor that runs referenced subgraphs
+    executor: Any = None
+
+    def has(self, i: int) -> bool:
+        """True if input i is present and not omitted."""
+        return i < len(self.inputs) and self.inputs[i].data is not None
+
+    def scalar(self, i: int, default: Any = None) -> Any:
+        """The Python value of scalar input i, or ``default`` if absent/omitted."""
+        if not self.has(i):
+            return default
+        return self.inputs[i].data.item()
+
+    def fail(self, msg: str) -> OpExecutionError:
+        return OpExecutionError(f"{self.type.name}: {msg}")
+
+
+@dataclass
+class OpDef:
+    """One operation: declared once, used by validation, the driver's
+    supported-operations answer, the executor and error messages."""
+
+    type: OperationType
+    signatures: list[Signature]
+    execute: Callable[[ExecContext], list]
+    validate: Optional[Callable[[OpInfo], None]] = None
+    prepare: Optional[Callable[[OpInfo], Any]] = None
+    # Input positions that may be NO_VALUE / hasNoValue (checked generically)
+    omittable_inputs: frozenset = frozenset()
+    # Whether an input may be a zero-sized tensor (else GENERAL_FAILURE at run time)
+    allow_zero_sized: bool = False
+    # Outputs may have unknown (0) dimensions in the model (dynamic shapes).  All
+    # ops allow it since HAL 1.2; IF / WHILE / control flow handle their own.
+    name: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            self.name = self.type.name
+
+
+def match_signature(op: OpDef, in_types: Sequence[OperandType], out_types: Sequence[OperandType],
+                    version: HalVersion = V1_3) -> Signature:
+    """The first signature of ``op`` accepting these operand types at
+    ``version``; raises OpValidationError with the accepted list otherwise."""
+    candidates = []
+    for sig in op.signatures:
+        if not sig.accepts_count(len(in_types), len(out_types)):
+            continue
+        specs = list(sig.inputs) + list(sig.optional)
+        if all(_type_ok(s, t) for s, t in zip(specs, in_types)) and all(
+            _type_ok(s, t) for s, t in zip(sig.outputs, out_types)
+        ):
+            if sig.version <= version:
+                return sig
+            candidates.append(sig)
+    got = f"({', '.join(OperandType(t).name if t in OperandType._value2member_map_ else str(t) for t in in_types)})"
+    got += f" -> ({', '.join(OperandType(t).name if t in OperandType._value2member_map_ else str(t) for t in out_types)})"
+    if candidates:
+        raise OpValidationError(
+            f"{op.name} does not accept {got} before HAL {candidates[0].version.name} "
+            f"(model is HAL {version.name})"
+        )
+    accepted = "; ".join(format_signature(s) for s in op.signatures[:8])
+    more = f" and {len(op.signatures) - 8} more" if len(op.signatures) > 8 else ""
+    raise OpValidationError(f"{op.name} does not accept {got}; accepted: {accepted}{more}")
+
+
+# --------------------------------------------------------------------------
+# small helpers shared by many kernels
+
+
+def same_type_signatures(types: Sequence[OperandType], n_in: int, n_out: int = 1,
+                         extra_in: Sequence[TypeSpec] = (), version: HalVersion = V1_0,
+                         optional: Sequence[TypeSpec] = ()) -> list[Signature]:
+    """Signatures where ``n_in`` tensor inputs and ``n_out`` outputs all share
+    one type from ``types``, followed by ``extra_in`` fixed inputs."""
+    return [
+        Signature(tuple([t] * n_in) + tuple(extra_in), tuple([t] * n_out), version, tuple(optional))
+        for t in types
+    ]
+
+
+def fused_activation(x: np.ndarray, act: int) -> np.ndarray:
+    """FusedActivationFunc on float values."""
+    if act == 0:
+        return x
+    if act == 1:
+        return np.maximum(x, 0)
+    if act == 2:
+        return np.clip(x, -1, 1)
+    if act == 3:
+        return np.clip(x, 0, 6)
+    raise OpExecutionError(f"unknown fused activation {act}")

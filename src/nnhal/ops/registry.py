@@ -1,0 +1,72 @@
+"""The one explicit table of operations: OperationType -> OpDef.
+
+Each family module lists its operations in ``OPS``; this module collects
+them and checks that no type is registered twice.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from nnhal.hal import OperationType
+from nnhal.ops import (
+    activation,
+    broadcast,
+    comparison,
+    control_flow,
+    conversion,
+    conv,
+    detection,
+    elementwise,
+    lookup,
+    normalization,
+    pooling,
+    random,
+    recurrent,
+    reduce,
+    shape,
+    softmax,
+    spatial,
+)
+from nnhal.ops.base import OpDef
+
+FAMILIES = (
+    activation,
+    broadcast,
+    comparison,
+    control_flow,
+    conversion,
+    conv,
+    detection,
+    elementwise,
+    lookup,
+    normalization,
+    pooling,
+    random,
+    recurrent,
+    reduce,
+    shape,
+    softmax,
+    spatial,
+)
+
+
+def _build() -> dict[OperationType, OpDef]:
+    table: dict[OperationType, OpDef] = {}
+    for module in FAMILIES:
+        for op in module.OPS:
+            if op.type in table:
+                raise RuntimeError(f"{op.type.name} registered twice ({module.__name__})")
+            table[op.type] = op
+    return table
+
+
+REGISTRY: dict[OperationType, OpDef] = _build()
+
+
+def find(op_type: int) -> Optional[OpDef]:
+    """The OpDef of an operation type, or None if the type is unknown or not implemented."""
+    try:
+        return REGISTRY.get(OperationType(op_type))
+    except ValueError:
+        return None
