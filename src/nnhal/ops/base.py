@@ -76,6 +76,8 @@ NUMPY_DTYPE: dict[OperandType, np.dtype] = {
 
 FLOAT_TENSOR_TYPES = frozenset({T.TENSOR_FLOAT32, T.TENSOR_FLOAT16})
 QUANT8_ASYMM_TYPES = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED})
+# every fundamental operand type (for "any type" positions such as IF / WHILE operands)
+ANY_TYPE = frozenset(t for t in OperandType if t < 10000)
 
 
 # A position in a signature accepts one type, or any type of a set.
@@ -96,11 +98,35 @@ class Signature:
     outputs: tuple
     version: HalVersion = V1_0
     optional: tuple = ()
+    # Any number (at least ``min_variadic``) of further inputs / outputs whose
+    # types are in these specs (IF / WHILE operands, CONCATENATION tensors...).
+    variadic_inputs: Optional[TypeSpec] = None
+    variadic_outputs: Optional[TypeSpec] = None
+    min_variadic_inputs: int = 0
+    min_variadic_outputs: int = 0
 
     def accepts_count(self, n_inputs: int, n_outputs: int) -> bool:
-        return len(self.inputs) <= n_inputs <= len(self.inputs) + len(self.optional) and n_outputs == len(
-            self.outputs
-        )
+        if self.variadic_inputs is not None:
+            ok_in = n_inputs >= len(self.inputs) + self.min_variadic_inputs
+        else:
+            ok_in = len(self.inputs) <= n_inputs <= len(self.inputs) + len(self.optional)
+        if self.variadic_outputs is not None:
+            ok_out = n_outputs >= len(self.outputs) + self.min_variadic_outputs
+        else:
+            ok_out = n_outputs == len(self.outputs)
+        return ok_in and ok_out
+
+    def input_specs(self, n: int) -> list:
+        specs = list(self.inputs) + list(self.optional)
+        if self.variadic_inputs is not None:
+            specs += [self.variadic_inputs] * (n - len(specs))
+        return specs
+
+    def output_specs(self, n: int) -> list:
+        specs = list(self.outputs)
+        if self.variadic_outputs is not None:
+            specs += [self.variadic_outputs] * (n - len(specs))
+        return specs
 
 
 def _type_ok(spec: TypeSpec, t: OperandType) -> bool:
@@ -275,9 +301,8 @@ def match_signature(op: OpDef, in_types: Sequence[OperandType], out_types: Seque
     for sig in op.signatures:
         if not sig.accepts_count(len(in_types), len(out_types)):
             continue
-        specs = list(sig.inputs) + list(sig.optional)
-        if all(_type_ok(s, t) for s, t in zip(specs, in_types)) and all(
-            _type_ok(s, t) for s, t in zip(sig.outputs, out_types)
+        if all(_type_ok(s, t) for s, t in zip(sig.input_specs(len(in_types)), in_types)) and all(
+            _type_ok(s, t) for s, t in zip(sig.output_specs(len(out_types)), out_types)
         ):
             if sig.version <= version:
                 return sig

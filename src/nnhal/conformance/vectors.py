@@ -1,0 +1,222 @@
+"""Loading the conformance vectors (``shared/conformance/<version>/<spec>.json.gz``).
+
+Each JSON model becomes a :class:`VectorModel` that can build a ``hal.Model``
+(CONSTANT_COPY values in ``operandValues``, CONSTANT_REFERENCE values in a
+shared memory pool), and carries the request inputs and expected outputs as
+numpy arrays.  Uses only the public API (``nnhal.hal``, ``nnhal.memory``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+
+from nnhal import hal
+
+DTYPES = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "int32": np.int32,
+    "uint32": np.uint32,
+    "int16": np.int16,
+    "uint16": np.uint16,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "bool8": np.bool_,
+}
+
+ALIGN = 8
+
+
+def _align(n: int, a: int = ALIGN) -> int:
+    return (n + a - 1) // a * a
+
+
+@dataclass
+class VectorOperand:
+    name: str
+    type: int  # hal.OperandType value (kept as int: vectors may name any type)
+    dimensions: list[int]
+    numberOfConsumers: int
+    scale: float
+    zeroPoint: int
+    lifetime: hal.OperandLifeTime
+    channelQuant: Optional[hal.SymmPerChannelQuantParams]
+    isIgnored: bool
+    data: Optional[np.ndarray]  # None when the vector has no values
+
+    @property
+    def raw(self) -> bytes:
+        return b"" if self.data is None else self.data.tobytes()
+
+
+@dataclass
+class VectorSubgraph:
+    operands: list[VectorOperand]
+    operations: list[hal.Operation]
+    inputIndexes: list[int]
+    outputIndexes: list[int]
+
+
+@dataclass
+class VectorModel:
+    name: str
+    spec: str
+    minSupportedVersion: str
+    isRelaxed: bool
+    expectFailure: bool
+    multinomialTolerance: float
+    main: VectorSubgraph
+    referenced: list[VectorSubgraph] = field(default_factory=list)
+
+    # ------------------------------------------------------------------
+    @property
+    def operation_types(self) -> set[str]:
+        names = set()
+        for sg in [self.main, *self.referenced]:
+            for op in sg.operations:
+                names.add(hal.OperationType(op.type).name if op.type in hal.OperationType._value2member_map_
+                          else str(op.type))
+        return names
+
+    def input_values(self) -> list[Optional[np.ndarray]]:
+        """Value of each main input (None: omitted, pass hasNoValue)."""
+        vals = []
+        for i in self.main.inputIndexes:
+            d = self.main.operands[i].data
+            vals.append(None if d is None or d.size == 0 and 0 not in self.main.operands[i].dimensions else d)
+        return vals
+
+    def expected_outputs(self) -> list[np.ndarray]:
+        return [self.main.operands[i].data for i in self.main.outputIndexes]
+
+    def output_operands(self) -> list[VectorOperand]:
+        return [self.main.operands[i] for i in self.main.outputIndexes]
+
+    def build_model(self, memory_factory: Optional[Callable[[bytes], hal.Memory]] = None) -> hal.Model:
+        """The HAL model.  ``memory_factory(data) -> hal.Memory`` makes the pool
+        holding CONSTANT_REFERENCE values (default: an ashmem pool)."""
+        values = bytearray()
+        pool = bytearray()
+        subgraphs = []
+        for sg in [self.main, *self.referenced]:
+            operands = []
+            for o in sg.operands:
+                loc = hal.DataLocation()
+                raw = o.raw
+                if o.lifetime == hal.OperandLifeTime.CONSTANT_COPY:
+                    off = _align(len(values))
+                    values.extend(b"\0" * (off - len(values)))
+                    values.extend(raw)
+                    loc = hal.DataLocation(poolIndex=0, offset=off, length=len(raw))
+                elif o.lifetime == hal.OperandLifeTime.CONSTANT_REFERENCE:
+                    off = _align(len(pool))
+                    pool.extend(b"\0" * (off - len(pool)))
+                    pool.extend(raw)
+                    loc = hal.DataLocation(poolIndex=0, offset=off, length=len(raw))
+                elif o.lifetime == hal.OperandLifeTime.SUBGRAPH:
+                    loc = hal.DataLocation(poolIndex=0, offset=int(o.data.reshape(-1)[0]), length=0)
+                extra = hal.OperandExtraParams(channelQuant=o.channelQuant) if o.channelQuant else hal.OperandExtraParams()
+                operands.append(hal.Operand(type=o.type, dimensions=list(o.dimensions),
+                                            numberOfConsumers=o.numberOfConsumers, scale=o.scale,
+                                            zeroPoint=o.zeroPoint, lifetime=o.lifetime, location=loc,
+                                            extraParams=extra))
+            subgraphs.append(hal.Subgraph(operands=operands,
+                                          operations=[hal.Operation(op.type, list(op.inputs), list(op.outputs))
+                                                      for op in sg.operations],
+                                          inputIndexes=list(sg.inputIndexes), outputIndexes=list(sg.outputIndexes)))
+        pools = []
+        if pool:
+            if memory_factory is None:
+                from nnhal import memory
+
+                def memory_factory(data: bytes) -> hal.Memory:
+                    m = memory.allocate(len(data))
+                    memory.map(m)[: len(data)] = data
+                    return m
+
+            pools.append(memory_factory(bytes(pool)))
+        return hal.Model(main=subgraphs[0], referenced=subgraphs[1:], operandValues=bytes(values), pools=pools,
+                         relaxComputationFloat32toFloat16=self.isRelaxed)
+
+
+def _operand(d: dict) -> VectorOperand:
+    t = d["type"]
+    type_ = hal.OperandType[t] if isinstance(t, str) else int(t)
+    cq = d.get("channelQuant")
+    data = d.get("data")
+    arr = None
+    if data is not None:
+        dtype = DTYPES[data["dtype"]]
+        arr = np.asarray(data["values"], dtype=np.float64 if dtype in (np.float32, np.float16) else None)
+        arr = arr.astype(dtype)
+        dims = d["dimensions"]
+        if arr.size and arr.size == int(np.prod(dims)) and type_ != hal.OperandType.SUBGRAPH:
+            arr = arr.reshape(dims)
+        elif arr.size == 0 and 0 in dims:
+            arr = arr.reshape(dims)
+        elif arr.size == 0:
+            arr = None if d["lifetime"] not in ("SUBGRAPH_OUTPUT",) else arr
+    return VectorOperand(
+        name=d.get("name", ""),
+        type=type_,
+        dimensions=list(d["dimensions"]),
+        numberOfConsumers=d["numberOfConsumers"],
+        scale=float(d["scale"]),
+        zeroPoint=int(d["zeroPoint"]),
+        lifetime=hal.OperandLifeTime[d["lifetime"]],
+        channelQuant=hal.SymmPerChannelQuantParams(scales=list(cq["scales"]), channelDim=cq["channelDim"]) if cq else None,
+        isIgnored=bool(d.get("isIgnored", False)),
+        data=arr,
+    )
+
+
+def _subgraph(d: dict) -> VectorSubgraph:
+    return VectorSubgraph(
+        operands=[_operand(o) for o in d["operands"]],
+        operations=[hal.Operation(hal.OperationType[o["type"]] if o["type"] in hal.OperationType.__members__
+                                  else int(o["type"]), list(o["inputs"]), list(o["outputs"]))
+                    for o in d["operations"]],
+        inputIndexes=list(d["inputIndexes"]),
+        outputIndexes=list(d["outputIndexes"]),
+    )
+
+
+def load_file(path: str | Path) -> list[VectorModel]:
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    out = []
+    for m in doc["models"]:
+        out.append(VectorModel(
+            name=m["name"], spec=doc["spec"], minSupportedVersion=m.get("minSupportedVersion", "UNKNOWN"),
+            isRelaxed=bool(m.get("isRelaxed", False)), expectFailure=bool(m.get("expectFailure", False)),
+            multinomialTolerance=float(m.get("expectedMultinomialDistributionTolerance", 0) or 0),
+            main=_subgraph(m["main"]), referenced=[_subgraph(s) for s in m.get("referenced", [])]))
+    return out
+
+
+def find_files(paths: list[str | Path]) -> list[Path]:
+    files: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            files.extend(sorted(p.rglob("*.json.gz")))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"no such vector file or directory: {p}")
+    return files
+
+
+def load(paths: list[str | Path], ops: Optional[set[str]] = None) -> Iterator[VectorModel]:
+    """Every model under ``paths``; with ``ops``, only models whose operations
+    are all in that set."""
+    for f in find_files(paths):
+        for m in load_file(f):
+            if ops is None or m.operation_types <= ops:
+                yield m

@@ -1,0 +1,212 @@
+"""The CPU executor: runs a prepared HAL 1.3 model over its memory pools.
+
+It follows the reference ``CpuExecutor``: operations run in the order of the
+(validated) subgraph; constants are read once when the model is prepared and
+each operation's ``prepare`` runs then; at execution the subgraph inputs are
+bound, each operation's ``execute`` computes its outputs (shapes known only
+at run time included), temporaries are released after their last reader, and
+IF / WHILE run referenced subgraphs through :meth:`Executor.run_subgraph`.
+Deadlines are checked before every operation, the loop timeout at every WHILE
+iteration (both end in MISSED_DEADLINE_TRANSIENT, as the reference does).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from nnhal import hal
+from nnhal.ops import registry
+from nnhal.ops.base import (
+    NUMPY_DTYPE,
+    ExecContext,
+    OpDef,
+    OperandInfo,
+    OpExecutionError,
+    OpInfo,
+    OutputSpec,
+    Tensor,
+)
+
+log = logging.getLogger("nnhal.executor")
+
+L = hal.OperandLifeTime
+
+
+class DeadlineMissed(Exception):
+    """The execution deadline or the loop timeout passed (-> MISSED_DEADLINE_TRANSIENT)."""
+
+
+def operand_array(operand: hal.Operand, raw: bytes | memoryview) -> np.ndarray:
+    """The value of an operand stored in ``raw`` as a numpy array of its shape."""
+    t = hal.OperandType(operand.type)
+    if t == hal.OperandType.SUBGRAPH:
+        return np.array(operand.location.offset, dtype=np.uint32)
+    dtype = NUMPY_DTYPE[t]
+    if dtype == np.bool_:
+        arr = np.frombuffer(raw, dtype=np.uint8) != 0
+    else:
+        arr = np.frombuffer(raw, dtype=dtype)
+    return arr.reshape(tuple(operand.dimensions)) if operand.dimensions else arr.reshape(())
+
+
+def constant_value(model: hal.Model, operand: hal.Operand, pools: Sequence[Any]) -> Optional[np.ndarray]:
+    """The value of a CONSTANT_COPY / CONSTANT_REFERENCE / SUBGRAPH operand (a
+    read-only view, no copy), or None for other lifetimes.  ``pools`` are the
+    mapped model pools (buffer objects)."""
+    loc = operand.location
+    if operand.lifetime == L.CONSTANT_COPY:
+        return operand_array(operand, memoryview(model.operandValues)[loc.offset: loc.offset + loc.length])
+    if operand.lifetime == L.CONSTANT_REFERENCE:
+        return operand_array(operand, memoryview(pools[loc.poolIndex])[loc.offset: loc.offset + loc.length])
+    if operand.lifetime == L.SUBGRAPH:
+        return np.array(loc.offset, dtype=np.uint32)
+    return None
+
+
+def operand_info(operand: hal.Operand, value: Optional[np.ndarray]) -> OperandInfo:
+    return OperandInfo(type=hal.OperandType(operand.type), dimensions=tuple(operand.dimensions), scale=operand.scale,
+                       zero_point=operand.zeroPoint, channel_quant=operand.extraParams.channelQuant,
+                       lifetime=hal.OperandLifeTime(operand.lifetime), value=value)
+
+
+@dataclass
+class _Step:
+    operation: hal.Operation
+    opdef: OpDef
+    state: Any
+    outputs: list[OutputSpec]
+    release: list[int]  # temporaries whose last reader is this step
+
+
+class _Graph:
+    """One subgraph, prepared: constants read, op states computed."""
+
+    def __init__(self, model: hal.Model, sg: hal.Subgraph, pools: Sequence[Any], relaxed: bool):
+        self.sg = sg
+        self.constants: dict[int, Optional[np.ndarray]] = {}
+        for i, o in enumerate(sg.operands):
+            if o.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.SUBGRAPH):
+                self.constants[i] = constant_value(model, o, pools)
+            elif o.lifetime == L.NO_VALUE:
+                self.constants[i] = None
+        last_reader: dict[int, int] = {}
+        for k, op in enumerate(sg.operations):
+            for i in op.inputs:
+                last_reader[i] = k
+        outputs = set(sg.outputIndexes)
+        release: dict[int, list[int]] = {}
+        for i, k in last_reader.items():
+            if sg.operands[i].lifetime == L.TEMPORARY_VARIABLE and i not in outputs:
+                release.setdefault(k, []).append(i)
+        self.infos = [operand_info(o, self.constants.get(i)) for i, o in enumerate(sg.operands)]
+        self.steps: list[_Step] = []
+        for k, op in enumerate(sg.operations):
+            opdef = registry.find(op.type)
+            if opdef is None:
+                raise OpExecutionError(f"operation {op.type} is not supported")
+            info = OpInfo(type=opdef.type, inputs=[self.infos[i] for i in op.inputs],
+                          outputs=[self.infos[i] for i in op.outputs], relaxed=relaxed,
+                          subgraphs=model.referenced)
+            state = opdef.prepare(info) if opdef.prepare else None
+            specs = [OutputSpec(type=hal.OperandType(sg.operands[i].type), dimensions=tuple(sg.operands[i].dimensions),
+                                scale=sg.operands[i].scale, zero_point=sg.operands[i].zeroPoint,
+                                channel_quant=sg.operands[i].extraParams.channelQuant) for i in op.outputs]
+            self.steps.append(_Step(op, opdef, state, specs, release.get(k, [])))
+
+
+def _check_output(opdef: OpDef, j: int, spec: OutputSpec, arr: Any) -> np.ndarray:
+    arr = np.asarray(arr)
+    if arr.dtype != spec.dtype:
+        arr = arr.astype(spec.dtype)
+    declared = spec.dimensions
+    if declared:
+        if arr.ndim != len(declared) or any(d and d != a for d, a in zip(declared, arr.shape)):
+            raise OpExecutionError(
+                f"{opdef.name}: output {j} has shape {list(arr.shape)}, incompatible with the declared "
+                f"dimensions {list(declared)}")
+    return arr
+
+
+class Executor:
+    """Runs a model: built once per prepared model, then ``run`` per execution
+    (thread-safe: executions share only read-only prepared state)."""
+
+    def __init__(self, model: hal.Model, pools: Sequence[Any]):
+        self.model = model
+        self.relaxed = bool(model.relaxComputationFloat32toFloat16)
+        self.graphs = [_Graph(model, sg, pools, self.relaxed) for sg in [model.main, *model.referenced]]
+
+    def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
+            loop_timeout_ns: int = hal.LoopTimeoutDurationNs.DEFAULT) -> list[np.ndarray]:
+        """Runs the main subgraph on ``inputs`` (one array per model input, None
+        for an omitted one) and returns the outputs with their actual shapes."""
+        run = _Run(self, deadline_ns, loop_timeout_ns)
+        return run.run_graph(0, inputs)
+
+
+class _Run:
+    """The state of one execution (deadline, loop timeout)."""
+
+    def __init__(self, executor: Executor, deadline_ns: Optional[int], loop_timeout_ns: int):
+        self.executor = executor
+        self.deadline_ns = deadline_ns
+        self.loop_timeout_ns = int(loop_timeout_ns)
+
+    def check_deadline(self) -> None:
+        if self.deadline_ns is not None and time.monotonic_ns() > self.deadline_ns:
+            raise DeadlineMissed("the execution deadline passed")
+
+    def run_subgraph(self, index: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
+        """Runs referenced subgraph ``index`` (as in SUBGRAPH operand values)."""
+        return self.run_graph(index + 1, inputs)
+
+    def run_graph(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
+        graph = self.executor.graphs[g]
+        sg = graph.sg
+        if len(inputs) != len(sg.inputIndexes):
+            raise OpExecutionError(f"subgraph {g} takes {len(sg.inputIndexes)} inputs, got {len(inputs)}")
+        values: dict[int, Optional[np.ndarray]] = dict(graph.constants)
+        for idx, v in zip(sg.inputIndexes, inputs):
+            values[idx] = v
+        operands = sg.operands
+        for step in graph.steps:
+            self.check_deadline()
+            op = step.operation
+            ins = []
+            for i in op.inputs:
+                if i not in values:
+                    raise OpExecutionError(f"{step.opdef.name}: input operand {i} has no value")
+                o = operands[i]
+                ins.append(Tensor(type=hal.OperandType(o.type), data=values[i], scale=o.scale, zero_point=o.zeroPoint,
+                                  channel_quant=o.extraParams.channelQuant))
+            if not step.opdef.allow_zero_sized:
+                for n, t in enumerate(ins):
+                    if t.data is not None and t.data.ndim and t.data.size == 0:
+                        raise OpExecutionError(f"{step.opdef.name} does not support zero-sized tensors, "
+                                               f"but input {n} has shape {list(t.data.shape)}")
+            ctx = ExecContext(type=step.opdef.type, inputs=ins, outputs=step.outputs, relaxed=self.executor.relaxed,
+                              state=step.state, executor=self)
+            try:
+                outs = step.opdef.execute(ctx)
+            except (OpExecutionError, DeadlineMissed):
+                raise
+            except Exception as e:  # a kernel bug or numpy error on bad values: never crash the driver
+                log.exception("%s failed", step.opdef.name)
+                raise OpExecutionError(f"{step.opdef.name} failed: {type(e).__name__}: {e}") from e
+            if len(outs) != len(op.outputs):
+                raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
+            for j, (i, arr) in enumerate(zip(op.outputs, outs)):
+                values[i] = _check_output(step.opdef, j, step.outputs[j], arr)
+            for i in step.release:
+                values.pop(i, None)
+        result = []
+        for i in sg.outputIndexes:
+            if i not in values or values[i] is None:
+                raise OpExecutionError(f"subgraph output operand {i} was not computed")
+            result.append(values[i])
+        return result
