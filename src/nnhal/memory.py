@@ -1,0 +1,426 @@
+"""Shared memory for the HAL's ``hidl_memory`` (``hal.Memory``).
+
+Implements the memory kinds a Neural Networks HAL 1.3 driver receives in
+``Model.pools`` and ``Request.pools`` (``Request.MemoryPool.hidlMemory``), as
+Android's runtime creates them and the reference CPU executor maps them
+(``RunTimePoolInfo::createFromHidlMemory``):
+
+- ``"ashmem"``: a shared anonymous memory region.  Emulated by a ``memfd``
+  (``os.memfd_create`` + ``ftruncate``); handle ``fds=[fd]``, ``ints=[]``.
+- ``"mmap_fd"``: any mappable file descriptor plus an offset, as Android's
+  ``createSharedMemoryFromFd``: handle ``fds=[fd]``,
+  ``ints=[prot, offset_low32, offset_high32]``.
+- ``"hardware_buffer_blob"``: an ``AHardwareBuffer`` of format BLOB (a plain
+  byte buffer of ``width`` bytes).  Emulated by a memfd plus ints describing
+  the buffer: ``ints=[width, height, layers, format, usage_low32,
+  usage_high32, stride]`` with width = size, height = layers = 1, format
+  ``AHARDWAREBUFFER_FORMAT_BLOB`` (0x21).
+- ``"hardware_buffer"``: a non-BLOB ``AHardwareBuffer`` (an image).  It passes
+  validation (same handle layout, hidl_memory size 0 as in Android) but the
+  CPU driver cannot map it: :func:`map` raises :class:`InvalidMemory`, which a
+  driver reports as ``INVALID_ARGUMENT``.
+
+Mappings are real ``MAP_SHARED`` mmaps of the file descriptor, so every
+mapping of the same memory, in this process or another one holding the fd,
+sees the same bytes (zero copy).  Mapping costs a few microseconds, cheap
+enough to do per execution; :class:`MappedPool` keeps one mapping alive for
+longer use.  All functions are thread-safe (they share no mutable state).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import stat
+
+from nnhal.hal import Handle, Memory
+
+__all__ = [
+    "AHARDWAREBUFFER_FORMAT_BLOB",
+    "AHARDWAREBUFFER_FORMAT_R8G8B8A8_UNORM",
+    "AHARDWAREBUFFER_USAGE_CPU_READ_MASK",
+    "AHARDWAREBUFFER_USAGE_CPU_READ_OFTEN",
+    "AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK",
+    "AHARDWAREBUFFER_USAGE_CPU_WRITE_OFTEN",
+    "KNOWN_NAMES",
+    "PROT_READ",
+    "PROT_WRITE",
+    "HardwareBufferDesc",
+    "InvalidMemory",
+    "MappedPool",
+    "allocate",
+    "allocate_hardware_buffer",
+    "dup",
+    "free",
+    "from_fd",
+    "hardware_buffer_desc",
+    "map",
+    "mmap_fd_offset",
+    "validate",
+]
+
+PROT_READ = mmap.PROT_READ
+PROT_WRITE = mmap.PROT_WRITE
+
+# AHardwareBuffer constants (android/hardware_buffer.h)
+AHARDWAREBUFFER_FORMAT_R8G8B8A8_UNORM = 1
+AHARDWAREBUFFER_FORMAT_BLOB = 0x21
+AHARDWAREBUFFER_USAGE_CPU_READ_RARELY = 2
+AHARDWAREBUFFER_USAGE_CPU_READ_OFTEN = 3
+AHARDWAREBUFFER_USAGE_CPU_READ_MASK = 0xF
+AHARDWAREBUFFER_USAGE_CPU_WRITE_RARELY = 2 << 4
+AHARDWAREBUFFER_USAGE_CPU_WRITE_OFTEN = 3 << 4
+AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK = 0xF << 4
+AHARDWAREBUFFER_USAGE_GPU_DATA_BUFFER = 1 << 24
+
+_CPU_RW_OFTEN = AHARDWAREBUFFER_USAGE_CPU_READ_OFTEN | AHARDWAREBUFFER_USAGE_CPU_WRITE_OFTEN
+
+KNOWN_NAMES = ("ashmem", "mmap_fd", "hardware_buffer_blob", "hardware_buffer")
+
+# NOTE: Python's fcntl lacks F_SEAL_FUTURE_WRITE (Linux 5.1); a memfd sealed
+# with it or with F_SEAL_WRITE cannot be mapped writable.
+_F_SEAL_FUTURE_WRITE = 0x0010
+_WRITE_SEALS = fcntl.F_SEAL_WRITE | _F_SEAL_FUTURE_WRITE
+
+_U32 = 0xFFFFFFFF
+_HWB_INTS = 7  # width, height, layers, format, usage_lo, usage_hi, stride
+
+
+class InvalidMemory(ValueError):
+    """A ``hal.Memory`` that cannot be used (a driver answers INVALID_ARGUMENT)."""
+
+
+# --------------------------------------------------------------------------
+# creating
+
+
+def _memfd(size: int, label: str) -> int:
+    fd = os.memfd_create(f"nnhal-{label}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_size(size: int) -> None:
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise InvalidMemory(f"memory size must be a positive int, got {size!r}")
+
+
+def allocate(size: int, name: str = "ashmem", *, offset: int = 0) -> Memory:
+    """Allocate ``size`` bytes of zeroed shared memory of kind ``name``.
+
+    ``offset`` (``"mmap_fd"`` only) places the region at that byte offset of a
+    larger file, as a memory created from an fd with an offset.  For
+    ``"hardware_buffer"`` (non-BLOB) an RGBA8888 image of ``size`` pixels
+    (width ``size``, height 1) is created; its hidl_memory size is 0, as in
+    Android, and it cannot be mapped by the CPU.
+    """
+    _check_size(size)
+    if name == "ashmem":
+        return Memory(name="ashmem", handle=Handle(fds=[_memfd(size, "ashmem")], ints=[]), size=size)
+    if name == "mmap_fd":
+        if offset < 0:
+            raise InvalidMemory(f"negative offset {offset}")
+        fd = _memfd(offset + size, "mmap_fd")
+        try:
+            return from_fd(fd, size, offset, PROT_READ | PROT_WRITE)
+        finally:
+            os.close(fd)  # from_fd keeps its own duplicate
+    if name == "hardware_buffer_blob":
+        return allocate_hardware_buffer(size)
+    if name == "hardware_buffer":
+        return allocate_hardware_buffer(size, format=AHARDWAREBUFFER_FORMAT_R8G8B8A8_UNORM)
+    raise InvalidMemory(f"unknown memory name {name!r} (known: {', '.join(KNOWN_NAMES)})")
+
+
+def allocate_hardware_buffer(width: int, height: int = 1, layers: int = 1,
+                             format: int = AHARDWAREBUFFER_FORMAT_BLOB,
+                             usage: int = _CPU_RW_OFTEN) -> Memory:
+    """An emulated ``AHardwareBuffer``: BLOB format gives a
+    ``"hardware_buffer_blob"`` memory of ``width`` bytes (height and layers
+    must be 1); any other format a ``"hardware_buffer"`` of size 0."""
+    _check_size(width)
+    if height <= 0 or layers <= 0:
+        raise InvalidMemory(f"bad hardware buffer dimensions {width}x{height}x{layers}")
+    if format == AHARDWAREBUFFER_FORMAT_BLOB:
+        if height != 1 or layers != 1:
+            raise InvalidMemory("a BLOB hardware buffer must have height 1 and layers 1")
+        nbytes, name, size = width, "hardware_buffer_blob", width
+    else:
+        # NOTE: 4 bytes per pixel is enough backing store for any format we
+        # emulate; the content is never interpreted by the CPU driver.
+        nbytes, name, size = width * height * layers * 4, "hardware_buffer", 0
+    fd = _memfd(nbytes, name)
+    ints = [width, height, layers, format, usage & _U32, (usage >> 32) & _U32, width]
+    return Memory(name=name, handle=Handle(fds=[fd], ints=ints), size=size)
+
+
+def from_fd(fd: int, size: int, offset: int = 0, prot: int = PROT_READ | PROT_WRITE) -> Memory:
+    """An ``"mmap_fd"`` memory of ``size`` bytes at ``offset`` of the file open
+    as ``fd`` (like ``ANeuralNetworksMemory_createFromFd``).  The fd is
+    duplicated: the caller keeps ownership of ``fd``, :func:`free` closes the
+    copy."""
+    _check_size(size)
+    if offset < 0:
+        raise InvalidMemory(f"negative offset {offset}")
+    if prot & ~(PROT_READ | PROT_WRITE) or not prot:
+        raise InvalidMemory(f"prot must be PROT_READ and/or PROT_WRITE, got {prot:#x}")
+    new_fd = os.dup(fd)
+    ints = [prot, offset & _U32, (offset >> 32) & _U32]
+    return Memory(name="mmap_fd", handle=Handle(fds=[new_fd], ints=ints), size=size)
+
+
+def free(memory: Memory) -> None:
+    """Close the memory's file descriptors (and forget them, so a second
+    ``free`` cannot close an unrelated fd that reused the number)."""
+    fds, memory.handle.fds = list(memory.handle.fds), []
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def dup(memory: Memory) -> Memory:
+    """A copy of ``memory`` with duplicated file descriptors: the same shared
+    bytes, but owned (and freed) independently, as a driver keeps its own
+    reference to a client's pool."""
+    new_fds: list[int] = []
+    try:
+        for fd in memory.handle.fds:
+            new_fds.append(os.dup(fd))
+    except OSError as e:
+        for fd in new_fds:
+            os.close(fd)
+        raise InvalidMemory(f"cannot duplicate the fds of {memory.name!r} memory: {e}") from e
+    return Memory(name=memory.name, handle=Handle(fds=new_fds, ints=list(memory.handle.ints)), size=memory.size)
+
+
+# --------------------------------------------------------------------------
+# describing and validating
+
+
+class HardwareBufferDesc:
+    """The ``AHardwareBuffer_Desc`` carried in an emulated hardware buffer's ints."""
+
+    __slots__ = ("width", "height", "layers", "format", "usage", "stride")
+
+    def __init__(self, width: int, height: int, layers: int, format: int, usage: int, stride: int):
+        self.width, self.height, self.layers = width, height, layers
+        self.format, self.usage, self.stride = format, usage, stride
+
+    def __repr__(self) -> str:
+        return (f"HardwareBufferDesc(width={self.width}, height={self.height}, layers={self.layers}, "
+                f"format={self.format:#x}, usage={self.usage:#x}, stride={self.stride})")
+
+
+def hardware_buffer_desc(memory: Memory) -> HardwareBufferDesc:
+    """Decode the description of a ``hardware_buffer(_blob)`` memory."""
+    ints = memory.handle.ints
+    if len(ints) != _HWB_INTS:
+        raise InvalidMemory(f"{memory.name!r} memory must have {_HWB_INTS} ints "
+                            f"(width, height, layers, format, usage_lo, usage_hi, stride), got {len(ints)}")
+    w, h, la, fmt, ulo, uhi, stride = ints
+    return HardwareBufferDesc(w, h, la, fmt, (ulo & _U32) | ((uhi & _U32) << 32), stride)
+
+
+def mmap_fd_offset(memory: Memory) -> int:
+    """The byte offset of an ``"mmap_fd"`` memory in its file."""
+    ints = memory.handle.ints
+    if len(ints) != 3:
+        raise InvalidMemory(f"'mmap_fd' memory must have 3 ints (prot, offset_low32, offset_high32), got {len(ints)}")
+    return (ints[1] & _U32) | ((ints[2] & _U32) << 32)
+
+
+def _fd_info(memory: Memory) -> tuple[int, os.stat_result, int]:
+    fds = memory.handle.fds
+    if len(fds) != 1:
+        raise InvalidMemory(f"{memory.name!r} memory must have exactly 1 fd, got {len(fds)}")
+    fd = fds[0]
+    if not isinstance(fd, int) or isinstance(fd, bool) or fd < 0:
+        raise InvalidMemory(f"{memory.name!r} memory has an invalid fd {fd!r}")
+    try:
+        st = os.fstat(fd)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError as e:
+        raise InvalidMemory(f"{memory.name!r} memory fd {fd} is not open: {e.strerror}") from e
+    return fd, st, flags
+
+
+def _seals(fd: int) -> int:
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+        return 0  # not a memfd
+
+
+def _check_extent(memory: Memory, st: os.stat_result, offset: int, size: int) -> None:
+    # NOTE: only regular files (memfds included) have a meaningful size;
+    # mapping past their end would SIGBUS on access instead of failing cleanly.
+    if stat.S_ISREG(st.st_mode) and offset + size > st.st_size:
+        raise InvalidMemory(f"{memory.name!r} memory of {size} bytes at offset {offset} "
+                            f"is beyond the end of its file ({st.st_size} bytes)")
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+        raise InvalidMemory(f"{memory.name!r} memory fd is not a mappable file")
+
+
+def _check_access(memory: Memory, fd: int, flags: int, need_write: bool) -> None:
+    acc = flags & os.O_ACCMODE
+    if acc == os.O_WRONLY:
+        raise InvalidMemory(f"{memory.name!r} memory fd {fd} is write-only and cannot be mapped")
+    if need_write:
+        if acc != os.O_RDWR:
+            raise InvalidMemory(f"{memory.name!r} memory fd {fd} is read-only but the memory must be writable")
+        if _seals(fd) & _WRITE_SEALS:
+            raise InvalidMemory(f"{memory.name!r} memory fd {fd} is sealed against writing")
+
+
+def validate(memory: Memory, writable: bool = False) -> None:
+    """Check that ``memory`` is usable; ``writable`` when it must take outputs.
+
+    Raises :class:`InvalidMemory` with the reason.  ``"hardware_buffer"``
+    (non-BLOB) memories pass, as in Android's validation, although they
+    cannot be mapped by the CPU (see :func:`map`).
+    """
+    if not isinstance(memory, Memory):
+        raise InvalidMemory(f"expected a hal.Memory, got {type(memory).__name__}")
+    name = memory.name
+    if name not in KNOWN_NAMES:
+        raise InvalidMemory(f"unknown memory name {name!r} (known: {', '.join(KNOWN_NAMES)})")
+    if memory.handle is None:
+        raise InvalidMemory(f"{name!r} memory has a null handle")
+    size = memory.size
+    if not isinstance(size, int) or size < 0:
+        raise InvalidMemory(f"{name!r} memory has an invalid size {size!r}")
+    if name == "hardware_buffer":
+        desc = hardware_buffer_desc(memory)
+        if desc.format == AHARDWAREBUFFER_FORMAT_BLOB:
+            raise InvalidMemory("a BLOB hardware buffer must be named 'hardware_buffer_blob'")
+        _fd_info(memory)
+        return
+    if size == 0:
+        raise InvalidMemory(f"{name!r} memory has size 0")
+    fd, st, flags = _fd_info(memory)
+    if name == "ashmem":
+        if memory.handle.ints:
+            raise InvalidMemory(f"'ashmem' memory must have no ints, got {len(memory.handle.ints)}")
+        _check_access(memory, fd, flags, need_write=True)  # ashmem is always mapped read-write
+        _check_extent(memory, st, 0, size)
+    elif name == "mmap_fd":
+        offset = mmap_fd_offset(memory)
+        prot = memory.handle.ints[0]
+        if prot & ~(PROT_READ | PROT_WRITE) or not prot:
+            raise InvalidMemory(f"'mmap_fd' memory has an invalid prot {prot:#x}")
+        if writable and not prot & PROT_WRITE:
+            raise InvalidMemory("'mmap_fd' memory is mapped read-only (no PROT_WRITE) but must be writable")
+        _check_access(memory, fd, flags, need_write=bool(prot & PROT_WRITE))
+        _check_extent(memory, st, offset, size)
+    else:  # hardware_buffer_blob
+        desc = hardware_buffer_desc(memory)
+        if desc.format != AHARDWAREBUFFER_FORMAT_BLOB:
+            raise InvalidMemory(f"'hardware_buffer_blob' memory has format {desc.format:#x}, not BLOB (0x21)")
+        if desc.height != 1 or desc.layers != 1:
+            raise InvalidMemory(f"BLOB hardware buffer must have height 1 and layers 1, "
+                                f"got {desc.height} and {desc.layers}")
+        if desc.width != size:
+            raise InvalidMemory(f"BLOB hardware buffer width {desc.width} differs from the memory size {size}")
+        if not desc.usage & AHARDWAREBUFFER_USAGE_CPU_READ_MASK:
+            raise InvalidMemory("BLOB hardware buffer has no CPU read usage")
+        if writable and not desc.usage & AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK:
+            raise InvalidMemory("BLOB hardware buffer has no CPU write usage but must be writable")
+        _check_access(memory, fd, flags, need_write=bool(desc.usage & AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK))
+        _check_extent(memory, st, 0, size)
+
+
+# --------------------------------------------------------------------------
+# mapping
+
+
+def _mmap(memory: Memory, writable: bool | None) -> tuple[mmap.mmap, int, int, bool]:
+    """Validate ``memory`` and map it: (mmap, start of the memory in it, size, writable)."""
+    if memory.name == "hardware_buffer":
+        validate(memory)
+        raise InvalidMemory("a non-BLOB 'hardware_buffer' cannot be mapped by the CPU driver")
+    validate(memory, writable=bool(writable))
+    if memory.name == "mmap_fd":
+        can_write = bool(memory.handle.ints[0] & PROT_WRITE)
+        offset = mmap_fd_offset(memory)
+    elif memory.name == "hardware_buffer_blob":
+        can_write = bool(hardware_buffer_desc(memory).usage & AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK)
+        offset = 0
+    else:
+        can_write, offset = True, 0
+    if writable is not None:
+        can_write = writable
+    # NOTE: mmap offsets must be page aligned: map from the aligned-down
+    # offset and slice the view.
+    delta = offset % mmap.ALLOCATIONGRANULARITY
+    prot = PROT_READ | (PROT_WRITE if can_write else 0)
+    try:
+        mm = mmap.mmap(memory.handle.fds[0], memory.size + delta, flags=mmap.MAP_SHARED, prot=prot,
+                       offset=offset - delta)
+    except (OSError, ValueError, OverflowError) as e:
+        raise InvalidMemory(f"cannot map {memory.name!r} memory: {e}") from e
+    return mm, delta, memory.size, can_write
+
+
+class MappedPool:
+    """A live ``MAP_SHARED`` mapping of a memory: ``view`` is a memoryview of
+    exactly ``memory.size`` bytes (writable unless the memory is read-only or
+    ``writable=False``).  Keep it for as long as the bytes are used; ``close``
+    (or the end of a ``with`` block) unmaps it once no exported view remains.
+    """
+
+    __slots__ = ("memory", "size", "writable", "_mm", "view")
+
+    def __init__(self, memory: Memory, writable: bool | None = None):
+        mm, delta, size, writable = _mmap(memory, writable)
+        self.memory, self.size, self.writable, self._mm = memory, size, writable, mm
+        self.view: memoryview = memoryview(mm)[delta:delta + size]
+
+    def flush(self) -> None:
+        """Write the mapped bytes back to a file-backed memory (``msync``)."""
+        if self._mm is not None and self.writable:
+            self._mm.flush()
+
+    def close(self) -> None:
+        mm, view = self._mm, self.view
+        if mm is None:
+            return
+        self._mm = None
+        view.release()
+        try:
+            mm.close()
+        except BufferError:
+            pass  # someone still holds a view: the mapping dies with the last one
+
+    @property
+    def closed(self) -> bool:
+        return self._mm is None
+
+    def __enter__(self) -> MappedPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def map(memory: Memory, writable: bool | None = None) -> memoryview:
+    """Map ``memory`` and return a memoryview of its ``size`` bytes.
+
+    The view is a zero-copy ``MAP_SHARED`` mapping: writes are seen by every
+    other mapping of the memory, also in other processes.  It is writable
+    unless the memory is read-only (an ``"mmap_fd"`` without PROT_WRITE, a
+    hardware buffer without CPU write usage) or ``writable=False``;
+    ``writable=True`` raises :class:`InvalidMemory` for read-only memory.  The
+    mapping lives as long as the returned view (or views sliced from it).
+    """
+    mm, delta, size, _ = _mmap(memory, writable)
+    return memoryview(mm)[delta:delta + size]
