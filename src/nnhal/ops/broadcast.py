@@ -1,5 +1,272 @@
-"""(family module; operations to come)."""
+"""Broadcasting binary arithmetic of the HAL 1.3 spec: ADD, MUL, SUB, DIV
+(with a fused activation), POW, MAXIMUM and MINIMUM.
 
-from nnhal.ops.base import OpDef
+Shapes broadcast as the spec says (trailing dimensions equal or 1; a zero
+dimension only with 0 or 1).  Quantized ADD / SUB / MUL use the TFLite integer
+arithmetic Android's reference calls (inputs left-shifted by 20 and rescaled
+by Q31 multipliers), so results match it bit for bit.  TENSOR_INT32 (HAL 1.3)
+wraps like C++ int32 and DIV floors.
 
-OPS: list[OpDef] = []
+The small helpers at the top (broadcast shapes, float16 edges, std::round,
+requantize) are shared by the other elementwise family modules.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+from nnhal.hal import OperandType, OperationType
+from nnhal.ops.base import (
+    V1_0,
+    V1_1,
+    V1_2,
+    V1_3,
+    ExecContext,
+    HalVersion,
+    OpDef,
+    OpInfo,
+    Signature,
+    Tensor,
+    fused_activation,
+)
+from nnhal.ops.quant import (
+    QUANT_RANGE,
+    activation_range,
+    multiply_by_quantized_multiplier_smaller_than_one,
+    quantize_multiplier,
+)
+
+T = OperandType
+
+# --------------------------------------------------------------------------
+# helpers shared by the elementwise families
+
+
+def broadcast_shape(ctx: ExecContext, a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """The spec's broadcast of two shapes (numpy rules); run-time failure if incompatible."""
+    try:
+        return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        raise ctx.fail(f"shapes {list(a)} and {list(b)} do not broadcast") from None
+
+
+def check_max_rank(ctx: ExecContext, max_rank: int, *indexes: int) -> None:
+    for i in indexes:
+        if ctx.inputs[i].data.ndim > max_rank:
+            raise ctx.fail(f"input {i} has rank {ctx.inputs[i].data.ndim}, more than {max_rank}")
+
+
+def validate_max_rank(info: OpInfo, max_rank: int, *indexes: int) -> None:
+    """Model-time rank limit, checked only when the rank is known (non-empty dims)."""
+    for i in indexes:
+        if info.inputs[i].rank > max_rank:
+            raise info.fail(f"input {i} has rank {info.inputs[i].rank}, more than {max_rank}")
+
+
+def as_float(t: Tensor) -> np.ndarray:
+    """A float16 / float32 tensor's values in float32 (float16 kernels compute in float32)."""
+    return t.data.astype(np.float32, copy=False)
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C++ std::round (half away from zero), exact for float32 / float64 arrays."""
+    x = np.asarray(x)
+    a = np.abs(x)
+    f = np.floor(a)
+    # NOTE: a - floor(a) is exact, unlike floor(a + 0.5) which can round up 0.49999997
+    r = f + (a - f >= 0.5)
+    return np.copysign(r, x)
+
+
+def requantize(q: np.ndarray, scale: float, zero_point: int, out_scale: float, out_zp: int,
+               out_type: OperandType) -> np.ndarray:
+    """Android's ``requantize``: the real value (computed in float, as int * float)
+    mapped to the output scale in double, clamped, then std::round."""
+    lo, hi = QUANT_RANGE[out_type]
+    real = ((q.astype(np.int32) - zero_point).astype(np.float32) * np.float32(scale)).astype(np.float64)
+    v = real / float(np.float32(out_scale)) + out_zp
+    v = np.clip(v, lo, hi)
+    return round_half_away(v).astype(np.int32)
+
+
+# --------------------------------------------------------------------------
+# ADD / MUL / SUB / DIV
+
+_ARITH_OPS = (OperationType.ADD, OperationType.MUL, OperationType.SUB, OperationType.DIV)
+
+
+def _arith_signatures(op: OperationType) -> list[Signature]:
+    introduced = V1_1 if op in (OperationType.SUB, OperationType.DIV) else V1_0
+    table: list[tuple[OperandType, HalVersion]] = [
+        (T.TENSOR_FLOAT32, introduced),
+        (T.TENSOR_FLOAT16, V1_2),
+    ]
+    if op in (OperationType.ADD, OperationType.MUL):
+        table.append((T.TENSOR_QUANT8_ASYMM, V1_0))
+    elif op == OperationType.SUB:
+        table.append((T.TENSOR_QUANT8_ASYMM, V1_2))
+    if op != OperationType.DIV:
+        table.append((T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3))
+    table.append((T.TENSOR_INT32, V1_3))
+    return [Signature((t, t, T.INT32), (t,), v) for t, v in table]
+
+
+def _validate_arith(info: OpInfo) -> None:
+    validate_max_rank(info, 4, 0, 1)
+    if info.type == OperationType.MUL and info.inputs[0].type == T.TENSOR_QUANT8_ASYMM:
+        # NOTE: the reference checks this for TENSOR_QUANT8_ASYMM only (signed fails at run time)
+        a, b, out = info.inputs[0], info.inputs[1], info.outputs[0]
+        if not np.float32(out.scale) > np.float32(a.scale) * np.float32(b.scale):
+            raise info.fail(f"output scale {out.scale} must be > input1 scale * input2 scale "
+                            f"({a.scale} * {b.scale})")
+
+
+@functools.lru_cache(maxsize=256)
+def _multiplier_below_one(real: float) -> tuple[int, int]:
+    """Android QuantizeMultiplierSmallerThanOneExp (fails outside (0, 1))."""
+    if not 0.0 < real < 1.0:
+        raise ValueError(f"multiplier {real} not in (0, 1)")
+    q, shift = quantize_multiplier(real)
+    if shift > 0:
+        raise ValueError(f"multiplier {real} has a left shift")
+    return q, shift
+
+
+def _multiplier(ctx: ExecContext, real: float) -> tuple[int, int]:
+    try:
+        return _multiplier_below_one(real)
+    except ValueError as e:
+        raise ctx.fail(str(e)) from None
+
+
+def _add_sub_quant(ctx: ExecContext, a: Tensor, b: Tensor, act: int, negate_b: bool) -> np.ndarray:
+    out = ctx.outputs[0]
+    left_shift = 20
+    # NOTE: the reference computes these in double from float scales
+    s1, s2, so = float(np.float32(a.scale)), float(np.float32(b.scale)), float(np.float32(out.scale))
+    twice_max = 2.0 * max(s1, s2)
+    m1, sh1 = _multiplier(ctx, s1 / twice_max)
+    m2, sh2 = _multiplier(ctx, s2 / twice_max)
+    mo, sho = _multiplier(ctx, twice_max / ((1 << left_shift) * so))
+    if negate_b:
+        m2 = -m2  # SUB: the reference negates input 2's multiplier and adds
+    x1 = (a.data.astype(np.int64) - a.zero_point) << left_shift
+    x2 = (b.data.astype(np.int64) - b.zero_point) << left_shift
+    x1 = multiply_by_quantized_multiplier_smaller_than_one(x1, m1, sh1)
+    x2 = multiply_by_quantized_multiplier_smaller_than_one(x2, m2, sh2)
+    raw = multiply_by_quantized_multiplier_smaller_than_one(x1 + x2, mo, sho) + out.zero_point
+    lo, hi = activation_range(act, out.scale, out.zero_point, out.type)
+    return np.clip(raw, lo, hi).astype(out.dtype)
+
+
+def _mul_quant(ctx: ExecContext, a: Tensor, b: Tensor, act: int) -> np.ndarray:
+    out = ctx.outputs[0]
+    # NOTE: the reference multiplies the input scales in float, then divides in double
+    real = float(np.float32(a.scale) * np.float32(b.scale)) / float(np.float32(out.scale))
+    m, sh = _multiplier(ctx, real)
+    prod = (a.data.astype(np.int64) - a.zero_point) * (b.data.astype(np.int64) - b.zero_point)
+    raw = multiply_by_quantized_multiplier_smaller_than_one(prod, m, sh) + out.zero_point
+    lo, hi = activation_range(act, out.scale, out.zero_point, out.type)
+    return np.clip(raw, lo, hi).astype(out.dtype)
+
+
+def _int32_op(op: OperationType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if op == OperationType.ADD:
+            return a + b
+        if op == OperationType.SUB:
+            return a - b
+        if op == OperationType.MUL:
+            return a * b
+        # NOTE: floor division; x / 0 is undefined in NNAPI, the reference returns 0
+        safe = np.where(b == 0, 1, b)
+        return np.where(b == 0, 0, np.floor_divide(a, safe)).astype(np.int32)
+
+
+def _float_op(op: OperationType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if op == OperationType.ADD:
+            return a + b
+        if op == OperationType.SUB:
+            return a - b
+        if op == OperationType.MUL:
+            return a * b
+        return a / b
+
+
+def _execute_arith(ctx: ExecContext) -> list[np.ndarray]:
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    act = int(ctx.scalar(2))
+    out = ctx.outputs[0]
+    check_max_rank(ctx, 4, 0, 1)
+    shape = broadcast_shape(ctx, a.shape, b.shape)
+    if act not in (0, 1, 2, 3):
+        raise ctx.fail(f"unsupported fused activation {act}")
+    if a.type == T.TENSOR_INT32 and act != 0:
+        raise ctx.fail("the fused activation must be NONE for TENSOR_INT32")
+    if int(np.prod(shape)) == 0:
+        return [np.zeros(shape, dtype=out.dtype)]
+    t = a.type
+    if t == T.TENSOR_INT32:
+        res = _int32_op(ctx.type, a.data, b.data)
+    elif t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+        res = fused_activation(_float_op(ctx.type, as_float(a), as_float(b)), act)
+    elif ctx.type == OperationType.MUL:
+        res = _mul_quant(ctx, a, b, act)
+    elif ctx.type in (OperationType.ADD, OperationType.SUB):
+        res = _add_sub_quant(ctx, a, b, act, negate_b=ctx.type == OperationType.SUB)
+    else:
+        raise ctx.fail(f"unsupported type {t.name}")
+    return [np.broadcast_to(res, shape).astype(out.dtype)]
+
+
+# --------------------------------------------------------------------------
+# POW / MAXIMUM / MINIMUM
+
+
+def _execute_pow(ctx: ExecContext) -> list[np.ndarray]:
+    base, exponent = ctx.inputs[0], ctx.inputs[1]
+    shape = broadcast_shape(ctx, base.shape, exponent.shape)
+    with np.errstate(all="ignore"):
+        res = np.power(as_float(base), as_float(exponent))
+    return [np.broadcast_to(res, shape).astype(ctx.outputs[0].dtype)]
+
+
+def _execute_max_min(ctx: ExecContext) -> list[np.ndarray]:
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    out = ctx.outputs[0]
+    shape = broadcast_shape(ctx, a.shape, b.shape)
+    if a.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
+        # NOTE: both inputs are requantized to the output's scale first, as the reference does
+        x = requantize(a.data, a.scale, a.zero_point, out.scale, out.zero_point, out.type)
+        y = requantize(b.data, b.scale, b.zero_point, out.scale, out.zero_point, out.type)
+    else:
+        x, y = a.data, b.data
+    if ctx.type == OperationType.MINIMUM:
+        res = np.where(y < x, y, x)  # std::min(x, y)
+    else:
+        res = np.where(x < y, y, x)  # std::max(x, y)
+    return [np.broadcast_to(res, shape).astype(out.dtype)]
+
+
+def _binary_signatures(types: Sequence[tuple[OperandType, HalVersion]]) -> list[Signature]:
+    return [Signature((t, t), (t,), v) for t, v in types]
+
+
+_MAX_MIN_TYPES = [(T.TENSOR_FLOAT32, V1_2), (T.TENSOR_FLOAT16, V1_2), (T.TENSOR_INT32, V1_2),
+                  (T.TENSOR_QUANT8_ASYMM, V1_2), (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3)]
+
+OPS: list[OpDef] = [
+    *[
+        OpDef(type=op, signatures=_arith_signatures(op), execute=_execute_arith, validate=_validate_arith,
+              allow_zero_sized=True)
+        for op in _ARITH_OPS
+    ],
+    OpDef(type=OperationType.POW, signatures=_binary_signatures([(T.TENSOR_FLOAT32, V1_2), (T.TENSOR_FLOAT16, V1_2)]),
+          execute=_execute_pow),
+    OpDef(type=OperationType.MAXIMUM, signatures=_binary_signatures(_MAX_MIN_TYPES), execute=_execute_max_min),
+    OpDef(type=OperationType.MINIMUM, signatures=_binary_signatures(_MAX_MIN_TYPES), execute=_execute_max_min),
+]
