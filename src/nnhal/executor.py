@@ -184,6 +184,10 @@ class _Run:
                 o = operands[i]
                 ins.append(Tensor(type=hal.OperandType(o.type), data=values[i], scale=o.scale, zero_point=o.zeroPoint,
                                   channel_quant=o.extraParams.channelQuant))
+            for n, t in enumerate(ins):
+                if t.data is None and n not in step.opdef.omittable_inputs:
+                    raise OpExecutionError(f"{step.opdef.name} input {n} (operand {op.inputs[n]}) is required "
+                                           f"but has no value")
             if not step.opdef.allow_zero_sized:
                 for n, t in enumerate(ins):
                     if t.data is not None and t.data.ndim and t.data.size == 0:

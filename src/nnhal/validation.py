@@ -1,0 +1,423 @@
+"""Model and request validation, as HAL 1.3 ``types.hal`` and Android's
+``ValidateHal.cpp`` define it; shared by the driver and any client.
+
+Everything here raises :class:`ValidationError` (reported as
+INVALID_ARGUMENT) with a message naming the operand, operation or argument
+at fault.  Operation signatures come from the operation registry
+(:mod:`nnhal.ops`), so validation, ``getSupportedOperations`` and error
+messages share one declaration per operation.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Optional, Sequence
+
+from nnhal import hal
+from nnhal.executor import constant_value, operand_info
+from nnhal.ops import registry
+from nnhal.ops.base import HalVersion, OpDef, OpInfo, OpValidationError, match_signature
+
+T = hal.OperandType
+L = hal.OperandLifeTime
+
+MEMORY_NAMES_V1_0 = ("ashmem", "mmap_fd")
+MEMORY_NAMES_V1_2 = ("ashmem", "mmap_fd", "hardware_buffer_blob", "hardware_buffer")
+
+_SCALAR = {T.FLOAT16, T.FLOAT32, T.INT32, T.UINT32, T.BOOL, T.SUBGRAPH, T.OEM}
+_TENSOR = {T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
+           T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM, T.TENSOR_BOOL8,
+           T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_OEM_BYTE}
+# scale must be exactly 0
+_ZERO_SCALE = {T.FLOAT16, T.FLOAT32, T.INT32, T.UINT32, T.BOOL, T.SUBGRAPH, T.TENSOR_FLOAT16, T.TENSOR_FLOAT32,
+               T.TENSOR_BOOL8, T.TENSOR_QUANT8_SYMM_PER_CHANNEL}
+_POSITIVE_SCALE = {T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_ASYMM,
+                   T.TENSOR_QUANT16_SYMM}
+# zeroPoint range per type (others: must be 0)
+_ZERO_POINT_RANGE = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
+                     T.TENSOR_QUANT16_ASYMM: (0, 65535)}
+_NO_EXTRA_PARAMS = (_SCALAR | _TENSOR) - {T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.OEM, T.TENSOR_OEM_BYTE}
+
+EXTENSION_TYPE_BITS = 16
+
+
+class ValidationError(ValueError):
+    """The model, request or argument is invalid: INVALID_ARGUMENT."""
+
+
+def _fail(msg: str) -> ValidationError:
+    return ValidationError(msg)
+
+
+def is_extension_type(t: int) -> bool:
+    return (int(t) >> EXTENSION_TYPE_BITS) != 0
+
+
+def _fundamental_operand_type(t: int) -> bool:
+    return t in T._value2member_map_
+
+
+def valid_operand_type(t: int, model: hal.Model) -> bool:
+    if _fundamental_operand_type(t):
+        return True
+    return is_extension_type(t) and _extension_prefix_known(t, model)
+
+
+def _extension_prefix_known(t: int, model: hal.Model) -> bool:
+    prefix = int(t) >> EXTENSION_TYPE_BITS
+    return any(p.prefix == prefix for p in model.extensionNameToPrefix)
+
+
+def operand_byte_size(operand: hal.Operand, dims: Optional[Sequence[int]] = None) -> int:
+    """Bytes of a non-extension operand's value (0 if a dimension is unknown)."""
+    dims = list(operand.dimensions if dims is None else dims)
+    size = hal.OPERAND_TYPE_BYTE_SIZE.get(T(operand.type), 0) if _fundamental_operand_type(operand.type) else 0
+    for d in dims:
+        size *= d
+    return size
+
+
+def _check_operand(model: hal.Model, sg: hal.Subgraph, index: int, version: HalVersion) -> None:
+    o = sg.operands[index]
+    where = f"operand {index}"
+    t = int(o.type)
+    if not valid_operand_type(t, model):
+        raise _fail(f"{where}: invalid operand type {t}")
+    ext = is_extension_type(t)
+    if not ext:
+        t = T(t)
+        if t in _SCALAR and len(o.dimensions) != 0:
+            raise _fail(f"{where}: scalar {t.name} has dimensions of rank {len(o.dimensions)}")
+        if t in _TENSOR and len(o.dimensions) == 0 and (
+                version < HalVersion.V1_2 or o.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)):
+            raise _fail(f"{where}: tensor {t.name} has dimensions of rank 0")
+        if any(d < 0 or d > 0xFFFFFFFF for d in o.dimensions):
+            raise _fail(f"{where}: dimensions {o.dimensions} out of range")
+        scale = o.scale
+        if not isinstance(scale, (int, float)) or math.isnan(scale):
+            raise _fail(f"{where}: scale {scale!r} is not a number")
+        if t in _ZERO_SCALE and scale != 0.0:
+            raise _fail(f"{where}: {t.name} with a non-zero scale ({scale})")
+        if t == T.TENSOR_INT32 and scale < 0.0:
+            raise _fail(f"{where}: TENSOR_INT32 with a negative scale ({scale})")
+        if t in _POSITIVE_SCALE and not scale > 0.0:
+            raise _fail(f"{where}: {t.name} with a non-positive scale ({scale})")
+        lo, hi = _ZERO_POINT_RANGE.get(t, (0, 0))
+        if not lo <= o.zeroPoint <= hi:
+            raise _fail(f"{where}: {t.name} with an invalid zeroPoint {o.zeroPoint}, must be in [{lo}, {hi}]")
+        extra = o.extraParams
+        if extra.channelQuant is not None and extra.extension is not None:
+            raise _fail(f"{where}: extraParams has several members set")
+        if t in _NO_EXTRA_PARAMS and (extra.channelQuant is not None or extra.extension is not None):
+            raise _fail(f"{where}: {t.name} has extraParams, none allowed")
+        if t == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+            cq = extra.channelQuant
+            if cq is None:
+                raise _fail(f"{where}: TENSOR_QUANT8_SYMM_PER_CHANNEL without channelQuant params")
+            if not 0 <= cq.channelDim < len(o.dimensions):
+                raise _fail(f"{where}: channelQuant.channelDim {cq.channelDim} not in [0, {len(o.dimensions)})")
+            n = o.dimensions[cq.channelDim]
+            if n == 0:
+                raise _fail(f"{where}: channel dimension {cq.channelDim} is unknown (0)")
+            if len(cq.scales) != n:
+                raise _fail(f"{where}: channelQuant has {len(cq.scales)} scales, expected {n}")
+            if not all(s > 0.0 for s in cq.scales):
+                raise _fail(f"{where}: channelQuant scales must be positive")
+    else:
+        if o.scale != 0.0 or o.zeroPoint != 0:
+            raise _fail(f"{where}: extension operand with a non-zero scale or zeroPoint")
+        if o.extraParams.channelQuant is not None:
+            raise _fail(f"{where}: extension operand with channelQuant params")
+
+    loc = o.location
+    life = o.lifetime
+    if life not in L._value2member_map_:
+        raise _fail(f"{where}: invalid lifetime {life}")
+    life = L(life)
+    if life == L.SUBGRAPH and version < HalVersion.V1_3:
+        raise _fail(f"{where}: SUBGRAPH lifetime needs HAL 1.3")
+    if life == L.CONSTANT_COPY:
+        if loc.poolIndex != 0:
+            raise _fail(f"{where}: CONSTANT_COPY with a non-zero poolIndex {loc.poolIndex}")
+        if loc.offset + loc.length > len(model.operandValues):
+            raise _fail(f"{where}: operandValues location [{loc.offset}, +{loc.length}) out of range "
+                        f"({len(model.operandValues)} bytes)")
+    elif life == L.CONSTANT_REFERENCE:
+        if loc.poolIndex >= len(model.pools):
+            raise _fail(f"{where}: invalid poolIndex {loc.poolIndex}/{len(model.pools)}")
+        size = model.pools[loc.poolIndex].size
+        if loc.offset + loc.length > size:
+            raise _fail(f"{where}: pool {loc.poolIndex} location [{loc.offset}, +{loc.length}) exceeds the "
+                        f"pool size {size}")
+    elif life == L.SUBGRAPH:
+        if loc.poolIndex != 0 or loc.length != 0:
+            raise _fail(f"{where}: SUBGRAPH with a non-zero poolIndex or length")
+        if loc.offset >= len(model.referenced):
+            raise _fail(f"{where}: subgraph index {loc.offset} out of range ({len(model.referenced)} referenced)")
+    else:
+        if loc.poolIndex != 0 or loc.offset != 0 or loc.length != 0:
+            raise _fail(f"{where}: unexpected location {loc} for lifetime {life.name}")
+    if (not ext and t == T.SUBGRAPH) != (life == L.SUBGRAPH):
+        raise _fail(f"{where}: type {T(o.type).name if not ext else o.type} cannot have lifetime {life.name}")
+    if life in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) and not ext and t not in (T.OEM, T.TENSOR_OEM_BYTE):
+        expected = operand_byte_size(o)
+        if loc.length != expected:
+            raise _fail(f"{where}: {t.name} {list(o.dimensions)} needs {expected} bytes, location has {loc.length}")
+
+
+def _check_io_indexes(sg: hal.Subgraph, indexes: Sequence[int], life: L, what: str) -> None:
+    n = len(sg.operands)
+    for i in indexes:
+        if not 0 <= i < n:
+            raise _fail(f"{what} index {i} out of range ({n} operands)")
+        if sg.operands[i].lifetime != life:
+            raise _fail(f"{what} operand {i} has lifetime {L(sg.operands[i].lifetime).name}, expected {life.name}")
+    if len(set(indexes)) != len(indexes):
+        raise _fail(f"{what} indexes {list(indexes)} contain duplicates")
+    listed = set(indexes)
+    for i, o in enumerate(sg.operands):
+        if o.lifetime == life and i not in listed:
+            raise _fail(f"operand {i} is {life.name} but not in the subgraph's {what} indexes")
+
+
+def validate_operation(model: hal.Model, sg: hal.Subgraph, op: hal.Operation, pools: Optional[Sequence[Any]],
+                       version: HalVersion = HalVersion.V1_3) -> Optional[OpDef]:
+    """Checks one operation; returns its OpDef, or None for a valid operation
+    this driver has no implementation of (OEM / extension operations)."""
+    n = len(sg.operands)
+    for what, idx in (("input", op.inputs), ("output", op.outputs)):
+        for i in idx:
+            if not 0 <= i < n:
+                raise _fail(f"operation {_op_name(op.type)}: {what} operand index {i} out of range ({n} operands)")
+    t = int(op.type)
+    if is_extension_type(t):
+        if version < HalVersion.V1_2:
+            raise _fail("extension operations need HAL 1.2")
+        if not _extension_prefix_known(t, model):
+            raise _fail(f"operation type {t}: extension prefix {t >> EXTENSION_TYPE_BITS} not in extensionNameToPrefix")
+        return None
+    if t == hal.OperationType.OEM_OPERATION:
+        return None
+    if t not in hal.OperationType._value2member_map_:
+        raise _fail(f"invalid operation type {t}")
+    opdef = registry.find(t)
+    if opdef is None:
+        raise _fail(f"operation {_op_name(t)} is not registered")
+    ins = [sg.operands[i] for i in op.inputs]
+    outs = [sg.operands[i] for i in op.outputs]
+    try:
+        for o in ins + outs:
+            if is_extension_type(o.type):
+                raise OpValidationError(f"{opdef.name} does not accept extension operand types")
+        match_signature(opdef, [int(o.type) for o in ins], [int(o.type) for o in outs], version)
+        if opdef.validate is not None:
+            info = OpInfo(type=opdef.type,
+                          inputs=[operand_info(o, _safe_constant(model, o, pools)) for o in ins],
+                          outputs=[operand_info(o, None) for o in outs], version=version,
+                          relaxed=model.relaxComputationFloat32toFloat16, subgraphs=model.referenced)
+            opdef.validate(info)
+    except OpValidationError as e:
+        raise _fail(str(e)) from None
+    except ValidationError:
+        raise
+    except Exception as e:  # a validator tripping on odd input is still a bad model, never a crash
+        raise _fail(f"{opdef.name}: invalid operands ({type(e).__name__}: {e})") from None
+    for i in op.outputs:
+        if sg.operands[i].lifetime not in (L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT):
+            raise _fail(f"operation {opdef.name} writes operand {i} of lifetime {L(sg.operands[i].lifetime).name}")
+    return opdef
+
+
+def _safe_constant(model: hal.Model, o: hal.Operand, pools: Optional[Sequence[Any]]) -> Any:
+    if o.lifetime == L.CONSTANT_REFERENCE and pools is None:
+        return None
+    if is_extension_type(o.type) or o.type in (T.OEM, T.TENSOR_OEM_BYTE):
+        return None
+    return constant_value(model, o, pools or [])
+
+
+def _op_name(t: int) -> str:
+    return hal.OperationType(t).name if t in hal.OperationType._value2member_map_ else str(t)
+
+
+def _check_graph(sg: hal.Subgraph) -> None:
+    """Operations in execution order, one writer per operand, exact consumer counts."""
+    known = [o.lifetime in (L.SUBGRAPH_INPUT, L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.NO_VALUE, L.SUBGRAPH)
+             for o in sg.operands]
+    consumers = [0] * len(sg.operands)
+    for k, op in enumerate(sg.operations):
+        for j, i in enumerate(op.inputs):
+            if not known[i]:
+                raise _fail(f"operation {k} ({_op_name(op.type)}) input {j} (operand {i}) is read before it is "
+                            "written (operations must be in execution order, without cycles)")
+            consumers[i] += 1
+        for j, i in enumerate(op.outputs):
+            if known[i]:
+                raise _fail(f"operation {k} ({_op_name(op.type)}) output {j} (operand {i}) has already been "
+                            "written")
+            known[i] = True
+    for i, o in enumerate(sg.operands):
+        if o.numberOfConsumers != consumers[i]:
+            raise _fail(f"operand {i} has numberOfConsumers {o.numberOfConsumers}, expected {consumers[i]}")
+    for i, k in enumerate(known):
+        if not k:
+            raise _fail(f"operand {i} is never written")
+
+
+def _check_no_cycles(model: hal.Model) -> None:
+    def visit(sg: hal.Subgraph, path: tuple[int, ...]) -> None:
+        for o in sg.operands:
+            if o.lifetime == L.SUBGRAPH:
+                r = o.location.offset
+                if r in path:
+                    raise _fail("the model contains a circular subgraph reference")
+                visit(model.referenced[r], path + (r,))
+
+    visit(model.main, (-1,))
+
+
+_EXT_NAME = re.compile(r"^[a-z0-9_.]+$")
+
+
+def _check_extensions(model: hal.Model) -> None:
+    names, prefixes = set(), set()
+    for e in model.extensionNameToPrefix:
+        if not e.name or not _EXT_NAME.match(e.name) or "." not in e.name:
+            raise _fail(f"invalid extension name {e.name!r}")
+        if e.name in names or e.prefix in prefixes:
+            raise _fail(f"extension name {e.name!r} or prefix {e.prefix} declared twice")
+        if not 0 < e.prefix <= 0xFFFF:
+            raise _fail(f"extension prefix {e.prefix} out of range")
+        names.add(e.name)
+        prefixes.add(e.prefix)
+
+
+def validate_memory_names(pools: Sequence[hal.Memory], version: HalVersion) -> None:
+    allowed = MEMORY_NAMES_V1_2 if version >= HalVersion.V1_2 else MEMORY_NAMES_V1_0
+    for k, m in enumerate(pools):
+        if not isinstance(m, hal.Memory):
+            raise _fail(f"pool {k} is not a memory")
+        if m.name not in allowed:
+            raise _fail(f"pool {k}: unsupported memory type {m.name!r}")
+        if m.handle is None or not m.handle.fds:
+            raise _fail(f"pool {k}: memory of type {m.name} has a null handle")
+
+
+def validate_model(model: hal.Model, pools: Optional[Sequence[Any]] = None,
+                   version: HalVersion = HalVersion.V1_3) -> list[Optional[OpDef]]:
+    """Validates a (1.3 or upgraded) model.  ``pools`` are the mapped model
+    pools (for constant values that operations inspect), or None to skip
+    those checks.  Returns the OpDef of every main-subgraph operation (None
+    for valid but unimplemented OEM / extension operations)."""
+    if not isinstance(model, hal.Model):
+        raise _fail(f"not a Model: {type(model).__name__}")
+    if not model.main.operations or not model.main.operands:
+        raise _fail("invalid empty model")
+    _check_extensions(model)
+    validate_memory_names(model.pools, version)
+    result: list[Optional[OpDef]] = []
+    for g, sg in enumerate([model.main, *model.referenced]):
+        try:
+            for i in range(len(sg.operands)):
+                _check_operand(model, sg, i, version)
+            defs = [validate_operation(model, sg, op, pools, version) for op in sg.operations]
+            _check_io_indexes(sg, sg.inputIndexes, L.SUBGRAPH_INPUT, "input")
+            _check_io_indexes(sg, sg.outputIndexes, L.SUBGRAPH_OUTPUT, "output")
+            _check_graph(sg)
+        except ValidationError as e:
+            raise _fail(f"{'main subgraph' if g == 0 else f'referenced subgraph {g - 1}'}: {e}") from None
+        if g == 0:
+            result = defs
+    _check_no_cycles(model)
+    return result
+
+
+def validate_preference(preference: Any) -> None:
+    if preference not in hal.ExecutionPreference._value2member_map_:
+        raise _fail(f"invalid execution preference {preference}")
+
+
+def validate_priority(priority: Any) -> None:
+    if priority not in hal.Priority._value2member_map_:
+        raise _fail(f"invalid priority {priority}")
+
+
+def _pool_sizes(request: hal.Request) -> list[int]:
+    sizes = []
+    for k, p in enumerate(request.pools):
+        if not isinstance(p, hal.MemoryPool):
+            raise _fail(f"request pool {k} is not a MemoryPool")
+        if p.hidlMemory is not None and p.token is not None:
+            raise _fail(f"request pool {k} has both hidlMemory and token set")
+        if p.hidlMemory is not None:
+            validate_memory_names([p.hidlMemory], HalVersion.V1_3)
+            sizes.append(p.hidlMemory.size)
+        elif p.token is not None:
+            if not p.token > 0:
+                raise _fail(f"request pool {k}: token {p.token} is not positive")
+            sizes.append(0)  # a driver-managed buffer: offset and length must be 0
+        else:
+            raise _fail(f"request pool {k} has no value (neither hidlMemory nor token)")
+    return sizes
+
+
+def _check_arguments(args: Sequence[hal.RequestArgument], indexes: Sequence[int], sg: hal.Subgraph,
+                     sizes: Sequence[int], allow_unspecified: bool, what: str) -> None:
+    if len(args) != len(indexes):
+        raise _fail(f"request has {len(args)} {what}s but the model has {len(indexes)}")
+    for k, (a, i) in enumerate(zip(args, indexes)):
+        o = sg.operands[i]
+        loc = a.location
+        if a.hasNoValue:
+            if loc.poolIndex or loc.offset or loc.length or a.dimensions:
+                raise _fail(f"request {what} {k} has no value yet has a location or dimensions")
+            continue
+        if not 0 <= loc.poolIndex < len(sizes):
+            raise _fail(f"request {what} {k}: invalid poolIndex {loc.poolIndex}/{len(sizes)}")
+        if loc.offset < 0 or loc.length < 0 or loc.offset + loc.length > sizes[loc.poolIndex]:
+            raise _fail(f"request {what} {k}: location [{loc.offset}, +{loc.length}) exceeds pool "
+                        f"{loc.poolIndex} of size {sizes[loc.poolIndex]}")
+        model_rank = len(o.dimensions)
+        dims = list(a.dimensions)
+        if not dims:
+            if not allow_unspecified and any(d == 0 for d in o.dimensions):
+                raise _fail(f"request {what} {k}: the model leaves a dimension unspecified and the request "
+                            "does not specify it")
+            if not allow_unspecified and model_rank == 0 and is_tensor(o):
+                raise _fail(f"request {what} {k}: the model leaves the rank unspecified and the request "
+                            "does not specify it")
+        else:
+            if model_rank and len(dims) != model_rank:
+                raise _fail(f"request {what} {k} has rank {len(dims)}, the model's is {model_rank}")
+            for d in range(len(dims)):
+                if model_rank and o.dimensions[d] and dims[d] != o.dimensions[d]:
+                    raise _fail(f"request {what} {k} has dimension {d} of {dims[d]}, the model's is "
+                                f"{o.dimensions[d]}")
+                if dims[d] == 0 and not allow_unspecified:
+                    raise _fail(f"request {what} {k} has dimension {d} of zero")
+
+
+def is_tensor(o: hal.Operand) -> bool:
+    return int(o.type) not in _SCALAR and not is_extension_type(o.type)
+
+
+def validate_request(request: hal.Request, model: hal.Model, allow_unspecified_output: bool = True) -> None:
+    """Validates a 1.3 request against a 1.3 model (argument counts, locations
+    within pools, dimensions compatible with the model, hasNoValue rules)."""
+    if not isinstance(request, hal.Request):
+        raise _fail(f"not a Request: {type(request).__name__}")
+    sizes = _pool_sizes(request)
+    _check_arguments(request.inputs, model.main.inputIndexes, model.main, sizes, False, "input")
+    _check_arguments(request.outputs, model.main.outputIndexes, model.main, sizes, allow_unspecified_output,
+                     "output")
+
+
+def validate_timeout(loop_timeout: Any) -> int:
+    """The loop timeout of an execution in ns (default 2 s, at most 15 s)."""
+    if loop_timeout is None or getattr(loop_timeout, "nanoseconds", None) is None:
+        return int(hal.LoopTimeoutDurationNs.DEFAULT)
+    ns = loop_timeout.nanoseconds
+    if not isinstance(ns, int) or ns < 0:
+        raise _fail(f"invalid loop timeout {ns!r}")
+    return min(ns, int(hal.LoopTimeoutDurationNs.MAXIMUM))
