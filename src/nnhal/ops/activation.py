@@ -1,5 +1,337 @@
-"""(family module; operations to come)."""
+"""Activation functions of the HAL 1.3 spec: RELU, RELU1, RELU6, LOGISTIC,
+TANH, ELU, HARD_SWISH and PRELU.
 
-from nnhal.ops.base import OpDef
+Float16 is computed in float32 and rounded back.  The quantized kernels follow
+the integer algorithms of the TFLite kernels Android's reference calls:
+LOGISTIC and TANH evaluate gemmlowp's fixed-point ``logistic`` / ``tanh`` on
+the input rescaled to Q4.27, HARD_SWISH uses TFLite's int16 fixed-point
+"reluish" scheme and PRELU two Q31 multipliers (positive / negative side).
+The gemmlowp fixed-point helpers work on int64 arrays holding int32 values.
+"""
 
-OPS: list[OpDef] = []
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nnhal.hal import OperandType, OperationType
+from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, HalVersion, OpDef, OpInfo, Signature
+from nnhal.ops.broadcast import broadcast_shape, check_max_rank, validate_max_rank
+from nnhal.ops.quant import (
+    INT32_MAX,
+    INT32_MIN,
+    QUANT_RANGE,
+    activation_range,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+)
+
+T = OperandType
+Q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+# --------------------------------------------------------------------------
+# gemmlowp fixed point (FixedPoint<int32, IntegerBits>), vectorized
+
+_srdhm = saturating_rounding_doubling_high_mul
+_rdbp = rounding_divide_by_pot
+
+
+def _sat_mul_pot(x: np.ndarray, exponent: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingMultiplyByPOT on int32 values."""
+    if exponent == 0:
+        return x
+    if exponent < 0:
+        return _rdbp(x, -exponent)
+    threshold = (1 << (31 - exponent)) - 1
+    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, x << exponent))
+
+
+def _rounding_half_sum(a: np.ndarray, b: int) -> np.ndarray:
+    s = a + b
+    s = s + np.where(s >= 0, 1, -1)
+    return np.where(s >= 0, s >> 1, -((-s) >> 1))  # C++ division truncates
+
+
+def _exp_on_interval_minus_quarter_to_0(a: np.ndarray) -> np.ndarray:
+    """exp(a) for a in [-1/4, 0), Q0.31 in and out (Taylor series around -1/8)."""
+    constant_term = 1895147668  # exp(-1/8)
+    one_third = 715827883
+    x = a + (1 << 28)
+    x2 = _srdhm(x, x)
+    x3 = _srdhm(x2, x)
+    x4 = _srdhm(x2, x2)
+    x4_over_4 = _rdbp(x4, 2)
+    poly = _rdbp(_srdhm(x4_over_4 + x3, one_third) + x2, 1)
+    return constant_term + _srdhm(constant_term, x + poly)
+
+
+# exp(-2^k) in Q0.31 for the barrel shifter of exp_on_negative_values
+_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
+               (3, 720401), (4, 242))
+
+
+def _exp_on_negative_values(a: np.ndarray, integer_bits: int) -> np.ndarray:
+    """exp(a) for a <= 0 given in Q(integer_bits); result in Q0.31."""
+    frac_bits = 31 - integer_bits
+    one_quarter = 1 << (frac_bits - 2)
+    a_mod_quarter_minus_quarter = (a & (one_quarter - 1)) - one_quarter
+    result = _exp_on_interval_minus_quarter_to_0(_sat_mul_pot(a_mod_quarter_minus_quarter, integer_bits))
+    remainder = a_mod_quarter_minus_quarter - a
+    for exponent, multiplier in _EXP_BARREL:
+        if integer_bits > exponent:
+            bit = (remainder & (1 << (frac_bits + exponent))) != 0
+            result = np.where(bit, _srdhm(result, multiplier), result)
+    if integer_bits > 5:
+        result = np.where(a < -(1 << (36 - integer_bits)), 0, result)
+    return np.where(a == 0, INT32_MAX, result)
+
+
+def _newton_reciprocal(a: np.ndarray) -> np.ndarray:
+    """The Q2.29 Newton-Raphson estimate of 1 / ((1 + a) / 2), a in Q0.31."""
+    half_denominator = _rounding_half_sum(a, INT32_MAX)
+    x = 1515870810 + _srdhm(half_denominator, -1010580540)  # 48/17 - 32/17 * d
+    for _ in range(3):
+        one_minus = (1 << 29) - _srdhm(half_denominator, x)
+        x = x + _sat_mul_pot(_srdhm(x, one_minus), 2)
+    return x
+
+
+def fixed_logistic(a: np.ndarray, integer_bits: int) -> np.ndarray:
+    """gemmlowp ``logistic`` of Q(integer_bits) values, result in Q0.31."""
+    a = np.asarray(a, np.int64)
+    positive = a > 0
+    neg_abs = np.where(positive, -a, a)
+    # 1 / (1 + exp(-|a|)) = Rescale<0>(ExactMulByPot<-1>(reciprocal estimate))
+    if_positive = _sat_mul_pot(_newton_reciprocal(_exp_on_negative_values(neg_abs, integer_bits)), 1)
+    if_negative = INT32_MAX - if_positive
+    return np.where(a == 0, 1 << 30, np.where(positive, if_positive, if_negative))
+
+
+def fixed_tanh(a: np.ndarray, integer_bits: int) -> np.ndarray:
+    """gemmlowp ``tanh`` of Q(integer_bits) values, result in Q0.31."""
+    a = np.asarray(a, np.int64)
+    negative = a < 0
+    n = np.where(negative, a, -a)
+    # (1 - e) / (1 + e) with e = exp(2n): 2n is n read with one more integer bit
+    t = _sat_mul_pot(_newton_reciprocal(_exp_on_negative_values(n, integer_bits + 1)) - (1 << 29), 2)
+    return np.where(a == 0, 0, np.where(negative, -t, t))
+
+
+# --------------------------------------------------------------------------
+# RELU / RELU1 / RELU6 / LOGISTIC / TANH
+
+_RELU_RANGE = {OperationType.RELU: (0.0, None), OperationType.RELU1: (-1.0, 1.0), OperationType.RELU6: (0.0, 6.0)}
+_RELU_ACT = {OperationType.RELU: 1, OperationType.RELU1: 2, OperationType.RELU6: 3}
+
+
+def _execute_relu(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    check_max_rank(ctx, 4, 0)
+    if x.type in Q8:
+        # NOTE: the clamp uses the input's scale / zeroPoint (the output must have the same)
+        lo, hi = activation_range(_RELU_ACT[ctx.type], x.scale, x.zero_point, x.type)
+        return [np.clip(x.data.astype(np.int32), lo, hi).astype(out.dtype)]
+    lo, hi = _RELU_RANGE[ctx.type]
+    return [np.clip(x.data.astype(np.float32), lo, hi).astype(out.dtype)]
+
+
+def _input_rescale(ctx: ExecContext, scale: float) -> tuple[int, int, int]:
+    """Android's Q4.27 input multiplier (QuantizeMultiplierGreaterThanOne) and the
+    radius beyond which LOGISTIC / TANH saturate (CalculateInputRadius)."""
+    real = float(np.float32(scale)) * float(1 << 27)
+    if not real > 1.0:
+        raise ctx.fail(f"input scale {scale} too small")
+    q, shift = quantize_multiplier(real)
+    radius = math.floor(15.0 * float(1 << 27) / float(1 << shift))
+    return q, shift, radius
+
+
+def _check_out_quant(ctx: ExecContext, scale: float, zero_points: dict[OperandType, int]) -> None:
+    out = ctx.outputs[0]
+    if np.float32(out.scale) != np.float32(scale) or out.zero_point != zero_points[out.type]:
+        raise ctx.fail(f"output scale / zeroPoint must be {scale} / {zero_points[out.type]}, "
+                       f"got {out.scale} / {out.zero_point}")
+
+
+def _execute_logistic(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    check_max_rank(ctx, 4, 0)
+    if x.type not in Q8:
+        with np.errstate(over="ignore"):
+            xf = x.data.astype(np.float32)
+            res = np.float32(1.0) / (np.float32(1.0) + np.exp(-xf))
+        return [res.astype(out.dtype)]
+    _check_out_quant(ctx, 1.0 / 256, {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128})
+    q, shift, radius = _input_rescale(ctx, x.scale)
+    centered = x.data.astype(np.int64) - x.zero_point
+    inside = np.clip(centered, -radius + 1, radius - 1)
+    f0 = fixed_logistic(multiply_by_quantized_multiplier(inside, q, shift), 4)
+    v = np.minimum(_rdbp(f0, 23), 255)
+    v = np.where(centered <= -radius, 0, np.where(centered >= radius, 255, v))
+    return [(v + out.zero_point).astype(out.dtype)]
+
+
+def _execute_tanh(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    check_max_rank(ctx, 4, 0)
+    if x.type not in Q8:
+        return [np.tanh(x.data.astype(np.float32)).astype(out.dtype)]
+    _check_out_quant(ctx, 1.0 / 128, {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0})
+    q, shift, radius = _input_rescale(ctx, x.scale)
+    centered = x.data.astype(np.int64) - x.zero_point
+    inside = np.clip(centered, -radius + 1, radius - 1)
+    f0 = fixed_tanh(multiply_by_quantized_multiplier(inside, q, shift), 4)
+    v = np.clip(_rdbp(f0, 24), -128, 127)
+    v = np.where(centered <= -radius, -128, np.where(centered >= radius, 127, v))
+    return [(v + out.zero_point).astype(out.dtype)]
+
+
+def _validate_rank4(info: OpInfo) -> None:
+    validate_max_rank(info, 4, 0)
+
+
+def _unary_signatures(types: list[tuple[OperandType, HalVersion]]) -> list[Signature]:
+    return [Signature((t,), (t,), v) for t, v in types]
+
+
+_ACT_TYPES = [(T.TENSOR_FLOAT32, V1_0), (T.TENSOR_FLOAT16, V1_2), (T.TENSOR_QUANT8_ASYMM, V1_0),
+              (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3)]
+_TANH_TYPES = [(T.TENSOR_FLOAT32, V1_0), (T.TENSOR_FLOAT16, V1_2), (T.TENSOR_QUANT8_ASYMM, V1_2),
+               (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3)]
+
+# --------------------------------------------------------------------------
+# HARD_SWISH
+
+
+def _sat_int16(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, -32768, 32767)
+
+
+def _srdhm16(a: np.ndarray, b: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingDoublingHighMul on int16 values."""
+    ab = a * b
+    s = ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
+    r = np.where(s >= 0, s >> 15, -((-s) >> 15))
+    return np.where((a == -32768) & (b == -32768), 32767, r)
+
+
+def _sdhm16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """TFLite SaturatingDoublingHighMul on int16 (truncating, like ARM SQDMULH)."""
+    ab = a * b
+    r = np.where(ab >= 0, ab >> 15, -((-ab) >> 15))
+    return np.where((a == -32768) & (b == -32768), 32767, r)
+
+
+def _int16_multiplier(q: int) -> int:
+    """TFLite DownScaleInt32ToInt16Multiplier."""
+    if q >= INT32_MAX - (1 << 15):
+        return 32767
+    return (q + (1 << 15)) >> 16
+
+
+def _hard_swish_quant(ctx: ExecContext) -> np.ndarray:
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    hires_scale = np.float32(1.0 / 128.0) * np.float32(x.scale)
+    q_out, out_exp = quantize_multiplier(float(hires_scale / np.float32(out.scale)))
+    if out_exp > 0:
+        raise ctx.fail("HARD_SWISH output multiplier exponent must be <= 0")
+    q_relu, relu_exp = quantize_multiplier(float(hires_scale / np.float32(3.0 / 32768.0)))
+    m_out, m_relu = _int16_multiplier(q_out), _int16_multiplier(q_relu)
+
+    value = x.data.astype(np.int64) - x.zero_point
+    hires = value * 128
+    preshift_out = _srdhm16(hires, m_out)
+    reluish = hires
+    if relu_exp > 0:
+        reluish = _sat_int16(reluish << (relu_exp - 1))
+    reluish = _srdhm16(reluish, m_relu)
+    if relu_exp > 0:
+        reluish = _sat_int16(reluish << 1)
+    if relu_exp < 0:
+        reluish = _rdbp(reluish, -relu_exp)
+    reluish = (reluish + (1 << 15)) >> 1  # [-1, 1] -> [0, 1]
+    res = _rdbp(_sdhm16(reluish, preshift_out), -out_exp) + out.zero_point
+    lo, hi = QUANT_RANGE[out.type]
+    return np.clip(res, lo, hi).astype(out.dtype)
+
+
+def _execute_hard_swish(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    if x.data.size == 0:
+        return [np.zeros(x.shape, out.dtype)]
+    if x.type in Q8:
+        return [_hard_swish_quant(ctx)]
+    xf = x.data.astype(np.float32)
+    res = xf * np.minimum(np.float32(6), np.maximum(np.float32(0), xf + np.float32(3))) / np.float32(6)
+    return [res.astype(out.dtype)]
+
+
+# --------------------------------------------------------------------------
+# ELU / PRELU
+
+
+def _execute_elu(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    alpha = np.float32(ctx.scalar(1))
+    xf = x.data.astype(np.float32)
+    with np.errstate(over="ignore"):
+        res = np.maximum(np.float32(0), xf) + np.minimum(np.float32(0), alpha * (np.exp(xf) - np.float32(1)))
+    return [res.astype(out.dtype)]
+
+
+def _execute_prelu(ctx: ExecContext) -> list[np.ndarray]:
+    x, alpha = ctx.inputs[0], ctx.inputs[1]
+    out = ctx.outputs[0]
+    shape = broadcast_shape(ctx, x.shape, alpha.shape)
+    if x.type in Q8:
+        # NOTE: both multipliers as the reference computes them: a float quotient for the
+        # positive side, the float product of the input scales over the output scale in double
+        real_pos = float(np.float32(x.scale) / np.float32(out.scale))
+        real_neg = float(np.float32(x.scale) * np.float32(alpha.scale)) / float(np.float32(out.scale))
+        q_pos, s_pos = quantize_multiplier(real_pos)
+        q_neg, s_neg = quantize_multiplier(real_neg)
+        xv = np.broadcast_to(x.data.astype(np.int64) - x.zero_point, shape)
+        av = np.broadcast_to(alpha.data.astype(np.int64) - alpha.zero_point, shape)
+        pos = multiply_by_quantized_multiplier(xv, q_pos, s_pos)
+        neg = multiply_by_quantized_multiplier(xv * av, q_neg, s_neg)
+        lo, hi = QUANT_RANGE[out.type]
+        return [np.clip(np.where(xv >= 0, pos, neg) + out.zero_point, lo, hi).astype(out.dtype)]
+    xf = x.data.astype(np.float32)
+    af = alpha.data.astype(np.float32)
+    res = np.where(xf >= 0, xf, xf * af)
+    return [np.broadcast_to(res, shape).astype(out.dtype)]
+
+
+OPS: list[OpDef] = [
+    *[
+        OpDef(type=op, signatures=_unary_signatures(_ACT_TYPES), execute=_execute_relu, validate=_validate_rank4,
+              allow_zero_sized=True)
+        for op in (OperationType.RELU, OperationType.RELU1, OperationType.RELU6)
+    ],
+    OpDef(type=OperationType.LOGISTIC, signatures=_unary_signatures(_ACT_TYPES), execute=_execute_logistic,
+          validate=_validate_rank4, allow_zero_sized=True),
+    OpDef(type=OperationType.TANH, signatures=_unary_signatures(_TANH_TYPES), execute=_execute_tanh,
+          validate=_validate_rank4, allow_zero_sized=True),
+    OpDef(type=OperationType.HARD_SWISH,
+          signatures=_unary_signatures([(t, V1_3) for t, _ in _ACT_TYPES]),
+          execute=_execute_hard_swish, allow_zero_sized=True),
+    OpDef(type=OperationType.ELU,
+          signatures=[Signature((T.TENSOR_FLOAT32, T.FLOAT32), (T.TENSOR_FLOAT32,), V1_3),
+                      Signature((T.TENSOR_FLOAT16, T.FLOAT16), (T.TENSOR_FLOAT16,), V1_3)],
+          # NOTE: the spec allows a zero-sized input (the reference registration forgets the flag)
+          execute=_execute_elu, allow_zero_sized=True),
+    OpDef(type=OperationType.PRELU,
+          signatures=[Signature((t, t), (t,), v) for t, v in
+                      [(T.TENSOR_FLOAT32, V1_2), (T.TENSOR_FLOAT16, V1_2), (T.TENSOR_QUANT8_ASYMM, V1_2),
+                       (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3)]],
+          execute=_execute_prelu),
+]
