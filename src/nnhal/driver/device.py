@@ -1,0 +1,251 @@
+"""``IDevice`` of the CPU reference driver (``sample-all``): the whole 1.3
+surface and the inherited 1.0-1.2 methods (which upgrade their arguments and
+delegate, as Android's sample driver does)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Optional
+
+from nnhal import hal
+from nnhal import memory as hal_memory
+from nnhal.driver.capabilities import measure_capabilities
+from nnhal.driver.prepared_model import SamplePreparedModel, _passed, _v1_0_status, deadline_ns
+from nnhal.executor import Executor
+from nnhal.ops.base import HalVersion, OpExecutionError
+from nnhal.validation import ValidationError, validate_model, validate_preference, validate_priority
+
+log = logging.getLogger("nnhal.driver")
+
+S = hal.ErrorStatus
+VERSION_STRING = "nnhal-sample-all 0.1 (CPU reference, numpy)"
+
+
+class SampleDevice(hal.IDevice):
+    """The CPU reference driver.  Thread-safe: any number of threads may
+    prepare and execute at once; prepared models share nothing mutable."""
+
+    def __init__(self, name: str = "sample-all"):
+        self.name = name
+        self._caps: Optional[hal.Capabilities] = None
+        self._caps_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ helpers
+    def buffer_lookup(self, prepared: SamplePreparedModel) -> Any:
+        """Resolves request memory tokens (driver-managed buffers): none yet."""
+        return None
+
+    def _upgrade(self, model: Any) -> hal.Model:
+        if isinstance(model, hal.Model):
+            return model
+        from nnhal.hal.convert import convert_to_v1_3
+
+        try:
+            return convert_to_v1_3(model)
+        except Exception as e:  # noqa: BLE001
+            raise ValidationError(f"not a model: {type(e).__name__}: {e}") from None
+
+    def _map_pools(self, model: hal.Model) -> list:
+        pools = []
+        try:
+            for k, m in enumerate(model.pools):
+                if not isinstance(m, hal.Memory):
+                    raise ValidationError(f"model pool {k} is not a Memory")
+                try:
+                    pools.append(hal_memory.MappedPool(m, writable=False))
+                except hal_memory.InvalidMemory as e:
+                    raise ValidationError(f"model pool {k}: {e}") from None
+        except ValidationError:
+            for p in pools:
+                p.close()
+            raise
+        return pools
+
+    def _validated(self, model: Any, version: HalVersion) -> tuple[hal.Model, list, list]:
+        """(1.3 model, mapped pools, op defs) or ValidationError."""
+        model13 = self._upgrade(model)
+        pools = self._map_pools(model13) if isinstance(model13, hal.Model) else []
+        try:
+            defs = validate_model(model13, [p.view for p in pools], version)
+        except ValidationError:
+            for p in pools:
+                p.close()
+            raise
+        except Exception as e:  # malformed structures (wrong field types...) are bad arguments too
+            for p in pools:
+                p.close()
+            raise ValidationError(f"malformed model: {type(e).__name__}: {e}") from None
+        return model13, pools, defs
+
+    # ------------------------------------------------------------------ capabilities
+    def getCapabilities_1_3(self) -> tuple:
+        with self._caps_lock:
+            if self._caps is None:
+                self._caps = measure_capabilities()
+        return S.NONE, self._caps
+
+    def getCapabilities_1_2(self) -> tuple:
+        from nnhal.hal.convert import convert_to_v1_2
+
+        return S.NONE, convert_to_v1_2(self.getCapabilities_1_3()[1])
+
+    def getCapabilities_1_1(self) -> tuple:
+        from nnhal.hal.convert import convert_to_v1_1
+
+        return S.NONE, convert_to_v1_1(self.getCapabilities_1_3()[1])
+
+    def getCapabilities(self) -> tuple:
+        from nnhal.hal.convert import convert_to_v1_0
+
+        return S.NONE, convert_to_v1_0(self.getCapabilities_1_3()[1])
+
+    def getVersionString(self) -> tuple:
+        return S.NONE, VERSION_STRING
+
+    def getType(self) -> tuple:
+        return S.NONE, hal.DeviceType.CPU
+
+    def getSupportedExtensions(self) -> tuple:
+        return S.NONE, []
+
+    def getNumberOfCacheFilesNeeded(self) -> tuple:
+        # NOTE: 0 and 0 is the spec's way to say compilation caching is not supported (yet).
+        return S.NONE, 0, 0
+
+    def getStatus(self) -> hal.DeviceStatus:
+        return hal.DeviceStatus.AVAILABLE
+
+    # ------------------------------------------------------------------ supported operations
+    def _supported(self, model: Any, version: HalVersion) -> tuple:
+        try:
+            model13, pools, defs = self._validated(model, version)
+        except ValidationError as e:
+            log.error("getSupportedOperations: invalid model: %s", e)
+            return S.INVALID_ARGUMENT, []
+        for p in pools:
+            p.close()
+        return S.NONE, [d is not None for d in defs]
+
+    def getSupportedOperations_1_3(self, model: Any) -> tuple:
+        return self._supported(model, HalVersion.V1_3)
+
+    def getSupportedOperations_1_2(self, model: Any) -> tuple:
+        status, ops = self._supported(model, HalVersion.V1_2)
+        return _v1_0_status(status), ops
+
+    def getSupportedOperations_1_1(self, model: Any) -> tuple:
+        status, ops = self._supported(model, HalVersion.V1_1)
+        return _v1_0_status(status), ops
+
+    def getSupportedOperations(self, model: Any) -> tuple:
+        status, ops = self._supported(model, HalVersion.V1_0)
+        return _v1_0_status(status), ops
+
+    # ------------------------------------------------------------------ preparation
+    def _prepare(self, model: Any, preference: Any, priority: Any, deadline: Any, callback: Any,
+                 notify_name: str, version: HalVersion) -> S:
+        if callback is None or not hasattr(callback, notify_name):
+            log.error("prepareModel: invalid callback")
+            return S.INVALID_ARGUMENT
+        notify = getattr(callback, notify_name)
+        try:
+            validate_preference(preference)
+            validate_priority(priority)
+            dl = deadline_ns(deadline)
+            model13, pools, defs = self._validated(model, version)
+        except ValidationError as e:
+            log.error("prepareModel: %s", e)
+            _notify(notify, S.INVALID_ARGUMENT, None, version)
+            return S.INVALID_ARGUMENT
+        if any(d is None for d in defs):
+            log.error("prepareModel: the model has operations this driver does not support (OEM or extension)")
+            for p in pools:
+                p.close()
+            _notify(notify, S.GENERAL_FAILURE, None, version)
+            return S.GENERAL_FAILURE
+
+        def work() -> None:
+            if _passed(dl):
+                for p in pools:
+                    p.close()
+                _notify(notify, S.MISSED_DEADLINE_PERSISTENT, None, version)
+                return
+            try:
+                executor = Executor(model13, [p.view for p in pools])
+            except OpExecutionError as e:
+                log.error("prepareModel: %s", e)
+                _notify(notify, S.GENERAL_FAILURE, None, version)
+                return
+            except Exception:
+                log.exception("prepareModel failed unexpectedly")
+                _notify(notify, S.GENERAL_FAILURE, None, version)
+                return
+            if _passed(dl):
+                _notify(notify, S.MISSED_DEADLINE_PERSISTENT, None, version)
+                return
+            _notify(notify, S.NONE, SamplePreparedModel(self, model13, pools, executor, int(version)), version)
+
+        threading.Thread(target=work, name="nnhal-prepare", daemon=True).start()
+        return S.NONE
+
+    def prepareModel(self, model: Any, callback: Any) -> S:
+        return _v1_0_status(self._prepare(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                          None, callback, "notify", HalVersion.V1_0))
+
+    def prepareModel_1_1(self, model: Any, preference: Any, callback: Any) -> S:
+        return _v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify",
+                                          HalVersion.V1_1))
+
+    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: list, dataCache: list, token: bytes,
+                         callback: Any) -> S:
+        return _v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify_1_2",
+                                          HalVersion.V1_2))
+
+    def prepareModel_1_3(self, model: Any, preference: Any, priority: Any, deadline: Any, modelCache: list,
+                         dataCache: list, token: bytes, callback: Any) -> S:
+        return self._prepare(model, preference, priority, deadline, callback, "notify_1_3", HalVersion.V1_3)
+
+    def prepareModelFromCache(self, modelCache: list, dataCache: list, token: bytes, callback: Any) -> S:
+        return _v1_0_status(self._from_cache(callback, "notify_1_2", HalVersion.V1_2))
+
+    def prepareModelFromCache_1_3(self, deadline: Any, modelCache: list, dataCache: list, token: bytes,
+                                  callback: Any) -> S:
+        return self._from_cache(callback, "notify_1_3", HalVersion.V1_3)
+
+    def _from_cache(self, callback: Any, notify_name: str, version: HalVersion) -> S:
+        # NOTE: no compilation cache yet (getNumberOfCacheFilesNeeded says 0, 0):
+        # the spec's answer is GENERAL_FAILURE with no model.
+        log.error("prepareModelFromCache: compilation caching is not supported by this driver yet")
+        if callback is not None and hasattr(callback, notify_name):
+            _notify(getattr(callback, notify_name), S.GENERAL_FAILURE, None, version)
+        return S.GENERAL_FAILURE
+
+    # ------------------------------------------------------------------ memory domains
+    def allocate(self, desc: Any, preparedModels: list, inputRoles: list, outputRoles: list) -> tuple:
+        # NOTE: driver-managed memory arrives with a later issue; GENERAL_FAILURE
+        # with no buffer and token 0 is the spec's answer for a driver without it.
+        log.error("allocate: driver-managed memory is not supported by this driver yet")
+        return S.GENERAL_FAILURE, None, 0
+
+
+def _notify(notify: Any, status: S, prepared: Optional[SamplePreparedModel], version: HalVersion) -> None:
+    try:
+        notify(status if version >= HalVersion.V1_3 else _v1_0_status(status), prepared)
+    except Exception:
+        log.exception("prepare callback raised")
+
+
+_DEVICES: dict[str, SampleDevice] = {}
+_LOCK = threading.Lock()
+
+
+def get_sample_device(name: str = "sample-all") -> SampleDevice:
+    with _LOCK:
+        if name not in _DEVICES:
+            _DEVICES[name] = SampleDevice(name)
+        return _DEVICES[name]
+
+
+_ = time

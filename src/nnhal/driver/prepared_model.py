@@ -1,0 +1,202 @@
+"""``IPreparedModel`` of the sample driver: the 1.3 surface plus the inherited
+1.0-1.2 methods, which upgrade their arguments and delegate."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Optional
+
+from nnhal import hal
+from nnhal.driver.execution import RequestPools, Result, output_sizes_known, run_request
+from nnhal.executor import Executor
+from nnhal.validation import ValidationError, validate_request, validate_timeout
+
+log = logging.getLogger("nnhal.driver")
+
+S = hal.ErrorStatus
+
+
+def deadline_ns(deadline: Any) -> Optional[int]:
+    if deadline is None:
+        return None
+    if not isinstance(deadline, hal.OptionalTimePoint):
+        raise ValidationError(f"deadline is not an OptionalTimePoint: {deadline!r}")
+    ns = deadline.nanosecondsSinceEpoch
+    if ns is None:
+        return None
+    if not isinstance(ns, int) or ns < 0:
+        raise ValidationError(f"invalid deadline {ns!r}")
+    return ns
+
+
+def _passed(ns: Optional[int]) -> bool:
+    return ns is not None and time.monotonic_ns() >= ns
+
+
+def _upgrade_request(request: Any) -> hal.Request:
+    if isinstance(request, hal.Request):
+        return request
+    from nnhal.hal.convert import convert_to_v1_3
+
+    try:
+        return convert_to_v1_3(request)
+    except Exception as e:  # noqa: BLE001
+        raise ValidationError(f"not a request: {e}") from None
+
+
+class SamplePreparedModel(hal.IPreparedModel):
+    """A model prepared by the CPU reference driver."""
+
+    def __init__(self, device: Any, model: hal.Model, pools: list, executor: Executor, version: int):
+        self.device = device
+        self.model = model
+        self._pools = pools  # mapped model pools, alive as long as this model
+        self.executor = executor
+        self.version = version  # HAL version of the prepare call (1.0 .. 1.3)
+
+    # ------------------------------------------------------------------
+    def _launch(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any,
+                allow_unspecified_output: bool = True) -> tuple[Optional[Result], Any]:
+        """Validates and maps; returns (error result, None) or (None, job)."""
+        start = time.monotonic_ns()
+        try:
+            request = _upgrade_request(request)
+            if measure not in hal.MeasureTiming._value2member_map_:
+                raise ValidationError(f"invalid MeasureTiming {measure!r}")
+            validate_request(request, self.model, allow_unspecified_output)
+            dl = deadline_ns(deadline)
+            lt = validate_timeout(loop_timeout)
+            pools = RequestPools(request, self.device.buffer_lookup(self))
+        except ValidationError as e:
+            log.error("execution rejected: %s", e)
+            return Result(S.INVALID_ARGUMENT), None
+        except Exception as e:  # malformed argument objects
+            log.error("execution rejected: malformed argument (%s: %s)", type(e).__name__, e)
+            return Result(S.INVALID_ARGUMENT), None
+        if _passed(dl):
+            pools.close()
+            return Result(S.MISSED_DEADLINE_PERSISTENT), None
+
+        def job() -> Result:
+            try:
+                return run_request(self.model, self.executor, request, pools, hal.MeasureTiming(measure), dl, lt,
+                                   start)
+            finally:
+                pools.close()
+
+        return None, job
+
+    def _async(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, callback: Any,
+               notify_name: str) -> S:
+        if callback is None or not hasattr(callback, notify_name):
+            log.error("execute: invalid callback")
+            return S.INVALID_ARGUMENT
+        notify = getattr(callback, notify_name)
+        err, job = self._launch(request, measure, deadline, loop_timeout)
+        if err is not None:
+            _notify_exec(notify, notify_name, err)
+            return err.status if err.status == S.INVALID_ARGUMENT else S.NONE
+
+        def work() -> None:
+            _notify_exec(notify, notify_name, job())
+
+        threading.Thread(target=work, name="nnhal-execute", daemon=True).start()
+        return S.NONE
+
+    # ------------------------------------------------------------------ 1.0
+    def execute(self, request: Any, callback: Any) -> S:
+        status = self._async(request, hal.MeasureTiming.NO, None, None, callback, "notify")
+        return _v1_0_status(status)
+
+    # ------------------------------------------------------------------ 1.2
+    def execute_1_2(self, request: Any, measure: Any, callback: Any) -> S:
+        return _v1_0_status(self._async(request, measure, None, None, callback, "notify_1_2"))
+
+    def executeSynchronously(self, request: Any, measure: Any) -> tuple:
+        status, shapes, timing = self.executeSynchronously_1_3(request, measure, None, None)
+        return _v1_0_status(status), shapes, timing
+
+    def configureExecutionBurst(self, callback: Any, requestChannel: Any, resultChannel: Any) -> tuple:
+        # NOTE: bursts arrive with a later issue; until then the honest answer
+        # for a driver that does not support them.
+        log.error("configureExecutionBurst: bursts are not supported by this driver yet")
+        return S.GENERAL_FAILURE, None
+
+    # ------------------------------------------------------------------ 1.3
+    def execute_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any, callback: Any) -> S:
+        return self._async(request, measure, deadline, loopTimeoutDuration, callback, "notify_1_3")
+
+    def executeSynchronously_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any) -> tuple:
+        err, job = self._launch(request, measure, deadline, loopTimeoutDuration)
+        return (err if err is not None else job()).as_tuple()
+
+    def executeFenced(self, request: Any, waitFor: list, measure: Any, deadline: Any, loopTimeoutDuration: Any,
+                      duration: Any) -> tuple:
+        from nnhal import fence
+
+        start = time.monotonic_ns()
+        try:
+            req = _upgrade_request(request)
+            validate_request(req, self.model, allow_unspecified_output=False)
+            if not output_sizes_known(self.model, req):
+                raise ValidationError("fenced execution needs fully specified, non-zero-sized outputs")
+            for k, h in enumerate(waitFor or []):
+                if not isinstance(h, hal.Handle) or not fence.is_valid(h):
+                    raise ValidationError(f"waitFor[{k}] is not a valid sync fence")
+            if duration is not None and not isinstance(duration, hal.OptionalTimeoutDuration):
+                raise ValidationError("duration is not an OptionalTimeoutDuration")
+            dl = deadline_ns(deadline)
+        except ValidationError as e:
+            log.error("executeFenced rejected: %s", e)
+            return S.INVALID_ARGUMENT, None, None
+        if _passed(dl):
+            return S.MISSED_DEADLINE_PERSISTENT, None, None
+        for h in waitFor or []:
+            if not fence.wait(h, None) or fence.state(h) != fence.FenceState.SIGNALED:
+                log.error("executeFenced: a fence in waitFor signaled an error")
+                return S.GENERAL_FAILURE, None, None
+        after_fences = time.monotonic_ns()
+        if duration is not None and duration.nanoseconds is not None:
+            d2 = after_fences + int(duration.nanoseconds)
+            dl = d2 if dl is None else min(dl, d2)
+        err, job = self._launch(req, measure, hal.OptionalTimePoint(nanosecondsSinceEpoch=dl) if dl else None,
+                                loopTimeoutDuration, allow_unspecified_output=False)
+        result = err if err is not None else job()
+        if result.status != S.NONE:
+            return result.status, None, None
+        timing_launched = hal.Timing()
+        timing_fenced = hal.Timing()
+        if measure == hal.MeasureTiming.YES and result.timing.timeOnDevice != hal.UINT64_MAX:
+            end = time.monotonic_ns()
+            timing_launched = hal.Timing(timeOnDevice=result.timing.timeOnDevice,
+                                         timeInDriver=max(result.timing.timeOnDevice, (end - start) // 1000))
+            timing_fenced = hal.Timing(timeOnDevice=result.timing.timeOnDevice,
+                                       timeInDriver=max(result.timing.timeOnDevice, (end - after_fences) // 1000))
+        return S.NONE, fence.signaled(), _FencedCallback(timing_launched, timing_fenced)
+
+
+class _FencedCallback(hal.IFencedExecutionCallback):
+    def __init__(self, launched: hal.Timing, fenced: hal.Timing):
+        self._launched, self._fenced = launched, fenced
+
+    def getExecutionInfo(self) -> tuple:
+        return S.NONE, self._launched, self._fenced
+
+
+def _notify_exec(notify: Any, name: str, result: Result) -> None:
+    try:
+        if name == "notify":
+            notify(_v1_0_status(result.status))
+        elif name == "notify_1_2":
+            notify(_v1_0_status(result.status), result.outputShapes, result.timing)
+        else:
+            notify(result.status, result.outputShapes, result.timing)
+    except Exception:  # a client's callback failing must not take the driver down
+        log.exception("execution callback raised")
+
+
+def _v1_0_status(status: S) -> S:
+    """1.3 statuses a 1.0-1.2 caller cannot receive become GENERAL_FAILURE."""
+    return status if status <= S.INVALID_ARGUMENT else S.GENERAL_FAILURE
