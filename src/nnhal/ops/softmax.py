@@ -1,5 +1,208 @@
-"""(family module; operations to come)."""
+"""SOFTMAX and LOG_SOFTMAX of the HAL 1.3 spec (``types.hal`` ``OperationType``).
 
-from nnhal.ops.base import OpDef
+SOFTMAX takes beta and, since HAL 1.2, an optional axis (default -1) on
+tensors of rank 1 to 4 (only 2 and 4 before HAL 1.2).  Quantized SOFTMAX
+reproduces the reference's gemmlowp fixed-point kernel bit for bit: the input
+differences to the row maximum are rescaled to Q5.26 by beta * scale, exp is
+evaluated by ``exp_on_negative_values``, the sum in Q12.19 is inverted by
+``one_over_one_plus_x_for_x_in_0_1`` and the result has scale 1/256.  All of
+it runs vectorized on int64 arrays holding int32 values.  LOG_SOFTMAX is
+float only.
+"""
 
-OPS: list[OpDef] = []
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hal import OperandType, OperationType
+from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
+from nnhal.ops.quant import (
+    INT32_MAX,
+    INT32_MIN,
+    QUANT_RANGE,
+    multiply_by_quantized_multiplier_greater_than_one,
+    quantize_multiplier_greater_than_one,
+    rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+)
+
+T = OperandType
+F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
+Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+
+_srdhm = saturating_rounding_doubling_high_mul
+_rdbp = rounding_divide_by_pot
+
+# Q5.26 input of exp(): 5 integer bits, as the reference
+_SCALED_DIFF_INTEGER_BITS = 5
+_ACCUMULATION_INTEGER_BITS = 12
+
+
+# --------------------------------------------------------------------------
+# gemmlowp fixed-point functions (int32 values held in int64 arrays)
+
+
+def _saturating_left_shift(x: np.ndarray, exponent: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingMultiplyByPOT with a positive exponent."""
+    threshold = (1 << (31 - exponent)) - 1
+    r = x << exponent
+    r = np.where(x > threshold, INT32_MAX, r)
+    return np.where(x < -threshold, INT32_MIN, r)
+
+
+def _exp_on_interval_between_negative_one_quarter_and_0_excl(a: np.ndarray) -> np.ndarray:
+    """exp(a) for a in [-1/4, 0), Q0.31 in and out (Taylor series around -1/8)."""
+    constant_term = 1895147668  # exp(-1/8)
+    constant_1_over_3 = 715827883
+    x = a + (1 << 28)
+    x2 = _srdhm(x, x)
+    x3 = _srdhm(x2, x)
+    x4 = _srdhm(x2, x2)
+    x4_over_4 = _rdbp(x4, 2)
+    t = _rdbp(_srdhm(x4_over_4 + x3, constant_1_over_3) + x2, 1)
+    return constant_term + _srdhm(constant_term, x + t)
+
+
+# exp(-2^k) in Q0.31 for the barrel shifter, k = -2 .. 4
+_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535), (3, 720401),
+               (4, 242))
+
+
+def _exp_on_negative_values(a: np.ndarray) -> np.ndarray:
+    """gemmlowp exp_on_negative_values: Q5.26 input <= 0, Q0.31 output."""
+    frac_bits = 31 - _SCALED_DIFF_INTEGER_BITS
+    one_quarter = 1 << (frac_bits - 2)
+    a_mod_quarter_minus_one_quarter = (a & (one_quarter - 1)) - one_quarter
+    result = _exp_on_interval_between_negative_one_quarter_and_0_excl(
+        _saturating_left_shift(a_mod_quarter_minus_one_quarter, _SCALED_DIFF_INTEGER_BITS))
+    remainder = a_mod_quarter_minus_one_quarter - a
+    for exponent, multiplier in _EXP_BARREL:
+        bit = (remainder & (1 << (frac_bits + exponent))) != 0
+        result = np.where(bit, _srdhm(result, multiplier), result)
+    # NOTE: with 5 integer bits the input cannot be below -32, so no clamp to 0
+    return np.where(a == 0, INT32_MAX, result)
+
+
+def _one_over_one_plus_x_for_x_in_0_1(a: np.ndarray) -> np.ndarray:
+    """1 / (1 + a) for a in [0, 1), Q0.31 in and out (Newton-Raphson in Q2.29)."""
+    s = a + INT32_MAX
+    # RoundingHalfSum: (sum + sign) / 2 with C++ truncation
+    half_denominator = np.where(s >= 0, (s + 1) // 2, -((-(s - 1)) // 2))
+    x = 1515870810 + _srdhm(half_denominator, -1010580540)  # 48/17 - 32/17 * d, Q2.29
+    for _ in range(3):
+        half_denominator_times_x = _srdhm(half_denominator, x)
+        one_minus = (1 << 29) - half_denominator_times_x
+        x = x + _saturating_left_shift(_srdhm(x, one_minus), 2)
+    # NOTE: ExactMulByPot<-1> only relabels Q2.29 as Q1.30; Rescale<0> then shifts left by 1
+    return _saturating_left_shift(x, 1)
+
+
+def _count_leading_zeros_u32(v: np.ndarray) -> np.ndarray:
+    # NOTE: frexp's exponent of an exactly representable integer is its bit length
+    return 32 - np.frexp(v.astype(np.float64))[1].astype(np.int64)
+
+
+def _softmax_quant_rows(q: np.ndarray, beta: float, scale: float, type_: OperandType) -> np.ndarray:
+    """Quantized softmax along the last axis of stored values ``q``."""
+    real = min(float(np.float32(beta)) * float(np.float32(scale)) * (1 << (31 - _SCALED_DIFF_INTEGER_BITS)),
+               (1 << 31) - 1.0)
+    if not real > 1.0:
+        raise ValueError(f"beta * scale multiplier {real} must be > 1")
+    multiplier, left_shift = quantize_multiplier_greater_than_one(real)
+    max_input_rescaled = ((1 << _SCALED_DIFF_INTEGER_BITS) - 1) * (1 << (31 - _SCALED_DIFF_INTEGER_BITS)) \
+        / (1 << left_shift)
+    diff_min = -int(np.floor(max_input_rescaled))
+
+    x = q.astype(np.int64)
+    diff = x - x.max(axis=-1, keepdims=True)
+    valid = diff >= diff_min
+    rescaled = multiply_by_quantized_multiplier_greater_than_one(np.where(valid, diff, 0), multiplier, left_shift)
+    exps = _exp_on_negative_values(rescaled)
+    contrib = _rdbp(exps, _ACCUMULATION_INTEGER_BITS)  # Rescale to Q12.19
+    sum_of_exps = np.sum(np.where(valid, contrib, 0), axis=-1, keepdims=True)
+    headroom_plus_one = _count_leading_zeros_u32(sum_of_exps)
+    num_bits_over_unit = _ACCUMULATION_INTEGER_BITS - headroom_plus_one
+    shifted_sum_minus_one = ((sum_of_exps << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31)
+    shifted_scale = _one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one)
+    out = _rdbp(_srdhm(shifted_scale, exps), num_bits_over_unit + 31 - 8)
+    qmin, qmax = QUANT_RANGE[type_]
+    if type_ == Q8S:
+        out = out - 128
+    out = np.clip(out, qmin, qmax)
+    return np.where(valid, out, qmin).astype(q.dtype)
+
+
+# --------------------------------------------------------------------------
+# SOFTMAX
+
+
+def _validate_softmax(info: OpInfo) -> None:
+    rank = info.inputs[0].rank
+    if rank > 4:
+        raise info.fail(f"input rank {rank} > 4")
+    # NOTE: without the axis input, ranks other than 2 and 4 need HAL 1.2 (unknown rank is 0)
+    if len(info.inputs) == 2 and rank not in (0, 2, 4) and info.version < V1_2:
+        raise info.fail(f"rank {rank} input needs HAL 1.2")
+
+
+def _axis(ctx: ExecContext, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ctx.fail(f"axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def _exec_softmax(ctx: ExecContext) -> list[np.ndarray]:
+    t = ctx.inputs[0]
+    x = t.data
+    beta = float(ctx.scalar(1))
+    if x.ndim > 4:
+        raise ctx.fail(f"input rank {x.ndim} > 4")
+    if not beta > 0:
+        raise ctx.fail(f"beta {beta} must be positive")
+    out = ctx.outputs[0]
+    if x.size == 0:
+        return [np.zeros(x.shape, out.dtype)]
+    axis = _axis(ctx, ctx.scalar(2, -1), x.ndim)
+    moved = np.moveaxis(x, axis, -1)
+    if t.type in (Q8, Q8S):
+        zp = 0 if t.type == Q8 else -128
+        if out.zero_point != zp or np.float32(out.scale) != np.float32(1.0 / 256):
+            raise ctx.fail(f"output scale must be 1/256 and zeroPoint {zp}")
+        try:
+            r = _softmax_quant_rows(moved, beta, t.scale, t.type)
+        except ValueError as e:
+            raise ctx.fail(str(e)) from None
+    else:
+        v = moved.astype(np.float32)
+        e = np.exp((v - v.max(axis=-1, keepdims=True)) * np.float32(beta))
+        r = e / e.sum(axis=-1, keepdims=True)
+    return [np.ascontiguousarray(np.moveaxis(r, -1, axis)).astype(out.dtype)]
+
+
+# --------------------------------------------------------------------------
+# LOG_SOFTMAX
+
+
+def _exec_log_softmax(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    axis = _axis(ctx, ctx.scalar(2), x.ndim)
+    beta = np.float32(ctx.scalar(1))
+    v = x.astype(np.float32)
+    d = (v - v.max(axis=axis, keepdims=True)) * beta
+    r = d - np.log(np.sum(np.exp(d.astype(np.float64)), axis=axis, keepdims=True))
+    return [r.astype(ctx.outputs[0].dtype)]
+
+
+# --------------------------------------------------------------------------
+
+_SOFTMAX_TYPES = ((F32, T.FLOAT32, V1_0), (Q8, T.FLOAT32, V1_0), (F16, T.FLOAT16, V1_2), (Q8S, T.FLOAT32, V1_3))
+
+OPS: list[OpDef] = [
+    OpDef(OperationType.SOFTMAX,
+          [Signature((t, b), (t,), v) for t, b, v in _SOFTMAX_TYPES]
+          + [Signature((t, b, T.INT32), (t,), max(v, V1_2)) for t, b, v in _SOFTMAX_TYPES],
+          _exec_softmax, validate=_validate_softmax, allow_zero_sized=True),
+    OpDef(OperationType.LOG_SOFTMAX,
+          [Signature((F32, T.FLOAT32, T.INT32), (F32,), V1_2), Signature((F16, T.FLOAT16, T.INT32), (F16,), V1_2)],
+          _exec_log_softmax),
+]
