@@ -1,5 +1,130 @@
-"""(family module; operations to come)."""
+"""Type conversions of the HAL 1.3 spec: CAST, QUANTIZE and DEQUANTIZE.
 
-from nnhal.ops.base import OpDef
+CAST ignores quantization parameters (a TENSOR_QUANT8_ASYMM tensor is its
+uint8 values): between float16, float32, int32 and quant8 asymm it converts
+like C++ ``static_cast`` (floats truncate toward zero; casts to uint8 saturate
+to [0, 255] first), the other types (HAL 1.3) only cast to themselves.
+QUANTIZE rounds half away from zero (std::round) and saturates; DEQUANTIZE
+computes ``scale * (q - zeroPoint)`` in float, per channel for
+TENSOR_QUANT8_SYMM_PER_CHANNEL.
+"""
 
-OPS: list[OpDef] = []
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hal import OperandType, OperationType
+from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
+from nnhal.ops.broadcast import check_max_rank, round_half_away, validate_max_rank
+from nnhal.ops.quant import QUANT_RANGE
+
+T = OperandType
+
+# --------------------------------------------------------------------------
+# CAST
+
+_CAST_NUMERIC = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
+_CAST_IDENTITY = (T.TENSOR_BOOL8, T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
+                  T.TENSOR_QUANT8_SYMM)
+
+
+def _validate_cast(info: OpInfo) -> None:
+    # NOTE: as the reference: declared shapes, when both known and the output's
+    # element count is not zero, must be equal
+    ins, outs = info.inputs[0].dimensions, info.outputs[0].dimensions
+    if ins and outs and int(np.prod(outs)) != 0 and tuple(ins) != tuple(outs):
+        raise info.fail(f"output dimensions {list(outs)} differ from input dimensions {list(ins)}")
+
+
+def _execute_cast(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    data = x.data
+    if x.type == out.type:
+        return [data.copy()]
+    with np.errstate(invalid="ignore", over="ignore"):
+        if out.type == T.TENSOR_QUANT8_ASYMM:
+            if data.dtype.kind == "f":
+                v = np.trunc(np.clip(data.astype(np.float32), 0, 255))
+            else:
+                v = np.clip(data, 0, 255)
+            return [v.astype(np.uint8)]
+        if out.type == T.TENSOR_INT32 and data.dtype.kind == "f":
+            # NOTE: static_cast<int32_t> truncates; out-of-range is undefined in C++ (x86 gives INT32_MIN)
+            return [np.trunc(data.astype(np.float64)).astype(np.int32)]
+        return [data.astype(out.dtype)]
+
+
+# --------------------------------------------------------------------------
+# QUANTIZE / DEQUANTIZE
+
+
+def _execute_quantize(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    lo, hi = QUANT_RANGE[out.type]
+    with np.errstate(all="ignore"):
+        # NOTE: input / scale in float, then zeroPoint + std::round(...) in float, clamped
+        v = np.float32(out.zero_point) + round_half_away(x.data.astype(np.float32) / np.float32(out.scale))
+    v = np.clip(np.nan_to_num(v, nan=lo), lo, hi)
+    return [v.astype(out.dtype)]
+
+
+def _validate_dequantize(info: OpInfo) -> None:
+    validate_max_rank(info, 4, 0)
+    x = info.inputs[0]
+    if x.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        cq = x.channel_quant
+        if cq is None:
+            raise info.fail("a TENSOR_QUANT8_SYMM_PER_CHANNEL input needs channel quantization parameters")
+        if x.rank and not 0 <= cq.channelDim < x.rank:
+            raise info.fail(f"channelDim {cq.channelDim} out of range for rank {x.rank}")
+        if x.rank and x.dimensions[cq.channelDim] and len(cq.scales) != x.dimensions[cq.channelDim]:
+            raise info.fail(f"{len(cq.scales)} channel scales for a dimension of {x.dimensions[cq.channelDim]}")
+
+
+def _execute_dequantize(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0]
+    out = ctx.outputs[0]
+    check_max_rank(ctx, 4, 0)
+    if x.data.size == 0:
+        return [np.zeros(x.shape, out.dtype)]
+    if x.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        cq = x.channel_quant
+        if cq is None or not 0 <= cq.channelDim < x.data.ndim or len(cq.scales) != x.data.shape[cq.channelDim]:
+            raise ctx.fail("bad per-channel quantization parameters")
+        shape = [1] * x.data.ndim
+        shape[cq.channelDim] = -1
+        scale = np.asarray(cq.scales, np.float32).reshape(shape)
+        zero_point = 0
+    else:
+        scale = np.float32(x.scale)
+        zero_point = x.zero_point
+    res = scale * (x.data.astype(np.int32) - zero_point).astype(np.float32)
+    return [res.astype(out.dtype)]
+
+
+_DEQUANT_SIGS = [
+    Signature((T.TENSOR_QUANT8_ASYMM,), (T.TENSOR_FLOAT32,), V1_0),
+    Signature((T.TENSOR_QUANT8_ASYMM,), (T.TENSOR_FLOAT16,), V1_2),
+    *[
+        Signature((i,), (o,), V1_2)
+        for i in (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL)
+        for o in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+    ],
+    Signature((T.TENSOR_QUANT8_ASYMM_SIGNED,), (T.TENSOR_FLOAT32,), V1_3),
+    Signature((T.TENSOR_QUANT8_ASYMM_SIGNED,), (T.TENSOR_FLOAT16,), V1_3),
+]
+
+OPS: list[OpDef] = [
+    OpDef(type=OperationType.CAST,
+          signatures=[Signature((i,), (o,), V1_2) for i in _CAST_NUMERIC for o in _CAST_NUMERIC]
+          + [Signature((t,), (t,), V1_3) for t in _CAST_IDENTITY],
+          execute=_execute_cast, validate=_validate_cast),
+    OpDef(type=OperationType.QUANTIZE,
+          signatures=[Signature((i,), (o,), v) for i in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+                      for o, v in ((T.TENSOR_QUANT8_ASYMM, V1_2), (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3))],
+          execute=_execute_quantize, allow_zero_sized=True),
+    OpDef(type=OperationType.DEQUANTIZE, signatures=_DEQUANT_SIGS, execute=_execute_dequantize,
+          validate=_validate_dequantize, allow_zero_sized=True),
+]
