@@ -1,0 +1,332 @@
+"""The conformance runner: prepares and runs the vector models on any
+``IDevice`` through the public HAL API, the way Android's
+``GeneratedTestHarness`` does, and judges the results.
+
+Variants per model (VTS.md section 3):
+  * ``sync`` / ``async``: executeSynchronously_1_3 / execute_1_3 + callback,
+    with timing NO and YES alternately checked;
+  * ``dynamic``: output dimensions set to 0 (rank kept); the driver must
+    return NONE and the real shapes; then output 0 one byte short must give
+    OUTPUT_INSUFFICIENT_SIZE with ``isSufficient`` false for output 0 only;
+  * ``signed``: models with TENSOR_QUANT8_ASYMM operands converted to
+    QUANT8_ASYMM_SIGNED (zeroPoint - 128, data - 128).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from nnhal import hal
+from nnhal import memory as hal_memory
+from nnhal.conformance.compare import compare
+from nnhal.conformance.vectors import VectorModel, VectorOperand
+
+S = hal.ErrorStatus
+T = hal.OperandType
+
+MODES = ("sync", "async")
+VARIANTS = ("plain", "dynamic", "signed")
+PREPARE_TIMEOUT_S = 120.0
+EXECUTE_TIMEOUT_S = 120.0
+
+
+@dataclass
+class CaseResult:
+    spec: str
+    model: str
+    ops: list[str]
+    mode: str
+    variant: str
+    status: str  # "pass", "fail", "unsupported", "skip"
+    message: str = ""
+    seconds: float = 0.0
+    max_error: float = 0.0
+
+
+@dataclass
+class Report:
+    cases: list[CaseResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        c: dict[str, int] = {"pass": 0, "fail": 0, "unsupported": 0, "skip": 0}
+        for r in self.cases:
+            c[r.status] = c.get(r.status, 0) + 1
+        return c
+
+
+# --------------------------------------------------------------------------
+# model variants
+
+
+def has_quant8_asymm(vm: VectorModel) -> bool:
+    return any(o.type == T.TENSOR_QUANT8_ASYMM for sg in [vm.main, *vm.referenced] for o in sg.operands)
+
+
+def to_signed(vm: VectorModel) -> VectorModel:
+    """TENSOR_QUANT8_ASYMM -> TENSOR_QUANT8_ASYMM_SIGNED (zeroPoint - 128, data - 128)."""
+    out = copy.deepcopy(vm)
+    out.name = vm.name + "_signed"
+    for sg in [out.main, *out.referenced]:
+        for o in sg.operands:
+            if o.type == T.TENSOR_QUANT8_ASYMM:
+                o.type = T.TENSOR_QUANT8_ASYMM_SIGNED
+                o.zeroPoint -= 128
+                if o.data is not None:
+                    o.data = (o.data.astype(np.int16) - 128).astype(np.int8)
+    return out
+
+
+def dynamic_eligible(vm: VectorModel) -> bool:
+    return not vm.expectFailure and not (vm.operation_types & {"RANK", "IF", "WHILE"})
+
+
+# --------------------------------------------------------------------------
+# requests
+
+
+class _Pools:
+    """Pool 0 holds inputs, pool 1 outputs, each at a 4-byte-aligned offset
+    with its exact length; a zero-sized output gets a 1-byte buffer."""
+
+    def __init__(self, inputs: list[Optional[np.ndarray]], out_sizes: list[int], kind: str = "ashmem"):
+        self.in_args: list[hal.RequestArgument] = []
+        off = 0
+        layout = []
+        for v in inputs:
+            if v is None:
+                self.in_args.append(hal.RequestArgument(hasNoValue=True))
+                layout.append(None)
+                continue
+            n = v.nbytes
+            layout.append((off, n))
+            self.in_args.append(hal.RequestArgument(location=hal.DataLocation(0, off, n)))
+            off = (off + n + 3) // 4 * 4
+        self.in_mem = hal_memory.allocate(max(off, 1), kind)
+        view = hal_memory.map(self.in_mem)
+        for v, lo in zip(inputs, layout):
+            if lo is not None and lo[1]:
+                view[lo[0]: lo[0] + lo[1]] = np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes()
+        view.release()
+        self.out_args: list[hal.RequestArgument] = []
+        self.out_layout: list[tuple[int, int]] = []
+        off = 0
+        for n in out_sizes:
+            n = max(n, 1) if n >= 0 else 1
+            self.out_args.append(hal.RequestArgument(location=hal.DataLocation(1, off, n)))
+            self.out_layout.append((off, n))
+            off = (off + n + 3) // 4 * 4
+        self.out_mem = hal_memory.allocate(max(off, 1), kind)
+
+    def request(self) -> hal.Request:
+        return hal.Request(inputs=self.in_args, outputs=self.out_args,
+                           pools=[hal.MemoryPool(hidlMemory=self.in_mem), hal.MemoryPool(hidlMemory=self.out_mem)])
+
+    def read_output(self, k: int, operand: VectorOperand, shape: list[int]) -> np.ndarray:
+        from nnhal.conformance.vectors import DTYPES
+
+        dt = np.dtype(_dtype(operand.type))
+        n = int(np.prod(shape)) if shape else 1
+        off, length = self.out_layout[k]
+        view = hal_memory.map(self.out_mem)
+        raw = bytes(view[off: off + n * dt.itemsize])
+        view.release()
+        _ = DTYPES
+        arr = np.frombuffer(raw, dtype=np.uint8 if dt == np.bool_ else dt, count=n)
+        if dt == np.bool_:
+            arr = arr != 0
+        return arr.reshape(shape)
+
+    def close(self) -> None:
+        hal_memory.free(self.in_mem)
+        hal_memory.free(self.out_mem)
+
+
+_DT = {T.FLOAT32: np.float32, T.INT32: np.int32, T.UINT32: np.uint32, T.TENSOR_FLOAT32: np.float32,
+       T.TENSOR_INT32: np.int32, T.TENSOR_QUANT8_ASYMM: np.uint8, T.BOOL: np.bool_, T.TENSOR_QUANT16_SYMM: np.int16,
+       T.TENSOR_FLOAT16: np.float16, T.TENSOR_BOOL8: np.bool_, T.FLOAT16: np.float16,
+       T.TENSOR_QUANT8_SYMM_PER_CHANNEL: np.int8, T.TENSOR_QUANT16_ASYMM: np.uint16, T.TENSOR_QUANT8_SYMM: np.int8,
+       T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8}
+
+
+def _dtype(t: int) -> Any:
+    return _DT[T(t)]
+
+
+def _nbytes(o: VectorOperand) -> int:
+    return int(np.prod(o.dimensions)) * np.dtype(_dtype(o.type)).itemsize if o.dimensions else \
+        np.dtype(_dtype(o.type)).itemsize
+
+
+# --------------------------------------------------------------------------
+# running
+
+
+class Runner:
+    def __init__(self, device: Any, modes: tuple[str, ...] = MODES, variants: tuple[str, ...] = VARIANTS):
+        self.device = device
+        self.modes = modes
+        self.variants = variants
+        self._measure_toggle = 0
+
+    def prepare(self, vm: VectorModel, dynamic: bool) -> tuple[S, Any, str]:
+        model = vm.build_model()
+        if dynamic:
+            for i in model.main.outputIndexes:
+                o = model.main.operands[i]
+                o.dimensions = [0] * len(o.dimensions)
+        try:
+            status, supported = self.device.getSupportedOperations_1_3(model)
+            if status != S.NONE:
+                return status, None, f"getSupportedOperations_1_3 returned {S(status).name}"
+            if not all(supported):
+                names = [hal.OperationType(op.type).name for op, s in zip(model.main.operations, supported) if not s]
+                return S.GENERAL_FAILURE, None, f"unsupported: {','.join(names)}"
+            cb = hal.PreparedModelCallback()
+            launch = self.device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER,
+                                                  hal.Priority.MEDIUM, hal.OptionalTimePoint(), [], [],
+                                                  bytes(32), cb)
+            status, prepared = cb.wait(PREPARE_TIMEOUT_S)
+            if launch != status:
+                return S.GENERAL_FAILURE, None, f"prepareModel_1_3 launch status {S(launch).name} != callback " \
+                                                f"status {S(status).name}"
+            if status != S.NONE:
+                return status, None, f"prepareModel_1_3 gave {S(status).name}"
+            if prepared is None:
+                return S.GENERAL_FAILURE, None, "prepareModel_1_3 gave NONE without a model"
+            return S.NONE, prepared, ""
+        finally:
+            for m in model.pools:
+                hal_memory.free(m)
+
+    def execute(self, prepared: Any, request: hal.Request, mode: str, measure: hal.MeasureTiming) -> tuple:
+        if mode == "sync":
+            return prepared.executeSynchronously_1_3(request, measure, hal.OptionalTimePoint(),
+                                                     hal.OptionalTimeoutDuration())
+        cb = hal.ExecutionCallback()
+        launch = prepared.execute_1_3(request, measure, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(), cb)
+        status, shapes, timing = cb.wait(EXECUTE_TIMEOUT_S)
+        if launch != S.NONE and launch != status:
+            return S.GENERAL_FAILURE, [], hal.Timing()
+        return status, shapes, timing
+
+    def run_model(self, vm: VectorModel) -> list[CaseResult]:
+        results = []
+        variants = [("plain", vm)]
+        if "signed" in self.variants and has_quant8_asymm(vm):
+            variants.append(("signed", to_signed(vm)))
+        for vname, v in variants:
+            results += self._run_variant(v, vname, dynamic=False)
+            if "dynamic" in self.variants and dynamic_eligible(v):
+                results += self._run_variant(v, "dynamic" if vname == "plain" else vname + "+dynamic", dynamic=True)
+        return results
+
+    def _run_variant(self, vm: VectorModel, variant: str, dynamic: bool) -> list[CaseResult]:
+        ops = sorted(vm.operation_types)
+        t0 = time.perf_counter()
+
+        def result(mode: str, status: str, msg: str = "", err: float = 0.0) -> CaseResult:
+            return CaseResult(vm.spec, vm.name, ops, mode, variant, status, msg, time.perf_counter() - t0, err)
+
+        try:
+            status, prepared, msg = self.prepare(vm, dynamic)
+        except Exception as e:  # noqa: BLE001 - a driver that raises is a failing driver
+            return [result(m, "fail", f"prepare raised {type(e).__name__}: {e}") for m in self.modes]
+        if status != S.NONE:
+            if vm.expectFailure:
+                return [result(m, "pass", f"failed as expected at prepare ({msg})") for m in self.modes]
+            kind = "unsupported" if msg.startswith("unsupported") or "not registered" in msg else "fail"
+            return [result(m, kind, msg) for m in self.modes]
+        out = []
+        for mode in self.modes:
+            try:
+                out.append(self._run_mode(vm, prepared, mode, dynamic, result))
+            except Exception as e:  # noqa: BLE001
+                out.append(result(mode, "fail", f"raised {type(e).__name__}: {e}"))
+        return out
+
+    def _run_mode(self, vm: VectorModel, prepared: Any, mode: str, dynamic: bool, result: Any) -> CaseResult:
+        inputs = vm.input_values()
+        outs = vm.output_operands()
+        sizes = [_nbytes(o) for o in outs]
+        self._measure_toggle ^= 1
+        measure = hal.MeasureTiming(self._measure_toggle)
+        pools = _Pools(inputs, sizes)
+        try:
+            status, shapes, timing = self.execute(prepared, pools.request(), mode, measure)
+            if vm.expectFailure:
+                if status == S.NONE:
+                    return result(mode, "fail", "expected a failure, the execution succeeded")
+                if shapes and status != S.OUTPUT_INSUFFICIENT_SIZE:
+                    return result(mode, "fail", f"error {S(status).name} came with output shapes")
+                return result(mode, "pass", f"failed as expected ({S(status).name})")
+            if status != S.NONE:
+                return result(mode, "fail", f"execution returned {S(status).name}")
+            problem = _check_timing(measure, timing) or _check_shapes(shapes, outs)
+            if problem:
+                return result(mode, "fail", problem)
+            worst = 0.0
+            has_fp16 = any(o.type in (T.TENSOR_FLOAT16, T.FLOAT16) for sg in [vm.main, *vm.referenced]
+                           for o in sg.operands)
+            for k, o in enumerate(outs):
+                got = pools.read_output(k, o, list(shapes[k].dimensions))
+                expected = o.data if o.data is not None else np.zeros(o.dimensions, _dtype(o.type))
+                v = compare(got, expected, o.type, model_has_fp16=has_fp16, relaxed=vm.isRelaxed, name=vm.name,
+                            ignored=o.isIgnored, multinomial_tolerance=vm.multinomialTolerance,
+                            multinomial_logits=inputs[0] if vm.multinomialTolerance > 0 else None)
+                worst = max(worst, v.max_error)
+                if not v.ok:
+                    return result(mode, "fail", f"output {k}: {v.message}", v.max_error)
+        finally:
+            pools.close()
+        if dynamic and outs and sizes[0] > 0:
+            problem = self._insufficient(vm, prepared, mode, inputs, sizes, outs)
+            if problem:
+                return result(mode, "fail", problem, worst)
+        return result(mode, "pass", "", worst)
+
+    def _insufficient(self, vm: VectorModel, prepared: Any, mode: str, inputs: list, sizes: list[int],
+                      outs: list[VectorOperand]) -> str:
+        short = list(sizes)
+        short[0] -= 1
+        pools = _Pools(inputs, short)
+        try:
+            status, shapes, timing = self.execute(prepared, pools.request(), mode, hal.MeasureTiming.NO)
+        finally:
+            pools.close()
+        if status != S.OUTPUT_INSUFFICIENT_SIZE:
+            return f"output 0 one byte short: expected OUTPUT_INSUFFICIENT_SIZE, got {S(status).name}"
+        if len(shapes) != len(outs):
+            return f"OUTPUT_INSUFFICIENT_SIZE came with {len(shapes)} shapes for {len(outs)} outputs"
+        for k, (s, o) in enumerate(zip(shapes, outs)):
+            if list(s.dimensions) != list(o.dimensions):
+                return f"OUTPUT_INSUFFICIENT_SIZE: output {k} shape {list(s.dimensions)} != {o.dimensions}"
+            if s.isSufficient != (k != 0):
+                return f"OUTPUT_INSUFFICIENT_SIZE: output {k} isSufficient is {s.isSufficient}"
+        return ""
+
+
+def _check_timing(measure: hal.MeasureTiming, timing: hal.Timing) -> str:
+    if measure == hal.MeasureTiming.NO:
+        if timing.timeOnDevice != hal.UINT64_MAX or timing.timeInDriver != hal.UINT64_MAX:
+            return f"timing reported without MeasureTiming.YES: {timing}"
+    elif timing.timeOnDevice != hal.UINT64_MAX and timing.timeInDriver != hal.UINT64_MAX:
+        if timing.timeOnDevice > timing.timeInDriver:
+            return f"timeOnDevice {timing.timeOnDevice} > timeInDriver {timing.timeInDriver}"
+    return ""
+
+
+def _check_shapes(shapes: list, outs: list[VectorOperand]) -> str:
+    if len(shapes) != len(outs):
+        return f"{len(shapes)} output shapes for {len(outs)} outputs"
+    for k, (s, o) in enumerate(zip(shapes, outs)):
+        if not s.isSufficient:
+            return f"output {k}: isSufficient false on success"
+        if list(s.dimensions) != list(o.dimensions):
+            return f"output {k}: shape {list(s.dimensions)} != expected {o.dimensions}"
+    return ""
