@@ -1,0 +1,429 @@
+"""Numpy kernels of the detection operations (see :mod:`nnhal.ops.detection`).
+
+The kernels work on real (float32) values in NHWC layout; the family module
+converts data types and layouts at the edges.  Box geometry is computed in
+float32 in the reference's order of operations, because discrete decisions
+(bin edges, sampling counts, NMS suppression) depend on it.
+
+Non-maximum suppression is sequential by nature: one Python iteration per
+selected box, each vectorized over the remaining candidates.  It reproduces
+the reference's in-place selection (swap the best box to the front, swap
+suppressed boxes to the end), whose order decides ties between equal scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+F32 = np.float32
+
+
+class KernelError(ValueError):
+    """Malformed run-time data (the family module turns it into OpExecutionError)."""
+
+
+# --------------------------------------------------------------------------
+# ordering helpers
+
+
+def sort_desc(keys: np.ndarray) -> np.ndarray:
+    """Permutation sorting ``keys`` in descending order, ties by position.
+
+    NOTE: the reference uses std::sort, whose order among equal keys is
+    unspecified; stable order is the natural reading of the published tests.
+    """
+    return np.argsort(-np.asarray(keys, np.float64), kind="stable")
+
+
+def _partition_kept(rest: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """The kept part of ``rest`` after the reference's in-place pass that
+    swaps every suppressed element with the last unexamined one.
+
+    Kept elements in the first ``K`` positions (K = number kept) stay where
+    they are; the holes left there by suppressed ones are filled, in order,
+    by the kept elements beyond ``K`` taken from the back."""
+    k = int(np.count_nonzero(keep))
+    out = rest[:k].copy()
+    holes = np.flatnonzero(~keep[:k])
+    if holes.size:
+        out[holes] = rest[k:][keep[k:]][::-1]
+    return out
+
+
+def iou_one_to_many(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """Intersection over union of one [x1, y1, x2, y2] box with many (float32)."""
+    area1 = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    area2 = (box[2] - box[0]) * (box[3] - box[1])
+    x1 = np.maximum(boxes[:, 0], box[0])
+    x2 = np.minimum(boxes[:, 2], box[2])
+    y1 = np.maximum(boxes[:, 1], box[1])
+    y2 = np.minimum(boxes[:, 3], box[3])
+    w = np.maximum(x2 - x1, F32(0))
+    h = np.maximum(y2 - y1, F32(0))
+    inter = w * h
+    union = area1 + area2 - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (inter / union).astype(F32)
+
+
+# kernel(iou) -> score multiplier, for the soft NMS variants
+SoftKernel = Callable[[np.ndarray], np.ndarray]
+
+
+def nms_kernel(kind: int, iou_threshold: float, sigma: float) -> SoftKernel:
+    """BOX_WITH_NMS_LIMIT's kernels: 0 hard, 1 linear, 2 gaussian."""
+    thr = F32(iou_threshold)
+    sig = F32(sigma)
+    if kind == 0:
+        return lambda iou: np.where(iou < thr, F32(1), F32(0))
+    if kind == 1:
+        return lambda iou: np.where(iou < thr, F32(1), F32(1) - iou).astype(F32)
+    if kind == 2:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return lambda iou: np.exp(F32(-1) * iou * iou / sig).astype(F32)
+    raise KernelError(f"unsupported NMS kernel {kind}")
+
+
+def nms_single_class(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarray, max_detections: int,
+                     iou_threshold: float, soft: SoftKernel | None = None,
+                     score_threshold: float = 0.0) -> np.ndarray:
+    """Greedy NMS over ``candidates`` (indices into ``scores``; ``boxes[i]``
+    is candidate index i's box).  Hard NMS drops boxes with IoU >= threshold;
+    with ``soft``, scores are multiplied (in place) by ``soft(iou)`` and boxes
+    whose score falls below ``score_threshold`` are dropped.  Returns the
+    selected indices in selection order."""
+    sel = np.array(candidates, dtype=np.int64)
+    if max_detections < 0:
+        max_detections = sel.size
+    out: list[int] = []
+    thr = F32(iou_threshold)
+    sthr = F32(score_threshold)
+    while sel.size and len(out) < max_detections:
+        m = int(np.argmax(scores[sel]))  # first maximum, as std::max_element
+        sel[0], sel[m] = sel[m], sel[0]
+        best = int(sel[0])
+        rest = sel[1:]
+        if rest.size:
+            iou = iou_one_to_many(boxes[best], boxes[rest])
+            if soft is None:
+                keep = ~(iou >= thr)
+            else:
+                new = (scores[rest] * soft(iou)).astype(scores.dtype)
+                scores[rest] = new
+                keep = ~(new < sthr)
+            rest = _partition_kept(rest, keep)
+        out.append(best)
+        sel = rest
+    return np.asarray(out, dtype=np.int64)
+
+
+def nms_multi_class(scores: np.ndarray, boxes: np.ndarray, num_classes: int, score_threshold: float,
+                    max_detections: int, max_per_class: int, iou_threshold: float,
+                    soft: SoftKernel | None = None, nms_score_threshold: float = 0.0) -> np.ndarray:
+    """Per-class NMS over a flat [num_rois * num_classes] score array (class 0,
+    the background, excluded), then the best ``max_detections`` overall.
+    ``boxes`` is indexed by the flat score index.  Returns flat indices."""
+    num_rois = scores.size // num_classes
+    sthr = F32(score_threshold)
+    selected = []
+    for c in range(1, num_classes):
+        idx = np.arange(num_rois, dtype=np.int64) * num_classes + c
+        cand = idx[scores[idx] > sthr]
+        selected.append(nms_single_class(scores, boxes, cand, max_per_class, iou_threshold, soft,
+                                         nms_score_threshold))
+    sel = np.concatenate(selected) if selected else np.zeros(0, np.int64)
+    sel = sel[sort_desc(scores[sel])]
+    if max_detections >= 0:
+        sel = sel[:max_detections]
+    return sel
+
+
+# --------------------------------------------------------------------------
+# AXIS_ALIGNED_BBOX_TRANSFORM
+
+
+def bbox_transform(rois: np.ndarray, deltas: np.ndarray, batches: np.ndarray, image_info: np.ndarray) -> np.ndarray:
+    """Applies [dx, dy, dw, dh] deltas (rois [n, 4], deltas [n, classes * 4])
+    and clips to each image's [height, width]; returns [n, classes * 4]."""
+    n = rois.shape[0]
+    num_classes = deltas.shape[1] // 4 if deltas.ndim == 2 else 0
+    if n == 0:
+        return np.zeros((0, num_classes * 4), F32)
+    num_batches = image_info.shape[0]
+    b = batches.astype(np.int64)
+    if np.any((b < 0) | (b >= num_batches)):
+        raise KernelError("batch index out of range")
+    rois = rois.astype(F32)
+    if np.any(~(rois[:, 0] <= rois[:, 2])) or np.any(~(rois[:, 1] <= rois[:, 3])):
+        raise KernelError("invalid region: x2 < x1 or y2 < y1")
+    d = deltas.astype(F32).reshape(n, num_classes, 4)
+    w = (rois[:, 2] - rois[:, 0])[:, None]
+    h = (rois[:, 3] - rois[:, 1])[:, None]
+    cx = ((rois[:, 0] + rois[:, 2]) / F32(2))[:, None]
+    cy = ((rois[:, 1] + rois[:, 3]) / F32(2))[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        nw = np.exp(d[..., 2]) * w
+        nh = np.exp(d[..., 3]) * h
+        nx = cx + d[..., 0] * w
+        ny = cy + d[..., 1] * h
+        info = image_info.astype(F32)[b]
+        img_h = info[:, 0:1]
+        img_w = info[:, 1:2]
+        out = np.empty((n, num_classes, 4), F32)
+        out[..., 0] = np.minimum(np.maximum(nx - nw / F32(2), F32(0)), img_w)
+        out[..., 1] = np.minimum(np.maximum(ny - nh / F32(2), F32(0)), img_h)
+        out[..., 2] = np.minimum(np.maximum(nx + nw / F32(2), F32(0)), img_w)
+        out[..., 3] = np.minimum(np.maximum(ny + nh / F32(2), F32(0)), img_h)
+    return out.reshape(n, num_classes * 4)
+
+
+# --------------------------------------------------------------------------
+# ROI_ALIGN
+
+
+def _roi_checks(rois: np.ndarray, batch_idx: np.ndarray, num_batches: int, in_h: int, in_w: int,
+                h_scale: np.float32, w_scale: np.float32, raw_nonneg: bool = True) -> None:
+    b = batch_idx.astype(np.int64)
+    if np.any((b < 0) | (b >= num_batches)):
+        raise KernelError("ROI batch index out of range")
+    if raw_nonneg and np.any(~(rois >= 0)):
+        raise KernelError("ROI coordinates must be non-negative")
+    sx = rois[:, [0, 2]] * w_scale
+    sy = rois[:, [1, 3]] * h_scale
+    if np.any(~(sx <= in_w)) or np.any(~(sy <= in_h)):
+        raise KernelError("ROI out of the input's bounds")
+    if np.any(~(rois[:, 0] <= rois[:, 2])) or np.any(~(rois[:, 1] <= rois[:, 3])):
+        raise KernelError("invalid ROI: x2 < x1 or y2 < y1")
+
+
+def _sample_axis(start: np.ndarray, step: np.ndarray, ratio: int, out_n: int, size: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sampling positions along one axis for ROIs sharing a sampling ratio:
+    returns (low index, high index, weight of the high index), each of shape
+    [n, out_n, ratio]."""
+    bin_size = step / F32(ratio)
+    j = np.arange(out_n, dtype=F32)
+    k = np.arange(ratio, dtype=F32)
+    cell = step[:, None] * j[None, :] + start[:, None]                     # [n, out_n]
+    pos = (cell[:, :, None] + (bin_size / F32(2))[:, None, None]) + bin_size[:, None, None] * k[None, None, :]
+    pos = pos.astype(F32)
+    lo = np.floor(pos).astype(np.int64)
+    frac = (pos - lo.astype(F32)).astype(F32)
+    edge = lo >= size - 1
+    lo = np.where(edge, size - 1, lo)
+    hi = np.where(edge, size - 1, lo + 1)
+    frac = np.where(edge, F32(0), frac)
+    return lo, hi, frac
+
+
+def _roi_geometry(rois: np.ndarray, h_scale: np.float32, w_scale: np.float32, out_h: int, out_w: int,
+                  h_ratio: int, w_ratio: int):
+    """Per-ROI start, step and sampling ratio along each axis (float32)."""
+    x1 = (rois[:, 0] * w_scale).astype(F32)
+    y1 = (rois[:, 1] * h_scale).astype(F32)
+    x2 = (rois[:, 2] * w_scale).astype(F32)
+    y2 = (rois[:, 3] * h_scale).astype(F32)
+    roi_w = np.maximum(x2 - x1, F32(1))
+    roi_h = np.maximum(y2 - y1, F32(1))
+    w_step = (roi_w / F32(out_w)).astype(F32)
+    h_step = (roi_h / F32(out_h)).astype(F32)
+    wr = np.full(len(rois), w_ratio, np.int64) if w_ratio > 0 else np.ceil(w_step).astype(np.int64)
+    hr = np.full(len(rois), h_ratio, np.int64) if h_ratio > 0 else np.ceil(h_step).astype(np.int64)
+    return x1, y1, w_step, h_step, wr, hr
+
+
+def _roi_align_groups(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_h: int, out_w: int,
+                      h_scale: np.float32, w_scale: np.float32, h_ratio: int, w_ratio: int, weights):
+    """Yields (roi indices, batch ids, ylo, yhi, yw, xlo, xhi, xw, hr, wr) per
+    group of ROIs sharing sampling ratios."""
+    _, in_h, in_w, _ = x.shape
+    x1, y1, w_step, h_step, wr, hr = _roi_geometry(rois, h_scale, w_scale, out_h, out_w, h_ratio, w_ratio)
+    pairs = np.stack([hr, wr], axis=1)
+    for h_r, w_r in np.unique(pairs, axis=0):
+        idx = np.flatnonzero((hr == h_r) & (wr == w_r))
+        ylo, yhi, yf = _sample_axis(y1[idx], h_step[idx], int(h_r), out_h, in_h)
+        xlo, xhi, xf = _sample_axis(x1[idx], w_step[idx], int(w_r), out_w, in_w)
+        yield idx, ylo, yhi, yf, xlo, xhi, xf, int(h_r), int(w_r)
+
+
+def _gather_corners(x: np.ndarray, b: np.ndarray, ylo, yhi, xlo, xhi) -> np.ndarray:
+    """Input values at the 4 corners of every sample: [n, oh, hr, ow, wr, 4, C]
+    in the reference's corner order (y1x1, y1x2, y2x1, y2x2)."""
+    bb = b[:, None, None, None, None]
+    ys = [ylo, ylo, yhi, yhi]
+    xs = [xlo, xhi, xlo, xhi]
+    vals = [x[bb, yy[:, :, :, None, None], xx[:, None, None, :, :]] for yy, xx in zip(ys, xs, strict=True)]
+    return np.stack(vals, axis=5)
+
+
+def _corner_weights(yf: np.ndarray, xf: np.ndarray) -> np.ndarray:
+    """Bilinear weights [n, oh, hr, ow, wr, 4], float32 as the reference."""
+    dy1 = yf[:, :, :, None, None]
+    dx1 = xf[:, None, None, :, :]
+    dy2 = F32(1) - dy1
+    dx2 = F32(1) - dx1
+    return np.stack(np.broadcast_arrays(dx2 * dy2, dx1 * dy2, dx2 * dy1, dx1 * dy1), axis=5).astype(F32)
+
+
+def roi_align_float(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_h: int, out_w: int,
+                    h_stride: float, w_stride: float, h_ratio: int, w_ratio: int) -> np.ndarray:
+    """ROI_ALIGN on real values: x [N, H, W, C] -> [num_rois, out_h, out_w, C] (float64)."""
+    n_b, in_h, in_w, c = x.shape
+    rois = rois.astype(F32)
+    h_scale = F32(F32(1) / F32(h_stride))
+    w_scale = F32(F32(1) / F32(w_stride))
+    _roi_checks(rois, batch_idx, n_b, in_h, in_w, h_scale, w_scale)
+    out = np.zeros((rois.shape[0], out_h, out_w, c), np.float64)
+    xv = x.astype(np.float64)
+    for idx, ylo, yhi, yf, xlo, xhi, xf, h_r, w_r in _roi_align_groups(
+            xv, rois, batch_idx, out_h, out_w, h_scale, w_scale, h_ratio, w_ratio, None):
+        vals = _gather_corners(xv, batch_idx[idx].astype(np.int64), ylo, yhi, xlo, xhi)
+        w = _corner_weights(yf, xf).astype(np.float64)
+        s = np.einsum("nhawbk,nhawbkc->nhwc", w, vals)
+        out[idx] = s / (h_r * w_r)
+    return out
+
+
+def roi_align_quant(q: np.ndarray, zero_point: int, rois_q: np.ndarray, batch_idx: np.ndarray, out_h: int,
+                    out_w: int, h_stride: float, w_stride: float, h_ratio: int, w_ratio: int,
+                    in_scale: float, out_scale: float, out_zero_point: int, qmin: int, qmax: int,
+                    requant: Callable[[np.ndarray, float], np.ndarray]) -> np.ndarray:
+    """ROI_ALIGN on quantized input (uint16 ROIs in units of 1/8): bilinear
+    weights quantized to 1/255, integer accumulation, then one requantization
+    per ROI by ``requant(acc, real_multiplier)``."""
+    n_b, in_h, in_w, c = q.shape
+    h_scale = F32(F32(1) / F32(h_stride))
+    w_scale = F32(F32(1) / F32(w_stride))
+    # NOTE: the reference scales the raw coordinate by 1/stride first, then by 0.125
+    rois = ((rois_q.astype(F32) * np.array([w_scale, h_scale, w_scale, h_scale], F32)).astype(F32)
+            * F32(0.125)).astype(F32)
+    b = batch_idx.astype(np.int64)
+    if np.any((b < 0) | (b >= n_b)):
+        raise KernelError("ROI batch index out of range")
+    if np.any(~(rois[:, [0, 2]] <= in_w)) or np.any(~(rois[:, [1, 3]] <= in_h)):
+        raise KernelError("ROI out of the input's bounds")
+    if np.any(~(rois[:, 0] <= rois[:, 2])) or np.any(~(rois[:, 1] <= rois[:, 3])):
+        raise KernelError("invalid ROI: x2 < x1 or y2 < y1")
+    out = np.zeros((rois.shape[0], out_h, out_w, c), np.int64)
+    xv = q.astype(np.int64) - zero_point
+    w_unit = F32(F32(1) / F32(255))
+    one = F32(1)
+    for idx, ylo, yhi, yf, xlo, xhi, xf, h_r, w_r in _roi_align_groups(
+            xv, rois, b, out_h, out_w, one, one, h_ratio, w_ratio, None):
+        vals = _gather_corners(xv, b[idx], ylo, yhi, xlo, xhi)
+        wf = _corner_weights(yf, xf)
+        wq = _round_half_away(wf / w_unit).astype(np.int64)
+        acc = np.einsum("nhawbk,nhawbkc->nhwc", wq, vals)
+        real = F32(F32(F32(in_scale) * w_unit) / F32(out_scale)) / F32(h_r * w_r)
+        out[idx] = requant(acc, float(real)) + out_zero_point
+    return np.clip(out, qmin, qmax)
+
+
+def _round_half_away(v: np.ndarray) -> np.ndarray:
+    return np.sign(v) * np.floor(np.abs(v) + 0.5)
+
+
+# --------------------------------------------------------------------------
+# ROI_POOLING
+
+
+def roi_pool(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_h: int, out_w: int,
+             h_stride: float, w_stride: float, empty_value) -> np.ndarray:
+    """ROI_POOLING (max over each bin) on x [N, H, W, C] in its storage
+    dtype; rois are real [x1, y1, x2, y2].  Empty bins get ``empty_value``."""
+    n_b, in_h, in_w, c = x.shape
+    rois = rois.astype(F32)
+    h_scale = F32(F32(1) / F32(h_stride))
+    w_scale = F32(F32(1) / F32(w_stride))
+    _roi_checks(rois, batch_idx, n_b, in_h, in_w, h_scale, w_scale)
+    n = rois.shape[0]
+    out = np.empty((n, out_h, out_w, c), x.dtype)
+    if n == 0:
+        return out
+    sx = _round_half_away((rois[:, [0, 2]] * w_scale).astype(F32)).astype(np.int64)
+    sy = _round_half_away((rois[:, [1, 3]] * h_scale).astype(F32)).astype(np.int64)
+    roi_w = np.maximum(sx[:, 1] - sx[:, 0] + 1, 1).astype(F32)
+    roi_h = np.maximum(sy[:, 1] - sy[:, 0] + 1, 1).astype(F32)
+    w_step = roi_w / F32(out_w)
+    h_step = roi_h / F32(out_h)
+    jw = np.arange(out_w, dtype=F32)
+    jh = np.arange(out_h, dtype=F32)
+    ws = np.floor(w_step[:, None] * jw + sx[:, :1].astype(F32)).astype(np.int64)
+    we = np.ceil(w_step[:, None] * (jw + 1) + sx[:, :1].astype(F32)).astype(np.int64)
+    hs = np.floor(h_step[:, None] * jh + sy[:, :1].astype(F32)).astype(np.int64)
+    he = np.ceil(h_step[:, None] * (jh + 1) + sy[:, :1].astype(F32)).astype(np.int64)
+    ws, we = np.clip(ws, 0, in_w), np.clip(we, 0, in_w)
+    hs, he = np.clip(hs, 0, in_h), np.clip(he, 0, in_h)
+    if np.issubdtype(x.dtype, np.floating):
+        low = np.array(-np.inf, x.dtype)
+    else:
+        low = np.array(np.iinfo(x.dtype).min, x.dtype)
+    cols = np.arange(in_w)
+    rows = np.arange(in_h)
+    for r in range(n):
+        # NOTE: one ROI at a time (bins differ per ROI), vectorized over bins and channels
+        img = x[int(batch_idx[r])]
+        cmask = (cols[None, :] >= ws[r][:, None]) & (cols[None, :] < we[r][:, None])   # [ow, W]
+        rmask = (rows[None, :] >= hs[r][:, None]) & (rows[None, :] < he[r][:, None])   # [oh, H]
+        colmax = np.where(cmask[None, :, :, None], img[:, None, :, :], low).max(axis=2)  # [H, ow, C]
+        binmax = np.where(rmask[:, :, None, None], colmax[None, :, :, :], low).max(axis=1)  # [oh, ow, C]
+        empty = ~(rmask.any(axis=1)[:, None] & cmask.any(axis=1)[None, :])
+        binmax[empty] = empty_value
+        out[r] = binmax
+    return out
+
+
+# --------------------------------------------------------------------------
+# HEATMAP_MAX_KEYPOINT
+
+
+def heatmap_max_keypoint(heatmap: np.ndarray, boxes: np.ndarray, atol: float, rtol: float
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """heatmap [n, S, S, K] (float32), boxes [n, 4] -> (scores [n, K],
+    keypoints [n, K, 2]) with the quadratic (Taylor) refinement of the peak."""
+    n, size, _, k = heatmap.shape
+    boxes = boxes.astype(F32)
+    if np.any(~(boxes[:, 0] <= boxes[:, 2])) or np.any(~(boxes[:, 1] <= boxes[:, 3])):
+        raise KernelError("invalid box: x2 < x1 or y2 < y1")
+    hm = heatmap.astype(F32)
+    flat = hm.reshape(n, size * size, k)
+    arg = np.argmax(flat, axis=1)                                  # [n, K], first maximum
+    max_score = np.take_along_axis(flat, arg[:, None, :], axis=1)[:, 0, :]
+    mh = arg // size
+    mw = arg % size
+
+    def mirror(v: np.ndarray) -> np.ndarray:
+        return np.where(v < 0, 1, np.where(v >= size, size - 2, v))
+
+    ni = np.arange(n)[:, None]
+    ki = np.arange(k)[None, :]
+    g = [[hm[ni, mirror(mh + dh), mirror(mw + dw), ki] for dw in (-1, 0, 1)] for dh in (-1, 0, 1)]
+    two, half = F32(2), F32(0.5)
+    b0 = -(g[1][2] - g[1][0]) / two
+    b1 = -(g[2][1] - g[0][1]) / two
+    a00 = g[1][0] - two * g[1][1] + g[1][2]
+    a01 = (g[2][2] - g[2][0] - g[0][2] + g[0][0]) / F32(4)
+    a11 = g[0][1] - two * g[1][1] + g[2][1]
+    cross1 = a00 * a11
+    det = cross1 - a01 * a01
+    solvable = ~(np.abs(det) < (F32(atol) + F32(rtol) * cross1))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d0 = (a11 * b0 - a01 * b1) / det
+        d1 = (a00 * b1 - a01 * b0) / det
+        big = (np.abs(d0) > F32(1.5)) | (np.abs(d1) > F32(1.5))
+        scale = F32(1.5) / np.maximum(np.abs(d0), np.abs(d1))
+        d0 = np.where(big, d0 * scale, d0)
+        d1 = np.where(big, d1 * scale, d1)
+        refined = g[1][1] - b0 * d0 - b1 * d1 + ((a00 * d0 + a01 * d1) * d0 + (a01 * d0 + a11 * d1) * d1) / two
+    d0 = np.where(solvable, d0, F32(0)).astype(F32)
+    d1 = np.where(solvable, d1, F32(0)).astype(F32)
+    score = np.where(solvable, refined, max_score).astype(F32)
+    x1, y1 = boxes[:, 0:1], boxes[:, 1:2]
+    rw = boxes[:, 2:3] - x1
+    rh = boxes[:, 3:4] - y1
+    wpos = (mw.astype(F32) + d0 + half) / F32(size)
+    hpos = (mh.astype(F32) + d1 + half) / F32(size)
+    kp = np.stack([wpos * rw + x1, hpos * rh + y1], axis=2).astype(F32)
+    return score, kp
