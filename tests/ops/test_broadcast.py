@@ -1,0 +1,184 @@
+"""ADD MUL SUB DIV POW MAXIMUM MINIMUM: kernels against independent numpy
+references, the reference's integer rounding on hand-checked cases, and the
+validation / run-time error paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nnhal.hal import OperandType, OperationType
+from nnhal.ops.base import (
+    NUMPY_DTYPE,
+    V1_0,
+    V1_1,
+    V1_2,
+    ExecContext,
+    OperandInfo,
+    OpExecutionError,
+    OpInfo,
+    OpValidationError,
+    OutputSpec,
+    Tensor,
+    match_signature,
+)
+from nnhal.ops.registry import REGISTRY
+
+T = OperandType
+Op = OperationType
+
+
+def tensor(t: OperandType, data, scale: float = 0.0, zp: int = 0) -> Tensor:
+    return Tensor(t, np.asarray(data, dtype=NUMPY_DTYPE[t]), scale, zp)
+
+
+def run(op: OperationType, inputs: list[Tensor], out_type: OperandType, scale: float = 0.0, zp: int = 0):
+    ctx = ExecContext(type=op, inputs=inputs, outputs=[OutputSpec(out_type, (), scale, zp)])
+    return REGISTRY[op].execute(ctx)[0]
+
+
+def act(v: int) -> Tensor:
+    return tensor(T.INT32, v)
+
+
+def quant_ref(real: np.ndarray, scale: float, zp: int, lo: int, hi: int) -> np.ndarray:
+    return np.clip(np.floor(real / scale + 0.5) + zp, lo, hi)
+
+
+rng = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("op,fn", [(Op.ADD, np.add), (Op.SUB, np.subtract), (Op.MUL, np.multiply),
+                                   (Op.DIV, np.divide)])
+@pytest.mark.parametrize("activation,lo,hi", [(0, -np.inf, np.inf), (1, 0, np.inf), (2, -1, 1), (3, 0, 6)])
+def test_float_broadcast_with_activation(op, fn, activation, lo, hi):
+    a = rng.uniform(-8, 8, (2, 1, 3)).astype(np.float32)
+    b = rng.uniform(0.5, 8, (4, 1)).astype(np.float32)
+    out = run(op, [tensor(T.TENSOR_FLOAT32, a), tensor(T.TENSOR_FLOAT32, b), act(activation)], T.TENSOR_FLOAT32)
+    assert out.shape == (2, 4, 3) and out.dtype == np.float32
+    np.testing.assert_allclose(out, np.clip(fn(a, b), lo, hi), rtol=1e-6)
+
+
+def test_float16_computed_in_float32():
+    a = np.array([1.5, 2.25, -3.0], np.float16)
+    b = np.array([0.5], np.float16)
+    out = run(Op.ADD, [tensor(T.TENSOR_FLOAT16, a), tensor(T.TENSOR_FLOAT16, b), act(0)], T.TENSOR_FLOAT16)
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, np.array([2.0, 2.75, -2.5], np.float16))
+
+
+@pytest.mark.parametrize("t,lo,hi", [(T.TENSOR_QUANT8_ASYMM, 0, 255), (T.TENSOR_QUANT8_ASYMM_SIGNED, -128, 127)])
+@pytest.mark.parametrize("op,fn", [(Op.ADD, np.add), (Op.SUB, np.subtract)])
+def test_quant_add_sub_within_one_of_real(t, lo, hi, op, fn):
+    qa = rng.integers(lo, hi + 1, (3, 4))
+    qb = rng.integers(lo, hi + 1, (4,))
+    sa, za, sb, zb, so, zo = 0.5, lo + 100, 0.25, lo + 30, 1.0, lo + 128
+    out = run(op, [tensor(t, qa, sa, za), tensor(t, qb, sb, zb), act(0)], t, so, zo)
+    real = fn((qa - za) * sa, (qb - zb) * sb)
+    assert np.abs(out.astype(int) - quant_ref(real, so, zo, lo, hi)).max() <= 1
+
+
+def test_quant_sub_rounds_like_the_reference():
+    # 0 - 5 with scale 1 -> -0.5 on output scale 10: the reference's integer path gives -1
+    t = T.TENSOR_QUANT8_ASYMM
+    out = run(Op.SUB, [tensor(t, [0, 5], 1.0, 0), tensor(t, [5, 0], 1.0, 0), act(0)], t, 10.0, 120)
+    np.testing.assert_array_equal(out, [119, 121])
+
+
+def test_quant_add_fused_relu_clamps_at_zero_point():
+    t = T.TENSOR_QUANT8_ASYMM
+    out = run(Op.ADD, [tensor(t, [0, 200], 1.0, 100), tensor(t, [100, 100], 1.0, 100), act(1)], t, 1.0, 128)
+    np.testing.assert_array_equal(out, [128, 228])
+
+
+@pytest.mark.parametrize("t,lo,hi", [(T.TENSOR_QUANT8_ASYMM, 0, 255), (T.TENSOR_QUANT8_ASYMM_SIGNED, -128, 127)])
+def test_quant_mul_within_one_of_real(t, lo, hi):
+    qa = rng.integers(lo, hi + 1, (5, 3))
+    qb = rng.integers(lo, hi + 1, (5, 1))
+    sa, za, sb, zb, so, zo = 0.05, lo + 128, 0.1, lo + 120, 0.5, lo + 127
+    out = run(Op.MUL, [tensor(t, qa, sa, za), tensor(t, qb, sb, zb), act(0)], t, so, zo)
+    real = ((qa - za) * sa) * ((qb - zb) * sb)
+    assert np.abs(out.astype(int) - quant_ref(real, so, zo, lo, hi)).max() <= 1
+
+
+def test_int32_arithmetic_and_floor_division():
+    a = tensor(T.TENSOR_INT32, [5, -5, 7, -7, 3])
+    b = tensor(T.TENSOR_INT32, [2, 2, -2, -2, 0])
+    np.testing.assert_array_equal(run(Op.DIV, [a, b, act(0)], T.TENSOR_INT32), [2, -3, -4, 3, 0])
+    np.testing.assert_array_equal(run(Op.ADD, [a, b, act(0)], T.TENSOR_INT32), [7, -3, 5, -9, 3])
+    np.testing.assert_array_equal(run(Op.MUL, [a, b, act(0)], T.TENSOR_INT32), [10, -10, -14, 14, 0])
+    big = tensor(T.TENSOR_INT32, [2**31 - 1])
+    assert run(Op.ADD, [big, tensor(T.TENSOR_INT32, [1]), act(0)], T.TENSOR_INT32)[0] == -(2**31)
+
+
+def test_int32_requires_no_activation():
+    a = tensor(T.TENSOR_INT32, [1])
+    with pytest.raises(OpExecutionError):
+        run(Op.ADD, [a, a, act(1)], T.TENSOR_INT32)
+
+
+def test_zero_sized_and_incompatible_shapes():
+    z = tensor(T.TENSOR_FLOAT32, np.zeros((0, 2)))
+    one = tensor(T.TENSOR_FLOAT32, np.ones((1, 2)))
+    assert run(Op.ADD, [z, one, act(0)], T.TENSOR_FLOAT32).shape == (0, 2)
+    assert REGISTRY[Op.ADD].allow_zero_sized
+    with pytest.raises(OpExecutionError):
+        run(Op.ADD, [tensor(T.TENSOR_FLOAT32, np.ones((2, 3))), tensor(T.TENSOR_FLOAT32, np.ones(2)), act(0)],
+            T.TENSOR_FLOAT32)
+    with pytest.raises(OpExecutionError):
+        run(Op.MUL, [tensor(T.TENSOR_FLOAT32, np.ones((1, 1, 1, 1, 2))), one, act(0)], T.TENSOR_FLOAT32)
+
+
+def test_signatures():
+    f32, f16, q8, i32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_INT32
+    match_signature(REGISTRY[Op.ADD], [f32, f32, T.INT32], [f32], V1_0)
+    match_signature(REGISTRY[Op.ADD], [q8, q8, T.INT32], [q8], V1_0)
+    match_signature(REGISTRY[Op.SUB], [f32, f32, T.INT32], [f32], V1_1)
+    with pytest.raises(OpValidationError, match="before HAL"):
+        match_signature(REGISTRY[Op.SUB], [f32, f32, T.INT32], [f32], V1_0)
+    with pytest.raises(OpValidationError, match="before HAL"):
+        match_signature(REGISTRY[Op.SUB], [q8, q8, T.INT32], [q8], V1_1)
+    with pytest.raises(OpValidationError, match="before HAL"):
+        match_signature(REGISTRY[Op.ADD], [i32, i32, T.INT32], [i32], V1_2)
+    for bad_in, bad_out in [([f32, f16, T.INT32], [f32]), ([f32, f32], [f32]), ([f32, f32, T.INT32], [f16]),
+                            ([f32, f32, T.FLOAT32], [f32])]:
+        with pytest.raises(OpValidationError):
+            match_signature(REGISTRY[Op.ADD], bad_in, bad_out)
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.DIV], [q8, q8, T.INT32], [q8])
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.POW], [i32, i32], [i32])
+    match_signature(REGISTRY[Op.MAXIMUM], [i32, i32], [i32], V1_2)
+
+
+def _info(op, in_dims, scales=(1.0, 1.0, 1.0), t=T.TENSOR_FLOAT32):
+    ins = [OperandInfo(t, d, s) for d, s in zip(in_dims, scales[:2], strict=True)] + [OperandInfo(T.INT32, ())]
+    return OpInfo(op, ins, [OperandInfo(t, (), scales[2])])
+
+
+def test_validate_rank_and_mul_output_scale():
+    REGISTRY[Op.ADD].validate(_info(Op.ADD, [(1, 2, 3, 4), ()]))
+    with pytest.raises(OpValidationError):
+        REGISTRY[Op.ADD].validate(_info(Op.ADD, [(1, 2, 3, 4, 5), (1,)]))
+    REGISTRY[Op.MUL].validate(_info(Op.MUL, [(2,), (2,)], (0.5, 0.5, 0.3), T.TENSOR_QUANT8_ASYMM))
+    with pytest.raises(OpValidationError):
+        REGISTRY[Op.MUL].validate(_info(Op.MUL, [(2,), (2,)], (0.5, 0.5, 0.25), T.TENSOR_QUANT8_ASYMM))
+
+
+def test_pow_max_min():
+    base = tensor(T.TENSOR_FLOAT32, [[2.0, 3.0]])
+    exp = tensor(T.TENSOR_FLOAT32, [[2.0], [0.5]])
+    np.testing.assert_allclose(run(Op.POW, [base, exp], T.TENSOR_FLOAT32), [[4, 9], [2**0.5, 3**0.5]], rtol=1e-6)
+    a = tensor(T.TENSOR_INT32, [1, 5, -3])
+    b = tensor(T.TENSOR_INT32, [2])
+    np.testing.assert_array_equal(run(Op.MAXIMUM, [a, b], T.TENSOR_INT32), [2, 5, 2])
+    np.testing.assert_array_equal(run(Op.MINIMUM, [a, b], T.TENSOR_INT32), [1, 2, -3])
+
+
+def test_quant_max_min_requantize_to_output_scale():
+    t = T.TENSOR_QUANT8_ASYMM
+    a = tensor(t, [127, 123, 255], 0.5, 127)  # 0, -2, 64
+    b = tensor(t, [100, 97, 0], 1.0, 100)  # 0, -3, -100
+    # on scale 2 / zero point 80: a -> 80, 79, 112 ; b -> 80, 78.5 -> 79 (std::round), 30
+    np.testing.assert_array_equal(run(Op.MINIMUM, [a, b], t, 2.0, 80), [80, 79, 30])
+    np.testing.assert_array_equal(run(Op.MAXIMUM, [a, b], t, 2.0, 80), [80, 79, 112])
