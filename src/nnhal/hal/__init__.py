@@ -18,3 +18,6 @@ from nnhal.hal.types import (  # noqa: F401
 )
 
 __all__ = list(_iface_all)
+
+# the older HAL versions of the types that changed, and conversions to and from them
+from nnhal.hal import convert, v1_0, v1_1, v1_2  # noqa: E402,F401
