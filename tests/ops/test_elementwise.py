@@ -1,0 +1,93 @@
+"""FLOOR ABS EXP LOG NEG RSQRT SIN SQRT against numpy in float64, int32
+variants, float16 rounding and the error paths."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from nnhal.hal import OperandType, OperationType
+from nnhal.ops.base import (
+    NUMPY_DTYPE,
+    V1_0,
+    V1_2,
+    ExecContext,
+    OperandInfo,
+    OpExecutionError,
+    OpInfo,
+    OpValidationError,
+    OutputSpec,
+    Tensor,
+    match_signature,
+)
+from nnhal.ops.registry import REGISTRY
+
+T = OperandType
+Op = OperationType
+
+
+def run(op: OperationType, t: OperandType, data) -> np.ndarray:
+    x = Tensor(t, np.asarray(data, NUMPY_DTYPE[t]))
+    return REGISTRY[op].execute(ExecContext(type=op, inputs=[x], outputs=[OutputSpec(t, ())]))[0]
+
+
+REFS = {
+    Op.FLOOR: math.floor, Op.ABS: abs, Op.EXP: math.exp, Op.LOG: math.log, Op.NEG: lambda v: -v,
+    Op.RSQRT: lambda v: 1 / math.sqrt(v), Op.SIN: math.sin, Op.SQRT: math.sqrt,
+}
+
+
+@pytest.mark.parametrize("op", list(REFS))
+@pytest.mark.parametrize("t,rtol", [(T.TENSOR_FLOAT32, 1e-6), (T.TENSOR_FLOAT16, 1e-3)])
+def test_float_against_python_math(op, t, rtol):
+    values = np.array([[0.25, 1.5], [2.75, 7.0]])
+    out = run(op, t, values)
+    assert out.dtype == NUMPY_DTYPE[t] and out.shape == (2, 2)
+    want = np.vectorize(REFS[op])(values.astype(NUMPY_DTYPE[t]).astype(np.float64))
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=rtol)
+
+
+def test_int32_abs_neg_wrap():
+    np.testing.assert_array_equal(run(Op.ABS, T.TENSOR_INT32, [-3, 4, -(2**31)]), [3, 4, -(2**31)])
+    np.testing.assert_array_equal(run(Op.NEG, T.TENSOR_INT32, [-3, 4, -(2**31)]), [3, -4, -(2**31)])
+
+
+def test_special_values():
+    out = run(Op.LOG, T.TENSOR_FLOAT32, [0.0, -1.0])
+    assert out[0] == -np.inf and np.isnan(out[1])
+    assert run(Op.RSQRT, T.TENSOR_FLOAT32, [0.0])[0] == np.inf
+    np.testing.assert_array_equal(run(Op.FLOOR, T.TENSOR_FLOAT32, [-0.5, 2.0, -2.0]), [-1.0, 2.0, -2.0])
+
+
+def test_signatures():
+    f32, f16, i32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
+    match_signature(REGISTRY[Op.FLOOR], [f32], [f32], V1_0)
+    with pytest.raises(OpValidationError, match="before HAL"):
+        match_signature(REGISTRY[Op.FLOOR], [f16], [f16], V1_0)
+    with pytest.raises(OpValidationError, match="before HAL"):
+        match_signature(REGISTRY[Op.ABS], [i32], [i32], V1_2)
+    match_signature(REGISTRY[Op.NEG], [i32], [i32], V1_2)
+    for op in (Op.EXP, Op.LOG, Op.RSQRT, Op.SIN, Op.SQRT, Op.FLOOR):
+        with pytest.raises(OpValidationError):
+            match_signature(REGISTRY[op], [i32], [i32])
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.EXP], [f32], [f16])
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.SQRT], [T.TENSOR_QUANT8_ASYMM], [T.TENSOR_QUANT8_ASYMM])
+
+
+def test_floor_rank_limit():
+    info = OpInfo(Op.FLOOR, [OperandInfo(T.TENSOR_FLOAT32, (1, 1, 1, 1, 2))], [OperandInfo(T.TENSOR_FLOAT32, ())])
+    with pytest.raises(OpValidationError):
+        REGISTRY[Op.FLOOR].validate(info)
+    with pytest.raises(OpExecutionError):
+        run(Op.FLOOR, T.TENSOR_FLOAT32, np.ones((1, 1, 1, 1, 2)))
+    # other unary ops have no rank limit
+    assert run(Op.EXP, T.TENSOR_FLOAT32, np.zeros((1, 1, 1, 1, 2))).shape == (1, 1, 1, 1, 2)
+
+
+def test_zero_sized_inputs_are_not_allowed():
+    for op in REFS:
+        assert not REGISTRY[op].allow_zero_sized
