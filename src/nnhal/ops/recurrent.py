@@ -1,5 +1,543 @@
-"""(family module; operations to come)."""
+"""The LSTM operations of the HAL 1.3 spec (types.hal): LSTM,
+BIDIRECTIONAL_SEQUENCE_LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM,
+QUANTIZED_16BIT_LSTM and QUANTIZED_LSTM.
 
-from nnhal.ops.base import OpDef
+Operand types and HAL versions follow the spec and Android's reference
+validation (Utils.cpp ``validateOperation`` for LSTM, BIDIRECTIONAL_SEQUENCE_LSTM
+and QUANTIZED_16BIT_LSTM; the ``validate`` functions of
+UnidirectionalSequenceLSTM.cpp and QLSTM.cpp).  The reference checks only
+types at model time; its tensor-shape rules (``LSTMCell::
+CheckInputTensorDimensions`` and the ops' prepare steps) run at execution
+time, so they live in ``execute`` here and fail with GENERAL_FAILURE.
+The cells themselves are in :mod:`nnhal.ops.lstm_kernels`.
+"""
 
-OPS: list[OpDef] = []
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from nnhal.hal import OperationType
+from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, Signature, Tensor
+from nnhal.ops.base import T as OT
+from nnhal.ops.lstm_kernels import (
+    GATE_CELL,
+    GATE_FORGET,
+    GATE_INPUT,
+    GATE_OUTPUT,
+    FloatLstmWeights,
+    QlstmTensors,
+    checked_log2,
+    float_lstm_sequence,
+    qlstm_step,
+    quantized_16bit_lstm_step,
+)
+from nnhal.ops.quant import quantize_multiplier
+
+FLOAT_TYPES = (OT.TENSOR_FLOAT32, OT.TENSOR_FLOAT16)
+
+
+def _clip_scalar(t: OT) -> OT:
+    return OT.FLOAT32 if t == OT.TENSOR_FLOAT32 else OT.FLOAT16
+
+
+# ----------------------------------------------------------------------------
+# operand positions of one float LSTM direction
+
+
+class _Layout:
+    """Input positions of one LSTM direction's tensors (gate order input,
+    forget, cell, output; peephole entries for input, forget, output)."""
+
+    def __init__(self, input_w: tuple, recurrent_w: tuple, peephole: tuple, bias: tuple, proj_w: int,
+                 proj_b: int, h: int, c: int, layer_norm: tuple, aux_w: tuple = ()):
+        self.input_w, self.recurrent_w, self.bias = input_w, recurrent_w, bias
+        self.peephole = (peephole[0], peephole[1], None, peephole[2])
+        self.proj_w, self.proj_b, self.h, self.c = proj_w, proj_b, h, c
+        self.layer_norm, self.aux_w = layer_norm, aux_w
+
+
+LSTM_LAYOUT = _Layout((1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11), (12, 13, 14, 15), 16, 17, 18, 19,
+                      (23, 24, 25, 26))
+UNI_LAYOUT = _Layout((1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11), (12, 13, 14, 15), 16, 17, 18, 19,
+                     (24, 25, 26, 27))
+BIDI_FW = _Layout((1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11), (12, 13, 14, 15), 16, 17, 35, 36,
+                  (53, 54, 55, 56), (40, 41, 42, 43))
+BIDI_BW = _Layout((18, 19, 20, 21), (22, 23, 24, 25), (26, 27, 28), (29, 30, 31, 32), 33, 34, 37, 38,
+                  (57, 58, 59, 60), (44, 45, 46, 47))
+
+
+class _Flags:
+    """The LSTMParams flags the reference derives from which tensors are present."""
+
+    def __init__(self, cifg: bool, peephole: bool, layer_norm: bool, projection: bool, projection_bias: bool):
+        self.cifg, self.peephole, self.layer_norm = cifg, peephole, layer_norm
+        self.projection, self.projection_bias = projection, projection_bias
+
+
+def _get(ctx: ExecContext, i: int | None) -> np.ndarray | None:
+    if i is None or not ctx.has(i):
+        return None
+    return ctx.inputs[i].data
+
+
+def _check_dims(ctx: ExecContext, lay: _Layout, n_input: int, n_output: int, n_cell: int,
+                cell_clip: float, proj_clip: float) -> _Flags:
+    """LSTMCell::CheckInputTensorDimensions (run-time shape rules)."""
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ctx.fail(msg)
+
+    def shape_is(i: int, shape: tuple, what: str) -> None:
+        a = _get(ctx, i)
+        need(a is not None and a.shape == shape,
+             f"input {i} ({what}) must have shape {list(shape)}, got {None if a is None else list(a.shape)}")
+
+    def present(i: int | None) -> bool:
+        return _get(ctx, i) is not None
+
+    need(cell_clip >= 0, f"cell_clip must be >= 0, got {cell_clip}")
+    need(proj_clip >= 0, f"proj_clip must be >= 0, got {proj_clip}")
+    for k, i in enumerate(lay.input_w[:3]):
+        if k != GATE_INPUT or present(i):
+            shape_is(i, (n_cell, n_input), "input weights")
+    for k, i in enumerate(lay.recurrent_w[:3]):
+        if k != GATE_INPUT or present(i):
+            shape_is(i, (n_cell, n_output), "recurrent weights")
+    need(present(lay.input_w[0]) == present(lay.recurrent_w[0]),
+         "input-to-input and recurrent-to-input weights must be both present or both omitted (CIFG)")
+    for i in lay.peephole:
+        if i is not None and present(i):
+            shape_is(i, (n_cell,), "peephole weights")
+    cifg = not present(lay.input_w[0])
+    pi, pf, _, po = (present(i) for i in lay.peephole)
+    need(((pi or cifg) and pf and po) or not (pi or pf or po), "peephole weights must be all present or all omitted")
+    if cifg:
+        need(not present(lay.bias[0]), "the input gate bias must be omitted with CIFG")
+    else:
+        shape_is(lay.bias[0], (n_cell,), "input gate bias")
+    for i in lay.bias[1:]:
+        shape_is(i, (n_cell,), "gate bias")
+    if present(lay.proj_w):
+        shape_is(lay.proj_w, (n_output, n_cell), "projection weights")
+    if present(lay.proj_b):
+        shape_is(lay.proj_b, (n_output,), "projection bias")
+    need(present(lay.proj_w) or not present(lay.proj_b), "projection bias given without projection weights")
+    ln = [present(i) if i < len(ctx.inputs) else False for i in lay.layer_norm]
+    for i, p in zip(lay.layer_norm, ln, strict=True):
+        if p:
+            shape_is(i, (n_cell,), "layer normalization weights")
+    if cifg:
+        need(not ln[0], "input layer normalization weights are given while CIFG is used")
+        need(all(ln[1:]) or not any(ln[1:]), "layer normalization weights must be all present or all omitted")
+    else:
+        need(all(ln) or not any(ln), "layer normalization weights must be all present or all omitted")
+    return _Flags(cifg, po, ln[3], present(lay.proj_w), present(lay.proj_b))
+
+
+def _weights(ctx: ExecContext, lay: _Layout, flags: _Flags, activation: int, cell_clip: float,
+             proj_clip: float, with_aux: bool) -> FloatLstmWeights:
+    """One direction's float32 parameters, using the variant ``flags``."""
+
+    def f32(i: int | None) -> np.ndarray | None:
+        a = _get(ctx, i)
+        return None if a is None else a.astype(np.float32)
+
+    def need(i: int | None) -> np.ndarray:
+        a = f32(i)
+        if a is None:
+            raise ctx.fail(f"input {i} is omitted but the LSTM variant needs it")
+        return a
+
+    gates = [GATE_FORGET, GATE_CELL, GATE_OUTPUT] if flags.cifg else [GATE_INPUT, GATE_FORGET, GATE_CELL, GATE_OUTPUT]
+
+    def per_gate(idx: tuple, skip_cell: bool = False) -> list:
+        return [need(idx[g]) if g in gates and not (skip_cell and g == GATE_CELL) else None for g in range(4)]
+
+    return FloatLstmWeights(
+        input_w=per_gate(lay.input_w),
+        recurrent_w=per_gate(lay.recurrent_w),
+        bias=per_gate(lay.bias),
+        peephole=per_gate(lay.peephole, skip_cell=True) if flags.peephole else None,
+        layer_norm=per_gate(lay.layer_norm) if flags.layer_norm else None,
+        aux_w=per_gate(lay.aux_w) if with_aux else None,
+        proj_w=need(lay.proj_w) if flags.projection else None,
+        proj_b=need(lay.proj_b) if flags.projection_bias else None,
+        activation=activation, cell_clip=cell_clip, proj_clip=proj_clip)
+
+
+def _sizes(ctx: ExecContext, lay: _Layout, n_input: int) -> tuple[int, int]:
+    """(n_cell, n_output) from the input-to-output and recurrent-to-output weights."""
+    wo = _get(ctx, lay.input_w[3])
+    ro = _get(ctx, lay.recurrent_w[3])
+    if wo is None or wo.ndim != 2 or wo.shape[1] != n_input:
+        raise ctx.fail(f"input-to-output weights must have shape [num_units, {n_input}], got "
+                       f"{None if wo is None else list(wo.shape)}")
+    if ro is None or ro.ndim != 2 or ro.shape[0] != wo.shape[0]:
+        raise ctx.fail(f"recurrent-to-output weights must have shape [{wo.shape[0]}, output_size], got "
+                       f"{None if ro is None else list(ro.shape)}")
+    return int(wo.shape[0]), int(ro.shape[1])
+
+
+def _state(ctx: ExecContext, i: int, shape: tuple, what: str) -> np.ndarray:
+    a = _get(ctx, i)
+    if a is None or a.shape != shape:
+        raise ctx.fail(f"{what} (input {i}) must have shape {list(shape)}, got {None if a is None else list(a.shape)}")
+    return a.astype(np.float32)
+
+
+def _scalars(ctx: ExecContext, act_i: int, clip_i: int) -> tuple[int, float, float]:
+    return int(ctx.scalar(act_i, 0)), float(ctx.scalar(clip_i, 0.0)), float(ctx.scalar(clip_i + 1, 0.0))
+
+
+# ----------------------------------------------------------------------------
+# LSTM
+
+
+def _execute_lstm(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    if x.ndim != 2:
+        raise ctx.fail(f"input must be 2-D [batch_size, input_size], got shape {list(x.shape)}")
+    n_batch, n_input = x.shape
+    n_cell, n_output = _sizes(ctx, LSTM_LAYOUT, n_input)
+    act, cell_clip, proj_clip = _scalars(ctx, 20, 21)
+    flags = _check_dims(ctx, LSTM_LAYOUT, n_input, n_output, n_cell, cell_clip, proj_clip)
+    w = _weights(ctx, LSTM_LAYOUT, flags, act, cell_clip, proj_clip, with_aux=False)
+    h0 = _state(ctx, 18, (n_batch, n_output), "output state")
+    c0 = _state(ctx, 19, (n_batch, n_cell), "cell state")
+    out, h, c, scratch = float_lstm_sequence(x[None].astype(np.float32), w, h0, c0)
+    dt = ctx.outputs[0].dtype
+    return [scratch.astype(dt), h.astype(dt), c.astype(dt), out[0].astype(dt)]
+
+
+def _lstm_signatures() -> list[Signature]:
+    sigs = []
+    for t in FLOAT_TYPES:
+        base = (t,) * 20 + (OT.INT32, _clip_scalar(t), _clip_scalar(t))
+        v = V1_0 if t == OT.TENSOR_FLOAT32 else V1_2
+        sigs.append(Signature(base, (t,) * 4, v))
+        sigs.append(Signature(base + (t,) * 4, (t,) * 4, V1_2))
+    return sigs
+
+
+# ----------------------------------------------------------------------------
+# UNIDIRECTIONAL_SEQUENCE_LSTM
+
+
+def _to_time_major(a: np.ndarray, time_major: bool) -> np.ndarray:
+    return a if time_major else np.swapaxes(a, 0, 1)
+
+
+def _execute_unidirectional(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    if x.ndim != 3:
+        raise ctx.fail(f"input must be 3-D, got shape {list(x.shape)}")
+    time_major = bool(ctx.scalar(23, False))
+    xt = _to_time_major(x, time_major).astype(np.float32)
+    n_batch, n_input = xt.shape[1], xt.shape[2]
+    n_cell, n_output = _sizes(ctx, UNI_LAYOUT, n_input)
+    act, cell_clip, proj_clip = _scalars(ctx, 20, 21)
+    flags = _check_dims(ctx, UNI_LAYOUT, n_input, n_output, n_cell, cell_clip, proj_clip)
+    h0 = _state(ctx, 18, (n_batch, n_output), "output state")
+    c0 = _state(ctx, 19, (n_batch, n_cell), "cell state")
+    w = _weights(ctx, UNI_LAYOUT, flags, act, cell_clip, proj_clip, with_aux=False)
+    out, h, c, _ = float_lstm_sequence(xt, w, h0, c0)
+    dt = ctx.outputs[0].dtype
+    result = [_to_time_major(out, time_major).astype(dt)]
+    if len(ctx.outputs) == 3:
+        result += [h.astype(dt), c.astype(dt)]
+    return result
+
+
+def _unidirectional_signatures() -> list[Signature]:
+    sigs = []
+    for t in FLOAT_TYPES:
+        ins = (t,) * 20 + (OT.INT32, _clip_scalar(t), _clip_scalar(t), OT.BOOL) + (t,) * 4
+        sigs.append(Signature(ins, (t,), V1_2))
+        sigs.append(Signature(ins, (t,) * 3, V1_3))
+    return sigs
+
+
+# ----------------------------------------------------------------------------
+# BIDIRECTIONAL_SEQUENCE_LSTM
+
+
+def _execute_bidirectional(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    if x.ndim != 3:
+        raise ctx.fail(f"input must be 3-D, got shape {list(x.shape)}")
+    merge = bool(ctx.scalar(51, False))
+    time_major = bool(ctx.scalar(52, False))
+    n_out = len(ctx.outputs)
+    if (merge and n_out not in (1, 5)) or (not merge and n_out not in (2, 6)):
+        raise ctx.fail(f"{n_out} outputs do not match merge_outputs={merge}")
+    with_state = n_out in (5, 6)
+    act, cell_clip, proj_clip = _scalars(ctx, 48, 49)
+    xt = _to_time_major(x, time_major).astype(np.float32)
+    n_batch, n_input = xt.shape[1], xt.shape[2]
+
+    fw_cell, fw_output = _sizes(ctx, BIDI_FW, n_input)
+    bw_wo = _get(ctx, BIDI_BW.input_w[3])
+    bw_ro = _get(ctx, BIDI_BW.recurrent_w[3])
+    if bw_wo is None or bw_ro is None or bw_ro.ndim != 2 or bw_wo.ndim < 1 or bw_ro.shape[0] != bw_wo.shape[0]:
+        raise ctx.fail("backward input-to-output / recurrent-to-output weights have inconsistent shapes")
+    bw_cell, bw_output = int(bw_wo.shape[0]), int(bw_ro.shape[1])
+    fw_flags = _check_dims(ctx, BIDI_FW, n_input, fw_output, fw_cell, cell_clip, proj_clip)
+
+    def has(i: int) -> bool:
+        return ctx.has(i)
+
+    fa, ba = BIDI_FW.aux_w, BIDI_BW.aux_w
+    if fw_flags.cifg and (has(fa[0]) or has(ba[0])):
+        raise ctx.fail("auxiliary input-to-input weights must be omitted with CIFG")
+    for aux_w in (fa, ba):
+        given = [has(i) for i in aux_w]
+        if not (((fw_flags.cifg or given[0]) and all(given[1:])) or not any(given)):
+            raise ctx.fail("auxiliary weights must be all present or all omitted")
+    has_aux = has(39)
+    has_fw_aux_w, has_bw_aux_w = has(fa[1]), has(ba[1])
+    if has_fw_aux_w != has_bw_aux_w:
+        raise ctx.fail("forward and backward auxiliary weights must be both present or both omitted")
+    if has_fw_aux_w and not has_aux:
+        raise ctx.fail("auxiliary weights given without an auxiliary input")
+    aux_t = None
+    if has_aux:
+        aux = ctx.inputs[39].data
+        if aux.ndim != 3 or aux.shape[:2] != x.shape[:2]:
+            raise ctx.fail(f"auxiliary input shape {list(aux.shape)} does not match the input {list(x.shape)}")
+        aux_t = _to_time_major(aux, time_major).astype(np.float32)
+    if has_fw_aux_w:
+        # NOTE: the reference sizes the auxiliary weights by the input size and
+        # requires all four of them (so cross-linking with CIFG fails there too)
+        for i, cells in [(i, fw_cell) for i in fa] + [(i, bw_cell) for i in ba]:
+            a = _get(ctx, i)
+            if a is None or a.shape != (cells, n_input):
+                raise ctx.fail(f"auxiliary weights (input {i}) must have shape [{cells}, {n_input}]")
+        if aux_t.shape[2] != n_input:
+            raise ctx.fail("the auxiliary input size must equal the input size in cross-linking mode")
+    parallel = has_aux and not has_fw_aux_w
+    bw_x = aux_t if parallel else xt
+    bw_flags = _check_dims(ctx, BIDI_BW, bw_x.shape[2], bw_output, bw_cell, cell_clip, proj_clip)
+
+    # NOTE: the reference keeps one LSTMParams for both directions and the
+    # backward check overwrites it, so both directions run with the backward
+    # variant flags; a forward tensor those flags need but that is omitted
+    # would be dereferenced there, here it is an error.
+    cross = has_aux and has_fw_aux_w
+    fw = _weights(ctx, BIDI_FW, bw_flags, act, cell_clip, proj_clip, with_aux=cross)
+    bw = _weights(ctx, BIDI_BW, bw_flags, act, cell_clip, proj_clip, with_aux=cross)
+    fw_h0 = _state(ctx, 35, (n_batch, fw_output), "forward activation state")
+    fw_c0 = _state(ctx, 36, (n_batch, fw_cell), "forward cell state")
+    bw_h0 = _state(ctx, 37, (n_batch, bw_output), "backward activation state")
+    bw_c0 = _state(ctx, 38, (n_batch, bw_cell), "backward cell state")
+    fw_out, fw_h, fw_c, _ = float_lstm_sequence(xt, fw, fw_h0, fw_c0, aux=aux_t if cross else None)
+    bw_out, bw_h, bw_c, _ = float_lstm_sequence(bw_x, bw, bw_h0, bw_c0, aux=aux_t if cross else None, forward=False)
+    dt = ctx.outputs[0].dtype
+    if merge:
+        result = [_to_time_major(np.concatenate([fw_out, bw_out], axis=2), time_major).astype(dt)]
+    else:
+        result = [_to_time_major(fw_out, time_major).astype(dt), _to_time_major(bw_out, time_major).astype(dt)]
+    if with_state:
+        result += [fw_h.astype(dt), fw_c.astype(dt), bw_h.astype(dt), bw_c.astype(dt)]
+    return result
+
+
+def _bidirectional_signatures() -> list[Signature]:
+    sigs = []
+    for t in FLOAT_TYPES:
+        ins = (t,) * 48 + (OT.INT32, _clip_scalar(t), _clip_scalar(t), OT.BOOL, OT.BOOL) + (t,) * 8
+        for n_out, v in ((1, V1_2), (2, V1_2), (5, V1_3), (6, V1_3)):
+            sigs.append(Signature(ins, (t,) * n_out, v))
+    return sigs
+
+
+# ----------------------------------------------------------------------------
+# QUANTIZED_16BIT_LSTM
+
+
+def _execute_quantized_16bit(ctx: ExecContext) -> list[np.ndarray]:
+    t: list[Tensor] = ctx.inputs
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ctx.fail(msg)
+
+    x, prev_out, prev_cell = t[0], t[14], t[13]
+    need(x.data.ndim == 2, f"input must be 2-D, got shape {list(x.shape)}")
+    need(x.scale == 1.0 / 128.0 and x.zero_point == 128, "input must have scale 1/128 and zeroPoint 128")
+    n_batch, n_input = x.shape
+    need(prev_out.data.ndim == 2 and prev_out.shape[0] == n_batch,
+         f"previous output must have shape [{n_batch}, outputSize], got {list(prev_out.shape)}")
+    need(prev_out.scale == 1.0 / 128.0 and prev_out.zero_point == 128,
+         "previous output must have scale 1/128 and zeroPoint 128")
+    n_output = prev_out.shape[1]
+    w_scale, w_zp = t[1].scale, t[1].zero_point
+    need(w_scale != 0, "weights scale must not be 0")
+    for i in range(1, 9):
+        cols = n_input if i <= 4 else n_output
+        need(t[i].shape == (n_output, cols), f"weights (input {i}) must have shape [{n_output}, {cols}]")
+        need(t[i].scale == w_scale and t[i].zero_point == w_zp,
+             f"weights (input {i}) must share the scale and zeroPoint of input 1")
+    b_scale = t[9].scale
+    need(float(np.float32(b_scale)) == float(np.float32(w_scale)) / 128.0,
+         "bias scale must be weights scale / 128")
+    need(t[9].zero_point == 0, "bias zeroPoint must be 0")
+    for i in range(9, 13):
+        need(t[i].shape == (n_output,), f"bias (input {i}) must have shape [{n_output}]")
+        need(t[i].scale == b_scale and t[i].zero_point == 0, f"bias (input {i}) must share the bias scale")
+    need(prev_cell.shape == (n_batch, n_output), f"cell state must have shape [{n_batch}, {n_output}]")
+    need(prev_cell.zero_point == 0, "cell state zeroPoint must be 0")
+    ok, log2 = checked_log2(prev_cell.scale)
+    need(ok and log2 + 15 == 4, "cell state scale must be 2^-11 (4 integer bits)")
+
+    # reference layout: gate rows input, cell, forget, output; columns recurrent, input
+    order_in = (1, 3, 2, 4)
+    order_rec = (5, 7, 6, 8)
+    weights = np.concatenate(
+        [np.concatenate([t[r].data, t[i].data], axis=1) for i, r in zip(order_in, order_rec, strict=True)], axis=0)
+    bias = np.concatenate([t[i].data for i in (9, 11, 10, 12)])
+    q, shift = quantize_multiplier(float(np.float32(4096) * np.float32(b_scale)))
+    cell, out = quantized_16bit_lstm_step(x.data, prev_out.data, weights, w_zp, bias, prev_cell.data, q, shift)
+    return [cell, out]
+
+
+_Q16_IN = ((OT.TENSOR_QUANT8_ASYMM,) * 9 + (OT.TENSOR_INT32,) * 4 + (OT.TENSOR_QUANT16_SYMM, OT.TENSOR_QUANT8_ASYMM))
+
+
+# ----------------------------------------------------------------------------
+# QUANTIZED_LSTM
+
+
+def _execute_qlstm(ctx: ExecContext) -> list[np.ndarray]:
+    t: list[Tensor] = ctx.inputs
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ctx.fail(msg)
+
+    def arr(i: int) -> np.ndarray | None:
+        return t[i].data if ctx.has(i) else None
+
+    x = t[0]
+    need(x.data.ndim == 2, f"input must be 2-D, got shape {list(x.shape)}")
+    n_batch, n_input = x.shape
+    wo, ro = t[4].data, t[8].data
+    need(wo.ndim == 2 and wo.shape[1] == n_input, f"input-to-output weights must be [numUnits, {n_input}]")
+    n_units = wo.shape[0]
+    need(ro.ndim == 2 and ro.shape[0] == n_units, f"recurrent-to-output weights must be [{n_units}, outputSize]")
+    n_output = ro.shape[1]
+
+    def shape_is(i: int, shape: tuple) -> None:
+        need(arr(i) is not None and arr(i).shape == shape,
+             f"input {i} must have shape {list(shape)}, got {None if arr(i) is None else list(arr(i).shape)}")
+
+    def present(i: int) -> bool:
+        return arr(i) is not None
+
+    for i in (1, 2, 3):
+        if i != 1 or present(i):
+            shape_is(i, (n_units, n_input))
+    for i in (5, 6, 7):
+        if i != 5 or present(i):
+            shape_is(i, (n_units, n_output))
+    need(present(1) == present(5), "input-to-input and recurrent-to-input weights must be both present or omitted")
+    for i in (9, 10, 11):
+        if present(i):
+            shape_is(i, (n_units,))
+    cifg = not present(1)
+    need(((present(9) or cifg) and present(10) and present(11)) or not (present(9) or present(10) or present(11)),
+         "peephole weights must be all present or all omitted")
+    if cifg:
+        need(not present(12), "the input gate bias must be omitted with CIFG")
+    else:
+        shape_is(12, (n_units,))
+    for i in (13, 14, 15):
+        shape_is(i, (n_units,))
+    if present(16):
+        shape_is(16, (n_output, n_units))
+    if present(17):
+        shape_is(17, (n_output,))
+    shape_is(18, (n_batch, n_output))
+    shape_is(19, (n_batch, n_units))
+    ln = [present(i) for i in (20, 21, 22, 23)]
+    for i, p in zip((20, 21, 22, 23), ln, strict=True):
+        if p:
+            shape_is(i, (n_units,))
+    if cifg:
+        need(not ln[0], "input layer normalization weights are given while CIFG is used")
+        need(all(ln[1:]) or not any(ln[1:]), "layer normalization weights must be all present or all omitted")
+    else:
+        need(all(ln) or not any(ln), "layer normalization weights must be all present or all omitted")
+    ok, cell_shift = checked_log2(t[19].scale)
+    need(ok and cell_shift <= -9, f"cell state scale {t[19].scale} must be a power of two <= 2^-9")
+
+    def gates(idx: tuple) -> list:
+        return [arr(i) for i in idx]
+
+    def scales(idx: tuple) -> list:
+        return [t[i].scale for i in idx]
+
+    hidden_zp = int(ctx.scalar(30, 0))
+    hidden_zp = ((hidden_zp + 128) & 0xFF) - 128  # NOTE: the reference reads this INT32 as int8_t
+    p = QlstmTensors(
+        x=x.data, x_scale=x.scale, x_zp=x.zero_point,
+        prev_out=t[18].data, prev_out_scale=t[18].scale, prev_out_zp=t[18].zero_point,
+        prev_cell=t[19].data, cell_scale=t[19].scale, cell_shift=cell_shift,
+        input_w=gates((1, 2, 3, 4)), input_w_scale=scales((1, 2, 3, 4)),
+        recurrent_w=gates((5, 6, 7, 8)), recurrent_w_scale=scales((5, 6, 7, 8)),
+        peephole=[arr(9), arr(10), None, arr(11)], peephole_scale=[t[9].scale, t[10].scale, 0.0, t[11].scale],
+        bias=gates((12, 13, 14, 15)),
+        layer_norm=gates((20, 21, 22, 23)), layer_norm_scale=scales((20, 21, 22, 23)),
+        proj_w=arr(16), proj_w_scale=t[16].scale, proj_b=arr(17),
+        cell_clip=float(ctx.scalar(24, 0.0)), proj_clip=float(ctx.scalar(25, 0.0)),
+        intermediate_scale=[float(ctx.scalar(i, 0.0)) for i in (26, 27, 28, 29)],
+        hidden_zp=hidden_zp, hidden_scale=float(ctx.scalar(31, 0.0)))
+    for g in range(4):
+        if p.input_w[g] is not None and p.intermediate_scale[g] == 0:
+            raise ctx.fail(f"intermediate scale of gate {g} must not be 0")
+    if p.hidden_scale == 0:
+        raise ctx.fail("hidden state scale must not be 0")
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        return list(qlstm_step(p))
+
+
+_QLSTM_IN = ((OT.TENSOR_QUANT8_ASYMM_SIGNED,) + (OT.TENSOR_QUANT8_SYMM,) * 8 + (OT.TENSOR_QUANT16_SYMM,) * 3
+             + (OT.TENSOR_INT32,) * 4 + (OT.TENSOR_QUANT8_SYMM, OT.TENSOR_INT32, OT.TENSOR_QUANT8_ASYMM_SIGNED,
+                                          OT.TENSOR_QUANT16_SYMM) + (OT.TENSOR_QUANT16_SYMM,) * 4
+             + (OT.FLOAT32,) * 6 + (OT.INT32, OT.FLOAT32))
+_QLSTM_OUT = (OT.TENSOR_QUANT8_ASYMM_SIGNED, OT.TENSOR_QUANT16_SYMM, OT.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def _guard(fn: Callable[[ExecContext], list]) -> Callable[[ExecContext], list]:
+    """Turns an omitted required input into a clean run-time failure."""
+
+    def run(ctx: ExecContext) -> list:
+        try:
+            return fn(ctx)
+        except AttributeError as e:
+            if any(t.data is None for t in ctx.inputs):
+                raise OpExecutionError(f"{ctx.type.name}: a required input is omitted ({e})") from e
+            raise
+
+    return run
+
+
+OPS: list[OpDef] = [
+    OpDef(type=OperationType.LSTM, signatures=_lstm_signatures(), execute=_guard(_execute_lstm),
+          omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 23, 24, 25, 26})),
+    OpDef(type=OperationType.BIDIRECTIONAL_SEQUENCE_LSTM, signatures=_bidirectional_signatures(),
+          execute=_guard(_execute_bidirectional),
+          omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 18, 22, 26, 27, 28, 29, 33, 34,
+                                      *range(39, 48), *range(53, 61)})),
+    OpDef(type=OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM, signatures=_unidirectional_signatures(),
+          execute=_guard(_execute_unidirectional),
+          omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 24, 25, 26, 27})),
+    OpDef(type=OperationType.QUANTIZED_16BIT_LSTM, signatures=[Signature(_Q16_IN, (OT.TENSOR_QUANT16_SYMM,
+                                                                                     OT.TENSOR_QUANT8_ASYMM), V1_2)],
+          execute=_guard(_execute_quantized_16bit)),
+    OpDef(type=OperationType.QUANTIZED_LSTM, signatures=[Signature(_QLSTM_IN, _QLSTM_OUT, V1_3)],
+          execute=_guard(_execute_qlstm),
+          omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 20, 21, 22, 23, 24, 25})),
+]

@@ -1,0 +1,564 @@
+"""LSTM cell kernels shared by the recurrent operations (HAL 1.3 LSTM,
+BIDIRECTIONAL_SEQUENCE_LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM, QUANTIZED_16BIT_LSTM
+and QUANTIZED_LSTM).
+
+* :func:`float_lstm_sequence` runs the float LSTM cell (CIFG, peephole,
+  layer normalization, projection with clipping, auxiliary input) over a
+  time-major sequence, one vectorized step per time step, in float32 as
+  Android's reference does (float16 operands are computed in float32 too).
+* The gemmlowp 16-bit fixed-point primitives (``FixedPoint<int16_t, N>``:
+  saturating rounding doubling high multiply, rescale, exp on negative
+  values, logistic, tanh) on numpy int64 arrays holding int16 values, with
+  the same wrap-around and saturation as the C++ code.
+* :func:`quantized_16bit_lstm_step` (QUANTIZED_16BIT_LSTM, TFLite's legacy
+  uint8 LstmCell with 4 state integer bits) and :func:`qlstm_step`
+  (QUANTIZED_LSTM, the integer LSTM of Android's QLSTM.cpp / QuantUtils).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnhal.ops.quant import (
+    quantize_multiplier,
+    rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+)
+
+INT16_MIN = -32768
+INT16_MAX = 32767
+
+# ----------------------------------------------------------------------------
+# float LSTM
+
+# gate order of the stacked weight matrices and of the scratch buffer
+GATE_INPUT, GATE_FORGET, GATE_CELL, GATE_OUTPUT = 0, 1, 2, 3
+
+
+@dataclass
+class FloatLstmWeights:
+    """One direction's LSTM parameters as float32 arrays.
+
+    Per-gate lists are indexed input, forget, cell, output; the input-gate
+    entries are None under CIFG.  ``peephole`` / ``layer_norm`` are None when
+    the variant is off (with CIFG their input-gate entry is None)."""
+
+    input_w: list  # (n_cell, n_input) each
+    recurrent_w: list  # (n_cell, n_output) each
+    bias: list  # (n_cell,) each
+    peephole: list | None = None  # (n_cell,) each
+    layer_norm: list | None = None  # (n_cell,) each
+    aux_w: list | None = None  # (n_cell, n_aux_input) each
+    proj_w: np.ndarray | None = None  # (n_output, n_cell)
+    proj_b: np.ndarray | None = None  # (n_output,)
+    activation: int = 4
+    cell_clip: float = 0.0
+    proj_clip: float = 0.0
+
+    @property
+    def cifg(self) -> bool:
+        return self.input_w[GATE_INPUT] is None
+
+    @property
+    def n_cell(self) -> int:
+        return int(self.input_w[GATE_FORGET].shape[0])
+
+    @property
+    def n_output(self) -> int:
+        return int(self.recurrent_w[GATE_FORGET].shape[1])
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return (np.float32(1) / (np.float32(1) + np.exp(-x))).astype(np.float32)
+
+
+def _activation(x: np.ndarray, act: int, previous: np.ndarray) -> np.ndarray:
+    """TFLite ``ApplyActivationToVector(x, act, result)``.
+
+    NOTE: for NONE (and unknown codes) TFLite returns without writing
+    ``result``, so the caller's buffer keeps its ``previous`` contents; the
+    reference relies on this for the cell output (see float_lstm_step)."""
+    if act == 1:
+        return np.maximum(x, np.float32(0))
+    if act == 2:
+        return np.clip(x, np.float32(-1), np.float32(1))
+    if act == 3:
+        return np.clip(x, np.float32(0), np.float32(6))
+    if act == 4:
+        return np.tanh(x)
+    if act == 5:
+        return np.signbit(x).astype(np.float32)
+    if act == 6:
+        return _sigmoid(x)
+    return previous
+
+
+def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """TFLite MeanStddevNormalization per batch row, then weight and bias."""
+    mean = x.mean(axis=-1, keepdims=True, dtype=np.float32)
+    var = np.square(x - mean).mean(axis=-1, keepdims=True, dtype=np.float32)
+    inv = np.float32(1) / np.sqrt(var + np.float32(1e-8))
+    return ((x - mean) * inv * weight + bias).astype(np.float32)
+
+
+def _stack(parts: list, gates: list[int]) -> np.ndarray:
+    return np.concatenate([parts[g] for g in gates], axis=0).astype(np.float32)
+
+
+def float_lstm_sequence(x: np.ndarray, w: FloatLstmWeights, h0: np.ndarray, c0: np.ndarray,
+                        aux: np.ndarray | None = None, forward: bool = True
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Runs the cell over time-major ``x`` (T, B, n_input) from states h0
+    (B, n_output), c0 (B, n_cell); ``forward=False`` walks the sequence
+    backwards (outputs stay at their time index).
+
+    Returns (outputs (T, B, n_output), h_T, c_T, scratch) where scratch is
+    the reference's scratch buffer after the last step, shaped (B, G*n_cell)."""
+    x = np.asarray(x, np.float32)
+    n_time, n_batch = x.shape[0], x.shape[1]
+    n_cell, n_output = w.n_cell, w.n_output
+    gates = [GATE_FORGET, GATE_CELL, GATE_OUTPUT] if w.cifg else [GATE_INPUT, GATE_FORGET, GATE_CELL, GATE_OUTPUT]
+    n_g = len(gates)
+    slot = {g: k for k, g in enumerate(gates)}
+
+    # NOTE: the input (and aux input) contributions of every time step do not
+    # depend on the recurrence, so they are one matrix product for the whole
+    # sequence; only the recurrent part runs per step.
+    wx = _stack(w.input_w, gates)
+    pre = (x.reshape(n_time * n_batch, -1) @ wx.T).reshape(n_time, n_batch, n_g, n_cell)
+    if aux is not None and w.aux_w is not None:
+        aux = np.asarray(aux, np.float32)
+        pre = pre + (aux.reshape(n_time * n_batch, -1) @ _stack(w.aux_w, gates).T).reshape(
+            n_time, n_batch, n_g, n_cell)
+    if w.layer_norm is None:
+        pre = pre + _stack([None if b is None else b.reshape(1, -1) for b in w.bias], gates).reshape(n_g, n_cell)
+    wh_t = _stack(w.recurrent_w, gates).T
+    peep = w.peephole
+    ln = w.layer_norm
+
+    h = np.asarray(h0, np.float32).reshape(n_batch, n_output)
+    c = np.asarray(c0, np.float32).reshape(n_batch, n_cell)
+    out = np.empty((n_time, n_batch, n_output), np.float32)
+    scratch = np.zeros((n_g, n_batch, n_cell), np.float32)
+    order = range(n_time) if forward else range(n_time - 1, -1, -1)
+    for t in order:
+        z = pre[t] + (h @ wh_t).reshape(n_batch, n_g, n_cell)
+
+        def gate(g: int, cell: np.ndarray, z: np.ndarray = z) -> np.ndarray:
+            v = z[:, slot[g], :]
+            if peep is not None and g != GATE_CELL:
+                v = v + peep[g] * cell
+            if ln is not None:
+                v = _layer_norm(v, ln[g], w.bias[g])
+            return v
+
+        i_gate = None if w.cifg else _sigmoid(gate(GATE_INPUT, c))
+        f_gate = _sigmoid(gate(GATE_FORGET, c))
+        g_in = gate(GATE_CELL, c)
+        g_act = _activation(g_in, w.activation, g_in)
+        new_c = f_gate * c + (np.float32(1) - f_gate if w.cifg else i_gate) * g_act
+        if w.cell_clip > 0:
+            new_c = np.clip(new_c, np.float32(-w.cell_clip), np.float32(w.cell_clip))
+        o_gate = _sigmoid(gate(GATE_OUTPUT, new_c))
+        # NOTE: with activation NONE the reference multiplies the output gate by
+        # the untouched cell scratch (the cell gate input), not by the new cell
+        # state: TFLite's ApplyActivationToVector writes nothing for NONE.
+        c_act = _activation(new_c, w.activation, g_act)
+        hidden = (o_gate * c_act).astype(np.float32)
+        if w.proj_w is not None:
+            y = hidden @ w.proj_w.T.astype(np.float32)
+            if w.proj_b is not None:
+                y = y + w.proj_b
+            if w.proj_clip > 0:
+                y = np.clip(y, np.float32(-w.proj_clip), np.float32(w.proj_clip))
+        else:
+            # NOTE: the reference copies batch * output_size values flat
+            y = hidden.reshape(-1)[: n_batch * n_output].reshape(n_batch, n_output)
+        y = y.astype(np.float32)
+        out[t] = y
+        h, c = y, new_c.astype(np.float32)
+        parts = {GATE_FORGET: (np.float32(1) - f_gate) if w.cifg else f_gate, GATE_CELL: c_act, GATE_OUTPUT: hidden}
+        if not w.cifg:
+            parts[GATE_INPUT] = i_gate
+        # reference scratch layout: [input,] cell, forget, output blocks
+        for k, g in enumerate(([] if w.cifg else [GATE_INPUT]) + [GATE_CELL, GATE_FORGET, GATE_OUTPUT]):
+            scratch[k] = parts[g]
+    if n_time == 0:
+        h = np.asarray(h0, np.float32).reshape(n_batch, n_output)
+        c = np.asarray(c0, np.float32).reshape(n_batch, n_cell)
+    return out, h, c, scratch.reshape(n_batch, n_g * n_cell)
+
+
+# ----------------------------------------------------------------------------
+# gemmlowp FixedPoint<int16_t, N> on int64 arrays
+
+
+def wrap16(x: np.ndarray) -> np.ndarray:
+    """static_cast<int16_t> (two's complement wrap)."""
+    return ((np.asarray(x, np.int64) + 32768) & 0xFFFF) - 32768
+
+
+def wrap32(x: np.ndarray) -> np.ndarray:
+    """static_cast<int32_t> (two's complement wrap)."""
+    return ((np.asarray(x, np.int64) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _trunc_div(a: np.ndarray, d: int) -> np.ndarray:
+    """C integer division (truncates toward zero)."""
+    a = np.asarray(a, np.int64)
+    q = np.abs(a) // d
+    return np.where(a < 0, -q, q)
+
+
+def srdhm16(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    """SaturatingRoundingDoublingHighMul on int16 values."""
+    a = np.asarray(a, np.int64)
+    b = np.asarray(b, np.int64)
+    ab = a * b
+    nudge = np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
+    q = _trunc_div(ab + nudge, 1 << 15)
+    return np.where((a == b) & (a == INT16_MIN), INT16_MAX, q)
+
+
+def sat_add16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.clip(np.asarray(a, np.int64) + b, INT16_MIN, INT16_MAX)
+
+
+def _sat_shift_left(x: np.ndarray, exponent: int, bits: int) -> np.ndarray:
+    """SaturatingRoundingMultiplyByPOT with a positive exponent on int<bits>."""
+    threshold = (1 << (bits - 1 - exponent)) - 1
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    x = np.asarray(x, np.int64)
+    return np.where(x > threshold, hi, np.where(x < -threshold, lo, x << exponent))
+
+
+def rescale16(x: np.ndarray, src_bits: int, dst_bits: int) -> np.ndarray:
+    """gemmlowp Rescale<dst>(FixedPoint<int16_t, src>)."""
+    e = src_bits - dst_bits
+    if e > 0:
+        return _sat_shift_left(x, e, 16)
+    if e < 0:
+        return rounding_divide_by_pot(x, -e)
+    return np.asarray(x, np.int64)
+
+
+def const16(v32: int) -> int:
+    """GEMMLOWP_CHECKED_FIXEDPOINT_CONSTANT for int16: the int32 constant
+    rounding-shifted right by 16."""
+    return int(rounding_divide_by_pot(np.int64(v32), 16))
+
+
+def _exp_on_interval(a: np.ndarray) -> np.ndarray:
+    """exp(a) for a in [-1/4, 0), F0 -> F0."""
+    constant_term = const16(1895147668)
+    one_third = const16(715827883)
+    x = wrap16(a + (1 << 12))
+    x2 = srdhm16(x, x)
+    x3 = srdhm16(x2, x)
+    x4 = srdhm16(x2, x2)
+    x4_over_4 = rounding_divide_by_pot(x4, 2)
+    poly = wrap16(srdhm16(wrap16(x4_over_4 + x3), one_third) + x2)
+    poly = rounding_divide_by_pot(poly, 1)
+    return sat_add16(constant_term, srdhm16(constant_term, wrap16(x + poly)))
+
+
+_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
+               (3, 720401), (4, 242))
+
+
+def exp_on_negative_values16(a: np.ndarray, int_bits: int) -> np.ndarray:
+    """gemmlowp exp_on_negative_values(FixedPoint<int16_t, int_bits>) -> F0."""
+    a = np.asarray(a, np.int64)
+    frac = 15 - int_bits
+    quarter = 1 << (frac - 2)
+    a_mod = wrap16((a & (quarter - 1)) - quarter)
+    result = _exp_on_interval(rescale16(a_mod, int_bits, 0))
+    remainder = wrap16(a_mod - a)
+    for exponent, multiplier in _EXP_BARREL:
+        if int_bits > exponent:
+            bit = 1 << (frac + exponent)
+            result = np.where((remainder & bit) != 0, srdhm16(result, const16(multiplier)), result)
+    if int_bits > 5:
+        clamp = const16(-(1 << (36 - int_bits)))
+        result = np.where(a < clamp, 0, result)
+    return np.where(a == 0, INT16_MAX, result)
+
+
+def _newton_reciprocal(a: np.ndarray) -> np.ndarray:
+    """Shared Newton-Raphson part of 1/(1+x) and (1-x)/(1+x): returns F2 x."""
+    s = np.asarray(a, np.int64) + INT16_MAX
+    half_den = _trunc_div(s + np.where(s >= 0, 1, -1), 2)
+    x = wrap16(const16(1515870810) + srdhm16(half_den, const16(-1010580540)))
+    one_f2 = 1 << 13
+    for _ in range(3):
+        one_minus = wrap16(one_f2 - srdhm16(half_den, x))
+        x = wrap16(x + rescale16(srdhm16(x, one_minus), 4, 2))
+    return x
+
+
+def logistic16(a: np.ndarray, int_bits: int) -> np.ndarray:
+    """gemmlowp logistic(FixedPoint<int16_t, int_bits>) -> F0 raw."""
+    a = np.asarray(a, np.int64)
+    positive = a > 0
+    abs_in = np.where(positive, a, wrap16(-a))
+    e = exp_on_negative_values16(wrap16(-abs_in), int_bits)
+    # one_over_one_plus_x: Rescale<0>(ExactMulByPot<-1>(x)) of an F2 value
+    r_pos = rescale16(_newton_reciprocal(e), 1, 0)
+    r_neg = wrap16(INT16_MAX - r_pos)
+    return np.where(a == 0, const16(1 << 30), np.where(positive, r_pos, r_neg))
+
+
+def tanh16(a: np.ndarray, int_bits: int) -> np.ndarray:
+    """gemmlowp tanh(FixedPoint<int16_t, int_bits>) -> F0 raw."""
+    a = np.asarray(a, np.int64)
+    negative = a < 0
+    n = np.where(negative, a, wrap16(-a))
+    e = exp_on_negative_values16(n, int_bits + 1)  # ExactMulByPot<1>: same raw, one more integer bit
+    t = rescale16(wrap16(_newton_reciprocal(e) - (1 << 13)), 2, 0)
+    return np.where(a == 0, 0, np.where(negative, wrap16(-t), t))
+
+
+# ----------------------------------------------------------------------------
+# QUANTIZED_16BIT_LSTM
+
+
+def quantized_16bit_lstm_step(x: np.ndarray, prev_out: np.ndarray, weights: np.ndarray, weights_zp: int,
+                              bias: np.ndarray, prev_cell: np.ndarray, accum_q: int, accum_shift: int
+                              ) -> tuple[np.ndarray, np.ndarray]:
+    """One QUANTIZED_16BIT_LSTM step.
+
+    ``weights`` is the reference's concatenated (4*n_out, n_out + n_in)
+    uint8 matrix (gate blocks input, cell, forget, output; columns recurrent
+    then input) and ``bias`` the concatenated int32 biases.  Returns
+    (new cell state int16, output uint8)."""
+    n_out = prev_out.shape[1]
+    # NOTE: the reference concatenates [input, prev_output] but lays the
+    # weight columns out as [recurrent, input]; the two are paired by index,
+    # exactly as the reference does.
+    concat = np.concatenate([x, prev_out], axis=1).astype(np.int64) - 128
+    acc = bias.astype(np.int64)[None, :] + concat @ (weights.astype(np.int64) - weights_zp).T
+    acc = np.clip(mbqm32(wrap32(acc), accum_q, accum_shift), INT16_MIN, INT16_MAX)
+    acc = acc.reshape(acc.shape[0], 4, n_out)
+    in_gate = logistic16(acc[:, 0], 3)
+    mod_gate = tanh16(acc[:, 1], 3)
+    forget_gate = logistic16(acc[:, 2], 3)
+    out_gate = logistic16(acc[:, 3], 3)
+    in_times_mod = srdhm16(in_gate, mod_gate)  # F0
+    prev_times_forget = srdhm16(forget_gate, prev_cell.astype(np.int64))  # F0 * F4 -> F4
+    new_state = sat_add16(rescale16(in_times_mod, 0, 4), prev_times_forget)
+    out_f0 = srdhm16(out_gate, tanh16(rescale16(new_state, 4, 3), 3))
+    out8 = np.clip(rounding_divide_by_pot(out_f0, 8), -128, 127) + 128
+    return new_state.astype(np.int16), out8.astype(np.uint8)
+
+
+# ----------------------------------------------------------------------------
+# QUANTIZED_LSTM (Android QLSTM.cpp + QuantUtils)
+
+
+def mbqm32(x: np.ndarray, q: int, shift: int) -> np.ndarray:
+    """QuantUtils MultiplyByQuantizedMultiplier with int32 wrap of the left shift."""
+    left = max(shift, 0)
+    right = max(-shift, 0)
+    v = wrap32(np.asarray(x, np.int64) << left)
+    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(v, q), right)
+
+
+def matmul_accumulate(x: np.ndarray, eff_bias: np.ndarray, w: np.ndarray, q: int, shift: int,
+                      out_zp: int, acc_in: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """QuantUtils MatrixBatchVectorMultiplyAccumulate: out = clamp(MBQM(bias +
+    x.W^T) + zp + out)."""
+    acc = wrap32(eff_bias[None, :] + x.astype(np.int64) @ w.astype(np.int64).T)
+    acc = mbqm32(acc, q, shift) + out_zp + acc_in
+    return np.clip(acc, lo, hi)
+
+
+def _sat_shift_left32(x: int, e: int) -> int:
+    return int(_sat_shift_left(np.int64(x), e, 32))
+
+
+def inv_sqrt_multiplier(value: int, reverse_shift: int) -> tuple[int, int]:
+    """QuantUtils GetInvSqrtQuantizedMultiplierExp (int32 Newton-Raphson)."""
+    if value <= 1:
+        return (1 << 31) - 1, 0
+    shift = 11
+    while value >= (1 << 29):
+        value //= 4
+        shift += 1
+    max_left_shift_bits = (32 - value.bit_length()) - 1
+    pairs = max_left_shift_bits // 2 - 1
+    shift -= pairs
+    value <<= 2 * pairs
+    fp_input = value >> 1  # F3
+    half_input = int(rounding_divide_by_pot(np.int64(fp_input), 1))
+    half_three = (1 << 28) + (1 << 27)
+    x = 1 << 28  # F3 one
+
+    def mul(a: int, b: int) -> int:
+        return int(saturating_rounding_doubling_high_mul(np.int64(a), np.int64(b)))
+
+    for _ in range(5):
+        x3 = _sat_shift_left32(mul(mul(x, x), x), 6)  # F9 -> F3
+        t = int(wrap32(np.int64(mul(half_three, x) - mul(half_input, x3))))
+        x = _sat_shift_left32(t, 3)  # F6 -> F3
+    x = mul(x, 1518500250)
+    if shift < 0:
+        x = int(wrap32(np.int64(x) << -shift))
+        shift = 0
+    return x, shift * reverse_shift
+
+
+def layer_norm_int16(v: np.ndarray, weight: np.ndarray, bias: np.ndarray, scale_q: int, scale_shift: int,
+                     variance_limit: int) -> np.ndarray:
+    """QuantUtils ApplyLayerNorm on (B, n) int16 values."""
+    v = np.asarray(v, np.int64)
+    n = v.shape[1]
+    out = np.empty_like(v)
+    guard = 1 << 20
+    for b in range(v.shape[0]):  # NOTE: the inverse stddev multiplier is a per-batch scalar
+        row = v[b]
+        s = int(row.sum())
+        sq = int((row * row).sum())
+        mean = int(wrap32(np.int64(_c_div(s * 1024, n))))
+        variance = sq * (guard // n) - mean * mean
+        variance2 = int(wrap32(np.int64(_c_div(variance, guard))))
+        if variance2 < 1:
+            variance2 = variance_limit
+        inv_q, inv_shift = inv_sqrt_multiplier(variance2, -1)
+        shifted = wrap32(1024 * row - mean)
+        rescaled = mbqm32(shifted, inv_q, inv_shift)
+        val3 = wrap32(rescaled * weight.astype(np.int64) + bias.astype(np.int64))
+        val4 = _trunc_div(val3 + np.where(val3 > 0, 512, -512), 1024)
+        val5 = mbqm32(val4, scale_q, scale_shift + 12)
+        out[b] = np.clip(val5, INT16_MIN, INT16_MAX)
+    return out
+
+
+def _c_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def checked_log2(x: float) -> tuple[bool, int]:
+    """QuantUtils CheckedLog2 (single precision): (is a power of two, log2)."""
+    lg = np.float32(np.log(np.float32(x))) * (np.float32(1.0) / np.float32(np.log(np.float32(2.0))))
+    rounded = np.float32(math.floor(abs(float(lg)) + 0.5) * (1 if lg >= 0 else -1))  # std::round
+    return bool(abs(float(np.float32(lg - rounded))) < 1e-3), int(rounded)
+
+
+@dataclass
+class QlstmTensors:
+    """QUANTIZED_LSTM operands (int arrays; per-gate lists input, forget,
+    cell, output with None for omitted tensors) and their scales."""
+
+    x: np.ndarray
+    x_scale: float
+    x_zp: int
+    prev_out: np.ndarray
+    prev_out_scale: float
+    prev_out_zp: int
+    prev_cell: np.ndarray
+    cell_scale: float
+    cell_shift: int  # log2 of the cell state scale
+    input_w: list
+    input_w_scale: list
+    recurrent_w: list
+    recurrent_w_scale: list
+    peephole: list
+    peephole_scale: list
+    bias: list
+    layer_norm: list
+    layer_norm_scale: list
+    proj_w: np.ndarray | None
+    proj_w_scale: float
+    proj_b: np.ndarray | None
+    cell_clip: float
+    proj_clip: float
+    intermediate_scale: list
+    hidden_zp: int
+    hidden_scale: float
+
+
+def _f32(v: float) -> np.float32:
+    return np.float32(v)
+
+
+def qlstm_step(p: QlstmTensors) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One QUANTIZED_LSTM step; returns (output state, cell state, output)."""
+    batch = p.x.shape[0]
+    n_units = p.input_w[GATE_FORGET].shape[0]
+    n_out = p.recurrent_w[GATE_FORGET].shape[1]
+    cifg = p.input_w[GATE_INPUT] is None
+    x = p.x.astype(np.int64)
+    h_prev = p.prev_out.astype(np.int64)
+    c_prev = p.prev_cell.astype(np.int64)
+
+    def eff_scale(w_scale: float, in_scale: float, inter: float) -> tuple[int, int]:
+        # NOTE: the reference multiplies and divides the scales in single precision
+        return quantize_multiplier(float(_f32(_f32(w_scale) * _f32(in_scale)) / _f32(inter)))
+
+    def zp_bias(zp: int, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+        acc = np.zeros(w.shape[0], np.int64) if bias is None else bias.astype(np.int64)
+        return wrap32(acc + zp * w.astype(np.int64).sum(axis=1))
+
+    def gate_pre(g: int, cell: np.ndarray) -> np.ndarray:
+        inter = p.intermediate_scale[g]
+        buf = np.zeros((batch, n_units), np.int64)
+        wx, wh = p.input_w[g], p.recurrent_w[g]
+        q, s = eff_scale(p.input_w_scale[g], p.x_scale, inter)
+        buf = matmul_accumulate(x, zp_bias(-p.x_zp, wx), wx, q, s, 0, buf, INT16_MIN, INT16_MAX)
+        q, s = eff_scale(p.recurrent_w_scale[g], p.prev_out_scale, inter)
+        buf = matmul_accumulate(h_prev, zp_bias(-p.prev_out_zp, wh), wh, q, s, 0, buf, INT16_MIN, INT16_MAX)
+        if p.peephole[g] is not None:
+            real = float(_f32((2.0 ** p.cell_shift) * float(_f32(p.peephole_scale[g])) / float(_f32(inter))))
+            q, s = quantize_multiplier(real)
+            prod = mbqm32(p.peephole[g].astype(np.int64)[None, :] * cell, q, s)
+            buf = np.clip(prod + buf, INT16_MIN, INT16_MAX)
+        if p.layer_norm[g] is not None:
+            ln_scale = p.layer_norm_scale[g]
+            q, s = quantize_multiplier(float(_f32(ln_scale)))
+            limit = min(1, int(_f32(10000) * _f32(ln_scale)))
+            buf = layer_norm_int16(buf, p.layer_norm[g], p.bias[g], q, s, limit)
+        return buf
+
+    # NOTE: the reference reads the peephole cell state of the input and forget
+    # gates from the not yet written cell state output; TFLite's integer LSTM
+    # (which it follows) uses the previous cell state, as done here.
+    forget = logistic16(gate_pre(GATE_FORGET, c_prev), 3)
+    cell_gate = tanh16(gate_pre(GATE_CELL, c_prev), 3)
+    if cifg:
+        in_gate = INT16_MAX - forget
+    else:
+        in_gate = logistic16(gate_pre(GATE_INPUT, c_prev), 3)
+    c_new = sat_add16(wrap16(rounding_divide_by_pot(forget * c_prev, 15)),
+                      wrap16(rounding_divide_by_pot(in_gate * cell_gate, 30 + p.cell_shift)))
+    if p.cell_clip > 0:
+        qclip = int(wrap16(np.int64(int(min(max(float(_f32(p.cell_clip) / _f32(p.cell_scale)), -32768.0),
+                                             32767.0)))))
+        if qclip > 0:
+            c_new = np.clip(c_new, -qclip, qclip)
+    out_gate = logistic16(gate_pre(GATE_OUTPUT, c_new), 3)
+    int_bits = p.cell_shift + 15
+    # NOTE: the reference's tanh dispatch handles 0..6 integer bits; otherwise
+    # it leaves its destination (the input gate buffer) untouched.
+    cell_act = tanh16(c_new, int_bits) if 0 <= int_bits <= 6 else in_gate
+    hq, hs = quantize_multiplier(float(_f32(2.0 ** -15 / float(_f32(p.hidden_scale)) * 2.0 ** -15)))
+    hidden = np.clip(mbqm32(out_gate * cell_act, hq, hs) - p.hidden_zp, -128, 127)
+    if p.proj_w is not None:
+        pq, ps = quantize_multiplier(float(_f32(_f32(p.proj_w_scale) * _f32(p.hidden_scale)) / _f32(p.prev_out_scale)))
+        # NOTE: the reference adds hidden_zp * row sums to the projection bias
+        out = matmul_accumulate(hidden, zp_bias(p.hidden_zp, p.proj_w, p.proj_b), p.proj_w, pq, ps,
+                                p.prev_out_zp, np.zeros((batch, n_out), np.int64), -128, 127)
+        if p.proj_clip > 0 and p.proj_w_scale > 0:
+            qpc = int(min(max(float(_f32(p.proj_clip) / _f32(p.proj_w_scale)), -128.0), 127.0))
+            qpc = ((qpc + 128) & 0xFF) - 128
+            if qpc > 0:
+                out = np.clip(out, -qpc, qpc)
+    else:
+        # NOTE: a flat copy of batch * output_size values, as the reference does
+        out = hidden.reshape(-1)[: batch * n_out].reshape(batch, n_out)
+    out = out.astype(np.int8)
+    return out.copy(), c_new.astype(np.int16), out
