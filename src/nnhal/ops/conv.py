@@ -1,5 +1,706 @@
-"""(family module; operations to come)."""
+"""Convolutions and fully connected: HAL 1.3 ``CONV_2D``,
+``DEPTHWISE_CONV_2D``, ``GROUPED_CONV_2D``, ``TRANSPOSE_CONV_2D`` and
+``FULLY_CONNECTED`` (types.hal), with the validation rules and run-time
+checks of Android's reference (Conv2D.cpp, DepthwiseConv2D.cpp,
+GroupedConv2D.cpp, TransposeConv2D.cpp, FullyConnected.cpp, OperationsUtils).
 
-from nnhal.ops.base import OpDef
+Every data type the spec lists: float32 (and relaxed), float16 (computed in
+float32), quant8 asymm and asymm signed sharing one integer kernel on
+``q - zeroPoint``, and per-channel symmetric filters.  Convolutions are BLAS
+matrix products (im2col views, 1x1 as plain GEMM); depthwise is a tap sum
+vectorized over channels; quantized results are exact integers requantized
+with the TFLite rounding (see :mod:`nnhal.ops.conv_kernels`).  Filter
+re-layouts and quantization multipliers are computed once, in ``prepare``,
+when the operands are constants.
+"""
 
-OPS: list[OpDef] = []
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from nnhal.hal import OperandType, OperationType
+from nnhal.ops import conv_kernels as ck
+from nnhal.ops.base import (
+    QUANT8_ASYMM_TYPES,
+    V1_0,
+    V1_2,
+    V1_3,
+    ExecContext,
+    OpDef,
+    OpInfo,
+    Signature,
+)
+from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier
+
+T = OperandType
+F32, F16, I32, B = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
+Q8A, Q8S, PC, TI32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32
+
+# (input, filter, bias, first HAL version) of the spatial convolutions
+_CONV_TYPES = [
+    (F32, F32, F32, V1_0),
+    (F16, F16, F16, V1_2),
+    (Q8A, Q8A, TI32, V1_0),
+    (Q8A, PC, TI32, V1_2),
+    (Q8S, Q8S, TI32, V1_3),
+    (Q8S, PC, TI32, V1_3),
+]
+
+
+def _conv_signatures(n_implicit: int, n_explicit: int) -> list[Signature]:
+    """CONV_2D / DEPTHWISE_CONV_2D: implicit or explicit padding, then the
+    optional (layout, dilation w, dilation h) of HAL 1.2."""
+    sigs = []
+    for ti, tf, tb, ver in _CONV_TYPES:
+        for n in (n_implicit, n_explicit):
+            base = (ti, tf, tb) + (I32,) * (n - 3)
+            sigs.append(Signature(base, (ti,), ver))
+            sigs.append(Signature(base, (ti,), max(ver, V1_2), optional=(B, I32, I32)))
+    return sigs
+
+
+def _grouped_signatures() -> list[Signature]:
+    sigs = []
+    for ti, tf, tb, ver in _CONV_TYPES:
+        ver = max(ver, V1_2)
+        sigs.append(Signature((ti, tf, tb) + (I32,) * 5 + (B,), (ti,), ver))
+        sigs.append(Signature((ti, tf, tb) + (I32,) * 8 + (B,), (ti,), ver))
+    return sigs
+
+
+def _transpose_signatures() -> list[Signature]:
+    sigs = []
+    for ti, tf, tb, ver in _CONV_TYPES:
+        ver = max(ver, V1_2)
+        sigs.append(Signature((ti, tf, tb, TI32) + (I32,) * 4 + (B,), (ti,), ver))
+        sigs.append(Signature((ti, tf, tb) + (I32,) * 7 + (B,), (ti,), ver))
+    return sigs
+
+
+_FC_SIGNATURES = [
+    Signature((F32, F32, F32, I32), (F32,), V1_0),
+    Signature((F16, F16, F16, I32), (F16,), V1_2),
+    Signature((Q8A, Q8A, TI32, I32), (Q8A,), V1_0),
+    Signature((Q8S, Q8S, TI32, I32), (Q8S,), V1_3),
+]
+
+
+# --------------------------------------------------------------------------
+# validation (model time)
+
+
+def _check_scale_before_v1_2(info: OpInfo) -> None:
+    """Before HAL 1.2 a TENSOR_QUANT8_ASYMM output needs outputScale >
+    inputScale * filterScale (compared in single precision)."""
+    if info.inputs[0].type != Q8A or info.version >= V1_2:
+        return
+    prod = np.float32(info.inputs[0].scale) * np.float32(info.inputs[1].scale)
+    if not np.float32(info.outputs[0].scale) > prod:
+        raise info.fail("output scale must exceed input scale * filter scale before HAL V1_2")
+
+
+def _check_channel_dim(info: OpInfo, dim: int) -> None:
+    f = info.inputs[1]
+    if f.type == PC:
+        cq = f.channel_quant
+        if cq is None or cq.channelDim != dim:
+            raise info.fail(f"per-channel filter must have channelDim {dim}")
+
+
+def _dilation_count_check(info: OpInfo, layout_pos: int) -> None:
+    """Only one of the two dilation factors given (CONV_2D, DEPTHWISE)."""
+    n = len(info.inputs)
+    if n >= layout_pos + 1:
+        explicit = info.inputs[layout_pos].type == I32 and n >= layout_pos + 3
+        off = 3 if explicit else 0
+        if n == layout_pos + 2 + off:
+            raise info.fail("only one dilation factor given, both are required")
+
+
+def _validate_conv(info: OpInfo) -> None:
+    _dilation_count_check(info, 7)
+    for i, what in ((0, "input"), (1, "filter")):
+        if info.inputs[i].rank not in (0, 4):
+            raise info.fail(f"{what} must have rank 4")
+    _check_channel_dim(info, 0)
+    _check_scale_before_v1_2(info)
+
+
+def _validate_depthwise(info: OpInfo) -> None:
+    _dilation_count_check(info, 8)
+    _check_channel_dim(info, 3)
+    _check_scale_before_v1_2(info)
+
+
+def _validate_grouped(info: OpInfo) -> None:
+    _check_channel_dim(info, 0)
+
+
+def _validate_transpose(info: OpInfo) -> None:
+    _check_channel_dim(info, 0)
+
+
+def _fc_shape_error(in_dims: tuple, w_dims: tuple, b_dims: tuple) -> str | None:
+    """FullyConnected ``validateShapes``; 0 dimensions count as unknown."""
+    if not 2 <= len(in_dims) <= 4:
+        return "input must have rank 2 to 4"
+    if len(w_dims) != 2:
+        return "weights must have rank 2"
+    if len(b_dims) != 1:
+        return "bias must have rank 1"
+    n_elem = int(np.prod(in_dims)) if in_dims else 0
+    units, in_size = w_dims
+    batch = 0 if in_size == 0 else n_elem // in_size
+    if batch != 0 and in_size * batch != n_elem:
+        return f"input of {n_elem} values is not a whole number of rows of {in_size}"
+    if units != 0 and b_dims[0] != 0 and b_dims[0] != units:
+        return f"bias has {b_dims[0]} values for {units} units"
+    return None
+
+
+def _validate_fc(info: OpInfo) -> None:
+    _check_scale_before_v1_2(info)
+    ins = info.inputs
+    if ins[0].rank and ins[1].rank and ins[2].rank:
+        err = _fc_shape_error(ins[0].dimensions, ins[1].dimensions, ins[2].dimensions)
+        if err:
+            raise info.fail(err)
+
+
+# --------------------------------------------------------------------------
+# prepared state: filter layouts and quantization multipliers
+
+
+class _State:
+    """Per-model precomputation (from constants only).  ``filters`` and
+    ``requants`` are filled in prepare when the operands are constants; an
+    execution builds what is missing itself (non-constant filter or bias)."""
+
+    def __init__(self) -> None:
+        self.filter: tuple | None = None  # (key, matrix, max |w - zw|)
+        self.mult: tuple | None = None  # (q[C], shift[C]) or None
+        self.mult_error: str | None = None
+        self.requant: dict = {}  # act -> Requant (constant bias only)
+        self.wt_cache: dict = {}  # depthwise tiled weights (constant filter only)
+
+
+def _f32(v: float) -> float:
+    return float(np.float32(v))
+
+
+def _multipliers(in_scale: float, f_type: OperandType, f_scale: float, f_cq: Any, b_scale: float,
+                 out_scale: float, nch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Android ``GetQuantizedConvolutionMultipler`` + ``QuantizeMultiplier``
+    per output channel; raises ValueError where the reference fails."""
+    s_in, s_out = _f32(in_scale), _f32(out_scale)
+    if f_type == PC:
+        scales = list(f_cq.scales) if f_cq is not None else []
+        if len(scales) != nch:
+            raise ValueError(f"per-channel filter has {len(scales)} scales for {nch} channels")
+        products = [_f32(np.float32(s_in) * np.float32(s)) for s in scales]
+    else:
+        ips = _f32(np.float32(s_in) * np.float32(f_scale))
+        bs = _f32(b_scale)
+        if not abs(ips - bs) <= 1e-6 * min(ips, bs):
+            raise ValueError(f"bias scale {bs} != input scale * filter scale {ips}")
+        products = [ips] * nch
+    qs, shifts = [], []
+    for ips in products:
+        if ips < 0:
+            raise ValueError("negative input * filter scale")
+        q, sh = quantize_multiplier(ips / s_out)
+        qs.append(q)
+        shifts.append(sh)
+    return np.array(qs, np.int64), np.array(shifts, np.int64)
+
+
+def _filter_key(kind: str, groups: int) -> tuple:
+    return (kind, groups)
+
+
+def _build_filter(kind: str, w: np.ndarray, zp: int, is_q: bool, groups: int = 1) -> tuple[np.ndarray, int]:
+    """The filter re-laid-out for the kernel, float32 (quantized: minus its
+    zero point), and max |w - zp| (exactness bound of the integer GEMM)."""
+    wf = w.astype(np.float32)
+    if is_q and zp:
+        wf -= np.float32(zp)
+    mw = int(np.abs(wf).max()) if (is_q and wf.size) else 0
+    if kind == "conv":  # [Cout, kh, kw, Cin] -> [kh*kw*Cin, Cout]
+        m = np.ascontiguousarray(wf.reshape(wf.shape[0], -1).T)
+    elif kind == "grouped":  # -> [G, kh*kw*Cg, Og]
+        cout = wf.shape[0]
+        m = np.ascontiguousarray(wf.reshape(groups, cout // groups, -1).transpose(0, 2, 1))
+    elif kind == "depthwise":  # [1, kh, kw, C] -> [kh, kw, C]
+        m = np.ascontiguousarray(wf[0])
+    elif kind == "transpose":  # [Cout, kh, kw, Cin] -> [Cin, kh*kw*Cout]
+        m = np.ascontiguousarray(wf.transpose(3, 1, 2, 0).reshape(wf.shape[3], -1))
+    else:  # fc: [units, in] -> [in, units]
+        m = np.ascontiguousarray(wf.T)
+    return m, mw
+
+
+_KIND = {
+    OperationType.CONV_2D: "conv",
+    OperationType.DEPTHWISE_CONV_2D: "depthwise",
+    OperationType.GROUPED_CONV_2D: "grouped",
+    OperationType.TRANSPOSE_CONV_2D: "transpose",
+    OperationType.FULLY_CONNECTED: "fc",
+}
+
+
+def _out_channels(kind: str, f_dims: tuple) -> int:
+    if len(f_dims) < 1:
+        return 0
+    if kind == "depthwise":
+        return f_dims[3] if len(f_dims) == 4 else 0
+    return f_dims[0]
+
+
+def _groups_input(kind: str, n_inputs: int) -> int | None:
+    if kind != "grouped":
+        return None
+    return 9 if n_inputs == 12 else 6
+
+
+def _act_input(kind: str, n: int, types: list) -> int:
+    if kind == "conv":
+        return 6 if ((n >= 8 and types[7] == B) or n == 7) else 9
+    if kind == "depthwise":
+        return 7 if ((n >= 9 and types[8] == B) or n == 8) else 10
+    if kind == "grouped":
+        return 10 if n == 12 else 7
+    if kind == "transpose":
+        return 7 if n == 9 else 9
+    return 3
+
+
+def _prepare(info: OpInfo) -> _State:
+    st = _State()
+    kind = _KIND[info.type]
+    ins = info.inputs
+    is_q = ins[0].type in QUANT8_ASYMM_TYPES
+    f = ins[1]
+    groups = 1
+    gi = _groups_input(kind, len(ins))
+    if gi is not None:
+        gv = info.constant(gi)
+        groups = int(gv) if gv is not None else 0
+    try:
+        if f.value is not None and groups > 0 and f.value.ndim == (2 if kind == "fc" else 4) and f.value.size:
+            if kind != "grouped" or f.value.shape[0] % groups == 0:
+                m, mw = _build_filter(kind, f.value, f.zero_point, is_q, groups)
+                st.filter = (_filter_key(kind, groups), m, mw)
+        if is_q:
+            nch = _out_channels(kind, tuple(f.dimensions))
+            if nch > 0:
+                st.mult = _multipliers(ins[0].scale, f.type, f.scale, f.channel_quant, ins[2].scale,
+                                       info.outputs[0].scale, nch)
+                b = ins[2].value
+                ai = _act_input(kind, len(ins), [i.type for i in ins])
+                act = info.constant(ai)
+                if b is not None and act is not None and b.shape == (nch,) and 0 <= int(act) <= 3:
+                    st.requant[int(act)] = _make_requant(st.mult, b, info.outputs[0], int(act))
+    except ValueError as e:
+        st.mult_error = str(e)
+    except Exception:  # NOTE: prepare must never fail; execute redoes the work and reports
+        st.filter, st.mult, st.requant = None, None, {}
+    return st
+
+
+def _make_requant(mult: tuple, bias: np.ndarray, out: Any, act: int) -> ck.Requant:
+    lo, hi = activation_range(act, out.scale, out.zero_point, out.type)
+    return ck.Requant(q=mult[0], shift=mult[1], bias=bias.astype(np.int64), zp=int(out.zero_point), lo=lo, hi=hi,
+                      out_dtype=np.dtype(np.uint8 if out.type == Q8A else np.int8))
+
+
+# --------------------------------------------------------------------------
+# execution helpers
+
+
+class _Common:
+    """What an execution needs of input / filter / bias, per data type."""
+
+    def __init__(self, ctx: ExecContext, kind: str, groups: int = 1) -> None:
+        self.ctx = ctx
+        self.kind = kind
+        x, f, b = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+        self.is_q = x.type in QUANT8_ASYMM_TYPES
+        self.out = ctx.outputs[0]
+        self.groups = groups
+        st = ctx.state if isinstance(ctx.state, _State) else None
+        self.st = st
+        if self.is_q:
+            qmin, qmax = QUANT_RANGE[x.type]
+            self.max_x = max(x.zero_point - qmin, qmax - x.zero_point)
+        self.x, self.f, self.b = x, f, b
+
+    def input_f(self, x: np.ndarray) -> np.ndarray:
+        """Input as float: quantized minus its zero point (exact in float32)."""
+        if self.is_q:
+            return np.subtract(x, np.float32(self.x.zero_point), dtype=np.float32)
+        if x.dtype != np.float32:
+            return x.astype(np.float32)
+        return x
+
+    def filter(self) -> tuple[np.ndarray, int]:
+        key = _filter_key(self.kind, self.groups)
+        if self.st is not None and self.st.filter is not None and self.st.filter[0] == key:
+            return self.st.filter[1], self.st.filter[2]
+        return _build_filter(self.kind, self.f.data, self.f.zero_point, self.is_q, self.groups)
+
+    def wt_cache(self) -> dict | None:
+        if self.st is not None and self.st.filter is not None:
+            return self.st.wt_cache
+        return None
+
+    def requant(self, act: int, nch: int) -> ck.Requant:
+        st = self.st
+        if st is not None and st.mult_error:
+            raise self.ctx.fail(st.mult_error)
+        if st is not None and act in st.requant and st.requant[act].q.shape[0] == nch:
+            return st.requant[act]
+        mult = st.mult if (st is not None and st.mult is not None and st.mult[0].shape[0] == nch) else None
+        if mult is None:
+            try:
+                mult = _multipliers(self.x.scale, self.f.type, self.f.scale, self.f.channel_quant, self.b.scale,
+                                    self.out.scale, nch)
+            except ValueError as e:
+                raise self.ctx.fail(str(e)) from None
+        return _make_requant(mult, self.b.data, self.out, act)
+
+    def finish(self, acc: np.ndarray, rows: int, width: int, nch: int, act: int) -> np.ndarray:
+        """Bias, activation and output type of exact accumulators / float
+        sums laid out as rows x width x channels."""
+        if self.is_q:
+            return self.requant(act, nch).apply(acc, rows, width)
+        a = acc.reshape(rows, width * nch)
+        if a.dtype != np.float32:
+            a = a.astype(np.float32)
+        bias = self.b.data.astype(np.float32)
+        a += np.tile(bias, width) if width > 1 else bias
+        if act == 1:
+            np.maximum(a, 0, out=a)
+        elif act == 2:
+            np.clip(a, -1, 1, out=a)
+        elif act == 3:
+            np.clip(a, 0, 6, out=a)
+        elif act != 0:
+            raise self.ctx.fail(f"unsupported fused activation {act}")
+        return a.astype(self.out.dtype, copy=False)
+
+    def gemm_block(self, k: int, mw: int, taps: int = 1) -> int | None:
+        if not self.is_q:
+            return None
+        return ck.exact_block(k * taps, self.max_x, mw)
+
+
+def _check_act(ctx: ExecContext, act: int) -> None:
+    if act < 0 or act > 3:
+        raise ctx.fail(f"unsupported fused activation {act}")
+
+
+def _to_nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1)) if nchw else x
+
+
+def _from_nhwc(y: np.ndarray, nchw: bool) -> np.ndarray:
+    return np.ascontiguousarray(y.transpose(0, 3, 1, 2)) if nchw else y
+
+
+def _spatial_params(ctx: ExecContext, kind: str) -> dict:
+    """Padding, strides, dilation, layout, activation and the op's extra
+    scalar (depth multiplier / groups) as the reference's ``initialize``."""
+    n = len(ctx.inputs)
+    s = ctx.scalar
+    types = [t.type for t in ctx.inputs]
+    p: dict[str, Any] = {"dw": 1, "dh": 1, "nchw": False, "extra": None}
+    implicit = None
+    if kind in ("conv", "depthwise"):
+        lp = 7 if kind == "conv" else 8  # position of the implicit layout flag
+        e = 0 if kind == "conv" else 1  # depth multiplier shifts the tail
+        if (n >= lp + 1 and types[lp] == B) or n == lp:
+            implicit = s(3)
+            p["sw"], p["sh"] = s(4), s(5)
+            if kind == "depthwise":
+                p["extra"] = s(6)
+            p["act"] = s(6 + e)
+            if n >= lp + 1:
+                p["nchw"] = bool(s(lp))
+            if n == lp + 3:
+                p["dw"], p["dh"] = s(lp + 1), s(lp + 2)
+        elif n >= lp + 3 and types[lp] == I32:
+            p["pl"], p["pr"], p["pt"], p["pb"] = s(3), s(4), s(5), s(6)
+            p["sw"], p["sh"] = s(7), s(8)
+            if kind == "depthwise":
+                p["extra"] = s(9)
+            p["act"] = s(9 + e)
+            if n >= lp + 4:
+                p["nchw"] = bool(s(lp + 3))
+            if n == lp + 6:
+                p["dw"], p["dh"] = s(lp + 4), s(lp + 5)
+        else:
+            raise ctx.fail("unsupported input spec")
+    elif kind == "grouped":
+        if n == 12:
+            p["pl"], p["pr"], p["pt"], p["pb"] = s(3), s(4), s(5), s(6)
+            p["sw"], p["sh"], p["extra"], p["act"], p["nchw"] = s(7), s(8), s(9), s(10), bool(s(11))
+        else:
+            implicit = s(3)
+            p["sw"], p["sh"], p["extra"], p["act"], p["nchw"] = s(4), s(5), s(6), s(7), bool(s(8))
+    p["implicit"] = implicit
+    return p
+
+
+def _resolve_padding(ctx: ExecContext, p: dict, h: int, w: int, kh: int, kw: int) -> None:
+    if p["implicit"] is not None:
+        p["pl"], p["pr"] = ck.explicit_padding(w, p["sw"], p["dw"], kw, p["implicit"])
+        p["pt"], p["pb"] = ck.explicit_padding(h, p["sh"], p["dh"], kh, p["implicit"])
+    if min(p["pl"], p["pr"], p["pt"], p["pb"]) < 0:
+        raise ctx.fail("negative padding")
+    if p["sw"] <= 0 or p["sh"] <= 0:
+        raise ctx.fail("strides must be positive")
+    if p["dw"] <= 0 or p["dh"] <= 0:
+        raise ctx.fail("dilation factors must be positive")
+    _check_act(ctx, p["act"])
+
+
+def _check_rank4(ctx: ExecContext) -> None:
+    if ctx.inputs[0].data.ndim != 4 or ctx.inputs[1].data.ndim != 4 or ctx.inputs[2].data.ndim != 1:
+        raise ctx.fail("input and filter must have rank 4, bias rank 1")
+
+
+def _out_hw(ctx: ExecContext, p: dict, h: int, w: int, kh: int, kw: int, check_eff: bool = True) -> tuple[int, int]:
+    effw = (kw - 1) * p["dw"] + 1
+    effh = (kh - 1) * p["dh"] + 1
+    if check_eff and not (effw > p["pl"] and effw > p["pr"] and effh > p["pt"] and effh > p["pb"]):
+        raise ctx.fail("padding must be smaller than the (dilated) filter")
+    oh = ck.out_size(h, kh, p["sh"], p["dh"], p["pt"], p["pb"])
+    ow = ck.out_size(w, kw, p["sw"], p["dw"], p["pl"], p["pr"])
+    if oh < 0 or ow < 0:
+        raise ctx.fail("filter larger than the padded input")
+    return oh, ow
+
+
+# --------------------------------------------------------------------------
+# CONV_2D
+
+
+def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
+    p = _spatial_params(ctx, "conv")
+    _check_rank4(ctx)
+    x = ctx.inputs[0].data
+    f = ctx.inputs[1].data
+    bias = ctx.inputs[2].data
+    nchw = p["nchw"]
+    n, h, w, cin = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if nchw else x.shape
+    cout, kh, kw, fcin = f.shape
+    _resolve_padding(ctx, p, h, w, kh, kw)
+    if fcin != cin or bias.shape[0] != cout:
+        raise ctx.fail(f"filter {list(f.shape)} / bias {list(bias.shape)} do not match {cin} input channels")
+    if h <= 0 or w <= 0 or cin <= 0 or cout <= 0:
+        raise ctx.fail("only the batch dimension may be zero")
+    oh, ow = _out_hw(ctx, p, h, w, kh, kw)
+    c = _Common(ctx, "conv")
+    out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
+    if n * oh * ow == 0:
+        if c.is_q:
+            c.requant(p["act"], cout)  # NOTE: the reference checks the scales even then
+        return [np.zeros(out_shape, c.out.dtype)]
+    wm, mw = c.filter()
+    xf = c.input_f(_to_nhwc(x, nchw))
+    xp = ck.pad_nhwc(xf, p["pt"], p["pb"], p["pl"], p["pr"])
+    cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow)
+    acc = ck.gemm_exact(cols, wm, c.gemm_block(cols.shape[1], mw))
+    y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
+    return [_from_nhwc(y, nchw)]
+
+
+# --------------------------------------------------------------------------
+# DEPTHWISE_CONV_2D
+
+
+def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
+    p = _spatial_params(ctx, "depthwise")
+    _check_rank4(ctx)
+    x = ctx.inputs[0].data
+    f = ctx.inputs[1].data
+    bias = ctx.inputs[2].data
+    nchw = p["nchw"]
+    n, h, w, cin = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if nchw else x.shape
+    one, kh, kw, cout = f.shape
+    if one != 1 or bias.shape[0] != cout:
+        raise ctx.fail(f"filter {list(f.shape)} / bias {list(bias.shape)} do not fit depthwise")
+    _resolve_padding(ctx, p, h, w, kh, kw)
+    mult = p["extra"]
+    if mult is None or mult <= 0:
+        raise ctx.fail("depth multiplier must be positive")
+    if mult * cin != cout:
+        raise ctx.fail(f"depth multiplier {mult} * {cin} input channels != {cout} output channels")
+    oh, ow = _out_hw(ctx, p, h, w, kh, kw)
+    c = _Common(ctx, "depthwise")
+    out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
+    if n * oh * ow * cout == 0:
+        if c.is_q:
+            c.requant(p["act"], cout)
+        return [np.zeros(out_shape, c.out.dtype)]
+    wm, mw = c.filter()
+    xf = c.input_f(_to_nhwc(x, nchw))
+    if mult > 1:
+        xf = np.repeat(xf, mult, axis=3)
+    taps = kh * kw
+    dt = np.float32
+    if c.is_q and ck.exact_block(taps, c.max_x, mw) is not None:
+        dt = np.float64  # NOTE: huge kernels: sums beyond 2^24 need float64
+        xf, wm = xf.astype(dt), wm.astype(dt)
+    xp = ck.pad_nhwc(xf, p["pt"], p["pb"], p["pl"], p["pr"])
+    acc = ck.depthwise_nhwc(xp, wm, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow,
+                            c.wt_cache() if dt == np.float32 else None)
+    y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
+    return [_from_nhwc(y, nchw)]
+
+
+# --------------------------------------------------------------------------
+# GROUPED_CONV_2D
+
+
+def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
+    p = _spatial_params(ctx, "grouped")
+    _check_rank4(ctx)
+    x = ctx.inputs[0].data
+    f = ctx.inputs[1].data
+    bias = ctx.inputs[2].data
+    nchw = p["nchw"]
+    g = p["extra"]
+    n, h, w, cin = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if nchw else x.shape
+    cout, kh, kw, cg = f.shape
+    _resolve_padding(ctx, p, h, w, kh, kw)
+    if g <= 0 or cout != bias.shape[0] or cg * g != cin or cout % g != 0:
+        raise ctx.fail(f"filter {list(f.shape)} / bias {list(bias.shape)} do not fit {g} groups of {cin} channels")
+    oh, ow = _out_hw(ctx, p, h, w, kh, kw)
+    c = _Common(ctx, "grouped", groups=g)
+    out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
+    if n * oh * ow == 0:
+        return [np.zeros(out_shape, c.out.dtype)]
+    wm, mw = c.filter()  # [G, kh*kw*Cg, Og]
+    og = cout // g
+    xf = c.input_f(_to_nhwc(x, nchw))
+    xp = ck.pad_nhwc(xf, p["pt"], p["pb"], p["pl"], p["pr"])
+    cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], 1, 1, oh, ow)
+    m = cols.shape[0]
+    cols4 = cols.reshape(m, kh * kw, g, cg)
+    block = c.gemm_block(kh * kw * cg, mw)
+    acc = np.empty((m, cout), np.float64 if block is not None else np.float32)
+    for gi in range(g):
+        cg_cols = cols4[:, :, gi, :].reshape(m, kh * kw * cg)
+        acc[:, gi * og:(gi + 1) * og] = ck.gemm_exact(cg_cols, wm[gi], block)
+    y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
+    return [_from_nhwc(y, nchw)]
+
+
+# --------------------------------------------------------------------------
+# TRANSPOSE_CONV_2D
+
+
+def _exec_transpose(ctx: ExecContext) -> list[np.ndarray]:
+    ni = len(ctx.inputs)
+    s = ctx.scalar
+    _check_rank4(ctx)
+    x = ctx.inputs[0].data
+    f = ctx.inputs[1].data
+    bias = ctx.inputs[2].data
+    cout, kh, kw, fcin = f.shape
+    if ni == 9:
+        scheme, sw, sh, act, nchw = s(4), s(5), s(6), s(7), bool(s(8))
+        shp = ctx.inputs[3].data
+        if shp is None or shp.ndim != 1 or shp.shape[0] != 4:
+            raise ctx.fail("output shape must be a 1-D tensor of 4 values")
+        ow_req = int(shp[3] if nchw else shp[2])
+        oh_req = int(shp[2] if nchw else shp[1])
+        pl, pr = ck.explicit_padding(ow_req, sw, 1, kw, scheme, transpose=True)
+        pt, pb = ck.explicit_padding(oh_req, sh, 1, kh, scheme, transpose=True)
+    else:
+        pl, pr, pt, pb, sw, sh, act, nchw = s(3), s(4), s(5), s(6), s(7), s(8), s(9), bool(s(10))
+    # NOTE: right/bottom padding may be negative (output shape ambiguity with stride > 1)
+    if pl < 0 or pt < 0:
+        raise ctx.fail("negative padding")
+    if sw <= 0 or sh <= 0:
+        raise ctx.fail("strides must be positive")
+    _check_act(ctx, act)
+    n, h, w, cin = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if nchw else x.shape
+    if fcin != cin or bias.shape[0] != cout:
+        raise ctx.fail(f"filter {list(f.shape)} / bias {list(bias.shape)} do not match {cin} input channels")
+    if h <= 0 or w <= 0 or cin <= 0 or cout <= 0 or kh <= 0 or kw <= 0:
+        raise ctx.fail("only the batch dimension may be zero")
+    ow = w * sw + kw - sw - pl - pr
+    oh = h * sh + kh - sh - pt - pb
+    if ow <= 0 or oh <= 0:
+        raise ctx.fail("non-positive output size")
+    c = _Common(ctx, "transpose")
+    out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
+    if n == 0:
+        if c.is_q:
+            c.requant(act, cout)
+        return [np.zeros(out_shape, c.out.dtype)]
+    wm, mw = c.filter()  # [Cin, kh*kw*Cout]
+    xf = c.input_f(_to_nhwc(x, nchw)).reshape(n * h * w, cin)
+    # each output value sums at most ceil(kh/sh)*ceil(kw/sw) taps of cin products
+    overlap = -(-kh // sh) * -(-kw // sw)
+    dt = np.float32
+    if c.is_q and ck.exact_block(cin, c.max_x, mw * overlap) is not None:
+        dt = np.float64
+        xf, wm = xf.astype(dt), wm.astype(dt)
+    cols = (xf @ wm).reshape(n, h, w, kh, kw, cout)
+    hf = max((h - 1) * sh + kh, pt + oh)
+    wf = max((w - 1) * sw + kw, pl + ow)
+    full = np.zeros((n, hf, wf, cout), dt)
+    for i in range(kh):
+        for j in range(kw):
+            full[:, i:i + (h - 1) * sh + 1:sh, j:j + (w - 1) * sw + 1:sw, :] += cols[:, :, :, i, j, :]
+    acc = np.ascontiguousarray(full[:, pt:pt + oh, pl:pl + ow, :])
+    y = c.finish(acc, n * oh, ow, cout, act).reshape(n, oh, ow, cout)
+    return [_from_nhwc(y, nchw)]
+
+
+# --------------------------------------------------------------------------
+# FULLY_CONNECTED
+
+
+def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    wt = ctx.inputs[1].data
+    bias = ctx.inputs[2].data
+    act = ctx.scalar(3)
+    err = _fc_shape_error(x.shape, wt.shape, bias.shape)
+    if err:
+        raise ctx.fail(err)
+    units, in_size = wt.shape
+    if units <= 0 or in_size <= 0:
+        raise ctx.fail("weights must not be empty")
+    _check_act(ctx, act)
+    batch = x.size // in_size
+    c = _Common(ctx, "fc")
+    if batch == 0:
+        if c.is_q:
+            c.requant(act, units)
+        return [np.zeros((0, units), c.out.dtype)]
+    wm, mw = c.filter()  # [in, units]
+    xf = c.input_f(x.reshape(batch, in_size))
+    acc = ck.gemm_exact(xf, wm, c.gemm_block(in_size, mw))
+    return [c.finish(acc, batch, 1, units, act).reshape(batch, units)]
+
+
+OPS: list[OpDef] = [
+    OpDef(type=OperationType.CONV_2D, signatures=_conv_signatures(7, 10), execute=_exec_conv,
+          validate=_validate_conv, prepare=_prepare, allow_zero_sized=True),
+    OpDef(type=OperationType.DEPTHWISE_CONV_2D, signatures=_conv_signatures(8, 11), execute=_exec_depthwise,
+          validate=_validate_depthwise, prepare=_prepare, allow_zero_sized=True),
+    # NOTE: GROUPED_CONV_2D runs in the reference's CpuExecutor switch, which rejects zero-sized inputs
+    OpDef(type=OperationType.GROUPED_CONV_2D, signatures=_grouped_signatures(), execute=_exec_grouped,
+          validate=_validate_grouped, prepare=_prepare, allow_zero_sized=False),
+    OpDef(type=OperationType.TRANSPOSE_CONV_2D, signatures=_transpose_signatures(), execute=_exec_transpose,
+          validate=_validate_transpose, prepare=_prepare, allow_zero_sized=True),
+    OpDef(type=OperationType.FULLY_CONNECTED, signatures=_FC_SIGNATURES, execute=_exec_fc,
+          validate=_validate_fc, prepare=_prepare, allow_zero_sized=True),
+]

@@ -1,0 +1,252 @@
+"""Shared machinery of the convolution family (HAL ``CONV_2D``,
+``DEPTHWISE_CONV_2D``, ``GROUPED_CONV_2D``, ``TRANSPOSE_CONV_2D``,
+``FULLY_CONNECTED``): padding and output sizes as in Android's
+OperationsUtils, im2col as a strided view, exact integer GEMM through float
+BLAS, the depthwise tap sum, and a fast bit-exact requantization.
+
+Exactness of the quantized paths
+--------------------------------
+* Products of zero-point-shifted 8-bit values are integers of at most
+  255 * 255; a float32 sum of such products is exact while every partial sum
+  stays within 2^24, so a float32 GEMM is exact when ``K * max|x| * max|w|
+  <= 2^24``.  Longer reductions are cut into blocks that meet that bound and
+  the blocks are summed in float64 (:func:`gemm_exact`).
+* TFLite's ``MultiplyByQuantizedMultiplier(v, q, shift)`` (a rounding doubling
+  high multiply, then a rounding right shift by ``r = -shift``) folds into
+  one floor: ``floor((v*q + 2^30 + 2^(30+r) - [v*q < -2^30] * 2^31) /
+  2^(31+r))`` (the two roundings nest because ``floor(floor(a/m)/n) =
+  floor(a/(m n))``).  :class:`Requant` evaluates that in float64 when it is
+  provably exact for every value that lands inside the 8-bit output range
+  (see its docstring), else in int64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+F32_EXACT = 1 << 24  # largest magnitude up to which every integer is a float32
+
+PADDING_SAME = 1
+PADDING_VALID = 2
+
+
+def c_div(a: int, b: int) -> int:
+    """C++ integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def out_size(in_size: int, k: int, stride: int, dilation: int, head: int, tail: int) -> int:
+    """Android ``computeOutSize`` with dilation."""
+    eff = (k - 1) * dilation + 1
+    return c_div(in_size - eff + stride + head + tail, stride)
+
+
+def explicit_padding(in_size: int, stride: int, dilation: int, k: int, scheme: int,
+                     transpose: bool = False) -> tuple[int, int]:
+    """Android ``calculateExplicitPaddingImpl``: (head, tail) of an implicit
+    padding scheme (1 SAME, 2 VALID, anything else no padding)."""
+    head = tail = 0
+    eff = (k - 1) * dilation + 1
+    if scheme == PADDING_SAME:
+        out = c_div(in_size + stride - 1, stride)
+        tmp = (out - 1) * stride + eff
+        if tmp > in_size:
+            head = c_div(tmp - in_size, 2)
+            tail = (tmp - in_size) - head
+        if transpose:
+            # NOTE: transpose conv fits the tail to the last stride, possibly negative
+            tail = (tmp - in_size) - head
+    return head, tail
+
+
+def pad_nhwc(x: np.ndarray, top: int, bottom: int, left: int, right: int) -> np.ndarray:
+    """Zero padding of the H and W axes of an NHWC array (no copy when none)."""
+    if top == bottom == left == right == 0:
+        return x
+    n, h, w, c = x.shape
+    out = np.zeros((n, h + top + bottom, w + left + right, c), x.dtype)
+    out[:, top:top + h, left:left + w, :] = x
+    return out
+
+
+def im2col(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, oh: int, ow: int) -> np.ndarray:
+    """Rows of receptive fields of a padded NHWC array: (N*oh*ow, kh*kw*C),
+    column order (kh, kw, C) as the filter's [out, kh, kw, in] layout."""
+    n, _, _, c = xp.shape
+    if kh == kw == 1:
+        v = xp[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw, :]
+        return np.ascontiguousarray(v).reshape(n * oh * ow, c)
+    s = xp.strides
+    v = as_strided(xp, shape=(n, oh, ow, kh, kw, c),
+                   strides=(s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]), writeable=False)
+    return v.reshape(n * oh * ow, kh * kw * c)
+
+
+def exact_block(k: int, max_x: int, max_w: int) -> int | None:
+    """The reduction block length keeping a float32 integer GEMM exact, or
+    None when the whole reduction of length k already is."""
+    per = max(1, max_x * max_w)
+    if k * per <= F32_EXACT:
+        return None
+    return max(1, F32_EXACT // per)
+
+
+def gemm_exact(a: np.ndarray, b: np.ndarray, block: int | None) -> np.ndarray:
+    """a @ b for float32 integer-valued operands, exact: one float32 BLAS
+    product, or float32 blocks of the reduction summed in float64."""
+    if block is None or a.shape[1] <= block:
+        return a @ b
+    k = a.shape[1]
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float64)
+    for s in range(0, k, block):
+        acc += a[:, s:s + block] @ b[s:s + block]
+    return acc
+
+
+def depthwise_nhwc(xp: np.ndarray, w: np.ndarray, sh: int, sw: int, dh: int, dw: int, oh: int, ow: int,
+                   wt_cache: dict | None = None) -> np.ndarray:
+    """Depthwise tap sum on a padded NHWC array ``xp`` (float32/float64) with
+    per-channel taps ``w`` [kh, kw, C] (C = channels of xp): the sum over taps
+    of shifted views times the tap's channel weights.
+
+    The weights are tiled along the output width so that every ufunc inner
+    loop runs over a whole output row (ow * C contiguous values) instead of
+    C values; stride > 1 along the width is handled by splitting the input
+    into stride phases (so the rows stay contiguous)."""
+    n, hp, wp, c = xp.shape
+    kh, kw, _ = w.shape
+    dt = xp.dtype
+    out = np.empty((n, oh, ow * c), dt)
+    if sw == 1 or dw == 1:
+        s = sw
+        ka = -(-kw // s)  # taps per phase
+        key = ("dw", ow, s, dt.str)
+        wt = None if wt_cache is None else wt_cache.get(key)
+        if wt is None:
+            wk = np.zeros((kh, ka * s, c), dt)
+            wk[:, :kw, :] = w
+            # [kh, ka, phase, ow*C]: tap j = a*s + phase
+            wt = np.tile(wk.reshape(kh, ka, s, 1, c), (1, 1, 1, ow, 1)).reshape(kh, ka, s, ow * c)
+            if wt_cache is not None:
+                wt_cache[key] = wt
+        wq = max(-(-wp // s), ow - 1 + ka)
+        for b in range(n):
+            if s == 1:
+                ph = xp[b][None]
+            else:
+                buf = np.zeros((hp, wq * s, c), dt)
+                buf[:, :wp, :] = xp[b]
+                ph = np.ascontiguousarray(buf.reshape(hp, wq, s, c).transpose(2, 0, 1, 3))
+            st = ph.strides
+            # NOTE: with stride 1 the phase axis has length 1; dilation dw applies then
+            col_step = st[2] * (dw if s == 1 else 1)
+            v = as_strided(ph, shape=(kh, ka, s, oh, ow * c),
+                           strides=(st[1] * dh, col_step, st[0], st[1] * sh, st[3]), writeable=False)
+            np.einsum("iaprc,iapc->rc", v, wt, out=out[b])
+        return out.reshape(n, oh, ow, c)
+    # general case (stride and dilation both > 1 along the width): tap by tap
+    acc = np.zeros((n, oh, ow, c), dt)
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dh, j * dw
+            acc += xp[:, r0:r0 + (oh - 1) * sh + 1:sh, c0:c0 + (ow - 1) * sw + 1:sw, :] * w[i, j]
+    return acc
+
+
+@dataclass
+class Requant:
+    """Per-channel requantization of exact integer accumulators to 8 bits:
+    ``clamp(zp + MultiplyByQuantizedMultiplier(acc + bias, q, shift))``.
+
+    Float path (used when every right shift r <= 10 and |bias| <= 2^20): an
+    output inside the 8-bit range has |result| <= 512, hence |acc + bias| <
+    2^(11+r) and |acc| < 2^22, so ``acc * q`` (and so ``acc * m1`` with m1 =
+    q / 2^(31+r)) is exact in float64; the constant ``c`` (bias * m1 + the
+    rounding offsets + zp) is exact too, and a float sum whose exact value is
+    representable is computed exactly, so floor() is exact.  Values outside
+    the range carry a relative error of 2^-53 at most and clamp the same.
+    The negative-tie correction (``- 2^-r`` where acc*q < -2^30) only matters
+    for outputs below the zero point, so it is skipped when the activation
+    clamps at or above it."""
+
+    q: np.ndarray  # int64 [C]
+    shift: np.ndarray  # int64 [C] (TFLite sign: > 0 is a left shift)
+    bias: np.ndarray  # int64 [C]
+    zp: int
+    lo: int
+    hi: int
+    out_dtype: np.dtype
+    tiled: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        q, shift, bias = self.q, self.shift, self.bias
+        left = np.maximum(shift, 0)
+        r = np.maximum(-shift, 0)
+        self.q_eff = q << left
+        self.r = r
+        self.use_float = bool(np.all(r <= 10) and np.all(np.abs(bias) <= (1 << 20)))
+        # the rounding of a negative half away from zero (v*q < -2^30)
+        self.vneg = np.where(q > (1 << 30), 0, -1).astype(np.int64)
+        self.need_corr = bool(self.lo < self.zp and np.any(r > 0))
+        if self.use_float:
+            m1 = self.q_eff.astype(np.float64) * np.exp2(-(31.0 + r))
+            c = bias.astype(np.float64) * m1 + 0.5 + np.where(r > 0, np.exp2(-(r + 1.0)), 0.0) + self.zp
+            self.m1, self.c = m1, c
+            self.corr = np.where(r > 0, np.exp2(-r.astype(np.float64)), 0.0)
+            self.thr = (self.vneg - bias).astype(np.float64)
+
+    def _tile(self, name: str, reps: int) -> np.ndarray:
+        key = (name, reps)
+        t = self.tiled.get(key)
+        if t is None:
+            t = np.tile(getattr(self, name), reps)
+            self.tiled[key] = t
+        return t
+
+    def apply(self, acc: np.ndarray, rows: int, width: int) -> np.ndarray:
+        """acc: exact integer accumulators, float32/float64 of size rows *
+        width * C (channel last).  Returns rows x (width*C) of out_dtype."""
+        nc = self.q.shape[0]
+        a2 = acc.reshape(rows, width * nc)
+        out = np.empty((rows, width * nc), self.out_dtype)
+        if rows == 0 or width == 0:
+            return out
+        if not self.use_float:
+            return self._apply_int(a2, width, out)
+        m1, c = self._tile("m1", width), self._tile("c", width)
+        corr = self._tile("corr", width) if self.need_corr else None
+        thr = self._tile("thr", width) if self.need_corr else None
+        # NOTE: chunks of ~64K values keep the float64 temporaries in cache
+        step = max(1, 65536 // (width * nc))
+        buf = np.empty((min(step, rows), width * nc), np.float64)
+        lo, hi = float(self.lo), float(self.hi)
+        for s in range(0, rows, step):
+            e = min(rows, s + step)
+            blk = a2[s:e]
+            t = buf[:e - s]
+            np.multiply(blk, m1, out=t)
+            t += c
+            if corr is not None:
+                np.subtract(t, corr, out=t, where=blk < thr)
+            np.floor(t, out=t)
+            np.clip(t, lo, hi, out=t)
+            out[s:e] = t
+        return out
+
+    def _apply_int(self, a2: np.ndarray, width: int, out: np.ndarray) -> np.ndarray:
+        v = a2.astype(np.int64) + self._tile("bias", width)
+        q = self._tile("q_eff", width)
+        r = self._tile("r", width)
+        neg = (v < self._tile("vneg", width)) & (r > 0)
+        v *= q
+        v += (np.int64(1) << 30) + np.where(r > 0, np.int64(1) << (30 + r), 0)
+        v -= neg.astype(np.int64) << 31
+        v >>= 31 + r
+        v += self.zp
+        np.clip(v, self.lo, self.hi, out=v)
+        out[...] = v
+        return out
