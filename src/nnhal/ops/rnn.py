@@ -137,6 +137,7 @@ def execute_svdf(ctx: ExecContext) -> list[np.ndarray]:
 
 
 def execute_unidirectional_rnn(ctx: ExecContext) -> list[np.ndarray]:
+    _require(ctx, range(7))
     x, w, rw, b, h = (_f64(ctx, i) for i in range(5))
     act, time_major = ctx.scalar(5), ctx.scalar(6)
     if time_major not in (0, 1):
