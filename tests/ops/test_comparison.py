@@ -1,0 +1,108 @@
+"""EQUAL NOT_EQUAL GREATER GREATER_EQUAL LESS LESS_EQUAL LOGICAL_AND
+LOGICAL_OR LOGICAL_NOT SELECT: broadcasting, quantized inputs compared as
+real values, requantizing SELECT and the error paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nnhal.hal import OperandType, OperationType
+from nnhal.ops.base import (
+    NUMPY_DTYPE,
+    V1_2,
+    ExecContext,
+    OpExecutionError,
+    OpValidationError,
+    OutputSpec,
+    Tensor,
+    match_signature,
+)
+from nnhal.ops.registry import REGISTRY
+
+T = OperandType
+Op = OperationType
+B = T.TENSOR_BOOL8
+
+
+def tensor(t: OperandType, data, scale: float = 0.0, zp: int = 0) -> Tensor:
+    return Tensor(t, np.asarray(data, dtype=NUMPY_DTYPE[t]), scale, zp)
+
+
+def run(op: OperationType, inputs: list[Tensor], out_type: OperandType = B, scale: float = 0.0, zp: int = 0):
+    ctx = ExecContext(type=op, inputs=inputs, outputs=[OutputSpec(out_type, (), scale, zp)])
+    return REGISTRY[op].execute(ctx)[0]
+
+
+COMPARE = {Op.EQUAL: np.equal, Op.NOT_EQUAL: np.not_equal, Op.GREATER: np.greater,
+           Op.GREATER_EQUAL: np.greater_equal, Op.LESS: np.less, Op.LESS_EQUAL: np.less_equal}
+
+
+@pytest.mark.parametrize("op", list(COMPARE))
+@pytest.mark.parametrize("t", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, B])
+def test_compare_broadcast(op, t):
+    a = np.array([[0, 1, 2], [2, 1, 0]])
+    b = np.array([1, 1, 0])
+    if t == B:
+        a, b = a > 0, b > 0
+    out = run(op, [tensor(t, a), tensor(t, b)])
+    assert out.dtype == np.bool_ and out.shape == (2, 3)
+    np.testing.assert_array_equal(out, COMPARE[op](a, b))
+
+
+@pytest.mark.parametrize("op", list(COMPARE))
+@pytest.mark.parametrize("t", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+def test_compare_quant_as_real_values(op, t):
+    lo = -128 if t == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    qa = np.array([lo + 10, lo + 12, lo + 14])  # scale 1, zp lo + 12: -2, 0, 2
+    qb = np.array([lo + 100])  # scale 0.5, zp lo + 100: 0
+    out = run(op, [tensor(t, qa, 1.0, lo + 12), tensor(t, qb, 0.5, lo + 100)])
+    np.testing.assert_array_equal(out, COMPARE[op](np.array([-2, 0, 2]), 0))
+
+
+def test_compare_errors():
+    with pytest.raises(OpExecutionError):
+        run(Op.LESS, [tensor(T.TENSOR_INT32, [1, 2, 3]), tensor(T.TENSOR_INT32, [1, 2])])
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.EQUAL], [T.TENSOR_INT32, T.TENSOR_INT32], [T.TENSOR_INT32])
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.EQUAL], [T.TENSOR_INT32, T.TENSOR_FLOAT32], [B])
+    with pytest.raises(OpValidationError, match="before HAL"):
+        match_signature(REGISTRY[Op.GREATER], [T.TENSOR_QUANT8_ASYMM_SIGNED] * 2, [B], V1_2)
+    match_signature(REGISTRY[Op.GREATER], [T.TENSOR_QUANT8_ASYMM] * 2, [B], V1_2)
+
+
+def test_logical():
+    a = tensor(B, [[True, False], [True, True]])
+    b = tensor(B, [False, True])
+    np.testing.assert_array_equal(run(Op.LOGICAL_AND, [a, b]), [[False, False], [False, True]])
+    np.testing.assert_array_equal(run(Op.LOGICAL_OR, [a, b]), [[True, True], [True, True]])
+    np.testing.assert_array_equal(run(Op.LOGICAL_NOT, [b]), [True, False])
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.LOGICAL_AND], [T.TENSOR_INT32] * 2, [B])
+
+
+def test_select():
+    cond = tensor(B, [True, False, True])
+    a = tensor(T.TENSOR_FLOAT32, [1.0, 2.0, 3.0])
+    b = tensor(T.TENSOR_FLOAT32, [-1.0, -2.0, -3.0])
+    np.testing.assert_array_equal(run(Op.SELECT, [cond, a, b], T.TENSOR_FLOAT32), [1.0, -2.0, 3.0])
+
+
+def test_select_quant_requantizes_to_output():
+    t = T.TENSOR_QUANT8_ASYMM
+    cond = tensor(B, [True, False])
+    a = tensor(t, [110, 120], 0.5, 100)  # 5, 10
+    b = tensor(t, [10, 14], 1.0, 10)  # 0, 4
+    # 5 / 2 + 50 = 52.5 rounds away from zero
+    np.testing.assert_array_equal(run(Op.SELECT, [cond, a, b], t, 2.0, 50), [53, 52])
+
+
+def test_select_shape_errors():
+    a = tensor(T.TENSOR_INT32, [1, 2])
+    with pytest.raises(OpExecutionError):
+        run(Op.SELECT, [tensor(B, [True]), a, a], T.TENSOR_INT32)
+    with pytest.raises(OpExecutionError):
+        run(Op.SELECT, [tensor(B, [True, False]), a, tensor(T.TENSOR_INT32, [[1, 2]])], T.TENSOR_INT32)
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.SELECT], [T.TENSOR_INT32] * 3, [T.TENSOR_INT32])
