@@ -1,0 +1,130 @@
+"""CAST QUANTIZE DEQUANTIZE: C++ conversion semantics, std::round,
+per-channel and float16 dequantization, and the error paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nnhal.hal import OperandType, OperationType, SymmPerChannelQuantParams
+from nnhal.ops.base import (
+    NUMPY_DTYPE,
+    V1_0,
+    V1_2,
+    ExecContext,
+    OperandInfo,
+    OpExecutionError,
+    OpInfo,
+    OpValidationError,
+    OutputSpec,
+    Tensor,
+    match_signature,
+)
+from nnhal.ops.registry import REGISTRY
+
+T = OperandType
+Op = OperationType
+
+
+def run(op: OperationType, x: Tensor, out_type: OperandType, scale: float = 0.0, zp: int = 0) -> np.ndarray:
+    ctx = ExecContext(type=op, inputs=[x], outputs=[OutputSpec(out_type, (), scale, zp)])
+    return REGISTRY[op].execute(ctx)[0]
+
+
+def tensor(t: OperandType, data, scale: float = 0.0, zp: int = 0, cq=None) -> Tensor:
+    return Tensor(t, np.asarray(data, dtype=NUMPY_DTYPE[t]), scale, zp, cq)
+
+
+def test_cast_float_to_int_truncates_and_uint8_saturates():
+    x = tensor(T.TENSOR_FLOAT32, [-300.7, -1.9, -0.5, 0.5, 1.9, 254.9, 300.2])
+    np.testing.assert_array_equal(run(Op.CAST, x, T.TENSOR_INT32), [-300, -1, 0, 0, 1, 254, 300])
+    np.testing.assert_array_equal(run(Op.CAST, x, T.TENSOR_QUANT8_ASYMM), [0, 0, 0, 0, 1, 254, 255])
+    i = tensor(T.TENSOR_INT32, [-5, 3, 1000])
+    np.testing.assert_array_equal(run(Op.CAST, i, T.TENSOR_QUANT8_ASYMM), [0, 3, 255])
+    np.testing.assert_array_equal(run(Op.CAST, i, T.TENSOR_FLOAT16), np.array([-5, 3, 1000], np.float16))
+
+
+def test_cast_ignores_quantization_parameters():
+    q = tensor(T.TENSOR_QUANT8_ASYMM, [0, 7, 255], scale=0.5, zp=100)
+    np.testing.assert_array_equal(run(Op.CAST, q, T.TENSOR_FLOAT32), [0.0, 7.0, 255.0])
+    np.testing.assert_array_equal(run(Op.CAST, q, T.TENSOR_INT32), [0, 7, 255])
+
+
+@pytest.mark.parametrize("t", [T.TENSOR_BOOL8, T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM,
+                               T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM])
+def test_cast_identity_types(t):
+    data = np.array([0, 1, 1, 0]) if t == T.TENSOR_BOOL8 else np.array([-3, 0, 5, 7]) % 100
+    out = run(Op.CAST, tensor(t, data), t)
+    np.testing.assert_array_equal(out, np.asarray(data, NUMPY_DTYPE[t]))
+    match_signature(REGISTRY[Op.CAST], [t], [t])
+    with pytest.raises(OpValidationError, match="before HAL"):
+        match_signature(REGISTRY[Op.CAST], [t], [t], V1_2)
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.CAST], [t], [T.TENSOR_FLOAT32])
+
+
+def test_cast_validation():
+    f32, i32 = T.TENSOR_FLOAT32, T.TENSOR_INT32
+    match_signature(REGISTRY[Op.CAST], [f32], [i32], V1_2)
+    with pytest.raises(OpValidationError, match="before HAL"):
+        match_signature(REGISTRY[Op.CAST], [f32], [i32], V1_0)
+
+    def info(ins, outs):
+        return OpInfo(Op.CAST, [OperandInfo(f32, ins)], [OperandInfo(i32, outs)])
+
+    REGISTRY[Op.CAST].validate(info((2, 3), (2, 3)))
+    REGISTRY[Op.CAST].validate(info((2, 3), ()))
+    REGISTRY[Op.CAST].validate(info((2, 3), (0, 0)))
+    with pytest.raises(OpValidationError):
+        REGISTRY[Op.CAST].validate(info((2, 3), (3, 2)))
+
+
+def test_quantize_rounds_half_away_and_saturates():
+    x = tensor(T.TENSOR_FLOAT32, [-0.5, 0.5, 1.5, 2.5, -2.5, 0.49999997, 1000.0, -1000.0])
+    np.testing.assert_array_equal(run(Op.QUANTIZE, x, T.TENSOR_QUANT8_ASYMM, 1.0, 10),
+                                  [9, 11, 12, 13, 7, 10, 255, 0])
+    np.testing.assert_array_equal(run(Op.QUANTIZE, x, T.TENSOR_QUANT8_ASYMM_SIGNED, 1.0, 0),
+                                  [-1, 1, 2, 3, -3, 0, 127, -128])
+    h = tensor(T.TENSOR_FLOAT16, [0.25, -0.75])
+    np.testing.assert_array_equal(run(Op.QUANTIZE, h, T.TENSOR_QUANT8_ASYMM, 0.5, 128), [129, 126])
+    assert run(Op.QUANTIZE, tensor(T.TENSOR_FLOAT32, np.zeros((0, 2))), T.TENSOR_QUANT8_ASYMM, 1.0, 0).shape == (0, 2)
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.QUANTIZE], [T.TENSOR_INT32], [T.TENSOR_QUANT8_ASYMM])
+
+
+def test_dequantize():
+    q = tensor(T.TENSOR_QUANT8_ASYMM, [0, 128, 255], 0.5, 128)
+    np.testing.assert_array_equal(run(Op.DEQUANTIZE, q, T.TENSOR_FLOAT32), [-64.0, 0.0, 63.5])
+    out16 = run(Op.DEQUANTIZE, q, T.TENSOR_FLOAT16)
+    assert out16.dtype == np.float16
+    np.testing.assert_array_equal(out16, [-64.0, 0.0, 63.5])
+    s = tensor(T.TENSOR_QUANT8_SYMM, [-128, 3], 0.25, 0)
+    np.testing.assert_array_equal(run(Op.DEQUANTIZE, s, T.TENSOR_FLOAT32), [-32.0, 0.75])
+    signed = tensor(T.TENSOR_QUANT8_ASYMM_SIGNED, [-128, 127], 1.0, -1)
+    np.testing.assert_array_equal(run(Op.DEQUANTIZE, signed, T.TENSOR_FLOAT32), [-127.0, 128.0])
+
+
+def test_dequantize_per_channel():
+    cq = SymmPerChannelQuantParams(scales=[0.5, 2.0, 1.0], channelDim=1)
+    data = np.array([[1, 2, 3], [-4, -5, -6]])
+    out = run(Op.DEQUANTIZE, tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, data, cq=cq), T.TENSOR_FLOAT32)
+    np.testing.assert_array_equal(out, data * np.array([0.5, 2.0, 1.0]))
+    bad = SymmPerChannelQuantParams(scales=[0.5, 2.0], channelDim=1)
+    with pytest.raises(OpExecutionError):
+        run(Op.DEQUANTIZE, tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, data, cq=bad), T.TENSOR_FLOAT32)
+    info = OpInfo(Op.DEQUANTIZE, [OperandInfo(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, (2, 3), channel_quant=bad)],
+                  [OperandInfo(T.TENSOR_FLOAT32, ())])
+    with pytest.raises(OpValidationError):
+        REGISTRY[Op.DEQUANTIZE].validate(info)
+
+
+def test_dequantize_signatures_and_rank():
+    q8, f32, f16 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
+    match_signature(REGISTRY[Op.DEQUANTIZE], [q8], [f32], V1_0)
+    with pytest.raises(OpValidationError, match="before HAL"):
+        match_signature(REGISTRY[Op.DEQUANTIZE], [q8], [f16], V1_0)
+    with pytest.raises(OpValidationError):
+        match_signature(REGISTRY[Op.DEQUANTIZE], [q8], [q8])
+    with pytest.raises(OpExecutionError):
+        run(Op.DEQUANTIZE, tensor(q8, np.zeros((1, 1, 1, 1, 1)), 1.0, 0), f32)
+    assert run(Op.DEQUANTIZE, tensor(q8, np.zeros((0, 4)), 1.0, 0), f32).shape == (0, 4)
