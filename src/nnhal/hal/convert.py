@@ -157,7 +157,8 @@ def _version_of(obj: Any) -> int:
 
 
 def _operand_to_v1_3(o: Any) -> v1_3.Operand:
-    extra = deepcopy(o.extraParams) if isinstance(o, v1_2.Operand) else v1_3.OperandExtraParams()
+    extra = getattr(o, "extraParams", None)  # 1.2 operands only
+    extra = deepcopy(extra) if extra is not None else v1_3.OperandExtraParams()
     return v1_3.Operand(
         type=_up(v1_3.OperandType, o.type),
         dimensions=list(o.dimensions),
