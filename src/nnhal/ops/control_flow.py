@@ -74,14 +74,17 @@ def _check_subgraph_io(info: OpInfo, sg_index: int, operands: list, outputs: lis
             raise info.fail(f"{what} subgraph has {len(outs)} outputs, the operation has {len(outputs)}")
         pairs += list(zip(outs, outputs))
     for inner, outer in pairs:
-        if (int(inner.type) != int(outer.type) or len(inner.dimensions) != len(outer.dimensions)
-                or inner.scale != outer.scale or inner.zeroPoint != outer.zero_point
+        desc = f"{what} subgraph operand ({OperandType(inner.type).name} {list(inner.dimensions)}, scale " \
+               f"{inner.scale}, zeroPoint {inner.zeroPoint})"
+        if (int(inner.type) != int(outer.type) or inner.scale != outer.scale or inner.zeroPoint != outer.zero_point
                 or inner.extraParams.channelQuant != outer.channel_quant):
-            raise info.fail(f"{what} subgraph operand {inner} does not match the operation's operand "
-                            f"({outer.type.name} {list(outer.dimensions)})")
-        if any(a and b and a != b for a, b in zip(inner.dimensions, outer.dimensions)):
-            raise info.fail(f"{what} subgraph operand dimensions {list(inner.dimensions)} conflict with "
-                            f"{list(outer.dimensions)}")
+            raise info.fail(f"{desc} does not match the operation's operand ({outer.type.name} "
+                            f"{list(outer.dimensions)}, scale {outer.scale}, zeroPoint {outer.zero_point})")
+        # NOTE: an unknown rank (no dimensions) or dimension (0) on either side is compatible
+        if inner.dimensions and outer.dimensions and (
+                len(inner.dimensions) != len(outer.dimensions)
+                or any(a and b and a != b for a, b in zip(inner.dimensions, outer.dimensions))):
+            raise info.fail(f"{desc} has dimensions that conflict with {list(outer.dimensions)}")
 
 
 def _sg(info: OpInfo, i: int) -> int:
