@@ -604,3 +604,18 @@ def test_qlstm_errors_and_signature():
     with pytest.raises(OpValidationError):
         match_signature(op, [T.TENSOR_QUANT8_ASYMM] + types[1:], QLSTM_OUT, V1_3)
     assert REGISTRY[OP.QUANTIZED_LSTM].omittable_inputs >= {1, 5, 9, 10, 11, 12, 16, 17, 20}
+
+
+def test_zero_sized_batch_and_sequence():
+    p = make_params(3, 4)
+    x, h, c = f32(0, 3), f32(0, 4), f32(0, 4)
+    outs = run(OP.LSTM, lstm_inputs(x, h, c, p), [T.TENSOR_FLOAT32] * 4)
+    assert [o.shape for o in outs] == [(0, 16), (0, 4), (0, 4), (0, 4)]
+    fw, bw = make_params(3, 4), make_params(3, 4)
+    st = _states(fw, bw, 2)
+    outs = run(OP.BIDIRECTIONAL_SEQUENCE_LSTM, bidi_inputs(f32(0, 2, 3), fw, bw, st), [T.TENSOR_FLOAT32] * 6)
+    assert [o.shape for o in outs] == [(0, 2, 4), (0, 2, 4), (2, 4), (2, 4), (2, 4), (2, 4)]
+    np.testing.assert_array_equal(outs[2], st[0])  # no step: the states pass through
+    assert REGISTRY[OP.LSTM].allow_zero_sized and REGISTRY[OP.BIDIRECTIONAL_SEQUENCE_LSTM].allow_zero_sized
+    assert not REGISTRY[OP.UNIDIRECTIONAL_SEQUENCE_LSTM].allow_zero_sized
+    assert not REGISTRY[OP.QUANTIZED_LSTM].allow_zero_sized

@@ -129,10 +129,10 @@ def float_lstm_sequence(x: np.ndarray, w: FloatLstmWeights, h0: np.ndarray, c0: 
     # depend on the recurrence, so they are one matrix product for the whole
     # sequence; only the recurrent part runs per step.
     wx = _stack(w.input_w, gates)
-    pre = (x.reshape(n_time * n_batch, -1) @ wx.T).reshape(n_time, n_batch, n_g, n_cell)
+    pre = (x.reshape(n_time * n_batch, x.shape[2]) @ wx.T).reshape(n_time, n_batch, n_g, n_cell)
     if aux is not None and w.aux_w is not None:
         aux = np.asarray(aux, np.float32)
-        pre = pre + (aux.reshape(n_time * n_batch, -1) @ _stack(w.aux_w, gates).T).reshape(
+        pre = pre + (aux.reshape(n_time * n_batch, aux.shape[2]) @ _stack(w.aux_w, gates).T).reshape(
             n_time, n_batch, n_g, n_cell)
     if w.layer_norm is None:
         pre = pre + _stack([None if b is None else b.reshape(1, -1) for b in w.bias], gates).reshape(n_g, n_cell)

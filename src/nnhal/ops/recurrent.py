@@ -525,12 +525,15 @@ def _guard(fn: Callable[[ExecContext], list]) -> Callable[[ExecContext], list]:
 
 
 OPS: list[OpDef] = [
+    # NOTE: the reference runs LSTM and BIDIRECTIONAL_SEQUENCE_LSTM outside the
+    # operation resolver without a zero-sized input check (an empty batch or
+    # sequence gives empty outputs); the resolver ops reject zero-sized inputs.
     OpDef(type=OperationType.LSTM, signatures=_lstm_signatures(), execute=_guard(_execute_lstm),
-          omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 23, 24, 25, 26})),
+          omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 23, 24, 25, 26}), allow_zero_sized=True),
     OpDef(type=OperationType.BIDIRECTIONAL_SEQUENCE_LSTM, signatures=_bidirectional_signatures(),
           execute=_guard(_execute_bidirectional),
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 18, 22, 26, 27, 28, 29, 33, 34,
-                                      *range(39, 48), *range(53, 61)})),
+                                      *range(39, 48), *range(53, 61)}), allow_zero_sized=True),
     OpDef(type=OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM, signatures=_unidirectional_signatures(),
           execute=_guard(_execute_unidirectional),
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 24, 25, 26, 27})),
