@@ -327,8 +327,9 @@ OPS: list[OpDef] = [
     OpDef(type=OperationType.ELU,
           signatures=[Signature((T.TENSOR_FLOAT32, T.FLOAT32), (T.TENSOR_FLOAT32,), V1_3),
                       Signature((T.TENSOR_FLOAT16, T.FLOAT16), (T.TENSOR_FLOAT16,), V1_3)],
-          # NOTE: the spec allows a zero-sized input (the reference registration forgets the flag)
-          execute=_execute_elu, allow_zero_sized=True),
+          # NOTE: the spec says the input may be zero-sized, but the reference registration lacks
+          # allowZeroSizedInput, so its executor fails such inputs; we keep its error status
+          execute=_execute_elu),
     OpDef(type=OperationType.PRELU,
           signatures=[Signature((t, t), (t,), v) for t, v in
                       [(T.TENSOR_FLOAT32, V1_2), (T.TENSOR_FLOAT16, V1_2), (T.TENSOR_QUANT8_ASYMM, V1_2),
