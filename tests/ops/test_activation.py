@@ -191,3 +191,9 @@ def test_signatures_and_validation():
         run(Op.RELU6, [tensor(f32, np.zeros((1, 1, 1, 1, 1)))], f32)
     with pytest.raises(OpExecutionError):
         run(Op.PRELU, [tensor(f32, np.zeros((2, 3))), tensor(f32, np.zeros(2))], f32)
+
+
+def test_relu_float_special_values_as_the_reference():
+    x = tensor(T.TENSOR_FLOAT32, [np.nan, np.inf, -np.inf])
+    np.testing.assert_array_equal(run(Op.RELU, [x], T.TENSOR_FLOAT32), [0.0, np.finfo(np.float32).max, 0.0])
+    np.testing.assert_array_equal(run(Op.RELU1, [x], T.TENSOR_FLOAT32), [-1.0, 1.0, -1.0])

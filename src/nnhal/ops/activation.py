@@ -136,7 +136,11 @@ def _execute_relu(ctx: ExecContext) -> list[np.ndarray]:
         lo, hi = activation_range(_RELU_ACT[ctx.type], x.scale, x.zero_point, x.type)
         return [np.clip(x.data.astype(np.int32), lo, hi).astype(out.dtype)]
     lo, hi = _RELU_RANGE[ctx.type]
-    return [np.clip(x.data.astype(np.float32), lo, hi).astype(out.dtype)]
+    xf = x.data.astype(np.float32)
+    # NOTE: std::min(std::max(lo, x), hi) as the reference: NaN -> lo, and RELU's hi is FLT_MAX
+    v = np.where(np.float32(lo) < xf, xf, np.float32(lo))
+    hi32 = np.finfo(np.float32).max if hi is None else np.float32(hi)
+    return [np.where(hi32 < v, hi32, v).astype(out.dtype)]
 
 
 def _input_rescale(ctx: ExecContext, scale: float) -> tuple[int, int, int]:
