@@ -217,9 +217,7 @@ def execute_box_with_nms_limit(ctx: ExecContext) -> list[np.ndarray]:
                "invalid box: x2 < x1 or y2 < y1")
         sc = sc_all[s:e].reshape(-1).copy()
         sel = K.nms_multi_class(sc, block, num_classes, score_thr, max_det, max_det, iou_thr, kernel, nms_thr)
-        cls = sel % num_classes
-        order = np.lexsort((-sc[sel].astype(np.float64), cls))
-        sel = sel[order]
+        sel = sel[K.sort_class_then_desc(sel % num_classes, sc[sel])]
         out_scores.append(sc[sel])
         out_rois.append(raw_boxes[s * num_classes + sel])
         out_cls.append((sel % num_classes).astype(np.int32))

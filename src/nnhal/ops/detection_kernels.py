@@ -28,13 +28,221 @@ class KernelError(ValueError):
 # ordering helpers
 
 
-def sort_desc(keys: np.ndarray) -> np.ndarray:
-    """Permutation sorting ``keys`` in descending order, ties by position.
+# NOTE: the reference orders boxes with std::sort, which is not stable: equal
+# scores come out in an order fixed by the C++ library's algorithm (Android's
+# libc++).  That algorithm is stable up to 30 elements (insertion sort); above,
+# its quicksort partitioning decides where ties land.  Since the order of ties
+# is observable (output order, and which boxes survive a max-detections cut),
+# larger inputs with ties are ordered by an emulation of that algorithm; inputs
+# without ties take numpy's sort, which then gives the same permutation.
 
-    NOTE: the reference uses std::sort, whose order among equal keys is
-    unspecified; stable order is the natural reading of the published tests.
-    """
-    return np.argsort(-np.asarray(keys, np.float64), kind="stable")
+_SMALL_SORT = 30
+
+
+class _TieSort:
+    """The C++ library's unstable sort on a list of ids, ``less(a, b)``
+    meaning id a must come before id b."""
+
+    def __init__(self, v: list, less: Callable[[int, int], bool]):
+        self.v = v
+        self.less = less
+
+    def _swap(self, i: int, j: int) -> None:
+        v = self.v
+        v[i], v[j] = v[j], v[i]
+
+    def _order3(self, a: int, b: int, c: int) -> int:
+        v, lt = self.v, self.less
+        if not lt(v[b], v[a]):
+            if not lt(v[c], v[b]):
+                return 0
+            self._swap(b, c)
+            if lt(v[b], v[a]):
+                self._swap(a, b)
+                return 2
+            return 1
+        if lt(v[c], v[b]):
+            self._swap(a, c)
+            return 1
+        self._swap(a, b)
+        if lt(v[c], v[b]):
+            self._swap(b, c)
+            return 2
+        return 1
+
+    def _order_n(self, idx: list) -> int:
+        """Networks for 3, 4 and 5 elements: order the first three, then sink
+        each further element into place."""
+        n = self._order3(idx[0], idx[1], idx[2])
+        v, lt = self.v, self.less
+        for k in range(3, len(idx)):
+            j = k
+            while j > 0 and lt(v[idx[j]], v[idx[j - 1]]):
+                self._swap(idx[j], idx[j - 1])
+                n += 1
+                j -= 1
+        return n
+
+    def _tiny(self, first: int, last: int) -> bool:
+        """Sorts ranges of at most 5; False if longer."""
+        n = last - first
+        if n < 2:
+            return True
+        if n == 2:
+            if self.less(self.v[first + 1], self.v[first]):
+                self._swap(first, first + 1)
+            return True
+        if n <= 5:
+            self._order_n(list(range(first, last)))
+            return True
+        return False
+
+    def _insertion(self, first: int, last: int, limit: int | None = None) -> bool:
+        """Insertion sort after ordering the first three; with ``limit``,
+        gives up (returns False) after that many moved elements."""
+        v, lt = self.v, self.less
+        self._order3(first, first + 1, first + 2)
+        moved = 0
+        for i in range(first + 3, last):
+            if lt(v[i], v[i - 1]):
+                t = v[i]
+                k = i
+                while True:
+                    v[k] = v[k - 1]
+                    k -= 1
+                    if k == first or not lt(t, v[k - 1]):
+                        break
+                v[k] = t
+                moved += 1
+                if limit is not None and moved == limit:
+                    return i + 1 == last
+        return True
+
+    def _nearly_sorted(self, first: int, last: int) -> bool:
+        return self._tiny(first, last) if last - first <= 5 else self._insertion(first, last, 8)
+
+    def sort(self, first: int, last: int) -> None:
+        v, lt = self.v, self.less
+        while True:
+            n = last - first
+            if self._tiny(first, last):
+                return
+            if n <= _SMALL_SORT:
+                self._insertion(first, last)
+                return
+            m = first + n // 2
+            lm1 = last - 1
+            if n >= 1000:
+                q = n // 2 // 2
+                swaps = self._order_n([first, first + q, m, m + q, lm1])
+            else:
+                swaps = self._order3(first, m, lm1)
+            i, j = first, lm1
+            if not lt(v[i], v[m]):
+                # the first element equals the pivot: look for a smaller one from the back
+                found = False
+                while True:
+                    j -= 1
+                    if i == j:
+                        break
+                    if lt(v[j], v[m]):
+                        self._swap(i, j)
+                        swaps += 1
+                        found = True
+                        break
+                if not found:
+                    # nothing is smaller than the pivot: split off the run equal to the first
+                    i = first + 1
+                    j = last - 1
+                    if not lt(v[first], v[j]):
+                        while True:
+                            if i == j:
+                                return
+                            if lt(v[first], v[i]):
+                                self._swap(i, j)
+                                swaps += 1
+                                i += 1
+                                break
+                            i += 1
+                    if i == j:
+                        return
+                    while True:
+                        while not lt(v[first], v[i]):
+                            i += 1
+                        j -= 1
+                        while lt(v[first], v[j]):
+                            j -= 1
+                        if i >= j:
+                            break
+                        self._swap(i, j)
+                        swaps += 1
+                        i += 1
+                    first = i
+                    continue
+            i += 1
+            if i < j:
+                while True:
+                    while lt(v[i], v[m]):
+                        i += 1
+                    j -= 1
+                    while not lt(v[j], v[m]):
+                        j -= 1
+                    if i > j:
+                        break
+                    self._swap(i, j)
+                    swaps += 1
+                    if m == i:
+                        m = j
+                    i += 1
+            if i != m and lt(v[m], v[i]):
+                self._swap(i, m)
+                swaps += 1
+            if swaps == 0:
+                left_done = self._nearly_sorted(first, i)
+                if self._nearly_sorted(i + 1, last):
+                    if left_done:
+                        return
+                    last = i
+                    continue
+                if left_done:
+                    first = i + 1
+                    continue
+            if i - first < last - i:
+                self.sort(first, i)
+                first = i + 1
+            else:
+                self.sort(i + 1, last)
+                last = i
+
+
+def _has_ties(*keys: np.ndarray) -> bool:
+    rows = np.stack([np.asarray(k, np.float64) for k in keys], axis=1)
+    return np.unique(rows, axis=0).shape[0] != rows.shape[0] or bool(np.isnan(rows).any())
+
+
+def sort_desc(keys: np.ndarray) -> np.ndarray:
+    """Permutation ordering ``keys`` by descending value as the reference's
+    std::sort(ids, [](a, b) { return key[a] > key[b]; }) does."""
+    keys = np.asarray(keys, np.float64)
+    if keys.size <= _SMALL_SORT or not _has_ties(keys):
+        return np.argsort(-keys, kind="stable")
+    ids = list(range(keys.size))
+    k = keys.tolist()
+    _TieSort(ids, lambda a, b: k[a] > k[b]).sort(0, len(ids))
+    return np.asarray(ids, np.int64)
+
+
+def sort_class_then_desc(classes: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Permutation ordering by class, then by descending key within a class
+    (the reference's second std::sort of BOX_WITH_NMS_LIMIT)."""
+    keys = np.asarray(keys, np.float64)
+    classes = np.asarray(classes, np.int64)
+    if keys.size <= _SMALL_SORT or not _has_ties(classes, keys):
+        return np.lexsort((-keys, classes))
+    ids = list(range(keys.size))
+    k, c = keys.tolist(), classes.tolist()
+    _TieSort(ids, lambda a, b: k[a] > k[b] if c[a] == c[b] else c[a] < c[b]).sort(0, len(ids))
+    return np.asarray(ids, np.int64)
 
 
 def _partition_kept(rest: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -234,37 +442,38 @@ def _roi_geometry(rois: np.ndarray, h_scale: np.float32, w_scale: np.float32, ou
     return x1, y1, w_step, h_step, wr, hr
 
 
-def _roi_align_groups(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_h: int, out_w: int,
-                      h_scale: np.float32, w_scale: np.float32, h_ratio: int, w_ratio: int, weights):
-    """Yields (roi indices, batch ids, ylo, yhi, yw, xlo, xhi, xw, hr, wr) per
-    group of ROIs sharing sampling ratios."""
-    _, in_h, in_w, _ = x.shape
+# bound on the elements of one gathered block of samples (chunks of ROIs)
+_GATHER_BUDGET = 1 << 22
+
+
+def _roi_align_groups(in_h: int, in_w: int, depth: int, rois: np.ndarray, out_h: int, out_w: int,
+                      h_scale: np.float32, w_scale: np.float32, h_ratio: int, w_ratio: int):
+    """Yields (roi indices, ylo, yhi, yw, xlo, xhi, xw, hr, wr) per chunk of
+    ROIs sharing sampling ratios (chunks bound the gathered samples' memory)."""
     x1, y1, w_step, h_step, wr, hr = _roi_geometry(rois, h_scale, w_scale, out_h, out_w, h_ratio, w_ratio)
     pairs = np.stack([hr, wr], axis=1)
     for h_r, w_r in np.unique(pairs, axis=0):
-        idx = np.flatnonzero((hr == h_r) & (wr == w_r))
-        ylo, yhi, yf = _sample_axis(y1[idx], h_step[idx], int(h_r), out_h, in_h)
-        xlo, xhi, xf = _sample_axis(x1[idx], w_step[idx], int(w_r), out_w, in_w)
-        yield idx, ylo, yhi, yf, xlo, xhi, xf, int(h_r), int(w_r)
+        group = np.flatnonzero((hr == h_r) & (wr == w_r))
+        per_roi = out_h * int(h_r) * out_w * int(w_r) * depth
+        step = max(1, _GATHER_BUDGET // max(per_roi, 1))
+        for start in range(0, group.size, step):
+            idx = group[start:start + step]
+            ylo, yhi, yf = _sample_axis(y1[idx], h_step[idx], int(h_r), out_h, in_h)
+            xlo, xhi, xf = _sample_axis(x1[idx], w_step[idx], int(w_r), out_w, in_w)
+            yield idx, ylo, yhi, yf, xlo, xhi, xf, int(h_r), int(w_r)
 
 
-def _gather_corners(x: np.ndarray, b: np.ndarray, ylo, yhi, xlo, xhi) -> np.ndarray:
-    """Input values at the 4 corners of every sample: [n, oh, hr, ow, wr, 4, C]
-    in the reference's corner order (y1x1, y1x2, y2x1, y2x2)."""
+def _corners(x: np.ndarray, b: np.ndarray, ylo, yhi, yf, xlo, xhi, xf):
+    """Yields, for each bilinear corner in the reference's order (y1x1,
+    y1x2, y2x1, y2x2), its float32 weight [n, oh, hr, ow, wr] (computed as
+    the reference does) and the input values there [n, oh, hr, ow, wr, C]."""
     bb = b[:, None, None, None, None]
-    ys = [ylo, ylo, yhi, yhi]
-    xs = [xlo, xhi, xlo, xhi]
-    vals = [x[bb, yy[:, :, :, None, None], xx[:, None, None, :, :]] for yy, xx in zip(ys, xs, strict=True)]
-    return np.stack(vals, axis=5)
-
-
-def _corner_weights(yf: np.ndarray, xf: np.ndarray) -> np.ndarray:
-    """Bilinear weights [n, oh, hr, ow, wr, 4], float32 as the reference."""
     dy1 = yf[:, :, :, None, None]
     dx1 = xf[:, None, None, :, :]
     dy2 = F32(1) - dy1
     dx2 = F32(1) - dx1
-    return np.stack(np.broadcast_arrays(dx2 * dy2, dx1 * dy2, dx2 * dy1, dx1 * dy1), axis=5).astype(F32)
+    for yy, xx, wy, wx in ((ylo, xlo, dy2, dx2), (ylo, xhi, dy2, dx1), (yhi, xlo, dy1, dx2), (yhi, xhi, dy1, dx1)):
+        yield (wx * wy).astype(F32), x[bb, yy[:, :, :, None, None], xx[:, None, None, :, :]]
 
 
 def roi_align_float(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_h: int, out_w: int,
@@ -278,11 +487,11 @@ def roi_align_float(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_
     out = np.zeros((rois.shape[0], out_h, out_w, c), np.float64)
     xv = x.astype(np.float64)
     for idx, ylo, yhi, yf, xlo, xhi, xf, h_r, w_r in _roi_align_groups(
-            xv, rois, batch_idx, out_h, out_w, h_scale, w_scale, h_ratio, w_ratio, None):
-        vals = _gather_corners(xv, batch_idx[idx].astype(np.int64), ylo, yhi, xlo, xhi)
-        w = _corner_weights(yf, xf).astype(np.float64)
-        s = np.einsum("nhawbk,nhawbkc->nhwc", w, vals)
-        out[idx] = s / (h_r * w_r)
+            in_h, in_w, c, rois, out_h, out_w, h_scale, w_scale, h_ratio, w_ratio):
+        acc = np.zeros((idx.size, out_h, out_w, c), np.float64)
+        for w, vals in _corners(xv, batch_idx[idx].astype(np.int64), ylo, yhi, yf, xlo, xhi, xf):
+            acc += np.einsum("nhawb,nhawbc->nhwc", w.astype(np.float64), vals)
+        out[idx] = acc / (h_r * w_r)
     return out
 
 
@@ -311,11 +520,11 @@ def roi_align_quant(q: np.ndarray, zero_point: int, rois_q: np.ndarray, batch_id
     w_unit = F32(F32(1) / F32(255))
     one = F32(1)
     for idx, ylo, yhi, yf, xlo, xhi, xf, h_r, w_r in _roi_align_groups(
-            xv, rois, b, out_h, out_w, one, one, h_ratio, w_ratio, None):
-        vals = _gather_corners(xv, b[idx], ylo, yhi, xlo, xhi)
-        wf = _corner_weights(yf, xf)
-        wq = _round_half_away(wf / w_unit).astype(np.int64)
-        acc = np.einsum("nhawbk,nhawbkc->nhwc", wq, vals)
+            in_h, in_w, c, rois, out_h, out_w, one, one, h_ratio, w_ratio):
+        acc = np.zeros((idx.size, out_h, out_w, c), np.int64)
+        for w, vals in _corners(xv, b[idx], ylo, yhi, yf, xlo, xhi, xf):
+            wq = _round_half_away(w / w_unit).astype(np.int64)
+            acc += np.einsum("nhawb,nhawbc->nhwc", wq, vals)
         real = F32(F32(F32(in_scale) * w_unit) / F32(out_scale)) / F32(h_r * w_r)
         out[idx] = requant(acc, float(real)) + out_zero_point
     return np.clip(out, qmin, qmax)
@@ -360,16 +569,22 @@ def roi_pool(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_h: int,
         low = np.array(-np.inf, x.dtype)
     else:
         low = np.array(np.iinfo(x.dtype).min, x.dtype)
-    cols = np.arange(in_w)
-    rows = np.arange(in_h)
     for r in range(n):
-        # NOTE: one ROI at a time (bins differ per ROI), vectorized over bins and channels
-        img = x[int(batch_idx[r])]
-        cmask = (cols[None, :] >= ws[r][:, None]) & (cols[None, :] < we[r][:, None])   # [ow, W]
-        rmask = (rows[None, :] >= hs[r][:, None]) & (rows[None, :] < he[r][:, None])   # [oh, H]
-        colmax = np.where(cmask[None, :, :, None], img[:, None, :, :], low).max(axis=2)  # [H, ow, C]
+        # NOTE: one ROI at a time (bins differ per ROI), on the window its bins cover,
+        # vectorized over bins and channels
+        h0, h1 = int(hs[r].min()), int(he[r].max())
+        w0, w1 = int(ws[r].min()), int(we[r].max())
+        empty = ~((he[r] > hs[r])[:, None] & (we[r] > ws[r])[None, :])
+        if h1 <= h0 or w1 <= w0:
+            out[r] = empty_value
+            continue
+        img = x[int(batch_idx[r]), h0:h1, w0:w1]                                       # [h, w, C]
+        cols = np.arange(w0, w1)
+        rows = np.arange(h0, h1)
+        cmask = (cols[None, :] >= ws[r][:, None]) & (cols[None, :] < we[r][:, None])   # [ow, w]
+        rmask = (rows[None, :] >= hs[r][:, None]) & (rows[None, :] < he[r][:, None])   # [oh, h]
+        colmax = np.where(cmask[None, :, :, None], img[:, None, :, :], low).max(axis=2)  # [h, ow, C]
         binmax = np.where(rmask[:, :, None, None], colmax[None, :, :, :], low).max(axis=1)  # [oh, ow, C]
-        empty = ~(rmask.any(axis=1)[:, None] & cmask.any(axis=1)[None, :])
         binmax[empty] = empty_value
         out[r] = binmax
     return out
