@@ -564,3 +564,45 @@ def test_heatmap_errors():
             [out(F32), out(F32)])
     with pytest.raises(OpValidationError):
         match_signature(REGISTRY[Op.HEATMAP_MAX_KEYPOINT], [Q8, Q8, T.BOOL], [Q8, Q16A])
+
+
+@pytest.mark.parametrize("n", [5, 30, 31, 200, 1500])
+def test_tie_sorts_are_valid_orders(n):
+    rng = np.random.default_rng(n)
+    keys = rng.integers(0, 4, n).astype(np.float32)
+    p = K.sort_desc(keys)
+    assert sorted(p.tolist()) == list(range(n))
+    assert np.all(np.diff(keys[p]) <= 0)
+    if n <= 30:  # the library sort is an insertion sort there: stable
+        np.testing.assert_array_equal(p, np.argsort(-keys, kind="stable"))
+    cls = rng.integers(0, 3, n)
+    q = K.sort_class_then_desc(cls, keys)
+    pairs = list(zip(cls[q].tolist(), (-keys[q]).tolist(), strict=True))
+    assert pairs == sorted(pairs)
+    rows = K.sort_rows_desc(np.stack([keys, keys[::-1]]))
+    np.testing.assert_array_equal(rows[0], p)
+
+
+@pytest.mark.parametrize("type_", [Q8, Q8S])
+def test_heatmap_quant(type_):
+    yy, xx = np.mgrid[0:4, 0:4].astype(np.float64)
+    hm = 2 - 0.1 * (yy - 1.2) ** 2 - 0.1 * (xx - 2.1) ** 2
+    zp = 128 if type_ == Q8 else 0
+    heat = quant(hm.reshape(1, 4, 4, 1), type_, 0.01, zp)
+    boxes = quant([[8, 16, 40, 48]], Q16A, 0.125, 0)
+    s, k = run(Op.HEATMAP_MAX_KEYPOINT, [heat, boxes, boolean(False)], [out(type_, 0.01, zp), out(Q16A, 0.125, 0)])
+    assert s.dtype == NUMPY_DTYPE[type_] and k.dtype == np.uint16 and k.shape == (1, 1, 2)
+    # the float path on the dequantized heatmap, quantized
+    sf, kf = run(Op.HEATMAP_MAX_KEYPOINT, [tensor(heat.dequantize()), tensor([[8, 16, 40, 48]]), boolean(False)],
+                 [out(F32), out(F32)])
+    assert_close(s, sf, type_, 0.01, zp)
+    assert_close(k, kf, Q16A, 0.125, 0)
+
+
+def test_heatmap_ignores_nan():
+    yy, xx = np.mgrid[0:5, 0:5].astype(np.float32)
+    hm = (10 - (yy - 3) ** 2 - (xx - 3) ** 2).reshape(1, 5, 5, 1)
+    hm[0, 0, 0, 0] = np.nan  # never the maximum
+    s, k = run(Op.HEATMAP_MAX_KEYPOINT, [tensor(hm), tensor([[0, 0, 5, 5]]), boolean(False)], [out(F32), out(F32)])
+    np.testing.assert_allclose(s, [[10.0]], rtol=1e-5)
+    np.testing.assert_allclose(k, [[[3.5, 3.5]]], rtol=1e-5)

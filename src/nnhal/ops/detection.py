@@ -357,7 +357,7 @@ def execute_detection_postprocessing(ctx: ExecContext) -> list[np.ndarray]:
                 cand = np.flatnonzero(max_scores > score_thr)
                 sel = K.nms_single_class(max_scores, boxes, cand, max_det, iou_thr)
                 if sel.size:
-                    cls = np.stack([K.sort_desc(s_b[i, 1:])[:n_cls] + 1 for i in sel])  # [k, n_cls]
+                    cls = K.sort_rows_desc(s_b[sel, 1:])[:, :n_cls] + 1            # [k, n_cls]
                     k = sel.size * n_cls
                     out_s[b, :k] = s_b[sel[:, None], cls].reshape(-1)
                     out_r[b, :k] = np.repeat(boxes[sel], n_cls, axis=0)
@@ -382,6 +382,8 @@ def execute_heatmap_max_keypoint(ctx: ExecContext) -> list[np.ndarray]:
     _check(ctx, size >= 2, "heatmap size must be at least 2")
     _check(ctx, boxes.shape[0] == n and boxes.shape[1] == 4, "boxes must be [num_boxes, 4]")
     if heat.type in (Q8, Q8S):
+        # NOTE: the 1.3 spec text says zeroPoint -128 with a signed heatmap; the
+        # reference requires 0 for both, and a QUANT16_ASYMM zero point of -128 is invalid
         _check_box_quant(ctx, boxes, "boxes")
     hm = _real(heat)
     if nchw:

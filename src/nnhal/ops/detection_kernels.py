@@ -232,6 +232,14 @@ def sort_desc(keys: np.ndarray) -> np.ndarray:
     return np.asarray(ids, np.int64)
 
 
+def sort_rows_desc(keys: np.ndarray) -> np.ndarray:
+    """:func:`sort_desc` of every row of a 2-D array."""
+    keys = np.asarray(keys, np.float64)
+    if keys.shape[1] <= _SMALL_SORT:
+        return np.argsort(-keys, axis=1, kind="stable")
+    return np.stack([sort_desc(row) for row in keys]) if keys.shape[0] else np.zeros(keys.shape, np.int64)
+
+
 def sort_class_then_desc(classes: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Permutation ordering by class, then by descending key within a class
     (the reference's second std::sort of BOX_WITH_NMS_LIMIT)."""
@@ -289,8 +297,10 @@ def nms_kernel(kind: int, iou_threshold: float, sigma: float) -> SoftKernel:
     if kind == 1:
         return lambda iou: np.where(iou < thr, F32(1), F32(1) - iou).astype(F32)
     if kind == 2:
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return lambda iou: np.exp(F32(-1) * iou * iou / sig).astype(F32)
+        def gaussian(iou: np.ndarray) -> np.ndarray:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return np.exp(F32(-1) * iou * iou / sig).astype(F32)
+        return gaussian
     raise KernelError(f"unsupported NMS kernel {kind}")
 
 
@@ -604,8 +614,22 @@ def heatmap_max_keypoint(heatmap: np.ndarray, boxes: np.ndarray, atol: float, rt
         raise KernelError("invalid box: x2 < x1 or y2 < y1")
     hm = heatmap.astype(F32)
     flat = hm.reshape(n, size * size, k)
-    arg = np.argmax(flat, axis=1)                                  # [n, K], first maximum
-    max_score = np.take_along_axis(flat, arg[:, None, :], axis=1)[:, 0, :]
+    # NOTE: the reference scans from -FLT_MAX with a strict '<': the first maximum
+    # wins, NaN never does, and a map with nothing above -FLT_MAX gives index 0
+    lowest = F32(-np.finfo(F32).max)
+    cleaned = np.where(np.isnan(flat) | (flat <= lowest), F32(-np.inf), flat)
+    arg = np.argmax(cleaned, axis=1)                               # [n, K]
+    max_score = np.take_along_axis(cleaned, arg[:, None, :], axis=1)[:, 0, :]
+    max_score = np.where(max_score == -np.inf, lowest, max_score).astype(F32)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _refine_peak(hm, boxes, arg, max_score, size, atol, rtol)
+
+
+def _refine_peak(hm: np.ndarray, boxes: np.ndarray, arg: np.ndarray, max_score: np.ndarray, size: int,
+                 atol: float, rtol: float) -> tuple[np.ndarray, np.ndarray]:
+    """The 2nd-order Taylor refinement around each peak (3x3 grid mirrored at
+    the borders) and the keypoint position inside its box."""
+    n, k = arg.shape
     mh = arg // size
     mw = arg % size
 
@@ -624,14 +648,13 @@ def heatmap_max_keypoint(heatmap: np.ndarray, boxes: np.ndarray, atol: float, rt
     cross1 = a00 * a11
     det = cross1 - a01 * a01
     solvable = ~(np.abs(det) < (F32(atol) + F32(rtol) * cross1))
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        d0 = (a11 * b0 - a01 * b1) / det
-        d1 = (a00 * b1 - a01 * b0) / det
-        big = (np.abs(d0) > F32(1.5)) | (np.abs(d1) > F32(1.5))
-        scale = F32(1.5) / np.maximum(np.abs(d0), np.abs(d1))
-        d0 = np.where(big, d0 * scale, d0)
-        d1 = np.where(big, d1 * scale, d1)
-        refined = g[1][1] - b0 * d0 - b1 * d1 + ((a00 * d0 + a01 * d1) * d0 + (a01 * d0 + a11 * d1) * d1) / two
+    d0 = (a11 * b0 - a01 * b1) / det
+    d1 = (a00 * b1 - a01 * b0) / det
+    big = (np.abs(d0) > F32(1.5)) | (np.abs(d1) > F32(1.5))
+    scale = F32(1.5) / np.maximum(np.abs(d0), np.abs(d1))
+    d0 = np.where(big, d0 * scale, d0)
+    d1 = np.where(big, d1 * scale, d1)
+    refined = g[1][1] - b0 * d0 - b1 * d1 + ((a00 * d0 + a01 * d1) * d0 + (a01 * d0 + a11 * d1) * d1) / two
     d0 = np.where(solvable, d0, F32(0)).astype(F32)
     d1 = np.where(solvable, d1, F32(0)).astype(F32)
     score = np.where(solvable, refined, max_score).astype(F32)
