@@ -525,8 +525,10 @@ def qlstm_step(p: QlstmTensors) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return buf
 
     # NOTE: the reference reads the peephole cell state of the input and forget
-    # gates from the not yet written cell state output; TFLite's integer LSTM
-    # (which it follows) uses the previous cell state, as done here.
+    # gates from the not yet written cell state output (and sizes the peephole
+    # product by output_size); its contents are undefined there, so this
+    # follows TFLite's integer LSTM, which uses the previous cell state and
+    # num_units.
     forget = logistic16(gate_pre(GATE_FORGET, c_prev), 3)
     cell_gate = tanh16(gate_pre(GATE_CELL, c_prev), 3)
     if cifg:
