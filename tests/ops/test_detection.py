@@ -606,3 +606,16 @@ def test_heatmap_ignores_nan():
     s, k = run(Op.HEATMAP_MAX_KEYPOINT, [tensor(hm), tensor([[0, 0, 5, 5]]), boolean(False)], [out(F32), out(F32)])
     np.testing.assert_allclose(s, [[10.0]], rtol=1e-5)
     np.testing.assert_allclose(k, [[[3.5, 3.5]]], rtol=1e-5)
+
+
+def test_tie_order_matches_the_cpp_library():
+    # orders produced by libc++'s std::sort (the reference's library) for these keys
+    n = 45
+    keys = np.array([((i * 7) % 5) / 4 for i in range(n)])
+    classes = np.array([(i * 3) % 2 for i in range(n)])
+    by_score = [22, 42, 2, 37, 32, 27, 17, 7, 12, 9, 14, 19, 44, 24, 39, 29, 4, 34, 11, 1, 16, 6, 41, 21, 26, 31,
+                36, 43, 8, 13, 18, 23, 38, 28, 3, 33, 35, 30, 5, 25, 40, 20, 15, 10, 0]
+    by_class = [22, 42, 2, 32, 12, 44, 34, 4, 14, 24, 6, 36, 26, 16, 38, 8, 28, 18, 0, 20, 30, 10, 40, 17, 27, 37, 7,
+                19, 29, 9, 39, 21, 11, 31, 41, 1, 23, 13, 3, 33, 43, 5, 15, 35, 25]
+    np.testing.assert_array_equal(K.sort_desc(keys), by_score)
+    np.testing.assert_array_equal(K.sort_class_then_desc(classes, keys), by_class)
