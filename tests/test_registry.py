@@ -1,0 +1,39 @@
+"""The operation registry: every HAL 1.3 operation registered exactly once,
+with signatures that are well-formed."""
+
+from __future__ import annotations
+
+from nnhal import hal
+from nnhal.ops import registry
+from nnhal.ops.base import OpDef, Signature
+
+
+def test_every_operation_type_is_registered_once() -> None:
+    expected = {t for t in hal.OperationType if t != hal.OperationType.OEM_OPERATION}
+    assert len(expected) == 102
+    missing = sorted(t.name for t in expected - set(registry.REGISTRY))
+    assert not missing, f"not registered: {missing}"
+    seen: dict = {}
+    for module in registry.FAMILIES:
+        for op in module.OPS:
+            assert op.type not in seen, f"{op.type.name} in {module.__name__} and {seen[op.type]}"
+            seen[op.type] = module.__name__
+
+
+def test_signatures_are_well_formed() -> None:
+    for t, op in registry.REGISTRY.items():
+        assert isinstance(op, OpDef) and op.type == t
+        assert op.signatures, f"{t.name} has no signature"
+        for sig in op.signatures:
+            assert isinstance(sig, Signature)
+            for spec in (*sig.inputs, *sig.optional, *sig.outputs):
+                specs = spec if isinstance(spec, frozenset) else {spec}
+                assert all(int(s) in hal.OperandType._value2member_map_ for s in specs), (t.name, spec)
+        assert all(isinstance(i, int) for i in op.omittable_inputs)
+
+
+def test_find_rejects_unknown_types() -> None:
+    assert registry.find(102) is None
+    assert registry.find(9999) is None
+    assert registry.find(-1) is None
+    assert registry.find(hal.OperationType.ADD).type == hal.OperationType.ADD
