@@ -184,6 +184,8 @@ class _State:
         self.mult_error: str | None = None
         self.requant: dict = {}  # act -> Requant (constant bias only)
         self.wt_cache: dict = {}  # depthwise tiled weights (constant filter only)
+        self.bias_const = False
+        self.bias_tiled: dict = {}  # float bias tiled over the output width (constant bias only)
 
 
 def _f32(v: float) -> float:
@@ -287,6 +289,7 @@ def _prepare(info: OpInfo) -> _State:
     if gi is not None:
         gv = info.constant(gi)
         groups = int(gv) if gv is not None else 0
+    st.bias_const = ins[2].value is not None
     try:
         if f.value is not None and groups > 0 and f.value.ndim == (2 if kind == "fc" else 4) and f.value.size:
             if kind != "grouped" or f.value.shape[0] % groups == 0:
@@ -378,8 +381,7 @@ class _Common:
         a = acc.reshape(rows, width * nch)
         if a.dtype != np.float32:
             a = a.astype(np.float32)
-        bias = self.b.data.astype(np.float32)
-        a += np.tile(bias, width) if width > 1 else bias
+        a += self._bias_row(width)
         if act == 1:
             np.maximum(a, 0, out=a)
         elif act == 2:
@@ -389,6 +391,15 @@ class _Common:
         elif act != 0:
             raise self.ctx.fail(f"unsupported fused activation {act}")
         return a.astype(self.out.dtype, copy=False)
+
+    def _bias_row(self, width: int) -> np.ndarray:
+        st = self.st
+        if st is not None and st.bias_const:
+            row = st.bias_tiled.get(width)
+            if row is None:
+                row = st.bias_tiled[width] = np.tile(self.b.data.astype(np.float32), width)
+            return row
+        return np.tile(self.b.data.astype(np.float32), width)
 
     def gemm_block(self, k: int, mw: int, taps: int = 1) -> int | None:
         if not self.is_q:
