@@ -58,15 +58,17 @@ class SamplePreparedModel(hal.IPreparedModel):
 
     # ------------------------------------------------------------------
     def _launch(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any,
-                allow_unspecified_output: bool = True) -> tuple[Optional[Result], Any]:
-        """Validates and maps; returns (error result, None) or (None, job)."""
-        start = time.monotonic_ns()
+                allow_unspecified_output: bool = True, deadline_override: Optional[int] = None,
+                start_ns: Optional[int] = None) -> tuple[Optional[Result], Any]:
+        """Validates and maps; returns (error result, None) or (None, job).
+        ``deadline_override`` (ns) replaces ``deadline`` when given."""
+        start = time.monotonic_ns() if start_ns is None else start_ns
         try:
             request = _upgrade_request(request)
             if measure not in hal.MeasureTiming._value2member_map_:
                 raise ValidationError(f"invalid MeasureTiming {measure!r}")
             validate_request(request, self.model, allow_unspecified_output)
-            dl = deadline_ns(deadline)
+            dl = deadline_ns(deadline) if deadline_override is None else deadline_override
             lt = validate_timeout(loop_timeout)
             pools = RequestPools(request, self.device.buffer_lookup(self))
         except ValidationError as e:
@@ -139,30 +141,44 @@ class SamplePreparedModel(hal.IPreparedModel):
         start = time.monotonic_ns()
         try:
             req = _upgrade_request(request)
+            if measure not in hal.MeasureTiming._value2member_map_:
+                raise ValidationError(f"invalid MeasureTiming {measure!r}")
             validate_request(req, self.model, allow_unspecified_output=False)
             if not output_sizes_known(self.model, req):
                 raise ValidationError("fenced execution needs fully specified, non-zero-sized outputs")
             for k, h in enumerate(waitFor or []):
                 if not isinstance(h, hal.Handle) or not fence.is_valid(h):
                     raise ValidationError(f"waitFor[{k}] is not a valid sync fence")
-            if duration is not None and not isinstance(duration, hal.OptionalTimeoutDuration):
-                raise ValidationError("duration is not an OptionalTimeoutDuration")
+            duration_ns = _duration_ns(duration)
+            validate_timeout(loopTimeoutDuration)
             dl = deadline_ns(deadline)
         except ValidationError as e:
             log.error("executeFenced rejected: %s", e)
             return S.INVALID_ARGUMENT, None, None
+        except Exception as e:  # malformed argument objects
+            log.error("executeFenced rejected: malformed argument (%s: %s)", type(e).__name__, e)
+            return S.INVALID_ARGUMENT, None, None
         if _passed(dl):
             return S.MISSED_DEADLINE_PERSISTENT, None, None
         for h in waitFor or []:
-            if not fence.wait(h, None) or fence.state(h) != fence.FenceState.SIGNALED:
-                log.error("executeFenced: a fence in waitFor signaled an error")
+            # NOTE: as the reference, wait for every fence before starting; unlike
+            # it, a deadline ends the wait (a fence that is never signaled must
+            # not hold the caller past its deadline).
+            timeout_s = None if dl is None else max(0.0, (dl - time.monotonic_ns()) / 1e9)
+            st = fence.sync_wait(h, timeout_s)
+            if st == fence.FenceState.ACTIVE:
+                log.error("executeFenced: the deadline passed while waiting for a fence")
+                return S.MISSED_DEADLINE_TRANSIENT, None, None
+            if st != fence.FenceState.SIGNALED:
+                log.error("executeFenced: a fence in waitFor signaled an error (%s)", st.name)
                 return S.GENERAL_FAILURE, None, None
         after_fences = time.monotonic_ns()
-        if duration is not None and duration.nanoseconds is not None:
-            d2 = after_fences + int(duration.nanoseconds)
+        if duration_ns is not None:
+            # NOTE: the duration runs from when all fences are signaled
+            d2 = after_fences + duration_ns
             dl = d2 if dl is None else min(dl, d2)
-        err, job = self._launch(req, measure, hal.OptionalTimePoint(nanosecondsSinceEpoch=dl) if dl else None,
-                                loopTimeoutDuration, allow_unspecified_output=False)
+        err, job = self._launch(req, measure, None, loopTimeoutDuration, allow_unspecified_output=False,
+                                deadline_override=dl, start_ns=start)
         result = err if err is not None else job()
         if result.status != S.NONE:
             return result.status, None, None
@@ -170,11 +186,24 @@ class SamplePreparedModel(hal.IPreparedModel):
         timing_fenced = hal.Timing()
         if measure == hal.MeasureTiming.YES and result.timing.timeOnDevice != hal.UINT64_MAX:
             end = time.monotonic_ns()
-            timing_launched = hal.Timing(timeOnDevice=result.timing.timeOnDevice,
-                                         timeInDriver=max(result.timing.timeOnDevice, (end - start) // 1000))
-            timing_fenced = hal.Timing(timeOnDevice=result.timing.timeOnDevice,
-                                       timeInDriver=max(result.timing.timeOnDevice, (end - after_fences) // 1000))
+            on_device = result.timing.timeOnDevice
+            timing_launched = hal.Timing(timeOnDevice=on_device, timeInDriver=max(on_device, (end - start) // 1000))
+            timing_fenced = hal.Timing(timeOnDevice=on_device,
+                                       timeInDriver=max(on_device, (end - after_fences) // 1000))
         return S.NONE, fence.signaled(), _FencedCallback(timing_launched, timing_fenced)
+
+
+def _duration_ns(duration: Any) -> Optional[int]:
+    if duration is None:
+        return None
+    if not isinstance(duration, hal.OptionalTimeoutDuration):
+        raise ValidationError(f"duration is not an OptionalTimeoutDuration: {duration!r}")
+    ns = duration.nanoseconds
+    if ns is None:
+        return None
+    if not isinstance(ns, int) or isinstance(ns, bool) or ns < 0:
+        raise ValidationError(f"invalid duration {ns!r}")
+    return ns
 
 
 class _FencedCallback(hal.IFencedExecutionCallback):
