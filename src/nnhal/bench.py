@@ -535,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--types", default="float32,quant8", help="comma-separated: float32, quant8")
     ap.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
     ap.add_argument("--alpha", type=float, default=1.0, help="width multiplier (default 1.0)")
+    ap.add_argument("--classes", type=int, default=1000, help="output classes (default 1000)")
     ap.add_argument("--runs", type=int, default=10, help="whole-network executions timed (default 10)")
     ap.add_argument("--repeats", type=int, default=5, help="timings per layer / matmul (default 5)")
     ap.add_argument("--no-layers", action="store_true", help="skip the per-layer table")
@@ -545,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in [n.strip() for n in args.nets.split(",") if n.strip()]:
         if name not in builders:
             ap.error(f"unknown net {name!r}")
-        net = builders[name](args.size, args.alpha)
+        net = builders[name](args.size, args.alpha, args.classes)
         for dtype in [t.strip() for t in args.types.split(",") if t.strip()]:
             if dtype not in ("float32", "quant8"):
                 ap.error(f"unknown type {dtype!r}")

@@ -1,0 +1,48 @@
+"""nnhal bench on tiny MobileNets: the CLI runs end to end through the
+sample-all driver, the driver agrees with the registry kernels, and the
+quantized network tracks the float one (its calibration does not saturate)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal import bench
+from nnhal.hal import OperandType
+from nnhal.ops.quant import quantize
+
+
+def test_bench_cli_tiny(capsys):
+    rc = bench.main(["--size", "32", "--alpha", "0.25", "--classes", "10", "--runs", "2", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    for name in ("mobilenet_v1_0.25_32 float32", "mobilenet_v1_0.25_32 quant8", "mobilenet_v2_0.25_32 float32",
+                 "mobilenet_v2_0.25_32 quant8"):
+        assert name in out
+    assert "median latency" in out and "whole network / bare matmul sum" in out
+    assert "driver sample-all" in out
+
+
+def test_bench_structure():
+    v1 = bench.mobilenet_v1()
+    kinds = [layer.kind for layer in v1.layers]
+    assert kinds.count("conv") == 14 and kinds.count("dw") == 13 and kinds[-2:] == ["fc", "softmax"]
+    v2 = bench.mobilenet_v2()
+    kinds = [layer.kind for layer in v2.layers]
+    assert kinds.count("dw") == 17 and kinds.count("add") == 10 and kinds.count("conv") == 35
+
+
+def test_driver_matches_registry_and_quant_tracks_float():
+    net = bench.mobilenet_v2(32, 0.5, 10)
+    rng = np.random.default_rng(3)
+    xf = rng.uniform(-1, 1, net.input_shape).astype(np.float32)
+    gf = bench.lower(net, quant=False)
+    lat, yf = bench.driver_latency(gf, xf, runs=1)
+    assert lat > 0 and yf.shape == (1, 10)
+    ref = bench.RegistryRunner(gf).run(xf)[gf.outputs[0]]
+    np.testing.assert_allclose(yf, ref, rtol=1e-6, atol=1e-7)
+    gq = bench.lower(net, quant=True, ranges=bench.calibrate(net, xf))
+    xq = quantize(xf, 2.0 / 255.0, 128, OperandType.TENSOR_QUANT8_ASYMM)
+    _, yq = bench.driver_latency(gq, xq, runs=1)
+    np.testing.assert_array_equal(yq, bench.RegistryRunner(gq).run(xq)[gq.outputs[0]])
+    # the quantized probabilities (scale 1/256) follow the float ones
+    assert np.abs(yq.astype(np.float64) / 256.0 - yf).max() < 0.1
