@@ -338,8 +338,8 @@ def execute_detection_postprocessing(ctx: ExecContext) -> list[np.ndarray]:
             d = dl[b]
             yc = anc[:, 0] + anc[:, 2] * d[:, 0] / sy
             xc = anc[:, 1] + anc[:, 3] * d[:, 1] / sx
-            hh = anc[:, 2] * np.exp(d[:, 2] / sh) * F32(0.5)
-            wh = anc[:, 3] * np.exp(d[:, 3] / sw) * F32(0.5)
+            hh = anc[:, 2] * K.expf(d[:, 2] / sh) * F32(0.5)
+            wh = anc[:, 3] * K.expf(d[:, 3] / sw) * F32(0.5)
             boxes = np.stack([yc - hh, xc - wh, yc + hh, xc + wh], axis=1).astype(F32)
             s_b = sc[b]
             if regular:
@@ -353,7 +353,8 @@ def execute_detection_postprocessing(ctx: ExecContext) -> list[np.ndarray]:
                 out_n[b] = k
             else:
                 n_cls = min(n_c - 1, max_cls)
-                max_scores = s_b[:, 1:].max(axis=1)
+                rest = s_b[:, 1:]
+                max_scores = np.take_along_axis(rest, K.max_element(rest, axis=1)[:, None], axis=1)[:, 0]
                 cand = np.flatnonzero(max_scores > score_thr)
                 sel = K.nms_single_class(max_scores, boxes, cand, max_det, iou_thr)
                 if sel.size:

@@ -20,6 +20,13 @@ import numpy as np
 F32 = np.float32
 
 
+def expf(x: np.ndarray) -> np.ndarray:
+    """float32 exp rounded from double precision, as the C library's expf
+    (numpy's float32 exp may differ in the last bit)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.exp(np.asarray(x, np.float64)).astype(F32)
+
+
 class KernelError(ValueError):
     """Malformed run-time data (the family module turns it into OpExecutionError)."""
 
@@ -217,14 +224,14 @@ class _TieSort:
 
 def _has_ties(*keys: np.ndarray) -> bool:
     rows = np.stack([np.asarray(k, np.float64) for k in keys], axis=1)
-    return np.unique(rows, axis=0).shape[0] != rows.shape[0] or bool(np.isnan(rows).any())
+    return np.unique(rows, axis=0).shape[0] != rows.shape[0]
 
 
 def sort_desc(keys: np.ndarray) -> np.ndarray:
     """Permutation ordering ``keys`` by descending value as the reference's
     std::sort(ids, [](a, b) { return key[a] > key[b]; }) does."""
     keys = np.asarray(keys, np.float64)
-    if keys.size <= _SMALL_SORT or not _has_ties(keys):
+    if not np.isnan(keys).any() and (keys.size <= _SMALL_SORT or not _has_ties(keys)):
         return np.argsort(-keys, kind="stable")
     ids = list(range(keys.size))
     k = keys.tolist()
@@ -235,7 +242,7 @@ def sort_desc(keys: np.ndarray) -> np.ndarray:
 def sort_rows_desc(keys: np.ndarray) -> np.ndarray:
     """:func:`sort_desc` of every row of a 2-D array."""
     keys = np.asarray(keys, np.float64)
-    if keys.shape[1] <= _SMALL_SORT:
+    if keys.shape[1] <= _SMALL_SORT and not np.isnan(keys).any():
         return np.argsort(-keys, axis=1, kind="stable")
     return np.stack([sort_desc(row) for row in keys]) if keys.shape[0] else np.zeros(keys.shape, np.int64)
 
@@ -245,12 +252,23 @@ def sort_class_then_desc(classes: np.ndarray, keys: np.ndarray) -> np.ndarray:
     (the reference's second std::sort of BOX_WITH_NMS_LIMIT)."""
     keys = np.asarray(keys, np.float64)
     classes = np.asarray(classes, np.int64)
-    if keys.size <= _SMALL_SORT or not _has_ties(classes, keys):
+    if not np.isnan(keys).any() and (keys.size <= _SMALL_SORT or not _has_ties(classes, keys)):
         return np.lexsort((-keys, classes))
     ids = list(range(keys.size))
     k, c = keys.tolist(), classes.tolist()
     _TieSort(ids, lambda a, b: k[a] > k[b] if c[a] == c[b] else c[a] < c[b]).sort(0, len(ids))
     return np.asarray(ids, np.int64)
+
+
+def max_element(a: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Index of std::max_element along ``axis``: the first maximum, where a
+    NaN wins only in first position (every comparison with NaN is false)."""
+    a = np.asarray(a)
+    if not np.issubdtype(a.dtype, np.floating):
+        return np.argmax(a, axis=axis)
+    first_nan = np.isnan(np.take(a, [0], axis=axis))
+    idx = np.argmax(np.where(np.isnan(a), -np.inf, a), axis=axis)
+    return np.where(np.squeeze(first_nan, axis=axis), 0, idx)
 
 
 def _partition_kept(rest: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -299,7 +317,7 @@ def nms_kernel(kind: int, iou_threshold: float, sigma: float) -> SoftKernel:
     if kind == 2:
         def gaussian(iou: np.ndarray) -> np.ndarray:
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                return np.exp(F32(-1) * iou * iou / sig).astype(F32)
+                return expf(F32(-1) * iou * iou / sig)
         return gaussian
     raise KernelError(f"unsupported NMS kernel {kind}")
 
@@ -319,7 +337,7 @@ def nms_single_class(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarr
     thr = F32(iou_threshold)
     sthr = F32(score_threshold)
     while sel.size and len(out) < max_detections:
-        m = int(np.argmax(scores[sel]))  # first maximum, as std::max_element
+        m = int(max_element(scores[sel]))
         sel[0], sel[m] = sel[m], sel[0]
         best = int(sel[0])
         rest = sel[1:]
@@ -382,8 +400,8 @@ def bbox_transform(rois: np.ndarray, deltas: np.ndarray, batches: np.ndarray, im
     cx = ((rois[:, 0] + rois[:, 2]) / F32(2))[:, None]
     cy = ((rois[:, 1] + rois[:, 3]) / F32(2))[:, None]
     with np.errstate(over="ignore", invalid="ignore"):
-        nw = np.exp(d[..., 2]) * w
-        nh = np.exp(d[..., 3]) * h
+        nw = expf(d[..., 2]) * w
+        nh = expf(d[..., 3]) * h
         nx = cx + d[..., 0] * w
         ny = cy + d[..., 1] * h
         info = image_info.astype(F32)[b]
@@ -575,7 +593,8 @@ def roi_pool(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_h: int,
     he = np.ceil(h_step[:, None] * (jh + 1) + sy[:, :1].astype(F32)).astype(np.int64)
     ws, we = np.clip(ws, 0, in_w), np.clip(we, 0, in_w)
     hs, he = np.clip(hs, 0, in_h), np.clip(he, 0, in_h)
-    if np.issubdtype(x.dtype, np.floating):
+    floating = np.issubdtype(x.dtype, np.floating)
+    if floating:
         low = np.array(-np.inf, x.dtype)
     else:
         low = np.array(np.iinfo(x.dtype).min, x.dtype)
@@ -593,8 +612,12 @@ def roi_pool(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_h: int,
         rows = np.arange(h0, h1)
         cmask = (cols[None, :] >= ws[r][:, None]) & (cols[None, :] < we[r][:, None])   # [ow, w]
         rmask = (rows[None, :] >= hs[r][:, None]) & (rows[None, :] < he[r][:, None])   # [oh, h]
-        colmax = np.where(cmask[None, :, :, None], img[:, None, :, :], low).max(axis=2)  # [h, ow, C]
-        binmax = np.where(rmask[:, :, None, None], colmax[None, :, :, :], low).max(axis=1)  # [oh, ow, C]
+        # NOTE: fmax skips NaN; the reference keeps a NaN only if it is a bin's first element
+        colmax = np.fmax.reduce(np.where(cmask[None, :, :, None], img[:, None, :, :], low), axis=2)  # [h, ow, C]
+        binmax = np.fmax.reduce(np.where(rmask[:, :, None, None], colmax[None, :, :, :], low), axis=1)
+        if floating:
+            first = x[int(batch_idx[r]), np.minimum(hs[r], in_h - 1)[:, None], np.minimum(ws[r], in_w - 1)[None, :]]
+            binmax = np.where(np.isnan(first), first, binmax)
         binmax[empty] = empty_value
         out[r] = binmax
     return out
