@@ -619,3 +619,20 @@ def test_tie_order_matches_the_cpp_library():
                 19, 29, 9, 39, 21, 11, 31, 41, 1, 23, 13, 3, 33, 43, 5, 15, 35, 25]
     np.testing.assert_array_equal(K.sort_desc(keys), by_score)
     np.testing.assert_array_equal(K.sort_class_then_desc(classes, keys), by_class)
+
+
+def test_max_element_semantics():
+    nan = np.nan
+    assert int(K.max_element(np.array([1.0, 3.0, 3.0, 2.0]))) == 1  # first maximum
+    assert int(K.max_element(np.array([1.0, nan, 3.0]))) == 2  # a later NaN never wins
+    assert int(K.max_element(np.array([nan, 5.0, 3.0]))) == 0  # a first NaN always does
+    np.testing.assert_array_equal(K.max_element(np.array([[nan, 1.0], [0.0, 2.0]]), axis=1), [0, 1])
+
+
+def test_roi_pooling_nan_only_when_first_in_bin():
+    x = np.array([[1.0, np.nan], [np.nan, 0.5]], np.float32).reshape(1, 2, 2, 1)
+    ins = [tensor(x), tensor([[0, 0, 1, 1], [1, 0, 1, 1]]), tensor([0, 0], T.TENSOR_INT32), i32(1), i32(1),
+           f32(1.0), f32(1.0), boolean(False)]
+    (res,) = run(Op.ROI_POOLING, ins, [out(F32)])
+    assert res[0, 0, 0, 0] == 1.0  # bin [0:2, 0:2] starts at 1.0: the NaNs are skipped
+    assert np.isnan(res[1, 0, 0, 0])  # bin [0:2, 1:2] starts at NaN

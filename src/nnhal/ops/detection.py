@@ -16,6 +16,9 @@ GENERATE_PROPOSALS) are returned at their computed size.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from nnhal.hal import OperandType, OperationType
@@ -62,7 +65,8 @@ def _store(values: np.ndarray, type_: OperandType, scale: float = 0.0, zero_poin
     return np.asarray(values).astype(np.float16 if type_ == TF16 else F32)
 
 
-def _run(ctx: ExecContext, fn, *args):
+def _run(ctx: ExecContext, fn: Callable[..., Any], *args: Any) -> Any:
+    """Calls a kernel; malformed data it reports becomes a run-time failure."""
     try:
         return fn(*args)
     except K.KernelError as e:
@@ -74,11 +78,11 @@ def _check(ctx: ExecContext, cond: bool, msg: str) -> None:
         raise ctx.fail(msg)
 
 
-def _check_box_quant(ctx: ExecContext, t: Tensor, what: str, zero_point: int | None = 0) -> None:
+def _check_box_quant(ctx: ExecContext, t: Tensor, what: str) -> None:
+    """Quantized boxes are in units of 1/8 (scale 0.125, zero point 0)."""
     if t.type == Q16A:
         _check(ctx, t.scale == 0.125, f"{what} must have scale 0.125, got {t.scale}")
-        if zero_point is not None:
-            _check(ctx, t.zero_point == zero_point, f"{what} must have zeroPoint {zero_point}, got {t.zero_point}")
+        _check(ctx, t.zero_point == 0, f"{what} must have zeroPoint 0, got {t.zero_point}")
 
 
 def _empty(spec: OutputSpec, shape: tuple) -> np.ndarray:
