@@ -636,3 +636,10 @@ def test_roi_pooling_nan_only_when_first_in_bin():
     (res,) = run(Op.ROI_POOLING, ins, [out(F32)])
     assert res[0, 0, 0, 0] == 1.0  # bin [0:2, 0:2] starts at 1.0: the NaNs are skipped
     assert np.isnan(res[1, 0, 0, 0])  # bin [0:2, 1:2] starts at NaN
+
+
+def test_roi_align_chunked_sampling(monkeypatch):
+    case = ROI_ALIGN_CASES["adaptive_ratio"]
+    whole = run(Op.ROI_ALIGN, _roi_inputs(case, Q8, False), [out(Q8, 0.03125, 10)])[0]
+    monkeypatch.setattr(K, "_GATHER_BUDGET", 1)  # one ROI per chunk
+    np.testing.assert_array_equal(run(Op.ROI_ALIGN, _roi_inputs(case, Q8, False), [out(Q8, 0.03125, 10)])[0], whole)
