@@ -347,6 +347,29 @@ class _Common:
             return x.astype(np.float32)
         return x
 
+    def fill(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """dst[...] = src as float (quantized: minus the zero point)."""
+        if self.is_q:
+            np.subtract(src, self.x.zero_point, out=dst, dtype=dst.dtype)
+        else:
+            dst[...] = src
+
+    def input_padded(self, x: np.ndarray, nchw: bool, p: dict, dtype: Any = np.float32) -> np.ndarray:
+        """The NHWC input as float (quantized: minus its zero point), zero
+        padded; layout change, conversion and padding in one pass."""
+        xv = x.transpose(0, 2, 3, 1) if nchw else x
+        pt, pb, pl, pr = p["pt"], p["pb"], p["pl"], p["pr"]
+        if pt == pb == pl == pr == 0 and dtype == np.float32:
+            return np.ascontiguousarray(self.input_f(xv))
+        n, h, w, c = xv.shape
+        out = np.zeros((n, h + pt + pb, w + pl + pr, c), dtype)
+        inner = out[:, pt:pt + h, pl:pl + w, :]
+        if self.is_q:
+            np.subtract(xv, self.x.zero_point, out=inner, dtype=dtype)
+        else:
+            inner[...] = xv
+        return out
+
     def filter(self) -> tuple[np.ndarray, int]:
         key = _filter_key(self.kind, self.groups)
         if self.st is not None and self.st.filter is not None and self.st.filter[0] == key:
@@ -520,8 +543,7 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
             c.requant(p["act"], cout)  # NOTE: the reference checks the scales even then
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()
-    xf = c.input_f(_to_nhwc(x, nchw))
-    xp = ck.pad_nhwc(xf, p["pt"], p["pb"], p["pl"], p["pr"])
+    xp = c.input_padded(x, nchw, p)
     cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow)
     acc = ck.gemm_exact(cols, wm, c.gemm_block(cols.shape[1], mw))
     y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
@@ -557,16 +579,16 @@ def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
             c.requant(p["act"], cout)
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()
-    xf = c.input_f(_to_nhwc(x, nchw))
-    if mult > 1:
-        xf = np.repeat(xf, mult, axis=3)
     taps = kh * kw
     dt = np.float32
     if c.is_q and ck.exact_block(taps, c.max_x, mw) is not None:
         dt = np.float64  # NOTE: huge kernels: sums beyond 2^24 need float64
-        xf, wm = xf.astype(dt), wm.astype(dt)
-    xp = ck.pad_nhwc(xf, p["pt"], p["pb"], p["pl"], p["pr"])
-    acc = ck.depthwise_nhwc(xp, wm, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow,
+        wm = wm.astype(dt)
+    xv = x.transpose(0, 2, 3, 1) if nchw else x
+    if mult > 1:
+        xv = np.repeat(xv, mult, axis=3)
+    pads = (p["pt"], p["pb"], p["pl"], p["pr"])
+    acc = ck.depthwise_nhwc(xv, wm, pads, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow, dt, c.fill,
                             c.wt_cache() if dt == np.float32 else None)
     y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
     return [_from_nhwc(y, nchw)]
@@ -596,8 +618,7 @@ def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()  # [G, kh*kw*Cg, Og]
     og = cout // g
-    xf = c.input_f(_to_nhwc(x, nchw))
-    xp = ck.pad_nhwc(xf, p["pt"], p["pb"], p["pl"], p["pr"])
+    xp = c.input_padded(x, nchw, p)
     cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], 1, 1, oh, ow)
     m = cols.shape[0]
     cols4 = cols.reshape(m, kh * kw, g, cg)

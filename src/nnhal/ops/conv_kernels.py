@@ -23,11 +23,13 @@ Exactness of the quantized paths
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 F32_EXACT = 1 << 24  # largest magnitude up to which every integer is a float32
+REQUANT_CHUNK = 65536  # values per requantization chunk (float64 temporaries stay in cache)
 
 PADDING_SAME = 1
 PADDING_VALID = 2
@@ -107,54 +109,69 @@ def gemm_exact(a: np.ndarray, b: np.ndarray, block: int | None) -> np.ndarray:
     return acc
 
 
-def depthwise_nhwc(xp: np.ndarray, w: np.ndarray, sh: int, sw: int, dh: int, dw: int, oh: int, ow: int,
-                   wt_cache: dict | None = None) -> np.ndarray:
-    """Depthwise tap sum on a padded NHWC array ``xp`` (float32/float64) with
-    per-channel taps ``w`` [kh, kw, C] (C = channels of xp): the sum over taps
-    of shifted views times the tap's channel weights.
+def _assign(dst: np.ndarray, src: np.ndarray) -> None:
+    dst[...] = src
 
-    The weights are tiled along the output width so that every ufunc inner
+
+def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], sh: int, sw: int, dh: int,
+                   dw: int, oh: int, ow: int, dt: Any = np.float32,
+                   fill: Callable[[np.ndarray, np.ndarray], None] = _assign,
+                   wt_cache: dict | None = None) -> np.ndarray:
+    """Depthwise tap sum of an NHWC input ``x`` (unpadded, any dtype, possibly
+    a strided view) with per-channel taps ``w`` [kh, kw, C] (C = channels of
+    x): the sum over taps of shifted views times the tap's channel weights.
+    ``pads`` = (top, bottom, left, right); ``fill(dst, src)`` writes input
+    values converted to ``dt`` (for quantized inputs: minus the zero point),
+    so padding, conversion and layout take one pass.
+
+    The weights are tiled along the output width so that every einsum inner
     loop runs over a whole output row (ow * C contiguous values) instead of
     C values; stride > 1 along the width is handled by splitting the input
     into stride phases (so the rows stay contiguous)."""
-    n, hp, wp, c = xp.shape
+    n, h, wd, c = x.shape
+    pt, pb, pl, pr = pads
+    hp, wp = h + pt + pb, wd + pl + pr
     kh, kw, _ = w.shape
-    dt = xp.dtype
+    dt = np.dtype(dt)
+    if sw > 1 and dw > 1:
+        # general case (stride and dilation both > 1 along the width): tap by tap
+        xp = np.zeros((n, hp, wp, c), dt)
+        fill(xp[:, pt:pt + h, pl:pl + wd, :], x)
+        acc = np.zeros((n, oh, ow, c), dt)
+        for i in range(kh):
+            for j in range(kw):
+                r0, c0 = i * dh, j * dw
+                acc += xp[:, r0:r0 + (oh - 1) * sh + 1:sh, c0:c0 + (ow - 1) * sw + 1:sw, :] * w[i, j]
+        return acc
     out = np.empty((n, oh, ow * c), dt)
-    if sw == 1 or dw == 1:
-        s = sw
-        ka = -(-kw // s)  # taps per phase
-        key = ("dw", ow, s, dt.str)
-        wt = None if wt_cache is None else wt_cache.get(key)
-        if wt is None:
-            wk = np.zeros((kh, ka * s, c), dt)
-            wk[:, :kw, :] = w
-            # [kh, ka, phase, ow*C]: tap j = a*s + phase
-            wt = np.tile(wk.reshape(kh, ka, s, 1, c), (1, 1, 1, ow, 1)).reshape(kh, ka, s, ow * c)
-            if wt_cache is not None:
-                wt_cache[key] = wt
-        wq = max(-(-wp // s), ow - 1 + ka)
-        for b in range(n):
-            if s == 1:
-                ph = xp[b][None]
-            else:
-                buf = np.zeros((hp, wq * s, c), dt)
-                buf[:, :wp, :] = xp[b]
-                ph = np.ascontiguousarray(buf.reshape(hp, wq, s, c).transpose(2, 0, 1, 3))
-            st = ph.strides
-            # NOTE: with stride 1 the phase axis has length 1; dilation dw applies then
-            col_step = st[2] * (dw if s == 1 else 1)
-            v = as_strided(ph, shape=(kh, ka, s, oh, ow * c),
-                           strides=(st[1] * dh, col_step, st[0], st[1] * sh, st[3]), writeable=False)
-            np.einsum("iaprc,iapc->rc", v, wt, out=out[b])
-        return out.reshape(n, oh, ow, c)
-    # general case (stride and dilation both > 1 along the width): tap by tap
-    acc = np.zeros((n, oh, ow, c), dt)
-    for i in range(kh):
-        for j in range(kw):
-            r0, c0 = i * dh, j * dw
-            acc += xp[:, r0:r0 + (oh - 1) * sh + 1:sh, c0:c0 + (ow - 1) * sw + 1:sw, :] * w[i, j]
-    return acc
+    s = sw
+    ka = -(-kw // s)  # taps per phase
+    key = ("dw", ow, s, dt.str)
+    wt = None if wt_cache is None else wt_cache.get(key)
+    if wt is None:
+        wk = np.zeros((kh, ka * s, c), dt)
+        wk[:, :kw, :] = w
+        # [kh, ka, phase, ow*C]: tap j = a*s + phase
+        wt = np.tile(wk.reshape(kh, ka, s, 1, c), (1, 1, 1, ow, 1)).reshape(kh, ka, s, ow * c)
+        if wt_cache is not None:
+            wt_cache[key] = wt
+    wq = max(-(-wp // s), ow - 1 + ka)
+    for b in range(n):
+        # stride phases along the padded width: ph[p, :, k] = xpad[:, k*s + p]
+        ph = np.zeros((s, hp, wq, c), dt)
+        for p in range(s):
+            k0 = max(0, -(-(pl - p) // s))  # first phase column inside the input
+            c0 = k0 * s + p - pl
+            cnt = len(range(c0, wd, s))
+            if cnt > 0:
+                fill(ph[p, pt:pt + h, k0:k0 + cnt, :], x[b, :, c0::s, :])
+        st = ph.strides
+        # NOTE: with stride 1 the phase axis has length 1; dilation dw applies then
+        col_step = st[2] * (dw if s == 1 else 1)
+        v = as_strided(ph, shape=(kh, ka, s, oh, ow * c),
+                       strides=(st[1] * dh, col_step, st[0], st[1] * sh, st[3]), writeable=False)
+        np.einsum("iaprc,iapc->rc", v, wt, out=out[b])
+    return out.reshape(n, oh, ow, c)
 
 
 @dataclass
@@ -224,7 +241,7 @@ class Requant:
         corr = self._tile("corr", width) if self.need_corr else None
         thr = self._tile("thr", width) if self.need_corr else None
         # NOTE: chunks of ~64K values keep the float64 temporaries in cache
-        step = max(1, 65536 // (width * nc))
+        step = max(1, REQUANT_CHUNK // (width * nc))
         buf = np.empty((min(step, rows), width * nc), np.float64)
         if corr is not None:
             tmp = np.empty_like(buf)
@@ -235,7 +252,9 @@ class Requant:
             e = min(rows, s + step)
             blk = a2[s:e]
             t = buf[:e - s]
-            np.multiply(blk, m1, out=t)
+            # NOTE: cast then multiply in place: a mixed float32 * float64 ufunc is slower
+            t[...] = blk
+            t *= m1
             t += c
             if corr is not None:
                 # NOTE: a masked ufunc (where=) is several times slower than this
