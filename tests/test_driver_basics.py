@@ -572,3 +572,100 @@ def test_concurrent_prepare_and_execute() -> None:
     for t in threads:
         t.join(60)
     assert not errors, errors
+
+
+def test_read_only_pools(add_prepared) -> None:  # noqa: ANN001
+    """A read-only mmap_fd is fine for inputs; as an output pool it is a bad
+    argument (never an exception)."""
+    fd = os.memfd_create("ro")
+    try:
+        os.ftruncate(fd, 64)
+        os.pwrite(fd, A.tobytes() + B.tobytes(), 0)
+        with _add_pools() as p:
+            ro = hal_memory.from_fd(fd, 32, 0, hal_memory.PROT_READ)
+            req = p.request()
+            req.pools[0] = hal.MemoryPool(hidlMemory=ro)
+            assert execute_sync(add_prepared, req)[0] == S.NONE
+            np.testing.assert_array_equal(p.output(0, np.float32, (2, 2)), A + B)
+            req = p.request()
+            req.pools[1] = hal.MemoryPool(hidlMemory=hal_memory.from_fd(fd, 32, 0, hal_memory.PROT_READ))
+            status, shapes, _ = execute_sync(add_prepared, req)
+            assert status == S.INVALID_ARGUMENT and shapes == []
+            _, status, shapes, _ = execute_async(add_prepared, req)
+            assert status == S.INVALID_ARGUMENT and shapes == []
+            hal_memory.free(ro)
+            hal_memory.free(req.pools[1].hidlMemory)
+    finally:
+        os.close(fd)
+
+
+def test_non_blob_hardware_buffer_pool_is_invalid(add_prepared) -> None:  # noqa: ANN001
+    with _add_pools() as p:
+        req = p.request()
+        hw = hal_memory.allocate(16, "hardware_buffer")
+        req.pools[1] = hal.MemoryPool(hidlMemory=hw)
+        assert execute_sync(add_prepared, req)[0] == S.INVALID_ARGUMENT
+        hal_memory.free(hw)
+
+
+@pytest.mark.parametrize("bad", ["no_pool", "both", "location_with_no_value", "garbage"])
+def test_malformed_requests(add_prepared, bad: str) -> None:  # noqa: ANN001
+    with _add_pools() as p:
+        req = p.request()
+        if bad == "no_pool":
+            req.pools[1] = hal.MemoryPool()
+        elif bad == "both":
+            req.pools[1] = hal.MemoryPool(hidlMemory=p.out_mem, token=3)
+        elif bad == "location_with_no_value":
+            req.inputs = [hal.RequestArgument(hasNoValue=True, location=hal.DataLocation(0, 0, 16)), req.inputs[1]]
+        else:
+            req = "not a request"
+        status, shapes, timing = execute_sync(add_prepared, req, M.YES)
+        assert status == S.INVALID_ARGUMENT and shapes == [] and timing == NO_TIMING
+
+
+def _omitting(p: Pools, what: str) -> hal.Request:
+    req = p.request()
+    if what == "input":
+        req.inputs = [hal.RequestArgument(hasNoValue=True), *req.inputs[1:]]
+    else:
+        req.outputs = [hal.RequestArgument(hasNoValue=True)]
+    return req
+
+
+@pytest.mark.parametrize("what", ["input", "output"])
+def test_omitted_required_operand(add_prepared, what: str) -> None:  # noqa: ANN001
+    """As the reference: an operation of the resolver (ADD) fails with
+    GENERAL_FAILURE; one of CpuExecutor's own switch (RESHAPE) with
+    BAD_DATA -> INVALID_ARGUMENT."""
+    from tests.driver_util import Builder, make_model
+
+    with _add_pools() as p:
+        status, shapes, timing = execute_sync(add_prepared, _omitting(p, what), M.YES)
+        assert status == S.GENERAL_FAILURE and shapes == [] and timing == NO_TIMING
+    b = Builder()
+    x = b.input(T.TENSOR_FLOAT32, (2, 2))
+    o = b.output(T.TENSOR_FLOAT32, (4,))
+    b.op(hal.OperationType.RESHAPE, [x, b.const(T.TENSOR_INT32, np.array([-1], np.int32), (1,))], [o])
+    reshape = prepared_model(make_model(b))
+    with Pools([A], [16]) as p:
+        status, shapes, timing = execute_sync(reshape, _omitting(p, what), M.YES)
+        assert status == S.INVALID_ARGUMENT and shapes == [] and timing == NO_TIMING
+        assert execute_sync(reshape, p.request())[0] == S.NONE
+        np.testing.assert_array_equal(p.output(0, np.float32, (4,)), A.reshape(-1))
+
+
+def test_optional_input_omitted_is_fine() -> None:
+    """TRANSPOSE's permutation may be omitted (hasNoValue) in the request."""
+    from tests.driver_util import Builder, make_model
+
+    b = Builder()
+    x = b.input(T.TENSOR_FLOAT32, (2, 3))
+    perm = b.input(T.TENSOR_INT32, (2,))
+    o = b.output(T.TENSOR_FLOAT32, (3, 2))
+    b.op(hal.OperationType.TRANSPOSE, [x, perm], [o])
+    prepared = prepared_model(make_model(b))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with Pools([x, None], [24]) as p:
+        assert execute_sync(prepared, p.request())[0] == S.NONE
+        np.testing.assert_array_equal(p.output(0, np.float32, (3, 2)), x.T)

@@ -41,6 +41,33 @@ class DeadlineMissed(Exception):
     """The execution deadline or the loop timeout passed (-> MISSED_DEADLINE_TRANSIENT)."""
 
 
+class BadData(OpExecutionError):
+    """A required operand omitted, or a zero-sized input, for an operation the
+    reference runs in ``CpuExecutor``'s own switch: there ``allParametersPresent``
+    answers ANEURALNETWORKS_BAD_DATA, which the driver reports as
+    INVALID_ARGUMENT (operations of the resolver fail with OP_FAILED ->
+    GENERAL_FAILURE instead)."""
+
+
+_OT = hal.OperationType
+# NOTE: the operations of CpuExecutor::executeOperation's switch that check
+# their operands with allParametersPresent (Android 11).
+BAD_DATA_OPS = frozenset({
+    _OT.RESHAPE, _OT.DEPTH_TO_SPACE, _OT.SPACE_TO_DEPTH, _OT.EMBEDDING_LOOKUP, _OT.HASHTABLE_LOOKUP,
+    _OT.RANDOM_MULTINOMIAL, _OT.RNN, _OT.BATCH_TO_SPACE_ND, _OT.SPACE_TO_BATCH_ND, _OT.PAD, _OT.PAD_V2, _OT.CAST,
+    _OT.MEAN, _OT.ARGMAX, _OT.ARGMIN, _OT.EXPAND_DIMS, _OT.SPLIT, _OT.MAXIMUM, _OT.MINIMUM, _OT.GROUPED_CONV_2D,
+    _OT.TILE, _OT.QUANTIZED_16BIT_LSTM, _OT.POW,
+})
+# Operations that may have an omitted (hasNoValue) output: those that take
+# omitted operands at all, and control flow.
+_OMITTABLE_OUTPUT_OPS = frozenset({_OT.IF, _OT.WHILE, _OT.LSH_PROJECTION, _OT.LSTM, _OT.BIDIRECTIONAL_SEQUENCE_LSTM,
+                                   _OT.SVDF})
+
+
+def _operand_error(opdef: OpDef, msg: str) -> OpExecutionError:
+    return (BadData if opdef.type in BAD_DATA_OPS else OpExecutionError)(msg)
+
+
 def operand_array(operand: hal.Operand, raw: bytes | memoryview) -> np.ndarray:
     """The value of an operand stored in ``raw`` as a numpy array of its shape."""
     t = hal.OperandType(operand.type)
@@ -142,10 +169,16 @@ class Executor:
         self.graphs = [_Graph(model, sg, pools, self.relaxed) for sg in [model.main, *model.referenced]]
 
     def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
-            loop_timeout_ns: int = hal.LoopTimeoutDurationNs.DEFAULT) -> list[np.ndarray]:
+            loop_timeout_ns: int = hal.LoopTimeoutDurationNs.DEFAULT,
+            omitted_outputs: Sequence[int] = ()) -> list[np.ndarray]:
         """Runs the main subgraph on ``inputs`` (one array per model input, None
-        for an omitted one) and returns the outputs with their actual shapes."""
+        for an omitted one) and returns the outputs with their actual shapes.
+        ``omitted_outputs`` are the positions of main outputs the request
+        omits (hasNoValue): as in the reference, only operations that accept
+        omitted operands may write them."""
         run = _Run(self, deadline_ns, loop_timeout_ns)
+        main = self.graphs[0].sg
+        run.omitted = {main.outputIndexes[k] for k in omitted_outputs if 0 <= k < len(main.outputIndexes)}
         return run.run_graph(0, inputs)
 
 
@@ -156,6 +189,7 @@ class _Run:
         self.executor = executor
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = int(loop_timeout_ns)
+        self.omitted: set[int] = set()  # omitted main-graph outputs (operand indexes)
 
     def check_deadline(self) -> None:
         if self.deadline_ns is not None and time.monotonic_ns() > self.deadline_ns:
@@ -186,13 +220,19 @@ class _Run:
                                   channel_quant=o.extraParams.channelQuant))
             for n, t in enumerate(ins):
                 if t.data is None and n not in step.opdef.omittable_inputs:
-                    raise OpExecutionError(f"{step.opdef.name} input {n} (operand {op.inputs[n]}) is required "
-                                           f"but has no value")
+                    raise _operand_error(step.opdef, f"{step.opdef.name} input {n} (operand {op.inputs[n]}) is "
+                                                     f"required but has no value")
+            if g == 0 and self.omitted and not step.opdef.omittable_inputs \
+                    and step.opdef.type not in _OMITTABLE_OUTPUT_OPS:
+                for j, i in enumerate(op.outputs):
+                    if i in self.omitted:
+                        raise _operand_error(step.opdef, f"{step.opdef.name} output {j} (operand {i}) is required "
+                                                         f"but the request omits it")
             if not step.opdef.allow_zero_sized:
                 for n, t in enumerate(ins):
                     if t.data is not None and t.data.ndim and t.data.size == 0:
-                        raise OpExecutionError(f"{step.opdef.name} does not support zero-sized tensors, "
-                                               f"but input {n} has shape {list(t.data.shape)}")
+                        raise _operand_error(step.opdef, f"{step.opdef.name} does not support zero-sized tensors, "
+                                                         f"but input {n} has shape {list(t.data.shape)}")
             ctx = ExecContext(type=step.opdef.type, inputs=ins, outputs=step.outputs, relaxed=self.executor.relaxed,
                               state=step.state, executor=self)
             try:

@@ -14,7 +14,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal import memory as hal_memory
-from nnhal.executor import DeadlineMissed, Executor
+from nnhal.executor import BadData, DeadlineMissed, Executor
 from nnhal.ops.base import NUMPY_DTYPE, OpExecutionError
 from nnhal.validation import ValidationError, is_tensor, operand_byte_size
 
@@ -44,10 +44,14 @@ class RequestPools:
     def __init__(self, request: hal.Request, buffer_lookup: Any = None):
         self.views: list[memoryview] = []
         self._maps: list[hal_memory.MappedPool] = []
+        # NOTE: a pool that receives outputs must be writable (a read-only
+        # mmap_fd or hardware buffer there is a bad argument, not a crash);
+        # pools only read are mapped read-only.
+        out_pools = {a.location.poolIndex for a in request.outputs if not a.hasNoValue}
         for k, pool in enumerate(request.pools):
             if pool.hidlMemory is not None:
                 try:
-                    mp = hal_memory.MappedPool(pool.hidlMemory, writable=None)
+                    mp = hal_memory.MappedPool(pool.hidlMemory, writable=True if k in out_pools else False)
                 except hal_memory.InvalidMemory as e:
                     self.close()
                     raise ValidationError(f"request pool {k}: {e}") from None
@@ -101,10 +105,14 @@ def run_request(model: hal.Model, executor: Executor, request: hal.Request, pool
 
     device_start = time.monotonic_ns()
     try:
-        outputs = executor.run(inputs, deadline_ns, loop_timeout_ns)
+        omitted = [k for k, a in enumerate(request.outputs) if a.hasNoValue]
+        outputs = executor.run(inputs, deadline_ns, loop_timeout_ns, omitted)
     except DeadlineMissed as e:
         log.error("execution: %s", e)
         return Result(S.MISSED_DEADLINE_TRANSIENT)
+    except BadData as e:
+        log.error("execution failed: %s", e)
+        return Result(S.INVALID_ARGUMENT)
     except OpExecutionError as e:
         log.error("execution failed: %s", e)
         return Result(S.GENERAL_FAILURE)
@@ -127,12 +135,16 @@ def run_request(model: hal.Model, executor: Executor, request: hal.Request, pool
         shapes.append(hal.OutputShape(dimensions=dims, isSufficient=ok))
     if not sufficient:
         return Result(S.OUTPUT_INSUFFICIENT_SIZE, shapes)
-    for arg, arr in zip(request.outputs, outputs):
-        if arg.hasNoValue or arr.nbytes == 0:
-            continue
-        view = pools.views[arg.location.poolIndex]
-        off = arg.location.offset
-        view[off: off + arr.nbytes] = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+    try:
+        for arg, arr in zip(request.outputs, outputs):
+            if arg.hasNoValue or arr.nbytes == 0:
+                continue
+            view = pools.views[arg.location.poolIndex]
+            off = arg.location.offset
+            view[off: off + arr.nbytes] = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+    except (TypeError, ValueError, IndexError) as e:  # never let a bad pool reach the client as an exception
+        log.error("writing the outputs failed: %s", e)
+        return Result(S.GENERAL_FAILURE)
     timing = hal.Timing()
     if measure == hal.MeasureTiming.YES:
         end = time.monotonic_ns()
