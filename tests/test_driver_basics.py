@@ -669,3 +669,41 @@ def test_optional_input_omitted_is_fine() -> None:
     with Pools([x, None], [24]) as p:
         assert execute_sync(prepared, p.request())[0] == S.NONE
         np.testing.assert_array_equal(p.output(0, np.float32, (3, 2)), x.T)
+
+
+class _NoThreads:
+    """A threading.Thread whose start fails (the spec's "task fails to launch")."""
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        pass
+
+    def start(self) -> None:
+        raise RuntimeError("can't start new thread")
+
+
+def test_launch_failure_notifies_once_with_same_status(monkeypatch, add_prepared) -> None:  # noqa: ANN001
+    import nnhal.driver.device as device_mod
+    import nnhal.driver.prepared_model as pm_mod
+
+    monkeypatch.setattr(device_mod.threading, "Thread", _NoThreads)
+    assert pm_mod.threading is device_mod.threading
+    cb = CountingPreparedCallback()
+    launch = device().prepareModel_1_3(add_model(), hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                       hal.OptionalTimePoint(), [], [], bytes(32), cb)
+    assert launch == S.GENERAL_FAILURE
+    assert cb.wait(0) == (S.GENERAL_FAILURE, None) and len(cb.calls) == 1
+    cb = CountingPreparedCallback()
+    assert device().prepareModel(add_model_v1_0(), cb) == S.GENERAL_FAILURE
+    assert cb.calls == [("notify", S.GENERAL_FAILURE)]
+    with _add_pools() as p:
+        cb = CountingExecutionCallback()
+        launch = add_prepared.execute_1_3(p.request(), M.YES, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
+                                          cb)
+        assert launch == S.GENERAL_FAILURE
+        status, shapes, timing = cb.wait(0)
+        assert status == S.GENERAL_FAILURE and shapes == [] and timing == NO_TIMING and len(cb.calls) == 1
+        cb = CountingExecutionCallback()
+        assert add_prepared.execute(p.request_v1_0(), cb) == S.GENERAL_FAILURE
+        assert cb.calls == [("notify", S.GENERAL_FAILURE)]
+        # the synchronous paths need no thread
+        assert execute_sync(add_prepared, p.request())[0] == S.NONE

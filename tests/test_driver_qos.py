@@ -217,3 +217,15 @@ def test_finite_loop_with_timeouts() -> None:
         assert status == S.NONE
         o = vm.output_operands()[0]
         np.testing.assert_array_equal(p.output(0, o.data.dtype, shapes[0].dimensions), o.data)
+
+
+def test_infinite_loop_through_1_2_methods(infinite) -> None:  # noqa: ANN001
+    """A 1.2 caller cannot receive MISSED_DEADLINE_*: the default loop timeout
+    ends the loop with GENERAL_FAILURE there, no shapes, no timing."""
+    vm, prepared = infinite
+    with vector_pools(vm) as p:
+        req = p.request_v1_0()
+        t0 = time.monotonic()
+        status, shapes, timing = prepared.executeSynchronously(req, M.YES)
+        assert time.monotonic() - t0 < 5.0
+        assert status == S.GENERAL_FAILURE and shapes == [] and timing == NO_TIMING

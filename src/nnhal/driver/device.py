@@ -166,28 +166,37 @@ class SampleDevice(hal.IDevice):
             _notify(notify, S.GENERAL_FAILURE, None, version)
             return S.GENERAL_FAILURE
 
+        def fail(status: S) -> None:
+            for p in pools:  # NOTE: no prepared model will hold the mappings
+                p.close()
+            _notify(notify, status, None, version)
+
         def work() -> None:
             if _passed(dl):
-                for p in pools:
-                    p.close()
-                _notify(notify, S.MISSED_DEADLINE_PERSISTENT, None, version)
+                fail(S.MISSED_DEADLINE_PERSISTENT)
                 return
             try:
                 executor = Executor(model13, [p.view for p in pools])
             except OpExecutionError as e:
                 log.error("prepareModel: %s", e)
-                _notify(notify, S.GENERAL_FAILURE, None, version)
+                fail(S.GENERAL_FAILURE)
                 return
             except Exception:
                 log.exception("prepareModel failed unexpectedly")
-                _notify(notify, S.GENERAL_FAILURE, None, version)
+                fail(S.GENERAL_FAILURE)
                 return
             if _passed(dl):
-                _notify(notify, S.MISSED_DEADLINE_PERSISTENT, None, version)
+                del executor
+                fail(S.MISSED_DEADLINE_PERSISTENT)
                 return
             _notify(notify, S.NONE, SamplePreparedModel(self, model13, pools, executor, int(version)), version)
 
-        threading.Thread(target=work, name="nnhal-prepare", daemon=True).start()
+        try:
+            threading.Thread(target=work, name="nnhal-prepare", daemon=True).start()
+        except RuntimeError as e:  # NOTE: the spec's "task fails to launch": notify and return GENERAL_FAILURE
+            log.error("prepareModel: cannot launch the preparation: %s", e)
+            fail(S.GENERAL_FAILURE)
+            return S.GENERAL_FAILURE
         return S.NONE
 
     def prepareModel(self, model: Any, callback: Any) -> S:

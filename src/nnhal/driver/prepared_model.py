@@ -88,6 +88,7 @@ class SamplePreparedModel(hal.IPreparedModel):
             finally:
                 pools.close()
 
+        job.abandon = pools.close  # type: ignore[attr-defined]  # a job that will never run
         return None, job
 
     def _async(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, callback: Any,
@@ -104,7 +105,13 @@ class SamplePreparedModel(hal.IPreparedModel):
         def work() -> None:
             _notify_exec(notify, notify_name, job())
 
-        threading.Thread(target=work, name="nnhal-execute", daemon=True).start()
+        try:
+            threading.Thread(target=work, name="nnhal-execute", daemon=True).start()
+        except RuntimeError as e:  # NOTE: the spec's "task fails to launch": notify and return GENERAL_FAILURE
+            log.error("execute: cannot launch the execution: %s", e)
+            job.abandon()
+            _notify_exec(notify, notify_name, Result(S.GENERAL_FAILURE))
+            return S.GENERAL_FAILURE
         return S.NONE
 
     # ------------------------------------------------------------------ 1.0
