@@ -29,6 +29,7 @@ machine (BLAS threads suffer badly when the cores are shared).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -502,6 +503,51 @@ def layer_stats(g: Graph, x: np.ndarray, repeats: int) -> list[LayerStat]:
 
 
 # --------------------------------------------------------------------------
+# BLAS threads
+
+
+def _openblas() -> Any:
+    """numpy's bundled OpenBLAS through ctypes (None if not found)."""
+    import ctypes
+    import glob
+
+    here = os.path.dirname(np.__file__)
+    for path in sorted(glob.glob(os.path.join(here, "..", "numpy.libs", "*openblas*"))) + \
+            sorted(glob.glob(os.path.join(here, ".dylibs", "*openblas*"))):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def _blas_fn(suffix: str) -> Any:
+    lib = _openblas()
+    if lib is None:
+        return None
+    for name in (f"scipy_openblas_{suffix}64_", f"openblas_{suffix}64_", f"openblas_{suffix}"):
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            return fn
+    return None
+
+
+def blas_threads() -> int | None:
+    """The number of threads numpy's OpenBLAS uses (None if unknown)."""
+    fn = _blas_fn("get_num_threads")
+    return int(fn()) if fn is not None else None
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set numpy's OpenBLAS thread count; False if it cannot be set."""
+    fn = _blas_fn("set_num_threads")
+    if fn is None:
+        return False
+    fn(int(n))
+    return True
+
+
+# --------------------------------------------------------------------------
 # CLI
 
 
@@ -558,9 +604,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10, help="whole-network executions timed (default 10)")
     ap.add_argument("--repeats", type=int, default=5, help="timings per layer / matmul (default 5)")
     ap.add_argument("--no-layers", action="store_true", help="skip the per-layer table")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="BLAS threads (default: leave numpy's; 1 gives stable numbers on a shared machine)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args(argv)
     builders = {"v1": mobilenet_v1, "v2": mobilenet_v2}
+    if args.threads > 0 and not set_blas_threads(args.threads):
+        print("cannot set the BLAS thread count; using numpy's default", file=sys.stderr)
+    print(f"BLAS threads: {blas_threads() or 'unknown'}; cpus: {os.cpu_count()}")
     results = []
     for name in [n.strip() for n in args.nets.split(",") if n.strip()]:
         if name not in builders:
