@@ -707,3 +707,33 @@ def test_launch_failure_notifies_once_with_same_status(monkeypatch, add_prepared
         assert cb.calls == [("notify", S.GENERAL_FAILURE)]
         # the synchronous paths need no thread
         assert execute_sync(add_prepared, p.request())[0] == S.NONE
+
+
+def test_input_location_too_short(add_prepared) -> None:  # noqa: ANN001
+    with _add_pools() as p:
+        req = p.request()
+        req.inputs = [hal.RequestArgument(location=hal.DataLocation(0, 0, 12)), req.inputs[1]]
+        status, shapes, _ = execute_sync(add_prepared, req)
+        assert status == S.INVALID_ARGUMENT and shapes == []
+
+
+def test_bool_and_scalar_io() -> None:
+    """TENSOR_BOOL8 inputs/outputs (any non-zero byte is true, outputs are 0/1)
+    and a scalar model input."""
+    from tests.driver_util import Builder, make_model
+
+    b = Builder()
+    x = b.input(T.TENSOR_BOOL8, (4,))
+    o = b.output(T.TENSOR_BOOL8, (4,))
+    b.op(hal.OperationType.LOGICAL_NOT, [x], [o])
+    y = b.input(T.TENSOR_INT32, (2,))
+    s = b.input(T.INT32, ())
+    o2 = b.output(T.TENSOR_INT32, (2,))
+    b.op(hal.OperationType.ADD, [y, y, s], [o2])  # the activation as a model input
+    prepared = prepared_model(make_model(b))
+    raw = np.array([0, 1, 7, 0], np.uint8)
+    with Pools([raw, np.array([3, -4], np.int32), np.array(0, np.int32)], [4, 8]) as p:
+        status, shapes, _ = execute_sync(prepared, p.request())
+        assert status == S.NONE
+        assert p.output(0, np.uint8, (4,)).tolist() == [1, 0, 0, 1]
+        assert p.output(1, np.int32, (2,)).tolist() == [6, -8]
