@@ -229,3 +229,28 @@ def test_infinite_loop_through_1_2_methods(infinite) -> None:  # noqa: ANN001
         status, shapes, timing = prepared.executeSynchronously(req, M.YES)
         assert time.monotonic() - t0 < 5.0
         assert status == S.GENERAL_FAILURE and shapes == [] and timing == NO_TIMING
+
+
+@pytest.mark.parametrize("given,expected", [(None, 2_000_000_000), (1_000_000, 1_000_000),
+                                            (15_000_000_000, 15_000_000_000), (16_000_000_000, 15_000_000_000),
+                                            (2**64 - 1, 15_000_000_000)])
+def test_driver_passes_clamped_loop_timeout(vm, given, expected: int) -> None:  # noqa: ANN001
+    """The executor receives the default, the given, or the clamped maximum
+    loop timeout, on every execution path."""
+    prepared = prepared_model(vm.build_model())
+    seen = []
+    run = prepared.executor.run
+
+    def spy(inputs, deadline_ns=None, loop_timeout_ns=None, *args):  # noqa: ANN001, ANN002, ANN202
+        seen.append(loop_timeout_ns)
+        return run(inputs, deadline_ns, loop_timeout_ns, *args)
+
+    prepared.executor.run = spy
+    loop = hal.OptionalTimeoutDuration(nanoseconds=given)
+    with vector_pools(vm) as p:
+        assert execute_sync(prepared, p.request(), loop_timeout=loop)[0] == S.NONE
+        assert execute_async(prepared, p.request(), loop_timeout=loop)[1] == S.NONE
+        status, _, _ = prepared.executeFenced(p.request(), [], M.NO, hal.OptionalTimePoint(), loop,
+                                              hal.OptionalTimeoutDuration())
+        assert status == S.NONE
+    assert seen == [expected] * 3

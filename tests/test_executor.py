@@ -480,3 +480,35 @@ def test_insufficient_size_conformance_dynamic() -> None:
     with vector_pools(vm) as p:
         status, shapes, _ = execute_sync(prepared, p.request())
         assert status == S.NONE and shapes[0].dimensions == list(o.dimensions)
+
+
+def test_while_two_input_outputs_and_input_only() -> None:
+    """m = 2 (counter, acc), k = 0, n = 1 (x, read by the body every iteration):
+    while counter < 3: counter, acc = counter + 1, acc + x."""
+    main = Builder()
+    cond = Builder(main.values)
+    c, _, _ = cond.input(I32, (1,)), cond.input(F32, (2,)), cond.input(F32, (2,))
+    b = cond.output(BOOL, (1,))
+    cond.op(OT.LESS, [c, cond.const(I32, i32(3), (1,))], [b])
+    body = Builder(main.values)
+    c, acc, x = body.input(I32, (1,)), body.input(F32, (2,)), body.input(F32, (2,))
+    c2, acc2 = body.output(I32, (1,)), body.output(F32, (2,))
+    body.op(OT.ADD, [c, body.const(I32, i32(1), (1,)), body.i32(0)], [c2])
+    body.op(OT.ADD, [acc, x, body.i32(0)], [acc2])
+    c0, acc0, x = main.input(I32, (1,)), main.input(F32, (2,)), main.input(F32, (2,))
+    oc, oacc = main.output(I32, (1,)), main.output(F32, (2,))
+    main.op(OT.WHILE, [main.subgraph_ref(0), main.subgraph_ref(1), c0, acc0, x], [oc, oacc])
+    model = _valid(make_model(main, cond, body))
+    counter, acc = _run(model, i32(0), f32(1, 2), f32(10, 20))
+    assert counter.tolist() == [3]
+    np.testing.assert_array_equal(acc, [31, 62])
+    counter, acc = _run(model, i32(5), f32(1, 2), f32(10, 20))  # no iteration: the initial values
+    assert counter.tolist() == [5]
+    np.testing.assert_array_equal(acc, [1, 2])
+    # the same through the driver
+    prepared = prepared_model(model)
+    with Pools([i32(1), f32(1, 2), f32(10, 20)], [4, 8]) as p:
+        status, shapes, _ = execute_sync(prepared, p.request())
+        assert status == S.NONE and [s.dimensions for s in shapes] == [[1], [2]]
+        assert p.output(0, np.int32, (1,)).tolist() == [3]
+        np.testing.assert_array_equal(p.output(1, np.float32, (2,)), [21, 42])
