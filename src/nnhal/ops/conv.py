@@ -359,15 +359,12 @@ class _Common:
         padded; layout change, conversion and padding in one pass."""
         xv = x.transpose(0, 2, 3, 1) if nchw else x
         pt, pb, pl, pr = p["pt"], p["pb"], p["pl"], p["pr"]
-        if pt == pb == pl == pr == 0 and dtype == np.float32:
-            return np.ascontiguousarray(self.input_f(xv))
+        if pt == pb == pl == pr == 0 and xv.dtype == dtype and xv.flags.c_contiguous:
+            return xv
         n, h, w, c = xv.shape
-        out = np.zeros((n, h + pt + pb, w + pl + pr, c), dtype)
-        inner = out[:, pt:pt + h, pl:pl + w, :]
-        if self.is_q:
-            np.subtract(xv, self.x.zero_point, out=inner, dtype=dtype)
-        else:
-            inner[...] = xv
+        pads = (pt, pb, pl, pr)
+        out = ck.scratch(("pad", pads, xv.shape), (n, h + pt + pb, w + pl + pr, c), dtype, zero=True)
+        self.fill(out[:, pt:pt + h, pl:pl + w, :], xv)
         return out
 
     def filter(self) -> tuple[np.ndarray, int]:
@@ -545,7 +542,7 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
     wm, mw = c.filter()
     xp = c.input_padded(x, nchw, p)
     cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow)
-    acc = ck.gemm_exact(cols, wm, c.gemm_block(cols.shape[1], mw))
+    acc = ck.gemm_exact(cols, wm, c.gemm_block(cols.shape[1], mw), temp=c.is_q)
     y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
     return [_from_nhwc(y, nchw)]
 
@@ -589,7 +586,7 @@ def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
         xv = np.repeat(xv, mult, axis=3)
     pads = (p["pt"], p["pb"], p["pl"], p["pr"])
     acc = ck.depthwise_nhwc(xv, wm, pads, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow, dt, c.fill,
-                            c.wt_cache() if dt == np.float32 else None)
+                            c.wt_cache() if dt == np.float32 else None, out_temp=c.is_q)
     y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
     return [_from_nhwc(y, nchw)]
 
@@ -719,7 +716,7 @@ def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
         return [np.zeros((0, units), c.out.dtype)]
     wm, mw = c.filter()  # [in, units]
     xf = c.input_f(x.reshape(batch, in_size))
-    acc = ck.gemm_exact(xf, wm, c.gemm_block(in_size, mw))
+    acc = ck.gemm_exact(xf, wm, c.gemm_block(in_size, mw), temp=c.is_q)
     return [c.finish(acc, batch, 1, units, act).reshape(batch, units)]
 
 

@@ -22,6 +22,8 @@ Exactness of the quantized paths
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -33,6 +35,36 @@ REQUANT_CHUNK = 65536  # values per requantization chunk (float64 temporaries st
 
 PADDING_SAME = 1
 PADDING_VALID = 2
+
+
+SCRATCH_BYTES = 256 << 20  # per-thread cap of reusable temporaries
+_tls = threading.local()
+
+
+def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False) -> np.ndarray:
+    """A per-thread temporary reused across executions (fresh large arrays
+    cost page faults on every execution).  ``zero=True`` gives a buffer that
+    was zero-filled when created: the caller must write the same positions on
+    every use (the geometry is part of ``tag``) so the rest stays zero.  Never
+    return a scratch array as an operation's output."""
+    cache = getattr(_tls, "cache", None)
+    if cache is None:
+        cache = _tls.cache = OrderedDict()
+        _tls.nbytes = 0
+    key = (tag, tuple(shape), np.dtype(dtype).str, zero)
+    a = cache.get(key)
+    if a is not None:
+        cache.move_to_end(key)
+        return a
+    a = np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+    if a.nbytes > SCRATCH_BYTES // 4:
+        return a
+    cache[key] = a
+    _tls.nbytes += a.nbytes
+    while _tls.nbytes > SCRATCH_BYTES and len(cache) > 1:
+        _, old = cache.popitem(last=False)
+        _tls.nbytes -= old.nbytes
+    return a
 
 
 def c_div(a: int, b: int) -> int:
@@ -81,11 +113,15 @@ def im2col(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
     n, _, _, c = xp.shape
     if kh == kw == 1:
         v = xp[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw, :]
-        return np.ascontiguousarray(v).reshape(n * oh * ow, c)
-    s = xp.strides
-    v = as_strided(xp, shape=(n, oh, ow, kh, kw, c),
-                   strides=(s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]), writeable=False)
-    return v.reshape(n * oh * ow, kh * kw * c)
+        if v.flags.c_contiguous:
+            return v.reshape(n * oh * ow, c)
+    else:
+        s = xp.strides
+        v = as_strided(xp, shape=(n, oh, ow, kh, kw, c),
+                       strides=(s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]), writeable=False)
+    cols = scratch(("im2col",), v.shape, xp.dtype)
+    np.copyto(cols, v)
+    return cols.reshape(n * oh * ow, -1)
 
 
 def exact_block(k: int, max_x: int, max_w: int) -> int | None:
@@ -97,10 +133,13 @@ def exact_block(k: int, max_x: int, max_w: int) -> int | None:
     return max(1, F32_EXACT // per)
 
 
-def gemm_exact(a: np.ndarray, b: np.ndarray, block: int | None) -> np.ndarray:
+def gemm_exact(a: np.ndarray, b: np.ndarray, block: int | None, temp: bool = False) -> np.ndarray:
     """a @ b for float32 integer-valued operands, exact: one float32 BLAS
-    product, or float32 blocks of the reduction summed in float64."""
+    product, or float32 blocks of the reduction summed in float64.
+    ``temp``: the result is a temporary (a reused scratch buffer)."""
     if block is None or a.shape[1] <= block:
+        if temp:
+            return np.matmul(a, b, out=scratch(("gemm",), (a.shape[0], b.shape[1]), np.result_type(a, b)))
         return a @ b
     k = a.shape[1]
     acc = np.zeros((a.shape[0], b.shape[1]), np.float64)
@@ -116,7 +155,7 @@ def _assign(dst: np.ndarray, src: np.ndarray) -> None:
 def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], sh: int, sw: int, dh: int,
                    dw: int, oh: int, ow: int, dt: Any = np.float32,
                    fill: Callable[[np.ndarray, np.ndarray], None] = _assign,
-                   wt_cache: dict | None = None) -> np.ndarray:
+                   wt_cache: dict | None = None, out_temp: bool = False) -> np.ndarray:
     """Depthwise tap sum of an NHWC input ``x`` (unpadded, any dtype, possibly
     a strided view) with per-channel taps ``w`` [kh, kw, C] (C = channels of
     x): the sum over taps of shifted views times the tap's channel weights.
@@ -127,7 +166,8 @@ def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     The weights are tiled along the output width so that every einsum inner
     loop runs over a whole output row (ow * C contiguous values) instead of
     C values; stride > 1 along the width is handled by splitting the input
-    into stride phases (so the rows stay contiguous)."""
+    into stride phases (so the rows stay contiguous).  ``out_temp``: the
+    result is a temporary (a reused scratch buffer)."""
     n, h, wd, c = x.shape
     pt, pb, pl, pr = pads
     hp, wp = h + pt + pb, wd + pl + pr
@@ -135,7 +175,7 @@ def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     dt = np.dtype(dt)
     if sw > 1 and dw > 1:
         # general case (stride and dilation both > 1 along the width): tap by tap
-        xp = np.zeros((n, hp, wp, c), dt)
+        xp = scratch(("dw-pad", pads, x.shape), (n, hp, wp, c), dt, zero=True)
         fill(xp[:, pt:pt + h, pl:pl + wd, :], x)
         acc = np.zeros((n, oh, ow, c), dt)
         for i in range(kh):
@@ -143,7 +183,7 @@ def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
                 r0, c0 = i * dh, j * dw
                 acc += xp[:, r0:r0 + (oh - 1) * sh + 1:sh, c0:c0 + (ow - 1) * sw + 1:sw, :] * w[i, j]
         return acc
-    out = np.empty((n, oh, ow * c), dt)
+    out = scratch(("dw-out",), (n, oh, ow * c), dt) if out_temp else np.empty((n, oh, ow * c), dt)
     s = sw
     ka = -(-kw // s)  # taps per phase
     key = ("dw", ow, s, dt.str)
@@ -158,7 +198,7 @@ def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     wq = max(-(-wp // s), ow - 1 + ka)
     for b in range(n):
         # stride phases along the padded width: ph[p, :, k] = xpad[:, k*s + p]
-        ph = np.zeros((s, hp, wq, c), dt)
+        ph = scratch(("dw-phases", pads, x.shape[1:], s), (s, hp, wq, c), dt, zero=True)
         for p in range(s):
             k0 = max(0, -(-(pl - p) // s))  # first phase column inside the input
             c0 = k0 * s + p - pl
@@ -242,10 +282,11 @@ class Requant:
         thr = self._tile("thr", width) if self.need_corr else None
         # NOTE: chunks of ~64K values keep the float64 temporaries in cache
         step = max(1, REQUANT_CHUNK // (width * nc))
-        buf = np.empty((min(step, rows), width * nc), np.float64)
+        shape = (min(step, rows), width * nc)
+        buf = scratch(("rq-buf",), shape, np.float64)
         if corr is not None:
-            tmp = np.empty_like(buf)
-            neg = np.empty(buf.shape, np.bool_)
+            tmp = scratch(("rq-tmp",), shape, np.float64)
+            neg = scratch(("rq-neg",), shape, np.bool_)
         lo, hi = float(self.lo + sh), float(self.hi + sh) + 0.5
         ou = out.view(np.uint8)
         for s in range(0, rows, step):
