@@ -633,3 +633,27 @@ def test_requant_multiplier_power_of_two_negative_one():
     rq = ck.Requant(q=np.array([q]), shift=np.array([shift]), bias=np.zeros(1, np.int64), zp=10, lo=0, hi=255,
                     out_dtype=np.dtype(np.uint8))
     np.testing.assert_array_equal(rq.apply(acc.astype(np.float32), acc.shape[0], 1), want)
+
+
+def test_parallel_paths_match_serial(monkeypatch):
+    """Row-split threads (forced on small tensors) give the same bits."""
+    x = rng.integers(0, 256, size=(2, 9, 11, 6))
+    w = rng.integers(0, 256, size=(1, 3, 3, 6))
+    b = rng.integers(-500, 500, size=6)
+    bscale = float(np.float32(np.float32(0.1) * np.float32(0.02)))
+    ops = dw_operands(x, w, b, (1, 1, 1, 1), (2, 2), (1, 1), 1, 0, None, Q8, Q8, I32, (0.1, 100), (0.02, 120), None,
+                      bscale)
+    wc = rng.integers(0, 256, size=(5, 3, 3, 6))
+    cops = conv_operands(x, wc, b[:5], (1, 0, 1, 0), (1, 2), (1, 1), 0, None, Q8, Q8, I32, (0.1, 100),
+                         (0.02, 120), None, bscale)
+    xf = rng.standard_normal((1, 12, 10, 4)).astype(np.float32)
+    fops = dw_operands(xf, rng.standard_normal((1, 3, 3, 4)).astype(np.float32), np.ones(4, np.float32),
+                       (1, 1, 1, 1), (1, 1), (1, 1), 1, 3, None, F32, F32, F32)
+    serial = [run(Op.DEPTHWISE_CONV_2D, ops, Q8, 0.3, 90), run(Op.CONV_2D, cops, Q8, 0.5, 100),
+              run(Op.DEPTHWISE_CONV_2D, fops, F32)]
+    monkeypatch.setattr(ck, "PARALLEL_MIN", 8)
+    monkeypatch.setattr(ck, "THREADS", 3)
+    par = [run(Op.DEPTHWISE_CONV_2D, ops, Q8, 0.3, 90), run(Op.CONV_2D, cops, Q8, 0.5, 100),
+           run(Op.DEPTHWISE_CONV_2D, fops, F32)]
+    for a, b_ in zip(serial, par):
+        np.testing.assert_array_equal(a, b_)

@@ -364,7 +364,7 @@ class _Common:
         n, h, w, c = xv.shape
         pads = (pt, pb, pl, pr)
         out = ck.scratch(("pad", pads, xv.shape), (n, h + pt + pb, w + pl + pr, c), dtype, zero=True)
-        self.fill(out[:, pt:pt + h, pl:pl + w, :], xv)
+        ck.fill_rows(out[:, pt:pt + h, pl:pl + w, :], xv, self.fill)
         return out
 
     def filter(self) -> tuple[np.ndarray, int]:
@@ -401,15 +401,21 @@ class _Common:
         a = acc.reshape(rows, width * nch)
         if a.dtype != np.float32:
             a = a.astype(np.float32)
-        a += self._bias_row(width)
-        if act == 1:
-            np.maximum(a, 0, out=a)
-        elif act == 2:
-            np.clip(a, -1, 1, out=a)
-        elif act == 3:
-            np.clip(a, 0, 6, out=a)
-        elif act != 0:
+        if act not in (0, 1, 2, 3):
             raise self.ctx.fail(f"unsupported fused activation {act}")
+        bias = self._bias_row(width)
+
+        def part(r0: int, r1: int) -> None:
+            blk = a[r0:r1]
+            blk += bias
+            if act == 1:
+                np.maximum(blk, 0, out=blk)
+            elif act == 2:
+                np.clip(blk, -1, 1, out=blk)
+            elif act == 3:
+                np.clip(blk, 0, 6, out=blk)
+
+        ck.parallel_rows(rows, a.size, part)
         return a.astype(self.out.dtype, copy=False)
 
     def _bias_row(self, width: int) -> np.ndarray:

@@ -22,8 +22,10 @@ Exactness of the quantized paths
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -65,6 +67,48 @@ def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False) -> np.ndar
         _, old = cache.popitem(last=False)
         _tls.nbytes -= old.nbytes
     return a
+
+
+# Elementwise passes and the depthwise tap sums run on THREADS threads (numpy
+# releases the GIL in its loops); BLAS has its own threads for the GEMMs.
+THREADS = max(1, int(os.environ.get("NNHAL_KERNEL_THREADS", "0") or 0) or (os.cpu_count() or 1))
+PARALLEL_MIN = 1 << 16  # values per thread below which a pass stays on one thread
+_POOL_PREFIX = "nnhal-kernel"
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(max(1, THREADS - 1), thread_name_prefix=_POOL_PREFIX)
+    return _pool
+
+
+def parallel_rows(rows: int, work: int, fn: Callable[[int, int], None]) -> None:
+    """``fn(start, stop)`` over row ranges splitting [0, rows) among up to
+    THREADS threads (the caller runs one part), when ``work`` (values
+    touched) is large enough to pay for it."""
+    n = min(THREADS, rows, work // PARALLEL_MIN)
+    if n <= 1 or threading.current_thread().name.startswith(_POOL_PREFIX):
+        fn(0, rows)
+        return
+    bounds = [rows * i // n for i in range(n + 1)]
+    futures = [_get_pool().submit(fn, bounds[i], bounds[i + 1]) for i in range(1, n)]
+    try:
+        fn(bounds[0], bounds[1])
+    finally:
+        for f in futures:
+            f.result()
+
+
+def fill_rows(dst: np.ndarray, src: np.ndarray, fill: Callable[[np.ndarray, np.ndarray], None]) -> None:
+    """fill(dst, src) on 4-D NHWC arrays, split along H among threads."""
+    def part(a: int, b: int) -> None:
+        fill(dst[:, a:b], src[:, a:b])
+    parallel_rows(dst.shape[1], dst.size, part)
 
 
 def c_div(a: int, b: int) -> int:
@@ -120,7 +164,7 @@ def im2col(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
         v = as_strided(xp, shape=(n, oh, ow, kh, kw, c),
                        strides=(s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]), writeable=False)
     cols = scratch(("im2col",), v.shape, xp.dtype)
-    np.copyto(cols, v)
+    fill_rows(cols, v, np.copyto)
     return cols.reshape(n * oh * ow, -1)
 
 
@@ -204,13 +248,17 @@ def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
             c0 = k0 * s + p - pl
             cnt = len(range(c0, wd, s))
             if cnt > 0:
-                fill(ph[p, pt:pt + h, k0:k0 + cnt, :], x[b, :, c0::s, :])
+                fill_rows(ph[p, pt:pt + h, k0:k0 + cnt, :][None], x[b, :, c0::s, :][None], fill)
         st = ph.strides
         # NOTE: with stride 1 the phase axis has length 1; dilation dw applies then
         col_step = st[2] * (dw if s == 1 else 1)
-        v = as_strided(ph, shape=(kh, ka, s, oh, ow * c),
-                       strides=(st[1] * dh, col_step, st[0], st[1] * sh, st[3]), writeable=False)
-        np.einsum("iaprc,iapc->rc", v, wt, out=out[b])
+
+        def rows(r0: int, r1: int, ph: np.ndarray = ph, b: int = b, st: tuple = st, col_step: int = col_step) -> None:
+            v = as_strided(ph[:, r0 * sh:], shape=(kh, ka, s, r1 - r0, ow * c),
+                           strides=(st[1] * dh, col_step, st[0], st[1] * sh, st[3]), writeable=False)
+            np.einsum("iaprc,iapc->rc", v, wt, out=out[b, r0:r1])
+
+        parallel_rows(oh, oh * ow * c * kh * kw, rows)
     return out.reshape(n, oh, ow, c)
 
 
@@ -283,30 +331,34 @@ class Requant:
         # NOTE: chunks of ~64K values keep the float64 temporaries in cache
         step = max(1, REQUANT_CHUNK // (width * nc))
         shape = (min(step, rows), width * nc)
-        buf = scratch(("rq-buf",), shape, np.float64)
-        if corr is not None:
-            tmp = scratch(("rq-tmp",), shape, np.float64)
-            neg = scratch(("rq-neg",), shape, np.bool_)
         lo, hi = float(self.lo + sh), float(self.hi + sh) + 0.5
         ou = out.view(np.uint8)
-        for s in range(0, rows, step):
-            e = min(rows, s + step)
-            blk = a2[s:e]
-            t = buf[:e - s]
-            # NOTE: cast then multiply in place: a mixed float32 * float64 ufunc is slower
-            t[...] = blk
-            t *= m1
-            t += c
+
+        def part(r0: int, r1: int) -> None:
+            buf = scratch(("rq-buf",), shape, np.float64)
             if corr is not None:
-                # NOTE: a masked ufunc (where=) is several times slower than this
-                nb, tb = neg[:e - s], tmp[:e - s]
-                np.less(blk, thr, out=nb)
-                np.multiply(nb, corr, out=tb)
-                t -= tb
-            np.clip(t, lo, hi, out=t)
-            ou[s:e] = t
-        if sh:
-            ou ^= 0x80  # u - 128 as int8
+                tmp = scratch(("rq-tmp",), shape, np.float64)
+                neg = scratch(("rq-neg",), shape, np.bool_)
+            for s in range(r0, r1, step):
+                e = min(r1, s + step)
+                blk = a2[s:e]
+                t = buf[:e - s]
+                # NOTE: cast then multiply in place: a mixed float32 * float64 ufunc is slower
+                t[...] = blk
+                t *= m1
+                t += c
+                if corr is not None:
+                    # NOTE: a masked ufunc (where=) is several times slower than this
+                    nb, tb = neg[:e - s], tmp[:e - s]
+                    np.less(blk, thr, out=nb)
+                    np.multiply(nb, corr, out=tb)
+                    t -= tb
+                np.clip(t, lo, hi, out=t)
+                ou[s:e] = t
+                if sh:
+                    ou[s:e] ^= 0x80  # u - 128 as int8
+
+        parallel_rows(rows, rows * width * nc, part)
         return out
 
     def _apply_int(self, a2: np.ndarray, width: int, out: np.ndarray) -> np.ndarray:
