@@ -294,6 +294,11 @@ def test_conv_zero_batch():
                                         (0, 0, 0, 0), (2, 2), (1, 1), 0, True, Q8, Q8, I32, (0.5, 1), (0.5, 2),
                                         None, 0.25), Q8, 1.0, 0)
     assert got.shape == (0, 3, 2, 2) and got.dtype == np.uint8
+    # as the reference, an empty output skips execution and so the bias scale check
+    got = run(Op.CONV_2D, conv_operands(x.astype(np.uint8), w.astype(np.uint8), np.zeros(3, np.int32),
+                                        (0, 0, 0, 0), (2, 2), (1, 1), 0, None, Q8, Q8, I32, (0.5, 1), (0.5, 2),
+                                        None, 0.3), Q8, 1.0, 0)
+    assert got.shape == (0, 2, 2, 3)
 
 
 def test_conv_errors():

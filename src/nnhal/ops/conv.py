@@ -379,6 +379,8 @@ class _Common:
         return None
 
     def requant(self, act: int, nch: int) -> ck.Requant:
+        if act > 3:
+            raise self.ctx.fail(f"unsupported fused activation {act}")
         st = self.st
         if st is not None and st.mult_error:
             raise self.ctx.fail(st.mult_error)
@@ -434,7 +436,9 @@ class _Common:
 
 
 def _check_act(ctx: ExecContext, act: int) -> None:
-    if act < 0 or act > 3:
+    # NOTE: as the reference, only a negative value fails before computing;
+    # an unknown positive one fails when the output is computed
+    if act < 0:
         raise ctx.fail(f"unsupported fused activation {act}")
 
 
@@ -542,8 +546,7 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
     c = _Common(ctx, "conv")
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n * oh * ow == 0:
-        if c.is_q:
-            c.requant(p["act"], cout)  # NOTE: the reference checks the scales even then
+        # NOTE: the reference skips execution (and its scale checks) for an empty output
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()
     xp = c.input_padded(x, nchw, p)
@@ -578,8 +581,6 @@ def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
     c = _Common(ctx, "depthwise")
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n * oh * ow * cout == 0:
-        if c.is_q:
-            c.requant(p["act"], cout)
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()
     taps = kh * kw
@@ -675,8 +676,6 @@ def _exec_transpose(ctx: ExecContext) -> list[np.ndarray]:
     c = _Common(ctx, "transpose")
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n == 0:
-        if c.is_q:
-            c.requant(act, cout)
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()  # [Cin, kh*kw*Cout]
     xf = c.input_f(_to_nhwc(x, nchw)).reshape(n * h * w, cin)
@@ -717,8 +716,6 @@ def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
     batch = x.size // in_size
     c = _Common(ctx, "fc")
     if batch == 0:
-        if c.is_q:
-            c.requant(act, units)
         return [np.zeros((0, units), c.out.dtype)]
     wm, mw = c.filter()  # [in, units]
     xf = c.input_f(x.reshape(batch, in_size))
