@@ -658,6 +658,7 @@ def test_parallel_paths_match_serial(monkeypatch):
               run(Op.DEPTHWISE_CONV_2D, fops, F32)]
     monkeypatch.setattr(ck, "PARALLEL_MIN", 8)
     monkeypatch.setattr(ck, "THREADS", 3)
+    monkeypatch.setattr(ck, "_cores_free", lambda: True)
     par = [run(Op.DEPTHWISE_CONV_2D, ops, Q8, 0.3, 90), run(Op.CONV_2D, cops, Q8, 0.5, 100),
            run(Op.DEPTHWISE_CONV_2D, fops, F32)]
     for a, b_ in zip(serial, par):

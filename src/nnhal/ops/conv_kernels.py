@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -87,12 +88,29 @@ def _get_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+_load_check = [0.0, True]  # (time of the last look, cores free)
+
+
+def _cores_free() -> bool:
+    """False while the machine is overloaded (1-minute load average above
+    THREADS + 1): then a thread waiting for a busy core costs more than it
+    saves.  Looked up at most twice a second."""
+    now = time.monotonic()
+    if now - _load_check[0] > 0.5:
+        try:
+            _load_check[1] = os.getloadavg()[0] < THREADS + 1
+        except OSError:
+            _load_check[1] = True
+        _load_check[0] = now
+    return _load_check[1]
+
+
 def parallel_rows(rows: int, work: int, fn: Callable[[int, int], None]) -> None:
     """``fn(start, stop)`` over row ranges splitting [0, rows) among up to
     THREADS threads (the caller runs one part), when ``work`` (values
-    touched) is large enough to pay for it."""
+    touched) is large enough to pay for it and the cores are not overloaded."""
     n = min(THREADS, rows, work // PARALLEL_MIN)
-    if n <= 1 or threading.current_thread().name.startswith(_POOL_PREFIX):
+    if n <= 1 or threading.current_thread().name.startswith(_POOL_PREFIX) or not _cores_free():
         fn(0, rows)
         return
     bounds = [rows * i // n for i in range(n + 1)]
