@@ -23,7 +23,11 @@ It prints:
 
 Times are medians (the ratio is also given on best times); a layer is flagged
 on its best time against numpy's best, which is robust to other load on the
-machine (BLAS threads suffer badly when the cores are shared).
+machine.  On a machine whose cores are shared with other work, OpenBLAS's
+threads wait for each other and small GEMMs get 10-50x slower: ``--threads 1``
+then gives stable, comparable numbers (the kernels' own elementwise threads,
+``NNHAL_KERNEL_THREADS``, step aside by themselves while the load average is
+above the core count).
 """
 
 from __future__ import annotations
@@ -611,7 +615,10 @@ def main(argv: list[str] | None = None) -> int:
     builders = {"v1": mobilenet_v1, "v2": mobilenet_v2}
     if args.threads > 0 and not set_blas_threads(args.threads):
         print("cannot set the BLAS thread count; using numpy's default", file=sys.stderr)
-    print(f"BLAS threads: {blas_threads() or 'unknown'}; cpus: {os.cpu_count()}")
+    from nnhal.ops import conv_kernels
+
+    print(f"BLAS threads: {blas_threads() or 'unknown'}; kernel threads: {conv_kernels.THREADS}; "
+          f"cpus: {os.cpu_count()}; load average: {os.getloadavg()[0]:.2f}")
     results = []
     for name in [n.strip() for n in args.nets.split(",") if n.strip()]:
         if name not in builders:
