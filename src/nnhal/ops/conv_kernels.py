@@ -321,6 +321,7 @@ class Requant:
             self.m1, self.c, self.c_u = m1, c, c + 128.0
             self.corr = np.where(r > 0, np.exp2(-r.astype(np.float64)), 0.0)
             self.thr = (self.vneg - bias).astype(np.float64)
+            self.thr32 = self.thr.astype(np.float32)  # exact: |bias| <= 2^20
 
     def _tile(self, name: str, reps: int) -> np.ndarray:
         key = (name, reps)
@@ -345,7 +346,7 @@ class Requant:
         sh = 128 if self.out_dtype == np.int8 else 0
         m1, c = self._tile("m1", width), self._tile("c" if not sh else "c_u", width)
         corr = self._tile("corr", width) if self.need_corr else None
-        thr = self._tile("thr", width) if self.need_corr else None
+        thr = self._tile("thr32" if a2.dtype == np.float32 else "thr", width) if self.need_corr else None
         # NOTE: chunks of ~64K values keep the float64 temporaries in cache
         step = max(1, REQUANT_CHUNK // (width * nc))
         shape = (min(step, rows), width * nc)
@@ -366,10 +367,12 @@ class Requant:
                 t *= m1
                 t += c
                 if corr is not None:
-                    # NOTE: a masked ufunc (where=) is several times slower than this
+                    # NOTE: a masked ufunc (where=) or a mixed-type ufunc is several
+                    # times slower than these same-type passes
                     nb, tb = neg[:e - s], tmp[:e - s]
                     np.less(blk, thr, out=nb)
-                    np.multiply(nb, corr, out=tb)
+                    tb[...] = nb
+                    tb *= corr
                     t -= tb
                 np.clip(t, lo, hi, out=t)
                 ou[s:e] = t
