@@ -663,3 +663,17 @@ def test_parallel_paths_match_serial(monkeypatch):
            run(Op.DEPTHWISE_CONV_2D, fops, F32)]
     for a, b_ in zip(serial, par):
         np.testing.assert_array_equal(a, b_)
+
+
+def test_grouped_quant_long_reduction_blocks():
+    """Batched group products in exact float32 blocks summed in float64."""
+    g, cg, cout = 2, 400, 4
+    x = rng.choice([0, 255], size=(1, 2, 2, g * cg))
+    w = rng.choice([0, 255], size=(cout, 1, 1, cg))
+    b = np.zeros(cout, np.int64)
+    assert ck.exact_block(cg, 255, 255) is not None
+    acc = ref_conv(x.astype(np.int64), w.astype(np.int64), (0, 0, 0, 0), (1, 1), groups=g)
+    want = ref_requant(acc, b, 0.5, [0.5] * cout, 3000.0, 0, 0, Q8)
+    ops = [Operand(Q8, x, 0.5, 0), Operand(Q8, w, 0.5, 0), Operand(I32, b, 0.25), scalar(0), scalar(0), scalar(0),
+           scalar(0), scalar(1), scalar(1), scalar(g), scalar(0), scalar(False)]
+    np.testing.assert_array_equal(run(Op.GROUPED_CONV_2D, ops, Q8, 3000.0, 0), want)

@@ -621,16 +621,13 @@ def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
     if n * oh * ow == 0:
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()  # [G, kh*kw*Cg, Og]
-    og = cout // g
     xp = c.input_padded(x, nchw, p)
     cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], 1, 1, oh, ow)
     m = cols.shape[0]
-    cols4 = cols.reshape(m, kh * kw, g, cg)
-    block = c.gemm_block(kh * kw * cg, mw)
-    acc = np.empty((m, cout), np.float64 if block is not None else np.float32)
-    for gi in range(g):
-        cg_cols = cols4[:, :, gi, :].reshape(m, kh * kw * cg)
-        acc[:, gi * og:(gi + 1) * og] = ck.gemm_exact(cg_cols, wm[gi], block)
+    # one batched product over the groups: [G, M, kh*kw*Cg] @ [G, kh*kw*Cg, Og]
+    colsg = np.ascontiguousarray(cols.reshape(m, kh * kw, g, cg).transpose(2, 0, 1, 3)).reshape(g, m, -1)
+    accg = ck.gemm_exact(colsg, wm, c.gemm_block(kh * kw * cg, mw))
+    acc = np.ascontiguousarray(accg.transpose(1, 0, 2)).reshape(m, cout)
     y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
     return [_from_nhwc(y, nchw)]
 

@@ -199,14 +199,14 @@ def gemm_exact(a: np.ndarray, b: np.ndarray, block: int | None, temp: bool = Fal
     """a @ b for float32 integer-valued operands, exact: one float32 BLAS
     product, or float32 blocks of the reduction summed in float64.
     ``temp``: the result is a temporary (a reused scratch buffer)."""
-    if block is None or a.shape[1] <= block:
+    if block is None or a.shape[-1] <= block:
         if temp:
             return np.matmul(a, b, out=scratch(("gemm",), (a.shape[0], b.shape[1]), np.result_type(a, b)))
         return a @ b
-    k = a.shape[1]
-    acc = np.zeros((a.shape[0], b.shape[1]), np.float64)
+    k = a.shape[-1]
+    acc = np.zeros(a.shape[:-1] + b.shape[-1:], np.float64)
     for s in range(0, k, block):
-        acc += a[:, s:s + block] @ b[s:s + block]
+        acc += a[..., s:s + block] @ b[..., s:s + block, :]
     return acc
 
 
