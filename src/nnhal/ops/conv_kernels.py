@@ -79,12 +79,17 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
+_pool_pid = 0
+
+
 def _get_pool() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
+    global _pool, _pool_pid
+    # NOTE: a forked child has no worker threads: it makes its own pool
+    if _pool is None or _pool_pid != os.getpid():
         with _pool_lock:
-            if _pool is None:
+            if _pool is None or _pool_pid != os.getpid():
                 _pool = ThreadPoolExecutor(max(1, THREADS - 1), thread_name_prefix=_POOL_PREFIX)
+                _pool_pid = os.getpid()
     return _pool
 
 
