@@ -18,6 +18,15 @@ Exactness of the quantized paths
   floor(a/(m n))``).  :class:`Requant` evaluates that in float64 when it is
   provably exact for every value that lands inside the 8-bit output range
   (see its docstring), else in int64.
+
+Execution speed
+---------------
+Large temporaries (padded inputs, im2col matrices, quantized accumulators)
+come from a per-thread scratch cache (:func:`scratch`): a fresh multi-MB
+array costs its page faults again on every execution.  Elementwise passes
+and depthwise tap sums are split by rows over the cores
+(:func:`parallel_rows`; numpy releases the GIL in its loops) unless the
+machine is already overloaded.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ PADDING_SAME = 1
 PADDING_VALID = 2
 
 
-SCRATCH_BYTES = 256 << 20  # per-thread cap of reusable temporaries
+SCRATCH_BYTES = 128 << 20  # per-thread cap of reusable temporaries
 _tls = threading.local()
 
 
