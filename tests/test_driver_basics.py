@@ -737,3 +737,16 @@ def test_bool_and_scalar_io() -> None:
         assert status == S.NONE
         assert p.output(0, np.uint8, (4,)).tolist() == [1, 0, 0, 1]
         assert p.output(1, np.int32, (2,)).tolist() == [6, -8]
+
+
+@pytest.mark.parametrize("junk", [None, 7, [None], [hal.Memory(name="ashmem", handle=None, size=16)],
+                                  [hal.Memory(name="ashmem", handle=hal.Handle(fds=None), size=16)],
+                                  [hal.Memory(name="ashmem", handle=hal.Handle(fds=["x"]), size=16)],
+                                  [hal.Memory(name="ashmem", handle=hal.Handle(fds=[0]), size="big")]],
+                         ids=repr)
+def test_junk_model_pools_are_invalid(junk) -> None:  # noqa: ANN001
+    model = add_model()
+    model.pools = junk
+    assert device().getSupportedOperations_1_3(model) == (S.INVALID_ARGUMENT, [])
+    launch, status, prepared = prepare(model)
+    assert launch == status == S.INVALID_ARGUMENT and prepared is None

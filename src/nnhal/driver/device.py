@@ -50,6 +50,8 @@ class SampleDevice(hal.IDevice):
     def _map_pools(self, model: hal.Model) -> list:
         pools = []
         try:
+            if not isinstance(model.pools, list):
+                raise ValidationError(f"model pools is not a list: {type(model.pools).__name__}")
             for k, m in enumerate(model.pools):
                 if not isinstance(m, hal.Memory):
                     raise ValidationError(f"model pool {k} is not a Memory")
@@ -57,6 +59,8 @@ class SampleDevice(hal.IDevice):
                     pools.append(hal_memory.MappedPool(m, writable=False))
                 except hal_memory.InvalidMemory as e:
                     raise ValidationError(f"model pool {k}: {e}") from None
+                except Exception as e:  # NOTE: junk inside the Memory (handle, fds, size) is a bad argument too
+                    raise ValidationError(f"model pool {k}: malformed memory ({type(e).__name__}: {e})") from None
         except ValidationError:
             for p in pools:
                 p.close()
