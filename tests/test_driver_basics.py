@@ -750,3 +750,47 @@ def test_junk_model_pools_are_invalid(junk) -> None:  # noqa: ANN001
     assert device().getSupportedOperations_1_3(model) == (S.INVALID_ARGUMENT, [])
     launch, status, prepared = prepare(model)
     assert launch == status == S.INVALID_ARGUMENT and prepared is None
+
+
+def _if_with_oem_branch(nested: bool) -> hal.Model:
+    """main: IF(c, then, else)(x) -> y; ABS(y); ABS(x).  The then-branch holds an
+    OEM_OPERATION (not supported), directly or inside a nested IF."""
+    from tests.driver_util import Builder, make_model
+
+    F, B = T.TENSOR_FLOAT32, T.TENSOR_BOOL8
+    OT = hal.OperationType
+    main = Builder()
+    then, else_ = Builder(main.values), Builder(main.values)
+    x = then.input(F, (2,))
+    o = then.output(F, (2,))
+    if nested:
+        inner_c = then.const(B, np.array([True]), (1,))
+        then.op(OT.IF, [inner_c, then.subgraph_ref(2), then.subgraph_ref(1), x], [o])
+    else:
+        then.op(OT.OEM_OPERATION, [x], [o])
+    x = else_.input(F, (2,))
+    o = else_.output(F, (2,))
+    else_.op(OT.ABS, [x], [o])
+    oem = Builder(main.values)
+    x = oem.input(F, (2,))
+    o = oem.output(F, (2,))
+    oem.op(OT.OEM_OPERATION, [x], [o])
+    c, x = main.input(B, (1,)), main.input(F, (2,))
+    y = main.operand(F, (2,))
+    out, out2 = main.output(F, (2,)), main.output(F, (2,))
+    main.op(OT.IF, [c, main.subgraph_ref(0), main.subgraph_ref(1), x], [y])
+    main.op(OT.ABS, [y], [out])
+    main.op(OT.ABS, [x], [out2])
+    return make_model(main, then, else_, oem)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_control_flow_supported_only_with_its_subgraphs(nested: bool) -> None:
+    """getSupportedOperations_1_3: an IF is supported only if every operation of
+    the subgraphs it references (transitively) is; preparing such a model fails
+    at launch with GENERAL_FAILURE, notified once."""
+    model = _if_with_oem_branch(nested)
+    status, supported = device().getSupportedOperations_1_3(model)
+    assert status == S.NONE and supported == [False, True, True]
+    launch, status, prepared = prepare(model)
+    assert launch == status == S.GENERAL_FAILURE and prepared is None

@@ -14,6 +14,7 @@ from nnhal import memory as hal_memory
 from nnhal.driver.capabilities import measure_capabilities
 from nnhal.driver.prepared_model import SamplePreparedModel, _passed, _v1_0_status, deadline_ns
 from nnhal.executor import Executor
+from nnhal.ops import registry
 from nnhal.ops.base import HalVersion, OpExecutionError
 from nnhal.validation import ValidationError, validate_model, validate_preference, validate_priority
 
@@ -130,7 +131,7 @@ class SampleDevice(hal.IDevice):
             return S.INVALID_ARGUMENT, []
         for p in pools:
             p.close()
-        return S.NONE, [d is not None for d in defs]
+        return S.NONE, supported_operations(model13, defs)
 
     def getSupportedOperations_1_3(self, model: Any) -> tuple:
         return self._supported(model, HalVersion.V1_3)
@@ -163,8 +164,9 @@ class SampleDevice(hal.IDevice):
             log.error("prepareModel: %s", e)
             _notify(notify, S.INVALID_ARGUMENT, None, version)
             return S.INVALID_ARGUMENT
-        if any(d is None for d in defs):
-            log.error("prepareModel: the model has operations this driver does not support (OEM or extension)")
+        if not all(supported_operations(model13, defs)):
+            log.error("prepareModel: the model has operations this driver does not support (OEM or extension, "
+                      "possibly inside an IF / WHILE subgraph)")
             for p in pools:
                 p.close()
             _notify(notify, S.GENERAL_FAILURE, None, version)
@@ -241,6 +243,31 @@ class SampleDevice(hal.IDevice):
         # with no buffer and token 0 is the spec's answer for a driver without it.
         log.error("allocate: driver-managed memory is not supported by this driver yet")
         return S.GENERAL_FAILURE, None, 0
+
+
+def supported_operations(model: hal.Model, defs: list) -> list[bool]:
+    """One bool per main operation of a validated model: the operation is
+    implemented and, for IF / WHILE, so is every operation of the subgraphs
+    it references, transitively (the spec of getSupportedOperations_1_3)."""
+    memo: dict[int, bool] = {}
+
+    def subgraph_ok(k: int, stack: frozenset) -> bool:
+        if k in memo:
+            return memo[k]
+        if k in stack or not 0 <= k < len(model.referenced):
+            return False  # NOTE: validation rejects cycles and bad indexes; defensive only
+        sg = model.referenced[k]
+        ok = all(operation_ok(sg, op, stack | {k}) for op in sg.operations)
+        memo[k] = ok
+        return ok
+
+    def operation_ok(sg: hal.Subgraph, op: hal.Operation, stack: frozenset) -> bool:
+        if registry.find(op.type) is None:
+            return False
+        return all(subgraph_ok(int(sg.operands[i].location.offset), stack) for i in op.inputs
+                   if sg.operands[i].lifetime == hal.OperandLifeTime.SUBGRAPH)
+
+    return [d is not None and operation_ok(model.main, op, frozenset()) for d, op in zip(defs, model.main.operations)]
 
 
 def _notify(notify: Any, status: S, prepared: Optional[SamplePreparedModel], version: HalVersion) -> None:
