@@ -154,10 +154,14 @@ def prepare(model: Any, dev: Any = None, priority: hal.Priority = hal.Priority.M
             preference: hal.ExecutionPreference = hal.ExecutionPreference.FAST_SINGLE_ANSWER) -> tuple:
     """(launch status, callback status, prepared model) of prepareModel_1_3."""
     dev = dev or device()
-    cb = hal.PreparedModelCallback()
+    cb = CountingPreparedCallback()
     launch = dev.prepareModel_1_3(model, preference, priority, deadline or hal.OptionalTimePoint(), [], [],
                                   bytes(32), cb)
     status, prepared = cb.wait(WAIT_S)
+    # the rules everywhere: notified exactly once, through notify_1_3; a failed launch with the same status
+    assert [c[0] for c in cb.calls] == ["notify_1_3"], cb.calls
+    assert launch == S.NONE or launch == status, (launch, status)
+    assert (prepared is None) == (status != S.NONE), (status, prepared)
     return launch, status, prepared
 
 
@@ -256,18 +260,36 @@ def execute_async(prepared: Any, request: Any, measure: hal.MeasureTiming = hal.
                   deadline: Optional[hal.OptionalTimePoint] = None,
                   loop_timeout: Optional[hal.OptionalTimeoutDuration] = None) -> tuple:
     """(launch, status, shapes, timing) of execute_1_3."""
-    cb = hal.ExecutionCallback()
+    cb = CountingExecutionCallback()
     launch = prepared.execute_1_3(request, measure, deadline or hal.OptionalTimePoint(),
                                   loop_timeout or hal.OptionalTimeoutDuration(), cb)
     status, shapes, timing = cb.wait(WAIT_S)
+    _check_result(status, shapes, timing, measure)
+    assert [c[0] for c in cb.calls] == ["notify_1_3"], cb.calls
+    assert launch == S.NONE or launch == status, (launch, status)
     return launch, status, shapes, timing
+
+
+def _check_result(status: Any, shapes: list, timing: hal.Timing, measure: Any) -> None:
+    """The rules everywhere: shapes only with NONE / OUTPUT_INSUFFICIENT_SIZE,
+    timing only when measured and NONE, and then timeOnDevice <= timeInDriver."""
+    if status not in (S.NONE, S.OUTPUT_INSUFFICIENT_SIZE):
+        assert shapes == [], (status, shapes)
+    if status == S.OUTPUT_INSUFFICIENT_SIZE:
+        assert shapes and not all(s.isSufficient for s in shapes), shapes
+    if status != S.NONE or measure != hal.MeasureTiming.YES:
+        assert timing == NO_TIMING, (status, timing)
+    elif timing.timeOnDevice != hal.UINT64_MAX and timing.timeInDriver != hal.UINT64_MAX:
+        assert timing.timeOnDevice <= timing.timeInDriver, timing
 
 
 def execute_sync(prepared: Any, request: Any, measure: hal.MeasureTiming = hal.MeasureTiming.NO,
                  deadline: Optional[hal.OptionalTimePoint] = None,
                  loop_timeout: Optional[hal.OptionalTimeoutDuration] = None) -> tuple:
-    return prepared.executeSynchronously_1_3(request, measure, deadline or hal.OptionalTimePoint(),
-                                             loop_timeout or hal.OptionalTimeoutDuration())
+    result = prepared.executeSynchronously_1_3(request, measure, deadline or hal.OptionalTimePoint(),
+                                               loop_timeout or hal.OptionalTimeoutDuration())
+    _check_result(*result, measure)
+    return result
 
 
 class CountingPreparedCallback(hal.PreparedModelCallback):
