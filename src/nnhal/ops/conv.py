@@ -186,6 +186,8 @@ class _State:
         self.wt_cache: dict = {}  # depthwise tiled weights (constant filter only)
         self.bias_const = False
         self.bias_tiled: dict = {}  # float bias tiled over the output width (constant bias only)
+        self.params_const = False  # every input after the bias is a constant
+        self.geometry: dict = {}  # (input, filter, bias shapes) -> padding, strides, output size...
 
 
 def _f32(v: float) -> float:
@@ -290,6 +292,7 @@ def _prepare(info: OpInfo) -> _State:
         gv = info.constant(gi)
         groups = int(gv) if gv is not None else 0
     st.bias_const = ins[2].value is not None
+    st.params_const = all(i.value is not None for i in ins[3:])
     try:
         if f.value is not None and groups > 0 and f.value.ndim == (2 if kind == "fc" else 4) and f.value.size:
             if kind != "grouped" or f.value.shape[0] % groups == 0:
@@ -524,11 +527,25 @@ def _out_hw(ctx: ExecContext, p: dict, h: int, w: int, kh: int, kw: int, check_e
     return oh, ow
 
 
+def _geometry(ctx: ExecContext, compute: Any) -> dict:
+    """``compute(ctx)`` (padding, strides, output size... from the scalar
+    inputs and the shapes), remembered per shapes when the scalars are
+    constants.  A failing check raises again on every execution."""
+    st = ctx.state
+    if not (isinstance(st, _State) and st.params_const):
+        return compute(ctx)
+    key = (ctx.inputs[0].shape, ctx.inputs[1].shape, ctx.inputs[2].shape)
+    g = st.geometry.get(key)
+    if g is None:
+        g = st.geometry[key] = compute(ctx)
+    return g
+
+
 # --------------------------------------------------------------------------
 # CONV_2D
 
 
-def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
+def _geom_conv(ctx: ExecContext) -> dict:
     p = _spatial_params(ctx, "conv")
     _check_rank4(ctx)
     x = ctx.inputs[0].data
@@ -543,6 +560,14 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
     if h <= 0 or w <= 0 or cin <= 0 or cout <= 0:
         raise ctx.fail("only the batch dimension may be zero")
     oh, ow = _out_hw(ctx, p, h, w, kh, kw)
+    p.update(n=n, cout=cout, kh=kh, kw=kw, oh=oh, ow=ow)
+    return p
+
+
+def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
+    p = _geometry(ctx, _geom_conv)
+    x = ctx.inputs[0].data
+    nchw, n, cout, kh, kw, oh, ow = p["nchw"], p["n"], p["cout"], p["kh"], p["kw"], p["oh"], p["ow"]
     c = _Common(ctx, "conv")
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n * oh * ow == 0:
@@ -560,7 +585,7 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
 # DEPTHWISE_CONV_2D
 
 
-def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
+def _geom_depthwise(ctx: ExecContext) -> dict:
     p = _spatial_params(ctx, "depthwise")
     _check_rank4(ctx)
     x = ctx.inputs[0].data
@@ -578,6 +603,15 @@ def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
     if mult * cin != cout:
         raise ctx.fail(f"depth multiplier {mult} * {cin} input channels != {cout} output channels")
     oh, ow = _out_hw(ctx, p, h, w, kh, kw)
+    p.update(n=n, cout=cout, kh=kh, kw=kw, oh=oh, ow=ow)
+    return p
+
+
+def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
+    p = _geometry(ctx, _geom_depthwise)
+    x = ctx.inputs[0].data
+    nchw, n, cout, kh, kw, oh, ow = p["nchw"], p["n"], p["cout"], p["kh"], p["kw"], p["oh"], p["ow"]
+    mult = p["extra"]
     c = _Common(ctx, "depthwise")
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n * oh * ow * cout == 0:
@@ -602,7 +636,7 @@ def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
 # GROUPED_CONV_2D
 
 
-def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
+def _geom_grouped(ctx: ExecContext) -> dict:
     p = _spatial_params(ctx, "grouped")
     _check_rank4(ctx)
     x = ctx.inputs[0].data
@@ -616,6 +650,15 @@ def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
     if g <= 0 or cout != bias.shape[0] or cg * g != cin or cout % g != 0:
         raise ctx.fail(f"filter {list(f.shape)} / bias {list(bias.shape)} do not fit {g} groups of {cin} channels")
     oh, ow = _out_hw(ctx, p, h, w, kh, kw)
+    p.update(n=n, cout=cout, kh=kh, kw=kw, cg=cg, oh=oh, ow=ow)
+    return p
+
+
+def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
+    p = _geometry(ctx, _geom_grouped)
+    x = ctx.inputs[0].data
+    nchw, n, cout, kh, kw, oh, ow = p["nchw"], p["n"], p["cout"], p["kh"], p["kw"], p["oh"], p["ow"]
+    g, cg = p["extra"], p["cg"]
     c = _Common(ctx, "grouped", groups=g)
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n * oh * ow == 0:
@@ -636,7 +679,7 @@ def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
 # TRANSPOSE_CONV_2D
 
 
-def _exec_transpose(ctx: ExecContext) -> list[np.ndarray]:
+def _geom_transpose(ctx: ExecContext) -> dict:
     ni = len(ctx.inputs)
     s = ctx.scalar
     _check_rank4(ctx)
@@ -670,6 +713,15 @@ def _exec_transpose(ctx: ExecContext) -> list[np.ndarray]:
     oh = h * sh + kh - sh - pt - pb
     if ow <= 0 or oh <= 0:
         raise ctx.fail("non-positive output size")
+    return dict(pl=pl, pt=pt, sw=sw, sh=sh, act=act, nchw=nchw, n=n, h=h, w=w, cin=cin, cout=cout, kh=kh, kw=kw,
+                oh=oh, ow=ow)
+
+
+def _exec_transpose(ctx: ExecContext) -> list[np.ndarray]:
+    p = _geometry(ctx, _geom_transpose)
+    x = ctx.inputs[0].data
+    pl, pt, sw, sh, act, nchw = p["pl"], p["pt"], p["sw"], p["sh"], p["act"], p["nchw"]
+    n, h, w, cin, cout, kh, kw, oh, ow = (p[k] for k in ("n", "h", "w", "cin", "cout", "kh", "kw", "oh", "ow"))
     c = _Common(ctx, "transpose")
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n == 0:
