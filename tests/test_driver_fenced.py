@@ -240,12 +240,18 @@ def test_deadline_passed(prepared) -> None:  # noqa: ANN001
         assert status in MISSED and cb is None and fence.is_null(sync_fence)
 
 
-def test_deadline_unlimited(prepared) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("far", [INT64_MAX, 2**64 - 1])
+def test_deadline_unlimited(prepared, fences, far: int) -> None:  # noqa: ANN001
+    """A far deadline and duration (unlimited) must not overflow, also while waiting for fences."""
+    _, make = fences
+    f = make()
+    threading.Timer(0.02, lambda: fence.signal(f)).start()
     with Pools([A, B], [16]) as p:
-        status, sync_fence, cb = _fenced(prepared, p.request(), measure=M.YES,
-                                         deadline=hal.OptionalTimePoint(nanosecondsSinceEpoch=INT64_MAX),
-                                         duration=hal.OptionalTimeoutDuration(nanoseconds=INT64_MAX))
+        status, sync_fence, cb = _fenced(prepared, p.request(), [make(True), f], measure=M.YES,
+                                         deadline=hal.OptionalTimePoint(nanosecondsSinceEpoch=far),
+                                         duration=hal.OptionalTimeoutDuration(nanoseconds=far))
         _check_success(status, sync_fence, cb, M.YES)
+        np.testing.assert_array_equal(p.output(0, np.float32, (2, 2)), A + B)
 
 
 def test_deadline_while_waiting_for_a_fence(prepared, fences) -> None:  # noqa: ANN001

@@ -171,8 +171,7 @@ class SamplePreparedModel(hal.IPreparedModel):
             # NOTE: as the reference, wait for every fence before starting; unlike
             # it, a deadline ends the wait (a fence that is never signaled must
             # not hold the caller past its deadline).
-            timeout_s = None if dl is None else max(0.0, (dl - time.monotonic_ns()) / 1e9)
-            st = fence.sync_wait(h, timeout_s)
+            st = _wait_fence(h, dl)
             if st == fence.FenceState.ACTIVE:
                 log.error("executeFenced: the deadline passed while waiting for a fence")
                 return S.MISSED_DEADLINE_TRANSIENT, None, None
@@ -198,6 +197,24 @@ class SamplePreparedModel(hal.IPreparedModel):
             timing_fenced = hal.Timing(timeOnDevice=on_device,
                                        timeInDriver=max(on_device, (end - after_fences) // 1000))
         return S.NONE, fence.signaled(), _FencedCallback(timing_launched, timing_fenced)
+
+
+_MAX_WAIT_S = 3600.0
+
+
+def _wait_fence(handle: hal.Handle, deadline: Optional[int]) -> Any:
+    """The fence's state once signaled, or ACTIVE if ``deadline`` (ns) passes first."""
+    from nnhal import fence
+
+    while True:
+        if deadline is None:
+            return fence.sync_wait(handle, None)
+        remaining = (deadline - time.monotonic_ns()) / 1e9
+        # NOTE: waited in bounded steps: a far deadline (up to 2**64 - 1 ns) must
+        # not overflow poll()'s millisecond timeout.
+        st = fence.sync_wait(handle, max(0.0, min(remaining, _MAX_WAIT_S)))
+        if st != fence.FenceState.ACTIVE or remaining <= _MAX_WAIT_S:
+            return st
 
 
 def _duration_ns(duration: Any) -> Optional[int]:
