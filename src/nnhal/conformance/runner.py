@@ -217,12 +217,13 @@ class Runner:
             for m in model.pools:
                 hal_memory.free(m)
 
-    def execute(self, prepared: Any, request: hal.Request, mode: str, measure: hal.MeasureTiming) -> tuple:
+    def execute(self, prepared: Any, request: hal.Request, mode: str, measure: hal.MeasureTiming,
+                loop_timeout: Optional[int] = None) -> tuple:
+        timeout = hal.OptionalTimeoutDuration(nanoseconds=loop_timeout)
         if mode == "sync":
-            return prepared.executeSynchronously_1_3(request, measure, hal.OptionalTimePoint(),
-                                                     hal.OptionalTimeoutDuration())
+            return prepared.executeSynchronously_1_3(request, measure, hal.OptionalTimePoint(), timeout)
         cb = hal.ExecutionCallback()
-        launch = prepared.execute_1_3(request, measure, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(), cb)
+        launch = prepared.execute_1_3(request, measure, hal.OptionalTimePoint(), timeout, cb)
         status, shapes, timing = cb.wait(EXECUTE_TIMEOUT_S)
         if launch != S.NONE and launch != status:
             return S.GENERAL_FAILURE, [], hal.Timing()
@@ -271,7 +272,10 @@ class Runner:
         measure = hal.MeasureTiming(self._measure_toggle)
         pools = _Pools(inputs, sizes)
         try:
-            status, shapes, timing = self.execute(prepared, pools.request(), mode, measure)
+            # NOTE: as VTS's InfiniteLoopTimeoutTest, the infinite loop runs with a 1 ms loop timeout
+            infinite_loop = vm.expectFailure and vm.main.operations[0].type == hal.OperationType.WHILE
+            status, shapes, timing = self.execute(prepared, pools.request(), mode, measure,
+                                                  1_000_000 if infinite_loop else None)
             if vm.expectFailure:
                 if status == S.NONE:
                     return result(mode, "fail", "expected a failure, the execution succeeded")
