@@ -492,13 +492,24 @@ def test_bad_pool_closed_fd(add_prepared) -> None:  # noqa: ANN001
         req = p.request()
         bad = hal_memory.allocate(16)
         hal_memory.free(bad)
-        bad.handle.fds = [p.out_mem.handle.fds[0] + 1000]  # a closed/unused descriptor
+        # NOTE: a high unused number: mapping the other pools dups fds, which may reuse a low one
+        bad.handle.fds = [_closed_fd()]
         req.pools[1] = hal.MemoryPool(hidlMemory=bad)
         assert execute_sync(add_prepared, req)[0] == S.INVALID_ARGUMENT
         _, status, shapes, _ = execute_async(add_prepared, req)
         assert status == S.INVALID_ARGUMENT and shapes == []
     finally:
         p.close()
+
+
+def _closed_fd() -> int:
+    fd = 3000
+    while True:
+        try:
+            os.fstat(fd)
+        except OSError:
+            return fd
+        fd += 1
 
 
 def test_bad_pool_size_beyond_file(add_prepared) -> None:  # noqa: ANN001

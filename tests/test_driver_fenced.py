@@ -154,11 +154,22 @@ def test_invalid_wait_for_handle(prepared, fences, bad: str) -> None:  # noqa: A
         h = fence.create()
         fd = h.fds[0]
         os.close(fd)
+        h = hal.Handle(fds=[_closed_fd()])  # NOTE: a high number nothing reuses meanwhile
     else:
         h = hal.Handle(fds=[-1])
     with pools as p:
         status, sync_fence, cb = _fenced(prepared, p.request(), [good, h])
         assert status == S.INVALID_ARGUMENT and cb is None and fence.is_null(sync_fence)
+
+
+def _closed_fd() -> int:
+    fd = 3000
+    while True:
+        try:
+            os.fstat(fd)
+        except OSError:
+            return fd
+        fd += 1
 
 
 def test_invalid_request(prepared) -> None:  # noqa: ANN001
