@@ -6,51 +6,18 @@ them and checks that no type is registered twice.
 
 from __future__ import annotations
 
+import importlib
 from typing import Optional
 
 from nnhal.hal import OperationType
-from nnhal.ops import (
-    activation,
-    broadcast,
-    comparison,
-    control_flow,
-    conv,
-    conversion,
-    detection,
-    elementwise,
-    lookup,
-    normalization,
-    pooling,
-    random,
-    recurrent,
-    reduce,
-    rnn,
-    shape,
-    softmax,
-    spatial,
-)
 from nnhal.ops.base import OpDef
 
-FAMILIES = (
-    activation,
-    broadcast,
-    comparison,
-    control_flow,
-    conversion,
-    conv,
-    detection,
-    elementwise,
-    lookup,
-    normalization,
-    pooling,
-    random,
-    recurrent,
-    reduce,
-    rnn,
-    shape,
-    softmax,
-    spatial,
+# The family modules, each with its ``OPS`` list (nnhal/ops/<family>.py).
+FAMILY_NAMES = (
+    "activation", "broadcast", "comparison", "control_flow", "conversion", "conv", "detection", "elementwise",
+    "lookup", "normalization", "pooling", "random", "recurrent", "reduce", "rnn", "shape", "softmax", "spatial",
 )
+FAMILIES = tuple(importlib.import_module(f"nnhal.ops.{name}") for name in FAMILY_NAMES)
 
 
 def _build() -> dict[OperationType, OpDef]:
