@@ -27,7 +27,9 @@ machine.  On a machine whose cores are shared with other work, OpenBLAS's
 threads wait for each other and small GEMMs get 10-50x slower: ``--threads 1``
 then gives stable, comparable numbers (the kernels' own elementwise threads,
 ``NNHAL_KERNEL_THREADS``, step aside by themselves while the load average is
-above the core count).
+above the core count).  ``--tune-malloc`` shows what keeping freed pages in
+the process (glibc ``mallopt``) saves: a fresh multi-MB activation otherwise
+page-faults in on every execution.
 """
 
 from __future__ import annotations
