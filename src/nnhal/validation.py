@@ -11,8 +11,11 @@ messages share one declaration per operation.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from typing import Any, Optional, Sequence
+
+import numpy as np
 
 from nnhal import hal
 from nnhal.executor import constant_value, operand_info
@@ -40,6 +43,7 @@ _ZERO_POINT_RANGE = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGN
 _NO_EXTRA_PARAMS = (_SCALAR | _TENSOR) - {T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.OEM, T.TENSOR_OEM_BYTE}
 
 EXTENSION_TYPE_BITS = 16
+UINT32_MAX = 0xFFFFFFFF
 
 
 class ValidationError(ValueError):
@@ -78,6 +82,131 @@ def operand_byte_size(operand: hal.Operand, dims: Optional[Sequence[int]] = None
     return size
 
 
+# --------------------------------------------------------------------------
+# structure: what the HIDL types guarantee in C++ (field types, unsigned
+# ranges) has to be checked in Python before any rule can be applied.
+
+
+def _is_int(x: Any) -> bool:
+    if isinstance(x, int):  # NOTE: the fast path (ints and IntEnums); bool is an int but not an integer here
+        return not isinstance(x, bool)
+    return isinstance(x, (np.integer, numbers.Integral)) and not isinstance(x, np.bool_)
+
+
+def _is_u32(x: Any) -> bool:
+    return _is_int(x) and 0 <= x <= UINT32_MAX
+
+
+def _is_i32(x: Any) -> bool:
+    return _is_int(x) and -(2**31) <= x < 2**31
+
+
+def _u32_list(x: Any) -> bool:
+    if not isinstance(x, (list, tuple)):
+        return False
+    if all(type(v) is int for v in x):  # NOTE: the common case, checked in one pass
+        return not x or (min(x) >= 0 and max(x) <= UINT32_MAX)
+    return all(_is_u32(v) for v in x)
+
+
+def _is_bool(x: Any) -> bool:
+    return isinstance(x, (bool, np.bool_))
+
+
+def _list_of(x: Any, cls: type) -> bool:
+    return isinstance(x, (list, tuple)) and all(isinstance(v, cls) for v in x)
+
+
+def _check_location(loc: Any, where: str) -> None:
+    if not isinstance(loc, hal.DataLocation):
+        raise _fail(f"{where}: location is not a DataLocation")
+    if not (_is_u32(loc.poolIndex) and _is_u32(loc.offset) and _is_u32(loc.length)):
+        raise _fail(f"{where}: location {loc} is not three uint32 values")
+
+
+def _check_operand_structure(o: Any, where: str) -> None:
+    if not isinstance(o, hal.Operand):
+        raise _fail(f"{where} is not an Operand")
+    if not _is_u32(o.type) or not _is_int(o.lifetime):
+        raise _fail(f"{where}: type {o.type!r} or lifetime {o.lifetime!r} is not an enum value")
+    if not _u32_list(o.dimensions):
+        raise _fail(f"{where}: dimensions {o.dimensions!r} are not uint32 values")
+    if not _is_u32(o.numberOfConsumers):
+        raise _fail(f"{where}: numberOfConsumers {o.numberOfConsumers!r} is not a uint32")
+    if not isinstance(o.scale, numbers.Real) or isinstance(o.scale, (bool, np.bool_)) or math.isnan(o.scale):
+        raise _fail(f"{where}: scale {o.scale!r} is not a number")
+    if not _is_i32(o.zeroPoint):
+        raise _fail(f"{where}: zeroPoint {o.zeroPoint!r} is not an int32")
+    _check_location(o.location, where)
+    extra = o.extraParams
+    if not isinstance(extra, hal.OperandExtraParams):
+        raise _fail(f"{where}: extraParams is not an OperandExtraParams")
+    cq = extra.channelQuant
+    if cq is not None:
+        if not isinstance(cq, hal.SymmPerChannelQuantParams) or not _is_u32(cq.channelDim) or not (
+                isinstance(cq.scales, (list, tuple))
+                and all(isinstance(v, numbers.Real) and not _is_bool(v) for v in cq.scales)):
+            raise _fail(f"{where}: malformed channelQuant {cq!r}")
+    if extra.extension is not None and not isinstance(extra.extension, (bytes, bytearray)):
+        raise _fail(f"{where}: extraParams.extension is not bytes")
+
+
+def _check_subgraph_structure(sg: Any, where: str) -> None:
+    if not isinstance(sg, hal.Subgraph):
+        raise _fail(f"{where} is not a Subgraph")
+    if not isinstance(sg.operands, (list, tuple)) or not isinstance(sg.operations, (list, tuple)):
+        raise _fail(f"{where}: operands / operations are not lists")
+    for i, o in enumerate(sg.operands):
+        _check_operand_structure(o, f"{where} operand {i}")
+    for k, op in enumerate(sg.operations):
+        if not isinstance(op, hal.Operation) or not _is_u32(op.type) or not _u32_list(op.inputs) \
+                or not _u32_list(op.outputs):
+            raise _fail(f"{where} operation {k} is malformed: {op!r}")
+    if not _u32_list(sg.inputIndexes) or not _u32_list(sg.outputIndexes):
+        raise _fail(f"{where}: inputIndexes / outputIndexes are not uint32 lists")
+
+
+def _check_memory_structure(m: Any, where: str) -> None:
+    if not isinstance(m, hal.Memory) or not isinstance(m.name, str) or not _is_int(m.size) or m.size < 0 \
+            or m.size >= 2**64:
+        raise _fail(f"{where} is not a valid memory")
+    h = m.handle
+    if not isinstance(h, hal.Handle) or not isinstance(h.fds, (list, tuple)) or not isinstance(h.ints, (list, tuple)) \
+            or not all(_is_int(fd) and 0 <= fd < 2**31 for fd in h.fds) or not all(_is_i32(v) for v in h.ints):
+        raise _fail(f"{where}: malformed handle {h!r}")
+
+
+def _check_model_structure(model: hal.Model) -> None:
+    _check_subgraph_structure(model.main, "main subgraph")
+    if not isinstance(model.referenced, (list, tuple)):
+        raise _fail("referenced is not a list")
+    for k, sg in enumerate(model.referenced):
+        _check_subgraph_structure(sg, f"referenced subgraph {k}")
+    if not isinstance(model.operandValues, (bytes, bytearray, memoryview)):
+        raise _fail(f"operandValues is not bytes: {type(model.operandValues).__name__}")
+    if not isinstance(model.pools, (list, tuple)):
+        raise _fail("pools is not a list")
+    for k, m in enumerate(model.pools):
+        _check_memory_structure(m, f"model pool {k}")
+    if not _is_bool(model.relaxComputationFloat32toFloat16):
+        raise _fail("relaxComputationFloat32toFloat16 is not a bool")
+    if not _list_of(model.extensionNameToPrefix, hal.ExtensionNameAndPrefix) or not all(
+            isinstance(e.name, str) and _is_int(e.prefix) for e in model.extensionNameToPrefix):
+        raise _fail("malformed extensionNameToPrefix")
+
+
+def _size_overflows_uint32(t: T, dims: Sequence[int]) -> bool:
+    """As the NNAPI runtime, which refuses such operands when they are added."""
+    if t in _SCALAR or not dims:
+        return False
+    size = hal.OPERAND_TYPE_BYTE_SIZE.get(t, 1)
+    for d in dims:
+        size *= d
+        if size > UINT32_MAX:
+            return True
+    return False
+
+
 def _check_operand(model: hal.Model, sg: hal.Subgraph, index: int, version: HalVersion) -> None:
     o = sg.operands[index]
     where = f"operand {index}"
@@ -92,8 +221,10 @@ def _check_operand(model: hal.Model, sg: hal.Subgraph, index: int, version: HalV
         if t in _TENSOR and len(o.dimensions) == 0 and (
                 version < HalVersion.V1_2 or o.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)):
             raise _fail(f"{where}: tensor {t.name} has dimensions of rank 0")
-        if any(d < 0 or d > 0xFFFFFFFF for d in o.dimensions):
+        if any(d < 0 or d > UINT32_MAX for d in o.dimensions):
             raise _fail(f"{where}: dimensions {o.dimensions} out of range")
+        if _size_overflows_uint32(t, o.dimensions):
+            raise _fail(f"{where}: {t.name} {list(o.dimensions)} is larger than 4 GiB")
         scale = o.scale
         if not isinstance(scale, (int, float)) or math.isnan(scale):
             raise _fail(f"{where}: scale {scale!r} is not a number")
@@ -312,6 +443,7 @@ def validate_model(model: hal.Model, pools: Optional[Sequence[Any]] = None,
     for valid but unimplemented OEM / extension operations)."""
     if not isinstance(model, hal.Model):
         raise _fail(f"not a Model: {type(model).__name__}")
+    _check_model_structure(model)
     if not model.main.operations or not model.main.operands:
         raise _fail("invalid empty model")
     _check_extensions(model)
@@ -334,27 +466,30 @@ def validate_model(model: hal.Model, pools: Optional[Sequence[Any]] = None,
 
 
 def validate_preference(preference: Any) -> None:
-    if preference not in hal.ExecutionPreference._value2member_map_:
-        raise _fail(f"invalid execution preference {preference}")
+    if not _is_int(preference) or preference not in hal.ExecutionPreference._value2member_map_:
+        raise _fail(f"invalid execution preference {preference!r}")
 
 
 def validate_priority(priority: Any) -> None:
-    if priority not in hal.Priority._value2member_map_:
-        raise _fail(f"invalid priority {priority}")
+    if not _is_int(priority) or priority not in hal.Priority._value2member_map_:
+        raise _fail(f"invalid priority {priority!r}")
 
 
 def _pool_sizes(request: hal.Request) -> list[int]:
     sizes = []
+    if not isinstance(request.pools, (list, tuple)):
+        raise _fail("request pools are not a list")
     for k, p in enumerate(request.pools):
         if not isinstance(p, hal.MemoryPool):
             raise _fail(f"request pool {k} is not a MemoryPool")
         if p.hidlMemory is not None and p.token is not None:
             raise _fail(f"request pool {k} has both hidlMemory and token set")
         if p.hidlMemory is not None:
+            _check_memory_structure(p.hidlMemory, f"request pool {k}")
             validate_memory_names([p.hidlMemory], HalVersion.V1_3)
             sizes.append(p.hidlMemory.size)
         elif p.token is not None:
-            if not p.token > 0:
+            if not _is_u32(p.token) or not p.token > 0:
                 raise _fail(f"request pool {k}: token {p.token} is not positive")
             sizes.append(0)  # a driver-managed buffer: offset and length must be 0
         else:
@@ -364,11 +499,16 @@ def _pool_sizes(request: hal.Request) -> list[int]:
 
 def _check_arguments(args: Sequence[hal.RequestArgument], indexes: Sequence[int], sg: hal.Subgraph,
                      sizes: Sequence[int], allow_unspecified: bool, what: str) -> None:
+    if not isinstance(args, (list, tuple)):
+        raise _fail(f"request {what}s are not a list")
     if len(args) != len(indexes):
         raise _fail(f"request has {len(args)} {what}s but the model has {len(indexes)}")
     for k, (a, i) in enumerate(zip(args, indexes)):
         o = sg.operands[i]
+        if not isinstance(a, hal.RequestArgument) or not _is_bool(a.hasNoValue) or not _u32_list(a.dimensions):
+            raise _fail(f"request {what} {k} is malformed: {a!r}")
         loc = a.location
+        _check_location(loc, f"request {what} {k}")
         if a.hasNoValue:
             if loc.poolIndex or loc.offset or loc.length or a.dimensions:
                 raise _fail(f"request {what} {k} has no value yet has a location or dimensions")
@@ -396,6 +536,15 @@ def _check_arguments(args: Sequence[hal.RequestArgument], indexes: Sequence[int]
                                 f"{o.dimensions[d]}")
                 if dims[d] == 0 and not allow_unspecified:
                     raise _fail(f"request {what} {k} has dimension {d} of zero")
+        if what == "input" and not is_extension_type(o.type) and int(o.type) not in (T.OEM, T.TENSOR_OEM_BYTE):
+            # NOTE: the executor reads exactly this many bytes; checked here so that a short
+            # input is refused at launch rather than in the execution callback.
+            full = dims or list(o.dimensions)
+            if not is_tensor(o) or (full and all(full)):
+                need = operand_byte_size(o, full)
+                if loc.length < need:
+                    raise _fail(f"request input {k}: {need} bytes needed for {T(o.type).name} {full}, the "
+                                f"location has {loc.length}")
 
 
 def is_tensor(o: hal.Operand) -> bool:
@@ -407,6 +556,15 @@ def validate_request(request: hal.Request, model: hal.Model, allow_unspecified_o
     within pools, dimensions compatible with the model, hasNoValue rules)."""
     if not isinstance(request, hal.Request):
         raise _fail(f"not a Request: {type(request).__name__}")
+    try:
+        _validate_request(request, model, allow_unspecified_output)
+    except ValidationError:
+        raise
+    except Exception as e:  # NOTE: odd objects in a request are a bad argument, never a crash
+        raise _fail(f"malformed request ({type(e).__name__}: {e})") from None
+
+
+def _validate_request(request: hal.Request, model: hal.Model, allow_unspecified_output: bool) -> None:
     sizes = _pool_sizes(request)
     _check_arguments(request.inputs, model.main.inputIndexes, model.main, sizes, False, "input")
     _check_arguments(request.outputs, model.main.outputIndexes, model.main, sizes, allow_unspecified_output,
@@ -415,9 +573,13 @@ def validate_request(request: hal.Request, model: hal.Model, allow_unspecified_o
 
 def validate_timeout(loop_timeout: Any) -> int:
     """The loop timeout of an execution in ns (default 2 s, at most 15 s)."""
-    if loop_timeout is None or getattr(loop_timeout, "nanoseconds", None) is None:
+    if loop_timeout is None:
         return int(hal.LoopTimeoutDurationNs.DEFAULT)
+    if not isinstance(loop_timeout, hal.OptionalTimeoutDuration):
+        raise _fail(f"loop timeout is not an OptionalTimeoutDuration: {loop_timeout!r}")
     ns = loop_timeout.nanoseconds
-    if not isinstance(ns, int) or ns < 0:
+    if ns is None:
+        return int(hal.LoopTimeoutDurationNs.DEFAULT)
+    if not _is_int(ns) or not 0 <= ns < 2**64:
         raise _fail(f"invalid loop timeout {ns!r}")
     return min(ns, int(hal.LoopTimeoutDurationNs.MAXIMUM))
