@@ -153,13 +153,24 @@ def _add_sub_quant(ctx: ExecContext, a: Tensor, b: Tensor, act: int, negate_b: b
     mo, sho = _multiplier(ctx, twice_max / ((1 << left_shift) * so))
     if negate_b:
         m2 = -m2  # SUB: the reference negates input 2's multiplier and adds
-    x1 = (a.data.astype(np.int64) - a.zero_point) << left_shift
-    x2 = (b.data.astype(np.int64) - b.zero_point) << left_shift
-    x1 = multiply_by_quantized_multiplier_smaller_than_one(x1, m1, sh1)
-    x2 = multiply_by_quantized_multiplier_smaller_than_one(x2, m2, sh2)
+    # NOTE: each input's rescaled value depends only on its 8-bit code: a
+    # 256-entry table per input replaces two full-size fixed-point passes.
+    x1 = _rescale_table(a, m1, sh1, left_shift)[_codes(a.data)]
+    x2 = _rescale_table(b, m2, sh2, left_shift)[_codes(b.data)]
     raw = multiply_by_quantized_multiplier_smaller_than_one(x1 + x2, mo, sho) + out.zero_point
     lo, hi = activation_range(act, out.scale, out.zero_point, out.type)
     return np.clip(raw, lo, hi).astype(out.dtype)
+
+
+def _codes(data: np.ndarray) -> np.ndarray:
+    """8-bit codes as table indexes: uint8 as is, int8 shifted by 128."""
+    return data if data.dtype == np.uint8 else data.view(np.uint8) ^ np.uint8(0x80)
+
+
+def _rescale_table(t: Tensor, m: int, sh: int, left_shift: int) -> np.ndarray:
+    """(code - zeroPoint) << left_shift, rescaled by (m, sh), for all 256 codes."""
+    codes = np.arange(256, dtype=np.int64) if t.data.dtype == np.uint8 else np.arange(-128, 128, dtype=np.int64)
+    return multiply_by_quantized_multiplier_smaller_than_one((codes - t.zero_point) << left_shift, m, sh)
 
 
 def _mul_quant(ctx: ExecContext, a: Tensor, b: Tensor, act: int) -> np.ndarray:

@@ -63,22 +63,40 @@ def quantize_multiplier_greater_than_one(real: float) -> tuple[int, int]:
     return quantize_multiplier(real)
 
 
+_NUDGE_POS = np.int64(1 << 30)
+_TRUNC_MASK = np.int64((1 << 31) - 1)
+
+
 def saturating_rounding_doubling_high_mul(a: np.ndarray, b: int | np.ndarray) -> np.ndarray:
     """gemmlowp SaturatingRoundingDoublingHighMul on int32 values (as int64 arrays)."""
     a = np.asarray(a, dtype=np.int64)
-    b = np.asarray(b, dtype=np.int64)
-    ab = a * b
-    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
-    s = ab + nudge
-    # C++ integer division truncates toward zero
-    q = np.where(s >= 0, s >> 31, -((-s) >> 31))
-    overflow = (a == INT32_MIN) & (b == INT32_MIN)
-    return np.where(overflow, np.int64(INT32_MAX), q)
+    scalar_b = np.ndim(b) == 0
+    b64 = np.int64(b) if scalar_b else np.asarray(b, dtype=np.int64)
+    ab = a * b64
+    # nudge: +2^30 for ab >= 0, 1 - 2^30 for ab < 0
+    neg = ab < 0
+    s = ab + _NUDGE_POS
+    s -= neg * _TRUNC_MASK
+    # C++ integer division by 2^31 truncates toward zero: add 2^31 - 1 to negatives, then shift
+    s += (s >> 63) & _TRUNC_MASK
+    s >>= 31
+    if not scalar_b or int(b) == INT32_MIN:
+        overflow = (a == INT32_MIN) & (b64 == INT32_MIN)
+        if overflow.any():
+            s = np.where(overflow, np.int64(INT32_MAX), s)
+    return s
 
 
 def rounding_divide_by_pot(x: np.ndarray, exponent: int | np.ndarray) -> np.ndarray:
     """gemmlowp RoundingDivideByPOT: x / 2^exponent rounded half away from zero."""
     x = np.asarray(x, dtype=np.int64)
+    if np.ndim(exponent) == 0:
+        e = int(exponent)
+        if e == 0:
+            return x.copy()
+        mask = np.int64((1 << e) - 1)
+        threshold = (mask >> 1) + (x < 0)
+        return (x >> e) + ((x & mask) > threshold)
     exponent = np.asarray(exponent, dtype=np.int64)
     mask = (np.int64(1) << exponent) - 1
     remainder = x & mask
