@@ -62,10 +62,19 @@ def _fundamental_operand_type(t: int) -> bool:
     return t in T._value2member_map_
 
 
-def valid_operand_type(t: int, model: hal.Model) -> bool:
+# NOTE: a model sent through a 1.0-1.2 method may only use the operand types of
+# that version's enum (as ValidateHal's validOperandType per versioned type).
+_OPERAND_TYPES_V1_0 = frozenset({T.FLOAT32, T.INT32, T.UINT32, T.TENSOR_FLOAT32, T.TENSOR_INT32,
+                                 T.TENSOR_QUANT8_ASYMM, T.OEM, T.TENSOR_OEM_BYTE})
+_OPERAND_TYPES_V1_2 = frozenset(t for t in T if t not in (T.TENSOR_QUANT8_ASYMM_SIGNED, T.SUBGRAPH))
+
+
+def valid_operand_type(t: int, model: hal.Model, version: HalVersion = HalVersion.V1_3) -> bool:
     if _fundamental_operand_type(t):
-        return True
-    return is_extension_type(t) and _extension_prefix_known(t, model)
+        if version < HalVersion.V1_2:
+            return t in _OPERAND_TYPES_V1_0
+        return version >= HalVersion.V1_3 or t in _OPERAND_TYPES_V1_2
+    return version >= HalVersion.V1_2 and is_extension_type(t) and _extension_prefix_known(t, model)
 
 
 def _extension_prefix_known(t: int, model: hal.Model) -> bool:
@@ -211,8 +220,8 @@ def _check_operand(model: hal.Model, sg: hal.Subgraph, index: int, version: HalV
     o = sg.operands[index]
     where = f"operand {index}"
     t = int(o.type)
-    if not valid_operand_type(t, model):
-        raise _fail(f"{where}: invalid operand type {t}")
+    if not valid_operand_type(t, model, version):
+        raise _fail(f"{where}: invalid operand type {t} for HAL {version.name}")
     ext = is_extension_type(t)
     if not ext:
         t = T(t)
