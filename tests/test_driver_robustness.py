@@ -630,6 +630,8 @@ def test_burst_with_junk(prepared: Prepared) -> None:
 def test_callbacks_notified_exactly_once() -> None:
     """Runs last in this module: every callback handed to the driver above was
     notified exactly once (late duplicate notifications included)."""
+    if not _CALLBACKS:
+        pytest.skip("no callback was handed out (run with the whole module)")
     time.sleep(0.2)
     counts = [cb.count for cb in _CALLBACKS]
-    assert counts and all(c == 1 for c in counts), sorted(set(counts))
+    assert all(c == 1 for c in counts), sorted(set(counts))

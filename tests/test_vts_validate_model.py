@@ -520,6 +520,27 @@ def _remove_operand(model: hal.Model):
         yield f"operand {i} removed", change
 
 
+@mutator("remove operand (VTS indexes)")
+def _remove_operand_vts_indexes(model: hal.Model):
+    """The removal exactly as VTS 1.3 does it: references to the operand are
+    dropped but the later indexes are not renumbered (its decrement is a
+    post-decrement that changes nothing), so they point one operand off."""
+    for i in range(len(model.main.operands)):
+        if remove_operand_is_harmless(model, i):
+            continue
+
+        def change(m: hal.Model, i: int = i) -> None:
+            sg = m.main
+            del sg.operands[i]
+            for op in sg.operations:
+                op.inputs = [x for x in op.inputs if x != i]
+                op.outputs = [x for x in op.outputs if x != i]
+            sg.inputIndexes = [x for x in sg.inputIndexes if x != i]
+            sg.outputIndexes = [x for x in sg.outputIndexes if x != i]
+
+        yield f"operand {i} removed, indexes kept", change
+
+
 @mutator("remove operation")
 def _remove_operation(model: hal.Model):
     for k in range(len(model.main.operations)):
@@ -723,6 +744,107 @@ def test_every_mutation_kind_exercised(device: hal.IDevice) -> None:
             for p in model.pools:
                 hal_memory.free(p)
     assert set(kinds) == {k for k, _ in MUTATORS}, kinds
+
+
+# --------------------------------------------------------------------------
+# the inherited 1.2 entry points (the 1.2 VTS binary against this driver)
+
+V1_2 = hal.v1_2
+
+
+def as_v1_2(model: hal.Model) -> V1_2.Model:
+    """The main subgraph as a 1.2 model, field for field, whatever the values
+    (a mutated model may hold types or lifetimes 1.2 does not know)."""
+    m = model.main
+    return V1_2.Model(
+        operands=[V1_2.Operand(type=o.type, dimensions=o.dimensions, numberOfConsumers=o.numberOfConsumers,
+                               scale=o.scale, zeroPoint=o.zeroPoint, lifetime=o.lifetime, location=o.location,
+                               extraParams=o.extraParams) for o in m.operands],
+        operations=[V1_2.Operation(type=op.type, inputs=op.inputs, outputs=op.outputs) for op in m.operations],
+        inputIndexes=m.inputIndexes, outputIndexes=m.outputIndexes, operandValues=model.operandValues,
+        pools=model.pools, relaxComputationFloat32toFloat16=model.relaxComputationFloat32toFloat16,
+        extensionNameToPrefix=model.extensionNameToPrefix)
+
+
+def mutations_v1_2(model: hal.Model) -> Iterator[Mutation]:
+    """What the 1.2 VTS mutates: the 1.3 mutations but priorities, plus the
+    types that 1.3 added (out of range for 1.2)."""
+    for m in mutations(model):
+        if m.kind != "priority":
+            yield m
+    added_operand_types = (int(T.TENSOR_QUANT8_ASYMM_SIGNED), int(T.SUBGRAPH))  # 1.2 FUNDAMENTAL_MAX + 1, + 2
+    for i in range(len(model.main.operands)):
+        for t in added_operand_types:
+            m = copy_model(model)
+            m.main.operands[i].type = t
+            yield Mutation("operand type (1.2)", f"operand {i} type {t}", m)
+    for k in range(len(model.main.operations)):
+        for t in range(int(V1_2.OperationTypeRange.FUNDAMENTAL_MAX) + 1, int(hal.OperationTypeRange.FUNDAMENTAL_MAX) + 1):
+            m = copy_model(model)
+            m.main.operations[k].type = t
+            yield Mutation("operation type (1.2)", f"operation {k} type {t}", m)
+
+
+def rejection_problem_v1_2(device: hal.IDevice, m: Mutation) -> Optional[str]:
+    model = as_v1_2(m.model)
+    if m.preference in hal.ExecutionPreference._value2member_map_:
+        status, _ = device.getSupportedOperations_1_2(model)
+        if status != hal.v1_0.ErrorStatus.INVALID_ARGUMENT:
+            return f"getSupportedOperations_1_2 returned {status!r}"
+    cb = hal.PreparedModelCallback()
+    launch = device.prepareModel_1_2(model, m.preference, [], [], bytes(32), cb)
+    status, prepared = cb.wait(60)
+    if launch != S.INVALID_ARGUMENT or status != S.INVALID_ARGUMENT or prepared is not None:
+        return f"prepareModel_1_2 gave {launch!r} at launch, {status!r} and {prepared} in the callback"
+    return None
+
+
+def _v1_2_compliant(vm: VectorModel) -> bool:
+    from nnhal.hal.convert import compliant_with_v1_2
+
+    model = vm.build_model(memory_factory=lambda data: hal.Memory("ashmem", hal.Handle(fds=[0]), len(data)))
+    return not model.referenced and compliant_with_v1_2(model)
+
+
+SAMPLE_V1_2 = tuple(vm for vm in SAMPLE[::3] if _v1_2_compliant(vm))
+
+
+def validate_model_mutations_v1_2(device: hal.IDevice, vm: VectorModel) -> collections.Counter:
+    model = vm.build_model()
+    counts: collections.Counter = collections.Counter()
+    accepted: list[str] = []
+    try:
+        for m in mutations_v1_2(model):
+            counts[m.kind] += 1
+            problem = rejection_problem_v1_2(device, m)
+            if problem:
+                accepted.append(f"{m.kind}: {m.what}: {problem}")
+    finally:
+        for p in model.pools:
+            hal_memory.free(p)
+    assert not accepted, f"{len(accepted)} 1.2 mutations of {vm.name} not rejected:\n" + "\n".join(accepted[:40])
+    return counts
+
+
+@pytest.mark.parametrize("vm", SAMPLE_V1_2, ids=[model_id(vm) for vm in SAMPLE_V1_2])
+def test_mutated_models_rejected_through_v1_2(device: hal.IDevice, vm: VectorModel) -> None:
+    # sanity: unmutated, the 1.2 entry point takes the model
+    model = vm.build_model()
+    try:
+        status, supported = device.getSupportedOperations_1_2(as_v1_2(model))
+        assert status == S.NONE and all(supported), vm.name
+    finally:
+        for p in model.pools:
+            hal_memory.free(p)
+    validate_model_mutations_v1_2(device, vm)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("vm", all_models(), ids=[model_id(vm) for vm in all_models()])
+def test_mutated_models_rejected_through_v1_2_sweep(device: hal.IDevice, vm: VectorModel) -> None:
+    if not _v1_2_compliant(vm):
+        pytest.skip("not expressible in HAL 1.2")
+    validate_model_mutations_v1_2(device, vm)
 
 
 # --------------------------------------------------------------------------
