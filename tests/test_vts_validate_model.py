@@ -15,6 +15,7 @@ The default run covers a varied sample of the models (tests/vts_models.py);
 from __future__ import annotations
 
 import collections
+import logging
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Optional
 
@@ -687,6 +688,17 @@ def rejection_problem(device: hal.IDevice, m: Mutation) -> Optional[str]:
     if prepared is not None:
         return "prepareModel_1_3 callback gave a prepared model"
     return None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quiet_driver() -> Iterator[None]:
+    """The driver logs every rejection it makes; tens of thousands of them only
+    slow the run down."""
+    logger = logging.getLogger("nnhal")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    yield
+    logger.setLevel(level)
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,9 @@ no timing.  ``pytest -m sweep`` runs the checks over every model.
 from __future__ import annotations
 
 import collections
+import logging
 import os
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import pytest
@@ -196,6 +197,17 @@ def validate_request_mutations(device: hal.IDevice, vm: VectorModel) -> collecti
             hal_memory.free(p)
     assert not problems, f"{vm.name}:\n" + "\n".join(problems[:40])
     return counts
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quiet_driver() -> Iterator[None]:
+    """The driver logs every rejection it makes; tens of thousands of them only
+    slow the run down."""
+    logger = logging.getLogger("nnhal")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    yield
+    logger.setLevel(level)
 
 
 @pytest.fixture(scope="module")
