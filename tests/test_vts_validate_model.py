@@ -8,6 +8,16 @@ preference / priority mutations, whose model is fine), and
 ``prepareModel_1_3`` returns INVALID_ARGUMENT at launch while the callback
 gets INVALID_ARGUMENT and no prepared model.
 
+The same mutations (less the priority ones, plus the operand and operation
+types 1.3 added) go through the inherited ``getSupportedOperations_1_2`` /
+``prepareModel_1_2`` as 1.2 models, as the 1.2 VTS binary does.
+
+Where this port differs from VTS, on purpose: a removed operand is removed
+with its references renumbered (VTS's renumbering is a no-op, also ported as
+"remove operand (VTS indexes)"), so positions that are optional trailing
+inputs are skipped there too; an added output gets numberOfConsumers 0 (VTS
+gives it 1, which the consumer count check rejects by itself).
+
 The default run covers a varied sample of the models (tests/vts_models.py);
 ``pytest -m sweep`` runs the same checks over every model.
 """
