@@ -142,11 +142,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     s.add_argument("--device", default="sample-all")
     s.set_defaults(fn=cmd_demo)
 
-    s = sub.add_parser("bench", help="MobileNet v1/v2 latency and per-layer GFLOP/s")
-    s.add_argument("rest", nargs=argparse.REMAINDER)
+    s = sub.add_parser("bench", add_help=False, help="MobileNet v1/v2 latency and per-layer GFLOP/s "
+                                                    "(see nnhal bench --help)")
     s.set_defaults(fn=cmd_bench)
 
-    args = p.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "bench" in argv and all(a.startswith("-") for a in argv[: argv.index("bench")]):
+        # NOTE: bench has its own option parser; everything after the word is its
+        k = argv.index("bench")
+        args = p.parse_args(argv[: k + 1])
+        args.rest = argv[k + 1:]
+    else:
+        args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL,
                         format="%(levelname)s %(name)s: %(message)s")
     return args.fn(args)
