@@ -10,14 +10,17 @@ import time
 from pathlib import Path
 from typing import Optional
 
-DEFAULT_VECTORS = Path(__file__).resolve().parents[3] / ".." / "shared" / "conformance"
+# the repository's sibling folder shared/conformance (src/nnhal/cli.py -> repo root -> ..)
+DEFAULT_VECTORS = Path(__file__).resolve().parents[2] / ".." / "shared" / "conformance"
 
 
 def _default_vectors() -> str:
-    for cand in (os.environ.get("NNHAL_VECTORS"), DEFAULT_VECTORS, Path.cwd() / ".." / "shared" / "conformance"):
+    """$NNHAL_VECTORS, else ../shared/conformance beside the checkout or the current folder."""
+    for cand in (os.environ.get("NNHAL_VECTORS"), DEFAULT_VECTORS, Path.cwd() / ".." / "shared" / "conformance",
+                 Path.cwd() / "shared" / "conformance"):
         if cand and Path(cand).is_dir():
             return str(Path(cand).resolve())
-    return str(DEFAULT_VECTORS)
+    return str(DEFAULT_VECTORS.resolve())
 
 
 def _device(name: str):  # noqa: ANN202
