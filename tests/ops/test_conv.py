@@ -621,9 +621,12 @@ def test_requant_matches_tflite(t):
                 lo, hi = activation_range(act, 0.05, zp, t)
                 want = np.clip(multiply_by_quantized_multiplier(acc + bias, q, shift) + zp, lo, hi)
                 rq = ck.Requant(q=np.full(nch, q, np.int64), shift=np.full(nch, shift, np.int64),
-                                bias=bias.astype(np.int64), zp=zp, lo=lo, hi=hi, out_dtype=NUMPY_DTYPE[t])
+                                bias=bias.astype(np.int64), zp=zp, lo=lo, hi=hi, out_dtype=NUMPY_DTYPE[t],
+                                fast32=True)
                 got = rq.apply(acc.astype(np.float64), acc.shape[0], 1)
                 np.testing.assert_array_equal(got, want, err_msg=f"real={real} act={act} zp={zp}")
+                got = rq.apply(acc.astype(np.float32), acc.shape[0], 1)
+                np.testing.assert_array_equal(got, want, err_msg=f"float32 real={real} act={act} zp={zp}")
                 rq.use_float = False
                 got = rq.apply(acc.astype(np.float64), acc.shape[0], 1)
                 np.testing.assert_array_equal(got, want, err_msg=f"int path real={real} act={act} zp={zp}")
@@ -677,3 +680,26 @@ def test_grouped_quant_long_reduction_blocks():
     ops = [Operand(Q8, x, 0.5, 0), Operand(Q8, w, 0.5, 0), Operand(I32, b, 0.25), scalar(0), scalar(0), scalar(0),
            scalar(0), scalar(1), scalar(1), scalar(g), scalar(0), scalar(False)]
     np.testing.assert_array_equal(run(Op.GROUPED_CONV_2D, ops, Q8, 3000.0, 0), want)
+
+
+@pytest.mark.parametrize("t", [Q8, Q8S])
+def test_requant_float32_path_exhaustive(t):
+    """The verified float32 requantization equals the int64 one on every
+    accumulator of a wide range (multipliers with ties of both roundings)."""
+    lo_t, hi_t = QUANT_RANGE[t]
+    acc = np.arange(-(1 << 18), 1 << 18, dtype=np.int64).reshape(-1, 1)
+    used = 0
+    for real in [0.5, 2 ** -7, 1 / 3, 0.0123, 1.7, 2 ** -12, 3.1e-5, 0.00391, 0.0009765625]:
+        q, shift = quantize_multiplier(real)
+        for act in (0, 3):
+            for zp in (lo_t, hi_t - 7):
+                bias = rng.integers(-3000, 3000, size=2)
+                lo, hi = activation_range(act, 0.05, zp, t)
+                want = np.clip(multiply_by_quantized_multiplier(acc + bias, q, shift) + zp, lo, hi)
+                rq = ck.Requant(q=np.full(2, q, np.int64), shift=np.full(2, shift, np.int64),
+                                bias=bias.astype(np.int64), zp=zp, lo=lo, hi=hi, out_dtype=NUMPY_DTYPE[t],
+                                fast32=True)
+                got = rq.apply(np.broadcast_to(acc, (acc.shape[0], 2)).astype(np.float32), acc.shape[0], 1)
+                np.testing.assert_array_equal(got, want, err_msg=f"real={real} act={act} zp={zp}")
+                used += rq.f32 is not None
+    assert used > 0

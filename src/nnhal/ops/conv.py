@@ -307,7 +307,7 @@ def _prepare(info: OpInfo) -> _State:
                 ai = _act_input(kind, len(ins), [i.type for i in ins])
                 act = info.constant(ai)
                 if b is not None and act is not None and b.shape == (nch,) and 0 <= int(act) <= 3:
-                    st.requant[int(act)] = _make_requant(st.mult, b, info.outputs[0], int(act))
+                    st.requant[int(act)] = _make_requant(st.mult, b, info.outputs[0], int(act), fast32=True)
     except ValueError as e:
         st.mult_error = str(e)
     except Exception:  # NOTE: prepare must never fail; execute redoes the work and reports
@@ -315,10 +315,11 @@ def _prepare(info: OpInfo) -> _State:
     return st
 
 
-def _make_requant(mult: tuple, bias: np.ndarray, out: Any, act: int) -> ck.Requant:
+def _make_requant(mult: tuple, bias: np.ndarray, out: Any, act: int, fast32: bool = False) -> ck.Requant:
+    """``fast32`` (at prepare only): look for the verified float32 path."""
     lo, hi = activation_range(act, out.scale, out.zero_point, out.type)
     return ck.Requant(q=mult[0], shift=mult[1], bias=bias.astype(np.int64), zp=int(out.zero_point), lo=lo, hi=hi,
-                      out_dtype=np.dtype(np.uint8 if out.type == Q8A else np.int8))
+                      out_dtype=np.dtype(np.uint8 if out.type == Q8A else np.int8), fast32=fast32)
 
 
 # --------------------------------------------------------------------------

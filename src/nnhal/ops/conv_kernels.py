@@ -308,7 +308,16 @@ class Requant:
     the range carry a relative error of 2^-53 at most and clamp the same.
     The negative-tie correction (``- 2^-r`` where acc*q < -2^30) only matters
     for outputs below the zero point, so it is skipped when the activation
-    clamps at or above it."""
+    clamps at or above it.
+
+    Float32 path (float32 accumulators, the common case): ``floor(acc * m32 +
+    c32)`` in float32 arithmetic is a monotone function of acc, as is the
+    exact result; two monotone step functions agree everywhere once they agree
+    on both sides of every step of the exact one.  :meth:`_verify_f32` checks
+    that once per Requant (two points around each of the <= 257 output levels
+    per channel, trying c32 and its neighbouring floats), and the float32 path
+    is used only when every channel passed: bit-exact and half the passes of
+    float64 (the negative-tie correction is part of what is verified)."""
 
     q: np.ndarray  # int64 [C]
     shift: np.ndarray  # int64 [C] (TFLite sign: > 0 is a left shift)
@@ -318,6 +327,7 @@ class Requant:
     hi: int
     out_dtype: np.dtype
     tiled: dict = field(default_factory=dict)
+    fast32: bool = False  # look for the float32 path (once, at prepare: a few ms for wide layers)
 
     def __post_init__(self) -> None:
         q, shift, bias = self.q, self.shift, self.bias
@@ -336,6 +346,62 @@ class Requant:
             self.corr = np.where(r > 0, np.exp2(-r.astype(np.float64)), 0.0)
             self.thr = (self.vneg - bias).astype(np.float64)
             self.thr32 = self.thr.astype(np.float32)  # exact: |bias| <= 2^20
+        self.f32: tuple | None = None
+        if self.fast32:
+            self._verify_f32()
+
+    def _verify_f32(self) -> None:
+        """Find float32 (m32, c32) per channel giving floor(acc * m32 + c32)
+        == the exact result for every float32 integer accumulator; sets
+        ``f32`` to (m32, c32, shift) or leaves it None."""
+        nc = self.q.shape[0]
+        if nc == 0 or self.need_corr:
+            # NOTE: with the negative-tie correction in range, exact ties on
+            # both sides of the zero point need opposite nudges: no float32 fit
+            return
+        sh = 128 if self.out_dtype == np.int8 else 0
+        m = self.q_eff.astype(np.float64) * np.exp2(-(31.0 + self.r))
+        if np.any(m <= 0) or np.any(m > 1 << 16):
+            return
+        c = self.bias.astype(np.float64) * m + 0.5 + np.where(self.r > 0, np.exp2(-(self.r + 1.0)), 0.0) \
+            + self.zp + sh
+        levels = np.arange(self.lo + 1 + sh, self.hi + 2 + sh, dtype=np.float64)  # steps into lo+1 .. hi+1
+        # points around each step of the exact function: [channel, level, point]
+        approx = np.floor((levels[None, :] - c[:, None]) / m[:, None])
+        win = np.arange(-2, 3, dtype=np.float64)
+        pts = approx[:, :, None] + win
+        if not np.all(np.abs(pts) < F32_EXACT - 16):
+            return
+        v = pts.reshape(nc, -1).T  # [points, channel] for the int64 reference
+        exact = self._apply_int(v, 1, np.empty(v.shape, np.int64), clamp=False).T.reshape(pts.shape) + sh
+        # each window must contain its step (both sides of it are then checked)
+        if not (np.all(exact[:, :, 0] < levels) and np.all(exact[:, :, -1] >= levels)):
+            return
+        v32 = pts.astype(np.float32).reshape(nc, -1)
+        exact = exact.astype(np.float32).reshape(nc, -1)  # |values| <= 2^9: exact
+        chosen_m = np.zeros(nc, np.float32)
+        chosen_c = np.zeros(nc, np.float32)
+
+        def nudge(a: np.ndarray, k: int) -> np.ndarray:
+            for _ in range(abs(k)):
+                a = np.nextafter(a, np.float32(np.inf if k > 0 else -np.inf))
+            return a
+
+        # NOTE: the rounded constants first, then their neighbouring floats
+        # for the channels still failing (a step lying within float32 error)
+        todo = np.arange(nc)
+        for km in (0, 1, -1):
+            for kc in (0, 1, -1, 2, -2, 3, -3):
+                m32 = nudge(m[todo].astype(np.float32), km)
+                cand = nudge(c[todo].astype(np.float32), kc)
+                t = v32[todo] * m32[:, None]
+                t += cand[:, None]
+                ok = np.all(np.floor(t) == exact[todo], axis=1)
+                chosen_m[todo[ok]], chosen_c[todo[ok]] = m32[ok], cand[ok]
+                todo = todo[~ok]
+                if todo.size == 0:
+                    self.f32 = (chosen_m, chosen_c, sh)
+                    return
 
     def _tile(self, name: str, reps: int) -> np.ndarray:
         key = (name, reps)
@@ -353,6 +419,8 @@ class Requant:
         out = np.empty((rows, width * nc), self.out_dtype)
         if rows == 0 or width == 0:
             return out
+        if a2.dtype == np.float32 and self.f32 is not None:
+            return self._apply_f32(a2, rows, width, out)
         if not self.use_float:
             return self._apply_int(a2, width, out)
         # NOTE: the values are shifted to be non-negative (int8 outputs by 128)
@@ -396,7 +464,37 @@ class Requant:
         parallel_rows(rows, rows * width * nc, part)
         return out
 
-    def _apply_int(self, a2: np.ndarray, width: int, out: np.ndarray) -> np.ndarray:
+    def _apply_f32(self, a2: np.ndarray, rows: int, width: int, out: np.ndarray) -> np.ndarray:
+        m32, c32, sh = self.f32
+        key = ("f32", width)
+        rowc = self.tiled.get(key)
+        if rowc is None:
+            rowc = self.tiled[key] = (np.tile(m32, width), np.tile(c32, width),
+                                      bool(np.all(m32 == m32[0])))
+        m_row, c_row, uniform = rowc
+        mul = m32[0] if uniform else m_row
+        nv = a2.shape[1]
+        step = max(1, REQUANT_CHUNK // nv)
+        shape = (min(step, rows), nv)
+        lo, hi = np.float32(self.lo + sh), np.float32(self.hi + sh + 0.5)
+        ou = out.view(np.uint8)
+
+        def part(r0: int, r1: int) -> None:
+            buf = scratch(("rq-f32",), shape, np.float32)
+            for s in range(r0, r1, step):
+                e = min(r1, s + step)
+                t = buf[:e - s]
+                np.multiply(a2[s:e], mul, out=t)
+                t += c_row
+                np.clip(t, lo, hi, out=t)
+                ou[s:e] = t
+                if sh:
+                    ou[s:e] ^= 0x80  # u - 128 as int8
+
+        parallel_rows(rows, rows * nv, part)
+        return out
+
+    def _apply_int(self, a2: np.ndarray, width: int, out: np.ndarray, clamp: bool = True) -> np.ndarray:
         v = a2.astype(np.int64) + self._tile("bias", width)
         q = self._tile("q_eff", width)
         r = self._tile("r", width)
@@ -406,6 +504,7 @@ class Requant:
         v -= neg.astype(np.int64) << 31
         v >>= 31 + r
         v += self.zp
-        np.clip(v, self.lo, self.hi, out=v)
+        if clamp:
+            np.clip(v, self.lo, self.hi, out=v)
         out[...] = v
         return out
