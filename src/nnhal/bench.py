@@ -26,8 +26,8 @@ on its best time against numpy's best, which is robust to other load on the
 machine.  On a machine whose cores are shared with other work, OpenBLAS's
 threads wait for each other and small GEMMs get 10-50x slower: ``--threads 1``
 then gives stable, comparable numbers (the kernels' own elementwise threads,
-``NNHAL_KERNEL_THREADS``, step aside by themselves while the load average is
-above the core count).  ``--tune-malloc`` shows what keeping freed pages in
+``NNHAL_KERNEL_THREADS``, default 1, step aside by themselves while the load
+average is above the core count).  ``--tune-malloc`` shows what keeping freed pages in
 the process (glibc ``mallopt``) saves: a fresh multi-MB activation otherwise
 page-faults in on every execution.
 """

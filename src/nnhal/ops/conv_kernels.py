@@ -24,9 +24,10 @@ Execution speed
 Large temporaries (padded inputs, im2col matrices, quantized accumulators)
 come from a per-thread scratch cache (:func:`scratch`): a fresh multi-MB
 array costs its page faults again on every execution.  Elementwise passes
-and depthwise tap sums are split by rows over the cores
-(:func:`parallel_rows`; numpy releases the GIL in its loops) unless the
-machine is already overloaded.
+and depthwise tap sums can be split by rows over threads
+(:func:`parallel_rows`; numpy releases the GIL in its loops) when
+``NNHAL_KERNEL_THREADS`` asks for more than one, unless the machine is
+already overloaded.
 """
 
 from __future__ import annotations
@@ -81,7 +82,10 @@ def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False) -> np.ndar
 
 # Elementwise passes and the depthwise tap sums run on THREADS threads (numpy
 # releases the GIL in its loops); BLAS has its own threads for the GEMMs.
-THREADS = max(1, int(os.environ.get("NNHAL_KERNEL_THREADS", "0") or 0) or (os.cpu_count() or 1))
+# NOTE: one by default: on a 2-core VM, splitting the passes made MobileNet v2
+# slower, idle machine or not (float32 22.5 -> 28 ms, quant8 34 -> 42 ms): the
+# handoffs and the Python between the numpy calls cost more than they save.
+THREADS = max(1, int(os.environ.get("NNHAL_KERNEL_THREADS", "1") or 1))
 PARALLEL_MIN = 1 << 16  # values per thread below which a pass stays on one thread
 _POOL_PREFIX = "nnhal-kernel"
 _pool: ThreadPoolExecutor | None = None
