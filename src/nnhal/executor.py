@@ -49,23 +49,8 @@ class BadData(OpExecutionError):
     GENERAL_FAILURE instead)."""
 
 
-_OT = hal.OperationType
-# NOTE: the operations of CpuExecutor::executeOperation's switch that check
-# their operands with allParametersPresent (Android 11).
-BAD_DATA_OPS = frozenset({
-    _OT.RESHAPE, _OT.DEPTH_TO_SPACE, _OT.SPACE_TO_DEPTH, _OT.EMBEDDING_LOOKUP, _OT.HASHTABLE_LOOKUP,
-    _OT.RANDOM_MULTINOMIAL, _OT.RNN, _OT.BATCH_TO_SPACE_ND, _OT.SPACE_TO_BATCH_ND, _OT.PAD, _OT.PAD_V2, _OT.CAST,
-    _OT.MEAN, _OT.ARGMAX, _OT.ARGMIN, _OT.EXPAND_DIMS, _OT.SPLIT, _OT.MAXIMUM, _OT.MINIMUM, _OT.GROUPED_CONV_2D,
-    _OT.TILE, _OT.QUANTIZED_16BIT_LSTM, _OT.POW,
-})
-# Operations that may have an omitted (hasNoValue) output: those that take
-# omitted operands at all, and control flow.
-_OMITTABLE_OUTPUT_OPS = frozenset({_OT.IF, _OT.WHILE, _OT.LSH_PROJECTION, _OT.LSTM, _OT.BIDIRECTIONAL_SEQUENCE_LSTM,
-                                   _OT.SVDF})
-
-
 def _operand_error(opdef: OpDef, msg: str) -> OpExecutionError:
-    return (BadData if opdef.type in BAD_DATA_OPS else OpExecutionError)(msg)
+    return (BadData if opdef.bad_data_on_missing_operand else OpExecutionError)(msg)
 
 
 def operand_array(operand: hal.Operand, raw: bytes | memoryview) -> np.ndarray:
@@ -222,8 +207,7 @@ class _Run:
                 if t.data is None and n not in step.opdef.omittable_inputs:
                     raise _operand_error(step.opdef, f"{step.opdef.name} input {n} (operand {op.inputs[n]}) is "
                                                      f"required but has no value")
-            if g == 0 and self.omitted and not step.opdef.omittable_inputs \
-                    and step.opdef.type not in _OMITTABLE_OUTPUT_OPS:
+            if g == 0 and self.omitted and not step.opdef.omittable_inputs and not step.opdef.allow_omitted_outputs:
                 for j, i in enumerate(op.outputs):
                     if i in self.omitted:
                         raise _operand_error(step.opdef, f"{step.opdef.name} output {j} (operand {i}) is required "

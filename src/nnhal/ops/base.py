@@ -284,6 +284,12 @@ class OpDef:
     omittable_inputs: frozenset = frozenset()
     # Whether an input may be a zero-sized tensor (else GENERAL_FAILURE at run time)
     allow_zero_sized: bool = False
+    # Whether the request may omit (hasNoValue) an output this operation writes
+    allow_omitted_outputs: bool = False
+    # A missing operand or a zero-sized input is BAD_DATA (INVALID_ARGUMENT)
+    # rather than OP_FAILED (GENERAL_FAILURE): true of the operations Android
+    # 11's CpuExecutor runs in its own switch (``allParametersPresent``)
+    bad_data_on_missing_operand: bool = False
     # Outputs may have unknown (0) dimensions in the model (dynamic shapes).  All
     # ops allow it since HAL 1.2; IF / WHILE / control flow handle their own.
     name: str = field(default="")
