@@ -93,6 +93,11 @@ class _Step:
     state: Any
     outputs: list[OutputSpec]
     release: list[int]  # temporaries whose last reader is this step
+    # per input: a ready Tensor (constant operands, shared by every execution:
+    # kernels never modify their inputs) or (operand, type, scale, zeroPoint,
+    # channelQuant) to bind at run time
+    inputs: list = None  # type: ignore[assignment]
+    out_dtypes: list = None  # type: ignore[assignment]
 
 
 class _Graph:
@@ -128,13 +133,22 @@ class _Graph:
             specs = [OutputSpec(type=hal.OperandType(sg.operands[i].type), dimensions=tuple(sg.operands[i].dimensions),
                                 scale=sg.operands[i].scale, zero_point=sg.operands[i].zeroPoint,
                                 channel_quant=sg.operands[i].extraParams.channelQuant) for i in op.outputs]
-            self.steps.append(_Step(op, opdef, state, specs, release.get(k, [])))
+            tmpl: list = []
+            for i in op.inputs:
+                o = sg.operands[i]
+                meta = (i, hal.OperandType(o.type), o.scale, o.zeroPoint, o.extraParams.channelQuant)
+                tmpl.append(Tensor(type=meta[1], data=self.constants[i], scale=meta[2], zero_point=meta[3],
+                                   channel_quant=meta[4]) if i in self.constants else meta)
+            self.steps.append(_Step(op, opdef, state, specs, release.get(k, []), tmpl,
+                                    [spec.dtype for spec in specs]))
 
 
-def _check_output(opdef: OpDef, j: int, spec: OutputSpec, arr: Any) -> np.ndarray:
-    arr = np.asarray(arr)
-    if arr.dtype != spec.dtype:
-        arr = arr.astype(spec.dtype)
+def _check_output(opdef: OpDef, j: int, spec: OutputSpec, arr: Any, dtype: Any = None) -> np.ndarray:
+    if arr.__class__ is not np.ndarray:
+        arr = np.asarray(arr)
+    dtype = spec.dtype if dtype is None else dtype
+    if arr.dtype != dtype:
+        arr = arr.astype(dtype)
     declared = spec.dimensions
     if declared:
         if arr.ndim != len(declared) or any(d and d != a for d, a in zip(declared, arr.shape)):
@@ -192,17 +206,19 @@ class _Run:
         values: dict[int, Optional[np.ndarray]] = dict(graph.constants)
         for idx, v in zip(sg.inputIndexes, inputs):
             values[idx] = v
-        operands = sg.operands
+        relaxed = self.executor.relaxed
         for step in graph.steps:
             self.check_deadline()
             op = step.operation
             ins = []
-            for i in op.inputs:
+            for t in step.inputs:
+                if t.__class__ is not tuple:
+                    ins.append(t)
+                    continue
+                i = t[0]
                 if i not in values:
                     raise OpExecutionError(f"{step.opdef.name}: input operand {i} has no value")
-                o = operands[i]
-                ins.append(Tensor(type=hal.OperandType(o.type), data=values[i], scale=o.scale, zero_point=o.zeroPoint,
-                                  channel_quant=o.extraParams.channelQuant))
+                ins.append(Tensor(type=t[1], data=values[i], scale=t[2], zero_point=t[3], channel_quant=t[4]))
             for n, t in enumerate(ins):
                 if t.data is None and n not in step.opdef.omittable_inputs:
                     raise _operand_error(step.opdef, f"{step.opdef.name} input {n} (operand {op.inputs[n]}) is "
@@ -217,7 +233,7 @@ class _Run:
                     if t.data is not None and t.data.ndim and t.data.size == 0:
                         raise _operand_error(step.opdef, f"{step.opdef.name} does not support zero-sized tensors, "
                                                          f"but input {n} has shape {list(t.data.shape)}")
-            ctx = ExecContext(type=step.opdef.type, inputs=ins, outputs=step.outputs, relaxed=self.executor.relaxed,
+            ctx = ExecContext(type=step.opdef.type, inputs=ins, outputs=step.outputs, relaxed=relaxed,
                               state=step.state, executor=self)
             try:
                 outs = step.opdef.execute(ctx)
@@ -229,7 +245,7 @@ class _Run:
             if len(outs) != len(op.outputs):
                 raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
             for j, (i, arr) in enumerate(zip(op.outputs, outs)):
-                values[i] = _check_output(step.opdef, j, step.outputs[j], arr)
+                values[i] = _check_output(step.opdef, j, step.outputs[j], arr, step.out_dtypes[j])
             for i in step.release:
                 values.pop(i, None)
         result = []
