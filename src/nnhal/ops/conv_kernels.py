@@ -64,6 +64,27 @@ def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False) -> np.ndar
     if cache is None:
         cache = _tls.cache = OrderedDict()
         _tls.nbytes = 0
+    if not zero:
+        # NOTE: one growing buffer per tag, whatever the shape: consecutive
+        # layers then reuse the same memory, still in cache from the layer
+        # before (a buffer per shape is cold on every use in a network)
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape)) * dt.itemsize
+        key = (tag, "flat")
+        a = cache.get(key)
+        if a is None or a.nbytes < n:
+            if a is not None:
+                del cache[key]
+                _tls.nbytes -= a.nbytes
+            a = np.empty(max(n, 64), np.uint8)
+            if a.nbytes > SCRATCH_BYTES // 4:
+                return a[:n].view(dt).reshape(shape)
+            cache[key] = a
+            _tls.nbytes += a.nbytes
+            _evict(cache)
+        else:
+            cache.move_to_end(key)
+        return a[:n].view(dt).reshape(shape)
     key = (tag, tuple(shape), np.dtype(dtype).str, zero)
     a = cache.get(key)
     if a is not None:
@@ -74,10 +95,14 @@ def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False) -> np.ndar
         return a
     cache[key] = a
     _tls.nbytes += a.nbytes
+    _evict(cache)
+    return a
+
+
+def _evict(cache: OrderedDict) -> None:
     while _tls.nbytes > SCRATCH_BYTES and len(cache) > 1:
         _, old = cache.popitem(last=False)
         _tls.nbytes -= old.nbytes
-    return a
 
 
 # Elementwise passes and the depthwise tap sums run on THREADS threads (numpy
