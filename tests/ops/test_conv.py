@@ -703,3 +703,38 @@ def test_requant_float32_path_exhaustive(t):
                 np.testing.assert_array_equal(got, want, err_msg=f"real={real} act={act} zp={zp}")
                 used += rq.f32 is not None
     assert used > 0
+
+
+@pytest.mark.parametrize("k", [300, 500, 1100])
+def test_quant_conv_long_reduction_exact(k):
+    """1x1 quantized CONV_2D whose reduction needs several exact float32
+    blocks (two summed in float32, more in float64) == an int64 reference,
+    for every activation and a prepared (constant) or run-time filter."""
+    Life = OperandLifeTime
+    r = np.random.default_rng(k)
+    for trial in range(8):
+        n_out, hw = int(r.integers(3, 40)), int(r.integers(1, 7))
+        zx, zw, zo = (int(v) for v in r.integers(0, 256, 3))
+        sx, sw, so = 0.02, 0.01, float(np.float32(10 ** r.uniform(-1.5, 1)))
+        x = r.integers(0, 256, (1, hw, hw, k)).astype(np.uint8)
+        w = r.integers(0, 256, (n_out, 1, 1, k)).astype(np.uint8)
+        b = r.integers(-20000, 20000, n_out).astype(np.int32)
+        act = trial % 4
+        bs = float(np.float32(np.float32(sx) * np.float32(sw)))
+        spec = [(Q8, x, sx, zx), (Q8, w, sw, zw), (OperandType.TENSOR_INT32, b, bs, 0)] + \
+               [(OperandType.INT32, np.array(v, np.int32), 0.0, 0) for v in (1, 1, 1, act)]
+        const = trial % 2 == 0
+        infos = [OperandInfo(t, d.shape, s, z, None, Life.CONSTANT_COPY if (i > 0 and const) else
+                             Life.TEMPORARY_VARIABLE, d if (i > 0 and const) else None)
+                 for i, (t, d, s, z) in enumerate(spec)]
+        out = OperandInfo(Q8, (1, hw, hw, n_out), so, zo, None, Life.TEMPORARY_VARIABLE, None)
+        op = REGISTRY[OperationType.CONV_2D]
+        state = op.prepare(OpInfo(type=OperationType.CONV_2D, inputs=infos, outputs=[out]))
+        ctx = ExecContext(type=OperationType.CONV_2D, inputs=[Tensor(t, d, s, z) for t, d, s, z in spec],
+                          outputs=[OutputSpec(Q8, (1, hw, hw, n_out), so, zo)], state=state)
+        got = op.execute(ctx)[0]
+        acc = (x.reshape(-1, k).astype(np.int64) - zx) @ (w.reshape(n_out, k).astype(np.int64) - zw).T + b
+        q, shift = quantize_multiplier(bs / so)
+        lo, hi = activation_range(act, so, zo, Q8)
+        want = np.clip(multiply_by_quantized_multiplier(acc, q, shift) + zo, lo, hi).reshape(got.shape)
+        np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")

@@ -342,6 +342,7 @@ class _Common:
             qmin, qmax = QUANT_RANGE[x.type]
             self.max_x = max(x.zero_point - qmin, qmax - x.zero_point)
         self.x, self.f, self.b = x, f, b
+        self._rq: dict = {}
 
     def input_f(self, x: np.ndarray) -> np.ndarray:
         """Input as float: quantized minus its zero point (exact in float32)."""
@@ -382,7 +383,18 @@ class _Common:
             return self.st.wt_cache
         return None
 
+    def acc_mode(self, act: int, nch: int) -> tuple[bool, bool]:
+        """How exact the quantized accumulators must be (see ck.gemm_exact)."""
+        return self.requant(act, nch).acc_mode() if self.is_q else (False, False)
+
     def requant(self, act: int, nch: int) -> ck.Requant:
+        key = (act, nch)
+        rq = self._rq.get(key)
+        if rq is None:
+            rq = self._rq[key] = self._requant(act, nch)
+        return rq
+
+    def _requant(self, act: int, nch: int) -> ck.Requant:
         if act > 3:
             raise self.ctx.fail(f"unsupported fused activation {act}")
         st = self.st
@@ -577,7 +589,7 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
     wm, mw = c.filter()
     xp = c.input_padded(x, nchw, p)
     cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow)
-    acc = ck.gemm_exact(cols, wm, c.gemm_block(cols.shape[1], mw), temp=c.is_q)
+    acc = ck.gemm_exact(cols, wm, c.gemm_block(cols.shape[1], mw), temp=c.is_q, mode=c.acc_mode(p["act"], cout))
     y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
     return [_from_nhwc(y, nchw)]
 
@@ -670,7 +682,7 @@ def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
     m = cols.shape[0]
     # one batched product over the groups: [G, M, kh*kw*Cg] @ [G, kh*kw*Cg, Og]
     colsg = np.ascontiguousarray(cols.reshape(m, kh * kw, g, cg).transpose(2, 0, 1, 3)).reshape(g, m, -1)
-    accg = ck.gemm_exact(colsg, wm, c.gemm_block(kh * kw * cg, mw))
+    accg = ck.gemm_exact(colsg, wm, c.gemm_block(kh * kw * cg, mw), mode=c.acc_mode(p["act"], cout))
     acc = np.ascontiguousarray(accg.transpose(1, 0, 2)).reshape(m, cout)
     y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
     return [_from_nhwc(y, nchw)]
@@ -769,7 +781,7 @@ def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
         return [np.zeros((0, units), c.out.dtype)]
     wm, mw = c.filter()  # [in, units]
     xf = c.input_f(x.reshape(batch, in_size))
-    acc = ck.gemm_exact(xf, wm, c.gemm_block(in_size, mw), temp=c.is_q)
+    acc = ck.gemm_exact(xf, wm, c.gemm_block(in_size, mw), temp=c.is_q, mode=c.acc_mode(act, units))
     return [c.finish(acc, batch, 1, units, act).reshape(batch, units)]
 
 

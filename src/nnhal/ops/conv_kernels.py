@@ -238,18 +238,36 @@ def exact_block(k: int, max_x: int, max_w: int) -> int | None:
     return max(1, F32_EXACT // per)
 
 
-def gemm_exact(a: np.ndarray, b: np.ndarray, block: int | None, temp: bool = False) -> np.ndarray:
+def gemm_exact(a: np.ndarray, b: np.ndarray, block: int | None, temp: bool = False,
+               mode: tuple[bool, bool] = (False, False)) -> np.ndarray:
     """a @ b for float32 integer-valued operands, exact: one float32 BLAS
     product, or float32 blocks of the reduction summed in float64.
-    ``temp``: the result is a temporary (a reused scratch buffer)."""
+    ``temp``: the result is a temporary (a reused scratch buffer).
+
+    ``mode`` = (may_round, want32), from the requantization that consumes
+    the result (:meth:`Requant.acc_mode`): ``may_round`` when it only needs
+    accumulators exact within (-2^24, 2^24) (anything beyond clamps, and a
+    monotone rounding keeps it beyond): two blocks are then summed in float32;
+    ``want32``: a float64 sum is returned as float32 (its float32 path)."""
     if block is None or a.shape[-1] <= block:
         if temp:
-            return np.matmul(a, b, out=scratch(("gemm",), (a.shape[0], b.shape[1]), np.result_type(a, b)))
+            return np.matmul(a, b, out=scratch(("gemm",), a.shape[:-1] + b.shape[-1:], np.result_type(a, b)))
         return a @ b
     k = a.shape[-1]
+    may_round, want32 = mode
+    if may_round and k <= 2 * block and a.dtype == b.dtype == np.float32:
+        # NOTE: each half is exact (|sum| <= 2^24); their float32 sum is exact
+        # wherever it is representable, i.e. everywhere an output is not clamped
+        h = k // 2
+        shape = a.shape[:-1] + b.shape[-1:]
+        acc = np.matmul(a[..., :h], b[..., :h, :], out=scratch(("gemm",), shape, np.float32))
+        acc += np.matmul(a[..., h:], b[..., h:, :], out=scratch(("gemm2",), shape, np.float32))
+        return acc
     acc = np.zeros(a.shape[:-1] + b.shape[-1:], np.float64)
     for s in range(0, k, block):
         acc += a[..., s:s + block] @ b[..., s:s + block, :]
+    if may_round and want32:
+        return acc.astype(np.float32)
     return acc
 
 
@@ -431,6 +449,13 @@ class Requant:
                 if todo.size == 0:
                     self.f32 = (chosen_m, chosen_c, sh)
                     return
+
+    def acc_mode(self) -> tuple[bool, bool]:
+        """(may_round, want32) for :func:`gemm_exact`: the float paths only
+        look at accumulators inside (-2^24, 2^24) (beyond, every output is
+        clamped; the float32 path's steps were checked to lie inside), the
+        int64 path needs them all exact."""
+        return (self.use_float or self.f32 is not None), self.f32 is not None
 
     def _tile(self, name: str, reps: int) -> np.ndarray:
         key = (name, reps)
