@@ -102,6 +102,27 @@ def _count_leading_zeros_u32(v: np.ndarray) -> np.ndarray:
     return 32 - np.frexp(v.astype(np.float64))[1].astype(np.int64)
 
 
+_EXP_TABLES: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _exp_table(multiplier: int, left_shift: int, diff_min: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(valid, exp, contribution to the sum) for every difference to the
+    row maximum, -255 .. 0 (entry d + 255): they depend on nothing else."""
+    key = (multiplier, left_shift, diff_min)
+    t = _EXP_TABLES.get(key)
+    if t is None:
+        diff = np.arange(-255, 1, dtype=np.int64)
+        valid = diff >= diff_min
+        rescaled = multiply_by_quantized_multiplier_greater_than_one(np.where(valid, diff, 0), multiplier, left_shift)
+        exps = _exp_on_negative_values(rescaled)
+        contrib = np.where(valid, _rdbp(exps, _ACCUMULATION_INTEGER_BITS), 0)  # Rescale to Q12.19
+        t = (valid, exps, contrib)
+        if len(_EXP_TABLES) >= 64:
+            _EXP_TABLES.pop(next(iter(_EXP_TABLES)))
+        _EXP_TABLES[key] = t
+    return t
+
+
 def _softmax_quant_rows(q: np.ndarray, beta: float, scale: float, type_: OperandType) -> np.ndarray:
     """Quantized softmax along the last axis of stored values ``q``."""
     real = min(float(np.float32(beta)) * float(np.float32(scale)) * (1 << (31 - _SCALED_DIFF_INTEGER_BITS)),
@@ -113,23 +134,31 @@ def _softmax_quant_rows(q: np.ndarray, beta: float, scale: float, type_: Operand
         / (1 << left_shift)
     diff_min = -int(np.floor(max_input_rescaled))
 
+    # NOTE: everything up to the sum depends only on the difference to the row
+    # maximum (256 values): table lookups instead of the fixed-point passes
+    valid_t, exps_t, contrib_t = _exp_table(multiplier, left_shift, diff_min)
     x = q.astype(np.int64)
-    diff = x - x.max(axis=-1, keepdims=True)
-    valid = diff >= diff_min
-    rescaled = multiply_by_quantized_multiplier_greater_than_one(np.where(valid, diff, 0), multiplier, left_shift)
-    exps = _exp_on_negative_values(rescaled)
-    contrib = _rdbp(exps, _ACCUMULATION_INTEGER_BITS)  # Rescale to Q12.19
-    sum_of_exps = np.sum(np.where(valid, contrib, 0), axis=-1, keepdims=True)
+    idx = x - x.max(axis=-1, keepdims=True)
+    idx += 255
+    sum_of_exps = np.sum(contrib_t[idx], axis=-1, keepdims=True)
     headroom_plus_one = _count_leading_zeros_u32(sum_of_exps)
     num_bits_over_unit = _ACCUMULATION_INTEGER_BITS - headroom_plus_one
     shifted_sum_minus_one = ((sum_of_exps << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31)
     shifted_scale = _one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one)
-    out = _rdbp(_srdhm(shifted_scale, exps), num_bits_over_unit + 31 - 8)
     qmin, qmax = QUANT_RANGE[type_]
+    rows = int(np.prod(q.shape[:-1])) if q.ndim > 1 else 1
+    if rows * 256 < q.size:
+        # per row, the output of each of the 256 differences, then a lookup
+        out_t = _rdbp(_srdhm(shifted_scale, exps_t), num_bits_over_unit + 31 - 8)
+        if type_ == Q8S:
+            out_t = out_t - 128
+        out_t = np.where(valid_t, np.clip(out_t, qmin, qmax), qmin).astype(q.dtype)
+        return np.take_along_axis(out_t, idx, axis=-1)
+    out = _rdbp(_srdhm(shifted_scale, exps_t[idx]), num_bits_over_unit + 31 - 8)
     if type_ == Q8S:
         out = out - 128
     out = np.clip(out, qmin, qmax)
-    return np.where(valid, out, qmin).astype(q.dtype)
+    return np.where(valid_t[idx], out, qmin).astype(q.dtype)
 
 
 # --------------------------------------------------------------------------
