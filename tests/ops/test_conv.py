@@ -684,11 +684,12 @@ def test_grouped_quant_long_reduction_blocks():
 
 @pytest.mark.parametrize("t", [Q8, Q8S])
 def test_requant_float32_path_exhaustive(t):
-    """The verified float32 requantization equals the int64 one on every
+    """The verified float32 requantization (with its negative-tie stage when
+    the zero point is above the clamp) equals the int64 one on every
     accumulator of a wide range (multipliers with ties of both roundings)."""
     lo_t, hi_t = QUANT_RANGE[t]
     acc = np.arange(-(1 << 18), 1 << 18, dtype=np.int64).reshape(-1, 1)
-    used = 0
+    used = used_corr = 0
     for real in [0.5, 2 ** -7, 1 / 3, 0.0123, 1.7, 2 ** -12, 3.1e-5, 0.00391, 0.0009765625]:
         q, shift = quantize_multiplier(real)
         for act in (0, 3):
@@ -702,7 +703,8 @@ def test_requant_float32_path_exhaustive(t):
                 got = rq.apply(np.broadcast_to(acc, (acc.shape[0], 2)).astype(np.float32), acc.shape[0], 1)
                 np.testing.assert_array_equal(got, want, err_msg=f"real={real} act={act} zp={zp}")
                 used += rq.f32 is not None
-    assert used > 0
+                used_corr += rq.need_corr and rq.f32 is not None
+    assert used > 0 and used_corr > 0
 
 
 @pytest.mark.parametrize("k", [300, 500, 1100])

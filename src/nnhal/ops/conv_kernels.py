@@ -341,17 +341,28 @@ def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     return out.reshape(n, oh, ow, c)
 
 
+def _corr_stage(t: np.ndarray, pivot: np.float32, ncorr: Any, u: np.ndarray) -> None:
+    """t += clip(t - pivot, -2^-r, 0) in float32, in place (``ncorr`` =
+    -2^-r; ``u`` a buffer of t's shape): the negative-tie correction of the
+    float32 requantization (the same operations in its check and its use)."""
+    np.subtract(t, pivot, out=u)
+    np.clip(u, ncorr, np.float32(0), out=u)
+    t += u
+
+
 @dataclass
 class Requant:
     """Per-channel requantization of exact integer accumulators to 8 bits:
     ``clamp(zp + MultiplyByQuantizedMultiplier(acc + bias, q, shift))``.
 
-    Float path (used when every right shift r <= 10 and |bias| <= 2^20): an
-    output inside the 8-bit range has |result| <= 512, hence |acc + bias| <
-    2^(11+r) and |acc| < 2^22, so ``acc * q`` (and so ``acc * m1`` with m1 =
-    q / 2^(31+r)) is exact in float64; the constant ``c`` (bias * m1 + the
-    rounding offsets + zp) is exact too, and a float sum whose exact value is
-    representable is computed exactly, so floor() is exact.  Values outside
+    Float path (used when every right shift r <= 11 and |bias| <= 2^20): an
+    output inside the 8-bit range has |result| <= 255, so |(acc + bias) * q /
+    2^(31+r)| < 257 with q >= 2^30, hence |acc + bias| < 2^(10+r) <= 2^21 and
+    |acc| < 2^22, so ``acc * q`` (and so ``acc * m1`` with m1 = q /
+    2^(31+r)) is exact in float64; the constant ``c`` (bias * m1 + the
+    rounding offsets + zp, below 2^10 with bits down to 2^-42) is exact too,
+    and a float sum whose exact value is representable is computed exactly,
+    so floor() is exact.  Values outside
     the range carry a relative error of 2^-53 at most and clamp the same.
     The negative-tie correction (``- 2^-r`` where acc*q < -2^30) only matters
     for outputs below the zero point, so it is skipped when the activation
@@ -361,10 +372,11 @@ class Requant:
     c32)`` in float32 arithmetic is a monotone function of acc, as is the
     exact result; two monotone step functions agree everywhere once they agree
     on both sides of every step of the exact one.  :meth:`_verify_f32` checks
-    that once per Requant (two points around each of the <= 257 output levels
-    per channel, trying c32 and its neighbouring floats), and the float32 path
-    is used only when every channel passed: bit-exact and half the passes of
-    float64 (the negative-tie correction is part of what is verified)."""
+    that once per Requant (points around each of the <= 257 output levels per
+    channel, trying c32 and its neighbouring floats), and the float32 path is
+    used only when every channel passed: bit-exact and half the passes of
+    float64.  The negative-tie correction, when in range, is a monotone
+    float32 stage too (:func:`_corr_stage`), verified the same way."""
 
     q: np.ndarray  # int64 [C]
     shift: np.ndarray  # int64 [C] (TFLite sign: > 0 is a left shift)
@@ -382,7 +394,7 @@ class Requant:
         r = np.maximum(-shift, 0)
         self.q_eff = q << left
         self.r = r
-        self.use_float = bool(np.all(r <= 10) and np.all(np.abs(bias) <= (1 << 20)))
+        self.use_float = bool(np.all(r <= 11) and np.all(np.abs(bias) <= (1 << 20)))
         # the rounding of a negative half away from zero (v*q < -2^30)
         self.vneg = np.where(q > (1 << 30), 0, -1).astype(np.int64)
         self.need_corr = bool(self.lo < self.zp and np.any(r > 0))
@@ -402,9 +414,7 @@ class Requant:
         == the exact result for every float32 integer accumulator; sets
         ``f32`` to (m32, c32, shift) or leaves it None."""
         nc = self.q.shape[0]
-        if nc == 0 or self.need_corr:
-            # NOTE: with the negative-tie correction in range, exact ties on
-            # both sides of the zero point need opposite nudges: no float32 fit
+        if nc == 0:
             return
         sh = 128 if self.out_dtype == np.int8 else 0
         m = self.q_eff.astype(np.float64) * np.exp2(-(31.0 + self.r))
@@ -413,8 +423,15 @@ class Requant:
         c = self.bias.astype(np.float64) * m + 0.5 + np.where(self.r > 0, np.exp2(-(self.r + 1.0)), 0.0) \
             + self.zp + sh
         levels = np.arange(self.lo + 1 + sh, self.hi + 2 + sh, dtype=np.float64)  # steps into lo+1 .. hi+1
+        # NOTE: the negative-tie correction (outputs <= zp) is floor(t - 2^-r)
+        # below the zero point's region: as t + clip(t - (zp + 1), -2^-r, 0),
+        # exact in real arithmetic since t >= zp + 1/2 wherever no correction
+        # applies; float32 rounding is again left to the check below
+        corr = np.where(self.r > 0, np.exp2(-self.r.astype(np.float64)), 0.0) if self.need_corr else None
+        pivot = np.float32(self.zp + sh + 1)
+        shifted = c[:, None] - (0.0 if corr is None else corr[:, None] * (levels[None, :] <= self.zp + sh))
         # points around each step of the exact function: [channel, level, point]
-        approx = np.floor((levels[None, :] - c[:, None]) / m[:, None])
+        approx = np.floor((levels[None, :] - shifted) / m[:, None])
         win = np.arange(-2, 3, dtype=np.float64)
         pts = approx[:, :, None] + win
         if not np.all(np.abs(pts) < F32_EXACT - 16):
@@ -428,6 +445,7 @@ class Requant:
         exact = exact.astype(np.float32).reshape(nc, -1)  # |values| <= 2^9: exact
         chosen_m = np.zeros(nc, np.float32)
         chosen_c = np.zeros(nc, np.float32)
+        corr32 = None if corr is None else (-corr).astype(np.float32)  # exact: powers of two
 
         def nudge(a: np.ndarray, k: int) -> np.ndarray:
             for _ in range(abs(k)):
@@ -443,11 +461,13 @@ class Requant:
                 cand = nudge(c[todo].astype(np.float32), kc)
                 t = v32[todo] * m32[:, None]
                 t += cand[:, None]
+                if corr32 is not None:
+                    _corr_stage(t, pivot, corr32[todo, None], np.empty_like(t))
                 ok = np.all(np.floor(t) == exact[todo], axis=1)
                 chosen_m[todo[ok]], chosen_c[todo[ok]] = m32[ok], cand[ok]
                 todo = todo[~ok]
                 if todo.size == 0:
-                    self.f32 = (chosen_m, chosen_c, sh)
+                    self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
                     return
 
     def acc_mode(self) -> tuple[bool, bool]:
@@ -519,13 +539,16 @@ class Requant:
         return out
 
     def _apply_f32(self, a2: np.ndarray, rows: int, width: int, out: np.ndarray) -> np.ndarray:
-        m32, c32, sh = self.f32
+        m32, c32, sh, corr32, pivot = self.f32
         key = ("f32", width)
         rowc = self.tiled.get(key)
         if rowc is None:
+            ncorr = None
+            if corr32 is not None:
+                ncorr = corr32[0] if np.all(corr32 == corr32[0]) else np.tile(corr32, width)
             rowc = self.tiled[key] = (np.tile(m32, width), np.tile(c32, width),
-                                      bool(np.all(m32 == m32[0])))
-        m_row, c_row, uniform = rowc
+                                      bool(np.all(m32 == m32[0])), ncorr)
+        m_row, c_row, uniform, ncorr = rowc
         mul = m32[0] if uniform else m_row
         nv = a2.shape[1]
         step = max(1, REQUANT_CHUNK // nv)
@@ -535,11 +558,14 @@ class Requant:
 
         def part(r0: int, r1: int) -> None:
             buf = scratch(("rq-f32",), shape, np.float32)
+            ubuf = scratch(("rq-f32u",), shape, np.float32) if ncorr is not None else None
             for s in range(r0, r1, step):
                 e = min(r1, s + step)
                 t = buf[:e - s]
                 np.multiply(a2[s:e], mul, out=t)
                 t += c_row
+                if ncorr is not None:
+                    _corr_stage(t, pivot, ncorr, ubuf[:e - s])
                 np.clip(t, lo, hi, out=t)
                 ou[s:e] = t
                 if sh:
