@@ -25,8 +25,6 @@ from nnhal.executor import Executor
 from nnhal.ops import registry
 from nnhal.ops.base import OpInfo, OpValidationError, match_signature
 
-DEFAULT_PATH = "/work/shared/conformance"
-
 
 def check_operations(model: hal.Model) -> None:
     """Signature and op-specific validation of every operation (raises OpValidationError)."""
@@ -93,12 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     global VERBOSE
     p = argparse.ArgumentParser(prog="python -m nnhal.tools.opcheck", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("paths", nargs="*", default=[DEFAULT_PATH])
+    p.add_argument("paths", nargs="*", help="vector files or folders (default: ../shared/conformance)")
     p.add_argument("--ops", required=True, help="comma-separated operation names")
     p.add_argument("--model", default="", help="only models whose name contains this")
     p.add_argument("-v", "--verbose", action="count", default=0)
     a = p.parse_args(argv)
     VERBOSE = a.verbose
+    if not a.paths:
+        from nnhal.cli import _default_vectors
+
+        a.paths = [_default_vectors()]
     ops = {s.strip().upper() for s in a.ops.split(",") if s.strip()} | {"ADD"}
     bad = ops - set(hal.OperationType.__members__)
     if bad:
