@@ -128,7 +128,8 @@ def sync_wait(handle: Handle | None, timeout_s: float | None = None) -> FenceSta
     if timeout_s is None:
         timeout_ms = -1
     else:
-        timeout_ms = max(0, math.ceil(timeout_s * 1000))
+        # NOTE: poll() takes a C int of milliseconds: longer waits are "forever"
+        timeout_ms = max(0, math.ceil(timeout_s * 1000)) if timeout_s < 2**31 / 1000 else -1
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     try:
