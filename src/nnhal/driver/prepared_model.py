@@ -26,8 +26,8 @@ def deadline_ns(deadline: Any) -> Optional[int]:
     ns = deadline.nanosecondsSinceEpoch
     if ns is None:
         return None
-    if not isinstance(ns, int) or ns < 0:
-        raise ValidationError(f"invalid deadline {ns!r}")
+    if not isinstance(ns, int) or isinstance(ns, bool) or not 0 <= ns <= hal.UINT64_MAX:
+        raise ValidationError(f"invalid deadline {ns!r} (a uint64 of nanoseconds on the steady clock)")
     return ns
 
 
