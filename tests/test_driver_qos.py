@@ -123,7 +123,7 @@ def test_execute_deadline_passed_is_missed(vm, conv_prepared) -> None:  # noqa: 
         assert launch == S.NONE and status in MISSED and shapes == [] and timing == NO_TIMING
 
 
-@pytest.mark.parametrize("value", [-1, "soon", 1.5])
+@pytest.mark.parametrize("value", [-1, "soon", 1.5, True, 2**64])
 def test_malformed_deadline_is_invalid(conv_prepared, vm, value) -> None:  # noqa: ANN001
     with vector_pools(vm) as p:
         status, shapes, _ = execute_sync(conv_prepared, p.request(), M.NO,
