@@ -740,3 +740,31 @@ def test_quant_conv_long_reduction_exact(k):
         lo, hi = activation_range(act, so, zo, Q8)
         want = np.clip(multiply_by_quantized_multiplier(acc, q, shift) + zo, lo, hi).reshape(got.shape)
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+
+
+def test_requant_float32_with_channel_fixups():
+    """Channels without a float32 fit are redone on the exact path after the
+    float32 pass: the whole result still equals the int64 one."""
+    r = np.random.default_rng(7)
+    acc = np.arange(-(1 << 17), 1 << 17, 3, dtype=np.int64)
+    found = 0
+    for trial in range(200):
+        q, shift = quantize_multiplier(float(10 ** r.uniform(-3.3, -2)))
+        nch = 16
+        bias = r.integers(-5000, 5000, size=nch)
+        zp = int(r.integers(0, 256))
+        lo, hi = activation_range(int(r.integers(0, 2)), 0.05, zp, Q8)
+        rq = ck.Requant(q=np.full(nch, q, np.int64), shift=np.full(nch, shift, np.int64), bias=bias.astype(np.int64),
+                        zp=zp, lo=lo, hi=hi, out_dtype=np.dtype(np.uint8), fast32=True)
+        if rq.f32_fix is None:
+            continue
+        found += 1
+        a = np.broadcast_to(acc[:, None], (acc.size, nch))
+        want = np.clip(multiply_by_quantized_multiplier(a + bias, q, shift) + zp, lo, hi)
+        # width 2: the fixed-up columns repeat along the width
+        got = rq.apply(np.repeat(a, 2, axis=0).reshape(acc.size, 2 * nch).astype(np.float32), acc.size, 2)
+        for j in range(2):
+            np.testing.assert_array_equal(got.reshape(acc.size, 2, nch)[:, j], want, err_msg=f"trial {trial}")
+        if found >= 5:
+            break
+    assert found > 0

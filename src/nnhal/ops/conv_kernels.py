@@ -341,6 +341,11 @@ def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
     return out.reshape(n, oh, ow, c)
 
 
+# float32 constants tried by Requant._verify_f32: offsets in ulps from the rounded ones
+NUDGE_M = (0, 1, -1)
+NUDGE_C = (0, 1, -1, 2, -2, 3, -3)
+
+
 def _corr_stage(t: np.ndarray, pivot: np.float32, ncorr: Any, u: np.ndarray) -> None:
     """t += clip(t - pivot, -2^-r, 0) in float32, in place (``ncorr`` =
     -2^-r; ``u`` a buffer of t's shape): the negative-tie correction of the
@@ -406,6 +411,7 @@ class Requant:
             self.thr = (self.vneg - bias).astype(np.float64)
             self.thr32 = self.thr.astype(np.float32)  # exact: |bias| <= 2^20
         self.f32: tuple | None = None
+        self.f32_fix: tuple | None = None  # (channels, Requant) redone after the float32 path
         if self.fast32:
             self._verify_f32()
 
@@ -455,8 +461,8 @@ class Requant:
         # NOTE: the rounded constants first, then their neighbouring floats
         # for the channels still failing (a step lying within float32 error)
         todo = np.arange(nc)
-        for km in (0, 1, -1):
-            for kc in (0, 1, -1, 2, -2, 3, -3):
+        for km in NUDGE_M:
+            for kc in NUDGE_C:
                 m32 = nudge(m[todo].astype(np.float32), km)
                 cand = nudge(c[todo].astype(np.float32), kc)
                 t = v32[todo] * m32[:, None]
@@ -469,6 +475,15 @@ class Requant:
                 if todo.size == 0:
                     self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
                     return
+        if todo.size <= nc // 4:
+            # NOTE: a few channels without a float32 fit: the float32 pass over
+            # everything, then those channels' columns again on the exact paths
+            fail = np.isin(np.arange(nc), todo)
+            chosen_m[fail] = m[fail].astype(np.float32)
+            chosen_c[fail] = c[fail].astype(np.float32)
+            self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
+            self.f32_fix = (todo, Requant(q=self.q[todo], shift=self.shift[todo], bias=self.bias[todo], zp=self.zp,
+                                          lo=self.lo, hi=self.hi, out_dtype=self.out_dtype))
 
     def acc_mode(self) -> tuple[bool, bool]:
         """(may_round, want32) for :func:`gemm_exact`: the float paths only
@@ -572,6 +587,12 @@ class Requant:
                     ou[s:e] ^= 0x80  # u - 128 as int8
 
         parallel_rows(rows, rows * nv, part)
+        if self.f32_fix is not None:
+            chans, sub = self.f32_fix
+            cols = self.tiled.get(("fix", width))
+            if cols is None:
+                cols = self.tiled[("fix", width)] = (np.arange(width)[:, None] * self.q.shape[0] + chans).ravel()
+            out[:, cols] = sub.apply(a2[:, cols], rows, width)
         return out
 
     def _apply_int(self, a2: np.ndarray, width: int, out: np.ndarray, clamp: bool = True) -> np.ndarray:
