@@ -768,3 +768,49 @@ def test_requant_float32_with_channel_fixups():
         if found >= 5:
             break
     assert found > 0
+
+
+def test_quant_conv_input_zero_point_folded():
+    """3x3 SAME-padded quantized CONV_2D with constant filter and bias: the
+    GEMM on raw codes (padding holding the zero point, the zero point folded
+    into the bias) equals an int64 reference."""
+    Life = OperandLifeTime
+    r = np.random.default_rng(11)
+    used = 0
+    for trial in range(12):
+        cin, n_out, hw, stride = int(r.integers(1, 9)), int(r.integers(1, 20)), int(r.integers(3, 12)), 1 + trial % 2
+        zx, zw, zo = (int(v) for v in r.integers(1, 256, 3))
+        sx, sw, so = 0.02, 0.01, float(np.float32(10 ** r.uniform(-2.5, -0.5)))
+        x = r.integers(0, 256, (2, hw, hw, cin)).astype(np.uint8)
+        w = r.integers(0, 256, (n_out, 3, 3, cin)).astype(np.uint8)
+        b = r.integers(-2000, 2000, n_out).astype(np.int32)
+        act = (3, 1, 0)[trial % 3]
+        bs = float(np.float32(np.float32(sx) * np.float32(sw)))
+        spec = [(Q8, x, sx, zx), (Q8, w, sw, zw), (OperandType.TENSOR_INT32, b, bs, 0)] + \
+               [(OperandType.INT32, np.array(v, np.int32), 0.0, 0) for v in (1, stride, stride, act)]
+        infos = [OperandInfo(t, d.shape, s, z, None, Life.TEMPORARY_VARIABLE if i == 0 else Life.CONSTANT_COPY,
+                             None if i == 0 else d) for i, (t, d, s, z) in enumerate(spec)]
+        oh = -(-hw // stride)
+        out = OperandInfo(Q8, (2, oh, oh, n_out), so, zo, None, Life.TEMPORARY_VARIABLE, None)
+        op = REGISTRY[OperationType.CONV_2D]
+        state = op.prepare(OpInfo(type=OperationType.CONV_2D, inputs=infos, outputs=[out]))
+        used += act in state.fold
+        ctx = ExecContext(type=OperationType.CONV_2D, inputs=[Tensor(t, d, s, z) for t, d, s, z in spec],
+                          outputs=[OutputSpec(Q8, (2, oh, oh, n_out), so, zo)], state=state)
+        got = op.execute(ctx)[0]
+        # int64 reference: SAME padding of zero-point-shifted values
+        pad_total = max((oh - 1) * stride + 3 - hw, 0)
+        top = pad_total // 2
+        xs = np.zeros((2, hw + pad_total, hw + pad_total, cin), np.int64)
+        xs[:, top:top + hw, top:top + hw] = x.astype(np.int64) - zx
+        ws = w.astype(np.int64) - zw
+        acc = np.zeros((2, oh, oh, n_out), np.int64)
+        for i in range(3):
+            for j in range(3):
+                patch = xs[:, i:i + (oh - 1) * stride + 1:stride, j:j + (oh - 1) * stride + 1:stride]
+                acc += patch @ ws[:, i, j, :].T
+        q, shift = quantize_multiplier(bs / so)
+        lo, hi = activation_range(act, so, zo, Q8)
+        want = np.clip(multiply_by_quantized_multiplier(acc + b, q, shift) + zo, lo, hi)
+        np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+    assert used > 0

@@ -188,6 +188,9 @@ class _State:
         self.bias_tiled: dict = {}  # float bias tiled over the output width (constant bias only)
         self.params_const = False  # every input after the bias is a constant
         self.geometry: dict = {}  # (input, filter, bias shapes) -> padding, strides, output size...
+        # act -> Requant of the GEMM on raw input codes (CONV_2D): the input zero
+        # point folded into the bias as -zp * sum(w - zw), see _fold_input_zp
+        self.fold: dict = {}
 
 
 def _f32(v: float) -> float:
@@ -308,11 +311,29 @@ def _prepare(info: OpInfo) -> _State:
                 act = info.constant(ai)
                 if b is not None and act is not None and b.shape == (nch,) and 0 <= int(act) <= 3:
                     st.requant[int(act)] = _make_requant(st.mult, b, info.outputs[0], int(act), fast32=True)
+                    if kind == "conv" and st.filter is not None:
+                        _fold_input_zp(st, ins[0], b, info.outputs[0], int(act))
     except ValueError as e:
         st.mult_error = str(e)
     except Exception:  # NOTE: prepare must never fail; execute redoes the work and reports
         st.filter, st.mult, st.requant = None, None, {}
     return st
+
+
+def _fold_input_zp(st: _State, x: Any, bias: np.ndarray, out: Any, act: int) -> None:
+    """CONV_2D on raw input codes: sum((x - zx) * w') == sum(x * w') - zx *
+    sum(w') per output channel, where padding holds zx (so it still counts
+    zero).  That saves the zero-point pass over the input when the GEMM on
+    raw codes stays one exact float32 block and its requantization takes the
+    float32 path (which only needs the accumulators inside (-2^24, 2^24))."""
+    zx = int(x.zero_point)
+    m, mw = st.filter[1], st.filter[2]
+    if zx == 0 or ck.exact_block(m.shape[0], 128 if x.type == Q8S else 255, mw) is not None:
+        return
+    colsum = m.astype(np.float64).sum(axis=0).astype(np.int64)  # exact: integers below 2^53
+    rq = _make_requant(st.mult, bias.astype(np.int64) - zx * colsum, out, act, fast32=True)
+    if rq.f32 is not None:
+        st.fold[act] = rq
 
 
 def _make_requant(mult: tuple, bias: np.ndarray, out: Any, act: int, fast32: bool = False) -> ck.Requant:
@@ -359,17 +380,20 @@ class _Common:
             # NOTE: cast, then a same-type subtract: faster than one mixed-type ufunc
             np.subtract(dst, dst.dtype.type(self.x.zero_point), out=dst)
 
-    def input_padded(self, x: np.ndarray, nchw: bool, p: dict, dtype: Any = np.float32) -> np.ndarray:
+    def input_padded(self, x: np.ndarray, nchw: bool, p: dict, dtype: Any = np.float32,
+                     raw: bool = False) -> np.ndarray:
         """The NHWC input as float (quantized: minus its zero point), zero
-        padded; layout change, conversion and padding in one pass."""
+        padded; layout change, conversion and padding in one pass.  ``raw``
+        (quantized): the codes as they are, padded with the zero point."""
         xv = x.transpose(0, 2, 3, 1) if nchw else x
         pt, pb, pl, pr = p["pt"], p["pb"], p["pl"], p["pr"]
         if pt == pb == pl == pr == 0 and xv.dtype == dtype and xv.flags.c_contiguous:
             return xv
         n, h, w, c = xv.shape
         pads = (pt, pb, pl, pr)
-        out = ck.scratch(("pad", pads, xv.shape), (n, h + pt + pb, w + pl + pr, c), dtype, zero=True)
-        ck.fill_rows(out[:, pt:pt + h, pl:pl + w, :], xv, self.fill)
+        pad = self.x.zero_point if raw else 0
+        out = ck.scratch(("pad", pads, xv.shape), (n, h + pt + pb, w + pl + pr, c), dtype, zero=True, fill=pad)
+        ck.fill_rows(out[:, pt:pt + h, pl:pl + w, :], xv, ck.assign if raw else self.fill)
         return out
 
     def filter(self) -> tuple[np.ndarray, int]:
@@ -587,6 +611,14 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
         # NOTE: the reference skips execution (and its scale checks) for an empty output
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()
+    fold = c.st.fold.get(p["act"]) if (c.is_q and c.st is not None and c.st.filter is not None) else None
+    if fold is not None and fold.q.shape[0] == cout:
+        # the input zero point is folded into the bias (see _fold_input_zp)
+        xp = c.input_padded(x, nchw, p, raw=True)
+        cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow)
+        acc = ck.gemm_exact(cols, wm, None, temp=True)
+        y = fold.apply(acc, n * oh, ow).reshape(n, oh, ow, cout)
+        return [_from_nhwc(y, nchw)]
     xp = c.input_padded(x, nchw, p)
     cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow)
     acc = ck.gemm_exact(cols, wm, c.gemm_block(cols.shape[1], mw), temp=c.is_q, mode=c.acc_mode(p["act"], cout))

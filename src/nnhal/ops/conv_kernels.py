@@ -54,12 +54,13 @@ SCRATCH_BYTES = 128 << 20  # per-thread cap of reusable temporaries
 _tls = threading.local()
 
 
-def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False) -> np.ndarray:
+def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False, fill: float = 0) -> np.ndarray:
     """A per-thread temporary reused across executions (fresh large arrays
     cost page faults on every execution).  ``zero=True`` gives a buffer that
-    was zero-filled when created: the caller must write the same positions on
-    every use (the geometry is part of ``tag``) so the rest stays zero.  Never
-    return a scratch array as an operation's output."""
+    was filled with ``fill`` (default zero) when created: the caller must
+    write the same positions on every use (the geometry is part of ``tag``)
+    so the rest keeps that value.  Never return a scratch array as an
+    operation's output."""
     cache = getattr(_tls, "cache", None)
     if cache is None:
         cache = _tls.cache = OrderedDict()
@@ -85,12 +86,12 @@ def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False) -> np.ndar
         else:
             cache.move_to_end(key)
         return a[:n].view(dt).reshape(shape)
-    key = (tag, tuple(shape), np.dtype(dtype).str, zero)
+    key = (tag, tuple(shape), np.dtype(dtype).str, zero, fill)
     a = cache.get(key)
     if a is not None:
         cache.move_to_end(key)
         return a
-    a = np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+    a = np.full(shape, fill, dtype)
     if a.nbytes > SCRATCH_BYTES // 4:
         return a
     cache[key] = a
@@ -271,13 +272,14 @@ def gemm_exact(a: np.ndarray, b: np.ndarray, block: int | None, temp: bool = Fal
     return acc
 
 
-def _assign(dst: np.ndarray, src: np.ndarray) -> None:
+def assign(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src (a fill function converting by assignment)."""
     dst[...] = src
 
 
 def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], sh: int, sw: int, dh: int,
                    dw: int, oh: int, ow: int, dt: Any = np.float32,
-                   fill: Callable[[np.ndarray, np.ndarray], None] = _assign,
+                   fill: Callable[[np.ndarray, np.ndarray], None] = assign,
                    wt_cache: dict | None = None, out_temp: bool = False) -> np.ndarray:
     """Depthwise tap sum of an NHWC input ``x`` (unpadded, any dtype, possibly
     a strided view) with per-channel taps ``w`` [kh, kw, C] (C = channels of
