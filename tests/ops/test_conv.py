@@ -814,3 +814,43 @@ def test_quant_conv_input_zero_point_folded():
         want = np.clip(multiply_by_quantized_multiplier(acc + b, q, shift) + zo, lo, hi)
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
     assert used > 0
+
+
+@pytest.mark.parametrize("fold", [True, False])
+def test_quant_conv_1x1_zero_point_paths(fold):
+    """1x1 quantized CONV_2D on raw input codes: with the zero point folded
+    into the bias, or (fold disabled) a column of ones against a
+    zero-point row of the filter; both equal an int64 reference."""
+    Life = OperandLifeTime
+    r = np.random.default_rng(12)
+    used = 0
+    for trial in range(12):
+        k, n_out, hw = int(r.integers(1, 64)), int(r.integers(1, 24)), int(r.integers(1, 9))
+        zx, zw, zo = (int(v) for v in r.integers(1, 256, 3))
+        sx, sw, so = 0.02, 0.01, float(np.float32(10 ** r.uniform(-2.5, -0.5)))
+        x = r.integers(0, 256, (1, hw, hw, k)).astype(np.uint8)
+        w = r.integers(0, 256, (n_out, 1, 1, k)).astype(np.uint8)
+        b = r.integers(-2000, 2000, n_out).astype(np.int32)
+        act = (0, 3)[trial % 2]
+        bs = float(np.float32(np.float32(sx) * np.float32(sw)))
+        spec = [(Q8, x, sx, zx), (Q8, w, sw, zw), (OperandType.TENSOR_INT32, b, bs, 0)] + \
+               [(OperandType.INT32, np.array(v, np.int32), 0.0, 0) for v in (1, 1, 1, act)]
+        infos = [OperandInfo(t, d.shape, s, z, None, Life.TEMPORARY_VARIABLE if i == 0 else Life.CONSTANT_COPY,
+                             None if i == 0 else d) for i, (t, d, s, z) in enumerate(spec)]
+        out = OperandInfo(Q8, (1, hw, hw, n_out), so, zo, None, Life.TEMPORARY_VARIABLE, None)
+        op = REGISTRY[OperationType.CONV_2D]
+        state = op.prepare(OpInfo(type=OperationType.CONV_2D, inputs=infos, outputs=[out]))
+        if not fold:
+            state.fold.clear()
+            used += state.zrow is not None
+        else:
+            used += bool(state.fold)
+        ctx = ExecContext(type=OperationType.CONV_2D, inputs=[Tensor(t, d, s, z) for t, d, s, z in spec],
+                          outputs=[OutputSpec(Q8, (1, hw, hw, n_out), so, zo)], state=state)
+        got = op.execute(ctx)[0]
+        acc = (x.reshape(-1, k).astype(np.int64) - zx) @ (w.reshape(n_out, k).astype(np.int64) - zw).T + b
+        q, shift = quantize_multiplier(bs / so)
+        lo, hi = activation_range(act, so, zo, Q8)
+        want = np.clip(multiply_by_quantized_multiplier(acc, q, shift) + zo, lo, hi).reshape(got.shape)
+        np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+    assert used > 0

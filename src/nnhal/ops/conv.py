@@ -191,6 +191,9 @@ class _State:
         # act -> Requant of the GEMM on raw input codes (CONV_2D): the input zero
         # point folded into the bias as -zp * sum(w - zw), see _fold_input_zp
         self.fold: dict = {}
+        # 1x1 CONV_2D without a fold: the filter with a last row -zp * sum(w - zw)
+        # (multiplying a column of ones appended to the raw input codes)
+        self.zrow: np.ndarray | None = None
 
 
 def _f32(v: float) -> float:
@@ -334,6 +337,9 @@ def _fold_input_zp(st: _State, x: Any, bias: np.ndarray, out: Any, act: int) -> 
     rq = _make_requant(st.mult, bias.astype(np.int64) - zx * colsum, out, act, fast32=True)
     if rq.f32 is not None:
         st.fold[act] = rq
+    if ck.exact_block(2 * m.shape[0], 128 if x.type == Q8S else 255, mw) is None:
+        # NOTE: |partial sums| <= K * max|x| * mw + |zp * colsum| <= 2 K max|x| mw
+        st.zrow = np.ascontiguousarray(np.vstack([m, (-zx * colsum).astype(np.float32)[None, :]]))
 
 
 def _make_requant(mult: tuple, bias: np.ndarray, out: Any, act: int, fast32: bool = False) -> ck.Requant:
@@ -619,6 +625,15 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
         acc = ck.gemm_exact(cols, wm, None, temp=True)
         y = fold.apply(acc, n * oh, ow).reshape(n, oh, ow, cout)
         return [_from_nhwc(y, nchw)]
+    if c.is_q and c.st is not None and c.st.zrow is not None and c.st.filter is not None and not nchw \
+            and kh == kw == 1 and p["sh"] == p["sw"] == 1 and p["pt"] == p["pb"] == p["pl"] == p["pr"] == 0:
+        # raw codes and a column of ones against the filter's zero-point row
+        m, k = n * oh * ow, x.shape[3]
+        xo = ck.scratch(("conv-ones", m, k), (m, k + 1), np.float32, zero=True, fill=1)
+        xo[:, :k] = x.reshape(m, k)
+        acc = ck.gemm_exact(xo, c.st.zrow, None, temp=True)
+        y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
+        return [y]
     xp = c.input_padded(x, nchw, p)
     cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow)
     acc = ck.gemm_exact(cols, wm, c.gemm_block(cols.shape[1], mw), temp=c.is_q, mode=c.acc_mode(p["act"], cout))
