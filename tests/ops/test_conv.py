@@ -854,3 +854,33 @@ def test_quant_conv_1x1_zero_point_paths(fold):
         want = np.clip(multiply_by_quantized_multiplier(acc, q, shift) + zo, lo, hi).reshape(got.shape)
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
     assert used > 0
+
+
+@pytest.mark.parametrize("nonzero", [257, 258, 300])
+def test_quant_fc_l1_bound_exact(nonzero):
+    """A long reduction (K * max|x| * max|w| far above 2^24) whose filter
+    columns have few nonzero weights: one float32 product, exact since
+    max|x| * |w|_1 <= 2^24; extreme inputs, compared with an int64 reference."""
+    k, units = 2000, 3
+    w = np.full((units, k), 128, np.uint8)  # zero point 128: zero weights
+    w[:, :nonzero] = np.where(np.arange(nonzero) % 2, 255, 0)[None, :] if nonzero == 300 else 255
+    w[1, :nonzero] = 1  # -127: the other sign
+    x = np.full((2, k), 255, np.uint8)
+    x[1, ::2] = 0
+    b = np.array([7, -7, 0], np.int32)
+    sx, sw, so = 0.5, 0.5, 0.25 * 2 ** 17
+    spec = [(Q8, x, sx, 0), (Q8, w, sw, 128), (OperandType.TENSOR_INT32, b, 0.25, 0),
+            (OperandType.INT32, np.array(0, np.int32), 0.0, 0)]
+    op = REGISTRY[OperationType.FULLY_CONNECTED]
+    infos = [OperandInfo(t, d.shape, s, z, None, OperandLifeTime.CONSTANT_COPY if i else
+                         OperandLifeTime.TEMPORARY_VARIABLE, d if i else None) for i, (t, d, s, z) in enumerate(spec)]
+    state = op.prepare(OpInfo(type=OperationType.FULLY_CONNECTED, inputs=infos,
+                              outputs=[OperandInfo(Q8, (2, units), so, 100, None, OperandLifeTime.TEMPORARY_VARIABLE,
+                                                   None)]))
+    ctx = ExecContext(type=OperationType.FULLY_CONNECTED, inputs=[Tensor(t, d, s, z) for t, d, s, z in spec],
+                      outputs=[OutputSpec(Q8, (2, units), so, 100)], state=state)
+    got = op.execute(ctx)[0]
+    acc = x.astype(np.int64) @ (w.astype(np.int64) - 128).T + b
+    q, shift = quantize_multiplier(0.25 / so)
+    want = np.clip(multiply_by_quantized_multiplier(acc, q, shift) + 100, 0, 255)
+    np.testing.assert_array_equal(got, want)

@@ -194,6 +194,7 @@ class _State:
         # 1x1 CONV_2D without a fold: the filter with a last row -zp * sum(w - zw)
         # (multiplying a column of ones appended to the raw input codes)
         self.zrow: np.ndarray | None = None
+        self.l1: float | None = None  # largest column L1 norm of the (constant) filter matrix
 
 
 def _f32(v: float) -> float:
@@ -323,6 +324,11 @@ def _prepare(info: OpInfo) -> _State:
     return st
 
 
+def _l1(m: np.ndarray) -> float:
+    """Largest L1 norm of the filter matrix's columns (reduction axis -2)."""
+    return float(np.abs(m).astype(np.float64).sum(axis=-2).max()) if m.size else 0.0
+
+
 def _fold_input_zp(st: _State, x: Any, bias: np.ndarray, out: Any, act: int) -> None:
     """CONV_2D on raw input codes: sum((x - zx) * w') == sum(x * w') - zx *
     sum(w') per output channel, where padding holds zx (so it still counts
@@ -330,15 +336,18 @@ def _fold_input_zp(st: _State, x: Any, bias: np.ndarray, out: Any, act: int) -> 
     raw codes stays one exact float32 block and its requantization takes the
     float32 path (which only needs the accumulators inside (-2^24, 2^24))."""
     zx = int(x.zero_point)
-    m, mw = st.filter[1], st.filter[2]
-    if zx == 0 or ck.exact_block(m.shape[0], 128 if x.type == Q8S else 255, mw) is not None:
+    m = st.filter[1]
+    if st.l1 is None:
+        st.l1 = _l1(m)
+    raw_max = 128 if x.type == Q8S else 255  # largest |code|
+    if zx == 0 or raw_max * st.l1 > ck.F32_EXACT:
         return
     colsum = m.astype(np.float64).sum(axis=0).astype(np.int64)  # exact: integers below 2^53
     rq = _make_requant(st.mult, bias.astype(np.int64) - zx * colsum, out, act, fast32=True)
     if rq.f32 is not None:
         st.fold[act] = rq
-    if ck.exact_block(2 * m.shape[0], 128 if x.type == Q8S else 255, mw) is None:
-        # NOTE: |partial sums| <= K * max|x| * mw + |zp * colsum| <= 2 K max|x| mw
+    if 2 * raw_max * st.l1 <= ck.F32_EXACT:
+        # NOTE: |partial sums| <= max|x| * |w|_1 + |zp * colsum| <= 2 max|x| |w|_1
         st.zrow = np.ascontiguousarray(np.vstack([m, (-zx * colsum).astype(np.float32)[None, :]]))
 
 
@@ -475,10 +484,23 @@ class _Common:
             return row
         return np.tile(self.b.data.astype(np.float32), width)
 
-    def gemm_block(self, k: int, mw: int, taps: int = 1) -> int | None:
+    def gemm_block(self, k: int, mw: int, wm: np.ndarray | None = None) -> int | None:
+        """The exact-block length of the quantized GEMM with filter matrix
+        ``wm`` (reduction along its axis -2): None when one float32 product is
+        exact.  Any partial sum, in any order, is bounded by max|x - zp| times
+        the largest column L1 norm of the filter, a much tighter bound than
+        K * max|x - zp| * max|w - zw|, which sizes the blocks otherwise."""
         if not self.is_q:
             return None
-        return ck.exact_block(k * taps, self.max_x, mw)
+        if wm is not None:
+            st = self.st
+            const = st is not None and st.filter is not None and st.filter[1] is wm
+            l1 = st.l1 if const and st.l1 is not None else _l1(wm)
+            if const:
+                st.l1 = l1
+            if self.max_x * l1 <= ck.F32_EXACT:
+                return None
+        return ck.exact_block(k, self.max_x, mw)
 
 
 def _check_act(ctx: ExecContext, act: int) -> None:
@@ -636,7 +658,8 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
         return [y]
     xp = c.input_padded(x, nchw, p)
     cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], p["dh"], p["dw"], oh, ow)
-    acc = ck.gemm_exact(cols, wm, c.gemm_block(cols.shape[1], mw), temp=c.is_q, mode=c.acc_mode(p["act"], cout))
+    acc = ck.gemm_exact(cols, wm, c.gemm_block(cols.shape[1], mw, wm), temp=c.is_q,
+                        mode=c.acc_mode(p["act"], cout))
     y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
     return [_from_nhwc(y, nchw)]
 
@@ -729,7 +752,7 @@ def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
     m = cols.shape[0]
     # one batched product over the groups: [G, M, kh*kw*Cg] @ [G, kh*kw*Cg, Og]
     colsg = np.ascontiguousarray(cols.reshape(m, kh * kw, g, cg).transpose(2, 0, 1, 3)).reshape(g, m, -1)
-    accg = ck.gemm_exact(colsg, wm, c.gemm_block(kh * kw * cg, mw), mode=c.acc_mode(p["act"], cout))
+    accg = ck.gemm_exact(colsg, wm, c.gemm_block(kh * kw * cg, mw, wm), mode=c.acc_mode(p["act"], cout))
     acc = np.ascontiguousarray(accg.transpose(1, 0, 2)).reshape(m, cout)
     y = c.finish(acc, n * oh, ow, cout, p["act"]).reshape(n, oh, ow, cout)
     return [_from_nhwc(y, nchw)]
@@ -828,7 +851,7 @@ def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
         return [np.zeros((0, units), c.out.dtype)]
     wm, mw = c.filter()  # [in, units]
     xf = c.input_f(x.reshape(batch, in_size))
-    acc = ck.gemm_exact(xf, wm, c.gemm_block(in_size, mw), temp=c.is_q, mode=c.acc_mode(act, units))
+    acc = ck.gemm_exact(xf, wm, c.gemm_block(in_size, mw, wm), temp=c.is_q, mode=c.acc_mode(act, units))
     return [c.finish(acc, batch, 1, units, act).reshape(batch, units)]
 
 
