@@ -129,20 +129,23 @@ def _pool(ctx: ExecContext, kind: str) -> list[np.ndarray]:
         vals = x.astype(np.int32)
         fill = np.iinfo(np.int32).min if kind == "max" else 0
     else:
-        vals = x.astype(np.float32)
+        vals = x.astype(np.float32, copy=False)
         if kind == "l2":
             vals = vals * vals
         fill = -np.inf if kind == "max" else 0.0
     # NOTE: the last window ends inside the tail padding by construction of oh / ow
     pad = ((0, 0), (p.pad_top, p.pad_bottom), (p.pad_left, p.pad_right), (0, 0))
-    padded = np.pad(vals, pad, constant_values=fill)
+    no_pad = p.pad_top == p.pad_bottom == p.pad_left == p.pad_right == 0
+    padded = vals if no_pad else np.pad(vals, pad, constant_values=fill)
     win = sliding_window_view(padded, (p.filter_h, p.filter_w), axis=(1, 2))
     win = win[:, : (oh - 1) * p.stride_h + 1 : p.stride_h, : (ow - 1) * p.stride_w + 1 : p.stride_w]
 
     if kind == "max":
         res = win.max(axis=(-2, -1))
     else:
-        valid = np.pad(np.ones((h, w), np.int32), pad[1:3])
+        valid = np.ones((h, w), np.int32)
+        if not no_pad:
+            valid = np.pad(valid, pad[1:3])
         vwin = sliding_window_view(valid, (p.filter_h, p.filter_w))
         count = vwin[:: p.stride_h, :: p.stride_w][:oh, :ow].sum(axis=(-2, -1))[None, :, :, None]
         if quantized:
