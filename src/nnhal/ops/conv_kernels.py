@@ -440,7 +440,7 @@ class Requant:
         shifted = c[:, None] - (0.0 if corr is None else corr[:, None] * (levels[None, :] <= self.zp + sh))
         # points around each step of the exact function: [channel, level, point]
         approx = np.floor((levels[None, :] - shifted) / m[:, None])
-        win = np.arange(-2, 3, dtype=np.float64)
+        win = np.arange(-1, 3, dtype=np.float64)
         pts = approx[:, :, None] + win
         if not np.all(np.abs(pts) < F32_EXACT - 16):
             return
@@ -463,20 +463,23 @@ class Requant:
         # NOTE: the rounded constants first, then their neighbouring floats
         # for the channels still failing (a step lying within float32 error)
         todo = np.arange(nc)
-        for km in NUDGE_M:
-            for kc in NUDGE_C:
-                m32 = nudge(m[todo].astype(np.float32), km)
-                cand = nudge(c[todo].astype(np.float32), kc)
-                t = v32[todo] * m32[:, None]
-                t += cand[:, None]
-                if corr32 is not None:
-                    _corr_stage(t, pivot, corr32[todo, None], np.empty_like(t))
-                ok = np.all(np.floor(t) == exact[todo], axis=1)
-                chosen_m[todo[ok]], chosen_c[todo[ok]] = m32[ok], cand[ok]
-                todo = todo[~ok]
-                if todo.size == 0:
-                    self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
-                    return
+        grid = [(km, kc) for km in NUDGE_M for kc in NUDGE_C]
+        wide = [(km, kc) for km in range(-4, 5) for kc in range(-12, 13) if (km, kc) not in grid]
+        for km, kc in grid + wide:
+            if (km, kc) == wide[0] and todo.size > 8:
+                break  # NOTE: the wide search only for a few stubborn channels (it is long)
+            m32 = nudge(m[todo].astype(np.float32), km)
+            cand = nudge(c[todo].astype(np.float32), kc)
+            t = v32[todo] * m32[:, None]
+            t += cand[:, None]
+            if corr32 is not None:
+                _corr_stage(t, pivot, corr32[todo, None], np.empty_like(t))
+            ok = np.all(np.floor(t) == exact[todo], axis=1)
+            chosen_m[todo[ok]], chosen_c[todo[ok]] = m32[ok], cand[ok]
+            todo = todo[~ok]
+            if todo.size == 0:
+                self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
+                return
         if todo.size <= nc // 4:
             # NOTE: a few channels without a float32 fit: the float32 pass over
             # everything, then those channels' columns again on the exact paths
