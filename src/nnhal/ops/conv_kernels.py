@@ -466,7 +466,7 @@ class Requant:
         grid = [(km, kc) for km in NUDGE_M for kc in NUDGE_C]
         wide = [(km, kc) for km in range(-4, 5) for kc in range(-12, 13) if (km, kc) not in grid]
         for km, kc in grid + wide:
-            if (km, kc) == wide[0] and todo.size > 8:
+            if wide and (km, kc) == wide[0] and todo.size > 8:
                 break  # NOTE: the wide search only for a few stubborn channels (it is long)
             m32 = nudge(m[todo].astype(np.float32), km)
             cand = nudge(c[todo].astype(np.float32), kc)
