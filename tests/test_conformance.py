@@ -107,3 +107,13 @@ def test_compare_tolerances() -> None:
     assert not compare(~b, b, T.TENSOR_BOOL8, model_has_fp16=False, relaxed=False, name="x").ok
     assert not compare(np.zeros((2, 1)), np.zeros((1, 2)), T.TENSOR_FLOAT32, model_has_fp16=False,
                        relaxed=False, name="x").ok
+
+
+@pytest.mark.parametrize("kind", ["mmap_fd", "hardware_buffer_blob"])
+def test_request_pools_of_every_kind(vectors_dir, kind: str) -> None:  # noqa: ANN001
+    """VTS runs the generated models with ashmem and BLOB hardware-buffer pools too."""
+    runner = Runner(nnhal.get_device("sample-all"), ("sync", "async"), ("plain", "dynamic"), memory=kind)
+    for rel in ("V1_0/conv_quant8.json.gz", "V1_2/softmax_v1_2.json.gz", "V1_3/while_sum_of_powers_quant8.json.gz"):
+        for vm in vectors.load_file(vectors_dir / rel)[:4]:
+            bad = [f"{r.model} {r.mode}/{r.variant}: {r.message}" for r in runner.run_model(vm) if r.status != "pass"]
+            assert not bad, bad

@@ -88,7 +88,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     models = [m for m in vectors.load(paths, ops) if not args.model or args.model in m.name]
     modes = MODES if args.mode == "all" else (args.mode,)
     variants = tuple(v for v in VARIANTS if v not in (args.skip_variant or []))
-    runner = Runner(_device(args.device), modes, variants)
+    runner = Runner(_device(args.device), modes, variants, args.memory)
     report = Report()
     progress = _Progress(len(models), enabled=not args.no_progress and sys.stderr.isatty() or args.progress)
     t0 = time.perf_counter()
@@ -134,6 +134,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     s.add_argument("--mode", choices=["sync", "async", "all"], default="all")
     s.add_argument("--skip-variant", action="append", choices=["dynamic", "signed"])
     s.add_argument("--device", default="sample-all")
+    s.add_argument("--memory", choices=["ashmem", "mmap_fd", "hardware_buffer_blob"], default="ashmem",
+                   help="kind of shared memory for the request pools (VTS runs ashmem and blobs)")
     s.add_argument("--json", help="write a JSON report here")
     s.add_argument("--html", help="write an HTML report here")
     s.add_argument("--progress", action="store_true", help="progress bar even when not on a terminal")

@@ -181,10 +181,12 @@ def _nbytes(o: VectorOperand) -> int:
 
 
 class Runner:
-    def __init__(self, device: Any, modes: tuple[str, ...] = MODES, variants: tuple[str, ...] = VARIANTS):
+    def __init__(self, device: Any, modes: tuple[str, ...] = MODES, variants: tuple[str, ...] = VARIANTS,
+                 memory: str = "ashmem"):
         self.device = device
         self.modes = modes
         self.variants = variants
+        self.memory = memory  # kind of the request pools: "ashmem", "mmap_fd" or "hardware_buffer_blob"
         self._measure_toggle = 0
 
     def prepare(self, vm: VectorModel, dynamic: bool) -> tuple[S, Any, str]:
@@ -270,7 +272,7 @@ class Runner:
         sizes = [_nbytes(o) for o in outs]
         self._measure_toggle ^= 1
         measure = hal.MeasureTiming(self._measure_toggle)
-        pools = _Pools(inputs, sizes)
+        pools = _Pools(inputs, sizes, self.memory)
         try:
             # NOTE: as VTS's InfiniteLoopTimeoutTest, the infinite loop runs with a 1 ms loop timeout
             infinite_loop = vm.expectFailure and vm.main.operations[0].type == hal.OperationType.WHILE
@@ -312,7 +314,7 @@ class Runner:
                       outs: list[VectorOperand]) -> str:
         short = list(sizes)
         short[0] -= 1
-        pools = _Pools(inputs, short)
+        pools = _Pools(inputs, short, self.memory)
         try:
             status, shapes, timing = self.execute(prepared, pools.request(), mode, hal.MeasureTiming.NO)
         finally:
