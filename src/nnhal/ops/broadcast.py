@@ -303,7 +303,7 @@ OPS: list[OpDef] = [
         for op in _ARITH_OPS
     ],
     OpDef(type=OperationType.POW, signatures=_binary_signatures([(T.TENSOR_FLOAT32, V1_2), (T.TENSOR_FLOAT16, V1_2)]),
-          execute=_execute_pow),
-    OpDef(type=OperationType.MAXIMUM, signatures=_binary_signatures(_MAX_MIN_TYPES), execute=_execute_max_min),
-    OpDef(type=OperationType.MINIMUM, signatures=_binary_signatures(_MAX_MIN_TYPES), execute=_execute_max_min),
+          execute=_execute_pow, bad_data_on_missing_operand=True),
+    OpDef(type=OperationType.MAXIMUM, signatures=_binary_signatures(_MAX_MIN_TYPES), execute=_execute_max_min, bad_data_on_missing_operand=True),
+    OpDef(type=OperationType.MINIMUM, signatures=_binary_signatures(_MAX_MIN_TYPES), execute=_execute_max_min, bad_data_on_missing_operand=True),
 ]

@@ -132,9 +132,9 @@ OPS = [
     OpDef(OperationType.IF,
           [Signature((T.TENSOR_BOOL8, T.SUBGRAPH, T.SUBGRAPH), (), V1_3, variadic_inputs=ANY_TYPE,
                      variadic_outputs=ANY_TYPE, min_variadic_outputs=1)],
-          execute_if, validate=validate_if, allow_zero_sized=True),
+          execute_if, validate=validate_if, allow_zero_sized=True, allow_omitted_outputs=True),
     OpDef(OperationType.WHILE,
           [Signature((T.SUBGRAPH, T.SUBGRAPH), (), V1_3, variadic_inputs=ANY_TYPE, min_variadic_inputs=1,
                      variadic_outputs=ANY_TYPE, min_variadic_outputs=1)],
-          execute_while, validate=validate_while, allow_zero_sized=True),
+          execute_while, validate=validate_while, allow_zero_sized=True, allow_omitted_outputs=True),
 ]

@@ -862,7 +862,7 @@ OPS: list[OpDef] = [
           validate=_validate_depthwise, prepare=_prepare, allow_zero_sized=True),
     # NOTE: GROUPED_CONV_2D runs in the reference's CpuExecutor switch, which rejects zero-sized inputs
     OpDef(type=OperationType.GROUPED_CONV_2D, signatures=_grouped_signatures(), execute=_exec_grouped,
-          validate=_validate_grouped, prepare=_prepare, allow_zero_sized=False),
+          validate=_validate_grouped, prepare=_prepare, allow_zero_sized=False, bad_data_on_missing_operand=True),
     OpDef(type=OperationType.TRANSPOSE_CONV_2D, signatures=_transpose_signatures(), execute=_exec_transpose,
           validate=_validate_transpose, prepare=_prepare, allow_zero_sized=True),
     OpDef(type=OperationType.FULLY_CONNECTED, signatures=_FC_SIGNATURES, execute=_exec_fc,

@@ -120,7 +120,7 @@ OPS: list[OpDef] = [
     OpDef(type=OperationType.CAST,
           signatures=[Signature((i,), (o,), V1_2) for i in _CAST_NUMERIC for o in _CAST_NUMERIC]
           + [Signature((t,), (t,), V1_3) for t in _CAST_IDENTITY],
-          execute=_execute_cast, validate=_validate_cast),
+          execute=_execute_cast, validate=_validate_cast, bad_data_on_missing_operand=True),
     OpDef(type=OperationType.QUANTIZE,
           signatures=[Signature((i,), (o,), v) for i in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
                       for o, v in ((T.TENSOR_QUANT8_ASYMM, V1_2), (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3))],

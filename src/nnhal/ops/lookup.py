@@ -286,7 +286,7 @@ OPS = [
     OpDef(
         type=OperationType.EMBEDDING_LOOKUP,
         signatures=[Signature((T.TENSOR_INT32, t), (t,), v) for t, v in _EMBEDDING_TYPES],
-        execute=execute_embedding_lookup,
+        execute=execute_embedding_lookup, bad_data_on_missing_operand=True
     ),
     OpDef(
         type=OperationType.HASHTABLE_LOOKUP,
@@ -294,7 +294,7 @@ OPS = [
             Signature((T.TENSOR_INT32, T.TENSOR_INT32, t), (t, T.TENSOR_QUANT8_ASYMM), V1_0)
             for t in (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
         ],
-        execute=execute_hashtable_lookup,
+        execute=execute_hashtable_lookup, bad_data_on_missing_operand=True
     ),
     OpDef(
         type=OperationType.LSH_PROJECTION,
@@ -305,6 +305,6 @@ OPS = [
                       (T.TENSOR_INT32,), V1_2),
         ],
         execute=execute_lsh_projection,
-        omittable_inputs=frozenset({2}),
+        omittable_inputs=frozenset({2}), allow_omitted_outputs=True
     ),
 ]

@@ -95,6 +95,6 @@ OPS = [
         type=OperationType.RANDOM_MULTINOMIAL,
         signatures=[Signature((t, T.INT32, T.TENSOR_INT32), (T.TENSOR_INT32,), V1_2)
                     for t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)],
-        execute=execute_random_multinomial,
+        execute=execute_random_multinomial, bad_data_on_missing_operand=True
     ),
 ]

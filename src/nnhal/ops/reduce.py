@@ -150,14 +150,14 @@ def _reduce_op(op: OperationType, table, execute) -> OpDef:
 OPS: list[OpDef] = [
     OpDef(OperationType.MEAN,
           [Signature((t, I32, T.INT32), (t,), v) for t, v in ((F32, V1_1), (Q8, V1_1), (F16, V1_2), (Q8S, V1_3))],
-          _exec_mean, validate=_validate_rank_le4),
+          _exec_mean, validate=_validate_rank_le4, bad_data_on_missing_operand=True),
     _reduce_op(OperationType.REDUCE_ALL, ((B8, V1_2),), _stored_reduce(np.all)),
     _reduce_op(OperationType.REDUCE_ANY, ((B8, V1_2),), _stored_reduce(np.any)),
     _reduce_op(OperationType.REDUCE_MAX, _MAXMIN, _stored_reduce(np.max)),
     _reduce_op(OperationType.REDUCE_MIN, _MAXMIN, _stored_reduce(np.min)),
     _reduce_op(OperationType.REDUCE_PROD, _PRODSUM, _exec_reduce_prod),
     _reduce_op(OperationType.REDUCE_SUM, _PRODSUM, _exec_reduce_sum),
-    OpDef(OperationType.ARGMAX, [Signature((t, T.INT32), (I32,), v) for t, v in _ARG], _arg(np.argmax)),
-    OpDef(OperationType.ARGMIN, [Signature((t, T.INT32), (I32,), v) for t, v in _ARG], _arg(np.argmin)),
+    OpDef(OperationType.ARGMAX, [Signature((t, T.INT32), (I32,), v) for t, v in _ARG], _arg(np.argmax), bad_data_on_missing_operand=True),
+    OpDef(OperationType.ARGMIN, [Signature((t, T.INT32), (I32,), v) for t, v in _ARG], _arg(np.argmin), bad_data_on_missing_operand=True),
     OpDef(OperationType.TOPK_V2, [Signature((t, T.INT32), (t, I32), v) for t, v in _ARG], _exec_topk),
 ]

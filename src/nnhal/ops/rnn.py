@@ -266,14 +266,14 @@ OPS = [
         type=OperationType.RNN,
         signatures=[Signature((t,) * 5 + (T.INT32,), (t, t), v) for t, v in ((T.TENSOR_FLOAT32, V1_0),
                                                                             (T.TENSOR_FLOAT16, V1_2))],
-        execute=execute_rnn,
+        execute=execute_rnn, bad_data_on_missing_operand=True
     ),
     OpDef(
         type=OperationType.SVDF,
         signatures=[Signature((t,) * 5 + (T.INT32, T.INT32), (t, t), v) for t, v in ((T.TENSOR_FLOAT32, V1_0),
                                                                                     (T.TENSOR_FLOAT16, V1_2))],
         execute=execute_svdf,
-        omittable_inputs=frozenset({3}),
+        omittable_inputs=frozenset({3}), allow_omitted_outputs=True
     ),
     OpDef(
         type=OperationType.BIDIRECTIONAL_SEQUENCE_RNN,
