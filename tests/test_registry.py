@@ -37,3 +37,16 @@ def test_find_rejects_unknown_types() -> None:
     assert registry.find(9999) is None
     assert registry.find(-1) is None
     assert registry.find(hal.OperationType.ADD).type == hal.OperationType.ADD
+
+
+def test_reference_dispatch_flags() -> None:
+    """Android 11's CpuExecutor runs these operations in its own switch, where a
+    missing operand is BAD_DATA (INVALID_ARGUMENT), not OP_FAILED."""
+    O = hal.OperationType  # noqa: E741
+    bad_data = {O.RESHAPE, O.DEPTH_TO_SPACE, O.SPACE_TO_DEPTH, O.EMBEDDING_LOOKUP, O.HASHTABLE_LOOKUP,
+                O.RANDOM_MULTINOMIAL, O.RNN, O.BATCH_TO_SPACE_ND, O.SPACE_TO_BATCH_ND, O.PAD, O.PAD_V2, O.CAST,
+                O.MEAN, O.ARGMAX, O.ARGMIN, O.EXPAND_DIMS, O.SPLIT, O.MAXIMUM, O.MINIMUM, O.GROUPED_CONV_2D,
+                O.TILE, O.QUANTIZED_16BIT_LSTM, O.POW}
+    assert {t for t, op in registry.REGISTRY.items() if op.bad_data_on_missing_operand} == bad_data
+    omitted_outputs = {O.IF, O.WHILE, O.LSH_PROJECTION, O.LSTM, O.BIDIRECTIONAL_SEQUENCE_LSTM, O.SVDF}
+    assert {t for t, op in registry.REGISTRY.items() if op.allow_omitted_outputs} == omitted_outputs
