@@ -44,8 +44,10 @@ def print_table(report: Report, out: TextIO = sys.stdout, failures: int = 40) ->
     if unsupported:
         out.write(f"\nnot supported by the driver yet: {', '.join(unsupported)}\n")
     n = report.counts()
-    models = len({(c.spec, c.model) for c in report.cases})
-    out.write(f"\n{models} models, {len(report.cases)} runs in {report.seconds:.1f} s\n")
+    models = len({(c.spec, c.model) for c in report.cases if "signed" not in c.variant})
+    coupled = len({(c.spec, c.model) for c in report.cases if "signed" in c.variant})
+    out.write(f"\n{models} vector models (+{coupled} quant8 signed-coupled copies), {len(report.cases)} runs "
+              f"in {report.seconds:.1f} s\n")
     out.write(f"conformance: {n['pass']} passed, {n['fail']} failed, {n['unsupported']} unsupported\n")
 
 
