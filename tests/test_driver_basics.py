@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 
+import nnhal
 from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.hal import convert
@@ -805,3 +806,32 @@ def test_control_flow_supported_only_with_its_subgraphs(nested: bool) -> None:
     assert status == S.NONE and supported == [False, True, True]
     launch, status, prepared = prepare(model)
     assert launch == status == S.GENERAL_FAILURE and prepared is None
+
+
+def _add_model(values) -> hal.Model:  # noqa: ANN001
+    T, L = hal.OperandType, hal.OperandLifeTime
+    ops = [hal.Operand(type=T.TENSOR_FLOAT32, dimensions=[2], numberOfConsumers=1, lifetime=L.SUBGRAPH_INPUT),
+           hal.Operand(type=T.TENSOR_FLOAT32, dimensions=[2], numberOfConsumers=1, lifetime=L.CONSTANT_COPY,
+                       location=hal.DataLocation(0, 0, 8)),
+           hal.Operand(type=T.INT32, numberOfConsumers=1, lifetime=L.CONSTANT_COPY, location=hal.DataLocation(0, 8, 4)),
+           hal.Operand(type=T.TENSOR_FLOAT32, dimensions=[2], lifetime=L.SUBGRAPH_OUTPUT)]
+    sg = hal.Subgraph(operands=ops, operations=[hal.Operation(hal.OperationType.ADD, [0, 1, 2], [3])],
+                      inputIndexes=[0], outputIndexes=[3])
+    return hal.Model(main=sg, operandValues=values)
+
+
+@pytest.mark.parametrize("form", ["bytes", "bytearray", "list", "uint8 array", "memoryview"])
+def test_operand_values_as_any_byte_vector(form: str) -> None:
+    """``vec<uint8_t>`` may come as bytes, a list of ints or a uint8 array."""
+    raw = np.array([1, 2], np.float32).tobytes() + np.array([0], np.int32).tobytes()
+    values = {"bytes": raw, "bytearray": bytearray(raw), "list": list(raw),
+              "uint8 array": np.frombuffer(raw, np.uint8).copy(), "memoryview": memoryview(raw)}[form]
+    model = _add_model(values)
+    device = nnhal.get_device("sample-all")
+    assert device.getSupportedOperations_1_3(model) == (S.NONE, [True])
+    assert model.operandValues is values  # the client's model is left alone
+
+
+@pytest.mark.parametrize("values", [[1, 2, 300], [1.5] * 12, "abc", [True] * 12])
+def test_operand_values_not_bytes_are_invalid(values) -> None:  # noqa: ANN001
+    assert nnhal.get_device("sample-all").getSupportedOperations_1_3(_add_model(values))[0] == S.INVALID_ARGUMENT

@@ -4,10 +4,13 @@ delegate, as Android's sample driver does)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from typing import Any, Optional
+
+import numpy as np
 
 from nnhal import hal
 from nnhal import memory as hal_memory
@@ -39,14 +42,14 @@ class SampleDevice(hal.IDevice):
         return None
 
     def _upgrade(self, model: Any) -> hal.Model:
-        if isinstance(model, hal.Model):
-            return model
-        from nnhal.hal.convert import convert_to_v1_3
+        if not isinstance(model, hal.Model):
+            from nnhal.hal.convert import convert_to_v1_3
 
-        try:
-            return convert_to_v1_3(model)
-        except Exception as e:  # noqa: BLE001
-            raise ValidationError(f"not a model: {type(e).__name__}: {e}") from None
+            try:
+                model = convert_to_v1_3(model)
+            except Exception as e:  # noqa: BLE001
+                raise ValidationError(f"not a model: {type(e).__name__}: {e}") from None
+        return _with_bytes_values(model)
 
     def _map_pools(self, model: hal.Model) -> list:
         pools = []
@@ -268,6 +271,21 @@ def supported_operations(model: hal.Model, defs: list) -> list[bool]:
                    if sg.operands[i].lifetime == hal.OperandLifeTime.SUBGRAPH)
 
     return [d is not None and operation_ok(model.main, op, frozenset()) for d, op in zip(defs, model.main.operations)]
+
+
+def _with_bytes_values(model: Any) -> Any:
+    """``operandValues`` is a ``vec<uint8_t>``: accept a list of ints or a
+    uint8 array as well as bytes (a copy of the model, the client's is left
+    alone); anything else is left for validation to reject."""
+    values = getattr(model, "operandValues", b"")
+    try:
+        if isinstance(values, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool) for b in values):
+            return dataclasses.replace(model, operandValues=bytes(values))
+        if isinstance(values, np.ndarray) and values.dtype == np.uint8 and values.ndim == 1:
+            return dataclasses.replace(model, operandValues=values.tobytes())
+    except (ValueError, TypeError):
+        pass  # out-of-range values: validation says what is wrong
+    return model
 
 
 def _notify(notify: Any, status: S, prepared: Optional[SamplePreparedModel], version: HalVersion) -> None:
