@@ -161,7 +161,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL,
                         format="%(levelname)s %(name)s: %(message)s")
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except BrokenPipeError:  # output piped into a reader that stopped (| head): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
