@@ -168,10 +168,11 @@ def _still_valid(path: str, value: Any, model: hal.Model) -> bool:
     if path.endswith(".dimensions") and isinstance(value, list) and not value:
         # unknown rank is allowed for non-constant operands in HAL 1.3
         return True
-    if path == "operandValues" and isinstance(value, bytes):
+    if path == "operandValues" and (isinstance(value, bytes) or value == []):
+        # a vec<uint8_t> may also be given as a list of ints: [] is an empty one
         return all(o.lifetime != L.CONSTANT_COPY for sg in [model.main, *model.referenced] for o in sg.operands)
     if path.endswith("relaxComputationFloat32toFloat16"):
-        return isinstance(value, bool)
+        return isinstance(value, bool) or (type(value) is int and value in (0, 1))
     if path.endswith("ints"):
         return isinstance(value, list) and all(isinstance(v, int) for v in value)
     if ".scales[" in path:

@@ -197,7 +197,8 @@ def _check_model_structure(model: hal.Model) -> None:
         raise _fail("pools is not a list")
     for k, m in enumerate(model.pools):
         _check_memory_structure(m, f"model pool {k}")
-    if not _is_bool(model.relaxComputationFloat32toFloat16):
+    relax = model.relaxComputationFloat32toFloat16
+    if not (_is_bool(relax) or (_is_int(relax) and relax in (0, 1))):
         raise _fail("relaxComputationFloat32toFloat16 is not a bool")
     if not _list_of(model.extensionNameToPrefix, hal.ExtensionNameAndPrefix) or not all(
             isinstance(e.name, str) and _is_int(e.prefix) for e in model.extensionNameToPrefix):
