@@ -10,8 +10,8 @@ import numpy as np
 
 import nnhal
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance import vectors
+from nnhal.conformance.runner import RequestPools
 from tests.conftest import vectors_root
 
 S = hal.ErrorStatus
@@ -175,70 +175,11 @@ def prepared_model(model: Any, dev: Any = None) -> Any:
 # requests
 
 
-class Pools:
-    """Pool 0 holds the inputs, pool 1 the outputs (4-byte aligned)."""
-
-    def __init__(self, inputs: Sequence[Optional[np.ndarray]], out_sizes: Sequence[int], kind: str = "ashmem",
-                 offset: int = 0, out_dims: Optional[Sequence[Sequence[int]]] = None):
-        self.kind = kind
-        self.in_args: list[hal.RequestArgument] = []
-        off = 0
-        layout = []
-        for v in inputs:
-            if v is None:
-                self.in_args.append(hal.RequestArgument(hasNoValue=True))
-                layout.append(None)
-                continue
-            n = v.nbytes
-            layout.append((off, n))
-            self.in_args.append(hal.RequestArgument(location=hal.DataLocation(0, off, n)))
-            off = (off + n + 3) // 4 * 4
-        self.in_mem = self._alloc(max(off, 4), offset)
-        view = hal_memory.map(self.in_mem)
-        for v, lo in zip(inputs, layout):
-            if lo is not None and lo[1]:
-                view[lo[0]: lo[0] + lo[1]] = np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes()
-        view.release()
-        self.out_args = []
-        self.out_layout = []
-        off = 0
-        for k, n in enumerate(out_sizes):
-            dims = list(out_dims[k]) if out_dims else []
-            self.out_args.append(hal.RequestArgument(location=hal.DataLocation(1, off, n), dimensions=dims))
-            self.out_layout.append((off, n))
-            off = (off + n + 3) // 4 * 4
-        self.out_mem = self._alloc(max(off, 4), offset)
-
-    def _alloc(self, size: int, offset: int) -> hal.Memory:
-        if self.kind == "mmap_fd":
-            return hal_memory.allocate(size, "mmap_fd", offset=offset)
-        return hal_memory.allocate(size, self.kind)
-
-    def request(self) -> hal.Request:
-        return hal.Request(inputs=self.in_args, outputs=self.out_args,
-                           pools=[hal.MemoryPool(hidlMemory=self.in_mem), hal.MemoryPool(hidlMemory=self.out_mem)])
+class Pools(RequestPools):
+    """The conformance runner's request layout, plus the 1.0 form of the request."""
 
     def request_v1_0(self) -> Any:
         return hal.v1_0.Request(inputs=self.in_args, outputs=self.out_args, pools=[self.in_mem, self.out_mem])
-
-    def output(self, k: int, dtype: Any, shape: Sequence[int]) -> np.ndarray:
-        dt = np.dtype(dtype)
-        n = int(np.prod(shape)) if len(shape) else 1
-        off, _ = self.out_layout[k]
-        view = hal_memory.map(self.out_mem)
-        raw = bytes(view[off: off + n * dt.itemsize])
-        view.release()
-        return np.frombuffer(raw, dtype=dt, count=n).reshape(shape)
-
-    def close(self) -> None:
-        hal_memory.free(self.in_mem)
-        hal_memory.free(self.out_mem)
-
-    def __enter__(self) -> Pools:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def vector_pools(vm: vectors.VectorModel, short: int = 0, **kw: Any) -> Pools:

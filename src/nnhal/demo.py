@@ -65,9 +65,9 @@ def run_demo(vector_root: str, device_name: str = "sample-all") -> int:
         st, m, err = res
         # one more timed execution for the figures
         t1 = time.perf_counter()
-        from nnhal.conformance.runner import _nbytes, _Pools
+        from nnhal.conformance.runner import RequestPools, _nbytes
 
-        pools = _Pools(vm.input_values(), [_nbytes(o) for o in vm.output_operands()])
+        pools = RequestPools(vm.input_values(), [max(_nbytes(o), 1) for o in vm.output_operands()])
         s2, shapes, timing = prepared.executeSynchronously_1_3(pools.request(), hal.MeasureTiming.YES,
                                                                hal.OptionalTimePoint(), hal.OptionalTimeoutDuration())
         t_exec = (time.perf_counter() - t1) * 1e3

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -103,11 +103,17 @@ def dynamic_eligible(vm: VectorModel) -> bool:
 # requests
 
 
-class _Pools:
-    """Pool 0 holds inputs, pool 1 outputs, each at a 4-byte-aligned offset
-    with its exact length; a zero-sized output gets a 1-byte buffer."""
+class RequestPools:
+    """The request layout of Android's test harness: pool 0 holds the inputs,
+    pool 1 the outputs, each at a 4-byte-aligned offset with its exact
+    length; an input without data is ``hasNoValue``; a zero-sized output gets
+    a 1-byte buffer (the caller's ``out_sizes``).  ``kind`` is the shared-memory kind of both pools
+    (``"mmap_fd"`` pools start ``offset`` bytes into their file); ``out_dims``
+    optionally gives each output's dimensions in the request."""
 
-    def __init__(self, inputs: list[Optional[np.ndarray]], out_sizes: list[int], kind: str = "ashmem"):
+    def __init__(self, inputs: Sequence[Optional[np.ndarray]], out_sizes: Sequence[int], kind: str = "ashmem",
+                 offset: int = 0, out_dims: Optional[Sequence[Sequence[int]]] = None):
+        self.kind, self.offset = kind, offset
         self.in_args: list[hal.RequestArgument] = []
         off = 0
         layout = []
@@ -120,7 +126,7 @@ class _Pools:
             layout.append((off, n))
             self.in_args.append(hal.RequestArgument(location=hal.DataLocation(0, off, n)))
             off = (off + n + 3) // 4 * 4
-        self.in_mem = hal_memory.allocate(max(off, 1), kind)
+        self.in_mem = self._alloc(max(off, 4))
         view = hal_memory.map(self.in_mem)
         for v, lo in zip(inputs, layout):
             if lo is not None and lo[1]:
@@ -129,35 +135,46 @@ class _Pools:
         self.out_args: list[hal.RequestArgument] = []
         self.out_layout: list[tuple[int, int]] = []
         off = 0
-        for n in out_sizes:
-            n = max(n, 1) if n >= 0 else 1
-            self.out_args.append(hal.RequestArgument(location=hal.DataLocation(1, off, n)))
+        for k, n in enumerate(out_sizes):
+            dims = list(out_dims[k]) if out_dims else []
+            self.out_args.append(hal.RequestArgument(location=hal.DataLocation(1, off, n), dimensions=dims))
             self.out_layout.append((off, n))
             off = (off + n + 3) // 4 * 4
-        self.out_mem = hal_memory.allocate(max(off, 1), kind)
+        self.out_mem = self._alloc(max(off, 4))
+
+    def _alloc(self, size: int) -> hal.Memory:
+        if self.kind == "mmap_fd" and self.offset:
+            return hal_memory.allocate(size, "mmap_fd", offset=self.offset)
+        return hal_memory.allocate(size, self.kind)
 
     def request(self) -> hal.Request:
         return hal.Request(inputs=self.in_args, outputs=self.out_args,
                            pools=[hal.MemoryPool(hidlMemory=self.in_mem), hal.MemoryPool(hidlMemory=self.out_mem)])
 
-    def read_output(self, k: int, operand: VectorOperand, shape: list[int]) -> np.ndarray:
-        from nnhal.conformance.vectors import DTYPES
-
-        dt = np.dtype(_dtype(operand.type))
-        n = int(np.prod(shape)) if shape else 1
-        off, length = self.out_layout[k]
+    def output(self, k: int, dtype: Any, shape: Sequence[int]) -> np.ndarray:
+        """Output ``k`` read back as ``dtype`` of ``shape``."""
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape)) if len(shape) else 1
+        off, _ = self.out_layout[k]
         view = hal_memory.map(self.out_mem)
         raw = bytes(view[off: off + n * dt.itemsize])
         view.release()
-        _ = DTYPES
-        arr = np.frombuffer(raw, dtype=np.uint8 if dt == np.bool_ else dt, count=n)
         if dt == np.bool_:
-            arr = arr != 0
-        return arr.reshape(shape)
+            return (np.frombuffer(raw, dtype=np.uint8, count=n) != 0).reshape(shape)
+        return np.frombuffer(raw, dtype=dt, count=n).reshape(shape)
+
+    def read_output(self, k: int, operand: VectorOperand, shape: Sequence[int]) -> np.ndarray:
+        return self.output(k, _dtype(operand.type), shape)
 
     def close(self) -> None:
         hal_memory.free(self.in_mem)
         hal_memory.free(self.out_mem)
+
+    def __enter__(self) -> "RequestPools":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 _DT = {T.FLOAT32: np.float32, T.INT32: np.int32, T.UINT32: np.uint32, T.TENSOR_FLOAT32: np.float32,
@@ -269,10 +286,10 @@ class Runner:
     def _run_mode(self, vm: VectorModel, prepared: Any, mode: str, dynamic: bool, result: Any) -> CaseResult:
         inputs = vm.input_values()
         outs = vm.output_operands()
-        sizes = [_nbytes(o) for o in outs]
+        sizes = [max(_nbytes(o), 1) for o in outs]  # NOTE: a zero-sized output gets a 1-byte buffer
         self._measure_toggle ^= 1
         measure = hal.MeasureTiming(self._measure_toggle)
-        pools = _Pools(inputs, sizes, self.memory)
+        pools = RequestPools(inputs, sizes, self.memory)
         try:
             # NOTE: as VTS's InfiniteLoopTimeoutTest, the infinite loop runs with a 1 ms loop timeout
             infinite_loop = vm.expectFailure and vm.main.operations[0].type == hal.OperationType.WHILE
@@ -314,7 +331,7 @@ class Runner:
                       outs: list[VectorOperand]) -> str:
         short = list(sizes)
         short[0] -= 1
-        pools = _Pools(inputs, short, self.memory)
+        pools = RequestPools(inputs, short, self.memory)
         try:
             status, shapes, timing = self.execute(prepared, pools.request(), mode, hal.MeasureTiming.NO)
         finally:
