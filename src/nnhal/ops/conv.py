@@ -610,14 +610,18 @@ def _geometry(ctx: ExecContext, compute: Any) -> dict:
 # CONV_2D
 
 
+def _operands(ctx: ExecContext, nchw: bool) -> tuple:
+    """(input, filter, bias, (n, h, w, cin)) of a rank-4 convolution, in NHWC terms."""
+    _check_rank4(ctx)
+    x, f, bias = ctx.inputs[0].data, ctx.inputs[1].data, ctx.inputs[2].data
+    dims = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if nchw else x.shape
+    return x, f, bias, dims
+
+
 def _geom_conv(ctx: ExecContext) -> dict:
     p = _spatial_params(ctx, "conv")
-    _check_rank4(ctx)
-    x = ctx.inputs[0].data
-    f = ctx.inputs[1].data
-    bias = ctx.inputs[2].data
     nchw = p["nchw"]
-    n, h, w, cin = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if nchw else x.shape
+    x, f, bias, (n, h, w, cin) = _operands(ctx, nchw)
     cout, kh, kw, fcin = f.shape
     _resolve_padding(ctx, p, h, w, kh, kw)
     if fcin != cin or bias.shape[0] != cout:
@@ -670,12 +674,8 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
 
 def _geom_depthwise(ctx: ExecContext) -> dict:
     p = _spatial_params(ctx, "depthwise")
-    _check_rank4(ctx)
-    x = ctx.inputs[0].data
-    f = ctx.inputs[1].data
-    bias = ctx.inputs[2].data
     nchw = p["nchw"]
-    n, h, w, cin = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if nchw else x.shape
+    x, f, bias, (n, h, w, cin) = _operands(ctx, nchw)
     one, kh, kw, cout = f.shape
     if one != 1 or bias.shape[0] != cout:
         raise ctx.fail(f"filter {list(f.shape)} / bias {list(bias.shape)} do not fit depthwise")
@@ -721,13 +721,9 @@ def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
 
 def _geom_grouped(ctx: ExecContext) -> dict:
     p = _spatial_params(ctx, "grouped")
-    _check_rank4(ctx)
-    x = ctx.inputs[0].data
-    f = ctx.inputs[1].data
-    bias = ctx.inputs[2].data
     nchw = p["nchw"]
+    x, f, bias, (n, h, w, cin) = _operands(ctx, nchw)
     g = p["extra"]
-    n, h, w, cin = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if nchw else x.shape
     cout, kh, kw, cg = f.shape
     _resolve_padding(ctx, p, h, w, kh, kw)
     if g <= 0 or cout != bias.shape[0] or cg * g != cin or cout % g != 0:
@@ -765,11 +761,8 @@ def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
 def _geom_transpose(ctx: ExecContext) -> dict:
     ni = len(ctx.inputs)
     s = ctx.scalar
-    _check_rank4(ctx)
-    x = ctx.inputs[0].data
-    f = ctx.inputs[1].data
-    bias = ctx.inputs[2].data
-    cout, kh, kw, fcin = f.shape
+    _check_rank4(ctx)  # NOTE: before the filter's shape is unpacked
+    cout, kh, kw, fcin = ctx.inputs[1].data.shape
     if ni == 9:
         scheme, sw, sh, act, nchw = s(4), s(5), s(6), s(7), bool(s(8))
         shp = ctx.inputs[3].data
@@ -787,7 +780,7 @@ def _geom_transpose(ctx: ExecContext) -> dict:
     if sw <= 0 or sh <= 0:
         raise ctx.fail("strides must be positive")
     _check_act(ctx, act)
-    n, h, w, cin = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if nchw else x.shape
+    x, f, bias, (n, h, w, cin) = _operands(ctx, nchw)
     if fcin != cin or bias.shape[0] != cout:
         raise ctx.fail(f"filter {list(f.shape)} / bias {list(bias.shape)} do not match {cin} input channels")
     if h <= 0 or w <= 0 or cin <= 0 or cout <= 0 or kh <= 0 or kw <= 0:
