@@ -19,7 +19,6 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pytest
 
-import nnhal
 from nnhal import hal
 from nnhal import memory as hal_memory
 from tests.vts_models import if_model
@@ -196,11 +195,6 @@ def model_corruptions(base: hal.Model) -> Iterator[tuple[str, hal.Model]]:
             _set(*target, value)
             if not _still_valid(path, value, model):
                 yield f"{path} = {value!r}", model
-
-
-@pytest.fixture(scope="module")
-def device() -> hal.IDevice:
-    return nnhal.get_device("sample-all")
 
 
 def _check_prepare(device: hal.IDevice, model: Any, what: str, invalid: bool = True, older: bool = True) -> None:

@@ -25,17 +25,18 @@ The default run covers a varied sample of the models (tests/vts_models.py);
 from __future__ import annotations
 
 import collections
-import logging
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Optional
 
 import pytest
 
-import nnhal
 from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.conformance.vectors import VectorModel
 from tests.vts_models import all_models, if_model, model_id, sample_models
+
+# NOTE: the driver logs every rejection; tens of thousands of them only slow the run
+pytestmark = pytest.mark.usefixtures("quiet_driver")
 
 S = hal.ErrorStatus
 T = hal.OperandType
@@ -449,26 +450,25 @@ def _operation_type(model: hal.Model):
             yield f"operation {k} type {t}", change
 
 
-@mutator("operation input index")
-def _operation_input_index(model: hal.Model):
+def _operand_index_out_of_range(model: hal.Model, field: str):
+    """Each operation input (or output) index set to the number of operands."""
     bad = len(model.main.operands)
     for k, op in enumerate(model.main.operations):
-        for j in range(len(op.inputs)):
+        for j in range(len(getattr(op, field))):
             def change(m: hal.Model, k: int = k, j: int = j) -> None:
-                m.main.operations[k].inputs[j] = bad
+                getattr(m.main.operations[k], field)[j] = bad
 
-            yield f"operation {k} input {j} -> operand {bad}", change
+            yield f"operation {k} {field[:-1]} {j} -> operand {bad}", change
+
+
+@mutator("operation input index")
+def _operation_input_index(model: hal.Model):
+    yield from _operand_index_out_of_range(model, "inputs")
 
 
 @mutator("operation output index")
 def _operation_output_index(model: hal.Model):
-    bad = len(model.main.operands)
-    for k, op in enumerate(model.main.operations):
-        for j in range(len(op.outputs)):
-            def change(m: hal.Model, k: int = k, j: int = j) -> None:
-                m.main.operations[k].outputs[j] = bad
-
-            yield f"operation {k} output {j} -> operand {bad}", change
+    yield from _operand_index_out_of_range(model, "outputs")
 
 
 @mutator("operation remove write")
@@ -698,22 +698,6 @@ def rejection_problem(device: hal.IDevice, m: Mutation) -> Optional[str]:
     if prepared is not None:
         return "prepareModel_1_3 callback gave a prepared model"
     return None
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _quiet_driver() -> Iterator[None]:
-    """The driver logs every rejection it makes; tens of thousands of them only
-    slow the run down."""
-    logger = logging.getLogger("nnhal")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(level)
-
-
-@pytest.fixture(scope="module")
-def device() -> hal.IDevice:
-    return nnhal.get_device("sample-all")
 
 
 def validate_model_mutations(device: hal.IDevice, vm: VectorModel) -> collections.Counter:

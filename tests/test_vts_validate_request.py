@@ -19,18 +19,19 @@ no timing.  ``pytest -m sweep`` runs the checks over every model.
 from __future__ import annotations
 
 import collections
-import logging
 import os
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 import pytest
 
-import nnhal
 from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.conformance.vectors import VectorModel
 from tests.vts_models import all_models, model_id, sample_models
+
+# NOTE: the driver logs every rejection; tens of thousands of them only slow the run
+pytestmark = pytest.mark.usefixtures("quiet_driver")
 
 S = hal.ErrorStatus
 T = hal.OperandType
@@ -197,22 +198,6 @@ def validate_request_mutations(device: hal.IDevice, vm: VectorModel) -> collecti
             hal_memory.free(p)
     assert not problems, f"{vm.name}:\n" + "\n".join(problems[:40])
     return counts
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _quiet_driver() -> Iterator[None]:
-    """The driver logs every rejection it makes; tens of thousands of them only
-    slow the run down."""
-    logger = logging.getLogger("nnhal")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(level)
-
-
-@pytest.fixture(scope="module")
-def device() -> hal.IDevice:
-    return nnhal.get_device("sample-all")
 
 
 SAMPLE = sample_models()
