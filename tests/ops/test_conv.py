@@ -104,27 +104,10 @@ def ref_conv(x, w, pads, strides, dil=(1, 1), groups=1):
 
 
 def ref_depthwise(x, w, pads, strides, dil, mult):
-    n, h, wd, c = x.shape
-    _, kh, kw, cout = w.shape
-    pt, pb, pl, pr = pads
-    sh, sw = strides
-    dh, dw = dil
-    oh = (h + pt + pb - ((kh - 1) * dh + 1)) // sh + 1
-    ow = (wd + pl + pr - ((kw - 1) * dw + 1)) // sw + 1
-    out = np.zeros((n, oh, ow, cout), x.dtype)
-    for b in range(n):
-        for oy in range(oh):
-            for ox in range(ow):
-                for oc in range(cout):
-                    ic = oc // mult
-                    s = 0
-                    for i in range(kh):
-                        for j in range(kw):
-                            iy, ix = oy * sh - pt + i * dh, ox * sw - pl + j * dw
-                            if 0 <= iy < h and 0 <= ix < wd:
-                                s += x[b, iy, ix, ic] * w[0, i, j, oc]
-                    out[b, oy, ox, oc] = s
-    return out
+    """Depthwise is grouped convolution with one input channel per group:
+    output channel oc reads input channel oc // mult."""
+    assert w.shape[3] == x.shape[3] * mult
+    return ref_conv(x, w.transpose(3, 1, 2, 0), pads, strides, dil, groups=x.shape[3])
 
 
 def ref_transpose(x, w, pads, strides, out_hw):
