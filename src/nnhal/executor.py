@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
+from nnhal.ops import deadline as op_deadline
 from nnhal.ops import registry
 from nnhal.ops.base import (
     NUMPY_DTYPE,
@@ -36,9 +37,20 @@ log = logging.getLogger("nnhal.executor")
 
 L = hal.OperandLifeTime
 
+# NOTE: the deepest nesting of referenced subgraphs (IF / WHILE inside IF /
+# WHILE ...) this driver runs: run_subgraph recurses three Python frames a
+# level, so the limit keeps an execution ~200 frames deep at most, far below
+# Python's recursion limit (1000) even from a deep caller.  The driver reports
+# deeper control flow as unsupported (see nnhal.validation).
+MAX_SUBGRAPH_DEPTH = 64
 
-class DeadlineMissed(Exception):
-    """The execution deadline or the loop timeout passed (-> MISSED_DEADLINE_TRANSIENT)."""
+
+# NOTE: the execution deadline or the loop timeout passed (-> MISSED_DEADLINE_*): one
+# exception for the executor's checks and the kernels' own (nnhal.ops.deadline.poll)
+DeadlineMissed = op_deadline.DeadlineMissed
+
+# In ``Executor(states=...)``: run the operation's prepare for this step.
+PREPARE = object()
 
 
 class BadData(OpExecutionError):
@@ -103,7 +115,8 @@ class _Step:
 class _Graph:
     """One subgraph, prepared: constants read, op states computed."""
 
-    def __init__(self, model: hal.Model, sg: hal.Subgraph, pools: Sequence[Any], relaxed: bool):
+    def __init__(self, model: hal.Model, sg: hal.Subgraph, pools: Sequence[Any], relaxed: bool,
+                 states: Optional[Sequence[Any]] = None):
         self.sg = sg
         self.constants: dict[int, Optional[np.ndarray]] = {}
         for i, o in enumerate(sg.operands):
@@ -129,7 +142,11 @@ class _Graph:
             info = OpInfo(type=opdef.type, inputs=[self.infos[i] for i in op.inputs],
                           outputs=[self.infos[i] for i in op.outputs], relaxed=relaxed,
                           subgraphs=model.referenced)
-            state = opdef.prepare(info) if opdef.prepare else None
+            op_deadline.poll()  # NOTE: a preparation's deadline (set by the driver) ends it between operations
+            if states is not None and states[k] is not PREPARE:
+                state = states[k]  # restored from the compilation cache
+            else:
+                state = opdef.prepare(info) if opdef.prepare else None
             specs = [OutputSpec(type=hal.OperandType(sg.operands[i].type), dimensions=tuple(sg.operands[i].dimensions),
                                 scale=sg.operands[i].scale, zero_point=sg.operands[i].zeroPoint,
                                 channel_quant=sg.operands[i].extraParams.channelQuant) for i in op.outputs]
@@ -162,10 +179,23 @@ class Executor:
     """Runs a model: built once per prepared model, then ``run`` per execution
     (thread-safe: executions share only read-only prepared state)."""
 
-    def __init__(self, model: hal.Model, pools: Sequence[Any]):
+    def __init__(self, model: hal.Model, pools: Sequence[Any], states: Optional[Sequence[Sequence[Any]]] = None):
+        """``states`` (from the compilation cache): per subgraph (main first),
+        per operation, the prepared state to use instead of running the
+        operation's prepare (:data:`PREPARE` runs it)."""
         self.model = model
         self.relaxed = bool(model.relaxComputationFloat32toFloat16)
-        self.graphs = [_Graph(model, sg, pools, self.relaxed) for sg in [model.main, *model.referenced]]
+        sgs = [model.main, *model.referenced]
+        if states is not None and (len(states) != len(sgs) or any(
+                len(st) != len(sg.operations) for st, sg in zip(states, sgs))):
+            raise OpExecutionError("prepared states do not match the model's operations")
+        self.graphs = [_Graph(model, sg, pools, self.relaxed, None if states is None else states[g])
+                       for g, sg in enumerate(sgs)]
+
+    def prepared_states(self) -> list[list[Any]]:
+        """Per subgraph (main first), per operation, the state its prepare
+        computed (None for operations without prepare)."""
+        return [[step.state for step in g.steps] for g in self.graphs]
 
     def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
             loop_timeout_ns: int = hal.LoopTimeoutDurationNs.DEFAULT,
@@ -178,7 +208,8 @@ class Executor:
         run = _Run(self, deadline_ns, loop_timeout_ns)
         main = self.graphs[0].sg
         run.omitted = {main.outputIndexes[k] for k in omitted_outputs if 0 <= k < len(main.outputIndexes)}
-        return run.run_graph(0, inputs)
+        with op_deadline.scope(deadline_ns):  # NOTE: long kernels poll it inside their outer loops
+            return run.run_graph(0, inputs)
 
 
 class _Run:
@@ -189,6 +220,7 @@ class _Run:
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = int(loop_timeout_ns)
         self.omitted: set[int] = set()  # omitted main-graph outputs (operand indexes)
+        self.depth = 0  # referenced subgraphs being run, one inside the other
 
     def check_deadline(self) -> None:
         if self.deadline_ns is not None and time.monotonic_ns() > self.deadline_ns:
@@ -196,7 +228,14 @@ class _Run:
 
     def run_subgraph(self, index: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
         """Runs referenced subgraph ``index`` (as in SUBGRAPH operand values)."""
-        return self.run_graph(index + 1, inputs)
+        if self.depth >= MAX_SUBGRAPH_DEPTH:
+            # NOTE: the driver does not prepare deeper models; defensive only, never a RecursionError
+            raise OpExecutionError(f"control flow nested deeper than {MAX_SUBGRAPH_DEPTH} subgraphs")
+        self.depth += 1
+        try:
+            return self.run_graph(index + 1, inputs)
+        finally:
+            self.depth -= 1
 
     def run_graph(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
         graph = self.executor.graphs[g]

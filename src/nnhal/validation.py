@@ -6,6 +6,20 @@ INVALID_ARGUMENT) with a message naming the operand, operation or argument
 at fault.  Operation signatures come from the operation registry
 (:mod:`nnhal.ops`), so validation, ``getSupportedOperations`` and error
 messages share one declaration per operation.
+
+Control-flow nesting: types.hal sets no limit on how deeply IF / WHILE
+operations may nest referenced subgraphs, so a deep model is *valid*.  This
+driver runs at most :data:`MAX_SUBGRAPH_DEPTH` (64) nested levels (main ->
+referenced -> ... 64 subgraphs down): the executor runs a referenced subgraph
+by recursion (three Python frames a level, about 200 at the limit, far below
+Python's 1000 even on a deep caller's stack).  Validation itself never
+recurses (:func:`subgraph_depths` is an iterative search visiting each
+subgraph once), so the limit is a policy, not a crash guard: a deeper model
+passes validation, ``getSupportedOperations_1_3`` reports its outermost
+IF / WHILE as unsupported (NONE, ``false``: "the driver cannot perform this
+operation"), and ``prepareModel_1_3`` answers GENERAL_FAILURE, as for any
+model with an operation this driver does not support.  INVALID_ARGUMENT is
+kept for models the spec calls invalid (a circular reference among them).
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
+from nnhal.executor import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported, documented here
 from nnhal.executor import constant_value, operand_info
 from nnhal.ops import registry
 from nnhal.ops.base import HalVersion, OpDef, OpInfo, OpValidationError, match_signature
@@ -406,16 +421,61 @@ def _check_graph(sg: hal.Subgraph) -> None:
             raise _fail(f"operand {i} is never written")
 
 
-def _check_no_cycles(model: hal.Model) -> None:
-    def visit(sg: hal.Subgraph, path: tuple[int, ...]) -> None:
+def subgraph_references(model: hal.Model) -> list[list[int]]:
+    """For the main subgraph (node 0) and each referenced subgraph k (node
+    k + 1): the nodes its SUBGRAPH operands name, each once, in order.
+    Assumes the SUBGRAPH locations were checked (``_check_operand``)."""
+    refs = []
+    for sg in [model.main, *model.referenced]:
+        seen: dict[int, None] = {}
         for o in sg.operands:
             if o.lifetime == L.SUBGRAPH:
-                r = o.location.offset
-                if r in path:
-                    raise _fail("the model contains a circular subgraph reference")
-                visit(model.referenced[r], path + (r,))
+                seen[int(o.location.offset) + 1] = None
+        refs.append(list(seen))
+    return refs
 
-    visit(model.main, (-1,))
+
+_WHITE, _GREY, _BLACK = 0, 1, 2
+
+
+def subgraph_depths(model: hal.Model, refs: Optional[list[list[int]]] = None) -> list[int]:
+    """The nesting depth below each subgraph (node 0 the main subgraph, node
+    k + 1 referenced subgraph k): 0 for a subgraph that references none, else
+    1 + the deepest subgraph it references; -1 for a subgraph the main one
+    never reaches.  Raises ValidationError for a circular reference.
+
+    NOTE: an iterative depth-first search with colours (an explicit stack, no
+    Python recursion): each subgraph is expanded once, so a model of any depth,
+    or a DAG with exponentially many paths (40 nested IFs whose then and else
+    name the same subgraph), costs time linear in its operands."""
+    if refs is None:
+        refs = subgraph_references(model)
+    depth = [-1] * len(refs)
+    colour = [_WHITE] * len(refs)
+    colour[0], depth[0] = _GREY, 0
+    stack = [(0, iter(refs[0]))]
+    while stack:
+        g, it = stack[-1]
+        for r in it:
+            c = colour[r]
+            if c == _GREY:
+                raise _fail("the model contains a circular subgraph reference")
+            if c == _WHITE:
+                colour[r], depth[r] = _GREY, 0
+                stack.append((r, iter(refs[r])))
+                break
+            depth[g] = max(depth[g], depth[r] + 1)
+        else:
+            stack.pop()
+            colour[g] = _BLACK
+            if stack:
+                parent = stack[-1][0]
+                depth[parent] = max(depth[parent], depth[g] + 1)
+    return depth
+
+
+def _check_no_cycles(model: hal.Model) -> None:
+    subgraph_depths(model)
 
 
 _EXT_NAME = re.compile(r"^[a-z0-9_.]+$")
@@ -508,7 +568,8 @@ def _pool_sizes(request: hal.Request) -> list[int]:
 
 
 def _check_arguments(args: Sequence[hal.RequestArgument], indexes: Sequence[int], sg: hal.Subgraph,
-                     sizes: Sequence[int], allow_unspecified: bool, what: str) -> None:
+                     sizes: Sequence[int], allow_unspecified: bool, what: str,
+                     token_pools: frozenset = frozenset()) -> None:
     if not isinstance(args, (list, tuple)):
         raise _fail(f"request {what}s are not a list")
     if len(args) != len(indexes):
@@ -531,10 +592,13 @@ def _check_arguments(args: Sequence[hal.RequestArgument], indexes: Sequence[int]
         model_rank = len(o.dimensions)
         dims = list(a.dimensions)
         if not dims:
-            if not allow_unspecified and any(d == 0 for d in o.dimensions):
+            # NOTE: a driver-managed buffer (token pool) has a shape of its own (driver/buffers.py checks it)
+            if loc.poolIndex in token_pools:
+                pass
+            elif not allow_unspecified and any(d == 0 for d in o.dimensions):
                 raise _fail(f"request {what} {k}: the model leaves a dimension unspecified and the request "
                             "does not specify it")
-            if not allow_unspecified and model_rank == 0 and is_tensor(o):
+            elif not allow_unspecified and model_rank == 0 and is_tensor(o):
                 raise _fail(f"request {what} {k}: the model leaves the rank unspecified and the request "
                             "does not specify it")
         else:
@@ -546,7 +610,8 @@ def _check_arguments(args: Sequence[hal.RequestArgument], indexes: Sequence[int]
                                 f"{o.dimensions[d]}")
                 if dims[d] == 0 and not allow_unspecified:
                     raise _fail(f"request {what} {k} has dimension {d} of zero")
-        if what == "input" and not is_extension_type(o.type) and int(o.type) not in (T.OEM, T.TENSOR_OEM_BYTE):
+        if what == "input" and sizes[loc.poolIndex] and not is_extension_type(o.type) \
+                and int(o.type) not in (T.OEM, T.TENSOR_OEM_BYTE):
             # NOTE: the executor reads exactly this many bytes; checked here so that a short
             # input is refused at launch rather than in the execution callback.
             full = dims or list(o.dimensions)
@@ -576,9 +641,10 @@ def validate_request(request: hal.Request, model: hal.Model, allow_unspecified_o
 
 def _validate_request(request: hal.Request, model: hal.Model, allow_unspecified_output: bool) -> None:
     sizes = _pool_sizes(request)
-    _check_arguments(request.inputs, model.main.inputIndexes, model.main, sizes, False, "input")
+    tokens = frozenset(k for k, p in enumerate(request.pools) if p.hidlMemory is None)
+    _check_arguments(request.inputs, model.main.inputIndexes, model.main, sizes, False, "input", tokens)
     _check_arguments(request.outputs, model.main.outputIndexes, model.main, sizes, allow_unspecified_output,
-                     "output")
+                     "output", tokens)
 
 
 def validate_timeout(loop_timeout: Any) -> int:

