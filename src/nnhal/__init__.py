@@ -1,7 +1,9 @@
 """nnhal: the Android Neural Networks HAL 1.3 in Python.
 
 ``nnhal.hal`` holds the HAL types and interfaces; ``get_device(name)`` gives
-an in-process driver (the CPU reference driver is ``sample-all``).
+an in-process driver (the CPU reference driver is ``sample-all``);
+``connect(name)`` a proxy ``IDevice`` of a driver running as a service
+(``nnhal serve --name NAME``); ``list_devices()`` names both.
 """
 
 from __future__ import annotations
@@ -22,6 +24,23 @@ def get_device(name: str = "sample-all") -> Any:
     return get_sample_device(name)
 
 
+def connect(name: str) -> Any:
+    """A proxy ``IDevice`` (1.3) of the running service ``name``; raises
+    ``nnhal.service.client.ServiceUnavailable`` (a LookupError naming the
+    registry directory) if none runs."""
+    from nnhal.service.client import connect as _connect
+
+    return _connect(name)
+
+
+def list_services() -> list[str]:
+    """Names of the driver services running now (for :func:`connect`)."""
+    from nnhal.service.registry import list_services as _list
+
+    return _list()
+
+
 def list_devices() -> list[str]:
-    """Names of the devices that can be had."""
-    return list(IN_PROCESS_DEVICES)
+    """Names of the devices that can be had: the in-process drivers, then the
+    running services (a name in both is the in-process one for ``get_device``)."""
+    return list(IN_PROCESS_DEVICES) + [n for n in list_services() if n not in IN_PROCESS_DEVICES]

@@ -1,0 +1,366 @@
+"""The service's wire format: every HAL interface method that crosses the
+process boundary, as typed msgpack (msgspec).
+
+A message is one of four envelopes (msgpack arrays, first element the tag):
+
+* ``Call(cid, target, method, args)``: a method call on the object named
+  ``target`` (``b""`` is the service's ``IDevice``; other ids name objects the
+  receiver handed out).  ``cid`` 0 is a one-way call (no reply), as the HIDL
+  callbacks' ``notify*``; otherwise the receiver answers with ``Reply`` or
+  ``Fail`` under the same ``cid``.
+* ``Reply(cid, result)``: the method's ``generates (...)`` values.
+* ``Fail(cid, status, message)``: the call never reached the implementation
+  (undecodable arguments, unknown object, service shutting down); the caller
+  turns ``status`` into the method's error values (:meth:`MethodSpec.error`).
+* ``Release(refs)``: the sender dropped its references to these objects.
+
+``args`` and ``result`` stay raw in the envelope and are decoded per method
+straight into the dataclasses of :mod:`nnhal.hal` by a decoder built once from
+the method's HAL signature (:data:`METHODS`): a wrong type anywhere is a
+``msgspec.ValidationError`` raised in C, reported as INVALID_ARGUMENT.
+Nothing here can run code (no pickle).
+
+File descriptors (``hal.Handle.fds`` inside handles and memories) travel in
+the frame's SCM_RIGHTS list in the order :func:`iter_handles` visits the
+values; the integers encoded in ``fds`` are placeholders that the receiver
+replaces with the descriptors it received (a count mismatch is a malformed
+message).  Interface objects travel as references: ``bytes`` ids
+(:class:`Ref`), or nil for a null object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Union
+
+import msgspec
+from msgspec import Raw, Struct
+
+from nnhal import hal
+from nnhal.hal import v1_0, v1_1, v1_2
+
+S = hal.ErrorStatus
+
+# --------------------------------------------------------------------------
+# envelopes
+
+
+class Call(Struct, array_like=True, tag=0):
+    cid: int
+    target: bytes
+    method: str
+    args: Raw
+
+
+class CallOut(Struct, array_like=True, tag=0):
+    """A ``Call`` as sent: the arguments encoded in place (one encoding pass)."""
+
+    cid: int
+    target: bytes
+    method: str
+    args: Any
+
+
+class ReplyOut(Struct, array_like=True, tag=1):
+    cid: int
+    result: Any
+
+
+class Reply(Struct, array_like=True, tag=1):
+    cid: int
+    result: Raw
+
+
+class Fail(Struct, array_like=True, tag=2):
+    cid: int
+    status: int
+    message: str = ""
+
+
+class Release(Struct, array_like=True, tag=3):
+    refs: list[bytes]
+
+
+Envelope = Union[Call, Reply, Fail, Release]
+
+# NOTE: one encoder and one envelope decoder per process, reused (building them
+# costs far more than a message).
+
+
+def _enc_hook(obj: Any) -> Any:
+    # NOTE: numpy scalars and arrays where the HAL has ints, floats and vectors
+    # (a client may pass np.int32 dimensions or a uint8 array as in process)
+    item = getattr(obj, "tolist", None)
+    if item is not None and hasattr(obj, "dtype"):
+        return item()
+    raise TypeError(f"{type(obj).__name__} cannot cross the process boundary")
+
+
+ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+ENVELOPE = msgspec.msgpack.Decoder(Envelope)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------
+# references to interface objects
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An interface object in a signature.  ``owner`` is the side that
+    implements it: "service" (prepared models, buffers, burst contexts, fenced
+    execution callbacks) or "client" (the callbacks a client passes)."""
+
+    iface: str
+    owner: str
+
+
+PREPARED_MODEL = Ref("IPreparedModel", "service")
+BUFFER = Ref("IBuffer", "service")
+BURST_CONTEXT = Ref("IBurstContext", "service")
+FENCED_CALLBACK = Ref("IFencedExecutionCallback", "service")
+PREPARE_CALLBACK = Ref("IPreparedModelCallback", "client")
+EXECUTION_CALLBACK = Ref("IExecutionCallback", "client")
+BURST_CALLBACK = Ref("IBurstCallback", "client")
+
+REF_WIRE = Optional[bytes]
+
+
+def _wire_type(t: Any) -> Any:
+    if isinstance(t, Ref):
+        return REF_WIRE
+    if typing.get_origin(t) is list and isinstance(typing.get_args(t)[0], Ref):
+        return list[REF_WIRE]
+    return t
+
+
+def _is_ref(t: Any) -> bool:
+    return isinstance(t, Ref) or (typing.get_origin(t) is list and isinstance(typing.get_args(t)[0], Ref))
+
+
+# --------------------------------------------------------------------------
+# method signatures
+
+
+def _default(t: Any) -> Any:
+    if isinstance(t, Ref) or t is hal.Handle or typing.get_origin(t) is Union:
+        return None
+    origin = typing.get_origin(t)
+    if origin is list:
+        return []
+    if t is str:
+        return ""
+    if t is int or t is float:
+        return t()
+    if t is bool:
+        return False
+    if isinstance(t, type) and issubclass(t, int):  # IntEnum
+        return t(min(m.value for m in t))
+    if dataclasses.is_dataclass(t):
+        return t()
+    return None
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One HAL method: its argument types, result types (the ``generates``
+    list, status first) and what it does to a callback argument."""
+
+    iface: str
+    name: str
+    args: tuple
+    result: tuple  # empty: void; one element: returned bare
+    oneway: bool = False
+    callback: Optional[int] = None  # index of the callback argument
+    notify: str = ""  # the callback method the spec uses for this call
+
+    @functools.cached_property
+    def arg_decoder(self) -> msgspec.msgpack.Decoder:
+        return msgspec.msgpack.Decoder(tuple[tuple(_wire_type(t) for t in self.args)] if self.args else tuple)
+
+    @functools.cached_property
+    def result_decoder(self) -> msgspec.msgpack.Decoder:
+        if not self.result:
+            return msgspec.msgpack.Decoder(None)  # type: ignore[arg-type]
+        if len(self.result) == 1:
+            return msgspec.msgpack.Decoder(_wire_type(self.result[0]))
+        return msgspec.msgpack.Decoder(tuple[tuple(_wire_type(t) for t in self.result)])
+
+    @functools.cached_property
+    def arg_refs(self) -> tuple[tuple[int, Any], ...]:
+        return tuple((k, t) for k, t in enumerate(self.args) if _is_ref(t))
+
+    @functools.cached_property
+    def result_refs(self) -> tuple[tuple[int, Any], ...]:
+        if len(self.result) == 1:
+            return ((-1, self.result[0]),) if _is_ref(self.result[0]) else ()
+        return tuple((k, t) for k, t in enumerate(self.result) if _is_ref(t))
+
+    @functools.cached_property
+    def has_handles(self) -> bool:
+        return any(may_hold_handles(t) for t in self.args)
+
+    @functools.cached_property
+    def result_has_handles(self) -> bool:
+        return any(may_hold_handles(t) for t in self.result)
+
+    def error(self, status: S) -> Any:
+        """The values the method generates when it fails with ``status``."""
+        if not self.result:
+            return None
+        first = self.result[0]
+        if first is hal.DeviceStatus:
+            return hal.DeviceStatus.UNKNOWN
+        if len(self.result) == 1:
+            return S(status)
+        return (S(status), *(_default(t) for t in self.result[1:]))
+
+
+def _m(iface: str, name: str, args: tuple, result: tuple, callback: Optional[int] = None, notify: str = "",
+       oneway: bool = False) -> MethodSpec:
+    return MethodSpec(iface, name, args, result, oneway, callback, notify)
+
+
+OTP = Optional[hal.OptionalTimePoint]
+OTD = Optional[hal.OptionalTimeoutDuration]
+HANDLES = Optional[list[hal.Handle]]
+EXEC_RESULT = (S, list[hal.OutputShape], hal.Timing)
+
+_SPECS = [
+    # IDevice @1.0
+    _m("IDevice", "getCapabilities", (), (S, v1_0.Capabilities)),
+    _m("IDevice", "getSupportedOperations", (v1_0.Model,), (S, list[bool])),
+    _m("IDevice", "prepareModel", (v1_0.Model, PREPARE_CALLBACK), (S,), 1, "notify"),
+    _m("IDevice", "getStatus", (), (hal.DeviceStatus,)),
+    # @1.1
+    _m("IDevice", "getCapabilities_1_1", (), (S, v1_1.Capabilities)),
+    _m("IDevice", "getSupportedOperations_1_1", (v1_1.Model,), (S, list[bool])),
+    _m("IDevice", "prepareModel_1_1", (v1_1.Model, int, PREPARE_CALLBACK), (S,), 2, "notify"),
+    # @1.2
+    _m("IDevice", "getVersionString", (), (S, str)),
+    _m("IDevice", "getType", (), (S, hal.DeviceType)),
+    _m("IDevice", "getCapabilities_1_2", (), (S, v1_2.Capabilities)),
+    _m("IDevice", "getSupportedExtensions", (), (S, list[hal.Extension])),
+    _m("IDevice", "getSupportedOperations_1_2", (v1_2.Model,), (S, list[bool])),
+    _m("IDevice", "getNumberOfCacheFilesNeeded", (), (S, int, int)),
+    _m("IDevice", "prepareModel_1_2", (v1_2.Model, int, HANDLES, HANDLES, bytes, PREPARE_CALLBACK), (S,), 5,
+       "notify_1_2"),
+    _m("IDevice", "prepareModelFromCache", (HANDLES, HANDLES, bytes, PREPARE_CALLBACK), (S,), 3, "notify_1_2"),
+    # @1.3
+    _m("IDevice", "getCapabilities_1_3", (), (S, hal.Capabilities)),
+    _m("IDevice", "getSupportedOperations_1_3", (hal.Model,), (S, list[bool])),
+    _m("IDevice", "prepareModel_1_3", (hal.Model, int, int, OTP, HANDLES, HANDLES, bytes, PREPARE_CALLBACK), (S,), 7,
+       "notify_1_3"),
+    _m("IDevice", "prepareModelFromCache_1_3", (OTP, HANDLES, HANDLES, bytes, PREPARE_CALLBACK), (S,), 4,
+       "notify_1_3"),
+    _m("IDevice", "allocate", (hal.BufferDesc, list[PREPARED_MODEL], list[hal.BufferRole], list[hal.BufferRole]),
+       (S, BUFFER, int)),
+    # IPreparedModel
+    _m("IPreparedModel", "execute", (v1_0.Request, EXECUTION_CALLBACK), (S,), 1, "notify"),
+    _m("IPreparedModel", "execute_1_2", (v1_0.Request, int, EXECUTION_CALLBACK), (S,), 2, "notify_1_2"),
+    _m("IPreparedModel", "executeSynchronously", (v1_0.Request, int), EXEC_RESULT),
+    _m("IPreparedModel", "configureExecutionBurst", (BURST_CALLBACK, Any, Any), (S, BURST_CONTEXT)),
+    _m("IPreparedModel", "execute_1_3", (hal.Request, int, OTP, OTD, EXECUTION_CALLBACK), (S,), 4, "notify_1_3"),
+    _m("IPreparedModel", "executeSynchronously_1_3", (hal.Request, int, OTP, OTD), EXEC_RESULT),
+    _m("IPreparedModel", "executeFenced", (hal.Request, HANDLES, int, OTP, OTD, OTD),
+       (S, Optional[hal.Handle], FENCED_CALLBACK)),
+    # IBuffer
+    _m("IBuffer", "copyTo", (hal.Memory,), (S,)),
+    _m("IBuffer", "copyFrom", (hal.Memory, list[int]), (S,)),
+    # IBurstContext (void: answered with nil, as a HIDL void method returns)
+    _m("IBurstContext", "freeMemory", (int,), ()),
+    # IFencedExecutionCallback
+    _m("IFencedExecutionCallback", "getExecutionInfo", (), (S, hal.Timing, hal.Timing)),
+    # client callbacks, called by the service
+    _m("IPreparedModelCallback", "notify", (S, PREPARED_MODEL), (), oneway=True),
+    _m("IPreparedModelCallback", "notify_1_2", (S, PREPARED_MODEL), (), oneway=True),
+    _m("IPreparedModelCallback", "notify_1_3", (S, PREPARED_MODEL), (), oneway=True),
+    _m("IExecutionCallback", "notify", (S,), (), oneway=True),
+    _m("IExecutionCallback", "notify_1_2", (S, list[hal.OutputShape], hal.Timing), (), oneway=True),
+    _m("IExecutionCallback", "notify_1_3", (S, list[hal.OutputShape], hal.Timing), (), oneway=True),
+    _m("IBurstCallback", "getMemories", (list[int],), (S, list[hal.Memory])),
+]
+
+METHODS: dict[str, dict[str, MethodSpec]] = {}
+for _s in _SPECS:
+    METHODS.setdefault(_s.iface, {})[_s.name] = _s
+
+
+def set_burst_channel_type(t: Any) -> None:
+    """The type of ``configureExecutionBurst``'s queue descriptors (defined by
+    the burst module); until set they travel as untyped msgpack."""
+    old = METHODS["IPreparedModel"]["configureExecutionBurst"]
+    METHODS["IPreparedModel"]["configureExecutionBurst"] = dataclasses.replace(old, args=(BURST_CALLBACK, t, t))
+
+
+# --------------------------------------------------------------------------
+# handles inside values
+
+
+@functools.cache
+def may_hold_handles(t: Any) -> bool:
+    """Whether a value of type ``t`` can contain a ``hal.Handle``."""
+    if t is hal.Handle:
+        return True
+    if isinstance(t, Ref) or t is Any:
+        return t is Any
+    args = typing.get_args(t)
+    if args:
+        return any(may_hold_handles(a) for a in args if a is not type(None))
+    if dataclasses.is_dataclass(t):
+        return bool(_handle_fields(t))
+    return False
+
+
+@functools.cache
+def _handle_fields(cls: type) -> tuple[str, ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if may_hold_handles(hints.get(f.name, Any)))
+
+
+def iter_handles(value: Any) -> Iterator[hal.Handle]:
+    """Every ``hal.Handle`` inside ``value`` (dataclasses, lists, tuples), in a
+    fixed order: the same on both sides of the wire for the same structure."""
+    if isinstance(value, hal.Handle):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            if v is not None and not isinstance(v, (int, float, str, bytes)):
+                yield from iter_handles(v)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for name in _handle_fields(type(value)):
+            v = getattr(value, name, None)
+            if v is not None:
+                yield from iter_handles(v)
+    elif isinstance(value, dict):  # untyped values (a burst channel before its type is known)
+        for v in value.values():
+            yield from iter_handles(v)
+
+
+def collect_fds(value: Any) -> list[int]:
+    """The descriptors to send for ``value``; raises TypeError for a handle
+    whose fds are not ints (the caller answers INVALID_ARGUMENT)."""
+    fds: list[int] = []
+    for h in iter_handles(value):
+        for fd in h.fds:
+            if not isinstance(fd, int) or isinstance(fd, bool) or fd < 0:
+                raise TypeError(f"invalid file descriptor {fd!r} in a handle")
+            fds.append(fd)
+    return fds
+
+
+def install_fds(value: Any, fds: list[int]) -> bool:
+    """Replace the placeholder fds in ``value``'s handles by the received
+    ``fds`` in order; False if the counts differ (a malformed message)."""
+    handles = list(iter_handles(value))
+    need = sum(len(h.fds) for h in handles)
+    if need != len(fds):
+        return False
+    k = 0
+    for h in handles:
+        n = len(h.fds)
+        h.fds = fds[k:k + n]
+        k += n
+    return True
