@@ -8,9 +8,8 @@ Each test here failed before the driver was hardened.
 
 from __future__ import annotations
 
-import subprocess
+import copy
 import sys
-import textwrap
 import threading
 import time
 from typing import Any
@@ -199,4 +198,92 @@ def test_shared_subgraph_cycle_still_rejected() -> None:
     assert status == S.INVALID_ARGUMENT
 
 
-_ = (subprocess, textwrap)
+
+# --------------------------------------------------------------------------
+# by-value semantics: what the driver keeps is its own
+
+
+A = np.arange(4, dtype=np.float32).reshape(2, 2)
+B = np.full((2, 2), 10.0, np.float32)
+
+
+def _add_const_model(values_type: Any = bytes) -> hal.Model:
+    """out = x + C, C a CONSTANT_COPY operand in operandValues."""
+    b = Builder()
+    x = b.input(F32, (2, 2))
+    c = b.const(F32, B, (2, 2))
+    out = b.output(F32, (2, 2))
+    b.op(OT.ADD, [x, c, b.i32(0)], [out])
+    model = make_model(b)
+    model.operandValues = values_type(model.operandValues)
+    return model
+
+
+def test_request_changed_after_execute_returns() -> None:
+    """A request relaunched with other locations right after execute_1_3
+    returns: each execution writes where its own request said."""
+    from tests.driver_util import CountingExecutionCallback, add_model
+
+    pm = prepared_model(add_model())
+    with Pools([A, B, A * 3], [16, 16]) as p:
+        args, outs = list(p.in_args), list(p.out_args)
+        req = p.request()
+        req.inputs, req.outputs = [], []
+        cbs = []
+        for ins, out in (([0, 1], 0), ([2, 1], 1)):
+            # the client reuses one request object, changed at once after each launch
+            req.inputs[:] = [args[k] for k in ins]
+            req.outputs[:] = [outs[out]]
+            cb = CountingExecutionCallback()
+            assert pm.execute_1_3(req, hal.MeasureTiming.NO, hal.OptionalTimePoint(),
+                                  hal.OptionalTimeoutDuration(), cb) == S.NONE
+            cbs.append(cb)
+        for cb in cbs:
+            assert cb.wait(30)[0] == S.NONE
+        np.testing.assert_array_equal(p.output(0, np.float32, (2, 2)), A + B)
+        np.testing.assert_array_equal(p.output(1, np.float32, (2, 2)), A * 3 + B)
+
+
+def test_model_changed_after_prepare_returns() -> None:
+    """The model prepared is the model validated: changes made by the client
+    after prepareModel_1_3 returns (before or after the preparation ends)
+    change nothing."""
+    from tests.driver_util import CountingPreparedCallback
+
+    model = _add_const_model()
+    cb = CountingPreparedCallback()
+    assert device().prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                     hal.OptionalTimePoint(), [], [], bytes(32), cb) == S.NONE
+    model.main.operations[0].type = OT.MUL  # at once, while the driver prepares
+    model.main.operations[0].inputs[2] = 0  # and an invalid model besides
+    status, pm = cb.wait(30)
+    assert status == S.NONE
+    main = model.main
+    main.operands[main.outputIndexes[0]].dimensions = [4, 4]  # after preparation
+    main.inputIndexes.clear()
+    with Pools([A], [16]) as p:
+        assert execute_sync(pm, p.request())[0] == S.NONE
+        np.testing.assert_array_equal(p.output(0, np.float32, (2, 2)), A + B)
+
+
+def test_operand_values_rewritten_after_prepare() -> None:
+    model = _add_const_model(bytearray)
+    pm = prepared_model(model)
+    model.operandValues[:] = bytes(len(model.operandValues))  # the client zeroes its buffer
+    with Pools([A], [16]) as p:
+        assert execute_sync(pm, p.request())[0] == S.NONE
+        np.testing.assert_array_equal(p.output(0, np.float32, (2, 2)), A + B)
+
+
+def test_capabilities_edited_by_a_client() -> None:
+    dev = device()
+    caps = dev.getCapabilities_1_3()[1]
+    before = copy.deepcopy(caps)
+    caps.operandPerformance[0].info.execTime = 1e9
+    caps.operandPerformance.clear()
+    caps.ifPerformance.execTime = -1.0
+    caps.relaxedFloat32toFloat16PerformanceTensor.powerUsage = 0.0
+    assert dev.getCapabilities_1_3()[1] == before
+    older = dev.getCapabilities()[1]
+    older.float32Performance.execTime = 1e9
+    assert dev.getCapabilities_1_3()[1] == before

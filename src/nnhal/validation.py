@@ -24,6 +24,9 @@ kept for models the spec calls invalid (a circular reference among them).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import enum
 import math
 import numbers
 import re
@@ -104,6 +107,62 @@ def operand_byte_size(operand: hal.Operand, dims: Optional[Sequence[int]] = None
     for d in dims:
         size *= d
     return size
+
+
+# --------------------------------------------------------------------------
+# by value: HIDL passes models, requests and capabilities by value, so what a
+# driver keeps must be its own.  The copies are made before validation, so
+# the model (request) validated is the one prepared (executed).
+
+_KIND: dict[type, int] = {int: 0, float: 0, bool: 0, str: 0, bytes: 0, type(None): 0, list: 1, tuple: 2,
+                          bytearray: 4, memoryview: 4}
+
+
+def _kind(t: type) -> int:
+    """0 immutable, 1 list, 2 tuple, 3 dataclass, 4 bytes-like, 5 other (cached per type)."""
+    k = _KIND.get(t)
+    if k is None:
+        if issubclass(t, (enum.Enum, np.generic)):
+            k = 0
+        elif dataclasses.is_dataclass(t) and not getattr(t, "__slots__", None):
+            k = 3
+        else:
+            k = 5
+        _KIND[t] = k
+    return k
+
+
+def _own(x: Any) -> Any:
+    """A deep copy of a HAL value: dataclasses and lists rebuilt, immutable
+    leaves shared.  NOTE: a dataclass is rebuilt from its ``__dict__`` (a
+    fraction of a microsecond an object, several times faster than
+    ``copy.deepcopy``); anything unexpected (junk that validation will
+    reject) goes to ``copy.deepcopy``."""
+    k = _kind(type(x))
+    if k == 0:
+        return x
+    if k == 3:
+        new = object.__new__(type(x))
+        new.__dict__ = {n: v if _KIND.get(type(v)) == 0 else _own(v) for n, v in x.__dict__.items()}
+        return new
+    if k == 1:
+        return [v if _KIND.get(type(v)) == 0 else _own(v) for v in x]
+    if k == 2:
+        return tuple(_own(v) for v in x)
+    if k == 4:
+        return bytes(x)
+    return copy.deepcopy(x)
+
+
+def own_copy(value: Any) -> Any:
+    """The driver's own deep copy of a model, request or capabilities (any
+    HAL value); ``bytearray`` / ``memoryview`` fields (``operandValues``)
+    become ``bytes``, copied once.  Raises ValidationError if ``value`` cannot
+    be copied (a hostile object)."""
+    try:
+        return _own(value)
+    except Exception as e:  # NOTE: RecursionError on absurdly nested junk included
+        raise _fail(f"malformed argument ({type(e).__name__}: {e})") from None
 
 
 # --------------------------------------------------------------------------

@@ -14,14 +14,18 @@ import numpy as np
 
 from nnhal import hal
 from nnhal import memory as hal_memory
+from nnhal.driver import cache as driver_cache
 from nnhal.driver.buffers import BufferRegistry, TokenLookup
 from nnhal.driver.capabilities import measure_capabilities
 from nnhal.driver.prepared_model import SamplePreparedModel, _passed, _v1_0_status, deadline_ns
-from nnhal.executor import MAX_SUBGRAPH_DEPTH, Executor
+from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
+from nnhal.executor import MAX_SUBGRAPH_DEPTH, DeadlineMissed, Executor
+from nnhal.ops import deadline as op_deadline
 from nnhal.ops import registry
 from nnhal.ops.base import HalVersion, OpExecutionError
 from nnhal.validation import (
     ValidationError,
+    own_copy,
     subgraph_depths,
     subgraph_references,
     validate_model,
@@ -39,10 +43,18 @@ class SampleDevice(hal.IDevice):
     """The CPU reference driver.  Thread-safe: any number of threads may
     prepare and execute at once; prepared models share nothing mutable."""
 
-    def __init__(self, name: str = "sample-all"):
+    def __init__(self, name: str = "sample-all", scheduler: Optional[Scheduler] = None,
+                 cache_key_dir: Optional[str] = None, version_string: str = VERSION_STRING):
+        """``scheduler``: the work queue (default: the process-wide one);
+        ``cache_key_dir``: where the compilation cache key lives (default
+        :func:`nnhal.driver.cache.key_dir`); ``version_string``: the driver
+        version, which a cache must have been written by."""
         self.name = name
         self._caps: Optional[hal.Capabilities] = None
         self._caps_lock = threading.Lock()
+        self.scheduler = scheduler if scheduler is not None else get_scheduler()
+        self.cache_key_dir = cache_key_dir
+        self.version_string = version_string
         self._buffers = BufferRegistry()  # driver-managed buffers (memory domains), by token
 
     # ------------------------------------------------------------------ helpers
@@ -58,7 +70,9 @@ class SampleDevice(hal.IDevice):
                 model = convert_to_v1_3(model)
             except Exception as e:  # noqa: BLE001
                 raise ValidationError(f"not a model: {type(e).__name__}: {e}") from None
-        return _with_bytes_values(model)
+        # NOTE: HIDL passes the model by value: the driver validates and keeps its own copy
+        # (operandValues as bytes), so a client changing its model later changes nothing here.
+        return own_copy(_with_bytes_values(model))
 
     def _map_pools(self, model: hal.Model) -> list:
         pools = []
@@ -101,7 +115,7 @@ class SampleDevice(hal.IDevice):
         with self._caps_lock:
             if self._caps is None:
                 self._caps = measure_capabilities()
-        return S.NONE, self._caps
+        return S.NONE, own_copy(self._caps)  # NOTE: by value: a client editing its copy changes no one else's
 
     def getCapabilities_1_2(self) -> tuple:
         from nnhal.hal.convert import convert_to_v1_2
@@ -119,7 +133,7 @@ class SampleDevice(hal.IDevice):
         return S.NONE, convert_to_v1_0(self.getCapabilities_1_3()[1])
 
     def getVersionString(self) -> tuple:
-        return S.NONE, VERSION_STRING
+        return S.NONE, self.version_string
 
     def getType(self) -> tuple:
         return S.NONE, hal.DeviceType.CPU
@@ -128,8 +142,17 @@ class SampleDevice(hal.IDevice):
         return S.NONE, []
 
     def getNumberOfCacheFilesNeeded(self) -> tuple:
-        # NOTE: 0 and 0 is the spec's way to say compilation caching is not supported (yet).
-        return S.NONE, 0, 0
+        # NOTE: one security-sensitive model cache (graph, prepared states, HMAC) and one
+        # data cache (constants and prepared arrays, bound by hash into the model cache)
+        return S.NONE, driver_cache.NUM_MODEL_CACHE, driver_cache.NUM_DATA_CACHE
+
+    def isCachingSupported(self) -> tuple:
+        """The draft 1.2 ``isCachingSupported() generates (ErrorStatus, bool)``."""
+        return S.NONE, True
+
+    def cache_key(self) -> bytes:
+        """The compilation cache's HMAC key (OSError when it cannot be kept private)."""
+        return driver_cache.load_key(None if self.cache_key_dir is None else driver_cache.Path(self.cache_key_dir))
 
     def getStatus(self) -> hal.DeviceStatus:
         return hal.DeviceStatus.AVAILABLE
@@ -162,7 +185,9 @@ class SampleDevice(hal.IDevice):
 
     # ------------------------------------------------------------------ preparation
     def _prepare(self, model: Any, preference: Any, priority: Any, deadline: Any, callback: Any,
-                 notify_name: str, version: HalVersion) -> S:
+                 notify_name: str, version: HalVersion, modelCache: Any = (), dataCache: Any = (),
+                 token: Any = b"") -> S:
+        launch_ns = time.monotonic_ns()
         if callback is None or not hasattr(callback, notify_name):
             log.error("prepareModel: invalid callback")
             return S.INVALID_ARGUMENT
@@ -184,17 +209,32 @@ class SampleDevice(hal.IDevice):
             _notify(notify, S.GENERAL_FAILURE, None, version)
             return S.GENERAL_FAILURE
 
+        save_to = None
+        try:
+            # NOTE: "Any error that occurs when saving to cache must not affect the
+            # status of preparing the model" (IDevice.hal 1.3): bad cache arguments
+            # only mean no cache is written
+            save_to = driver_cache.check_save_args(modelCache, dataCache, token)
+        except driver_cache.CacheError as e:
+            log.error("prepareModel: not saving to the compilation cache: %s", e)
+
         def fail(status: S) -> None:
             for p in pools:  # NOTE: no prepared model will hold the mappings
                 p.close()
             _notify(notify, status, None, version)
 
         def work() -> None:
+            start_ns = time.monotonic_ns()
             if _passed(dl):
                 fail(S.MISSED_DEADLINE_PERSISTENT)
                 return
             try:
-                executor = Executor(model13, [p.view for p in pools])
+                with op_deadline.scope(dl):  # NOTE: polled between operations' prepare steps
+                    executor = Executor(model13, [p.view for p in pools])
+            except DeadlineMissed:
+                log.error("prepareModel: the deadline passed during the preparation")
+                fail(missed_deadline_status(launch_ns, start_ns, dl))
+                return
             except OpExecutionError as e:
                 log.error("prepareModel: %s", e)
                 fail(S.GENERAL_FAILURE)
@@ -205,15 +245,39 @@ class SampleDevice(hal.IDevice):
                 return
             if _passed(dl):
                 del executor
-                fail(S.MISSED_DEADLINE_PERSISTENT)
+                fail(missed_deadline_status(launch_ns, start_ns, dl))
                 return
-            _notify(notify, S.NONE, SamplePreparedModel(self, model13, pools, executor, int(version)), version)
+            prepared = SamplePreparedModel(self, model13, pools, executor, int(version), priority=int(priority))
+            if save_to is not None:
+                self._save(prepared, *save_to)
+            _notify(notify, S.NONE, prepared, version)
 
+        def expire(reason: str) -> None:
+            log.error("prepareModel: dropped while queued (%s)", reason)
+            fail(missed_deadline_status(launch_ns, time.monotonic_ns(), dl) if reason == "deadline"
+                 else S.DEVICE_UNAVAILABLE)
+
+        if not self.scheduler.submit(int(priority), work, expire, dl):
+            # NOTE: the spec's "task fails to launch" when the driver is saturated: a
+            # bounded queue answers RESOURCE_EXHAUSTED_TRANSIENT rather than growing
+            log.error("prepareModel: the driver's work queue is full")
+            status = S.RESOURCE_EXHAUSTED_TRANSIENT
+            fail(status)
+            return status
+        return S.NONE
+
+    def _save(self, prepared: SamplePreparedModel, model_fd: int, data_fd: int, token: bytes) -> S:
+        """Writes ``prepared`` to the cache files; never raises (a cache problem is logged)."""
         try:
-            threading.Thread(target=work, name="nnhal-prepare", daemon=True).start()
-        except RuntimeError as e:  # NOTE: the spec's "task fails to launch": notify and return GENERAL_FAILURE
-            log.error("prepareModel: cannot launch the preparation: %s", e)
-            fail(S.GENERAL_FAILURE)
+            model_bytes, chunks, _ = driver_cache.encode(
+                prepared.model, prepared.constant_pools(), prepared.executor, prepared.version, prepared.priority,
+                self.cache_key(), self.version_string, token)
+            driver_cache.write_files(model_fd, data_fd, model_bytes, chunks)
+        except OSError as e:
+            log.error("saving to the compilation cache failed: %s", e)
+            return S.GENERAL_FAILURE
+        except Exception:  # NOTE: a state that cannot be encoded is a driver bug: logged, never fatal
+            log.exception("saving to the compilation cache failed")
             return S.GENERAL_FAILURE
         return S.NONE
 
@@ -228,26 +292,80 @@ class SampleDevice(hal.IDevice):
     def prepareModel_1_2(self, model: Any, preference: Any, modelCache: list, dataCache: list, token: bytes,
                          callback: Any) -> S:
         return _v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify_1_2",
-                                          HalVersion.V1_2))
+                                          HalVersion.V1_2, modelCache, dataCache, token))
 
     def prepareModel_1_3(self, model: Any, preference: Any, priority: Any, deadline: Any, modelCache: list,
                          dataCache: list, token: bytes, callback: Any) -> S:
-        return self._prepare(model, preference, priority, deadline, callback, "notify_1_3", HalVersion.V1_3)
+        return self._prepare(model, preference, priority, deadline, callback, "notify_1_3", HalVersion.V1_3,
+                             modelCache, dataCache, token)
 
     def prepareModelFromCache(self, modelCache: list, dataCache: list, token: bytes, callback: Any) -> S:
-        return _v1_0_status(self._from_cache(callback, "notify_1_2", HalVersion.V1_2))
+        return _v1_0_status(self._from_cache(None, modelCache, dataCache, token, callback, "notify_1_2",
+                                             HalVersion.V1_2))
 
     def prepareModelFromCache_1_3(self, deadline: Any, modelCache: list, dataCache: list, token: bytes,
                                   callback: Any) -> S:
-        return self._from_cache(callback, "notify_1_3", HalVersion.V1_3)
+        return self._from_cache(deadline, modelCache, dataCache, token, callback, "notify_1_3", HalVersion.V1_3)
 
-    def _from_cache(self, callback: Any, notify_name: str, version: HalVersion) -> S:
-        # NOTE: no compilation cache yet (getNumberOfCacheFilesNeeded says 0, 0):
-        # the spec's answer is GENERAL_FAILURE with no model.
-        log.error("prepareModelFromCache: compilation caching is not supported by this driver yet")
-        if callback is not None and hasattr(callback, notify_name):
-            _notify(getattr(callback, notify_name), S.GENERAL_FAILURE, None, version)
-        return S.GENERAL_FAILURE
+    def _from_cache(self, deadline: Any, modelCache: Any, dataCache: Any, token: Any, callback: Any,
+                    notify_name: str, version: HalVersion) -> S:
+        launch_ns = time.monotonic_ns()
+        if callback is None or not hasattr(callback, notify_name):
+            log.error("prepareModelFromCache: invalid callback")
+            return S.INVALID_ARGUMENT
+        notify = getattr(callback, notify_name)
+        try:
+            dl = deadline_ns(deadline)
+            model_fd, data_fd, tok = driver_cache.check_load_args(modelCache, dataCache, token)
+            key = self.cache_key()
+        except ValidationError as e:
+            log.error("prepareModelFromCache: %s", e)
+            status = S.INVALID_ARGUMENT
+        except driver_cache.CacheError as e:
+            log.error("prepareModelFromCache: %s", e)
+            status = e.status
+        except OSError as e:  # NOTE: no private key: this driver cannot trust any cache
+            log.error("prepareModelFromCache: the cache key is unusable: %s", e)
+            status = S.GENERAL_FAILURE
+        else:
+            status = S.NONE
+        if status != S.NONE:
+            _notify(notify, status, None, version)
+            return status
+
+        def work() -> None:
+            start_ns = time.monotonic_ns()
+            if _passed(dl):
+                _notify(notify, S.MISSED_DEADLINE_PERSISTENT, None, version)
+                return
+            try:
+                with op_deadline.scope(dl):
+                    r = driver_cache.load(model_fd, data_fd, key, self.version_string, tok)
+            except DeadlineMissed:
+                _notify(notify, missed_deadline_status(launch_ns, start_ns, dl), None, version)
+                return
+            except driver_cache.CacheError as e:
+                log.error("prepareModelFromCache: %s", e)
+                _notify(notify, e.status, None, version)
+                return
+            except Exception:
+                log.exception("prepareModelFromCache failed unexpectedly")
+                _notify(notify, S.GENERAL_FAILURE, None, version)
+                return
+            _notify(notify, S.NONE, SamplePreparedModel(self, r.model, r.pools, r.executor, r.hal_version,
+                                                        priority=r.priority), version)
+
+        def expire(reason: str) -> None:
+            log.error("prepareModelFromCache: dropped while queued (%s)", reason)
+            _notify(notify, missed_deadline_status(launch_ns, time.monotonic_ns(), dl) if reason == "deadline"
+                    else S.DEVICE_UNAVAILABLE, None, version)
+
+        # NOTE: the priority is in the (not yet authenticated) cache: loading is queued as MEDIUM
+        if not self.scheduler.submit(int(hal.Priority.MEDIUM), work, expire, dl):
+            log.error("prepareModelFromCache: the driver's work queue is full")
+            _notify(notify, S.RESOURCE_EXHAUSTED_TRANSIENT, None, version)
+            return S.RESOURCE_EXHAUSTED_TRANSIENT
+        return S.NONE
 
     # ------------------------------------------------------------------ memory domains
     def allocate(self, desc: Any, preparedModels: list, inputRoles: list, outputRoles: list) -> tuple:
@@ -315,5 +433,3 @@ def get_sample_device(name: str = "sample-all") -> SampleDevice:
             _DEVICES[name] = SampleDevice(name)
         return _DEVICES[name]
 
-
-_ = time

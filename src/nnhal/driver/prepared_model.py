@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any, Optional
 
 from nnhal import hal
 from nnhal.driver.execution import RequestPools, Result, output_sizes_known, run_request
+from nnhal.driver.scheduler import Expired, QueueFull, get_scheduler, missed_deadline_status
 from nnhal.executor import Executor
-from nnhal.validation import ValidationError, validate_request, validate_timeout
+from nnhal.validation import ValidationError, own_copy, validate_request, validate_timeout
 
 log = logging.getLogger("nnhal.driver")
 
@@ -36,25 +36,55 @@ def _passed(ns: Optional[int]) -> bool:
 
 
 def _upgrade_request(request: Any) -> hal.Request:
-    if isinstance(request, hal.Request):
-        return request
-    from nnhal.hal.convert import convert_to_v1_3
+    """The driver's own 1.3 copy of ``request`` (NOTE: HIDL passes it by value: a
+    client that changes or reuses its request once the call returns changes
+    nothing in the execution launched)."""
+    if not isinstance(request, hal.Request):
+        from nnhal.hal.convert import convert_to_v1_3
 
-    try:
-        return convert_to_v1_3(request)
-    except Exception as e:  # noqa: BLE001
-        raise ValidationError(f"not a request: {e}") from None
+        try:
+            request = convert_to_v1_3(request)
+        except Exception as e:  # noqa: BLE001
+            raise ValidationError(f"not a request: {e}") from None
+    return own_copy(request)
 
 
 class SamplePreparedModel(hal.IPreparedModel):
     """A model prepared by the CPU reference driver."""
 
-    def __init__(self, device: Any, model: hal.Model, pools: list, executor: Executor, version: int):
+    def __init__(self, device: Any, model: hal.Model, pools: list, executor: Executor, version: int,
+                 priority: int = hal.Priority.MEDIUM):
         self.device = device
         self.model = model
         self._pools = pools  # mapped model pools, alive as long as this model
         self.executor = executor
         self.version = version  # HAL version of the prepare call (1.0 .. 1.3)
+        self.priority = int(priority)  # given at prepare time: every execution of this model runs with it
+        self.best_ns: Optional[int] = None  # fastest successful execution seen (MISSED_DEADLINE_* choice)
+
+    def constant_pools(self) -> list:
+        """The bytes of the model's pools (for the compilation cache)."""
+        return [p.view for p in self._pools]
+
+    @property
+    def scheduler(self) -> Any:
+        return getattr(self.device, "scheduler", None) or get_scheduler()
+
+    def run_job(self, job: Any) -> Result:
+        """Runs a job of :meth:`_launch` through the driver's work queue in this
+        model's priority and waits for it (synchronous executions, fenced
+        executions, bursts): RESOURCE_EXHAUSTED_TRANSIENT when the queue is
+        full, MISSED_DEADLINE_* when the deadline passes while queued."""
+        try:
+            return self.scheduler.call(self.priority, job, job.deadline_ns)
+        except QueueFull as e:
+            log.error("execution refused: %s", e)
+            job.abandon()
+            return Result(S.RESOURCE_EXHAUSTED_TRANSIENT)
+        except Expired as e:
+            log.error("execution: %s", e)
+            job.abandon()
+            return Result(missed_deadline_status(job.start_ns, time.monotonic_ns(), job.deadline_ns, self.best_ns))
 
     # ------------------------------------------------------------------
     def _launch(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any,
@@ -82,13 +112,23 @@ class SamplePreparedModel(hal.IPreparedModel):
             return Result(S.MISSED_DEADLINE_PERSISTENT), None
 
         def job() -> Result:
+            t0 = time.monotonic_ns()
             try:
-                return run_request(self.model, self.executor, request, pools, hal.MeasureTiming(measure), dl, lt,
-                                   start)
+                result = run_request(self.model, self.executor, request, pools, hal.MeasureTiming(measure), dl, lt,
+                                     start)
             finally:
                 pools.close()
+            if result.status == S.NONE:
+                took = time.monotonic_ns() - t0
+                if self.best_ns is None or took < self.best_ns:
+                    self.best_ns = took
+            elif result.status in (S.MISSED_DEADLINE_TRANSIENT, S.MISSED_DEADLINE_PERSISTENT) and dl is not None:
+                result = Result(missed_deadline_status(start, t0, dl, self.best_ns))
+            return result
 
         job.abandon = pools.close  # type: ignore[attr-defined]  # a job that will never run
+        job.deadline_ns = dl  # type: ignore[attr-defined]
+        job.start_ns = start  # type: ignore[attr-defined]
         return None, job
 
     def _async(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, callback: Any,
@@ -105,13 +145,20 @@ class SamplePreparedModel(hal.IPreparedModel):
         def work() -> None:
             _notify_exec(notify, notify_name, job())
 
-        try:
-            threading.Thread(target=work, name="nnhal-execute", daemon=True).start()
-        except RuntimeError as e:  # NOTE: the spec's "task fails to launch": notify and return GENERAL_FAILURE
-            log.error("execute: cannot launch the execution: %s", e)
+        def expire(reason: str) -> None:
+            log.error("execute: dropped while queued (%s)", reason)
             job.abandon()
-            _notify_exec(notify, notify_name, Result(S.GENERAL_FAILURE))
-            return S.GENERAL_FAILURE
+            status = missed_deadline_status(job.start_ns, time.monotonic_ns(), job.deadline_ns, self.best_ns) \
+                if reason == "deadline" else S.DEVICE_UNAVAILABLE
+            _notify_exec(notify, notify_name, Result(status))
+
+        if not self.scheduler.submit(self.priority, work, expire, job.deadline_ns):
+            # NOTE: the spec's "task fails to launch" on a saturated driver: the
+            # bounded queue answers RESOURCE_EXHAUSTED_TRANSIENT (launch and callback)
+            log.error("execute: the driver's work queue is full")
+            job.abandon()
+            _notify_exec(notify, notify_name, Result(S.RESOURCE_EXHAUSTED_TRANSIENT))
+            return S.RESOURCE_EXHAUSTED_TRANSIENT
         return S.NONE
 
     # ------------------------------------------------------------------ 1.0
@@ -128,10 +175,14 @@ class SamplePreparedModel(hal.IPreparedModel):
         return _v1_0_status(status), shapes, timing
 
     def configureExecutionBurst(self, callback: Any, requestChannel: Any, resultChannel: Any) -> tuple:
-        # NOTE: bursts arrive with a later issue; until then the honest answer
-        # for a driver that does not support them.
-        log.error("configureExecutionBurst: bursts are not supported by this driver yet")
-        return S.GENERAL_FAILURE, None
+        from nnhal.driver import burst
+
+        return burst.configure(callback, requestChannel, resultChannel, self._execute_burst)
+
+    def _execute_burst(self, request: hal.Request, measure: Any) -> tuple:
+        """One burst execution: the synchronous path; the 1.2 burst has no
+        deadline and no loop timeout (the default applies)."""
+        return self.executeSynchronously_1_3(request, measure, None, None)
 
     # ------------------------------------------------------------------ 1.3
     def execute_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any, callback: Any) -> S:
@@ -139,7 +190,7 @@ class SamplePreparedModel(hal.IPreparedModel):
 
     def executeSynchronously_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any) -> tuple:
         err, job = self._launch(request, measure, deadline, loopTimeoutDuration)
-        return (err if err is not None else job()).as_tuple()
+        return (err if err is not None else self.run_job(job)).as_tuple()
 
     def executeFenced(self, request: Any, waitFor: list, measure: Any, deadline: Any, loopTimeoutDuration: Any,
                       duration: Any) -> tuple:
@@ -185,7 +236,7 @@ class SamplePreparedModel(hal.IPreparedModel):
             dl = d2 if dl is None else min(dl, d2)
         err, job = self._launch(req, measure, None, loopTimeoutDuration, allow_unspecified_output=False,
                                 deadline_override=dl, start_ns=start)
-        result = err if err is not None else job()
+        result = err if err is not None else self.run_job(job)
         if result.status != S.NONE:
             return result.status, None, None
         timing_launched = hal.Timing()
