@@ -14,6 +14,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal import memory as hal_memory
+from nnhal.driver import buffers, hardware_buffer
 from nnhal.executor import BadData, DeadlineMissed, Executor
 from nnhal.ops.base import NUMPY_DTYPE, OpExecutionError
 from nnhal.validation import ValidationError, is_tensor, operand_byte_size
@@ -38,18 +39,34 @@ class Result:
 
 
 class RequestPools:
-    """The mapped pools of one request (hidlMemory pools; token pools are
-    resolved by a buffer tracker when memory domains are supported)."""
+    """The mapped pools of one request: shared memories (``views``),
+    driver-managed buffers named by token (``buffers``, checked against
+    their roles by ``buffer_lookup``, a :class:`buffers.TokenLookup`) and
+    non-BLOB hardware buffers (``images``).  ``failure`` is set when a pool
+    is well formed but cannot be used by this driver (GENERAL_FAILURE when
+    the execution runs, as the memory guide recommends)."""
 
     def __init__(self, request: hal.Request, buffer_lookup: Any = None):
-        self.views: list[memoryview] = []
+        self.views: list[Optional[memoryview]] = []
+        self.buffers: dict[int, buffers.DeviceBuffer] = {}
+        self.images: dict[int, hardware_buffer.Image] = {}
+        self.failure = ""
         self._maps: list[hal_memory.MappedPool] = []
         # NOTE: a pool that receives outputs must be writable (a read-only
         # mmap_fd or hardware buffer there is a bad argument, not a crash);
         # pools only read are mapped read-only.
         out_pools = {a.location.poolIndex for a in request.outputs if not a.hasNoValue}
         for k, pool in enumerate(request.pools):
-            if pool.hidlMemory is not None:
+            if pool.hidlMemory is not None and pool.hidlMemory.name == "hardware_buffer":
+                self.views.append(None)
+                try:
+                    self.images[k] = hardware_buffer.open_image(pool.hidlMemory, writable=k in out_pools)
+                except hardware_buffer.ImageError as e:
+                    if e.status != S.GENERAL_FAILURE:
+                        self.close()
+                        raise ValidationError(f"request pool {k}: {e}") from None
+                    self.failure = self.failure or f"request pool {k}: {e}"
+            elif pool.hidlMemory is not None:
                 try:
                     mp = hal_memory.MappedPool(pool.hidlMemory, writable=True if k in out_pools else False)
                 except hal_memory.InvalidMemory as e:
@@ -58,29 +75,85 @@ class RequestPools:
                 self._maps.append(mp)
                 self.views.append(mp.view)
             else:
-                buf = buffer_lookup(pool.token) if buffer_lookup else None
-                if buf is None:
-                    self.close()
-                    raise ValidationError(f"request pool {k}: unknown memory token {pool.token}")
-                self.views.append(buf)
+                self.views.append(None)
+        try:
+            self.buffers = buffers.resolve_request(request, buffer_lookup, getattr(buffer_lookup, "prepared", None))
+        except ValidationError:
+            self.close()
+            raise
+        for k in self.images:
+            if any(a.location.offset for a in [*request.inputs, *request.outputs]
+                   if not a.hasNoValue and a.location.poolIndex == k):
+                self.close()
+                raise ValidationError(f"request pool {k}: a hardware buffer holds one operand at offset 0")
+
+    def settle(self, request: hal.Request, status: hal.ErrorStatus) -> None:
+        """After an execution that did not succeed: its output buffers become
+        uninitialized (IDevice::allocate)."""
+        if status != S.NONE:
+            for a in request.outputs:
+                buf = self.buffers.get(a.location.poolIndex) if not a.hasNoValue else None
+                if buf is not None:
+                    buf.invalidate()
 
     def close(self) -> None:
         for mp in self._maps:
             mp.close()
         self._maps = []
+        for img in self.images.values():
+            img.close()
+        self.images = {}
 
 
 def run_request(model: hal.Model, executor: Executor, request: hal.Request, pools: RequestPools,
                 measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int,
                 driver_start_ns: int) -> Result:
     """Runs a validated request; never raises."""
+    result = _run_request(model, executor, request, pools, measure, deadline_ns, loop_timeout_ns, driver_start_ns)
+    pools.settle(request, result.status)
+    return result
+
+
+def _special_input(pools: RequestPools, arg: hal.RequestArgument, o: hal.Operand, k: int) -> Optional[np.ndarray]:
+    """An input from a driver-managed buffer or a hardware buffer image; None
+    when the buffer is uninitialized."""
+    p = arg.location.poolIndex
+    buf = pools.buffers.get(p)
+    if buf is not None:
+        arr = buf.read(list(arg.dimensions))
+        if arr is None:
+            log.error("execution failed: input %d reads the uninitialized buffer of token %d", k, buf.token)
+        return arr
+    img = pools.images[p]
+    dims = list(arg.dimensions) if arg.dimensions else list(o.dimensions)
+    dtype = NUMPY_DTYPE[hal.OperandType(o.type)]
+    need = (int(np.prod(dims)) if dims else 1) * dtype.itemsize
+    if need > img.capacity:
+        raise ValidationError(f"request input {k}: {need} bytes needed, the hardware buffer {img.desc} holds "
+                              f"{img.capacity}")
+    raw = np.frombuffer(img.read(need), dtype=np.uint8)
+    return (raw != 0 if dtype == np.bool_ else raw.view(dtype).copy()).reshape(dims)
+
+
+def _run_request(model: hal.Model, executor: Executor, request: hal.Request, pools: RequestPools,
+                 measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int,
+                 driver_start_ns: int) -> Result:
     main = model.main
+    if pools.failure:
+        log.error("execution failed: %s", pools.failure)
+        return Result(S.GENERAL_FAILURE)
     try:
         inputs: list[Optional[np.ndarray]] = []
         for k, (arg, idx) in enumerate(zip(request.inputs, main.inputIndexes)):
             o = main.operands[idx]
             if arg.hasNoValue:
                 inputs.append(None)
+                continue
+            if arg.location.poolIndex in pools.buffers or arg.location.poolIndex in pools.images:
+                special = _special_input(pools, arg, o, k)
+                if special is None:
+                    return Result(S.GENERAL_FAILURE)
+                inputs.append(special)
                 continue
             dims = list(arg.dimensions) if arg.dimensions else list(o.dimensions)
             if is_tensor(o) and any(d == 0 for d in (arg.dimensions or [])):
@@ -125,31 +198,55 @@ def run_request(model: hal.Model, executor: Executor, request: hal.Request, pool
     sufficient = True
     for k, (arg, arr) in enumerate(zip(request.outputs, outputs)):
         dims = [int(d) for d in arr.shape]
-        ok = arg.hasNoValue or arr.nbytes <= arg.location.length
+        buf = pools.buffers.get(arg.location.poolIndex) if not arg.hasNoValue else None
+        if buf is not None and not buf.fits(dims):
+            # NOTE: as Android's reference: a device memory too small for the output is the
+            # driver's GENERAL_FAILURE, not OUTPUT_INSUFFICIENT_SIZE (the client cannot grow it)
+            log.error("output %d has shape %s, the buffer of token %d is fixed to %s", k, dims, buf.token,
+                      list(buf.fixed_dims))
+            return Result(S.GENERAL_FAILURE)
+        ok = arg.hasNoValue or buf is not None or arr.nbytes <= _capacity(pools, arg)
         if arg.dimensions and any(d and d != a for d, a in zip(arg.dimensions, dims)):
             log.error("output %d has shape %s, the request said %s", k, dims, list(arg.dimensions))
             return Result(S.GENERAL_FAILURE)
         if not ok:
-            log.error("output %d needs %d bytes, the request gives %d", k, arr.nbytes, arg.location.length)
+            log.error("output %d needs %d bytes, the request gives %d", k, arr.nbytes, _capacity(pools, arg))
         sufficient &= ok
         shapes.append(hal.OutputShape(dimensions=dims, isSufficient=ok))
     if not sufficient:
         return Result(S.OUTPUT_INSUFFICIENT_SIZE, shapes)
+    written: list[tuple[buffers.DeviceBuffer, bytes, list[int]]] = []
     try:
-        for arg, arr in zip(request.outputs, outputs):
-            if arg.hasNoValue or arr.nbytes == 0:
+        for arg, arr, shape in zip(request.outputs, outputs, shapes):
+            if arg.hasNoValue:
                 continue
-            view = pools.views[arg.location.poolIndex]
+            p = arg.location.poolIndex
+            if p in pools.buffers:  # NOTE: stored once every output is written (all or nothing)
+                written.append((pools.buffers[p], buffers.DeviceBuffer.encode(arr), list(shape.dimensions)))
+                continue
+            if arr.nbytes == 0:
+                continue
+            if p in pools.images:
+                pools.images[p].write(buffers.DeviceBuffer.encode(arr))
+                continue
+            view = pools.views[p]
             off = arg.location.offset
             view[off: off + arr.nbytes] = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
-    except (TypeError, ValueError, IndexError) as e:  # never let a bad pool reach the client as an exception
+    except (TypeError, ValueError, IndexError, OSError) as e:  # never let a bad pool reach the client as an exception
         log.error("writing the outputs failed: %s", e)
         return Result(S.GENERAL_FAILURE)
+    for buf, data, dims in written:
+        buf.store(data, dims)
     timing = hal.Timing()
     if measure == hal.MeasureTiming.YES:
         end = time.monotonic_ns()
         timing = hal.Timing(timeOnDevice=_us(device_end - device_start), timeInDriver=_us(end - driver_start_ns))
     return Result(S.NONE, shapes, timing)
+
+
+def _capacity(pools: RequestPools, arg: hal.RequestArgument) -> int:
+    img = pools.images.get(arg.location.poolIndex)
+    return img.capacity if img is not None else arg.location.length
 
 
 def output_sizes_known(model: hal.Model, request: hal.Request) -> bool:
