@@ -397,16 +397,18 @@ def test_1_2_operation_through_1_2_methods() -> None:
 # caching, memory domains, bursts: not supported yet
 
 
-def test_prepare_model_from_cache_not_supported() -> None:
+def test_prepare_model_from_cache_without_handles() -> None:
+    """No cache handles (the driver asks for 1 + 1): refused at launch, the
+    callback notified once with the same status (caching itself: test_driver_cache)."""
     dev = device()
     cb = CountingPreparedCallback()
     launch = dev.prepareModelFromCache_1_3(hal.OptionalTimePoint(), [], [], bytes(32), cb)
-    assert launch == S.GENERAL_FAILURE
-    assert cb.wait(WAIT_S) == (S.GENERAL_FAILURE, None) and len(cb.calls) == 1
+    assert launch == S.INVALID_ARGUMENT
+    assert cb.wait(WAIT_S) == (S.INVALID_ARGUMENT, None) and len(cb.calls) == 1
     cb = CountingPreparedCallback()
     launch = dev.prepareModelFromCache([], [], bytes(32), cb)
-    assert launch == S.GENERAL_FAILURE
-    assert cb.wait(WAIT_S) == (S.GENERAL_FAILURE, None) and cb.calls == [("notify_1_2", S.GENERAL_FAILURE)]
+    assert launch == S.INVALID_ARGUMENT
+    assert cb.wait(WAIT_S) == (S.INVALID_ARGUMENT, None) and cb.calls == [("notify_1_2", S.INVALID_ARGUMENT)]
 
 
 def test_prepare_with_cache_handles_still_prepares(tmp_path) -> None:  # noqa: ANN001
@@ -425,10 +427,12 @@ def test_prepare_with_cache_handles_still_prepares(tmp_path) -> None:  # noqa: A
         os.close(fd)
 
 
-def test_allocate_not_supported(add_prepared) -> None:  # noqa: ANN001
+def test_allocate_gives_a_buffer(add_prepared) -> None:  # noqa: ANN001
+    # NOTE: memory domains in full: tests/test_memory_domains.py
     desc = hal.BufferDesc(dimensions=[2, 2])
     role = hal.BufferRole(modelIndex=0, ioIndex=0, frequency=1.0)
-    assert device().allocate(desc, [add_prepared], [role], []) == (S.GENERAL_FAILURE, None, 0)
+    status, buffer, token = device().allocate(desc, [add_prepared], [role], [])
+    assert status == S.NONE and isinstance(buffer, hal.IBuffer) and token > 0
 
 
 def test_configure_execution_burst_not_supported(add_prepared) -> None:  # noqa: ANN001
@@ -693,32 +697,52 @@ class _NoThreads:
         raise RuntimeError("can't start new thread")
 
 
-def test_launch_failure_notifies_once_with_same_status(monkeypatch, add_prepared) -> None:  # noqa: ANN001
-    import nnhal.driver.device as device_mod
-    import nnhal.driver.prepared_model as pm_mod
+def test_launch_failure_notifies_once_with_same_status(monkeypatch) -> None:  # noqa: ANN001
+    """A launch that cannot queue its task (no worker thread can start, or the
+    bounded work queue is full) answers with a status and notifies the
+    callback once with the same one; the 1.0-1.2 entry points see
+    GENERAL_FAILURE (RESOURCE_EXHAUSTED_* is a 1.3 status)."""
+    from nnhal.driver import SampleDevice
+    from nnhal.driver import scheduler as sched_mod
 
-    monkeypatch.setattr(device_mod.threading, "Thread", _NoThreads)
-    assert pm_mod.threading is device_mod.threading
-    cb = CountingPreparedCallback()
-    launch = device().prepareModel_1_3(add_model(), hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
-                                       hal.OptionalTimePoint(), [], [], bytes(32), cb)
-    assert launch == S.GENERAL_FAILURE
-    assert cb.wait(0) == (S.GENERAL_FAILURE, None) and len(cb.calls) == 1
-    cb = CountingPreparedCallback()
-    assert device().prepareModel(add_model_v1_0(), cb) == S.GENERAL_FAILURE
-    assert cb.calls == [("notify", S.GENERAL_FAILURE)]
-    with _add_pools() as p:
-        cb = CountingExecutionCallback()
-        launch = add_prepared.execute_1_3(p.request(), M.YES, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
-                                          cb)
-        assert launch == S.GENERAL_FAILURE
-        status, shapes, timing = cb.wait(0)
-        assert status == S.GENERAL_FAILURE and shapes == [] and timing == NO_TIMING and len(cb.calls) == 1
-        cb = CountingExecutionCallback()
-        assert add_prepared.execute(p.request_v1_0(), cb) == S.GENERAL_FAILURE
+    sched = sched_mod.Scheduler(workers=1, max_queued=8, name="test-launch")
+    dev = SampleDevice("sample-launch", scheduler=sched)
+    try:
+        prepared = prepared_model(add_model(), dev)
+        sched.max_queued = 0  # NOTE: saturated: nothing more may queue
+        cb = CountingPreparedCallback()
+        launch = dev.prepareModel_1_3(add_model(), hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                      hal.OptionalTimePoint(), [], [], bytes(32), cb)
+        assert launch == S.RESOURCE_EXHAUSTED_TRANSIENT
+        assert cb.wait(0) == (S.RESOURCE_EXHAUSTED_TRANSIENT, None) and len(cb.calls) == 1
+        cb = CountingPreparedCallback()
+        assert dev.prepareModel(add_model_v1_0(), cb) == S.GENERAL_FAILURE
         assert cb.calls == [("notify", S.GENERAL_FAILURE)]
-        # the synchronous paths need no thread
-        assert execute_sync(add_prepared, p.request())[0] == S.NONE
+        with _add_pools() as p:
+            cb = CountingExecutionCallback()
+            launch = prepared.execute_1_3(p.request(), M.YES, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
+                                          cb)
+            assert launch == S.RESOURCE_EXHAUSTED_TRANSIENT
+            status, shapes, timing = cb.wait(0)
+            assert status == S.RESOURCE_EXHAUSTED_TRANSIENT and shapes == [] and timing == NO_TIMING
+            assert len(cb.calls) == 1
+            cb = CountingExecutionCallback()
+            assert prepared.execute(p.request_v1_0(), cb) == S.GENERAL_FAILURE
+            assert cb.calls == [("notify", S.GENERAL_FAILURE)]
+            # the synchronous path queues too (so that priorities hold for it)
+            assert execute_sync(prepared, p.request())[0] == S.RESOURCE_EXHAUSTED_TRANSIENT
+            assert prepared.executeSynchronously(p.request_v1_0(), M.NO)[0] == S.GENERAL_FAILURE
+    finally:
+        sched.shutdown()
+    # no worker thread can start at all: the same answers
+    monkeypatch.setattr(sched_mod.threading, "Thread", _NoThreads)
+    sched2 = sched_mod.Scheduler(workers=1, max_queued=8, name="test-nothreads")
+    dev2 = SampleDevice("sample-nothreads", scheduler=sched2)
+    cb = CountingPreparedCallback()
+    launch = dev2.prepareModel_1_3(add_model(), hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                   hal.OptionalTimePoint(), [], [], bytes(32), cb)
+    assert launch == S.RESOURCE_EXHAUSTED_TRANSIENT
+    assert cb.wait(0) == (S.RESOURCE_EXHAUSTED_TRANSIENT, None) and len(cb.calls) == 1
 
 
 def test_input_location_too_short(add_prepared) -> None:  # noqa: ANN001

@@ -43,7 +43,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         _, version = d.getVersionString()
         _, dtype = d.getType()
         status, caps = d.getCapabilities_1_3()
-        print(f"{name}: {version}, type {hal.DeviceType(dtype).name}, status {d.getStatus().name}")
+        kind = "in process" if name in nnhal.IN_PROCESS_DEVICES else "service"
+        print(f"{name} ({kind}): {version}, type {hal.DeviceType(dtype).name}, status {d.getStatus().name}")
         print(f"  relaxed float32: scalar {caps.relaxedFloat32toFloat16PerformanceScalar.execTime:.3f}, "
               f"tensor {caps.relaxedFloat32toFloat16PerformanceTensor.execTime:.3f}")
         for p in caps.operandPerformance:
@@ -107,6 +108,24 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return 1 if c["fail"] or (c["unsupported"] and not args.allow_unsupported) or not models else 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import nnhal
+    from nnhal.service import registry
+    from nnhal.service.server import serve
+
+    try:
+        registry.validate_name(args.name)
+    except ValueError as e:
+        raise SystemExit(f"nnhal serve: {e}") from None
+    if args.driver not in nnhal.IN_PROCESS_DEVICES:
+        raise SystemExit(f"nnhal serve: no driver named {args.driver!r}; available: "
+                         f"{', '.join(nnhal.IN_PROCESS_DEVICES)}")
+    try:
+        return serve(args.name, args.driver)
+    except registry.RegistryError as e:
+        raise SystemExit(f"nnhal serve: {e}") from None
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from nnhal.demo import run_demo
 
@@ -114,6 +133,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if "--cache" in args.rest or "--priority" in args.rest:
+        from nnhal import bench_qos  # NOTE: compilation cache and priority figures (their own options)
+
+        return bench_qos.main(args.rest)
     from nnhal import bench
 
     return bench.main(args.rest)
@@ -134,14 +157,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     s.add_argument("--mode", choices=["sync", "async", "all"], default="all")
     s.add_argument("--skip-variant", action="append", choices=["dynamic", "signed"])
     s.add_argument("--device", default="sample-all")
-    s.add_argument("--memory", choices=["ashmem", "mmap_fd", "hardware_buffer_blob"], default="ashmem",
-                   help="kind of shared memory for the request pools (VTS runs ashmem and blobs)")
+    s.add_argument("--memory", choices=["ashmem", "mmap_fd", "hardware_buffer_blob", "device"], default="ashmem",
+                   help="kind of memory for the request pools (VTS runs ashmem and blobs); device: inputs and "
+                        "outputs in driver-allocated buffers (IDevice.allocate, IBuffer.copyFrom / copyTo)")
     s.add_argument("--json", help="write a JSON report here")
     s.add_argument("--html", help="write an HTML report here")
     s.add_argument("--progress", action="store_true", help="progress bar even when not on a terminal")
     s.add_argument("--no-progress", action="store_true")
     s.add_argument("--allow-unsupported", action="store_true", help="exit 0 even if operations are unsupported")
     s.set_defaults(fn=cmd_conformance)
+
+    s = sub.add_parser("serve", help="run a driver as a service process (foreground, until SIGTERM / SIGINT)")
+    s.add_argument("--name", required=True, help="instance name: exactly one '-', e.g. nnhal-cpu")
+    s.add_argument("--driver", default="sample-all", help="the in-process driver to serve (default sample-all)")
+    s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("demo", help="prepare and run real models from the vectors on sample-all")
     s.add_argument("--device", default="sample-all")

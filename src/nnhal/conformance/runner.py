@@ -10,6 +10,13 @@ Variants per model (VTS.md section 3):
     OUTPUT_INSUFFICIENT_SIZE with ``isSufficient`` false for output 0 only;
   * ``signed``: models with TENSOR_QUANT8_ASYMM operands converted to
     QUANT8_ASYMM_SIGNED (zeroPoint - 128, data - 128).
+
+Request memory (``memory``): ashmem, mmap_fd or hardware_buffer_blob pools,
+or ``device``: every input and output in its own driver-allocated buffer, as
+VTS's memory-domain runs (:class:`DevicePools`).  With device memory the
+dynamic variant checks that buffers of unknown shape take the real output
+shapes; its one-byte-short check does not apply (a device buffer has no
+length to shorten).
 """
 
 from __future__ import annotations
@@ -177,6 +184,118 @@ class RequestPools:
         self.close()
 
 
+class DevicePools:
+    """The request layout of VTS's memory-domain runs (GeneratedTestHarness,
+    MemoryType::DEVICE): pools 0 and 1 are shared memory (inputs, outputs),
+    then one driver-managed buffer per input and per output, each allocated
+    with ``IDevice.allocate`` (an empty descriptor and the one role, frequency
+    1.0); inputs are loaded with ``IBuffer.copyFrom`` and outputs read back
+    with ``IBuffer.copyTo``.  As in VTS, an argument whose allocation fails
+    (GENERAL_FAILURE) and an omitted input fall back to shared memory; a
+    zero-sized input does too (copyFrom needs a non-empty memory), and a
+    zero-sized output is not copied back.  ``error`` says what went wrong
+    when the driver broke a rule (a wrong allocate or copyFrom status)."""
+
+    BEGIN = 2
+
+    def __init__(self, device: Any, prepared: Any, inputs: Sequence[Optional[np.ndarray]], out_sizes: Sequence[int]):
+        self.error = ""
+        self.buffers: list[Any] = []
+        tokens: list[int] = []
+        in_dev: dict[int, tuple[Any, int]] = {}
+        out_dev: dict[int, tuple[Any, int]] = {}
+        for k, v in enumerate(inputs):
+            if v is not None and v.nbytes and not self.error:
+                got = self._allocate(device, prepared, k, hal.BufferRole(0, k, 1.0), True)
+                if got is not None:
+                    in_dev[k] = got
+                    self._load(got[0], v, k)
+        for k in range(len(out_sizes)):
+            if not self.error:
+                got = self._allocate(device, prepared, k, hal.BufferRole(0, k, 1.0), False)
+                if got is not None:
+                    out_dev[k] = got
+        # NOTE: the shared pools hold what is not in device memory, at the offsets VTS uses
+        self.shared = RequestPools([None if k in in_dev else v for k, v in enumerate(inputs)],
+                                   [1 if k in out_dev else n for k, n in enumerate(out_sizes)])
+        self.in_args = list(self.shared.in_args)
+        self.out_args = list(self.shared.out_args)
+        self.pools = [hal.MemoryPool(hidlMemory=self.shared.in_mem), hal.MemoryPool(hidlMemory=self.shared.out_mem)]
+        self.out_buffers: dict[int, Any] = {}
+        for args, dev in ((self.in_args, in_dev), (self.out_args, out_dev)):
+            for k, (buf, token) in dev.items():
+                args[k] = hal.RequestArgument(location=hal.DataLocation(self.BEGIN + len(tokens), 0, 0))
+                tokens.append(token)
+                if dev is out_dev:
+                    self.out_buffers[k] = buf
+        self.pools += [hal.MemoryPool(token=t) for t in tokens]
+
+    @property
+    def used(self) -> int:
+        """How many arguments are in device memory."""
+        return len(self.pools) - self.BEGIN
+
+    def _allocate(self, device: Any, prepared: Any, k: int, role: hal.BufferRole, is_input: bool) -> Any:
+        ins, outs = ([role], []) if is_input else ([], [role])
+        status, buf, token = device.allocate(hal.BufferDesc(), [prepared], ins, outs)
+        what = f"allocate for {'input' if is_input else 'output'} {k}"
+        if status == S.NONE:
+            if buf is None or not isinstance(token, int) or token <= 0:
+                self.error = f"{what}: NONE with buffer {buf!r} and token {token!r}"
+                return None
+            self.buffers.append(buf)
+            return buf, token
+        if status != S.GENERAL_FAILURE or buf is not None or token != 0:
+            self.error = f"{what}: {S(status).name} with buffer {buf!r} and token {token!r} (VTS wants NONE, or " \
+                         "GENERAL_FAILURE with no buffer and token 0)"
+        return None
+
+    def _load(self, buf: Any, v: np.ndarray, k: int) -> None:
+        tmp = hal_memory.allocate(v.nbytes)
+        try:
+            view = hal_memory.map(tmp)
+            view[:] = np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes()
+            view.release()
+            status = buf.copyFrom(tmp, [])
+            if status != S.NONE:
+                self.error = f"copyFrom for input {k} returned {S(status).name}"
+        finally:
+            hal_memory.free(tmp)
+
+    def request(self) -> hal.Request:
+        return hal.Request(inputs=self.in_args, outputs=self.out_args, pools=self.pools)
+
+    def read_output(self, k: int, operand: VectorOperand, shape: Sequence[int]) -> np.ndarray:
+        buf = self.out_buffers.get(k)
+        if buf is None:
+            return self.shared.read_output(k, operand, shape)
+        dt = np.dtype(_dtype(operand.type))
+        n = int(np.prod(shape)) if len(shape) else 1
+        if n == 0:  # NOTE: as VTS, a zero-sized output is not copied back (no memory of size 0)
+            return np.zeros(shape, dt)
+        tmp = hal_memory.allocate(n * dt.itemsize)
+        try:
+            status = buf.copyTo(tmp)
+            if status != S.NONE:
+                raise AssertionError(f"copyTo for output {k} returned {S(status).name}")
+            view = hal_memory.map(tmp)
+            raw = bytes(view)
+            view.release()
+        finally:
+            hal_memory.free(tmp)
+        if dt == np.bool_:
+            return (np.frombuffer(raw, dtype=np.uint8) != 0).reshape(shape)
+        return np.frombuffer(raw, dtype=dt).reshape(shape)
+
+    def close(self) -> None:
+        self.shared.close()
+        for buf in self.buffers:
+            close = getattr(buf, "close", None)  # NOTE: frees the driver's buffer now (else when collected)
+            if close is not None:
+                close()
+        self.buffers = []
+
+
 _DT = {T.FLOAT32: np.float32, T.INT32: np.int32, T.UINT32: np.uint32, T.TENSOR_FLOAT32: np.float32,
        T.TENSOR_INT32: np.int32, T.TENSOR_QUANT8_ASYMM: np.uint8, T.BOOL: np.bool_, T.TENSOR_QUANT16_SYMM: np.int16,
        T.TENSOR_FLOAT16: np.float16, T.TENSOR_BOOL8: np.bool_, T.FLOAT16: np.float16,
@@ -203,7 +322,9 @@ class Runner:
         self.device = device
         self.modes = modes
         self.variants = variants
-        self.memory = memory  # kind of the request pools: "ashmem", "mmap_fd" or "hardware_buffer_blob"
+        # kind of the request pools: "ashmem", "mmap_fd", "hardware_buffer_blob", or "device" (driver-managed
+        # buffers from IDevice.allocate, as VTS's memory-domain runs)
+        self.memory = memory
         self._measure_toggle = 0
 
     def prepare(self, vm: VectorModel, dynamic: bool) -> tuple[S, Any, str]:
@@ -289,7 +410,15 @@ class Runner:
         sizes = [max(_nbytes(o), 1) for o in outs]  # NOTE: a zero-sized output gets a 1-byte buffer
         self._measure_toggle ^= 1
         measure = hal.MeasureTiming(self._measure_toggle)
-        pools = RequestPools(inputs, sizes, self.memory)
+        if self.memory == "device":
+            pools: Any = DevicePools(self.device, prepared, inputs, sizes)
+            if pools.error or not pools.used:
+                pools.close()
+                if pools.error:
+                    return result(mode, "fail", pools.error)
+                return result(mode, "skip", "no device memory allocated (as VTS, skipped)")
+        else:
+            pools = RequestPools(inputs, sizes, self.memory)
         try:
             # NOTE: as VTS's InfiniteLoopTimeoutTest, the infinite loop runs with a 1 ms loop timeout
             infinite_loop = vm.expectFailure and vm.main.operations[0].type == hal.OperationType.WHILE
@@ -320,8 +449,9 @@ class Runner:
                     return result(mode, "fail", f"output {k}: {v.message}", v.max_error)
         finally:
             pools.close()
-        # NOTE: as VTS, only when output 0 is larger than one byte
-        if dynamic and outs and sizes[0] > 1:
+        # NOTE: as VTS, only when output 0 is larger than one byte (and not in device memory, which
+        # takes any output shape: there is no short buffer to give)
+        if dynamic and outs and sizes[0] > 1 and self.memory != "device":
             problem = self._insufficient(vm, prepared, mode, inputs, sizes, outs)
             if problem:
                 return result(mode, "fail", problem, worst)
