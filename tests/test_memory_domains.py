@@ -763,6 +763,27 @@ def test_hardware_buffer_image_in_ibuffer_copies() -> None:
     assert buf.copyFrom(image(8, 4, 8, fmt=0x23), []) == S.GENERAL_FAILURE
 
 
+def test_burst_refuses_tokens_and_takes_images() -> None:
+    """A 1.2 burst packet names pools by slot, and getMemories returns hidl_memory: a token cannot travel
+    (INVALID_ARGUMENT, as nnhal.burst says); a non-BLOB image can."""
+    from nnhal.burst import BurstController
+
+    pm = twice(dims=[4, 8])
+    buf, token = allocate(pm)
+    x = value(dims=[4, 8])
+    initialize(buf, dims=[4, 8], data=x)
+    src, dst = image(8, 4, 10), image(8, 4, 10)
+    put_rows(src, x.tobytes(), 32, 40)
+    with BurstController(pm) as burst:
+        status, shapes, _ = burst.execute(request([arg(1)], [arg(0, 0, x.nbytes)], [shared(size=x.nbytes), token]))
+        assert status == S.INVALID_ARGUMENT and shapes == []
+        status, shapes, _ = burst.execute(request([arg(0)], [arg(1)], [src, dst]))
+        assert status == S.NONE and shapes[0].dimensions == [4, 8]
+    raw = image_bytes(dst)
+    got = b"".join(raw[r * 40: r * 40 + 32] for r in range(4))
+    np.testing.assert_array_equal(np.frombuffer(got, np.float32).reshape(4, 8), 2 * x)
+
+
 # --------------------------------------------------------------------------
 # the conformance runner's device memory
 
@@ -779,3 +800,104 @@ def test_conformance_device_memory_sample(vectors_dir: Any) -> None:
     failed = [f"{r.model}/{r.mode}/{r.variant}: {r.message}" for r in results if r.status == "fail"]
     assert not failed, failed[:5]
     assert sum(r.status == "pass" for r in results) >= 20
+
+
+# --------------------------------------------------------------------------
+# through the service (a proxy IDevice in another process)
+
+if not hasattr(__import__("tests.conftest").conftest, "service"):
+    # NOTE: until tests/conftest.py offers a shared ``service`` fixture: one service for this module
+    @pytest.fixture(scope="module")
+    def service(tmp_path_factory: pytest.TempPathFactory) -> Any:
+        import subprocess
+        import sys
+        import time
+
+        run_dir = tmp_path_factory.mktemp("nnhal-run")
+        old = os.environ.get("NNHAL_RUNTIME_DIR")
+        os.environ["NNHAL_RUNTIME_DIR"] = str(run_dir)
+        name = f"h5md-{os.getpid()}"
+        proc = subprocess.Popen([sys.executable, "-m", "nnhal", "serve", "--name", name],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proxy = None
+        try:
+            deadline = time.monotonic() + 30
+            while proxy is None:
+                try:
+                    proxy = nnhal.connect(name)
+                except Exception:  # noqa: BLE001 - not up yet
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            yield proxy
+        finally:
+            if proxy is not None:
+                proxy.close()
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if old is None:
+                os.environ.pop("NNHAL_RUNTIME_DIR", None)
+            else:
+                os.environ["NNHAL_RUNTIME_DIR"] = old
+
+
+def _remote_prepared(service: Any, model: hal.Model) -> Any:
+    return prepared_model(model, service)
+
+
+def test_service_allocate_copy_and_execute(service: Any) -> None:
+    pm = _remote_prepared(service, twice_model())
+    status, buf, token = service.allocate(hal.BufferDesc(), [pm], [role()], [role()])
+    assert status == S.NONE and isinstance(buf, hal.IBuffer) and token > 0
+    n = nbytes(T.TENSOR_FLOAT32)
+    assert buf.copyTo(M.allocate(n)) == S.GENERAL_FAILURE
+    x = value()
+    assert buf.copyFrom(shared(x, kind="mmap_fd"), []) == S.NONE
+    out = shared(size=n)
+    assert run(pm, request([arg(1)], [arg(0, 0, n)], [out, token]), "async")[0] == S.NONE
+    np.testing.assert_array_equal(read(out, np.float32, DIMS), 2 * x)
+    assert run(pm, request([arg(0, 0, n)], [arg(1)], [shared(x), token]), "sync")[0] == S.NONE
+    np.testing.assert_array_equal(copy_out(buf), 2 * x)
+    assert buf.copyFrom(shared(size=n // 2), []) == S.INVALID_ARGUMENT
+    assert buf.copyTo(M.allocate(n)) == S.GENERAL_FAILURE  # the failed copyFrom left it uninitialized
+    # the VTS refusals travel too
+    _refused(service.allocate(hal.BufferDesc(), [pm], [role(1)], []))
+    _refused(service.allocate(hal.BufferDesc(), [pm], [], []))
+    _refused(service.allocate(hal.BufferDesc(dimensions=[2, 32, 32, 8]), [pm], [role()], []))
+
+
+def test_service_tokens_belong_to_their_connection(service: Any) -> None:
+    pm = _remote_prepared(service, twice_model())
+    status, buf, token = service.allocate(hal.BufferDesc(), [pm], [role()], [])
+    assert status == S.NONE
+    initialize(buf)
+    n = nbytes(T.TENSOR_FLOAT32)
+    other = nnhal.connect(service.name)
+    try:
+        pm2 = _remote_prepared(other, twice_model())
+        for how in PATHS:
+            assert run(pm2, request([arg(1)], [arg(0, 0, n)], [shared(size=n), token]), how)[0] == S.INVALID_ARGUMENT
+        # a prepared model of one connection cannot be given to allocate on the other
+        status, buf2, token2 = other.allocate(hal.BufferDesc(), [pm], [role()], [])
+        assert status in BAD and buf2 is None and token2 == 0
+    finally:
+        other.close()
+    assert run(pm, request([arg(1)], [arg(0, 0, n)], [shared(size=n), token]))[0] == S.NONE
+
+
+def test_service_freed_buffer_token(service: Any) -> None:
+    pm = _remote_prepared(service, twice_model())
+    status, buf, token = service.allocate(hal.BufferDesc(), [pm], [role()], [])
+    assert status == S.NONE
+    initialize(buf)
+    n = nbytes(T.TENSOR_FLOAT32)
+    req = request([arg(1)], [arg(0, 0, n)], [shared(size=n), token])
+    assert run(pm, req)[0] == S.NONE
+    del buf
+    gc.collect()
+    for how in PATHS:
+        assert run(pm, req, how)[0] == S.INVALID_ARGUMENT
