@@ -249,7 +249,7 @@ class SampleDevice(hal.IDevice):
                 return
             prepared = SamplePreparedModel(self, model13, pools, executor, int(version), priority=int(priority))
             if save_to is not None:
-                self._save(prepared, *save_to)
+                self.save_to_cache(prepared, *save_to)
             _notify(notify, S.NONE, prepared, version)
 
         def expire(reason: str) -> None:
@@ -266,7 +266,7 @@ class SampleDevice(hal.IDevice):
             return status
         return S.NONE
 
-    def _save(self, prepared: SamplePreparedModel, model_fd: int, data_fd: int, token: bytes) -> S:
+    def save_to_cache(self, prepared: SamplePreparedModel, model_fd: int, data_fd: int, token: bytes) -> S:
         """Writes ``prepared`` to the cache files; never raises (a cache problem is logged)."""
         try:
             model_bytes, chunks, _ = driver_cache.encode(

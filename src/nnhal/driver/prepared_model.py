@@ -184,6 +184,21 @@ class SamplePreparedModel(hal.IPreparedModel):
         deadline and no loop timeout (the default applies)."""
         return self.executeSynchronously_1_3(request, measure, None, None)
 
+    def saveToCache(self, modelCache: Any, dataCache: Any, token: Any) -> S:
+        """The draft 1.2 ``saveToCache(handle modelCache, handle dataCache,
+        token)``: the same files and format as prepareModel_1_3's caching."""
+        from nnhal.driver import cache as driver_cache
+
+        try:
+            args = driver_cache.check_save_args([modelCache], [dataCache], token)
+        except driver_cache.CacheError as e:
+            log.error("saveToCache: %s", e)
+            return e.status
+        save = getattr(self.device, "save_to_cache", None)
+        if args is None or save is None:
+            return S.GENERAL_FAILURE
+        return save(self, *args)
+
     # ------------------------------------------------------------------ 1.3
     def execute_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any, callback: Any) -> S:
         return self._async(request, measure, deadline, loopTimeoutDuration, callback, "notify_1_3")

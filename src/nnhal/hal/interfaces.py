@@ -73,6 +73,10 @@ class IDevice:
                               callback: "IPreparedModelCallback") -> ErrorStatus:
         raise NotImplementedError
 
+    # the draft 1.2 caching interface (commit "Implement NN HAL for compilation caching")
+    def isCachingSupported(self) -> tuple:  # (ErrorStatus, bool supported)
+        raise NotImplementedError
+
     # @1.3
     def getCapabilities_1_3(self) -> tuple:  # (ErrorStatus, Capabilities)
         raise NotImplementedError
@@ -109,6 +113,10 @@ class IPreparedModel:
 
     def configureExecutionBurst(self, callback: "IBurstCallback", requestChannel: Any,
                                 resultChannel: Any) -> tuple:  # (status, IBurstContext)
+        raise NotImplementedError
+
+    # the draft 1.2 caching interface: one handle (one fd) each, a 32-byte token
+    def saveToCache(self, modelCache: Any, dataCache: Any, token: bytes) -> ErrorStatus:
         raise NotImplementedError
 
     # @1.3

@@ -290,6 +290,14 @@ class OpDef:
     # rather than OP_FAILED (GENERAL_FAILURE): true of the operations Android
     # 11's CpuExecutor runs in its own switch (``allParametersPresent``)
     bad_data_on_missing_operand: bool = False
+    # The compilation cache (nnhal.driver.cache): ``save_state(state, put)``
+    # turns what ``prepare`` returned into msgpack-able values (dicts, lists,
+    # str, int, float, bool, None), storing each array with ``put(array) ->
+    # id``; ``load_state(value, get)`` rebuilds the state (``get(id) ->
+    # read-only array``) without redoing prepare's work.  Without them a
+    # cached model runs ``prepare`` again when loaded.
+    save_state: Optional[Callable[[Any, Callable[[np.ndarray], int]], Any]] = None
+    load_state: Optional[Callable[[Any, Callable[[int], np.ndarray]], Any]] = None
     # Outputs may have unknown (0) dimensions in the model (dynamic shapes).  All
     # ops allow it since HAL 1.2; IF / WHILE / control flow handle their own.
     name: str = field(default="")

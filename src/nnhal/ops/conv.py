@@ -359,6 +359,67 @@ def _make_requant(mult: tuple, bias: np.ndarray, out: Any, act: int, fast32: boo
 
 
 # --------------------------------------------------------------------------
+# the prepared state in the compilation cache (OpDef.save_state / load_state)
+
+
+def _requant_to_wire(rq: ck.Requant, put: Any) -> dict:
+    f32 = None
+    if rq.f32 is not None:
+        m32, c32, sh, corr32, pivot = rq.f32
+        f32 = [put(m32), put(c32), int(sh), None if corr32 is None else put(corr32), float(pivot)]
+    fix = None
+    if rq.f32_fix is not None:
+        fix = [put(rq.f32_fix[0]), _requant_to_wire(rq.f32_fix[1], put)]
+    return {"q": put(rq.q), "shift": put(rq.shift), "bias": put(rq.bias), "zp": int(rq.zp), "lo": int(rq.lo),
+            "hi": int(rq.hi), "out": np.dtype(rq.out_dtype).str, "f32": f32, "fix": fix}
+
+
+def _requant_from_wire(d: dict, get: Any) -> ck.Requant:
+    # NOTE: fast32=False: the float32 path found (and verified) at prepare is
+    # restored as it was, not searched again (the point of the cache)
+    rq = ck.Requant(q=get(d["q"]), shift=get(d["shift"]), bias=get(d["bias"]), zp=int(d["zp"]), lo=int(d["lo"]),
+                    hi=int(d["hi"]), out_dtype=np.dtype(d["out"]))
+    if d["f32"] is not None:
+        m, c, sh, corr, pivot = d["f32"]
+        rq.f32 = (get(m), get(c), int(sh), None if corr is None else get(corr), np.float32(pivot))
+    if d["fix"] is not None:
+        rq.f32_fix = (get(d["fix"][0]), _requant_from_wire(d["fix"][1], get))
+    return rq
+
+
+def _save_state(st: _State, put: Any) -> dict:
+    """What prepare computed (filter layout, multipliers, requantizations with
+    their verified float32 constants, the zero-point folds); the caches an
+    execution fills (geometry, tiled weights and biases) start empty again."""
+    return {
+        "filter": None if st.filter is None else [list(st.filter[0]), put(st.filter[1]), int(st.filter[2])],
+        "mult": None if st.mult is None else [put(st.mult[0]), put(st.mult[1])],
+        "mult_error": st.mult_error,
+        "requant": [[int(a), _requant_to_wire(rq, put)] for a, rq in st.requant.items()],
+        "fold": [[int(a), _requant_to_wire(rq, put)] for a, rq in st.fold.items()],
+        "bias_const": bool(st.bias_const), "params_const": bool(st.params_const),
+        "zrow": None if st.zrow is None else put(st.zrow),
+        "l1": None if st.l1 is None else float(st.l1),
+    }
+
+
+def _load_state(d: dict, get: Any) -> _State:
+    st = _State()
+    if d["filter"] is not None:
+        key, m, mw = d["filter"]
+        st.filter = (_filter_key(str(key[0]), int(key[1])), get(m), int(mw))
+    if d["mult"] is not None:
+        st.mult = (get(d["mult"][0]), get(d["mult"][1]))
+    st.mult_error = d["mult_error"]
+    st.requant = {int(a): _requant_from_wire(r, get) for a, r in d["requant"]}
+    st.fold = {int(a): _requant_from_wire(r, get) for a, r in d["fold"]}
+    st.bias_const, st.params_const = bool(d["bias_const"]), bool(d["params_const"])
+    st.zrow = None if d["zrow"] is None else get(d["zrow"])
+    st.l1 = None if d["l1"] is None else float(d["l1"])
+    return st
+
+
+# --------------------------------------------------------------------------
 # execution helpers
 
 
@@ -850,14 +911,19 @@ def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
 
 OPS: list[OpDef] = [
     OpDef(type=OperationType.CONV_2D, signatures=_conv_signatures(7, 10), execute=_exec_conv,
-          validate=_validate_conv, prepare=_prepare, allow_zero_sized=True),
+          validate=_validate_conv, prepare=_prepare, save_state=_save_state, load_state=_load_state,
+          allow_zero_sized=True),
     OpDef(type=OperationType.DEPTHWISE_CONV_2D, signatures=_conv_signatures(8, 11), execute=_exec_depthwise,
-          validate=_validate_depthwise, prepare=_prepare, allow_zero_sized=True),
+          validate=_validate_depthwise, prepare=_prepare, save_state=_save_state, load_state=_load_state,
+          allow_zero_sized=True),
     # NOTE: GROUPED_CONV_2D runs in the reference's CpuExecutor switch, which rejects zero-sized inputs
     OpDef(type=OperationType.GROUPED_CONV_2D, signatures=_grouped_signatures(), execute=_exec_grouped,
-          validate=_validate_grouped, prepare=_prepare, allow_zero_sized=False, bad_data_on_missing_operand=True),
+          validate=_validate_grouped, prepare=_prepare, save_state=_save_state, load_state=_load_state,
+          allow_zero_sized=False, bad_data_on_missing_operand=True),
     OpDef(type=OperationType.TRANSPOSE_CONV_2D, signatures=_transpose_signatures(), execute=_exec_transpose,
-          validate=_validate_transpose, prepare=_prepare, allow_zero_sized=True),
+          validate=_validate_transpose, prepare=_prepare, save_state=_save_state, load_state=_load_state,
+          allow_zero_sized=True),
     OpDef(type=OperationType.FULLY_CONNECTED, signatures=_FC_SIGNATURES, execute=_exec_fc,
-          validate=_validate_fc, prepare=_prepare, allow_zero_sized=True),
+          validate=_validate_fc, prepare=_prepare, save_state=_save_state, load_state=_load_state,
+          allow_zero_sized=True),
 ]
