@@ -9,6 +9,10 @@ Each test here failed before the driver was hardened.
 from __future__ import annotations
 
 import copy
+import json
+import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -287,3 +291,113 @@ def test_capabilities_edited_by_a_client() -> None:
     older = dev.getCapabilities()[1]
     older.float32Performance.execTime = 1e9
     assert dev.getCapabilities_1_3()[1] == before
+
+
+# --------------------------------------------------------------------------
+# SIGBUS: pools shrunk (ftruncate) after validation, in a child process so
+# that a fault shows as a killed child, not a dead test run
+
+_SHRINK_CHILD = r"""
+import json, os, sys, tempfile
+import numpy as np
+from nnhal import hal, memory
+from tests.driver_util import (Builder, CountingExecutionCallback, OT, S, T, make_model, prepared_model)
+
+kind, which = sys.argv[1], sys.argv[2]
+N = 1 << 18  # 1 MB of float32 per tensor
+X = np.arange(N, dtype=np.float32)
+Y = np.full(N, 0.5, np.float32)
+
+
+def unsealed(size):
+    # a client's own memory, not sealed against shrinking
+    if kind == "ashmem":
+        fd = os.memfd_create("hostile", 0)
+        os.ftruncate(fd, size)
+        return hal.Memory("ashmem", hal.Handle([fd], []), size), fd
+    f = tempfile.TemporaryFile()
+    fd = os.dup(f.fileno())
+    f.close()
+    os.ftruncate(fd, size)
+    return hal.Memory("mmap_fd", hal.Handle([fd], [memory.PROT_READ | memory.PROT_WRITE, 0, 0]), size), fd
+
+
+def arg(pool, k):
+    return hal.RequestArgument(location=hal.DataLocation(pool, k * 4 * N, 4 * N))
+
+
+out = {"statuses": [], "wrong": 0}
+if which == "constant":
+    cmem, cfd = unsealed(4 * N)
+    os.pwrite(cfd, Y.tobytes(), 0)
+    b = Builder()
+    x = b.input(T.TENSOR_FLOAT32, (N,))
+    c = b.operand(T.TENSOR_FLOAT32, (N,), hal.OperandLifeTime.CONSTANT_REFERENCE, loc=hal.DataLocation(0, 0, 4 * N))
+    o = b.output(T.TENSOR_FLOAT32, (N,))
+    b.op(OT.ADD, [x, c, b.i32(0)], [o])
+    model = make_model(b)
+    model.pools = [cmem]
+    pm = prepared_model(model)
+    os.ftruncate(cfd, 0)  # the client shrinks the constants' pool after preparation
+    inp, outp = memory.allocate(4 * N), memory.allocate(4 * N)
+    memory.map(inp)[:] = X.tobytes()
+    req = hal.Request(inputs=[arg(0, 0)], outputs=[arg(1, 0)],
+                      pools=[hal.MemoryPool(hidlMemory=inp), hal.MemoryPool(hidlMemory=outp)])
+    status = pm.executeSynchronously_1_3(req, hal.MeasureTiming.NO, hal.OptionalTimePoint(),
+                                         hal.OptionalTimeoutDuration())[0]
+    out["statuses"].append(int(status))
+    if status == S.NONE and not np.array_equal(np.frombuffer(memory.map(outp), np.float32), X + Y):
+        out["wrong"] += 1
+else:
+    b = Builder()
+    x, y = b.input(T.TENSOR_FLOAT32, (N,)), b.input(T.TENSOR_FLOAT32, (N,))
+    o = b.output(T.TENSOR_FLOAT32, (N,))
+    b.op(OT.ADD, [x, y, b.i32(0)], [o])
+    pm = prepared_model(make_model(b))
+    if which == "input":
+        inp, fd = unsealed(8 * N)
+        outp = memory.allocate(4 * N)
+    else:
+        inp, (outp, fd) = memory.allocate(8 * N), unsealed(4 * N)
+    for attempt in range(20):
+        if which == "input":
+            os.ftruncate(fd, 8 * N)
+            os.pwrite(fd, X.tobytes() + Y.tobytes(), 0)
+        else:
+            memory.map(inp)[:] = X.tobytes() + Y.tobytes()
+            os.ftruncate(fd, 4 * N)
+        req = hal.Request(inputs=[arg(0, 0), arg(0, 1)], outputs=[arg(1, 0)],
+                          pools=[hal.MemoryPool(hidlMemory=inp), hal.MemoryPool(hidlMemory=outp)])
+        cb = CountingExecutionCallback()
+        launch = pm.execute_1_3(req, hal.MeasureTiming.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
+                                cb)
+        os.ftruncate(fd, 0)  # at once, while the driver executes
+        status = cb.wait(30)[0]
+        out["statuses"].append(int(launch))
+        out["statuses"].append(int(status))
+        if which == "input" and status == S.NONE:
+            if not np.array_equal(np.frombuffer(memory.map(outp), np.float32), X + Y):
+                out["wrong"] += 1
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("kind", ["ashmem", "mmap_fd"])
+@pytest.mark.parametrize("which", ["input", "output", "constant"])
+def test_shrunk_pool_is_an_error_not_a_crash(kind: str, which: str) -> None:
+    """A client ftruncate()s an unsealed request input or output pool right
+    after execute_1_3 returns (20 times), or a model's CONSTANT_REFERENCE
+    pool after preparation: the driver answers with an error status (or the
+    right result, for reads done before the shrink, and for constants, which
+    it copied) and its process survives."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", _SHRINK_CHILD, kind, which], cwd=root, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != -signal.SIGBUS, "the driver's process died of SIGBUS"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    allowed = {int(S.NONE), int(S.INVALID_ARGUMENT), int(S.GENERAL_FAILURE)}
+    assert set(result["statuses"]) <= allowed, result
+    assert result["wrong"] == 0
+    if which == "constant":
+        assert result["statuses"] == [int(S.NONE)]  # the driver's own copy of the constants

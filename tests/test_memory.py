@@ -441,3 +441,82 @@ def test_thread_safety(mems):
         t.join()
     assert not errors
     assert list(memory.map(m)[:8]) == list(range(8))
+
+
+# ---------------------------------------------------------------- shrinking (SIGBUS) and faultless access
+
+
+def _unsealed(size: int, kind: str = "ashmem") -> tuple[hal.Memory, int]:
+    """A client's own memory that can shrink: a memfd without seals, or a temporary file."""
+    if kind == "ashmem":
+        fd = os.memfd_create("client", 0)
+    else:
+        f = tempfile.TemporaryFile()
+        fd = os.dup(f.fileno())
+        f.close()
+    os.ftruncate(fd, size)
+    if kind == "ashmem":
+        return hal.Memory(name="ashmem", handle=hal.Handle(fds=[fd]), size=size), fd
+    return hal.Memory(name="mmap_fd", handle=hal.Handle(fds=[fd], ints=[memory.PROT_READ | memory.PROT_WRITE, 0, 0]),
+                      size=size), fd
+
+
+@pytest.mark.parametrize("name", MAPPABLE)
+def test_allocated_memfds_cannot_shrink(mems, name):
+    import fcntl
+
+    m = mems(4096, name)
+    fd = m.handle.fds[0]
+    assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK
+    assert memory.shrink_sealed(m)
+    with pytest.raises(PermissionError):
+        os.ftruncate(fd, 0)
+    os.ftruncate(fd, os.fstat(fd).st_size + 4096)  # growing stays allowed
+    with memory.open_pool(m) as pool:
+        assert isinstance(pool, memory.MappedPool)  # zero copy
+
+
+@pytest.mark.parametrize("kind", ["ashmem", "mmap_fd"])
+def test_unsealed_memory_is_read_and_written_without_mapping(kind):
+    m, fd = _unsealed(64, kind)
+    try:
+        assert not memory.shrink_sealed(m)
+        pool = memory.open_pool(m, writable=True)
+        assert isinstance(pool, memory.FdPool) and len(pool.view) == 64
+        os.pwrite(fd, bytes(range(64)), 0)
+        assert pool.view[8:16] == bytes(range(8, 16))
+        pool.view[0:4] = b"abcd"
+        assert os.pread(fd, 4, 0) == b"abcd"
+        os.close(fd)
+        m.handle.fds = []  # the client closes its fd: the pool has its own
+        assert pool.view[0:2] == b"ab"
+        os.ftruncate(pool._fd, 10)  # noqa: SLF001 - as another holder of the file would
+        with pytest.raises(InvalidMemory, match="shrank"):
+            pool.view[8:16]
+        with pytest.raises(InvalidMemory, match="shrank"):
+            pool.view[8:16] = bytes(8)
+        assert os.fstat(pool._fd).st_size == 10  # noqa: SLF001 - not grown back by the write
+        pool.close()
+        assert pool.closed
+    finally:
+        memory.free(m)
+
+
+def test_unsealed_read_only_pool_refuses_writes():
+    m, fd = _unsealed(16)
+    with memory.open_pool(m, writable=False) as pool:
+        with pytest.raises(InvalidMemory, match="read-only"):
+            pool.view[0:4] = b"abcd"
+    memory.free(m)
+
+
+def test_private_copy_is_a_snapshot():
+    m, fd = _unsealed(32, "mmap_fd")
+    os.pwrite(fd, b"x" * 32, 0)
+    copy = memory.PrivateCopy(m)
+    os.pwrite(fd, b"y" * 32, 0)
+    os.ftruncate(fd, 0)
+    assert bytes(copy.view) == b"x" * 32 and copy.view.readonly
+    with pytest.raises(InvalidMemory, match="beyond the end"):
+        memory.PrivateCopy(m)
+    memory.free(m)

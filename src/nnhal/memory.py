@@ -20,6 +20,16 @@ Android's runtime creates them and the reference CPU executor maps them
   CPU driver cannot map it: :func:`map` raises :class:`InvalidMemory`, which a
   driver reports as ``INVALID_ARGUMENT``.
 
+Shrinking and SIGBUS: a mapping of a file touched beyond the file's end
+(another holder of the fd ftruncate()d it) kills the process with SIGBUS.
+The memfds created here are sealed against shrinking (``F_SEAL_SHRINK``), so
+mapping them is safe; :func:`open_pool` maps a received memory only when its
+fd carries that seal (or is not a regular file, which cannot shrink) and
+otherwise returns an :class:`FdPool` that reads and writes with
+``pread``/``pwrite`` (a shrunk region is an error, never a fault);
+:class:`PrivateCopy` reads a memory once into private bytes (a driver's
+copy of a model's constants).
+
 Mappings are real ``MAP_SHARED`` mmaps of the file descriptor, so every
 mapping of the same memory, in this process or another one holding the fd,
 sees the same bytes (zero copy).  Mapping costs a few microseconds, cheap
@@ -48,7 +58,9 @@ __all__ = [
     "PROT_WRITE",
     "HardwareBufferDesc",
     "InvalidMemory",
+    "FdPool",
     "MappedPool",
+    "PrivateCopy",
     "allocate",
     "allocate_hardware_buffer",
     "dup",
@@ -57,6 +69,8 @@ __all__ = [
     "hardware_buffer_desc",
     "map",
     "mmap_fd_offset",
+    "open_pool",
+    "shrink_sealed",
     "validate",
 ]
 
@@ -99,6 +113,10 @@ def _memfd(size: int, label: str) -> int:
     fd = os.memfd_create(f"nnhal-{label}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, size)
+        # NOTE: sealed against shrinking, so a driver may map it directly: no
+        # holder of the fd can ftruncate it under a mapping (which would SIGBUS
+        # the process touching the lost pages).  Growing stays allowed.
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
     except BaseException:
         os.close(fd)
         raise
@@ -407,6 +425,188 @@ class MappedPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __len__(self) -> int:
+        return self.size
+
+
+
+# --------------------------------------------------------------------------
+# access that cannot fault (a client may shrink an unsealed file at any time)
+
+
+def _region(memory: Memory, writable: bool | None) -> tuple[int, bool]:
+    """(offset of the memory in its file, whether it may be written), after validation."""
+    if memory.name == "hardware_buffer":
+        validate(memory)
+        raise InvalidMemory("a non-BLOB 'hardware_buffer' cannot be accessed by the CPU driver")
+    validate(memory, writable=bool(writable))
+    if memory.name == "mmap_fd":
+        can_write, offset = bool(memory.handle.ints[0] & PROT_WRITE), mmap_fd_offset(memory)
+    elif memory.name == "hardware_buffer_blob":
+        can_write = bool(hardware_buffer_desc(memory).usage & AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK)
+        offset = 0
+    else:
+        can_write, offset = True, 0
+    return offset, can_write if writable is None else bool(writable)
+
+
+def shrink_sealed(memory: Memory) -> bool:
+    """Whether ``memory`` can be mapped without risk of SIGBUS: its fd is not a
+    regular file (a device cannot be truncated) or is sealed against
+    shrinking (``F_SEAL_SHRINK``), so the extent :func:`validate` found in it
+    stays there."""
+    fds = memory.handle.fds if isinstance(memory, Memory) and memory.handle is not None else []
+    if len(fds) != 1 or not isinstance(fds[0], int) or isinstance(fds[0], bool) or fds[0] < 0:
+        return False
+    try:
+        st = os.fstat(fds[0])
+    except OSError:
+        return False
+    return not stat.S_ISREG(st.st_mode) or bool(_seals(fds[0]) & fcntl.F_SEAL_SHRINK)
+
+
+def _pread_into(fd: int, buf: memoryview, offset: int) -> int:
+    got = 0
+    while got < len(buf):
+        n = os.preadv(fd, [buf[got:]], offset + got)
+        if n <= 0:
+            break
+        got += n
+    return got
+
+
+class FdPool:
+    """A memory read with ``pread`` and written with ``pwrite`` on its own
+    duplicate of the fd: no mapping, so a file shrunk by its other holders
+    gives :class:`InvalidMemory` instead of a fault.  ``view`` is the pool
+    itself: ``pool.view[a:b]`` reads those bytes (a copy), ``pool.view[a:b] =
+    data`` writes them, as with a memoryview."""
+
+    __slots__ = ("memory", "size", "writable", "_fd", "_base")
+
+    def __init__(self, memory: Memory, writable: bool | None = None):
+        base, can_write = _region(memory, writable)
+        self.memory, self.size, self.writable, self._base = memory, memory.size, can_write, base
+        try:
+            self._fd: int | None = os.dup(memory.handle.fds[0])  # NOTE: ours, whatever the client closes
+        except OSError as e:
+            raise InvalidMemory(f"cannot duplicate the fd of {memory.name!r} memory: {e.strerror}") from e
+
+    @property
+    def view(self) -> FdPool:
+        return self
+
+    def _span(self, key: slice) -> tuple[int, int]:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("a pool is accessed by contiguous slices")
+        start, stop, _ = key.indices(self.size)
+        return start, max(start, stop)
+
+    def _fd_open(self) -> int:
+        if self._fd is None:
+            raise InvalidMemory(f"{self.memory.name!r} pool is closed")
+        return self._fd
+
+    def read_into(self, offset: int, buf: memoryview) -> None:
+        """Fill ``buf`` with the pool's bytes from ``offset``."""
+        buf = memoryview(buf).cast("B")
+        if offset < 0 or offset + len(buf) > self.size:
+            raise InvalidMemory(f"read of {len(buf)} bytes at {offset} is outside the pool ({self.size} bytes)")
+        fd = self._fd_open()
+        try:
+            got = _pread_into(fd, buf, self._base + offset)
+        except OSError as e:
+            raise InvalidMemory(f"cannot read {self.memory.name!r} memory: {e.strerror}") from e
+        if got < len(buf):
+            raise InvalidMemory(f"{self.memory.name!r} memory shrank: {len(buf) - got} of the {len(buf)} bytes at "
+                                f"{offset} are beyond the end of its file")
+
+    def __getitem__(self, key: slice) -> bytearray:
+        """The bytes of the slice, read into a new buffer of the caller's own."""
+        start, stop = self._span(key)
+        out = bytearray(stop - start)
+        self.read_into(start, memoryview(out))
+        return out
+
+    def __setitem__(self, key: slice, data: object) -> None:
+        start, stop = self._span(key)
+        src = memoryview(data).cast("B")  # type: ignore[arg-type]
+        if len(src) != stop - start:
+            raise ValueError(f"{len(src)} bytes assigned to a slice of {stop - start}")
+        if not self.writable:
+            raise InvalidMemory(f"{self.memory.name!r} pool is read-only")
+        fd = self._fd_open()
+        end = self._base + stop
+        try:
+            # NOTE: pwrite past the end would grow a shrunk file: refuse instead (the
+            # client broke its memory; writing elsewhere than it asked helps no one).
+            if os.fstat(fd).st_size < end:
+                raise InvalidMemory(f"{self.memory.name!r} memory shrank below the {stop - start} bytes at {start}")
+            done = 0
+            while done < len(src):
+                done += os.pwrite(fd, src[done:], self._base + start + done)
+        except OSError as e:
+            raise InvalidMemory(f"cannot write {self.memory.name!r} memory: {e.strerror}") from e
+
+    def __len__(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        """Nothing to do: ``pwrite`` goes straight to the file."""
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def __enter__(self) -> FdPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_pool(memory: Memory, writable: bool | None = None) -> MappedPool | FdPool:
+    """The fastest access to ``memory`` that cannot fault: a zero-copy
+    :class:`MappedPool` when :func:`shrink_sealed` (the memfds of
+    :func:`allocate`), else an :class:`FdPool` (``pread`` / ``pwrite``).
+    Both have ``view`` (sliced to read, slice-assigned to write) and ``close``."""
+    # NOTE: the seal is checked before validate() reads the size: once sealed, the size
+    # validate sees can only grow.
+    if shrink_sealed(memory):
+        return MappedPool(memory, writable)
+    return FdPool(memory, writable)
+
+
+class PrivateCopy:
+    """The bytes of ``memory`` read once (``pread``, never a mapping that could
+    fault) into private, immutable storage: what a driver keeps of a model's
+    ``CONSTANT_REFERENCE`` pools, unaffected by whatever the client does to the
+    memory later.  ``view`` is a read-only memoryview."""
+
+    __slots__ = ("memory", "size", "view")
+
+    def __init__(self, memory: Memory):
+        base, _ = _region(memory, False)
+        buf = bytearray(memory.size)
+        fd = memory.handle.fds[0]
+        try:
+            got = _pread_into(fd, memoryview(buf), base)
+        except OSError as e:
+            raise InvalidMemory(f"cannot read {memory.name!r} memory: {e.strerror}") from e
+        if got < memory.size:
+            raise InvalidMemory(f"{memory.name!r} memory shrank: {memory.size - got} of its {memory.size} bytes are "
+                                f"beyond the end of its file")
+        self.memory, self.size = memory, memory.size
+        self.view = memoryview(buf).toreadonly()  # NOTE: the bytearray is private: no one else can change it
+
+    def close(self) -> None:
+        """Nothing to release (the bytes go with the last view)."""
 
     def __len__(self) -> int:
         return self.size

@@ -83,7 +83,9 @@ class SampleDevice(hal.IDevice):
                 if not isinstance(m, hal.Memory):
                     raise ValidationError(f"model pool {k} is not a Memory")
                 try:
-                    pools.append(hal_memory.MappedPool(m, writable=False))
+                    # NOTE: the constants are the driver's own: read once (pread, which cannot fault
+                    # on a pool the client shrinks) and kept, whatever the client does to its memory.
+                    pools.append(hal_memory.PrivateCopy(m))
                 except hal_memory.InvalidMemory as e:
                     raise ValidationError(f"model pool {k}: {e}") from None
                 except Exception as e:  # NOTE: junk inside the Memory (handle, fds, size) is a bad argument too

@@ -51,7 +51,7 @@ class RequestPools:
         self.buffers: dict[int, buffers.DeviceBuffer] = {}
         self.images: dict[int, hardware_buffer.Image] = {}
         self.failure = ""
-        self._maps: list[hal_memory.MappedPool] = []
+        self._maps: list[hal_memory.MappedPool | hal_memory.FdPool] = []
         # NOTE: a pool that receives outputs must be writable (a read-only
         # mmap_fd or hardware buffer there is a bad argument, not a crash);
         # pools only read are mapped read-only.
@@ -68,7 +68,8 @@ class RequestPools:
                     self.failure = self.failure or f"request pool {k}: {e}"
             elif pool.hidlMemory is not None:
                 try:
-                    mp = hal_memory.MappedPool(pool.hidlMemory, writable=True if k in out_pools else False)
+                    # NOTE: mapped only if sealed against shrinking, else pread/pwrite: no SIGBUS
+                    mp = hal_memory.open_pool(pool.hidlMemory, writable=True if k in out_pools else False)
                 except hal_memory.InvalidMemory as e:
                     self.close()
                     raise ValidationError(f"request pool {k}: {e}") from None
@@ -166,13 +167,16 @@ def _run_request(model: hal.Model, executor: Executor, request: hal.Request, poo
                 raise ValidationError(f"request input {k}: {need} bytes needed for {hal.OperandType(o.type).name} "
                                       f"{dims}, the location has {loc.length}")
             view = pools.views[loc.poolIndex]
-            raw = np.frombuffer(view, dtype=np.uint8, count=need, offset=loc.offset)
+            chunk = view[loc.offset: loc.offset + need]  # NOTE: an FdPool (unsealed memory) reads it here
+            raw = np.frombuffer(chunk, dtype=np.uint8)
             if dtype == np.bool_:
                 arr = raw != 0
-            else:
+            elif isinstance(chunk, memoryview):
                 arr = raw.view(dtype).copy()  # NOTE: a copy, so the client may reuse its buffer at once
+            else:
+                arr = raw.view(dtype)  # already a private copy (pread)
             inputs.append(arr.reshape(dims))
-    except ValidationError as e:
+    except (ValidationError, hal_memory.InvalidMemory) as e:  # NOTE: InvalidMemory: a pool shrunk since the launch
         log.error("execution rejected: %s", e)
         return Result(S.INVALID_ARGUMENT)
 
