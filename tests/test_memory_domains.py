@@ -899,5 +899,12 @@ def test_service_freed_buffer_token(service: Any) -> None:
     assert run(pm, req)[0] == S.NONE
     del buf
     gc.collect()
+    # NOTE: as a binder decStrong, the release of a dropped proxy travels asynchronously (with the
+    # client's next message, on its own socket): the token dies soon after, then stays dead
+    import time
+
+    deadline = time.monotonic() + 10
+    while run(pm, req)[0] == S.NONE and time.monotonic() < deadline:
+        time.sleep(0.01)
     for how in PATHS:
         assert run(pm, req, how)[0] == S.INVALID_ARGUMENT
