@@ -802,6 +802,64 @@ def test_conformance_device_memory_sample(vectors_dir: Any) -> None:
     assert sum(r.status == "pass" for r in results) >= 20
 
 
+class _LyingBuffer(hal.IBuffer):
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def copyFrom(self, src: Any, dimensions: Any) -> S:
+        return self.inner.copyFrom(src, dimensions)
+
+    def copyTo(self, dst: Any) -> S:
+        status = self.inner.copyTo(dst)
+        view = M.map(dst)
+        view[:1] = bytes([view[0] ^ 0xFF])  # one corrupted byte
+        view.release()
+        return status
+
+
+class _LyingDevice:
+    """sample-all, except that its buffers hand back one wrong byte, or allocate breaks the rules."""
+
+    def __init__(self, how: str):
+        self.inner, self.how = dev(), how
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def allocate(self, *args: Any) -> tuple:
+        status, buf, token = self.inner.allocate(*args)
+        if self.how == "invalid-argument":
+            return S.INVALID_ARGUMENT, None, 0
+        return status, _LyingBuffer(buf), token
+
+
+@pytest.mark.parametrize("how", ["corrupt", "invalid-argument"])
+def test_conformance_device_memory_catches_a_bad_driver(how: str) -> None:
+    from nnhal.conformance.runner import Runner
+    from tests.driver_util import vector_model
+
+    vm = vector_model("V1_0/add", "add")
+    results = Runner(_LyingDevice(how), modes=("sync",), variants=("plain",), memory="device").run_model(vm)
+    assert results and all(r.status == "fail" for r in results), [(r.status, r.message) for r in results]
+
+
+@pytest.mark.sweep
+def test_conformance_device_memory_every_vector(vectors_dir: Any) -> None:
+    """The whole suite with device memory (``nnhal conformance --memory device``, ~2 min)."""
+    from nnhal.conformance import vectors
+    from nnhal.conformance.runner import Runner
+
+    runner = Runner(dev(), memory="device")
+    failed, passed = [], 0
+    for m in vectors.load([vectors_dir], None):
+        for r in runner.run_model(m):
+            passed += r.status == "pass"
+            if r.status != "pass":
+                failed.append(f"{r.model}/{r.mode}/{r.variant}: {r.status} {r.message}")
+    assert not failed, failed[:10]
+    assert passed > 20000
+
+
 # --------------------------------------------------------------------------
 # through the service (a proxy IDevice in another process)
 
