@@ -13,6 +13,7 @@ from nnhal.validation import ValidationError, validate_timeout
 from tests.driver_util import (
     INT64_MAX,
     NO_TIMING,
+    WAIT_S,
     S,
     add_model,
     execute_async,
@@ -254,3 +255,308 @@ def test_driver_passes_clamped_loop_timeout(vm, given, expected: int) -> None:  
                                               hal.OptionalTimeoutDuration())
         assert status == S.NONE
     assert seen == [expected] * 3
+
+
+# --------------------------------------------------------------------------
+# deadlines inside long kernels, MISSED_DEADLINE_* types, scheduling
+
+
+def rnn_model(steps: int = 20000, units: int = 16) -> hal.Model:
+    """One UNIDIRECTIONAL_SEQUENCE_RNN over ``steps`` time steps: a single
+    long operation (its time loop polls the deadline)."""
+    from tests.driver_util import Builder, make_model
+
+    T, OT = hal.OperandType, hal.OperationType
+    rng = np.random.default_rng(0)
+    b = Builder()
+    x = b.input(T.TENSOR_FLOAT32, (steps, 1, units))
+    w = b.const(T.TENSOR_FLOAT32, (rng.standard_normal((units, units)) * 0.1).astype(np.float32), (units, units))
+    rw = b.const(T.TENSOR_FLOAT32, (rng.standard_normal((units, units)) * 0.1).astype(np.float32), (units, units))
+    bias = b.const(T.TENSOR_FLOAT32, np.zeros(units, np.float32), (units,))
+    h = b.input(T.TENSOR_FLOAT32, (1, units))
+    act, major = b.i32(1), b.i32(1)
+    out = b.output(T.TENSOR_FLOAT32, (steps, 1, units))
+    b.op(OT.UNIDIRECTIONAL_SEQUENCE_RNN, [x, w, rw, bias, h, act, major], [out])
+    return make_model(b)
+
+
+class RnnPools:
+    def __init__(self, steps: int = 20000, units: int = 16):
+        from nnhal.conformance.runner import RequestPools
+
+        x = np.random.default_rng(1).random((steps, 1, units), np.float32)
+        self.p = RequestPools([x, np.zeros((1, units), np.float32)], [steps * units * 4])
+
+    def request(self) -> hal.Request:
+        return self.p.request()
+
+    def close(self) -> None:
+        self.p.close()
+
+
+@pytest.fixture(scope="module")
+def rnn():  # noqa: ANN201
+    prepared = prepared_model(rnn_model())
+    pools = RnnPools()
+    t0 = time.monotonic()
+    assert execute_sync(prepared, pools.request())[0] == S.NONE
+    full = time.monotonic() - t0
+    yield prepared, pools, full
+    pools.close()
+
+
+@pytest.mark.parametrize("path", ["sync", "async", "fenced"])
+def test_long_kernel_interrupted_promptly(rnn, path: str) -> None:  # noqa: ANN001
+    """A single 20000-step RNN operation stops at its deadline (the kernel's
+    time loop polls it), not when the operation ends; the lateness is printed."""
+    prepared, pools, full = rnn
+    budget = 0.02
+    assert full > 5 * budget, f"the model runs {full * 1e3:.1f} ms: too short to show an interruption"
+    dl = ms_from_now(budget * 1e3)
+    t0 = time.monotonic()
+    if path == "sync":
+        status = execute_sync(prepared, pools.request(), M.NO, dl)[0]
+    elif path == "async":
+        launch, status, _, _ = execute_async(prepared, pools.request(), M.NO, dl)
+        assert launch == S.NONE
+    else:
+        status, fence_handle, cb = prepared.executeFenced(pools.request(), [], M.NO, dl, hal.OptionalTimeoutDuration(),
+                                                          hal.OptionalTimeoutDuration())
+        if status == S.NONE:  # an asynchronous fenced launch: the outcome is on the callback
+            from nnhal import fence
+
+            fence.sync_wait(fence_handle, 30)
+            status = cb.getExecutionInfo()[0]
+    elapsed = time.monotonic() - t0
+    late = elapsed - budget
+    print(f"{path}: full run {full * 1e3:.1f} ms, deadline {budget * 1e3:.0f} ms, stopped after "
+          f"{elapsed * 1e3:.1f} ms ({late * 1e3:.1f} ms late)")
+    assert status in MISSED
+    assert elapsed < budget + max(0.1, full / 4), f"{late * 1e3:.1f} ms late"
+
+
+def test_long_kernel_unlimited_deadline(rnn) -> None:  # noqa: ANN001
+    prepared, pools, _ = rnn
+    for ns in (INT64_MAX, 2**64 - 1):
+        assert execute_sync(prepared, pools.request(), M.NO, hal.OptionalTimePoint(nanosecondsSinceEpoch=ns))[0] \
+            == S.NONE
+
+
+def test_missed_deadline_transient_or_persistent(rnn) -> None:  # noqa: ANN001
+    """PERSISTENT when the deadline had passed on arrival, or when the work
+    started in time and has never fit such a window; TRANSIENT when it
+    waited in the queue (the load made it late) or has fit before."""
+    from nnhal.driver.scheduler import missed_deadline_status as mds
+
+    prepared, pools, full = rnn
+    past = hal.OptionalTimePoint(nanosecondsSinceEpoch=max(0, time.monotonic_ns() - 10**6))
+    assert execute_sync(prepared, pools.request(), M.NO, past)[0] == S.MISSED_DEADLINE_PERSISTENT
+    assert execute_async(prepared, pools.request(), M.NO, past)[1] == S.MISSED_DEADLINE_PERSISTENT
+    # the model needs `full` seconds and never did it in 20 ms: PERSISTENT
+    assert prepared.best_ns is not None and prepared.best_ns > 20_000_000
+    assert execute_sync(prepared, pools.request(), M.NO, ms_from_now(20))[0] == S.MISSED_DEADLINE_PERSISTENT
+    now = 10**12
+    assert mds(now, now, now - 1) == S.MISSED_DEADLINE_PERSISTENT
+    assert mds(now, now + 60, now + 100) == S.MISSED_DEADLINE_TRANSIENT  # queued for most of the window
+    assert mds(now, now + 1, now + 100, best_ns=50) == S.MISSED_DEADLINE_TRANSIENT  # has fit before
+    assert mds(now, now + 1, now + 100, best_ns=500) == S.MISSED_DEADLINE_PERSISTENT
+    assert mds(now, now + 1, now + 100) == S.MISSED_DEADLINE_PERSISTENT
+    assert mds(now, now, now + 2**64) == S.MISSED_DEADLINE_PERSISTENT  # a huge window: no overflow
+
+
+def test_prepare_deadline_interrupts_a_long_preparation() -> None:
+    """Preparing a quantized MobileNet takes about a second (verified float32
+    requantization constants per layer): a 50 ms deadline ends it early."""
+    from nnhal import bench
+
+    net = bench.mobilenet_v1(32, 1.0, 1000)
+    x = np.random.default_rng(0).random((1, 32, 32, 3), np.float32)
+    model = bench.to_model(bench.lower(net, quant=True, ranges=bench.calibrate(net, x)))
+    t0 = time.monotonic()
+    launch, status, prepared = prepare(model)
+    full = time.monotonic() - t0
+    assert status == S.NONE
+    t0 = time.monotonic()
+    launch, status, prepared = prepare(model, deadline=ms_from_now(50))
+    elapsed = time.monotonic() - t0
+    print(f"prepare: full {full * 1e3:.0f} ms, with a 50 ms deadline stopped after {elapsed * 1e3:.0f} ms")
+    assert launch == S.NONE and status in MISSED and prepared is None
+    if full > 0.4:
+        assert elapsed < full / 2
+
+
+class _Gate:
+    """Occupies a scheduler's only worker until released."""
+
+    def __init__(self, sched) -> None:  # noqa: ANN001
+        import threading
+
+        self.started, self.release = threading.Event(), threading.Event()
+        assert sched.submit(int(hal.Priority.HIGH), self._run)
+        assert self.started.wait(10)
+
+    def _run(self) -> None:
+        self.started.set()
+        self.release.wait(30)
+
+
+@pytest.fixture
+def one_worker():  # noqa: ANN201
+    """A device whose work queue has one worker and room for 4 tasks."""
+    from nnhal.driver import SampleDevice
+    from nnhal.driver.scheduler import Scheduler
+
+    sched = Scheduler(workers=1, max_queued=4, name="test-qos")
+    dev = SampleDevice("sample-qos", scheduler=sched)
+    yield dev, sched
+    sched.shutdown()
+
+
+def test_priority_order(one_worker) -> None:  # noqa: ANN001
+    """Queued work of a HIGH-priority prepared model runs before queued MEDIUM
+    and LOW work, whatever the order of the launches."""
+    from tests.driver_util import CountingExecutionCallback
+    from tests.driver_util import prepare as prep
+
+    dev, sched = one_worker
+    vm = vector_model("V1_2/conv2d_dilation", None)
+    models = {}
+    for prio in hal.Priority:
+        launch, status, prepared = prep(vm.build_model(), dev, priority=prio)
+        assert status == S.NONE and prepared.priority == prio
+        models[prio] = prepared
+    order = []
+
+    class Cb(CountingExecutionCallback):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def notify_1_3(self, status, shapes, timing) -> None:  # noqa: ANN001
+            order.append((self.name, status))
+            super().notify_1_3(status, shapes, timing)
+
+    with vector_pools(vm) as p:
+        gate = _Gate(sched)
+        cbs = []
+        for name, prio in [("low", hal.Priority.LOW), ("medium", hal.Priority.MEDIUM), ("low2", hal.Priority.LOW),
+                           ("high", hal.Priority.HIGH)]:
+            cb = Cb(name)
+            assert models[prio].execute_1_3(p.request(), M.NO, hal.OptionalTimePoint(),
+                                            hal.OptionalTimeoutDuration(), cb) == S.NONE
+            cbs.append(cb)
+        gate.release.set()
+        for cb in cbs:
+            cb.wait(WAIT_S)
+    assert order == [("high", S.NONE), ("medium", S.NONE), ("low", S.NONE), ("low2", S.NONE)]
+
+
+def test_bounded_queue_resource_exhausted(one_worker) -> None:  # noqa: ANN001
+    from tests.driver_util import CountingExecutionCallback, CountingPreparedCallback
+
+    dev, sched = one_worker
+    prepared = prepared_model(add_model(), dev)
+    a, b = np.ones((2, 2), np.float32), np.ones((2, 2), np.float32)
+    from nnhal.conformance.runner import RequestPools
+
+    with RequestPools([a, b], [16]) as p:
+        gate = _Gate(sched)
+        try:
+            cbs = []
+            for _ in range(sched.max_queued):
+                cb = CountingExecutionCallback()
+                assert prepared.execute_1_3(p.request(), M.NO, hal.OptionalTimePoint(),
+                                            hal.OptionalTimeoutDuration(), cb) == S.NONE
+                cbs.append(cb)
+            cb = CountingExecutionCallback()
+            assert prepared.execute_1_3(p.request(), M.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
+                                        cb) == S.RESOURCE_EXHAUSTED_TRANSIENT
+            assert cb.wait(0)[0] == S.RESOURCE_EXHAUSTED_TRANSIENT and len(cb.calls) == 1
+            assert execute_sync(prepared, p.request())[0] == S.RESOURCE_EXHAUSTED_TRANSIENT
+            pcb = CountingPreparedCallback()
+            assert dev.prepareModel_1_3(add_model(), hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.HIGH,
+                                        hal.OptionalTimePoint(), [], [], bytes(32), pcb) \
+                == S.RESOURCE_EXHAUSTED_TRANSIENT
+            assert pcb.wait(0) == (S.RESOURCE_EXHAUSTED_TRANSIENT, None)
+            assert sched.stats()["queued"] == sched.max_queued
+        finally:
+            gate.release.set()
+        for cb in cbs:
+            assert cb.wait(WAIT_S)[0] == S.NONE and len(cb.calls) == 1
+        assert execute_sync(prepared, p.request())[0] == S.NONE
+
+
+def test_deadline_passes_while_queued(one_worker) -> None:  # noqa: ANN001
+    """A queued execution is answered at its deadline (MISSED_DEADLINE_TRANSIENT:
+    the load made it late), not when a worker frees up; a far deadline
+    (2**64 - 1) in the same queue is harmless."""
+    from tests.driver_util import CountingExecutionCallback
+
+    dev, sched = one_worker
+    prepared = prepared_model(add_model(), dev)
+    from nnhal.conformance.runner import RequestPools
+
+    with RequestPools([np.ones((2, 2), np.float32)] * 2, [16]) as p:
+        gate = _Gate(sched)
+        try:
+            far = CountingExecutionCallback()
+            assert prepared.execute_1_3(p.request(), M.NO, hal.OptionalTimePoint(nanosecondsSinceEpoch=2**64 - 1),
+                                        hal.OptionalTimeoutDuration(), far) == S.NONE
+            cb = CountingExecutionCallback()
+            t0 = time.monotonic()
+            assert prepared.execute_1_3(p.request(), M.NO, ms_from_now(50), hal.OptionalTimeoutDuration(), cb) \
+                == S.NONE
+            status, shapes, timing = cb.wait(WAIT_S)
+            waited = time.monotonic() - t0
+            assert status == S.MISSED_DEADLINE_TRANSIENT and shapes == [] and timing == NO_TIMING
+            assert 0.04 <= waited < 1.0, waited
+            t0 = time.monotonic()
+            status = execute_sync(prepared, p.request(), M.NO, ms_from_now(50))[0]
+            assert status == S.MISSED_DEADLINE_TRANSIENT and time.monotonic() - t0 < 1.0
+        finally:
+            gate.release.set()
+        assert far.wait(WAIT_S)[0] == S.NONE
+
+
+def test_high_priority_latency_under_low_load() -> None:
+    """Two workers saturated with a backlog of LOW executions: a HIGH
+    execution waits for at most the running ones, a LOW one for the backlog."""
+    import threading
+
+    from nnhal import bench
+    from nnhal.driver import SampleDevice
+    from nnhal.driver.scheduler import Scheduler
+    from tests.driver_util import CountingExecutionCallback
+
+    sched = Scheduler(workers=2, max_queued=64, name="test-latency")
+    dev = SampleDevice("sample-latency", scheduler=sched)
+    try:
+        net = bench.mobilenet_v1(64, 0.25, 10)
+        g = bench.lower(net, quant=False)
+        model = bench.to_model(g)
+        high = prepare(model, dev, priority=hal.Priority.HIGH)[2]
+        low = prepare(model, dev, priority=hal.Priority.LOW)[2]
+        x = np.random.default_rng(0).random((1, 64, 64, 3), np.float32)
+        from nnhal.conformance.runner import RequestPools
+
+        with RequestPools([x], [40]) as p:
+            def timed(pm) -> float:  # noqa: ANN001
+                t0 = time.monotonic()
+                assert execute_sync(pm, p.request())[0] == S.NONE
+                return time.monotonic() - t0
+
+            idle = min(timed(high) for _ in range(5))
+            cbs = [CountingExecutionCallback() for _ in range(24)]
+            for cb in cbs:
+                assert low.execute_1_3(p.request(), M.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
+                                       cb) == S.NONE
+            t_high = timed(high)
+            t_low = timed(low)
+            for cb in cbs:
+                cb.wait(WAIT_S)
+            print(f"idle HIGH {idle * 1e3:.1f} ms; with 24 LOW queued: HIGH {t_high * 1e3:.1f} ms, "
+                  f"LOW {t_low * 1e3:.1f} ms")
+            assert t_high < t_low
+            assert threading.active_count() < 200
+    finally:
+        sched.shutdown()

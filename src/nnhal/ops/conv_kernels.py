@@ -43,6 +43,8 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from nnhal.ops import deadline
+
 F32_EXACT = 1 << 24  # largest magnitude up to which every integer is a float32
 REQUANT_CHUNK = 65536  # values per requantization chunk (float64 temporaries stay in cache)
 
@@ -266,6 +268,7 @@ def gemm_exact(a: np.ndarray, b: np.ndarray, block: int | None, temp: bool = Fal
         return acc
     acc = np.zeros(a.shape[:-1] + b.shape[-1:], np.float64)
     for s in range(0, k, block):
+        deadline.poll()  # NOTE: the execution's deadline between the blocks of a long reduction
         acc += a[..., s:s + block] @ b[..., s:s + block, :]
     if may_round and want32:
         return acc.astype(np.float32)
@@ -466,6 +469,7 @@ class Requant:
         grid = [(km, kc) for km in NUDGE_M for kc in NUDGE_C]
         wide = [(km, kc) for km in range(-4, 5) for kc in range(-12, 13) if (km, kc) not in grid]
         for km, kc in grid + wide:
+            deadline.poll()  # NOTE: a preparation's deadline (the search is the long part of prepare)
             if wide and (km, kc) == wide[0] and todo.size > 8:
                 break  # NOTE: the wide search only for a few stubborn channels (it is long)
             m32 = nudge(m[todo].astype(np.float32), km)
@@ -535,6 +539,7 @@ class Requant:
                 tmp = scratch(("rq-tmp",), shape, np.float64)
                 neg = scratch(("rq-neg",), shape, np.bool_)
             for s in range(r0, r1, step):
+                deadline.poll()  # NOTE: only the calling thread has a deadline: it stops the others' wait
                 e = min(r1, s + step)
                 blk = a2[s:e]
                 t = buf[:e - s]
@@ -580,6 +585,7 @@ class Requant:
             buf = scratch(("rq-f32",), shape, np.float32)
             ubuf = scratch(("rq-f32u",), shape, np.float32) if ncorr is not None else None
             for s in range(r0, r1, step):
+                deadline.poll()
                 e = min(r1, s + step)
                 t = buf[:e - s]
                 np.multiply(a2[s:e], mul, out=t)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nnhal.ops import deadline
 from nnhal.ops.quant import (
     quantize_multiplier,
     rounding_divide_by_pot,
@@ -146,6 +147,7 @@ def float_lstm_sequence(x: np.ndarray, w: FloatLstmWeights, h0: np.ndarray, c0: 
     scratch = np.zeros((n_g, n_batch, n_cell), np.float32)
     order = range(n_time) if forward else range(n_time - 1, -1, -1)
     for t in order:
+        deadline.poll()  # NOTE: a long sequence ends at the execution's deadline, not after it
         z = pre[t] + (h @ wh_t).reshape(n_batch, n_g, n_cell)
 
         def gate(g: int, cell: np.ndarray, z: np.ndarray = z) -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hal import OperandType, OperationType
+from nnhal.ops import deadline
 from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, Signature
 
 T = OperandType
@@ -67,6 +68,7 @@ def _rnn_sequence(xs: np.ndarray, h: np.ndarray, w: np.ndarray, rw: np.ndarray, 
     outs = np.empty(proj.shape, dtype=np.float64)
     steps = range(n_time - 1, -1, -1) if reverse else range(n_time)
     for t in steps:
+        deadline.poll()  # NOTE: a long sequence ends at the execution's deadline
         h = activation(proj[t] + h @ rw.T, act).astype(store).astype(np.float64)
         outs[t] = h
     return outs, h
