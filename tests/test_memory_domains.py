@@ -241,9 +241,15 @@ def test_allocate_refuses_dimensions_on_a_scalar_role() -> None:
     b.op(OT.ADD, [x, x, s], [out])
     pm = prepared_model(make_model(b))
     _refused(dev().allocate(hal.BufferDesc(dimensions=[1]), [pm], [role(1)], []))
-    buf, _ = allocate(pm, ins=[1], outs=[], dims=[])  # a scalar buffer is fine
-    assert buf.copyFrom(shared(np.int32(0)), []) == S.NONE
+    buf, token = allocate(pm, ins=[1], outs=[], dims=[])  # a scalar buffer is fine
     assert buf.copyFrom(shared(np.int32(0)), [1]) == S.INVALID_ARGUMENT
+    x = np.array([-1.5, 2.0], np.float32)
+    src, out = shared(x), shared(size=8)
+    req = request([arg(0, 0, 8), arg(2)], [arg(1, 0, 8)], [src, out, token])
+    assert run(pm, req)[0] == S.GENERAL_FAILURE  # uninitialized
+    assert buf.copyFrom(shared(np.int32(1)), []) == S.NONE  # the activation: RELU
+    assert run(pm, req)[0] == S.NONE
+    np.testing.assert_array_equal(read(out, np.float32, [2]), [0.0, 4.0])
 
 
 def test_allocate_refuses_junk_without_raising() -> None:

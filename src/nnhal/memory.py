@@ -16,9 +16,10 @@ Android's runtime creates them and the reference CPU executor maps them
   usage_high32, stride]`` with width = size, height = layers = 1, format
   ``AHARDWAREBUFFER_FORMAT_BLOB`` (0x21).
 - ``"hardware_buffer"``: a non-BLOB ``AHardwareBuffer`` (an image).  It passes
-  validation (same handle layout, hidl_memory size 0 as in Android) but the
-  CPU driver cannot map it: :func:`map` raises :class:`InvalidMemory`, which a
-  driver reports as ``INVALID_ARGUMENT``.
+  validation (same handle layout, hidl_memory size 0 as in Android) but is no
+  flat byte range: :func:`map` raises :class:`InvalidMemory`.  The sample
+  driver maps such images row by row for execution inputs and outputs and
+  IBuffer copies (``nnhal.driver.hardware_buffer``).
 
 Shrinking and SIGBUS: a mapping of a file touched beyond the file's end
 (another holder of the fd ftruncate()d it) kills the process with SIGBUS.
