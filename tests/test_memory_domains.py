@@ -127,6 +127,10 @@ def execute_fenced(pm: Any, req: hal.Request) -> S:
     if status != S.NONE:
         assert sync_fence is None and callback is None
         return status
+    if sync_fence is not None and sync_fence.fds:
+        from nnhal import fence
+
+        fence.sync_wait(sync_fence, 30.0)  # NOTE: as VTS: the execution info once the fence signals
     st, launched, fenced = callback.getExecutionInfo()
     return st
 
