@@ -976,3 +976,16 @@ def test_service_freed_buffer_token(service: Any) -> None:
         time.sleep(0.01)
     for how in PATHS:
         assert run(pm, req, how)[0] == S.INVALID_ARGUMENT
+
+
+def test_service_hardware_buffer_images(service: Any) -> None:
+    pm = _remote_prepared(service, twice_model(dims=[4, 8]))
+    x = value(dims=[4, 8])
+    src, dst = image(8, 4, 10), image(8, 4, 10)
+    put_rows(src, x.tobytes(), 32, 40)
+    assert run(pm, request([arg(0)], [arg(1)], [src, dst]), "sync")[0] == S.NONE
+    raw = image_bytes(dst)
+    got = b"".join(raw[r * 40: r * 40 + 32] for r in range(4))
+    np.testing.assert_array_equal(np.frombuffer(got, np.float32).reshape(4, 8), 2 * x)
+    assert run(pm, request([arg(0)], [arg(1, 0, x.nbytes)], [image(8, 4, 8, fmt=0x23), shared(size=x.nbytes)]),
+               "async")[0] == S.GENERAL_FAILURE
