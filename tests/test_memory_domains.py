@@ -611,6 +611,18 @@ def test_freed_buffer_token_is_invalid() -> None:
     assert allocate(pm)[1] not in (token, token2)
 
 
+def test_live_buffers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nnhal.driver import buffers
+
+    d = SampleDevice("bounded")
+    pm = prepared_model(twice_model(), d)
+    monkeypatch.setattr(buffers, "MAX_LIVE_BUFFERS", 2)
+    first = [allocate(pm, device=d) for _ in range(2)]
+    _refused(d.allocate(hal.BufferDesc(), [pm], [role()], []))
+    first[0][0].close()
+    assert allocate(pm, device=d)[1] > 0
+
+
 def test_buffer_outlives_nothing_it_should_not() -> None:
     """A role names a prepared model weakly: a model that is gone never matches
     another one, and the buffer does not keep the model alive."""

@@ -24,6 +24,7 @@ memory-domain guide, as VTS's MemoryDomainTests check them:
   differ from one execution to the next as long as the fixed axes hold.
   When read as an input, the current shape is the input's shape (a request
   that names other dimensions is INVALID_ARGUMENT).
+- At most ``MAX_LIVE_BUFFERS`` buffers live per device (beyond: GENERAL_FAILURE).
 - Tokens are positive ``uint32``, never reused while the process lives
   (until 2**32 - 1 allocations wrap around, skipping live tokens), so a
   freed buffer's token is INVALID_ARGUMENT afterwards.  A buffer is freed
@@ -62,6 +63,9 @@ T = hal.OperandType
 
 INPUT, OUTPUT = "input", "output"
 UINT32_MAX = 2**32 - 1
+# NOTE: the guide lets a driver refuse what its memory limits cannot hold; a bound on live
+# buffers keeps a client from growing the registry without limit (GENERAL_FAILURE beyond it)
+MAX_LIVE_BUFFERS = 1 << 16
 
 
 class AllocateError(Exception):
@@ -376,6 +380,9 @@ class BufferRegistry:
         except Exception as e:  # NOTE: odd objects in the arguments are a bad argument, never a crash
             log.error("allocate: malformed argument (%s: %s)", type(e).__name__, e)
             return S.INVALID_ARGUMENT, None, 0
+        if len(self) >= MAX_LIVE_BUFFERS:
+            log.error("allocate: %d buffers are alive, the most this driver keeps", MAX_LIVE_BUFFERS)
+            return S.GENERAL_FAILURE, None, 0
         token = self._new_token()
         buf = DeviceBuffer(token, operand, dims, roles)
         with self._lock:
