@@ -1,0 +1,921 @@
+"""``.tflite`` -> HAL 1.3 ``Model`` (``types.hal``), as Android's NNAPI delegate
+builds an NNAPI model from a TFLite graph.
+
+Reads the flatbuffer with the schema module of ``ai-edge-litert`` (object API)
+and maps each operator through :data:`nnhal.tflite.table.MAPPINGS`.  Tensors
+become operands: float32 -> ``TENSOR_FLOAT32``, uint8 -> ``TENSOR_QUANT8_ASYMM``,
+int8 -> ``TENSOR_QUANT8_ASYMM_SIGNED`` (one scale) or
+``TENSOR_QUANT8_SYMM_PER_CHANNEL`` (several scales, zero points 0), int32 ->
+``TENSOR_INT32``, bool -> ``TENSOR_BOOL8``, int16 -> ``TENSOR_QUANT16_SYMM``,
+constant int64 index tensors -> ``TENSOR_INT32``; rank-0 tensors become [1]
+(as the delegate's scalar-as-tensor).  Constants above 128 bytes go to a
+shared-memory pool (``CONSTANT_REFERENCE``), the others inline.  TFLite
+variable tensors (RNN / LSTM / SVDF state) are zero constants: the model
+computes one invocation from the initial state, as a freshly allocated
+interpreter does.
+
+Every operator that cannot be mapped exactly is collected with its index and
+the reason; :class:`UnsupportedModelError` lists them all.  Nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from nnhal import hal
+from nnhal.hal import OperandLifeTime as L
+from nnhal.hal import OperandType as T
+from nnhal.hal import OperationType as Op
+from nnhal.tflite import schema as sch
+from nnhal.tflite.table import ACTIVATIONS, BY_BUILTIN, PADDING, REFUSED, Arg, Mapping
+
+# schema TensorType -> (class name used by the table, numpy dtype)
+_TFL_TYPES = {0: ("f32", np.float32), 1: ("f16", np.float16), 2: ("i32", np.int32), 3: ("u8", np.uint8),
+              4: ("i64", np.int64), 6: ("bool", np.bool_), 7: ("i16", np.int16), 9: ("i8", np.int8)}
+_INLINE_LIMIT = 128
+
+
+class UnsupportedModelError(ValueError):
+    """Operators with no exact HAL 1.3 form; ``failures`` lists (operator index, name, reason)."""
+
+    def __init__(self, failures: list[tuple[int, str, str]]):
+        self.failures = failures
+        lines = [f"  operator {i} {n}: {r}" for i, n, r in failures]
+        super().__init__(f"{len(failures)} operator(s) cannot be mapped to HAL 1.3:\n" + "\n".join(lines))
+
+
+class _Refuse(Exception):
+    pass
+
+
+@dataclass
+class TensorDesc:
+    """A model input/output (or an exposed intermediate tensor)."""
+
+    name: str
+    tensor: int  # TFLite tensor index
+    shape: list[int]  # TFLite shape, -1 for an unknown dimension
+    dtype: str  # numpy dtype name
+    scale: float = 0.0
+    zero_point: int = 0
+    producer: int = -1  # TFLite operator index that writes it (-1: a model input)
+    producer_name: str = ""
+
+    @property
+    def quantized(self) -> bool:
+        return self.scale > 0 and self.dtype in ("uint8", "int8", "int16")
+
+
+@dataclass
+class IODescription:
+    """What ``load`` built: the model's inputs and outputs (HAL input / output order), the exposed
+    intermediate tensors (HAL outputs after the model's own), and what the mapping used."""
+
+    inputs: list[TensorDesc] = field(default_factory=list)
+    outputs: list[TensorDesc] = field(default_factory=list)
+    intermediates: list[TensorDesc] = field(default_factory=list)
+    operators: collections.Counter = field(default_factory=collections.Counter)  # TFLite builtin -> count
+    hal_operations: collections.Counter = field(default_factory=collections.Counter)
+    rewrites: collections.Counter = field(default_factory=collections.Counter)  # rewrite name -> count
+    hal_to_tflite: list[int] = field(default_factory=list)  # per HAL operation, its TFLite operator index
+    operator_names: list[str] = field(default_factory=list)  # per TFLite operator
+
+    @property
+    def all_outputs(self) -> list[TensorDesc]:
+        return self.outputs + self.intermediates
+
+
+def load(path: Union[str, Path, bytes], *, batch: Optional[int] = 1,
+         expose_intermediates: bool = False) -> tuple[hal.Model, IODescription]:
+    """A HAL 1.3 model and its io description from a .tflite file (or its bytes).
+
+    ``batch``: the value given to unknown (-1) dimensions; ``None`` keeps them unknown (0 in the
+    HAL model, the shapes then come at execution).  ``expose_intermediates``: every tensor an
+    operator writes also becomes a model output (after the model's own outputs), for per-tensor
+    comparisons.  Raises :class:`UnsupportedModelError` listing every operator that cannot be
+    mapped, ``ValueError`` for a file that is not a TFLite model."""
+    data = bytes(path) if isinstance(path, (bytes, bytearray)) else Path(path).read_bytes()
+    return _Loader(data, batch, expose_intermediates).run()
+
+
+def _quant(t: Any) -> tuple[list[float], list[int], int]:
+    q = t.quantization
+    if q is None or q.scale is None or len(q.scale) == 0:
+        return [], [], 0
+    zps = [int(z) for z in q.zeroPoint] if q.zeroPoint is not None else [0] * len(q.scale)
+    return [float(s) for s in q.scale], zps, int(q.quantizedDimension)
+
+
+class _Loader:
+    def __init__(self, data: bytes, batch: Optional[int], expose: bool):
+        self.data = data
+        self.m = sch.read_model(data)
+        if not self.m.subgraphs:
+            raise ValueError("the model has no subgraph")
+        self.sg = self.m.subgraphs[0]
+        self.batch, self.expose = batch, expose
+        self.names = sch.builtin_names()
+        self.operands: list[hal.Operand] = []
+        self.values: dict[int, np.ndarray] = {}  # HAL operand -> constant value
+        self.t2o: dict[int, int] = {}  # TFLite tensor -> HAL operand
+        self.folded: dict[int, np.ndarray] = {}  # TFLite tensor -> constant computed at load
+        self.ops: list[hal.Operation] = []
+        self.failures: list[tuple[int, str, str]] = []
+        self.io = IODescription()
+        self.cur = -1
+        self.inputs = [int(i) for i in (self.sg.inputs if self.sg.inputs is not None else [])]
+        self.outputs = [int(i) for i in (self.sg.outputs if self.sg.outputs is not None else [])]
+
+    # ------------------------------------------------------------------ tensors
+
+    def tensor(self, k: int) -> Any:
+        return self.sg.tensors[k]
+
+    def tclass(self, k: int) -> str:
+        t = self.tensor(k)
+        if t.type not in _TFL_TYPES:
+            raise _Refuse(f"tensor {k} has TFLite type {t.type} with no HAL operand type")
+        return _TFL_TYPES[t.type][0]
+
+    def shape(self, k: int) -> list[int]:
+        """TFLite shape with -1 where the signature says unknown."""
+        t = self.tensor(k)
+        shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+        sig = t.shapeSignature
+        if sig is not None and len(sig) == len(shape):
+            shape = [-1 if int(s) == -1 else d for d, s in zip(shape, sig)]
+        return shape
+
+    def dims(self, k: int) -> list[int]:
+        """HAL dimensions: unknown -> batch (or 0 when kept unknown); rank 0 -> [1]."""
+        d = [(self.batch if self.batch is not None else 0) if s == -1 else s for s in self.shape(k)]
+        return d or [1]
+
+    def is_const(self, k: int) -> bool:
+        if k in self.folded:
+            return True
+        t = self.tensor(k)
+        if t.isVariable:
+            return True
+        buf = self.m.buffers[t.buffer] if t.buffer < len(self.m.buffers) else None
+        return buf is not None and ((buf.data is not None and len(buf.data) > 0) or buf.offset > 1)
+
+    def array(self, k: int) -> np.ndarray:
+        """The value of constant tensor ``k`` (zeros for a variable without data)."""
+        if k in self.folded:
+            return self.folded[k]
+        t = self.tensor(k)
+        if t.type not in _TFL_TYPES:
+            raise _Refuse(f"constant tensor {k} has unsupported type {t.type}")
+        dt = np.dtype(_TFL_TYPES[t.type][1])
+        buf = self.m.buffers[t.buffer]
+        if buf.data is not None and len(buf.data) > 0:
+            raw = np.asarray(buf.data, dtype=np.uint8).tobytes()
+        elif buf.offset > 1:
+            raw = self.data[buf.offset: buf.offset + buf.size]
+        elif t.isVariable:
+            return np.zeros(self.dims(k), dt)
+        else:
+            raise _Refuse(f"tensor {k} is not a constant")
+        shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+        if t.sparsity is not None:
+            raise _Refuse(f"tensor {k} is sparse (needs DENSIFY)")
+        return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
+
+    def hal_type(self, k: int) -> tuple[T, float, int, Optional[hal.SymmPerChannelQuantParams]]:
+        c = self.tclass(k)
+        scales, zps, qdim = _quant(self.tensor(k))
+        s, z = (scales[0], zps[0]) if scales else (0.0, 0)
+        if c == "f32":
+            return T.TENSOR_FLOAT32, 0.0, 0, None
+        if c == "f16":
+            return T.TENSOR_FLOAT16, 0.0, 0, None
+        if c in ("i32", "i64"):
+            return T.TENSOR_INT32, s, z, None
+        if c == "bool":
+            return T.TENSOR_BOOL8, 0.0, 0, None
+        if c == "u8":
+            return T.TENSOR_QUANT8_ASYMM, s or 1.0, z, None
+        if c == "i16":
+            if z != 0:
+                raise _Refuse(f"int16 tensor {k} has zero point {z} (NNAPI's QUANT16_SYMM needs 0)")
+            return T.TENSOR_QUANT16_SYMM, s or 1.0, 0, None
+        if c == "i8":
+            if len(scales) > 1:
+                if any(zps):
+                    raise _Refuse(f"per-channel tensor {k} has non-zero zero points")
+                return T.TENSOR_QUANT8_SYMM_PER_CHANNEL, 0.0, 0, hal.SymmPerChannelQuantParams(scales, qdim)
+            return T.TENSOR_QUANT8_ASYMM_SIGNED, s or 1.0, z, None
+        raise _Refuse(f"tensor {k} type {c}")
+
+    # ------------------------------------------------------------------ operands
+
+    def add(self, type_: T, dims: list[int], scale: float = 0.0, zp: int = 0,
+            cq: Optional[hal.SymmPerChannelQuantParams] = None, value: Optional[np.ndarray] = None) -> int:
+        o = hal.Operand(type=type_, dimensions=list(dims), scale=float(scale), zeroPoint=int(zp))
+        if cq is not None:
+            o.extraParams = hal.OperandExtraParams(channelQuant=cq)
+        self.operands.append(o)
+        idx = len(self.operands) - 1
+        if value is not None:
+            self.values[idx] = value
+        return idx
+
+    def scalar(self, type_: T, v: Any) -> int:
+        dt = {T.INT32: np.int32, T.FLOAT32: np.float32, T.BOOL: np.bool_, T.FLOAT16: np.float16}[type_]
+        return self.add(type_, [], value=np.array(v, dtype=dt))
+
+    def const(self, arr: np.ndarray, type_: T, scale: float = 0.0, zp: int = 0,
+              cq: Optional[hal.SymmPerChannelQuantParams] = None) -> int:
+        dims = list(arr.shape) or [1]
+        return self.add(type_, dims, scale, zp, cq, np.ascontiguousarray(arr).reshape(dims))
+
+    def i32(self, arr: Any) -> int:
+        a = np.asarray(arr)
+        if a.dtype.kind in "iu" and a.size and (a.min() < -2**31 or a.max() >= 2**31):
+            raise _Refuse("int64 constant does not fit in int32")
+        return self.const(a.astype(np.int32), T.TENSOR_INT32)
+
+    def operand(self, k: int) -> int:
+        """The HAL operand of TFLite tensor ``k`` (a constant, a model input or an earlier output)."""
+        if k in self.t2o:
+            return self.t2o[k]
+        if self.is_const(k):
+            arr = self.array(k)
+            type_, s, z, cq = self.hal_type(k)
+            if arr.dtype == np.int64:
+                arr = arr.astype(np.int32)
+            idx = self.const(arr.reshape(self.dims(k)) if arr.size == int(np.prod(self.dims(k))) else arr,
+                             type_, s, z, cq)
+        elif k in self.inputs:
+            type_, s, z, cq = self.hal_type(k)
+            idx = self.add(type_, self.dims(k), s, z, cq)
+        else:
+            raise _Refuse(f"input tensor {k} ({self.tname(k)}) is written by no mapped operator")
+        self.t2o[k] = idx
+        return idx
+
+    def out(self, k: int) -> int:
+        """A new HAL operand for TFLite tensor ``k``, written by the current operator."""
+        type_, s, z, cq = self.hal_type(k)
+        idx = self.add(type_, self.dims(k), s, z, cq)
+        self.t2o[k] = idx
+        self.producer[k] = self.cur
+        return idx
+
+    def temp(self, type_: T, dims: list[int], scale: float = 0.0, zp: int = 0) -> int:
+        return self.add(type_, dims, scale, zp)
+
+    def like(self, k: int, dims: list[int]) -> int:
+        """A temporary of tensor ``k``'s type and quantization with other dimensions."""
+        type_, s, z, cq = self.hal_type(k)
+        return self.add(type_, dims, s, z, cq)
+
+    def tname(self, k: int) -> str:
+        n = self.tensor(k).name
+        return n.decode(errors="replace") if isinstance(n, bytes) else str(n or k)
+
+    def emit(self, type_: Op, ins: list[int], outs: list[int]) -> None:
+        self.ops.append(hal.Operation(type_, list(ins), list(outs)))
+        self.io.hal_to_tflite.append(self.cur)
+
+    # ------------------------------------------------------------------ operators
+
+    def op_name(self, op: Any) -> tuple[str, Any]:
+        code = self.m.operatorCodes[op.opcodeIndex]
+        b = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
+        name = self.names.get(b, f"BUILTIN_{b}")
+        if name == "CUSTOM":
+            cc = code.customCode
+            return (cc.decode(errors="replace") if isinstance(cc, bytes) else str(cc)), code
+        return name, code
+
+    def run(self) -> tuple[hal.Model, IODescription]:
+        self.producer: dict[int, int] = {}
+        for k in self.inputs:
+            if not self.is_const(k):
+                self.operand(k)
+        for i, op in enumerate(self.sg.operators or []):
+            self.cur = i
+            name, code = self.op_name(op)
+            self.io.operator_names.append(name)
+            self.io.operators[name] += 1
+            n_ops = len(self.ops)
+            try:
+                self.map_operator(op, name, code)
+            except _Refuse as e:
+                del self.ops[n_ops:]
+                del self.io.hal_to_tflite[n_ops:]
+                self.failures.append((i, name, str(e)))
+        if len(self.m.subgraphs) > 1 and not self.failures:
+            pass  # NOTE: extra subgraphs are only referenced by WHILE / IF / CALL_ONCE, refused above
+        for k in self.outputs:
+            if k not in self.t2o:
+                if not any(k in list(op.outputs) for op in self.sg.operators or []) or k in self.folded:
+                    self.failures.append((-1, "OUTPUT", f"model output {self.tname(k)} is a constant or an input"))
+        if self.failures:
+            raise UnsupportedModelError(self.failures)
+        return self.finish()
+
+    def map_operator(self, op: Any, name: str, code: Any) -> None:
+        if name in REFUSED:
+            raise _Refuse(REFUSED[name])
+        mp = BY_BUILTIN.get(name)
+        if mp is None:
+            kind = "custom operator" if self.names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode))) \
+                == "CUSTOM" else "operator"
+            raise _Refuse(f"{kind} {name} has no NNAPI 1.3 mapping")
+        ins = [int(i) for i in (op.inputs if op.inputs is not None else [])]
+        ti = mp.type_input
+        if ti < len(ins) and ins[ti] >= 0:
+            c = self.tclass(ins[ti])
+            if c not in mp.types:
+                raise _Refuse(f"{name} is mapped for {sorted(mp.types)} inputs, not {c}")
+        if name == "DEQUANTIZE" and self.is_const(ins[0]):
+            self.fold_dequantize(op)
+            self.io.rewrites["fold_dequantize"] += 1
+            return
+        if mp.check:
+            getattr(self, "check_" + mp.check)(op, mp)
+        if mp.rewrite:
+            done = getattr(self, "rw_" + mp.rewrite)(op, mp)
+            if done:
+                self.io.rewrites[mp.rewrite] += 1
+                return
+        self.generic(op, mp)
+
+    def generic(self, op: Any, mp: Mapping, hal_type: Optional[Op] = None) -> None:
+        ins: list[int] = []
+        for a in mp.inputs:
+            ins.extend(self.arg(a, op))
+        touts = [int(o) for o in op.outputs]
+        spec = mp.outputs if mp.outputs is not None else tuple(range(len(touts)))
+        outs = [self.out(touts[j]) if j >= 0 else self.extra_output(op, mp, n) for n, j in enumerate(spec)]
+        self.emit(hal_type or mp.hal, ins, outs)
+
+    # ------------------------------------------------------------------ HAL inputs
+
+    def options(self, op: Any) -> Any:
+        return op.builtinOptions
+
+    def option(self, op: Any, name: str) -> Any:
+        o = op.builtinOptions
+        if o is None or not hasattr(o, name):
+            raise _Refuse(f"missing option {name}")
+        return getattr(o, name)
+
+    def arg(self, a: Arg, op: Any) -> list[int]:
+        ins = [int(i) for i in op.inputs]
+        if a.kind == "tensor":
+            if a.index >= len(ins):
+                if a.optional:
+                    return []  # NOTE: a trailing optional input TFLite does not have (e.g. 20-input LSTM)
+                raise _Refuse(f"input {a.index} missing")
+            k = ins[a.index]
+            if k < 0:
+                if not a.optional:
+                    raise _Refuse(f"input {a.index} is omitted")
+                return [self.no_value()]
+            return [self.operand(k)]
+        if a.kind == "const":
+            return [self.scalar(a.type, a.value)]
+        if a.kind == "option":
+            v = self.option(op, a.name)
+            if a.conv == "padding":
+                if int(v) not in PADDING:
+                    raise _Refuse(f"padding {v}")
+                v = PADDING[int(v)]
+            elif a.conv == "act":
+                if int(v) not in ACTIVATIONS:
+                    raise _Refuse(f"fused activation {v} (TANH / SIGN_BIT) has no NNAPI form")
+                v = ACTIVATIONS[int(v)]
+            elif a.conv == "bool":
+                v = bool(v)
+            elif a.conv == "float":
+                v = float(v)
+            else:
+                v = int(v)
+            return [self.scalar(a.type, v)]
+        return getattr(self, "d_" + a.name.rstrip("0123456789"))(op, a)
+
+    def no_value(self) -> int:
+        idx = self.add(T.TENSOR_FLOAT32, [])
+        self.operands[idx].lifetime = L.NO_VALUE
+        return idx
+
+    def const_input(self, op: Any, i: int) -> np.ndarray:
+        k = int(op.inputs[i])
+        if k < 0 or not self.is_const(k):
+            raise _Refuse(f"input {i} must be a constant")
+        return self.array(k)
+
+    def _bias(self, op: Any, bi: int, xi: int, wi: int, n: int) -> list[int]:
+        ins = [int(i) for i in op.inputs]
+        x_type, xs, _, _ = self.hal_type(ins[xi])
+        w_type, ws, _, wcq = self.hal_type(ins[wi])
+        if bi < len(ins) and ins[bi] >= 0:
+            k = ins[bi]
+            if x_type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+                return [self.operand(k)]
+            if not self.is_const(k):
+                raise _Refuse("a quantized bias must be a constant")
+            b = self.array(k).astype(np.int32).reshape(-1)
+        else:
+            b = np.zeros(n, np.float32 if x_type == T.TENSOR_FLOAT32 else np.int32)
+            if x_type == T.TENSOR_FLOAT32:
+                return [self.const(b, T.TENSOR_FLOAT32)]
+            if x_type == T.TENSOR_FLOAT16:
+                return [self.const(b.astype(np.float16), T.TENSOR_FLOAT16)]
+        # NOTE: NNAPI wants the bias scale equal to input scale * filter scale (0 for per-channel)
+        s = 0.0 if wcq is not None else float(np.float32(np.float32(xs) * np.float32(ws)))
+        return [self.const(b, T.TENSOR_INT32, s, 0)]
+
+    def d_bias(self, op: Any, a: Arg) -> list[int]:
+        w = self.shape(int(op.inputs[1]))
+        n = w[0] if self.op_is(op, "CONV_2D", "FULLY_CONNECTED") else w[-1]
+        return self._bias(op, 2, 0, 1, n)
+
+    def d_bias3(self, op: Any, a: Arg) -> list[int]:
+        return self._bias(op, 3, 2, 1, self.shape(int(op.inputs[1]))[0])
+
+    def op_is(self, op: Any, *names: str) -> bool:
+        return self.op_name(op)[0] in names
+
+    def d_depth_multiplier(self, op: Any, a: Arg) -> list[int]:
+        cin = self.shape(int(op.inputs[0]))[-1]
+        cout = self.shape(int(op.inputs[1]))[-1]
+        if cin <= 0 or cout % cin:
+            raise _Refuse(f"depthwise output channels {cout} not a multiple of input channels {cin}")
+        return [self.scalar(T.INT32, cout // cin)]
+
+    def d_out_w(self, op: Any, a: Arg) -> list[int]:
+        s = self.shape(int(op.outputs[0]))
+        if len(s) != 4 or s[2] < 0:
+            raise _Refuse("resize needs a static rank-4 output")
+        return [self.scalar(T.INT32, s[2])]
+
+    def d_out_h(self, op: Any, a: Arg) -> list[int]:
+        return [self.scalar(T.INT32, self.shape(int(op.outputs[0]))[1])]
+
+    def d_all_inputs(self, op: Any, a: Arg) -> list[int]:
+        return [self.operand(int(k)) for k in op.inputs]
+
+    def d_reshape_shape(self, op: Any, a: Arg) -> list[int]:
+        ins = [int(i) for i in op.inputs]
+        if len(ins) > 1 and ins[1] >= 0:
+            if not self.is_const(ins[1]):
+                raise _Refuse("the new shape must be a constant")
+            shape = self.array(ins[1]).reshape(-1)
+        elif op.builtinOptions is not None and op.builtinOptions.newShape is not None:
+            shape = np.asarray(op.builtinOptions.newShape)
+        else:
+            shape = np.asarray(self.shape(int(op.outputs[0])))
+        shape = np.asarray(shape, dtype=np.int64)
+        if self.batch is not None:
+            # NOTE: with the unknown batch fixed, a -1 in a constant new shape still infers it
+            pass
+        if shape.size == 0:
+            shape = np.asarray([1])  # NOTE: a scalar result is [1] in the HAL model
+        return [self.i32(shape)]
+
+    def d_squeeze_dims(self, op: Any, a: Arg) -> list[int]:
+        dims = op.builtinOptions.squeezeDims if op.builtinOptions is not None else None
+        if dims is None or len(dims) == 0:
+            idx = self.add(T.TENSOR_INT32, [])
+            self.operands[idx].lifetime = L.NO_VALUE
+            return [idx]
+        return [self.i32(np.asarray(dims))]
+
+    def d_axis_scalar(self, op: Any, a: Arg) -> list[int]:
+        return [self.scalar(T.INT32, int(self.const_input(op, 1).reshape(-1)[0]))]
+
+    def d_k_scalar(self, op: Any, a: Arg) -> list[int]:
+        return self.d_axis_scalar(op, a)
+
+    def d_split_axis(self, op: Any, a: Arg) -> list[int]:
+        return [self.scalar(T.INT32, int(self.const_input(op, 0).reshape(-1)[0]))]
+
+    def d_int32_const(self, op: Any, a: Arg) -> list[int]:
+        i = int(a.name[len("int32_const"):])
+        return [self.i32(self.const_input(op, i))]
+
+    def d_int32_tensor(self, op: Any, a: Arg) -> list[int]:
+        i = int(a.name[len("int32_tensor"):])
+        k = int(op.inputs[i])
+        if self.tclass(k) not in ("i32", "i64") or (self.tclass(k) == "i64" and not self.is_const(k)):
+            raise _Refuse(f"input {i} must be int32")
+        return [self.operand(k)]
+
+    def d_pad_value(self, op: Any, a: Arg) -> list[int]:
+        v = self.const_input(op, 2).reshape(-1)[0]
+        t = self.hal_type(int(op.inputs[0]))[0]
+        if t == T.TENSOR_FLOAT32:
+            return [self.scalar(T.FLOAT32, float(v))]
+        return [self.scalar(T.INT32, int(v))]
+
+    def d_scalar(self, op: Any, a: Arg) -> list[int]:
+        v = self.const_input(op, 1).reshape(-1)[0]
+        if self.tclass(int(op.inputs[1])) == "f32":
+            return [self.scalar(T.FLOAT32, float(v))]
+        return [self.scalar(T.INT32, int(v))]
+
+    def d_leaky_alpha(self, op: Any, a: Arg) -> list[int]:
+        alpha = float(op.builtinOptions.alpha)
+        t, s, z, _ = self.hal_type(int(op.inputs[0]))
+        if t == T.TENSOR_FLOAT32:
+            return [self.const(np.array([alpha], np.float32), T.TENSOR_FLOAT32)]
+        if alpha <= 0:
+            raise _Refuse("quantized LEAKY_RELU with alpha <= 0")
+        # NOTE: as the NNAPI delegate: a one-element quantized alpha, value 1 at scale alpha
+        v = np.array([1], np.uint8 if t == T.TENSOR_QUANT8_ASYMM else np.int8)
+        return [self.const(v, t, alpha, 0)]
+
+    def extra_output(self, op: Any, mp: Mapping, n: int) -> int:
+        """A HAL-only output (state / scratch) as a temporary of its known shape."""
+        ins = [int(i) for i in op.inputs]
+        b = mp.builtin
+        if b in ("RNN", "SVDF"):
+            return self.temp(T.TENSOR_FLOAT32, self.dims(ins[4]))
+        if b == "LSTM":
+            batch = self.dims(ins[0])[0]
+            units = self.dims(ins[4])[0]  # input_to_output weights [units, input]
+            out_size = self.dims(ins[18])[-1]
+            cifg = ins[1] < 0
+            shapes = [[batch, units * (3 if cifg else 4)], [batch, out_size], [batch, units]]
+            return self.temp(T.TENSOR_FLOAT32, shapes[n])
+        raise _Refuse(f"no shape for HAL output {n}")
+
+    # ------------------------------------------------------------------ checks
+
+    def act_of(self, op: Any) -> int:
+        o = op.builtinOptions
+        return int(getattr(o, "fusedActivationFunction", 0) or 0) if o is not None else 0
+
+    def check_int_no_act(self, op: Any, mp: Mapping) -> None:
+        if self.tclass(int(op.inputs[0])) == "i32" and self.act_of(op):
+            raise _Refuse("int32 arithmetic with a fused activation")
+
+    def check_pool(self, op: Any, mp: Mapping) -> None:
+        if len(self.shape(int(op.inputs[0]))) != 4:
+            raise _Refuse("pooling needs a rank-4 input")
+
+    def _check_filter(self, op: Any, wi: int, channel_dim: int) -> None:
+        k = int(op.inputs[wi])
+        if not self.is_const(k) and self.tclass(k) not in ("f32",):
+            raise _Refuse("quantized weights must be constant")
+        scales, zps, qdim = _quant(self.tensor(k))
+        if len(scales) > 1:
+            if self.tclass(k) != "i8":
+                raise _Refuse("per-channel weights must be int8")
+            if qdim != channel_dim:
+                raise _Refuse(f"per-channel weights quantized on axis {qdim}, NNAPI needs {channel_dim}")
+        xc = self.tclass(int(op.inputs[0 if wi == 1 and not self.op_is(op, "TRANSPOSE_CONV") else 2]))
+        wc = self.tclass(k)
+        if xc == "f32" and wc != "f32":
+            raise _Refuse("hybrid operator (float input, quantized weights) has no exact NNAPI 1.3 form")
+        if xc == "u8" and wc == "i8" and len(scales) <= 1:
+            raise _Refuse("uint8 input with int8 per-tensor weights")
+
+    def check_conv(self, op: Any, mp: Mapping) -> None:
+        if len(self.shape(int(op.inputs[0]))) != 4:
+            raise _Refuse("convolution needs a rank-4 input")
+        self._check_filter(op, 1, 0 if mp.builtin == "CONV_2D" else 3)
+
+    def check_fc(self, op: Any, mp: Mapping) -> None:
+        o = op.builtinOptions
+        if o is not None and int(o.weightsFormat) != 0:
+            raise _Refuse("shuffled FULLY_CONNECTED weights")
+        self._check_filter(op, 1, 0)
+
+    def check_tconv(self, op: Any, mp: Mapping) -> None:
+        self.const_input(op, 0)
+        self._check_filter(op, 1, 0)
+
+    def check_concat(self, op: Any, mp: Mapping) -> None:
+        if self.act_of(op):
+            raise _Refuse("CONCATENATION with a fused activation")
+
+    def check_select_same(self, op: Any, mp: Mapping) -> None:
+        s = [self.shape(int(k)) for k in op.inputs]
+        if not (s[0] == s[1] == s[2]):
+            raise _Refuse("SELECT inputs of different shapes (use SELECT_V2 broadcasting)")
+
+    def check_arg_int32(self, op: Any, mp: Mapping) -> None:
+        if int(op.builtinOptions.outputType) != 2:
+            raise _Refuse("ARG_MAX / ARG_MIN output must be int32")
+
+    def check_strided_slice(self, op: Any, mp: Mapping) -> None:
+        o = op.builtinOptions
+        if o.ellipsisMask or o.newAxisMask or getattr(o, "offset", False):
+            raise _Refuse("STRIDED_SLICE ellipsis / new-axis masks or offset have no NNAPI form")
+
+    def check_gather(self, op: Any, mp: Mapping) -> None:
+        if int(getattr(op.builtinOptions, "batchDims", 0) or 0):
+            raise _Refuse("GATHER with batch_dims")
+
+    def check_zero_crops(self, op: Any, mp: Mapping) -> None:
+        if np.any(self.const_input(op, 2) != 0):
+            raise _Refuse("BATCH_TO_SPACE_ND with non-zero crops")
+
+    def check_same_quant(self, op: Any, mp: Mapping) -> None:
+        a, b = self.hal_type(int(op.inputs[0])), self.hal_type(int(op.outputs[0]))
+        if a[1:3] != b[1:3]:
+            raise _Refuse("input and output quantization differ")
+
+    def check_no_act(self, op: Any, mp: Mapping) -> None:
+        if self.act_of(op):
+            raise _Refuse("fused activation")
+
+    def check_quantize(self, op: Any, mp: Mapping) -> None:
+        if self.tclass(int(op.outputs[0])) not in ("u8", "i8"):
+            raise _Refuse("QUANTIZE output must be uint8 or int8")
+
+    def check_float_weights1(self, op: Any, mp: Mapping) -> None:
+        if self.tclass(int(op.inputs[1])) != "f32":
+            raise _Refuse("hybrid (quantized weights) recurrent operator")
+
+    def check_lstm(self, op: Any, mp: Mapping) -> None:
+        n = len(op.inputs)
+        if n not in (20, 24):
+            raise _Refuse(f"LSTM with {n} inputs (the basic 5-input kernel has no NNAPI 1.3 float form)")
+        if getattr(op.builtinOptions, "kernelType", 0):
+            raise _Refuse("basic LSTM kernel")
+        if self.tclass(int(op.inputs[4])) != "f32":
+            raise _Refuse("hybrid / quantized LSTM weights")
+
+    # ------------------------------------------------------------------ rewrites
+
+    def fold_dequantize(self, op: Any) -> None:
+        k, o = int(op.inputs[0]), int(op.outputs[0])
+        a = self.array(k)
+        if a.dtype == np.float16:
+            v = a.astype(np.float32)
+        else:
+            scales, zps, qdim = _quant(self.tensor(k))
+            if not scales:
+                raise _Refuse("DEQUANTIZE of a constant without quantization")
+            shp = [1] * a.ndim
+            if len(scales) > 1:
+                shp[qdim] = len(scales)
+            s = np.asarray(scales, np.float32).reshape(shp if len(scales) > 1 else [])
+            z = np.asarray(zps, np.int32).reshape(shp if len(scales) > 1 else [])
+            # NOTE: TFLite's reference: float(scale * (q - zero_point)) in float32
+            v = (s * (a.astype(np.int32) - z).astype(np.float32)).astype(np.float32)
+        self.folded[o] = v
+
+    def rw_square(self, op: Any, mp: Mapping) -> bool:
+        x = self.operand(int(op.inputs[0]))
+        self.emit(Op.MUL, [x, x, self.scalar(T.INT32, 0)], [self.out(int(op.outputs[0]))])
+        return True
+
+    def rw_squared_difference(self, op: Any, mp: Mapping) -> bool:
+        a, b = (self.operand(int(k)) for k in op.inputs)
+        o = int(op.outputs[0])
+        d = self.like(o, self.dims(o))
+        self.emit(Op.SUB, [a, b, self.scalar(T.INT32, 0)], [d])
+        self.emit(Op.MUL, [d, d, self.scalar(T.INT32, 0)], [self.out(o)])
+        return True
+
+    def rw_mean(self, op: Any, mp: Mapping) -> bool:
+        x, o = int(op.inputs[0]), int(op.outputs[0])
+        tx, ty = self.hal_type(x), self.hal_type(o)
+        if tx[0] == T.TENSOR_FLOAT32 or tx[1:3] == ty[1:3]:
+            return False  # one MEAN
+        axes = self.i32(self.const_input(op, 1).reshape(-1))
+        keep = self.scalar(T.INT32, int(bool(op.builtinOptions.keepDims)))
+        xf = self.temp(T.TENSOR_FLOAT32, self.dims(x))
+        yf = self.temp(T.TENSOR_FLOAT32, self.dims(o))
+        self.emit(Op.DEQUANTIZE, [self.operand(x)], [xf])
+        self.emit(Op.MEAN, [xf, axes, keep], [yf])
+        self.emit(Op.QUANTIZE, [yf], [self.out(o)])
+        return True
+
+    def rw_fully_connected(self, op: Any, mp: Mapping) -> bool:
+        ins = [int(i) for i in op.inputs]
+        x, w, o = ins[0], ins[1], int(op.outputs[0])
+        scales, _, _ = _quant(self.tensor(w))
+        out_dims = self.dims(o)
+        units, k_in = self.shape(w)
+        keep = bool(getattr(op.builtinOptions, "keepNumDims", False))
+        batch = int(np.prod(self.dims(x))) // k_in if k_in else 0
+        if len(scales) > 1:
+            # NOTE: NNAPI's FULLY_CONNECTED has no per-channel form; the same sums and per-channel
+            # requantization are a 1x1 CONV_2D over [batch, 1, 1, input_size]
+            xr = self.like(x, [batch, 1, 1, k_in])
+            self.emit(Op.RESHAPE, [self.operand(x), self.i32([batch, 1, 1, k_in])], [xr])
+            wv = self.array(w).reshape(units, 1, 1, k_in)
+            _, _, _, cq = self.hal_type(w)
+            wo = self.const(wv, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, 0.0, 0, cq)
+            bias = self._bias(op, 2, 0, 1, units)
+            y4 = self.like(o, [batch, 1, 1, units])
+            act = self.arg(mp.inputs[3], op)
+            one = [self.scalar(T.INT32, v) for v in (2, 1, 1)]
+            self.emit(Op.CONV_2D, [xr, wo] + bias + one + act, [y4])
+            self.emit(Op.RESHAPE, [y4, self.i32(out_dims)], [self.out(o)])
+            return True
+        if keep and len(out_dims) != 2:
+            ins_h: list[int] = []
+            for a in mp.inputs:
+                ins_h.extend(self.arg(a, op))
+            y2 = self.like(o, [batch, units])
+            self.emit(Op.FULLY_CONNECTED, ins_h, [y2])
+            self.emit(Op.RESHAPE, [y2, self.i32(out_dims)], [self.out(o)])
+            return True
+        return False
+
+    def rw_mp_transpose_conv(self, op: Any, mp: Mapping) -> bool:
+        raw = bytes(np.asarray(op.customOptions, np.uint8)) if op.customOptions is not None else b""
+        if len(raw) < 12:
+            raise _Refuse("Convolution2DTransposeBias without its 12-byte options")
+        pad, sw, sh = struct.unpack("<3i", raw[:12])
+        if pad not in (1, 2):
+            raise _Refuse(f"Convolution2DTransposeBias padding {pad}")
+        ins = [int(i) for i in op.inputs]
+        if len(ins) != 3:
+            raise _Refuse("Convolution2DTransposeBias needs input, weights and bias")
+        o = int(op.outputs[0])
+        hal_ins = [self.operand(ins[0]), self.operand(ins[1]), self.operand(ins[2]), self.i32(self.dims(o)),
+                   self.scalar(T.INT32, pad), self.scalar(T.INT32, sw), self.scalar(T.INT32, sh),
+                   self.scalar(T.INT32, 0), self.scalar(T.BOOL, False)]
+        self.emit(Op.TRANSPOSE_CONV_2D, hal_ins, [self.out(o)])
+        return True
+
+    def rw_shape(self, op: Any, mp: Mapping) -> bool:
+        s = self.shape(int(op.inputs[0]))
+        if any(d < 0 for d in s) and self.batch is None:
+            raise _Refuse("SHAPE of a tensor with an unknown dimension")
+        s = [self.batch if d < 0 else d for d in s]
+        o = int(op.outputs[0])
+        self.folded[o] = np.asarray(s, dtype=_TFL_TYPES[self.tensor(o).type][1])
+        return True
+
+    def rw_rank(self, op: Any, mp: Mapping) -> bool:
+        o = int(op.outputs[0])
+        self.folded[o] = np.asarray(len(self.shape(int(op.inputs[0]))), dtype=np.int32)
+        return True
+
+    def rw_zeros_like(self, op: Any, mp: Mapping) -> bool:
+        o = int(op.outputs[0])
+        if any(d < 0 for d in self.shape(o)) and self.batch is None:
+            raise _Refuse("ZEROS_LIKE of a tensor with an unknown dimension")
+        self.folded[o] = np.zeros(self.dims(o), _TFL_TYPES[self.tensor(o).type][1])
+        return True
+
+    def rw_pack(self, op: Any, mp: Mapping) -> bool:
+        ins = [int(i) for i in op.inputs]
+        o = int(op.outputs[0])
+        s = self.dims(ins[0])
+        rank = len(self.shape(ins[0]))
+        axis = int(op.builtinOptions.axis)
+        axis = axis + rank + 1 if axis < 0 else axis
+        parts = [self.operand(k) for k in ins]
+        if axis == rank:
+            # NOTE: concatenating along a new last axis needs each input reshaped to [..., 1] first
+            shp = (s if rank else []) + [1]
+            rs = []
+            for p, k in zip(parts, ins):
+                r = self.like(k, shp)
+                self.emit(Op.RESHAPE, [p, self.i32(shp)], [r])
+                rs.append(r)
+            parts, cat_axis, cat = rs, rank, shp[:-1] + [len(ins)]
+        else:
+            cat_axis, cat = axis, list(s)
+            cat[axis] = s[axis] * len(ins)
+        c = self.like(o, cat)
+        self.emit(Op.CONCATENATION, parts + [self.scalar(T.INT32, cat_axis)], [c])
+        self.emit(Op.RESHAPE, [c, self.i32(self.dims(o))], [self.out(o)])
+        return True
+
+    def rw_unpack(self, op: Any, mp: Mapping) -> bool:
+        x = int(op.inputs[0])
+        s = self.dims(x)
+        axis = int(op.builtinOptions.axis)
+        axis = axis + len(s) if axis < 0 else axis
+        outs = [int(k) for k in op.outputs]
+        piece = list(s)
+        piece[axis] = 1
+        temps = [self.like(x, piece) for _ in outs]
+        self.emit(Op.SPLIT, [self.operand(x), self.scalar(T.INT32, axis), self.scalar(T.INT32, len(outs))], temps)
+        for t, k in zip(temps, outs):
+            self.emit(Op.RESHAPE, [t, self.i32(self.dims(k))], [self.out(k)])
+        return True
+
+    def rw_mirror_pad(self, op: Any, mp: Mapping) -> bool:
+        x, o = int(op.inputs[0]), int(op.outputs[0])
+        pads = self.const_input(op, 1).reshape(-1, 2)
+        mode = int(op.builtinOptions.mode)  # 0 REFLECT, 1 SYMMETRIC
+        cur, dims = self.operand(x), list(self.dims(x))
+        axes = [a for a in range(len(dims)) if pads[a].any()]
+        if not axes:
+            self.emit(Op.RESHAPE, [cur, self.i32(self.dims(o))], [self.out(o)])
+            return True
+        for n, a in enumerate(axes):
+            d, (p, q) = dims[a], (int(pads[a][0]), int(pads[a][1]))
+            off = 0 if mode == 1 else 1
+            if p > d - off or q > d - off:
+                raise _Refuse(f"MIRROR_PAD of {p}/{q} on an axis of {d}")
+            idx = list(range(p - 1 + off, off - 1, -1)) + list(range(d)) + list(range(d - 1 - off, d - 1 - off - q, -1))
+            dims[a] = d + p + q
+            last = n == len(axes) - 1
+            nxt = self.out(o) if last else self.like(x, list(dims))
+            self.emit(Op.GATHER, [cur, self.scalar(T.INT32, a), self.i32(np.asarray(idx))], [nxt])
+            cur = nxt
+        return True
+
+    def rw_select_v2(self, op: Any, mp: Mapping) -> bool:
+        ins = [int(k) for k in op.inputs]
+        o = int(op.outputs[0])
+        od = self.dims(o)
+        parts = []
+        for k in ins:
+            d = self.dims(k) if self.shape(k) else []
+            src = self.operand(k)
+            if d == od:
+                parts.append(src)
+                continue
+            full = [1] * (len(od) - len(d)) + d
+            if full != d:
+                r = self.like(k, full)
+                self.emit(Op.RESHAPE, [src, self.i32(full)], [r])
+                src = r
+            if any(f not in (1, t) for f, t in zip(full, od)):
+                raise _Refuse(f"SELECT_V2 cannot broadcast {d} to {od}")
+            mult = [t // f for f, t in zip(full, od)]
+            tl = self.like(k, od)
+            self.emit(Op.TILE, [src, self.i32(mult)], [tl])
+            parts.append(tl)
+        self.emit(Op.SELECT, parts, [self.out(o)])
+        return True
+
+    def rw_lstm(self, op: Any, mp: Mapping) -> bool:
+        return False  # the table's generic form; the check refused what it cannot express
+
+    # ------------------------------------------------------------------ model
+
+    def finish(self) -> tuple[hal.Model, IODescription]:
+        from nnhal import memory
+
+        io = self.io
+        for k in self.inputs:
+            if k in self.t2o:
+                io.inputs.append(self.desc(k))
+        outs = [self.t2o[k] for k in self.outputs]
+        for k in self.outputs:
+            io.outputs.append(self.desc(k))
+        if self.expose:
+            seen = set(self.outputs)
+            for k, _ in sorted(self.producer.items(), key=lambda kv: (kv[1], kv[0])):
+                if k not in seen:
+                    seen.add(k)
+                    io.intermediates.append(self.desc(k))
+                    outs.append(self.t2o[k])
+        in_idx = [self.t2o[k] for k in self.inputs if k in self.t2o]
+        consumers = [0] * len(self.operands)
+        for o in self.ops:
+            for i in o.inputs:
+                consumers[i] += 1
+        values, pool = bytearray(), bytearray()
+        for idx, o in enumerate(self.operands):
+            o.numberOfConsumers = consumers[idx]
+            if o.lifetime == L.NO_VALUE:
+                continue
+            if idx in in_idx:
+                o.lifetime = L.SUBGRAPH_INPUT
+            elif idx in outs:
+                o.lifetime = L.SUBGRAPH_OUTPUT
+            elif idx in self.values:
+                raw = np.ascontiguousarray(self.values[idx]).tobytes()
+                buf = values if len(raw) <= _INLINE_LIMIT else pool
+                off = (len(buf) + 15) // 16 * 16 if buf is pool else (len(buf) + 3) // 4 * 4
+                buf.extend(b"\0" * (off - len(buf)))
+                buf.extend(raw)
+                o.lifetime = L.CONSTANT_COPY if buf is values else L.CONSTANT_REFERENCE
+                o.location = hal.DataLocation(poolIndex=0, offset=off, length=len(raw))
+            else:
+                o.lifetime = L.TEMPORARY_VARIABLE
+        pools = []
+        if pool:
+            mem = memory.allocate(len(pool))
+            view = memory.map(mem)
+            view[: len(pool)] = bytes(pool)
+            view.release()
+            pools.append(mem)
+        for o in self.ops:
+            io.hal_operations[Op(o.type).name] += 1
+        sg = hal.Subgraph(operands=self.operands, operations=self.ops, inputIndexes=in_idx, outputIndexes=outs)
+        return hal.Model(main=sg, operandValues=bytes(values), pools=pools), io
+
+    def desc(self, k: int) -> TensorDesc:
+        scales, zps, _ = _quant(self.tensor(k))
+        c = self.tclass(k)
+        dt = np.dtype(_TFL_TYPES[self.tensor(k).type][1]).name
+        p = self.producer.get(k, -1)
+        return TensorDesc(self.tname(k), k, self.shape(k), dt, scales[0] if len(scales) == 1 else 0.0,
+                          zps[0] if len(zps) == 1 else 0, p,
+                          self.io.operator_names[p] if p >= 0 else "") if c else TensorDesc(self.tname(k), k, [], dt)

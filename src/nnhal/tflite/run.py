@@ -1,0 +1,248 @@
+"""Running an imported TFLite model through a HAL device (public API only:
+``prepareModel_1_3`` + ``executeSynchronously_1_3`` on ``nnhal.memory`` pools,
+as an NNAPI client does), LiteRT as the reference, and the comparisons
+``nnhal run --compare / --per-tensor`` print.
+
+Generated inputs (when none are given) are seeded (``seed``, default 0) and
+documented here: float inputs uniform in [-1, 1); uint8 / int8 inputs
+uniform over their whole integer range; int32 inputs uniform in [0, 10);
+bool inputs fair coin flips.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from nnhal import hal
+from nnhal import memory as hal_memory
+from nnhal.tflite.loader import IODescription, TensorDesc
+from nnhal.tflite.schema import interpreter_module
+
+_HAL_DTYPES = {hal.OperandType.TENSOR_FLOAT32: np.float32, hal.OperandType.TENSOR_FLOAT16: np.float16,
+               hal.OperandType.TENSOR_INT32: np.int32, hal.OperandType.TENSOR_QUANT8_ASYMM: np.uint8,
+               hal.OperandType.TENSOR_QUANT8_ASYMM_SIGNED: np.int8, hal.OperandType.TENSOR_BOOL8: np.bool_,
+               hal.OperandType.TENSOR_QUANT16_SYMM: np.int16}
+
+
+class ExecutionError(RuntimeError):
+    """The device refused to prepare or failed to execute the model."""
+
+
+def make_inputs(io: IODescription, batch: int = 1, seed: int = 0) -> list[np.ndarray]:
+    """Inputs from the documented distribution (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for d in io.inputs:
+        shape = [batch if s < 0 else s for s in d.shape]
+        dt = np.dtype(d.dtype)
+        if dt.kind == "f":
+            a = rng.uniform(-1.0, 1.0, shape).astype(dt)
+        elif dt == np.bool_:
+            a = rng.integers(0, 2, shape).astype(np.bool_)
+        elif dt in (np.uint8, np.int8, np.int16):
+            info = np.iinfo(dt)
+            a = rng.integers(int(info.min), int(info.max) + 1, shape).astype(dt)
+        else:
+            a = rng.integers(0, 10, shape).astype(dt)
+        out.append(a)
+    return out
+
+
+def check_inputs(io: IODescription, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The given arrays as the model's inputs (count, dtype, shape checked; unknown dims free)."""
+    if len(inputs) != len(io.inputs):
+        raise ValueError(f"the model has {len(io.inputs)} input(s), {len(inputs)} given")
+    res = []
+    for k, (a, d) in enumerate(zip(inputs, io.inputs)):
+        a = np.asarray(a)
+        if a.dtype != np.dtype(d.dtype):
+            raise ValueError(f"input {k} ({d.name}) must be {d.dtype}, got {a.dtype}")
+        if len(a.shape) != len(d.shape) or any(s >= 0 and s != x for s, x in zip(d.shape, a.shape)):
+            raise ValueError(f"input {k} ({d.name}) must have shape {d.shape}, got {list(a.shape)}")
+        res.append(np.ascontiguousarray(a))
+    return res
+
+
+class HalSession:
+    """A model prepared on ``device``; ``run(inputs)`` executes it synchronously."""
+
+    def __init__(self, device: Any, model: hal.Model, io: IODescription):
+        self.device, self.model, self.io = device, model, io
+        cb = hal.PreparedModelCallback()
+        st = device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                     hal.OptionalTimePoint(), [], [], bytes(32), cb)
+        status, prepared = cb.wait()
+        if st != hal.ErrorStatus.NONE or status != hal.ErrorStatus.NONE or prepared is None:
+            raise ExecutionError(f"prepareModel_1_3: {hal.ErrorStatus(st if st else status).name}")
+        self.prepared = prepared
+        sg = model.main
+        self.out_types = [sg.operands[i].type for i in sg.outputIndexes]
+        self.out_dims = [list(sg.operands[i].dimensions) for i in sg.outputIndexes]
+        self._pools: Optional[tuple] = None
+
+    def _layout(self, inputs: Sequence[np.ndarray], out_sizes: list[int]) -> tuple:
+        key = (tuple(a.nbytes for a in inputs), tuple(out_sizes))
+        if self._pools is not None and self._pools[0] == key:
+            return self._pools
+        self.close_pools()
+        in_args, off = [], 0
+        for a in inputs:
+            in_args.append(hal.RequestArgument(location=hal.DataLocation(0, off, a.nbytes)))
+            off = (off + a.nbytes + 63) // 64 * 64
+        in_mem = hal_memory.allocate(max(off, 64))
+        out_args, out_off, off = [], [], 0
+        for n in out_sizes:
+            out_args.append(hal.RequestArgument(location=hal.DataLocation(1, off, n)))
+            out_off.append(off)
+            off = (off + n + 63) // 64 * 64
+        out_mem = hal_memory.allocate(max(off, 64))
+        req = hal.Request(inputs=in_args, outputs=out_args,
+                          pools=[hal.MemoryPool(hidlMemory=in_mem), hal.MemoryPool(hidlMemory=out_mem)])
+        self._pools = (key, req, in_mem, out_mem, [(a.location.offset) for a in in_args], out_off)
+        return self._pools
+
+    def close_pools(self) -> None:
+        if self._pools is not None:
+            hal_memory.free(self._pools[2])
+            hal_memory.free(self._pools[3])
+            self._pools = None
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The outputs (model outputs, then exposed intermediates) with their actual shapes."""
+        batch = int(inputs[0].shape[0]) if inputs and inputs[0].ndim else 1
+        dims = [[batch if d == 0 else d for d in ds] for ds in self.out_dims]
+        for _ in range(3):
+            sizes = [max(int(np.prod(d)) * np.dtype(_HAL_DTYPES[t]).itemsize, 1)
+                     for d, t in zip(dims, self.out_types)]
+            _, req, in_mem, out_mem, in_off, out_off = self._layout(inputs, sizes)
+            view = hal_memory.map(in_mem)
+            for a, o in zip(inputs, in_off):
+                view[o: o + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8).tobytes()
+            view.release()
+            status, shapes, _ = self.prepared.executeSynchronously_1_3(
+                req, hal.MeasureTiming.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration())
+            if status == hal.ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+                dims = [list(s.dimensions) for s in shapes]
+                continue
+            if status != hal.ErrorStatus.NONE:
+                raise ExecutionError(f"executeSynchronously_1_3: {hal.ErrorStatus(status).name}")
+            if shapes:
+                dims = [list(s.dimensions) or d for s, d in zip(shapes, dims)]
+            view = hal_memory.map(out_mem)
+            res = []
+            for d, t, o, desc in zip(dims, self.out_types, out_off, self.io.all_outputs):
+                dt = np.dtype(_HAL_DTYPES[t])
+                n = int(np.prod(d))
+                a = np.frombuffer(bytes(view[o: o + n * dt.itemsize]), dtype=dt, count=n)
+                # NOTE: a TFLite scalar is [1] in the HAL model; give it back its own rank
+                shape = d if desc.shape else []
+                res.append(a.reshape(shape).astype(np.dtype(desc.dtype)))
+            view.release()
+            return res
+        raise ExecutionError("output sizes kept growing")
+
+    def close(self) -> None:
+        self.close_pools()
+
+
+class LiteRT:
+    """LiteRT's interpreter on the same file: ``kernels`` "builtin" (the optimized builtin kernels,
+    no default delegate), "ref" (TFLite's reference kernels) or "xnnpack" (the default delegate)."""
+
+    def __init__(self, path: str | Path, threads: int = 1, kernels: str = "builtin", preserve: bool = False):
+        mod = interpreter_module()
+        rt = {"builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "ref": mod.OpResolverType.BUILTIN_REF,
+              "xnnpack": mod.OpResolverType.AUTO}[kernels]
+        self.it = mod.Interpreter(model_path=str(path), num_threads=threads, experimental_op_resolver_type=rt,
+                                  experimental_preserve_all_tensors=preserve)
+        self.inputs = self.it.get_input_details()
+        self.outputs = self.it.get_output_details()
+        self.shapes: Optional[list] = None
+
+    def set_inputs(self, inputs: Sequence[np.ndarray]) -> None:
+        shapes = [list(a.shape) for a in inputs]
+        if shapes != self.shapes:
+            for d, s in zip(self.inputs, shapes):
+                if list(d["shape"]) != s:
+                    self.it.resize_tensor_input(d["index"], s)
+            self.it.allocate_tensors()
+            self.shapes = shapes
+        for d, a in zip(self.inputs, inputs):
+            self.it.set_tensor(d["index"], a)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.set_inputs(inputs)
+        self.it.invoke()
+        return [self.it.get_tensor(d["index"]).copy() for d in self.outputs]
+
+    def tensor(self, k: int) -> np.ndarray:
+        return self.it.get_tensor(k).copy()
+
+
+@dataclass
+class Diff:
+    """How one nnhal tensor differs from LiteRT's."""
+
+    name: str
+    max_abs: float
+    mean_abs: float
+    rel: float  # max_abs / the reference's range (float tensors)
+    steps: int  # max difference in quantization steps (quantized tensors; 0 for float)
+    quantized: bool
+    shape_ok: bool = True
+
+    def ok(self, rtol: float = 1e-4, steps: int = 1) -> bool:
+        if not self.shape_ok:
+            return False
+        return self.steps <= steps if self.quantized else self.rel <= rtol
+
+    def __str__(self) -> str:
+        if not self.shape_ok:
+            return f"{self.name}: shape differs"
+        if self.quantized:
+            return f"{self.name}: max {self.steps} step(s), mean {self.mean_abs:.3g} steps"
+        return f"{self.name}: max |err| {self.max_abs:.3g} (rel. to range {self.rel:.2e}), mean {self.mean_abs:.3g}"
+
+
+def diff(ours: np.ndarray, ref: np.ndarray, desc: TensorDesc) -> Diff:
+    if list(ours.shape) != list(ref.shape):
+        return Diff(desc.name, np.inf, np.inf, np.inf, 1 << 30, desc.quantized, False)
+    if ours.dtype.kind in "iub" and ref.dtype.kind in "iub":
+        d = np.abs(ours.astype(np.int64) - ref.astype(np.int64))
+        m = int(d.max()) if d.size else 0
+        return Diff(desc.name, float(m), float(d.mean()) if d.size else 0.0, 0.0, m, True)
+    a, b = ours.astype(np.float64), ref.astype(np.float64)
+    d = np.abs(a - b)
+    d = np.where(np.isnan(a) & np.isnan(b), 0.0, d)
+    rng = float(b.max() - b.min()) if b.size else 0.0
+    if rng == 0.0:
+        rng = max(float(np.abs(b).max()) if b.size else 0.0, 1e-30)
+    m = float(d.max()) if d.size else 0.0
+    return Diff(desc.name, m, float(d.mean()) if d.size else 0.0, m / rng, 0, False)
+
+
+def topk(ours: np.ndarray, ref: np.ndarray, k: int = 5) -> Optional[tuple[bool, float]]:
+    """(top-1 equal, top-k overlap) for a classifier output [batch, classes]; None otherwise."""
+    if ours.ndim != 2 or ours.shape[1] < 2 or ours.shape != ref.shape:
+        return None
+    k = min(k, ours.shape[1])
+    t1 = bool(np.all(np.argmax(ours, 1) == np.argmax(ref, 1)))
+    over = np.mean([len(set(np.argsort(-o)[:k]) & set(np.argsort(-r)[:k])) / k for o, r in zip(ours, ref)])
+    return t1, float(over)
+
+
+def timed(fn: Any, repeats: int, warmup: int = 2) -> list[float]:
+    """Wall-clock seconds of ``repeats`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out

@@ -1,0 +1,67 @@
+"""Access to the TFLite flatbuffer schema (the generated module that ships in
+``ai-edge-litert``, object API) and to LiteRT's interpreter, both optional
+dependencies (``pip install nnhal[litert]``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MissingDependency(ImportError):
+    """ai-edge-litert / flatbuffers are not installed."""
+
+
+def schema() -> Any:
+    """The generated TFLite schema module (``ai_edge_litert.schema_py_generated``)."""
+    try:
+        from ai_edge_litert import schema_py_generated as s  # type: ignore[import-not-found]
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise MissingDependency("reading .tflite files needs ai-edge-litert and flatbuffers "
+                                "(pip install 'nnhal[litert]')") from e
+    return s
+
+
+def interpreter_module() -> Any:
+    """``ai_edge_litert.interpreter`` (LiteRT's Python interpreter)."""
+    try:
+        from ai_edge_litert import interpreter  # type: ignore[import-not-found]
+    except ImportError as e:  # pragma: no cover
+        raise MissingDependency("comparing with LiteRT needs ai-edge-litert (pip install 'nnhal[litert]')") from e
+    return interpreter
+
+
+def available() -> bool:
+    """Whether the schema module and LiteRT can be imported."""
+    try:
+        schema()
+        interpreter_module()
+    except MissingDependency:
+        return False
+    return True
+
+
+def builtin_names() -> dict[int, str]:
+    """BuiltinOperator value -> name."""
+    s = schema()
+    return {v: k for k, v in vars(s.BuiltinOperator).items() if not k.startswith("_") and isinstance(v, int)}
+
+
+def builtin_code(name: str) -> int:
+    return int(getattr(schema().BuiltinOperator, name))
+
+
+def read_model(data: bytes) -> Any:
+    """A ``ModelT`` (object API) from the bytes of a .tflite file."""
+    s = schema()
+    if len(data) < 8 or data[4:8] != b"TFL3":
+        raise ValueError("not a TFLite flatbuffer (file identifier TFL3 missing)")
+    return s.ModelT.InitFromPackedBuf(bytearray(data), 0)
+
+
+def write_model(model: Any) -> bytes:
+    """The bytes of a .tflite file from a ``ModelT``."""
+    import flatbuffers  # type: ignore[import-not-found]
+
+    b = flatbuffers.Builder(1024)
+    b.Finish(model.Pack(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
