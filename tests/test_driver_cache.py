@@ -228,6 +228,24 @@ def test_non_zero_offsets(dev, net, files) -> None:  # noqa: ANN001
     np.testing.assert_array_equal(net.run(loaded), net.expected)
 
 
+def test_descriptors_closed_after_the_launch(dev, net, files) -> None:  # noqa: ANN001
+    """The client may close its descriptors once the call returns (a service
+    transport does): the driver works on its own duplicates."""
+    mc, dc = files.handles()
+    cb = CountingPreparedCallback()
+    assert dev.prepareModel_1_3(net.model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                hal.OptionalTimePoint(), mc, dc, TOKEN, cb) == S.NONE
+    files.close()
+    assert cb.wait(WAIT_S)[0] == S.NONE
+    mc, dc = files.handles()
+    cb = CountingPreparedCallback()
+    assert dev.prepareModelFromCache_1_3(hal.OptionalTimePoint(), mc, dc, TOKEN, cb) == S.NONE
+    files.close()
+    status, loaded = cb.wait(WAIT_S)
+    assert status == S.NONE
+    np.testing.assert_array_equal(net.run(loaded), net.expected)
+
+
 def test_save_to_cache_draft_method(dev, net, files) -> None:  # noqa: ANN001
     cb = CountingPreparedCallback()
     dev.prepareModel_1_3(net.model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
@@ -469,11 +487,12 @@ def test_authentic_payload_must_match_the_schema(dev, key_dir, files, net) -> No
 
 def test_toctou_overwrite_while_loading(dev, net, other_net, files, tmp_path) -> None:  # noqa: ANN001
     """Another thread keeps replacing the cache files (with another model's,
-    with garbage, with the right ones) while loading: every load fails
-    cleanly or gives the right model."""
+    saved with another token as in VTS SaveToCache_TOCTOU, with garbage, with
+    the right ones) while loading: every load fails cleanly or gives the
+    right model."""
     other = Files(tmp_path / "other")
     try:
-        saved(dev, other_net, other)
+        save(dev, other_net.model, *other.handles(), token=bytes([TOKEN[0] + 1]) + TOKEN[1:])
         saved(dev, net, files)
         right = (files.model[0].read_bytes(), files.data[0].read_bytes())
         wrong = (other.model[0].read_bytes(), other.data[0].read_bytes())
@@ -613,8 +632,8 @@ def test_load_deadlines(dev, net, files) -> None:  # noqa: ANN001
 # conformance models: cache-loaded results equal freshly prepared ones
 
 
-_SAMPLE = ["V1_0/conv_quant8", "V1_0/depthwise_conv2d_quant8", "V1_0/fully_connected_quant8", "V1_0/lstm",
-           "V1_0/rnn", "V1_0/svdf", "V1_1/conv_float_channels", "V1_2/conv2d_per_channel",
+_SAMPLE = ["V1_0/conv_quant8", "V1_0/depthwise_conv2d_quant8", "V1_0/fully_connected_quant8", "V1_0/lstm3",
+           "V1_0/rnn", "V1_0/svdf", "V1_2/conv2d_dilation", "V1_2/conv2d_per_channel",
            "V1_2/depthwise_conv2d_per_channel", "V1_2/grouped_conv2d", "V1_2/transpose_conv2d",
            "V1_2/fully_connected_v1_2", "V1_2/quantized_lstm", "V1_2/unidirectional_sequence_lstm_1step",
            "V1_3/fully_connected_quant8_signed", "V1_3/grouped_conv2d_quant8_signed", "V1_3/if_constant",
@@ -646,3 +665,40 @@ def test_conformance_models_through_the_cache(dev, tmp_path, rel: str) -> None: 
                 np.testing.assert_array_equal(a, b, err_msg=vm.name)
         finally:
             f.close()
+
+
+def test_toctou_overwrite_while_saving(dev, net, other_net, files, tmp_path) -> None:  # noqa: ANN001
+    """VTS SaveToCache_TOCTOU: another model's cache (another token) copied
+    over the files while saving; the load then fails cleanly or gives the
+    right model."""
+    other = Files(tmp_path / "other")
+    try:
+        save(dev, other_net.model, *other.handles(), token=bytes([TOKEN[0] + 1]) + TOKEN[1:])
+        wrong = (other.model[0].read_bytes(), other.data[0].read_bytes())
+        outcomes = set()
+        for _ in range(8):
+            stop = threading.Event()
+
+            def overwrite(stop: threading.Event = stop) -> None:
+                while not stop.is_set():
+                    for path, data in zip((files.model[0], files.data[0]), wrong):
+                        with open(path, "r+b") as f:
+                            f.truncate(0)
+                            f.write(data)
+
+            th = threading.Thread(target=overwrite, daemon=True)
+            th.start()
+            try:
+                save(dev, net.model, *files.handles())
+            finally:
+                stop.set()
+                th.join(10)
+            status, loaded = load(dev, *files.handles())
+            outcomes.add(status)
+            if status == S.NONE:
+                np.testing.assert_array_equal(net.run(loaded), net.expected)
+            else:
+                assert status == S.GENERAL_FAILURE and loaded is None
+            files.close()
+    finally:
+        other.close()

@@ -257,24 +257,57 @@ def cache_fds(handles: Any, expected: int, what: str, write: bool) -> list[int]:
     return fds
 
 
-def check_save_args(modelCache: Any, dataCache: Any, token: Any) -> Optional[tuple[int, int, bytes]]:
-    """(model fd, data fd, token) if the caller asks to save and the
-    arguments allow it; None when caching information is not provided (both
-    vectors empty).  Raises CacheError when it is provided but unusable."""
+class CacheFiles:
+    """The driver's own duplicates of the two cache descriptors and the token:
+    "The file descriptors may be closed by the client once the asynchronous
+    preparation has finished. The driver must dup a file descriptor if it
+    wants to get access to the cache file later" (IDevice.hal 1.3), and a
+    transport may close its received descriptors when the launch call
+    returns.  ``close`` (idempotent) when the work is done."""
+
+    def __init__(self, model_fd: int, data_fd: int, token: bytes):
+        self.model_fd = fcntl.fcntl(model_fd, fcntl.F_DUPFD_CLOEXEC, 0)
+        try:
+            self.data_fd = fcntl.fcntl(data_fd, fcntl.F_DUPFD_CLOEXEC, 0)
+        except OSError:
+            os.close(self.model_fd)
+            raise
+        self.token = token
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            fds, self.model_fd, self.data_fd = (self.model_fd, self.data_fd), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                os.close(fd)
+
+
+def check_save_args(modelCache: Any, dataCache: Any, token: Any) -> Optional[CacheFiles]:
+    """The files to save to if the caller asks to save and the arguments
+    allow it; None when caching information is not provided (both vectors
+    empty).  Raises CacheError when it is provided but unusable."""
     if isinstance(modelCache, (list, tuple)) and isinstance(dataCache, (list, tuple)) and \
             not modelCache and not dataCache:
         return None
     mfd = cache_fds(modelCache, NUM_MODEL_CACHE, "modelCache", write=True)
     dfd = cache_fds(dataCache, NUM_DATA_CACHE, "dataCache", write=True)
     _distinct(mfd[0], dfd[0])
-    return mfd[0], dfd[0], token_bytes(token)
+    return _dup(mfd[0], dfd[0], token_bytes(token))
 
 
-def check_load_args(modelCache: Any, dataCache: Any, token: Any) -> tuple[int, int, bytes]:
+def check_load_args(modelCache: Any, dataCache: Any, token: Any) -> CacheFiles:
     mfd = cache_fds(modelCache, NUM_MODEL_CACHE, "modelCache", write=False)
     dfd = cache_fds(dataCache, NUM_DATA_CACHE, "dataCache", write=False)
     _distinct(mfd[0], dfd[0])
-    return mfd[0], dfd[0], token_bytes(token)
+    return _dup(mfd[0], dfd[0], token_bytes(token))
+
+
+def _dup(model_fd: int, data_fd: int, token: bytes) -> CacheFiles:
+    try:
+        return CacheFiles(model_fd, data_fd, token)
+    except OSError as e:  # NOTE: out of descriptors: a resource problem of the driver
+        raise CacheError(S.GENERAL_FAILURE, f"cannot keep the cache descriptors: {e.strerror}") from None
 
 
 def _distinct(model_fd: int, data_fd: int) -> None:

@@ -223,6 +223,8 @@ class SampleDevice(hal.IDevice):
         def fail(status: S) -> None:
             for p in pools:  # NOTE: no prepared model will hold the mappings
                 p.close()
+            if save_to is not None:
+                save_to.close()
             _notify(notify, status, None, version)
 
         def work() -> None:
@@ -251,7 +253,8 @@ class SampleDevice(hal.IDevice):
                 return
             prepared = SamplePreparedModel(self, model13, pools, executor, int(version), priority=int(priority))
             if save_to is not None:
-                self.save_to_cache(prepared, *save_to)
+                self.save_to_cache(prepared, save_to)
+                save_to.close()
             _notify(notify, S.NONE, prepared, version)
 
         def expire(reason: str) -> None:
@@ -268,13 +271,13 @@ class SampleDevice(hal.IDevice):
             return status
         return S.NONE
 
-    def save_to_cache(self, prepared: SamplePreparedModel, model_fd: int, data_fd: int, token: bytes) -> S:
+    def save_to_cache(self, prepared: SamplePreparedModel, files: driver_cache.CacheFiles) -> S:
         """Writes ``prepared`` to the cache files; never raises (a cache problem is logged)."""
         try:
             model_bytes, chunks, _ = driver_cache.encode(
                 prepared.model, prepared.constant_pools(), prepared.executor, prepared.version, prepared.priority,
-                self.cache_key(), self.version_string, token)
-            driver_cache.write_files(model_fd, data_fd, model_bytes, chunks)
+                self.cache_key(), self.version_string, files.token)
+            driver_cache.write_files(files.model_fd, files.data_fd, model_bytes, chunks)
         except OSError as e:
             log.error("saving to the compilation cache failed: %s", e)
             return S.GENERAL_FAILURE
@@ -316,9 +319,10 @@ class SampleDevice(hal.IDevice):
             log.error("prepareModelFromCache: invalid callback")
             return S.INVALID_ARGUMENT
         notify = getattr(callback, notify_name)
+        files: Optional[driver_cache.CacheFiles] = None
         try:
             dl = deadline_ns(deadline)
-            model_fd, data_fd, tok = driver_cache.check_load_args(modelCache, dataCache, token)
+            files = driver_cache.check_load_args(modelCache, dataCache, token)
             key = self.cache_key()
         except ValidationError as e:
             log.error("prepareModelFromCache: %s", e)
@@ -332,17 +336,20 @@ class SampleDevice(hal.IDevice):
         else:
             status = S.NONE
         if status != S.NONE:
+            if files is not None:
+                files.close()
             _notify(notify, status, None, version)
             return status
 
         def work() -> None:
             start_ns = time.monotonic_ns()
             if _passed(dl):
+                files.close()
                 _notify(notify, S.MISSED_DEADLINE_PERSISTENT, None, version)
                 return
             try:
                 with op_deadline.scope(dl):
-                    r = driver_cache.load(model_fd, data_fd, key, self.version_string, tok)
+                    r = driver_cache.load(files.model_fd, files.data_fd, key, self.version_string, files.token)
             except DeadlineMissed:
                 _notify(notify, missed_deadline_status(launch_ns, start_ns, dl), None, version)
                 return
@@ -354,17 +361,21 @@ class SampleDevice(hal.IDevice):
                 log.exception("prepareModelFromCache failed unexpectedly")
                 _notify(notify, S.GENERAL_FAILURE, None, version)
                 return
+            finally:
+                files.close()
             _notify(notify, S.NONE, SamplePreparedModel(self, r.model, r.pools, r.executor, r.hal_version,
                                                         priority=r.priority), version)
 
         def expire(reason: str) -> None:
             log.error("prepareModelFromCache: dropped while queued (%s)", reason)
+            files.close()
             _notify(notify, missed_deadline_status(launch_ns, time.monotonic_ns(), dl) if reason == "deadline"
                     else S.DEVICE_UNAVAILABLE, None, version)
 
         # NOTE: the priority is in the (not yet authenticated) cache: loading is queued as MEDIUM
         if not self.scheduler.submit(int(hal.Priority.MEDIUM), work, expire, dl):
             log.error("prepareModelFromCache: the driver's work queue is full")
+            files.close()
             _notify(notify, S.RESOURCE_EXHAUSTED_TRANSIENT, None, version)
             return S.RESOURCE_EXHAUSTED_TRANSIENT
         return S.NONE

@@ -197,7 +197,10 @@ class SamplePreparedModel(hal.IPreparedModel):
         save = getattr(self.device, "save_to_cache", None)
         if args is None or save is None:
             return S.GENERAL_FAILURE
-        return save(self, *args)
+        try:
+            return save(self, args)
+        finally:
+            args.close()
 
     # ------------------------------------------------------------------ 1.3
     def execute_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any, callback: Any) -> S:
