@@ -1,0 +1,254 @@
+"""The burst packets of HAL 1.2 (``neuralnetworks/1.2/types.hal``):
+``FmqRequestDatum`` and ``FmqResultDatum`` as fixed-size binary elements of a
+fast message queue (:mod:`nnhal.fmq`), and the packet layout that Android 11's
+ExecutionBurstController / ExecutionBurstServer exchange.
+
+Each datum is a ``safe_union``: a discriminator byte (the member's index in
+the HAL declaration) then the member, little-endian, 24 bytes in all; every
+byte that no field covers is zero ("padding bytes in results are zero",
+ValidateBurst.cpp).
+
+Request packet: ``packetInformation`` (packetSize, numberOfInputOperands,
+numberOfOutputOperands, numberOfPools); per input ``inputOperandInformation``
+(hasNoValue, location, numberOfDimensions) and that many
+``inputOperandDimensionValue``; the same for the outputs; one
+``poolIdentifier`` (a slot) per pool; ``measureTiming``.
+
+Result packet: ``packetInformation`` (packetSize, errorStatus,
+numberOfOperands); per output ``operandInformation`` (isSufficient,
+numberOfDimensions) and its ``operandDimensionValue``\\ s;
+``executionTiming``.
+
+The 1.2 burst carries no deadline and no loop timeout (the packet has no
+field for them; VTS runs no loop-timeout test through the burst), and its
+status is a 1.0 ``ErrorStatus``.
+
+Decoding checks what the reference's ``deserialize`` checks (the discriminator
+sequence, the counts, the packet size) and more: unknown discriminators,
+non-zero padding and bools other than 0/1 are malformed.  A malformed packet
+raises :class:`PacketError`, nothing else.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Sequence
+
+from nnhal import hal
+
+__all__ = ["DATUM_SIZE", "PacketError", "RequestPacket", "decode_request", "decode_result", "encode_request",
+           "encode_result", "request_packet_length", "result_packet_length"]
+
+DATUM_SIZE = 24
+
+# FmqRequestDatum members, in the order of types.hal
+REQ_PACKET_INFORMATION = 0
+REQ_INPUT_OPERAND_INFORMATION = 1
+REQ_INPUT_DIMENSION = 2
+REQ_OUTPUT_OPERAND_INFORMATION = 3
+REQ_OUTPUT_DIMENSION = 4
+REQ_POOL_IDENTIFIER = 5
+REQ_MEASURE_TIMING = 6
+
+# FmqResultDatum members
+RES_PACKET_INFORMATION = 0
+RES_OPERAND_INFORMATION = 1
+RES_DIMENSION = 2
+RES_EXECUTION_TIMING = 3
+
+_REQ_PACKET = struct.Struct("<B3xIIII4x")  # packetSize, inputs, outputs, pools
+_REQ_OPERAND = struct.Struct("<B3xB3xIIII")  # hasNoValue, poolIndex, offset, length, numberOfDimensions
+_REQ_U32 = struct.Struct("<B3xI16x")
+_REQ_I32 = struct.Struct("<B3xi16x")
+_RES_PACKET = struct.Struct("<B7xIiI4x")  # packetSize, errorStatus, numberOfOperands
+_RES_OPERAND = struct.Struct("<B7xB3xI8x")  # isSufficient, numberOfDimensions
+_RES_U32 = struct.Struct("<B7xI12x")
+_RES_TIMING = struct.Struct("<B7xQQ")
+assert all(s.size == DATUM_SIZE for s in (_REQ_PACKET, _REQ_OPERAND, _REQ_U32, _REQ_I32, _RES_PACKET, _RES_OPERAND,
+                                          _RES_U32, _RES_TIMING))
+
+_U32 = 0xFFFFFFFF
+_V1_0_STATUSES = frozenset(range(hal.ErrorStatus.INVALID_ARGUMENT + 1))
+
+
+class PacketError(ValueError):
+    """A malformed burst packet."""
+
+
+class RequestPacket:
+    """A decoded request packet: a 1.0 request without pools, the pools'
+    slots, and the MeasureTiming value (as sent; validated by the execution)."""
+
+    __slots__ = ("inputs", "outputs", "slots", "measure")
+
+    def __init__(self, inputs: list[hal.RequestArgument], outputs: list[hal.RequestArgument], slots: list[int],
+                 measure: int):
+        self.inputs, self.outputs, self.slots, self.measure = inputs, outputs, slots, measure
+
+
+# --------------------------------------------------------------------------
+# request
+
+
+def request_packet_length(inputs: Sequence[hal.RequestArgument], outputs: Sequence[hal.RequestArgument],
+                          n_pools: int) -> int:
+    return 2 + len(inputs) + len(outputs) + n_pools + sum(len(a.dimensions) for a in (*inputs, *outputs))
+
+
+def _u32(v: object, what: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _U32:
+        raise PacketError(f"{what} {v!r} is not a uint32")
+    return v
+
+
+def encode_request(inputs: Sequence[hal.RequestArgument], outputs: Sequence[hal.RequestArgument],
+                   slots: Sequence[int], measure: int) -> bytes:
+    """The request packet (the reference's ``serialize(request, measure, slots)``)."""
+    n = request_packet_length(inputs, outputs, len(slots))
+    parts = [_REQ_PACKET.pack(REQ_PACKET_INFORMATION, n, len(inputs), len(outputs), len(slots))]
+    try:
+        for info, dim, args in ((REQ_INPUT_OPERAND_INFORMATION, REQ_INPUT_DIMENSION, inputs),
+                                (REQ_OUTPUT_OPERAND_INFORMATION, REQ_OUTPUT_DIMENSION, outputs)):
+            for a in args:
+                loc = a.location
+                parts.append(_REQ_OPERAND.pack(info, 1 if a.hasNoValue else 0, loc.poolIndex, loc.offset, loc.length,
+                                               len(a.dimensions)))
+                parts.extend(_REQ_U32.pack(dim, d) for d in a.dimensions)
+        parts.extend(_REQ_I32.pack(REQ_POOL_IDENTIFIER, s) for s in slots)
+        parts.append(_REQ_I32.pack(REQ_MEASURE_TIMING, int(measure)))
+    except (struct.error, AttributeError, TypeError) as e:
+        raise PacketError(f"request cannot be serialized: {e}") from None
+    return b"".join(parts)
+
+
+def _datums(data: bytes) -> list[memoryview]:
+    if not data or len(data) % DATUM_SIZE:
+        raise PacketError(f"a packet of {len(data)} bytes is not a positive number of {DATUM_SIZE}-byte datums")
+    mv = memoryview(data)
+    return [mv[i:i + DATUM_SIZE] for i in range(0, len(data), DATUM_SIZE)]
+
+
+def _unpack(s: struct.Struct, datum: memoryview, what: str) -> tuple:
+    values = s.unpack(datum)
+    # NOTE: re-encoding and comparing checks every padding byte at once
+    if s.pack(*values) != datum:
+        raise PacketError(f"{what}: non-zero padding")
+    return values
+
+
+def _expect(datums: list[memoryview], index: int, disc: int, what: str) -> memoryview:
+    if index >= len(datums):
+        raise PacketError(f"packet ends where {what} should be (datum {index})")
+    d = datums[index]
+    if d[0] != disc:
+        raise PacketError(f"datum {index} has discriminator {d[0]}, {what} expected")
+    return d
+
+
+def _bool(v: int, what: str) -> bool:
+    if v not in (0, 1):
+        raise PacketError(f"{what} {v} is not a bool")
+    return bool(v)
+
+
+def decode_request(data: bytes) -> RequestPacket:
+    """Decode and check a request packet; :class:`PacketError` if malformed."""
+    datums = _datums(data)
+    for k, d in enumerate(datums):
+        if d[0] > REQ_MEASURE_TIMING:
+            raise PacketError(f"datum {k} has an unknown discriminator {d[0]}")
+    _, size, n_in, n_out, n_pools = _unpack(_REQ_PACKET, _expect(datums, 0, REQ_PACKET_INFORMATION,
+                                                                 "packetInformation"), "packetInformation")
+    if size != len(datums):
+        raise PacketError(f"packetSize {size} but the packet has {len(datums)} datums")
+    index = 1
+    args: list[list[hal.RequestArgument]] = [[], []]
+    for side, (count, info, dim, name) in enumerate(
+            ((n_in, REQ_INPUT_OPERAND_INFORMATION, REQ_INPUT_DIMENSION, "input"),
+             (n_out, REQ_OUTPUT_OPERAND_INFORMATION, REQ_OUTPUT_DIMENSION, "output"))):
+        if count > len(datums):
+            raise PacketError(f"{count} {name} operands cannot fit a packet of {len(datums)} datums")
+        for k in range(count):
+            what = f"{name}OperandInformation[{k}]"
+            _, no_value, pool, offset, length, n_dims = _unpack(_REQ_OPERAND, _expect(datums, index, info, what), what)
+            index += 1
+            if n_dims > len(datums) - index:
+                raise PacketError(f"{what}: {n_dims} dimensions do not fit the packet")
+            dims = []
+            for j in range(n_dims):
+                w = f"{name} {k} dimension {j}"
+                dims.append(_unpack(_REQ_U32, _expect(datums, index, dim, w), w)[1])
+                index += 1
+            args[side].append(hal.RequestArgument(hasNoValue=_bool(no_value, f"{what}.hasNoValue"),
+                                                  location=hal.DataLocation(pool, offset, length), dimensions=dims))
+    if n_pools > len(datums) - index:
+        raise PacketError(f"{n_pools} pools do not fit the packet")
+    slots = []
+    for k in range(n_pools):
+        w = f"poolIdentifier[{k}]"
+        slots.append(_unpack(_REQ_I32, _expect(datums, index, REQ_POOL_IDENTIFIER, w), w)[1])
+        index += 1
+    measure = _unpack(_REQ_I32, _expect(datums, index, REQ_MEASURE_TIMING, "measureTiming"), "measureTiming")[1]
+    index += 1
+    if index != size:
+        raise PacketError(f"{size - index} datums after measureTiming")
+    return RequestPacket(args[0], args[1], slots, measure)
+
+
+# --------------------------------------------------------------------------
+# result
+
+
+def result_packet_length(shapes: Sequence[hal.OutputShape]) -> int:
+    return 2 + len(shapes) + sum(len(s.dimensions) for s in shapes)
+
+
+def encode_result(status: int, shapes: Sequence[hal.OutputShape], timing: hal.Timing) -> bytes:
+    """The result packet (the reference's ``serialize(status, shapes, timing)``)."""
+    if status not in _V1_0_STATUSES:
+        raise PacketError(f"status {status!r} is not a 1.0 ErrorStatus")
+    try:
+        parts = [_RES_PACKET.pack(RES_PACKET_INFORMATION, result_packet_length(shapes), int(status), len(shapes))]
+        for s in shapes:
+            parts.append(_RES_OPERAND.pack(RES_OPERAND_INFORMATION, 1 if s.isSufficient else 0, len(s.dimensions)))
+            parts.extend(_RES_U32.pack(RES_DIMENSION, d) for d in s.dimensions)
+        parts.append(_RES_TIMING.pack(RES_EXECUTION_TIMING, timing.timeOnDevice, timing.timeInDriver))
+    except (struct.error, AttributeError, TypeError) as e:
+        raise PacketError(f"result cannot be serialized: {e}") from None
+    return b"".join(parts)
+
+
+def decode_result(data: bytes) -> tuple[hal.ErrorStatus, list[hal.OutputShape], hal.Timing]:
+    """Decode and check a result packet; :class:`PacketError` if malformed."""
+    datums = _datums(data)
+    for k, d in enumerate(datums):
+        if d[0] > RES_EXECUTION_TIMING:
+            raise PacketError(f"datum {k} has an unknown discriminator {d[0]}")
+    _, size, status, n = _unpack(_RES_PACKET, _expect(datums, 0, RES_PACKET_INFORMATION, "packetInformation"),
+                                 "packetInformation")
+    if size != len(datums):
+        raise PacketError(f"packetSize {size} but the packet has {len(datums)} datums")
+    if status not in _V1_0_STATUSES:
+        raise PacketError(f"errorStatus {status} is not a 1.0 ErrorStatus")
+    if n > len(datums):
+        raise PacketError(f"{n} operands cannot fit a packet of {len(datums)} datums")
+    index = 1
+    shapes = []
+    for k in range(n):
+        what = f"operandInformation[{k}]"
+        _, sufficient, n_dims = _unpack(_RES_OPERAND, _expect(datums, index, RES_OPERAND_INFORMATION, what), what)
+        index += 1
+        if n_dims > len(datums) - index:
+            raise PacketError(f"{what}: {n_dims} dimensions do not fit the packet")
+        dims = []
+        for j in range(n_dims):
+            w = f"operand {k} dimension {j}"
+            dims.append(_unpack(_RES_U32, _expect(datums, index, RES_DIMENSION, w), w)[1])
+            index += 1
+        shapes.append(hal.OutputShape(dimensions=dims, isSufficient=_bool(sufficient, f"{what}.isSufficient")))
+    _, on_device, in_driver = _unpack(_RES_TIMING, _expect(datums, index, RES_EXECUTION_TIMING, "executionTiming"),
+                                      "executionTiming")
+    index += 1
+    if index != size:
+        raise PacketError(f"{size - index} datums after executionTiming")
+    return hal.ErrorStatus(status), shapes, hal.Timing(timeOnDevice=on_device, timeInDriver=in_driver)
