@@ -133,6 +133,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if any(a.endswith(".tflite") for a in args.rest):
+        from nnhal.tflite.commands import bench_main  # NOTE: one .tflite model against LiteRT
+
+        return bench_main(args.rest, _device)
     if "--cache" in args.rest or "--priority" in args.rest:
         from nnhal import bench_qos  # NOTE: compilation cache and priority figures (their own options)
 
@@ -140,6 +144,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from nnhal import bench
 
     return bench.main(args.rest)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from nnhal.tflite.commands import run_main
+
+    return run_main(args, _device)
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from nnhal.tflite.commands import graph_main
+
+    return graph_main(args, _device)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -175,6 +191,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     s = sub.add_parser("demo", help="prepare and run real models from the vectors on sample-all")
     s.add_argument("--device", default="sample-all")
     s.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("run", help="run a .tflite model through a HAL device (optionally against LiteRT)")
+    from nnhal.tflite.commands import add_graph_arguments, add_run_arguments
+
+    add_run_arguments(s)
+    s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("graph", help="an SVG / HTML picture of the HAL model of a .tflite or vector model")
+    add_graph_arguments(s)
+    s.set_defaults(fn=cmd_graph)
 
     s = sub.add_parser("bench", add_help=False, help="MobileNet v1/v2 latency and per-layer GFLOP/s "
                                                     "(see nnhal bench --help)")

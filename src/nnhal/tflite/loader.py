@@ -85,6 +85,7 @@ class IODescription:
     rewrites: collections.Counter = field(default_factory=collections.Counter)  # rewrite name -> count
     hal_to_tflite: list[int] = field(default_factory=list)  # per HAL operation, its TFLite operator index
     operator_names: list[str] = field(default_factory=list)  # per TFLite operator
+    operator_inputs: list[list[int]] = field(default_factory=list)  # per TFLite operator, its input tensors
 
     @property
     def all_outputs(self) -> list[TensorDesc]:
@@ -305,6 +306,7 @@ class _Loader:
             self.cur = i
             name, code = self.op_name(op)
             self.io.operator_names.append(name)
+            self.io.operator_inputs.append([int(k) for k in (op.inputs if op.inputs is not None else [])])
             self.io.operators[name] += 1
             n_ops = len(self.ops)
             try:

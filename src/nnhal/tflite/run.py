@@ -202,11 +202,12 @@ class Diff:
         return self.steps <= steps if self.quantized else self.rel <= rtol
 
     def __str__(self) -> str:
+        name = self.name if len(self.name) <= 48 else "..." + self.name[-45:]
         if not self.shape_ok:
-            return f"{self.name}: shape differs"
+            return f"{name}: shape differs"
         if self.quantized:
-            return f"{self.name}: max {self.steps} step(s), mean {self.mean_abs:.3g} steps"
-        return f"{self.name}: max |err| {self.max_abs:.3g} (rel. to range {self.rel:.2e}), mean {self.mean_abs:.3g}"
+            return f"{name}: max {self.steps} step(s), mean {self.mean_abs:.3g} steps"
+        return f"{name}: max |err| {self.max_abs:.3g} (rel. to range {self.rel:.2e}), mean {self.mean_abs:.3g}"
 
 
 def diff(ours: np.ndarray, ref: np.ndarray, desc: TensorDesc) -> Diff:

@@ -1,0 +1,254 @@
+"""``nnhal run``, ``nnhal bench MODEL.tflite`` and ``nnhal graph``: TFLite
+models through a HAL device, against LiteRT.  The command line (``cli.py``)
+passes a ``device_of(name) -> IDevice`` so these commands reach a device in
+process or a running service the same way every other command does.
+
+Exit status: 0 on success; 2 when the model cannot be converted (every
+unmapped operator is printed); 3 when the device refuses to prepare it or the
+execution fails; 1 with ``--strict`` when a comparison is beyond tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from nnhal.tflite.loader import IODescription, UnsupportedModelError, load
+from nnhal.tflite.run import ExecutionError, HalSession, LiteRT, check_inputs, diff, make_inputs, timed, topk
+
+DeviceOf = Callable[[str], Any]
+
+
+def _load(path: str, batch: Optional[int], expose: bool = False) -> tuple[Any, IODescription]:
+    try:
+        return load(path, batch=batch, expose_intermediates=expose)
+    except UnsupportedModelError as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (OSError, ValueError) as e:
+        print(f"{path}: cannot read the model: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def summary(io: IODescription) -> str:
+    ops = ", ".join(f"{k} {v}" for k, v in io.operators.most_common())
+    rw = ", ".join(f"{k} {v}" for k, v in io.rewrites.most_common()) or "none"
+    hal_ops = sum(io.hal_operations.values())
+    return (f"{sum(io.operators.values())} TFLite operators ({ops}); rewrites: {rw}; "
+            f"{hal_ops} HAL operations")
+
+
+def _short(a: np.ndarray) -> str:
+    flat = a.reshape(-1)
+    head = ", ".join(f"{v:.4g}" if a.dtype.kind == "f" else str(v) for v in flat[:6])
+    return f"{a.dtype}{list(a.shape)} [{head}{', ...' if flat.size > 6 else ''}]"
+
+
+def _inputs(args: argparse.Namespace, io: IODescription) -> list[np.ndarray]:
+    if not args.input:
+        return make_inputs(io, batch=args.batch or 1, seed=args.seed)
+    arrays = []
+    for f in args.input:
+        a = np.load(f, allow_pickle=False)
+        arrays.append(a)
+    try:
+        return check_inputs(io, arrays)
+    except ValueError as e:
+        raise SystemExit(f"--input: {e}") from None
+
+
+def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
+    """``nnhal run``."""
+    expose = bool(args.per_tensor)
+    batch = None if args.keep_unknown else (args.batch or 1)
+    model, io = _load(args.model, batch, expose)
+    print(f"{args.model}: {summary(io)}")
+    x = _inputs(args, io)
+    try:
+        session = HalSession(device_of(args.device), model, io)
+        outs = session.run(x)
+        session.close()
+    except ExecutionError as e:
+        print(f"{args.model}: {e}", file=sys.stderr)
+        return 3
+    n_out = len(io.outputs)
+    for k, (a, d) in enumerate(zip(outs, io.outputs)):
+        print(f"output {k} {d.name}: {_short(a)}")
+    if args.output:
+        out_dir = Path(args.output)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for k, a in enumerate(outs[:n_out]):
+            np.save(out_dir / f"output_{k}.npy", a, allow_pickle=False)
+        print(f"wrote {n_out} output(s) to {out_dir}/output_<k>.npy")
+    if not (args.compare or args.per_tensor):
+        return 0
+    try:
+        lr = LiteRT(args.model, threads=args.threads, kernels=args.kernels, preserve=expose)
+        ref = lr.run(x)
+    except ImportError as e:
+        print(f"--compare: {e}", file=sys.stderr)
+        return 3
+    bad = False
+    print(f"against LiteRT ({args.kernels} kernels):")
+    for k, (a, r, d) in enumerate(zip(outs, ref, io.outputs)):
+        df = diff(a, r, d)
+        bad |= not df.ok(args.rtol, args.steps)
+        line = f"  output {k} {df}"
+        tk = topk(a.astype(np.float64), r.astype(np.float64))
+        if tk is not None:
+            line += f"; top-1 {'same' if tk[0] else 'DIFFERENT'}, top-5 overlap {tk[1]:.0%}"
+        print(line)
+    if args.per_tensor:
+        first, worst, diffs = None, None, {}
+        for a, d in zip(outs[n_out:] + outs[:n_out], io.intermediates + io.outputs):
+            df = diffs[d.tensor] = diff(a, lr.tensor(d.tensor), d)
+            if first is None and not df.ok(args.rtol, args.steps):
+                first = (d, df)
+            if worst is None or (df.steps, df.rel) > (worst[1].steps, worst[1].rel):
+                worst = (d, df)
+        print(f"  {len(io.intermediates) + n_out} tensors compared; worst: operator {worst[0].producer} "
+              f"{worst[0].producer_name}: {worst[1]}" if worst else "  no tensors")
+        if first is None:
+            print(f"  every tensor within tolerance (float {args.rtol:g} of its range, quantized {args.steps} step)")
+        else:
+            d, df = first
+            bad = True
+            print(f"  first operation beyond tolerance: operator {d.producer} {d.producer_name} "
+                  f"(tensor {d.tensor}) {df}")
+            upstream = [diffs[k] for k in io.operator_inputs[d.producer] if k in diffs]
+            moved = [u for u in upstream if u.steps or u.rel]
+            if moved:
+                # NOTE: a difference within tolerance at an input can grow through the operation
+                print("  its inputs already differ: " + "; ".join(str(u) for u in moved))
+            else:
+                print("  its inputs are identical: the difference is this operation's own")
+    return 1 if bad and args.strict else 0
+
+
+def bench_main(argv: list[str], device_of: DeviceOf) -> int:
+    """``nnhal bench MODEL.tflite``."""
+    ap = argparse.ArgumentParser(prog="nnhal bench MODEL.tflite",
+                                 description="median / p90 latency of one model through nnhal and LiteRT "
+                                             "(XNNPACK and builtin kernels), same input and thread count, one run")
+    ap.add_argument("model")
+    ap.add_argument("--device", default="sample-all")
+    ap.add_argument("--threads", type=int, default=1, help="threads for every engine (BLAS for nnhal; default 1)")
+    ap.add_argument("--runs", type=int, default=10, help="timed executions per engine (default 10)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    from nnhal.bench import blas_threads, set_blas_threads
+
+    if not set_blas_threads(args.threads):
+        print("cannot set the BLAS thread count", file=sys.stderr)
+    model, io = _load(args.model, 1)
+    x = make_inputs(io, seed=args.seed)
+    try:
+        session = HalSession(device_of(args.device), model, io)
+    except ExecutionError as e:
+        print(f"{args.model}: {e}", file=sys.stderr)
+        return 3
+    engines: list[tuple[str, Callable[[], Any]]] = [("nnhal " + args.device, lambda: session.run(x))]
+    try:
+        for kind in ("xnnpack", "builtin"):
+            lr = LiteRT(args.model, threads=args.threads, kernels=kind)
+            lr.set_inputs(x)
+            engines.append((f"LiteRT {kind}", lr.it.invoke))
+    except ImportError as e:
+        print(f"LiteRT not available: {e}", file=sys.stderr)
+    print(f"{Path(args.model).name}: {summary(io)}")
+    print(f"threads {args.threads} (BLAS {blas_threads() or '?'}); load average {os.getloadavg()[0]:.2f}; "
+          f"{args.runs} runs each")
+    res = {}
+    for name, fn in engines:
+        t = sorted(timed(fn, args.runs))
+        med, p90 = statistics.median(t), t[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))]
+        res[name] = med
+        print(f"  {name:24s} median {med * 1e3:9.2f} ms   p90 {p90 * 1e3:9.2f} ms")
+    session.close()
+    ours = res[engines[0][0]]
+    for name, _ in engines[1:]:
+        print(f"  nnhal / {name}: {ours / res[name]:.1f}x")
+    return 0
+
+
+def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]]]:
+    path = args.model
+    if path.endswith(".tflite"):
+        model, io = _load(path, 1)
+        names = [f"TFLite op {i} {io.operator_names[i]}" if i >= 0 else "" for i in io.hal_to_tflite]
+        return model, f"{Path(path).name}: {summary(io)}", names
+    from nnhal.conformance import vectors
+
+    models = vectors.load_file(path)
+    pick = [m for m in models if not args.name or m.name == args.name] or \
+        [m for m in models if args.name and args.name in m.name]
+    if not pick:
+        raise SystemExit(f"{path}: no model named {args.name!r}; models: {', '.join(m.name for m in models)}")
+    return pick[0].build_model(), f"{Path(path).name}: {pick[0].name}", None
+
+
+def graph_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
+    """``nnhal graph``."""
+    from nnhal import hal
+    from nnhal.tflite import graph
+
+    model, title, names = _graph_model(args)
+    supported, reasons = None, {}
+    if args.device:
+        dev = device_of(args.device)
+        status, supported = dev.getSupportedOperations_1_3(model)
+        if status != hal.ErrorStatus.NONE:
+            print(f"{args.device} rejects the model: {hal.ErrorStatus(status).name}", file=sys.stderr)
+            supported = [False] * len(model.main.operations)
+            reasons = dict.fromkeys(range(len(supported)), f"model rejected ({hal.ErrorStatus(status).name})")
+        else:
+            sg = model.main
+            for k, ok in enumerate(supported):
+                if not ok:
+                    op = sg.operations[k]
+                    types = ",".join(graph.operand_label(sg.operands[i]).split("[")[0] for i in op.inputs)
+                    reasons[k] = f"{args.device} does not support {hal.OperationType(op.type).name}({types})"
+        title += f" -- on {args.device}: {sum(map(bool, supported))}/{len(supported)} supported"
+    out = args.output or (Path(args.model).name.split(".")[0] + ".html")
+    text = graph.html_page(model, title, supported=supported, reasons=reasons, names=names) \
+        if out.endswith((".html", ".htm")) else graph.svg(model, title, supported=supported, reasons=reasons,
+                                                           names=names)
+    Path(out).write_text(text)
+    print(f"wrote {out} ({len(model.main.operations)} operations)")
+    return 0
+
+
+def add_run_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("model", help="a .tflite file")
+    s.add_argument("--input", action="append",
+                   help="a .npy per model input, in the model's input order (default: generated, seeded: float "
+                        "uniform [-1, 1), uint8/int8 uniform over their range, int32 uniform [0, 10))")
+    s.add_argument("-o", "--output", help="write DIR/output_<k>.npy per model output")
+    s.add_argument("--device", default="sample-all")
+    s.add_argument("--compare", action="store_true", help="run LiteRT on the same input; per output max / mean "
+                                                          "error and top-k agreement")
+    s.add_argument("--per-tensor", action="store_true", help="compare every intermediate tensor and print the first "
+                                                             "operation beyond tolerance")
+    s.add_argument("--kernels", choices=["builtin", "ref", "xnnpack"], default="builtin",
+                   help="LiteRT kernels to compare with (builtin: BUILTIN_WITHOUT_DEFAULT_DELEGATES; ref: "
+                        "TFLite's reference kernels)")
+    s.add_argument("--threads", type=int, default=1, help="LiteRT threads")
+    s.add_argument("--batch", type=int, default=0, help="value of unknown (-1) dimensions (default 1)")
+    s.add_argument("--keep-unknown", action="store_true", help="keep unknown dimensions unknown in the HAL model")
+    s.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    s.add_argument("--rtol", type=float, default=1e-4, help="float tolerance relative to the tensor's range")
+    s.add_argument("--steps", type=int, default=1, help="quantized tolerance in steps")
+    s.add_argument("--strict", action="store_true", help="exit 1 when a comparison is beyond tolerance")
+
+
+def add_graph_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("model", help="a .tflite file or a conformance vector file")
+    s.add_argument("name", nargs="?", default="", help="the model's name inside a vector file")
+    s.add_argument("-o", "--output", help="output .svg or .html (default: MODEL.html)")
+    s.add_argument("--device", default="", help="colour each operation by whether this device supports it")
