@@ -377,7 +377,7 @@ class _Loader:
         if a.kind == "tensor":
             if a.index >= len(ins):
                 if a.optional:
-                    return []  # NOTE: a trailing optional input TFLite does not have (e.g. 20-input LSTM)
+                    return [self.no_value()]  # NOTE: an input TFLite's form lacks (a 20-input LSTM's layer norms)
                 raise _Refuse(f"input {a.index} missing")
             k = ins[a.index]
             if k < 0:
@@ -443,7 +443,7 @@ class _Loader:
         n = w[0] if self.op_is(op, "CONV_2D", "FULLY_CONNECTED") else w[-1]
         return self._bias(op, 2, 0, 1, n)
 
-    def d_bias3(self, op: Any, a: Arg) -> list[int]:
+    def d_tconv_bias(self, op: Any, a: Arg) -> list[int]:
         return self._bias(op, 3, 2, 1, self.shape(int(op.inputs[1]))[0])
 
     def op_is(self, op: Any, *names: str) -> bool:
@@ -835,11 +835,18 @@ class _Loader:
         o = int(op.outputs[0])
         od = self.dims(o)
         parts = []
-        for k in ins:
+        for n, k in enumerate(ins):
             d = self.dims(k) if self.shape(k) else []
             src = self.operand(k)
             if d == od:
                 parts.append(src)
+                continue
+            if n == 0:
+                # NOTE: TILE has no TENSOR_BOOL8 form; LOGICAL_AND with a constant all-true tensor of the
+                # output shape broadcasts the condition exactly
+                full_c = self.temp(T.TENSOR_BOOL8, od)
+                self.emit(Op.LOGICAL_AND, [src, self.const(np.ones(od, np.bool_), T.TENSOR_BOOL8)], [full_c])
+                parts.append(full_c)
                 continue
             full = [1] * (len(od) - len(d)) + d
             if full != d:

@@ -154,11 +154,12 @@ class LiteRT:
     """LiteRT's interpreter on the same file: ``kernels`` "builtin" (the optimized builtin kernels,
     no default delegate), "ref" (TFLite's reference kernels) or "xnnpack" (the default delegate)."""
 
-    def __init__(self, path: str | Path, threads: int = 1, kernels: str = "builtin", preserve: bool = False):
+    def __init__(self, path: str | Path | bytes, threads: int = 1, kernels: str = "builtin", preserve: bool = False):
         mod = interpreter_module()
         rt = {"builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "ref": mod.OpResolverType.BUILTIN_REF,
               "xnnpack": mod.OpResolverType.AUTO}[kernels]
-        self.it = mod.Interpreter(model_path=str(path), num_threads=threads, experimental_op_resolver_type=rt,
+        src = {"model_content": bytes(path)} if isinstance(path, (bytes, bytearray)) else {"model_path": str(path)}
+        self.it = mod.Interpreter(**src, num_threads=threads, experimental_op_resolver_type=rt,
                                   experimental_preserve_all_tensors=preserve)
         self.inputs = self.it.get_input_details()
         self.outputs = self.it.get_output_details()

@@ -74,6 +74,11 @@ def act(name: str = "fusedActivationFunction") -> Arg:
     return opt(name, "act")
 
 
+def cell_act() -> Arg:
+    # NOTE: the recurrent operations take TFLite's ActivationFunctionType itself (TANH = 4 included)
+    return opt("fusedActivationFunction", "int")
+
+
 def const(value: Any, type: OperandType = OperandType.INT32) -> Arg:
     return Arg("const", value=value, type=type)
 
@@ -197,7 +202,7 @@ MAPPINGS: tuple[Mapping, ...] = (
                  "per-channel weights (no NNAPI FC form) as a 1x1 CONV_2D between RESHAPEs (same integer "
                  "arithmetic)"),
     Mapping("TRANSPOSE_CONV", Op.TRANSPOSE_CONV_2D,
-            (tensor(2), tensor(1), derived("bias3"), tensor(0), padding(), opt("strideW"), opt("strideH"),
+            (tensor(2), tensor(1), derived("tconv_bias"), tensor(0), padding(), opt("strideW"), opt("strideH"),
              act(), NHWC), types=FQ, per_channel=True, type_input=2, check="tconv",
             note="TFLite inputs (output_shape, filter, input[, bias]); the HAL's output_shape input is "
                  "TFLite's input 0"),
@@ -284,23 +289,23 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("EMBEDDING_LOOKUP", Op.EMBEDDING_LOOKUP, (tensor(0), tensor(1)), types=frozenset({I32})),
     Mapping("HASHTABLE_LOOKUP", Op.HASHTABLE_LOOKUP, (tensor(0), tensor(1), tensor(2)), types=frozenset({I32})),
     # ---- recurrent (state tensors are TFLite variables: zero-initialised HAL constants for one invocation)
-    Mapping("RNN", Op.RNN, (tensor(0), tensor(1), tensor(2), tensor(3), tensor(4), act()), outputs=(-1, 0),
+    Mapping("RNN", Op.RNN, (tensor(0), tensor(1), tensor(2), tensor(3), tensor(4), cell_act()), outputs=(-1, 0),
             types=FLOAT, check="float_weights1",
             note="HAL outputs (hidden_state_out, output); the state input is the zero variable"),
     Mapping("UNIDIRECTIONAL_SEQUENCE_RNN", Op.UNIDIRECTIONAL_SEQUENCE_RNN,
-            (tensor(0), tensor(1), tensor(2), tensor(3), tensor(4), act(), opt("timeMajor", "int")),
+            (tensor(0), tensor(1), tensor(2), tensor(3), tensor(4), cell_act(), opt("timeMajor", "int")),
             types=FLOAT, check="float_weights1"),
     Mapping("SVDF", Op.SVDF, (tensor(0), tensor(1), tensor(2), tensor(3, optional=True), tensor(4), opt("rank"),
-                              act()), outputs=(-1, 0), types=FLOAT, check="float_weights1",
+                              cell_act()), outputs=(-1, 0), types=FLOAT, check="float_weights1",
             note="HAL outputs (state_out, output)"),
-    Mapping("LSTM", Op.LSTM, _LSTM_ARGS + (tensor(18), tensor(19), act(), opt("cellClip", "float", T.FLOAT32),
+    Mapping("LSTM", Op.LSTM, _LSTM_ARGS + (tensor(18), tensor(19), cell_act(), opt("cellClip", "float", T.FLOAT32),
                                            opt("projClip", "float", T.FLOAT32)) +
             tuple(tensor(i, optional=True) for i in range(20, 24)),
             outputs=(-1, -1, -1, 0), types=FLOAT, check="lstm", rewrite="lstm",
             note="full kernel (20 or 24 inputs), float32: HAL outputs (scratch, output_state, cell_state, "
                  "output); TFLite inputs 18/19 (state variables) are the HAL's 18/19"),
     Mapping("UNIDIRECTIONAL_SEQUENCE_LSTM", Op.UNIDIRECTIONAL_SEQUENCE_LSTM,
-            _LSTM_ARGS + (tensor(18), tensor(19), act(), opt("cellClip", "float", T.FLOAT32),
+            _LSTM_ARGS + (tensor(18), tensor(19), cell_act(), opt("cellClip", "float", T.FLOAT32),
                           opt("projClip", "float", T.FLOAT32), opt("timeMajor", "bool", T.BOOL)) +
             tuple(tensor(i, optional=True) for i in range(20, 24)),
             types=FLOAT, check="lstm", rewrite="lstm", note="float32, 20 or 24 inputs"),
