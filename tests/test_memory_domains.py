@@ -170,6 +170,17 @@ def copy_out(buf: Any, t: T = T.TENSOR_FLOAT32, dims: Sequence[int] = DIMS) -> n
         M.free(mem)
 
 
+def test_combine_dims() -> None:
+    from nnhal.driver.buffers import combine_dims
+
+    assert combine_dims([], []) == []
+    assert combine_dims([], [0, 3]) == [0, 3]
+    assert combine_dims([2, 0], [0, 3]) == [2, 3]
+    assert combine_dims([2, 3], [2, 3]) == [2, 3]
+    assert combine_dims([2, 3], [3, 3]) is None
+    assert combine_dims([2, 3], [2, 3, 1]) is None
+
+
 # --------------------------------------------------------------------------
 # allocate
 
