@@ -86,13 +86,15 @@ class HalSession:
         self._pools: Optional[tuple] = None
 
     def _layout(self, inputs: Sequence[np.ndarray], out_sizes: list[int]) -> tuple:
-        key = (tuple(a.nbytes for a in inputs), tuple(out_sizes))
+        key = (tuple(a.shape for a in inputs), tuple(out_sizes))
         if self._pools is not None and self._pools[0] == key:
             return self._pools
         self.close_pools()
         in_args, off = [], 0
         for a in inputs:
-            in_args.append(hal.RequestArgument(location=hal.DataLocation(0, off, a.nbytes)))
+            # NOTE: the actual dimensions, for a model that leaves some unknown (batch kept unknown)
+            in_args.append(hal.RequestArgument(location=hal.DataLocation(0, off, a.nbytes),
+                                               dimensions=[int(d) for d in a.shape] if a.ndim else [1]))
             off = (off + a.nbytes + 63) // 64 * 64
         in_mem = hal_memory.allocate(max(off, 64))
         out_args, out_off, off = [], [], 0
