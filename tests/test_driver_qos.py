@@ -251,9 +251,13 @@ def test_driver_passes_clamped_loop_timeout(vm, given, expected: int) -> None:  
     with vector_pools(vm) as p:
         assert execute_sync(prepared, p.request(), loop_timeout=loop)[0] == S.NONE
         assert execute_async(prepared, p.request(), loop_timeout=loop)[1] == S.NONE
-        status, _, _ = prepared.executeFenced(p.request(), [], M.NO, hal.OptionalTimePoint(), loop,
-                                              hal.OptionalTimeoutDuration())
+        status, sync_fence, _ = prepared.executeFenced(p.request(), [], M.NO, hal.OptionalTimePoint(), loop,
+                                                       hal.OptionalTimeoutDuration())
         assert status == S.NONE
+        if sync_fence is not None:  # NOTE: a fenced execution may run after the launch returns
+            from nnhal import fence
+
+            fence.sync_wait(sync_fence, 30)
     assert seen == [expected] * 3
 
 
@@ -560,3 +564,39 @@ def test_high_priority_latency_under_low_load() -> None:
             assert threading.active_count() < 200
     finally:
         sched.shutdown()
+
+
+def test_preemption_at_operation_boundaries(one_worker) -> None:  # noqa: ANN001
+    """A HIGH execution launched while a long LOW one occupies the only worker
+    runs at the LOW one's next yield point (here: the RNN's next time step),
+    not after it; the LOW execution then resumes and completes."""
+    from tests.driver_util import CountingExecutionCallback
+    from tests.driver_util import prepare as prep
+
+    dev, sched = one_worker
+    low = prep(rnn_model(), dev, priority=hal.Priority.LOW)[2]
+    high = prep(add_model(), dev, priority=hal.Priority.HIGH)[2]
+    rnn_pools = RnnPools()
+    from nnhal.conformance.runner import RequestPools
+
+    try:
+        with RequestPools([np.ones((2, 2), np.float32)] * 2, [16]) as p:
+            t0 = time.monotonic()
+            assert execute_sync(low, rnn_pools.request())[0] == S.NONE
+            full = time.monotonic() - t0
+            cb = CountingExecutionCallback()
+            t0 = time.monotonic()
+            assert low.execute_1_3(rnn_pools.request(), M.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
+                                   cb) == S.NONE
+            time.sleep(min(0.03, full / 5))  # NOTE: the LOW execution is inside its RNN loop now
+            t1 = time.monotonic()
+            assert execute_sync(high, p.request())[0] == S.NONE
+            high_latency = time.monotonic() - t1
+            assert cb.wait(WAIT_S)[0] == S.NONE
+            low_total = time.monotonic() - t0
+            print(f"LOW alone {full * 1e3:.0f} ms; HIGH launched during it answered in {high_latency * 1e3:.1f} ms; "
+                  f"LOW done after {low_total * 1e3:.0f} ms")
+            assert high_latency < full / 2
+            assert sched.stats()["preempted"] >= 1
+    finally:
+        rnn_pools.close()

@@ -223,6 +223,7 @@ class _Run:
         self.depth = 0  # referenced subgraphs being run, one inside the other
 
     def check_deadline(self) -> None:
+        op_deadline.yield_point()  # NOTE: queued higher-priority work may run first (driver scheduler)
         if self.deadline_ns is not None and time.monotonic_ns() > self.deadline_ns:
             raise DeadlineMissed("the execution deadline passed")
 

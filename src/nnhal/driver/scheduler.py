@@ -19,6 +19,13 @@ task was aborted by the driver").  Here every preparation and execution
   threads to itself: "Higher priority executions may use more compute
   resources than lower priority executions, and may preempt or starve lower
   priority executions", IDevice.hal 1.3);
+* preemption at operation boundaries: a running task reaches a yield point
+  between operations and in long kernels' outer loops
+  (:func:`nnhal.ops.deadline.yield_point`); when work of a higher priority
+  is queued or running, it parks there (its thread waits, its worker slot
+  is handed to a spare thread, at most ``workers`` spare threads), the
+  higher-priority work runs with the cores to itself, and the parked task
+  resumes where it stopped before any new task of its own priority starts;
 * a bound on queued tasks: beyond it :meth:`Scheduler.submit` refuses at once
   and the driver answers RESOURCE_EXHAUSTED_TRANSIENT (launch status and
   callback) instead of letting the queue grow without limit;
@@ -46,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from nnhal import hal
+from nnhal.ops import deadline as op_deadline
 
 log = logging.getLogger("nnhal.driver")
 
@@ -91,8 +99,15 @@ class Scheduler:
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
         self._timer_thread: Optional[threading.Thread] = None
-        self._running = 0
+        self._running = 0  # tasks holding a worker slot (parked ones do not)
         self._running_by_priority: dict[int, int] = {}
+        self._parked_by_priority: dict[int, int] = {}
+        self._idle = 0  # threads waiting for a task
+        # NOTE: read without the lock by yield points (hints only; the lock decides)
+        self.top_queued = -(1 << 30)
+        self.top_active = -(1 << 30)
+        self.max_spare = self.workers  # threads beyond ``workers``, taking the slots of parked tasks
+        self.preempted = 0
         self._stopped = False
         self.completed = 0
         self.rejected = 0
@@ -116,7 +131,8 @@ class Scheduler:
                 self.rejected += 1
                 return False
             heapq.heappush(self._heap, _Task((-int(priority), next(self._seq)), run, expire, deadline_ns))
-            self._work.notify()
+            self.top_queued = -self._heap[0].key[0]
+            self._work.notify_all()
             if deadline_ns is not None:
                 self._timer.notify()
         return True
@@ -154,8 +170,9 @@ class Scheduler:
     def stats(self) -> dict:
         with self._lock:
             return {"workers": self.workers, "max_queued": self.max_queued, "queued": len(self._heap),
-                    "running": self._running, "completed": self.completed, "rejected": self.rejected,
-                    "expired": self.expired}
+                    "running": self._running, "parked": sum(self._parked_by_priority.values()),
+                    "threads": len(self._threads), "completed": self.completed, "rejected": self.rejected,
+                    "expired": self.expired, "preempted": self.preempted}
 
     def shutdown(self, wait: bool = True) -> None:
         """Stops the workers after their running tasks; queued tasks are
@@ -186,18 +203,33 @@ class Scheduler:
             th.start()
             self._timer_thread = th
 
+    def _can_start(self) -> bool:
+        """A queued task may take a worker slot now (lock held): a slot is free,
+        no running task has a higher priority, and no parked task of its
+        priority or higher waits to resume."""
+        if not self._heap or self._running >= self.workers:
+            return False
+        p = -self._heap[0].key[0]
+        return p >= self._top_running() and p > _top(self._parked_by_priority)
+
     def _worker(self) -> None:
         _tls.worker = True
+        _tls.scheduler = self
         while True:
             with self._lock:
-                while not self._stopped and (not self._heap or -self._heap[0].key[0] < self._top_running()):
+                self._idle += 1
+                while not self._stopped and not self._can_start():
                     self._work.wait()
+                self._idle -= 1
                 if self._stopped:
                     return
                 task = heapq.heappop(self._heap)
+                self.top_queued = -self._heap[0].key[0] if self._heap else -(1 << 30)
                 prio = -task.key[0]
                 self._running += 1
                 self._running_by_priority[prio] = self._running_by_priority.get(prio, 0) + 1
+                self.top_active = self._top_running()
+            _tls.priority = prio
             try:
                 if task.deadline_ns is not None and time.monotonic_ns() >= task.deadline_ns:
                     with self._lock:
@@ -211,13 +243,49 @@ class Scheduler:
                 with self._lock:
                     self._running -= 1
                     self._running_by_priority[prio] -= 1
+                    self.top_active = self._top_running()
                     self.completed += 1
                     # NOTE: workers held back by this task's priority may start now
                     self._work.notify_all()
 
     def _top_running(self) -> int:
         """The highest priority among running tasks (lock held)."""
-        return max((p for p, n in self._running_by_priority.items() if n > 0), default=-(1 << 30))
+        return _top(self._running_by_priority)
+
+    def yield_to_higher(self) -> None:
+        """Called by the running task at a yield point: if work of a higher
+        priority is queued, park until it has run (see the module notes)."""
+        prio = getattr(_tls, "priority", None)
+        if prio is None or (self.top_queued <= prio and self.top_active <= prio):
+            return  # NOTE: the common case, without taking the lock
+        with self._lock:
+            queued_higher = bool(self._heap) and -self._heap[0].key[0] > prio
+            if self._stopped or not (queued_higher or self._top_running() > prio):
+                return
+            if queued_higher and self._idle == 0:
+                if len(self._threads) >= self.workers + self.max_spare:
+                    return  # NOTE: no spare thread may be added: keep running
+                try:
+                    th = threading.Thread(target=self._worker, name=f"{self.name}-worker-{len(self._threads)}",
+                                          daemon=True)
+                    th.start()
+                except RuntimeError:
+                    return
+                self._threads.append(th)
+            self.preempted += 1
+            self._running -= 1
+            self._running_by_priority[prio] -= 1
+            self.top_active = self._top_running()
+            self._parked_by_priority[prio] = self._parked_by_priority.get(prio, 0) + 1
+            self._work.notify_all()
+            while not self._stopped and not (
+                    self._running < self.workers and (not self._heap or -self._heap[0].key[0] <= prio)
+                    and self._top_running() <= prio and _top(self._parked_by_priority) <= prio):
+                self._work.wait()
+            self._parked_by_priority[prio] -= 1
+            self._running += 1
+            self._running_by_priority[prio] += 1
+            self.top_active = self._top_running()
 
     def _watch_deadlines(self) -> None:
         """Drops queued tasks the moment their deadline passes."""
@@ -238,6 +306,21 @@ class Scheduler:
                     continue
             for t in due:  # NOTE: outside the lock: expire notifies a client's callback
                 _drop(t, "deadline")
+
+
+def _top(counts: dict[int, int]) -> int:
+    return max((p for p, n in counts.items() if n > 0), default=-(1 << 30))
+
+
+def yield_point() -> None:
+    """Lets queued higher-priority work run first if the current thread is a
+    scheduler's worker (installed as :data:`nnhal.ops.deadline.YIELD`)."""
+    sched = getattr(_tls, "scheduler", None)
+    if sched is not None:
+        sched.yield_to_higher()
+
+
+op_deadline.YIELD = yield_point
 
 
 def _drop(task: _Task, reason: str) -> None:

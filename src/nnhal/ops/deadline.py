@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Optional
+from typing import Callable, Optional
 
 _tls = threading.local()
 
@@ -58,10 +58,26 @@ def passed(deadline_ns: Optional[int]) -> bool:
     return deadline_ns is not None and time.monotonic_ns() >= deadline_ns
 
 
+# A hook the driver's scheduler installs (nnhal.driver.scheduler.yield_point):
+# at a yield point, queued work of a higher priority may run first.
+YIELD: Optional[Callable[[], None]] = None
+
+
+def yield_point() -> None:
+    """Between operations and in long kernels' outer loops: gives way to
+    queued higher-priority work (preemption at operation boundaries)."""
+    hook = YIELD
+    if hook is not None:
+        hook()
+
+
 def poll() -> None:
-    """Raises :class:`DeadlineMissed` if this thread's deadline has passed.
-    Cheap (a thread-local read and a clock read, well under a microsecond):
-    kernels call it once per outer-loop iteration."""
+    """A yield point, then raises :class:`DeadlineMissed` if this thread's
+    deadline has passed.  Cheap (thread-local reads and a clock read, about a
+    microsecond): kernels call it once per outer-loop iteration."""
+    hook = YIELD
+    if hook is not None:
+        hook()
     d = getattr(_tls, "deadline", None)
     if d is not None and time.monotonic_ns() > d:
         raise DeadlineMissed("the deadline passed inside an operation")
