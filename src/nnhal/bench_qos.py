@@ -198,6 +198,7 @@ def priority_bench(samples: int, backlog: int, out: Any = sys.stdout) -> dict:
     print(f"HIGH execution, LOW backlog        {h * 1e3:8.2f} ms  ({h / idle:.1f}x idle)", file=out)
     print(f"LOW execution, same LOW backlog    {lo * 1e3:8.2f} ms  ({lo / idle:.1f}x idle, {lo / h:.1f}x HIGH)",
           file=out)
+    print(f"LOW work parked at an operation boundary for HIGH work: {stats.get('preempted', 0)} times", file=out)
     return {"idle_s": idle, "high_s": h, "low_s": lo}
 
 
