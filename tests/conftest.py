@@ -44,3 +44,67 @@ def quiet_driver() -> Iterator[None]:
     logger.setLevel(logging.CRITICAL)
     yield
     logger.setLevel(level)
+
+
+# --------------------------------------------------------------------------
+# driver services (nnhal serve) for tests that cross the process boundary
+
+
+@pytest.fixture(scope="session")
+def service_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private registry directory (NNHAL_RUNTIME_DIR) for this test session."""
+    d = tmp_path_factory.mktemp("nnhal-run")
+    os.chmod(d, 0o700)
+    old = os.environ.get("NNHAL_RUNTIME_DIR")
+    os.environ["NNHAL_RUNTIME_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("NNHAL_RUNTIME_DIR", None)
+    else:
+        os.environ["NNHAL_RUNTIME_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def service_process(service_runtime_dir: Path) -> Iterator[object]:
+    """A ``nnhal serve`` process of sample-all for this test module (a
+    tests.service_util.ServiceProcess), stopped (killed if need be) after it."""
+    from tests.service_util import ServiceProcess
+
+    sp = ServiceProcess(service_runtime_dir)
+    try:
+        sp.start()
+        yield sp
+    finally:
+        sp.stop()
+
+
+@pytest.fixture(scope="module")
+def service(service_process: object) -> Iterator[object]:
+    """A proxy ``IDevice`` (``nnhal.connect``) of a sample-all service running
+    in its own process for this test module: use it as the in-process
+    ``device`` fixture."""
+    dev = service_process.connect()  # type: ignore[attr-defined]
+    try:
+        yield dev
+    finally:
+        dev.close()
+
+
+@pytest.fixture
+def service_factory(service_runtime_dir: Path) -> Iterator[object]:
+    """Starts services on demand (``service_factory()`` -> ServiceProcess, with
+    ``name=``/``driver=``/``env=``); every one is stopped after the test."""
+    from tests.service_util import ServiceProcess
+
+    started: list = []
+
+    def start(**kwargs: object) -> object:
+        sp = ServiceProcess(service_runtime_dir, **kwargs)  # type: ignore[arg-type]
+        started.append(sp)
+        return sp.start()
+
+    try:
+        yield start
+    finally:
+        for sp in started:
+            sp.stop()

@@ -616,7 +616,15 @@ def _report(net: Net, dtype: str, runs: int, repeats: int, layers: bool, out: An
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--ipc" in argv:
+        # NOTE: the IPC benchmark (service round trips) has its own options
+        from nnhal.tools import ipcbench
+
+        return ipcbench.main([a for a in argv if a != "--ipc"])
     ap = argparse.ArgumentParser(prog="nnhal bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ipc", action="store_true", help="the IPC round trips through a driver service instead "
+                                                       "(nnhal bench --ipc --help)")
     ap.add_argument("--nets", default="v1,v2", help="comma-separated: v1, v2 (default both)")
     ap.add_argument("--types", default="float32,quant8", help="comma-separated: float32, quant8")
     ap.add_argument("--size", type=int, default=224, help="input height and width (default 224)")

@@ -170,7 +170,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     s.add_argument("paths", nargs="*", help="vector files or folders (default: ../shared/conformance)")
     s.add_argument("--ops", action="append", help="only models whose operations are all in this list")
     s.add_argument("--model", default="", help="only models whose name contains this")
-    s.add_argument("--mode", choices=["sync", "async", "all"], default="all")
+    s.add_argument("--mode", choices=["sync", "async", "burst", "fenced", "all"], default="all",
+                   help="executor: executeSynchronously_1_3, execute_1_3, a burst, executeFenced, or all four")
     s.add_argument("--skip-variant", action="append", choices=["dynamic", "signed"])
     s.add_argument("--device", default="sample-all")
     s.add_argument("--memory", choices=["ashmem", "mmap_fd", "hardware_buffer_blob", "device"], default="ashmem",

@@ -89,18 +89,19 @@ class Connection:
 
     def __init__(self, name: str, path: str):
         self.name = name
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self.path = path
+        self.chan, self.service_pid = _open(path)
         try:
-            sock.connect(path)
-            raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            pid, uid, _ = struct.unpack("3i", raw)
-            if uid != os.getuid():
-                raise ServiceUnavailable(f"the service at {path} runs as uid {uid}, not as this user; refused")
+            self.chan.send(wire.ENCODER.encode(wire.Hello()), None)
+            env = _handshake_answer(self.chan)
+            if type(env) is not wire.Attach:
+                raise ServiceUnavailable(f"the service at {path} answered the handshake with {type(env).__name__}")
         except BaseException:
-            sock.close()
+            self.chan.close()
             raise
-        self.service_pid = pid
-        self.chan = Channel(sock)
+        self._session = env.session
+        self._local = threading.local()
+        self._call_chans: weakref.WeakSet[Channel] = weakref.WeakSet()
         self._send = self.chan.send
         self._lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
@@ -115,6 +116,30 @@ class Connection:
         self._reader.start()
 
     # ------------------------------------------------------------ calls to the service
+    def _call_channel(self) -> Optional[Channel]:
+        """This thread's own channel to the service (opened on its first call),
+        or None where the service refused one (calls then use the main channel)."""
+        try:
+            return self._local.chan
+        except AttributeError:
+            pass
+        chan: Optional[Channel] = None
+        try:
+            chan, _ = _open(self.path)
+            chan.send(wire.ENCODER.encode(wire.Attach(self._session)), None)
+            env = _handshake_answer(chan)
+            if type(env) is not wire.Reply:
+                raise ServiceUnavailable("call channel refused")
+            self._call_chans.add(chan)
+        except (OSError, PeerClosed, ProtocolError, ServiceUnavailable, msgspec.DecodeError,
+                msgspec.ValidationError) as e:
+            log.debug("no call channel for this thread (%s); calls go through the main connection", e)
+            if chan is not None:
+                chan.close()
+            chan = None
+        self._local.chan = chan
+        return chan
+
     def call(self, target: bytes, spec: wire.MethodSpec, args: tuple) -> Any:
         entry_ref: Optional[bytes] = None
         if self._releases:
@@ -129,12 +154,32 @@ class Connection:
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as e:
             log.error("%s: argument cannot be sent: %s", spec.name, e)
             return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
-        p = _Pending()
-        self._sem.acquire()
         cid = next(self._cids)
         # NOTE: the cid is patched into the encoded envelope instead of encoding twice:
         # CallOut(0, ...) starts with [tag 0, cid 0] as two positive fixints.
         body = _with_cid(body, cid)
+        chan = self._call_channel()
+        if chan is not None:
+            # the hot path: this thread sends and reads its own answer (no hand-over)
+            try:
+                chan.send(body, fds)
+                while True:
+                    rbody, rfds = chan.recv()
+                    env = wire.ENVELOPE.decode(rbody)
+                    if getattr(env, "cid", None) == cid:
+                        break
+                    close_fds(rfds)
+            except (PeerClosed, ProtocolError, msgspec.DecodeError, msgspec.ValidationError) as e:
+                self._local.chan = None if isinstance(e, PeerClosed) else chan
+                return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
+            except (OSError, ValueError) as e:
+                if self.dead or chan.closed:
+                    return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
+                log.error("%s: cannot send the call: %s", spec.name, e)
+                return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
+            return self._result(spec, entry_ref, env, rfds)
+        p = _Pending()
+        self._sem.acquire()
         with self._lock:
             self._pending[cid] = p
         try:
@@ -149,18 +194,20 @@ class Connection:
             return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
         p.lock.acquire()
         self._sem.release()
-        env = p.value
+        return self._result(spec, entry_ref, p.value, p.fds)
+
+    def _result(self, spec: wire.MethodSpec, entry_ref: Optional[bytes], env: Any, fds: list[int]) -> Any:
         if type(env) is wire.Fail:
-            close_fds(p.fds)
+            close_fds(fds)
             status = S(env.status) if env.status in S._value2member_map_ else S.GENERAL_FAILURE
             log.debug("%s failed in the service: %s", spec.name, env.message)
             return self._failed(spec, entry_ref, status)
         try:
             result = spec.result_decoder.decode(env.result)
-            if (p.fds or spec.result_has_handles) and not wire.install_fds(result, p.fds):
+            if (fds or spec.result_has_handles) and not wire.install_fds(result, fds):
                 raise ValueError("descriptor count mismatch")
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
-            close_fds(p.fds)
+            close_fds(fds)
             log.error("%s: malformed answer from the service: %s", spec.name, e)
             return self._failed(spec, entry_ref, S.GENERAL_FAILURE)
         if spec.result_refs:
@@ -348,6 +395,8 @@ class Connection:
             pending, self._pending = list(self._pending.values()), {}
             entries, self._entries = list(self._entries.values()), {}
         self.chan.close()
+        for ch in list(self._call_chans):
+            ch.close()
         for p in pending:
             p.value = wire.Fail(0, int(S.DEVICE_UNAVAILABLE), "service gone")
             p.lock.release()
@@ -360,8 +409,36 @@ class Connection:
     def close(self) -> None:
         """Disconnect (pending callbacks get DEVICE_UNAVAILABLE)."""
         self.chan.close()
+        for ch in list(self._call_chans):
+            ch.close()
         if threading.current_thread() is not self._reader:
             self._reader.join(5)
+
+
+def _open(path: str) -> tuple[Channel, int]:
+    """A connected channel to the service at ``path`` and the service's pid
+    (refused unless the service runs as this user)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(path)
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _ = struct.unpack("3i", raw)
+        if uid != os.getuid():
+            raise ServiceUnavailable(f"the service at {path} runs as uid {uid}, not as this user; refused")
+    except BaseException:
+        sock.close()
+        raise
+    return Channel(sock), pid
+
+
+def _handshake_answer(chan: Channel) -> Any:
+    chan.sock.settimeout(10.0)
+    try:
+        body, fds = chan.recv()
+    finally:
+        chan.sock.settimeout(None)
+    close_fds(fds)
+    return wire.ENVELOPE.decode(body)
 
 
 def _with_cid(body: bytes, cid: int) -> bytes:

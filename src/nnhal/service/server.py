@@ -65,6 +65,8 @@ MAX_INFLIGHT = 64
 MAX_WORKERS = 128
 MAX_CONNECTIONS = 512
 SHUTDOWN_GRACE_S = 3.0
+HANDSHAKE_TIMEOUT_S = 10.0
+MAX_CALL_CHANNELS = 64  # per client: one per calling thread
 CLIENT_CALL_TIMEOUT_S = 10.0
 DEVICE = b""
 
@@ -200,11 +202,13 @@ class _ExecutionCallbackProxy(_ClientRef, hal.IExecutionCallback):
 class _BurstCallbackProxy(_ClientRef, hal.IBurstCallback):
     def getMemories(self, slots: list) -> tuple:
         spec = wire.METHODS["IBurstCallback"]["getMemories"]
+        # NOTE: the driver duplicates what it keeps from a getMemories answer
+        # (the caller's ownership, as in process); the previous answer's
+        # descriptors are closed here, the last one's with the burst context.
+        old, self._received = self._received, []
+        close_fds(old)
         result, fds = self._conn.call_client(self._ref, spec, (list(slots),))
-        if fds:
-            # NOTE: the memories stay valid until the burst context is freed
-            # (the driver may keep them by slot); closed with the context.
-            self._received.extend(fds)
+        self._received = fds
         return result
 
     def fail(self, status: S) -> None:
@@ -232,10 +236,12 @@ class _Pending:
 class Connection:
     """One client: its socket, reader thread, objects and tokens."""
 
-    def __init__(self, service: "Service", sock: socket.socket, pid: int):
+    def __init__(self, service: "Service", chan: Channel, pid: int):
         self.service = service
         self.pid = pid
-        self.chan = Channel(sock)
+        self.session = secrets.token_bytes(32)
+        self.sync_chans: set[Channel] = set()
+        self.chan = chan
         self.send = self.chan.send
         self.lock = threading.Lock()
         self.objects: dict[bytes, tuple[str, Any, list]] = {}  # ref -> (iface, object, attachments)
@@ -245,7 +251,6 @@ class Connection:
         self._next_cid = 1
         self.inflight = 0
         self.closed = False
-        self.thread = threading.Thread(target=self._read, name=f"nnhal-svc-conn-{pid}", daemon=True)
 
     # ------------------------------------------------------------ objects
     def register(self, iface: str, obj: Any, attachments: Optional[list] = None) -> Optional[bytes]:
@@ -317,10 +322,39 @@ class Connection:
         return result, p.fds
 
     # ------------------------------------------------------------ reading
-    def start(self) -> None:
-        self.thread.start()
+    def serve_sync(self, chan: Channel) -> None:
+        """Run the calls of one client thread's own channel, one at a time, on
+        this thread (the client thread waits for each answer)."""
+        try:
+            while not self.closed:
+                body, fds = chan.recv()
+                try:
+                    env = wire.ENVELOPE.decode(body)
+                except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                    close_fds(fds)
+                    self._undecodable(body, e, chan.send)
+                    continue
+                if type(env) is not wire.Call or env.cid <= 0:
+                    close_fds(fds)
+                    raise ProtocolError(f"a {type(env).__name__} on a call channel")
+                try:
+                    self._dispatch(env, fds, chan.send)
+                finally:
+                    close_fds(fds)
+        except PeerClosed:
+            pass
+        except ProtocolError as e:
+            log.error("client %d broke the protocol (%s): call channel closed", self.pid, e)
+        except Exception:  # noqa: BLE001
+            log.exception("client %d: call channel failed", self.pid)
+        finally:
+            with self.lock:
+                self.sync_chans.discard(chan)
+            chan.close()
 
-    def _read(self) -> None:
+    def read(self) -> None:
+        """The main channel's reader: answers to the service's calls, releases,
+        and (from clients that do not open call channels) calls."""
         chan = self.chan
         try:
             while True:
@@ -329,7 +363,7 @@ class Connection:
                     env = wire.ENVELOPE.decode(body)
                 except (msgspec.DecodeError, msgspec.ValidationError) as e:
                     close_fds(fds)
-                    self._undecodable(body, e)
+                    self._undecodable(body, e, self.send)
                     continue
                 if type(env) is wire.Call:
                     if env.cid <= 0:
@@ -345,6 +379,9 @@ class Connection:
                 elif type(env) is wire.Release:
                     close_fds(fds)
                     self._release(env.refs)
+                elif type(env) is wire.Hello or type(env) is wire.Attach:
+                    close_fds(fds)
+                    raise ProtocolError("a second handshake")
                 else:  # Reply or Fail to a call of ours
                     with self.lock:
                         p = self.client_calls.pop(env.cid, None)
@@ -362,7 +399,7 @@ class Connection:
         finally:
             self.close()
 
-    def _undecodable(self, body: bytes, err: Exception) -> None:
+    def _undecodable(self, body: bytes, err: Exception, send: Any) -> None:
         """A frame that is not an envelope: INVALID_ARGUMENT if it names a call id, else disconnect."""
         try:
             raw = msgspec.msgpack.decode(body)
@@ -370,54 +407,54 @@ class Connection:
             raw = None
         if isinstance(raw, list) and len(raw) >= 2 and raw[0] == 0 and type(raw[1]) is int and raw[1] > 0:
             log.error("client %d: malformed call %d: %s", self.pid, raw[1], err)
-            self._fail(raw[1], S.INVALID_ARGUMENT, f"malformed call: {err}")
+            self._fail(raw[1], S.INVALID_ARGUMENT, f"malformed call: {err}", send)
             return
         raise ProtocolError(f"undecodable message: {err}")
 
-    def _fail(self, cid: int, status: S, message: str) -> None:
+    def _fail(self, cid: int, status: S, message: str, send: Any = None) -> None:
         try:
-            self.send(wire.ENCODER.encode(wire.Fail(cid, int(status), message)), [])
+            (send or self.send)(wire.ENCODER.encode(wire.Fail(cid, int(status), message)), [])
         except (PeerClosed, OSError):
             pass
 
     # ------------------------------------------------------------ calls from the client
     def _handle(self, call: wire.Call, fds: list[int]) -> None:
         try:
-            self._dispatch(call, fds)
+            self._dispatch(call, fds, self.send)
         finally:
             close_fds(fds)  # NOTE: HIDL semantics: the driver mapped or duplicated what it keeps
             with self.lock:
                 self.inflight -= 1
 
-    def _dispatch(self, call: wire.Call, fds: list[int]) -> None:
+    def _dispatch(self, call: wire.Call, fds: list[int], send: Any) -> None:
         target = call.target
         if target == DEVICE:
             iface, obj = "IDevice", self.service.device
         else:
             entry = self.objects.get(target)
             if entry is None:
-                self._fail(call.cid, S.INVALID_ARGUMENT, "unknown object")
+                self._fail(call.cid, S.INVALID_ARGUMENT, "unknown object", send)
                 return
             iface, obj = entry[0], entry[1]
         spec = wire.METHODS[iface].get(call.method)
         if spec is None:
-            self._fail(call.cid, S.INVALID_ARGUMENT, f"{iface} has no method {call.method!r}")
+            self._fail(call.cid, S.INVALID_ARGUMENT, f"{iface} has no method {call.method!r}", send)
             return
         try:
             args = list(spec.arg_decoder.decode(call.args))
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             log.error("%s.%s: malformed arguments: %s", iface, spec.name, e)
-            self._fail(call.cid, S.INVALID_ARGUMENT, f"malformed arguments: {e}")
+            self._fail(call.cid, S.INVALID_ARGUMENT, f"malformed arguments: {e}", send)
             return
         if (fds or spec.has_handles) and not wire.install_fds(args, list(fds)):
             log.error("%s.%s: %d descriptors do not match the handles of the arguments", iface, spec.name, len(fds))
-            self._fail(call.cid, S.INVALID_ARGUMENT, "descriptor count mismatch")
+            self._fail(call.cid, S.INVALID_ARGUMENT, "descriptor count mismatch", send)
             return
         attachments: list = []
         for k, t in spec.arg_refs:
             args[k] = self._import_ref(t, args[k], spec, attachments)
         if iface == "IPreparedModel" and not self._tokens_ok(args[0]):
-            self._fail(call.cid, S.INVALID_ARGUMENT, "a request names a memory token this client was not given")
+            self._fail(call.cid, S.INVALID_ARGUMENT, "a request names a memory token this client was not given", send)
             return
         try:
             result = getattr(obj, spec.name)(*args)
@@ -425,7 +462,7 @@ class Connection:
             log.exception("%s.%s raised", iface, spec.name)
             result = spec.error(S.GENERAL_FAILURE)
             if spec.callback is None:
-                self._fail(call.cid, S.GENERAL_FAILURE, f"the driver raised {type(e).__name__}")
+                self._fail(call.cid, S.GENERAL_FAILURE, f"the driver raised {type(e).__name__}", send)
                 return
         if spec.callback is not None and result != S.NONE:
             # NOTE: a failed launch has notified already (or never will): nothing pending
@@ -434,7 +471,7 @@ class Connection:
                 with self.lock:
                     proxy._done = True
                     self.outstanding.discard(proxy)
-        self._reply(call.cid, spec, result, attachments)
+        self._reply(call.cid, spec, result, attachments, send)
 
     def _import_ref(self, t: Any, value: Any, spec: wire.MethodSpec, attachments: list) -> Any:
         if isinstance(t, wire.Ref) and t.owner == "client":
@@ -465,7 +502,7 @@ class Connection:
                 return False
         return True
 
-    def _reply(self, cid: int, spec: wire.MethodSpec, result: Any, attachments: Optional[list] = None) -> None:
+    def _reply(self, cid: int, spec: wire.MethodSpec, result: Any, attachments: Optional[list], send: Any) -> None:
         out_fds: list[int] = []
         try:
             if spec.result_refs:
@@ -475,10 +512,10 @@ class Connection:
             body = wire.ENCODER.encode(wire.ReplyOut(cid, result))
         except (TypeError, ValueError, msgspec.EncodeError) as e:
             log.error("%s: the driver's answer cannot be sent: %s", spec.name, e)
-            self._fail(cid, S.GENERAL_FAILURE, "unencodable result")
+            self._fail(cid, S.GENERAL_FAILURE, "unencodable result", send)
             return
         try:
-            self.send(body, out_fds)
+            send(body, out_fds)
         except (PeerClosed, OSError, ValueError) as e:
             log.debug("%s: reply not delivered: %s", spec.name, e)
         finally:
@@ -515,7 +552,10 @@ class Connection:
             self.tokens.clear()
             self.outstanding.clear()
             calls, self.client_calls = list(self.client_calls.values()), {}
+            chans, self.sync_chans = list(self.sync_chans), set()
         self.chan.close()
+        for ch in chans:
+            ch.close()
         for p in calls:
             p.value = wire.Fail(0, int(S.DEVICE_UNAVAILABLE), "client gone")
             p.lock.release()
@@ -551,6 +591,7 @@ class Service:
         self.path = registry.socket_path(name, self.dir)
         self.pool = WorkerPool()
         self.connections: set[Connection] = set()
+        self.sessions: dict[bytes, Connection] = {}
         self._lock = threading.Lock()
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._lock_fd = -1
@@ -579,6 +620,7 @@ class Service:
     def forget(self, conn: Connection) -> None:
         with self._lock:
             self.connections.discard(conn)
+            self.sessions.pop(conn.session, None)
 
     def request_stop(self) -> None:
         """Async-signal-safe: wake :meth:`serve_forever` to shut down."""
@@ -622,10 +664,59 @@ class Service:
                 log.error("connection from pid %d refused: %d clients already", creds[0], MAX_CONNECTIONS)
                 sock.close()
                 return
-            conn = Connection(self, sock, creds[0])
-            self.connections.add(conn)
-        conn.start()
-        log.debug("client pid %d connected", creds[0])
+        threading.Thread(target=self._greet, args=(sock, creds[0]), name=f"nnhal-svc-conn-{creds[0]}",
+                         daemon=True).start()
+
+    def _greet(self, sock: socket.socket, pid: int) -> None:
+        """The socket's first message says what it is: a client's main
+        connection (Hello) or a call channel joining its session (Attach)."""
+        chan = Channel(sock)
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)  # NOTE: a silent peer must not hold a thread forever
+            body, fds = chan.recv()
+            sock.settimeout(None)
+            close_fds(fds)
+            env = wire.ENVELOPE.decode(body)
+        except (PeerClosed, ProtocolError, OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
+            log.error("pid %d: bad handshake (%s); disconnected", pid, e)
+            chan.close()
+            return
+        if type(env) is wire.Hello:
+            conn = Connection(self, chan, pid)
+            with self._lock:
+                self.connections.add(conn)
+                self.sessions[conn.session] = conn
+            try:
+                chan.send(wire.ENCODER.encode(wire.Attach(conn.session)), [])
+            except (PeerClosed, OSError):
+                conn.close()
+                return
+            log.debug("client pid %d connected", pid)
+            conn.read()
+            return
+        if type(env) is wire.Attach:
+            with self._lock:
+                conn = self.sessions.get(env.session)
+            ok = conn is not None and conn.pid == pid and not conn.closed
+            if ok:
+                with conn.lock:
+                    ok = not conn.closed and len(conn.sync_chans) < MAX_CALL_CHANNELS
+                    if ok:
+                        conn.sync_chans.add(chan)
+            if not ok:
+                log.error("pid %d: call channel refused (unknown session, another process, or %d channels)", pid,
+                          MAX_CALL_CHANNELS)
+                chan.close()
+                return
+            try:
+                chan.send(wire.ENCODER.encode(wire.ReplyOut(0, None)), [])
+            except (PeerClosed, OSError):
+                chan.close()
+                return
+            conn.serve_sync(chan)
+            return
+        log.error("pid %d: bad handshake (%s); disconnected", pid, type(env).__name__)
+        chan.close()
 
     def shutdown(self) -> None:
         if self.listener is not None:

@@ -60,6 +60,8 @@ class Channel:
         self.sock = sock
         self._send_lock = threading.Lock()
         self._buf = bytearray()
+        self._rbuf = bytearray(_RECV_SIZE)
+        self._rview = memoryview(self._rbuf)
         self._fds: deque[int] = deque()
         self.closed = False
 
@@ -111,7 +113,9 @@ class Channel:
 
     def _fill(self) -> None:
         try:
-            data, anc, flags, _ = self.sock.recvmsg(_RECV_SIZE, _CMSG_SPACE, _CLOEXEC)
+            # NOTE: into a buffer kept for the connection: recvmsg() would allocate (and, at
+            # this size, mmap and unmap) a fresh 256 KB bytes object per call (~50 us)
+            n, anc, flags, _ = self.sock.recvmsg_into([self._rbuf], _CMSG_SPACE, _CLOEXEC)
         except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as e:
             raise PeerClosed(str(e)) from None
         except OSError as e:
@@ -127,9 +131,9 @@ class Channel:
             raise ProtocolError(f"more than {MAX_FDS} descriptors in one message")
         if len(self._fds) > 2 * MAX_FDS:
             raise ProtocolError("descriptors sent without frames")
-        if not data:
+        if not n:
             raise PeerClosed("end of stream")
-        self._buf += data
+        self._buf += self._rview[:n]
 
     def close(self) -> None:
         """Close the socket and every descriptor received but not handed out."""

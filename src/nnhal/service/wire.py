@@ -13,6 +13,12 @@ A message is one of four envelopes (msgpack arrays, first element the tag):
   (undecodable arguments, unknown object, service shutting down); the caller
   turns ``status`` into the method's error values (:meth:`MethodSpec.error`).
 * ``Release(refs)``: the sender dropped its references to these objects.
+* ``Hello()`` / ``Attach(session)``: the handshake.  A client opens one main
+  connection (``Hello``, answered by ``Attach`` with a 32-byte random session
+  secret), on which the service calls the client's callbacks, and one more
+  socket per calling thread (``Attach(secret)`` from the client, answered by
+  ``Reply(0, nil)``), on which that thread's calls and their answers travel
+  with no thread hand-over at either end.
 
 ``args`` and ``result`` stay raw in the envelope and are decoded per method
 straight into the dataclasses of :mod:`nnhal.hal` by a decoder built once from
@@ -84,7 +90,19 @@ class Release(Struct, array_like=True, tag=3):
     refs: list[bytes]
 
 
-Envelope = Union[Call, Reply, Fail, Release]
+class Hello(Struct, array_like=True, tag=4):
+    """The first message of a client's main connection; answered by ``Attach``
+    carrying the session's secret."""
+
+
+class Attach(Struct, array_like=True, tag=5):
+    """The first message of a client thread's own call channel: joins the
+    session (its objects) named by the secret the service gave."""
+
+    session: bytes
+
+
+Envelope = Union[Call, Reply, Fail, Release, Hello, Attach]
 
 # NOTE: one encoder and one envelope decoder per process, reused (building them
 # costs far more than a message).
@@ -261,7 +279,9 @@ _SPECS = [
     _m("IPreparedModel", "execute", (v1_0.Request, EXECUTION_CALLBACK), (S,), 1, "notify"),
     _m("IPreparedModel", "execute_1_2", (v1_0.Request, int, EXECUTION_CALLBACK), (S,), 2, "notify_1_2"),
     _m("IPreparedModel", "executeSynchronously", (v1_0.Request, int), EXEC_RESULT),
-    _m("IPreparedModel", "configureExecutionBurst", (BURST_CALLBACK, Any, Any), (S, BURST_CONTEXT)),
+    # the queue descriptors are hal.Handles (nnhal.fmq): shared memory and a socket end
+    _m("IPreparedModel", "configureExecutionBurst", (BURST_CALLBACK, Optional[hal.Handle], Optional[hal.Handle]),
+       (S, BURST_CONTEXT)),
     _m("IPreparedModel", "execute_1_3", (hal.Request, int, OTP, OTD, EXECUTION_CALLBACK), (S,), 4, "notify_1_3"),
     _m("IPreparedModel", "executeSynchronously_1_3", (hal.Request, int, OTP, OTD), EXEC_RESULT),
     _m("IPreparedModel", "executeFenced", (hal.Request, HANDLES, int, OTP, OTD, OTD),
@@ -286,13 +306,6 @@ _SPECS = [
 METHODS: dict[str, dict[str, MethodSpec]] = {}
 for _s in _SPECS:
     METHODS.setdefault(_s.iface, {})[_s.name] = _s
-
-
-def set_burst_channel_type(t: Any) -> None:
-    """The type of ``configureExecutionBurst``'s queue descriptors (defined by
-    the burst module); until set they travel as untyped msgpack."""
-    old = METHODS["IPreparedModel"]["configureExecutionBurst"]
-    METHODS["IPreparedModel"]["configureExecutionBurst"] = dataclasses.replace(old, args=(BURST_CALLBACK, t, t))
 
 
 # --------------------------------------------------------------------------
@@ -334,9 +347,6 @@ def iter_handles(value: Any) -> Iterator[hal.Handle]:
             v = getattr(value, name, None)
             if v is not None:
                 yield from iter_handles(v)
-    elif isinstance(value, dict):  # untyped values (a burst channel before its type is known)
-        for v in value.values():
-            yield from iter_handles(v)
 
 
 def collect_fds(value: Any) -> list[int]:

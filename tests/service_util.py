@@ -1,0 +1,101 @@
+"""Driver service processes for tests: start ``python -m nnhal serve`` under a
+unique name in a private runtime directory, connect, and always stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Optional
+
+import nnhal
+
+START_TIMEOUT_S = 60.0
+
+
+class ServiceProcess:
+    """One ``nnhal serve`` process (a unique name in ``runtime_dir``)."""
+
+    def __init__(self, runtime_dir: Path, name: Optional[str] = None, driver: str = "sample-all",
+                 env: Optional[dict] = None):
+        self.runtime_dir = Path(runtime_dir)
+        self.name = name or f"test-{uuid.uuid4().hex[:10]}"
+        self.driver = driver
+        self.env = dict(os.environ, NNHAL_RUNTIME_DIR=str(self.runtime_dir), **(env or {}))
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def socket_path(self) -> Path:
+        return self.runtime_dir / f"{self.name}.sock"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> "ServiceProcess":
+        self.proc = subprocess.Popen([sys.executable, "-m", "nnhal", "serve", "--name", self.name,
+                                      "--driver", self.driver], env=self.env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE)
+        end = time.monotonic() + START_TIMEOUT_S
+        while not self.socket_path.exists():
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"nnhal serve exited with {self.proc.returncode}: {err}")
+            if time.monotonic() > end:
+                self.kill()
+                raise RuntimeError("nnhal serve did not create its socket in time")
+            time.sleep(0.02)
+        return self
+
+    def connect(self) -> Any:
+        """A proxy device (the test process's NNHAL_RUNTIME_DIR must be this one)."""
+        old = os.environ.get("NNHAL_RUNTIME_DIR")
+        os.environ["NNHAL_RUNTIME_DIR"] = str(self.runtime_dir)
+        try:
+            return nnhal.connect(self.name)
+        finally:
+            if old is None:
+                os.environ.pop("NNHAL_RUNTIME_DIR", None)
+            else:
+                os.environ["NNHAL_RUNTIME_DIR"] = old
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait (killed if it does not stop in time); the exit status."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        """SIGKILL (no cleanup: the death of a driver process)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+            if self.proc.stderr:
+                self.proc.stderr.close()
+
+    def stop(self) -> None:
+        try:
+            self.terminate()
+        except Exception:  # noqa: BLE001
+            pass
+        self.kill()
+
+
+def proc_counts(pid: int) -> dict[str, int]:
+    """Open descriptors, threads and resident memory (kB) of a process."""
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    fields = {line.split(":")[0]: line.split(":")[1].strip() for line in status if ":" in line}
+    return {"fds": fds, "threads": int(fields["Threads"]), "rss_kb": int(fields["VmRSS"].split()[0])}
