@@ -97,9 +97,10 @@ def _median_time(fn: Callable[[], Any], n: int) -> tuple[float, Any]:
     return statistics.median(ts), last
 
 
-def cache_bench(classes: int, prepares: int, loads: int, out: Any = sys.stdout) -> dict:
-    net = bench.mobilenet_v1(224, 1.0, classes)
-    x = np.random.default_rng(0).random((1, 224, 224, 3), np.float32)
+def cache_bench(classes: int, prepares: int, loads: int, out: Any = None, size: int = 224) -> dict:
+    out = out or sys.stdout
+    net = bench.mobilenet_v1(size, 1.0, classes)
+    x = np.random.default_rng(0).random((1, size, size, 3), np.float32)
     g = bench.lower(net, quant=True, ranges=bench.calibrate(net, x))
     model = bench.to_model(g)
     const_mb = (len(model.operandValues) + sum(p.size for p in model.pools)) / 1e6
@@ -139,9 +140,10 @@ def cache_bench(classes: int, prepares: int, loads: int, out: Any = sys.stdout) 
             "constants_mb": const_mb}
 
 
-def priority_bench(samples: int, backlog: int, out: Any = sys.stdout) -> dict:
-    net = bench.mobilenet_v1(128, 0.5, 100)
-    x = np.random.default_rng(0).random((1, 128, 128, 3), np.float32)
+def priority_bench(samples: int, backlog: int, out: Any = None, size: int = 128) -> dict:
+    out = out or sys.stdout
+    net = bench.mobilenet_v1(size, 0.5, 100)
+    x = np.random.default_rng(0).random((1, size, size, 3), np.float32)
     g = bench.lower(net, quant=False)
     model = bench.to_model(g)
     dev = nnhal.get_device("sample-all")
@@ -149,6 +151,7 @@ def priority_bench(samples: int, backlog: int, out: Any = sys.stdout) -> dict:
     low = _prepare(dev, model, hal.Priority.LOW)
     req_h, req_l, req_bg = _Request(g, x), _Request(g, x), _Request(g, x)
     stop = threading.Event()
+    filler: threading.Thread | None = None
     inflight = threading.Semaphore(backlog)
     launched = [0]
 
@@ -182,6 +185,8 @@ def priority_bench(samples: int, backlog: int, out: Any = sys.stdout) -> dict:
         stats = dev.scheduler.stats()
     finally:
         stop.set()
+        if filler is not None:
+            filler.join(10)
         for r in (req_h, req_l):
             r.close()
     # NOTE: the background pools are freed once the backlog has drained
@@ -208,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--priority", action="store_true", help="HIGH versus LOW latency on a saturated driver")
     ap.add_argument("--classes", type=int, default=7000,
                     help="--cache: width of the fully connected head (default 7000: > 10 MB of constants)")
+    ap.add_argument("--size", type=int, default=0,
+                    help="input height and width (default 224 for --cache, 128 for --priority)")
     ap.add_argument("--prepares", type=int, default=3, help="--cache: preparations timed (default 3)")
     ap.add_argument("--loads", type=int, default=7, help="--cache: loads from cache timed (default 7)")
     ap.add_argument("--samples", type=int, default=15, help="--priority: executions timed per case (default 15)")
@@ -223,13 +230,13 @@ def main(argv: list[str] | None = None) -> int:
           f"load average: {os.getloadavg()[0]:.2f}")
     rc = 0
     if args.cache:
-        r = cache_bench(args.classes, args.prepares, args.loads)
+        r = cache_bench(args.classes, args.prepares, args.loads, size=args.size or 224)
         if args.strict and (r["ratio"] < 10 or not r["same"]):
             rc = 1
     if args.priority:
         if args.cache:
             print()
-        priority_bench(args.samples, args.backlog)
+        priority_bench(args.samples, args.backlog, size=args.size or 128)
     return rc
 
 
