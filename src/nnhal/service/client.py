@@ -131,8 +131,7 @@ class Connection:
             if type(env) is not wire.Reply:
                 raise ServiceUnavailable("call channel refused")
             self._call_chans.add(chan)
-        except (OSError, PeerClosed, ProtocolError, ServiceUnavailable, msgspec.DecodeError,
-                msgspec.ValidationError) as e:
+        except (OSError, PeerClosed, ProtocolError, ServiceUnavailable, *wire.DECODE_ERRORS) as e:
             log.debug("no call channel for this thread (%s); calls go through the main connection", e)
             if chan is not None:
                 chan.close()
@@ -169,7 +168,7 @@ class Connection:
                     if getattr(env, "cid", None) == cid:
                         break
                     close_fds(rfds)
-            except (PeerClosed, ProtocolError, msgspec.DecodeError, msgspec.ValidationError) as e:
+            except (PeerClosed, ProtocolError, *wire.DECODE_ERRORS) as e:
                 self._local.chan = None if isinstance(e, PeerClosed) else chan
                 return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
             except (OSError, ValueError) as e:
@@ -206,7 +205,7 @@ class Connection:
             result = spec.result_decoder.decode(env.result)
             if (fds or spec.result_has_handles) and not wire.install_fds(result, fds):
                 raise ValueError("descriptor count mismatch")
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
+        except (*wire.DECODE_ERRORS, ValueError) as e:
             close_fds(fds)
             log.error("%s: malformed answer from the service: %s", spec.name, e)
             return self._failed(spec, entry_ref, S.GENERAL_FAILURE)
@@ -283,7 +282,7 @@ class Connection:
                 body, fds = chan.recv()
                 try:
                     env = wire.ENVELOPE.decode(body)
-                except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                except wire.DECODE_ERRORS as e:
                     close_fds(fds)
                     raise ProtocolError(f"undecodable message from the service: {e}") from None
                 t = type(env)
@@ -324,7 +323,7 @@ class Connection:
             args = list(spec.arg_decoder.decode(call.args))
             if (fds or spec.has_handles) and not wire.install_fds(args, fds):
                 raise ValueError("descriptor count mismatch")
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
+        except (*wire.DECODE_ERRORS, ValueError) as e:
             close_fds(fds)
             log.error("malformed %s from the service: %s", call.method, e)
             if entry.oneshot:

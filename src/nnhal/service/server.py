@@ -315,7 +315,7 @@ class Connection:
             result = spec.result_decoder.decode(p.value.result)
             if not wire.install_fds(result, p.fds):
                 raise ValueError("descriptor count mismatch")
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
+        except (*wire.DECODE_ERRORS, ValueError) as e:
             close_fds(p.fds)
             log.error("%s: malformed answer from the client: %s", spec.name, e)
             return spec.error(S.GENERAL_FAILURE), []
@@ -330,7 +330,7 @@ class Connection:
                 body, fds = chan.recv()
                 try:
                     env = wire.ENVELOPE.decode(body)
-                except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                except wire.DECODE_ERRORS as e:
                     close_fds(fds)
                     self._undecodable(body, e, chan.send)
                     continue
@@ -361,7 +361,7 @@ class Connection:
                 body, fds = chan.recv()
                 try:
                     env = wire.ENVELOPE.decode(body)
-                except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                except wire.DECODE_ERRORS as e:
                     close_fds(fds)
                     self._undecodable(body, e, self.send)
                     continue
@@ -401,13 +401,10 @@ class Connection:
 
     def _undecodable(self, body: bytes, err: Exception, send: Any) -> None:
         """A frame that is not an envelope: INVALID_ARGUMENT if it names a call id, else disconnect."""
-        try:
-            raw = msgspec.msgpack.decode(body)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            raw = None
-        if isinstance(raw, list) and len(raw) >= 2 and raw[0] == 0 and type(raw[1]) is int and raw[1] > 0:
-            log.error("client %d: malformed call %d: %s", self.pid, raw[1], err)
-            self._fail(raw[1], S.INVALID_ARGUMENT, f"malformed call: {err}", send)
+        cid = _peek_call_id(body)
+        if cid:
+            log.error("client %d: malformed call %d: %s", self.pid, cid, err)
+            self._fail(cid, S.INVALID_ARGUMENT, f"malformed call: {err}", send)
             return
         raise ProtocolError(f"undecodable message: {err}")
 
@@ -442,7 +439,7 @@ class Connection:
             return
         try:
             args = list(spec.arg_decoder.decode(call.args))
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except wire.DECODE_ERRORS as e:
             log.error("%s.%s: malformed arguments: %s", iface, spec.name, e)
             self._fail(call.cid, S.INVALID_ARGUMENT, f"malformed arguments: {e}", send)
             return
@@ -564,6 +561,21 @@ class Connection:
         self.service.forget(self)
 
 
+def _peek_call_id(body: bytes) -> int:
+    """The call id of a message that starts as a call (an array of 5, tag 0,
+    then a positive msgpack int), however malformed the rest; else 0."""
+    if len(body) < 3 or body[0] != 0x95 or body[1] != 0:
+        return 0
+    b = body[2]
+    if b <= 0x7F:
+        return b
+    sizes = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+    n = sizes.get(b)
+    if n is None or len(body) < 3 + n:
+        return 0
+    return int.from_bytes(body[3:3 + n], "big")
+
+
 def _close_object(entry: tuple[str, Any, list]) -> None:
     iface, obj, attachments = entry
     if iface in ("IBurstContext", "IBuffer"):
@@ -677,7 +689,7 @@ class Service:
             sock.settimeout(None)
             close_fds(fds)
             env = wire.ENVELOPE.decode(body)
-        except (PeerClosed, ProtocolError, OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
+        except (PeerClosed, ProtocolError, OSError, *wire.DECODE_ERRORS) as e:
             log.error("pid %d: bad handshake (%s); disconnected", pid, e)
             chan.close()
             return

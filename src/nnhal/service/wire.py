@@ -119,6 +119,8 @@ def _enc_hook(obj: Any) -> Any:
 
 ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 ENVELOPE = msgspec.msgpack.Decoder(Envelope)  # type: ignore[arg-type]
+# NOTE: msgspec raises RecursionError for hostile nesting (a million nested arrays)
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 
 # --------------------------------------------------------------------------
@@ -196,7 +198,7 @@ class MethodSpec:
 
     @functools.cached_property
     def arg_decoder(self) -> msgspec.msgpack.Decoder:
-        return msgspec.msgpack.Decoder(tuple[tuple(_wire_type(t) for t in self.args)] if self.args else tuple)
+        return msgspec.msgpack.Decoder(tuple[tuple(_wire_type(t) for t in self.args)] if self.args else tuple[()])
 
     @functools.cached_property
     def result_decoder(self) -> msgspec.msgpack.Decoder:
