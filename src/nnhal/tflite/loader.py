@@ -397,6 +397,10 @@ class _Loader:
                 if int(v) not in ACTIVATIONS:
                     raise _Refuse(f"fused activation {v} (TANH / SIGN_BIT) has no NNAPI form")
                 v = ACTIVATIONS[int(v)]
+            elif a.conv == "lsh":
+                if int(v) not in (1, 2):
+                    raise _Refuse(f"LSH projection type {v}")
+                v = 3 if int(v) == 1 else 2
             elif a.conv == "bool":
                 v = bool(v)
             elif a.conv == "float":
@@ -637,9 +641,15 @@ class _Loader:
     def check_quantize(self, op: Any, mp: Mapping) -> None:
         if self.tclass(int(op.outputs[0])) not in ("u8", "i8"):
             raise _Refuse("QUANTIZE output must be uint8 or int8")
+        if len(_quant(self.tensor(int(op.outputs[0])))[0]) != 1:
+            raise _Refuse("QUANTIZE to a per-channel output")
 
     def check_float_weights1(self, op: Any, mp: Mapping) -> None:
         if self.tclass(int(op.inputs[1])) != "f32":
+            raise _Refuse("hybrid (quantized weights) recurrent operator")
+
+    def check_float_weights2(self, op: Any, mp: Mapping) -> None:
+        if self.tclass(int(op.inputs[2])) != "f32":
             raise _Refuse("hybrid (quantized weights) recurrent operator")
 
     def check_lstm(self, op: Any, mp: Mapping) -> None:
@@ -860,6 +870,60 @@ class _Loader:
             self.emit(Op.TILE, [src, self.i32(mult)], [tl])
             parts.append(tl)
         self.emit(Op.SELECT, parts, [self.out(o)])
+        return True
+
+    def rw_requantize(self, op: Any, mp: Mapping) -> bool:
+        x, o = int(op.inputs[0]), int(op.outputs[0])
+        if self.tclass(x) == "f32":
+            return False  # one QUANTIZE
+        xf = self.temp(T.TENSOR_FLOAT32, self.dims(x))
+        self.emit(Op.DEQUANTIZE, [self.operand(x)], [xf])
+        self.emit(Op.QUANTIZE, [xf], [self.out(o)])
+        return True
+
+    def rw_split_v(self, op: Any, mp: Mapping) -> bool:
+        x = int(op.inputs[0])
+        sizes = [int(v) for v in self.const_input(op, 1).reshape(-1)]
+        axis = int(self.const_input(op, 2).reshape(-1)[0])
+        dims = self.dims(x)
+        axis = axis + len(dims) if axis < 0 else axis
+        if sizes.count(-1) == 1:
+            sizes[sizes.index(-1)] = dims[axis] - sum(v for v in sizes if v >= 0)
+        begin = 0
+        for k, n in zip([int(t) for t in op.outputs], sizes):
+            b = [0] * len(dims)
+            b[axis] = begin
+            sz = list(dims)
+            sz[axis] = n
+            self.emit(Op.SLICE, [self.operand(x), self.i32(b), self.i32(sz)], [self.out(k)])
+            begin += n
+        return True
+
+    def rw_broadcast_to(self, op: Any, mp: Mapping) -> bool:
+        x, o = int(op.inputs[0]), int(op.outputs[0])
+        od, d = self.dims(o), self.dims(x) if self.shape(x) else []
+        src = self.operand(x)
+        full = [1] * (len(od) - len(d)) + d
+        if any(f not in (1, t) for f, t in zip(full, od)):
+            raise _Refuse(f"BROADCAST_TO cannot broadcast {d} to {od}")
+        if full != d:
+            r = self.like(x, full)
+            self.emit(Op.RESHAPE, [src, self.i32(full)], [r])
+            src = r
+        self.emit(Op.TILE, [src, self.i32([t // f for f, t in zip(full, od)])], [self.out(o)])
+        return True
+
+    def rw_add_n(self, op: Any, mp: Mapping) -> bool:
+        ins = [int(k) for k in op.inputs]
+        o = int(op.outputs[0])
+        if len(ins) == 1:
+            self.emit(Op.RESHAPE, [self.operand(ins[0]), self.i32(self.dims(o))], [self.out(o)])
+            return True
+        acc = self.operand(ins[0])
+        for n, k in enumerate(ins[1:]):
+            nxt = self.out(o) if n == len(ins) - 2 else self.like(o, self.dims(o))
+            self.emit(Op.ADD, [acc, self.operand(k), self.scalar(T.INT32, 0)], [nxt])
+            acc = nxt
         return True
 
     def rw_lstm(self, op: Any, mp: Mapping) -> bool:

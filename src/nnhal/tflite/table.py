@@ -281,8 +281,9 @@ MAPPINGS: tuple[Mapping, ...] = (
             (tensor(0), opt("radius"), opt("bias", "float", T.FLOAT32), opt("alpha", "float", T.FLOAT32),
              opt("beta", "float", T.FLOAT32)), types=FLOAT),
     # ---- quantization
-    Mapping("QUANTIZE", Op.QUANTIZE, (tensor(0),), types=FLOAT, check="quantize",
-            note="float32 -> uint8/int8 (quantized -> quantized has no NNAPI 1.3 form: refused)"),
+    Mapping("QUANTIZE", Op.QUANTIZE, (tensor(0),), types=FQ, check="quantize", rewrite="requantize",
+            note="float32 -> uint8/int8; quantized -> quantized (no NNAPI 1.3 form) as DEQUANTIZE + QUANTIZE, "
+                 "TFLite's real-valued result up to float32 rounding at .5 ties (within 1 step)"),
     Mapping("DEQUANTIZE", Op.DEQUANTIZE, (tensor(0),), types=frozenset({U8, I8, F16}),
             note="a constant input (float16 or quantized weights) is folded into a float32 constant"),
     # ---- lookups
@@ -304,6 +305,27 @@ MAPPINGS: tuple[Mapping, ...] = (
             outputs=(-1, -1, -1, 0), types=FLOAT, check="lstm", rewrite="lstm",
             note="full kernel (20 or 24 inputs), float32: HAL outputs (scratch, output_state, cell_state, "
                  "output); TFLite inputs 18/19 (state variables) are the HAL's 18/19"),
+    Mapping("BIDIRECTIONAL_SEQUENCE_RNN", Op.BIDIRECTIONAL_SEQUENCE_RNN,
+            tuple(tensor(i, optional=i >= 9) for i in range(12)) +
+            (cell_act(), opt("timeMajor", "bool", T.BOOL), opt("mergeOutputs", "bool", T.BOOL)),
+            types=FLOAT, check="float_weights1",
+            note="TFLite's 12 inputs in NNAPI's order (forward, backward, auxiliary); outputs fw[, bw]"),
+    Mapping("BIDIRECTIONAL_SEQUENCE_LSTM", Op.BIDIRECTIONAL_SEQUENCE_LSTM,
+            tuple(tensor(i, optional=True) for i in range(48)) +
+            (cell_act(), opt("cellClip", "float", T.FLOAT32), opt("projClip", "float", T.FLOAT32),
+             opt("mergeOutputs", "bool", T.BOOL), opt("timeMajor", "bool", T.BOOL)) +
+            tuple(tensor(i, optional=True) for i in range(48, 56)),
+            types=FLOAT, check="float_weights2",
+            note="TFLite's 48 inputs in NNAPI's order (no layer normalization in TFLite's form: 8 omitted "
+                 "HAL inputs); outputs fw[, bw]"),
+    Mapping("LSH_PROJECTION", Op.LSH_PROJECTION, (tensor(0), tensor(1), tensor(2, optional=True), opt("type", "lsh")),
+            types=FQI | {F16}, type_input=1,
+            note="TFLite SPARSE (1) is NNAPI's fixed SPARSE (3), DENSE (2) is DENSE"),
+    Mapping("SPLIT_V", Op.SLICE, types=ANY, rewrite="split_v", note="one SLICE per output (exact)"),
+    Mapping("BROADCAST_TO", Op.TILE, types=FQI, rewrite="broadcast_to",
+            note="RESHAPE to the output rank, then TILE (exact)"),
+    Mapping("ADD_N", Op.ADD, types=frozenset({F32, I32}), rewrite="add_n",
+            note="a chain of ADDs in TFLite's summation order (exact)"),
     Mapping("UNIDIRECTIONAL_SEQUENCE_LSTM", Op.UNIDIRECTIONAL_SEQUENCE_LSTM,
             _LSTM_ARGS + (tensor(18), tensor(19), cell_act(), opt("cellClip", "float", T.FLOAT32),
                           opt("projClip", "float", T.FLOAT32), opt("timeMajor", "bool", T.BOOL)) +
@@ -332,9 +354,10 @@ REFUSED: dict[str, str] = {
     "BATCH_MATMUL": "BATCH_MATMUL is NNAPI feature level 6, not HAL 1.3",
     "GELU": "no NNAPI 1.3 operation computes GELU's erf exactly",
     "CUSTOM": "custom operator",
-    "BIDIRECTIONAL_SEQUENCE_LSTM": "bidirectional LSTM (69 HAL inputs) not mapped yet",
-    "BIDIRECTIONAL_SEQUENCE_RNN": "bidirectional RNN not mapped yet",
-    "LSH_PROJECTION": "LSH_PROJECTION not mapped yet",
+    "FLOOR_DIV": "no NNAPI 1.3 operation divides with flooring",
+    "FLOOR_MOD": "no NNAPI 1.3 operation computes a floored modulo",
+    "NON_MAX_SUPPRESSION_V4": "NNAPI's BOX_WITH_NMS_LIMIT has other semantics (scores, classes, soft NMS)",
+    "NON_MAX_SUPPRESSION_V5": "NNAPI's BOX_WITH_NMS_LIMIT has other semantics (scores, classes, soft NMS)",
 }
 
 PADDING = {0: 1, 1: 2}  # TFLite Padding SAME/VALID -> NNAPI PADDING_SAME / PADDING_VALID
