@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import nnhal
+from nnhal.service import registry
 
 START_TIMEOUT_S = 60.0
 
@@ -42,7 +43,7 @@ class ServiceProcess:
                                       "--driver", self.driver], env=self.env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE)
         end = time.monotonic() + START_TIMEOUT_S
-        while not self.socket_path.exists():
+        while not (self.socket_path.exists() and registry.probe(self.socket_path)):
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""
                 raise RuntimeError(f"nnhal serve exited with {self.proc.returncode}: {err}")

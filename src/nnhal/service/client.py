@@ -340,7 +340,8 @@ class Connection:
             self._deliver(entry, call.method, tuple(args))
 
     def _deliver(self, entry: _Entry, method: str, args: tuple) -> None:
-        if type(entry.obj) in _READY_CALLBACKS:
+        # NOTE: after the connection died no reader needs protecting: on the caller's thread
+        if type(entry.obj) in _READY_CALLBACKS or (self.dead and threading.current_thread() is not self._reader):
             _invoke(entry.obj, method, args)
         else:
             self._dispatch(_invoke, entry.obj, method, args)

@@ -18,6 +18,7 @@ otherwise.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import socket
@@ -108,12 +109,29 @@ def probe(path: Path) -> bool:
 
 
 def _remove_stale(path: Path) -> None:
+    """Remove a socket nobody accepts on, unless its service holds the name's
+    lock (it is starting: bound, not yet listening)."""
+    lock = path.with_suffix(".lock")
     try:
+        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        fd = -1
+    except OSError:
+        return
+    try:
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # a live service holds the name
         st = os.lstat(path)
         if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid():
             os.unlink(path)
     except OSError:
         pass
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def list_services() -> list[str]:
