@@ -702,3 +702,20 @@ def test_toctou_overwrite_while_saving(dev, net, other_net, files, tmp_path) -> 
             files.close()
     finally:
         other.close()
+
+
+def test_state_without_codec_is_prepared_again_on_load(dev, key_dir, net, files, monkeypatch) -> None:  # noqa: ANN001
+    """An operation whose state cannot be saved (no OpDef.save_state) is
+    recorded as "prepare": loading runs its prepare again, results unchanged."""
+    from nnhal.ops import registry
+
+    for t in (hal.OperationType.CONV_2D, hal.OperationType.DEPTHWISE_CONV_2D):
+        monkeypatch.setattr(registry.find(t), "save_state", None)
+    saved(dev, net, files)
+    status, loaded = load(dev, *files.handles())
+    assert status == S.NONE
+    np.testing.assert_array_equal(net.run(loaded), net.expected)
+    record = driver_cache.verify(files.model[0].read_bytes(), driver_cache.load_key(key_dir),
+                                 dev.getVersionString()[1], TOKEN)
+    kinds = [st.kind for st in record.states[0]]
+    assert "prepare" in kinds and "saved" in kinds  # NOTE: convolutions prepared again, fully connected restored
