@@ -896,44 +896,8 @@ def test_conformance_device_memory_every_vector(vectors_dir: Any) -> None:
 # --------------------------------------------------------------------------
 # through the service (a proxy IDevice in another process)
 
-if not hasattr(__import__("tests.conftest").conftest, "service"):
-    # NOTE: until tests/conftest.py offers a shared ``service`` fixture: one service for this module
-    @pytest.fixture(scope="module")
-    def service(tmp_path_factory: pytest.TempPathFactory) -> Any:
-        import subprocess
-        import sys
-        import time
-
-        run_dir = tmp_path_factory.mktemp("nnhal-run")
-        old = os.environ.get("NNHAL_RUNTIME_DIR")
-        os.environ["NNHAL_RUNTIME_DIR"] = str(run_dir)
-        name = f"h5md-{os.getpid()}"
-        proc = subprocess.Popen([sys.executable, "-m", "nnhal", "serve", "--name", name],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        proxy = None
-        try:
-            deadline = time.monotonic() + 30
-            while proxy is None:
-                try:
-                    proxy = nnhal.connect(name)
-                except Exception:  # noqa: BLE001 - not up yet
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
-            yield proxy
-        finally:
-            if proxy is not None:
-                proxy.close()
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if old is None:
-                os.environ.pop("NNHAL_RUNTIME_DIR", None)
-            else:
-                os.environ["NNHAL_RUNTIME_DIR"] = old
+# NOTE: ``service`` and ``service_process`` are the shared fixtures of tests/conftest.py (one
+# sample-all service process per test module)
 
 
 def _remote_prepared(service: Any, model: hal.Model) -> Any:
@@ -961,13 +925,13 @@ def test_service_allocate_copy_and_execute(service: Any) -> None:
     _refused(service.allocate(hal.BufferDesc(dimensions=[2, 32, 32, 8]), [pm], [role()], []))
 
 
-def test_service_tokens_belong_to_their_connection(service: Any) -> None:
+def test_service_tokens_belong_to_their_connection(service: Any, service_process: Any) -> None:
     pm = _remote_prepared(service, twice_model())
     status, buf, token = service.allocate(hal.BufferDesc(), [pm], [role()], [])
     assert status == S.NONE
     initialize(buf)
     n = nbytes(T.TENSOR_FLOAT32)
-    other = nnhal.connect(service.name)
+    other = service_process.connect()
     try:
         pm2 = _remote_prepared(other, twice_model())
         for how in PATHS:
