@@ -29,8 +29,8 @@ def device():
 
 def _value(t: Tensor, rng: np.random.Generator) -> np.ndarray:
     lo, hi = t.extra.get("range", (-2.0, 2.0))
-    if t.dtype == F:
-        return rng.uniform(lo, hi, t.shape).astype(np.float32)
+    if t.dtype in (F, "float16"):
+        return rng.uniform(lo, hi, t.shape).astype(t.dtype)
     if t.dtype == "bool":
         return rng.integers(0, 2, t.shape).astype(np.bool_)
     if t.dtype in ("int8", "uint8"):
@@ -130,6 +130,11 @@ def test_float_binary_broadcast(device, builtin):
 def test_comparisons(device, builtin):
     run_case(device, builtin, [T([3, 4], "int32", extra={"range": (0, 3)}), T([4], "int32", extra={"range": (0, 3)})],
              [T([1], "bool")])
+
+
+def test_float16_dequantize_cast(device):
+    run_case(device, "DEQUANTIZE", [T([3, 4], "float16")], [T([1])], version=3, rewrite="float16_cast",
+             hal_ops=["CAST"])
 
 
 def test_logical_select(device):
@@ -256,6 +261,15 @@ def test_quantized_elementwise(device, dtype):
     run_case(device, "SOFTMAX", [a], [T([1], dtype, scale=1 / 256, zp=out_zp)], options("SoftmaxOptions", beta=1.0),
              version=v)
     run_case(device, "QUANTIZE", [T([3, 5])], [T([1], dtype, scale=0.02, zp=zp)], version=v)
+    run_case(device, "TANH", [a], [T([1], dtype, scale=1 / 128, zp=0 if dtype == "int8" else 128)], version=v)
+    run_case(device, "HARD_SWISH", [a], [T([1], dtype, scale=0.03, zp=zp)])
+    # NOTE: TFLite's int8 CONCATENATION needs one scale everywhere; uint8 requantizes its inputs
+    qs = (0.05, zp) if dtype == "int8" else (0.09, zp + 1)
+    run_case(device, "CONCATENATION", [a, T([2, 3, 4], dtype, scale=qs[0], zp=qs[1])], [T([1], dtype, scale=0.05, zp=zp)],
+             options("ConcatenationOptions", axis=2), version=v)
+    run_case(device, "RESIZE_BILINEAR", [T([1, 3, 4, 2], dtype, scale=0.05, zp=zp), C([5, 7])],
+             [T([1], dtype, scale=0.05, zp=zp)], options("ResizeBilinearOptions", halfPixelCenters=True), version=3)
+    run_case(device, "PAD", [a, C([[0, 1], [1, 0], [2, 2]])], [T([1], dtype, scale=0.05, zp=zp)], version=v)
     run_case(device, "DEQUANTIZE", [a], [T([1])], version=v)
 
 

@@ -343,6 +343,11 @@ class _Loader:
             self.fold_dequantize(op)
             self.io.rewrites["fold_dequantize"] += 1
             return
+        if name == "DEQUANTIZE" and self.tclass(ins[0]) == "f16":
+            # NOTE: NNAPI's DEQUANTIZE takes no float16; CAST float16 -> float32 is the same exact widening
+            self.emit(Op.CAST, [self.operand(ins[0])], [self.out(int(op.outputs[0]))])
+            self.io.rewrites["float16_cast"] += 1
+            return
         if mp.check:
             getattr(self, "check_" + mp.check)(op, mp)
         if mp.rewrite:

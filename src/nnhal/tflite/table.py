@@ -285,7 +285,8 @@ MAPPINGS: tuple[Mapping, ...] = (
             note="float32 -> uint8/int8; quantized -> quantized (no NNAPI 1.3 form) as DEQUANTIZE + QUANTIZE, "
                  "TFLite's real-valued result up to float32 rounding at .5 ties (within 1 step)"),
     Mapping("DEQUANTIZE", Op.DEQUANTIZE, (tensor(0),), types=frozenset({U8, I8, F16}),
-            note="a constant input (float16 or quantized weights) is folded into a float32 constant"),
+            note="a constant input (float16 or quantized weights) is folded into a float32 constant; a "
+                 "float16 activation is CAST to float32 (exact)"),
     # ---- lookups
     Mapping("EMBEDDING_LOOKUP", Op.EMBEDDING_LOOKUP, (tensor(0), tensor(1)), types=frozenset({I32})),
     Mapping("HASHTABLE_LOOKUP", Op.HASHTABLE_LOOKUP, (tensor(0), tensor(1), tensor(2)), types=frozenset({I32})),

@@ -116,7 +116,9 @@ def one_op(builtin: str, inputs: Sequence[Optional[Tensor]], outputs: Sequence[T
     if not infer_shapes:
         return data
     # NOTE: LiteRT computes the output shapes in its Prepare; store them as a converter would
-    it = interpreter_module().Interpreter(model_content=data)
+    mod = interpreter_module()
+    it = mod.Interpreter(model_content=data,
+                         experimental_op_resolver_type=mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     it.allocate_tensors()
     shapes = {d["index"]: list(d["shape"]) for d in it.get_output_details()}
     fixed = [Tensor(**{**vars(t), "shape": shapes[outs[n]]}) for n, t in enumerate(outputs)]
