@@ -418,6 +418,20 @@ def test_every_mapped_builtin_has_a_test():
     assert set(untested) <= {"SHAPE", "RANK", "ZEROS_LIKE", "REDUCE_ALL", "LSH_PROJECTION"}, untested
 
 
+def test_reverse_and_range(device):
+    run_case(device, "REVERSE_V2", [T([2, 3, 4]), C([1, -1])], [T([1])], rewrite="reverse",
+             hal_ops=["GATHER", "GATHER"], version=2)
+    from nnhal.tflite.writer import graph
+
+    ts = [Tensor([5]), C(0), C(5), C(1), Tensor([5], "int32"), Tensor([5]), Tensor([5])]
+    data = graph(ts, [("RANGE", [1, 2, 3], [4], None), ("CAST", [4], [5], None), ("ADD", [0, 5], [6], options("AddOptions"))],
+                 inputs=[0], outputs=[6])
+    model, io = load(data)
+    assert io.rewrites["range"] == 1
+    out = HalSession(device, model, io).run([np.ones(5, np.float32)])
+    np.testing.assert_array_equal(out[0], np.arange(5, dtype=np.float32) + 1)
+
+
 def test_requantize_split_v_broadcast_add_n(device):
     run_case(device, "QUANTIZE", [T([3, 5], "int8", scale=0.05, zp=3)], [T([1], "int8", scale=0.03, zp=-7)], version=2,
              rewrite="requantize", hal_ops=["DEQUANTIZE", "QUANTIZE"])

@@ -153,6 +153,7 @@ def run_trained_models(device: Any, models_dir: Path | None = None) -> int:
             t0 = time.perf_counter()
             session = HalSession(device, model, io)
             t_prep = (time.perf_counter() - t0) * 1e3
+            tflite.free_model(model)
             x = [make()]
             t1 = time.perf_counter()
             ours = session.run(x)

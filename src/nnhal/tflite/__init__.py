@@ -7,9 +7,9 @@ LiteRT (:mod:`nnhal.tflite.run`), and a picture of the HAL model
 
 from __future__ import annotations
 
-from nnhal.tflite.loader import IODescription, TensorDesc, UnsupportedModelError, load
+from nnhal.tflite.loader import IODescription, TensorDesc, UnsupportedModelError, free_model, load
 from nnhal.tflite.schema import MissingDependency, available
 from nnhal.tflite.table import MAPPINGS, mapped_builtins
 
-__all__ = ["load", "IODescription", "TensorDesc", "UnsupportedModelError", "MissingDependency", "available",
+__all__ = ["load", "free_model", "IODescription", "TensorDesc", "UnsupportedModelError", "MissingDependency", "available",
            "MAPPINGS", "mapped_builtins"]

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from nnhal.tflite.loader import IODescription, UnsupportedModelError, load
+from nnhal.tflite.loader import IODescription, UnsupportedModelError, free_model, load
 from nnhal.tflite.run import ExecutionError, HalSession, LiteRT, check_inputs, diff, make_inputs, timed, topk
 
 DeviceOf = Callable[[str], Any]
@@ -72,6 +72,7 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     x = _inputs(args, io)
     try:
         session = HalSession(device_of(args.device), model, io)
+        free_model(model)  # NOTE: the prepared model holds what it needs
         outs = session.run(x)
         session.close()
     except ExecutionError as e:
@@ -150,6 +151,7 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
     x = make_inputs(io, seed=args.seed)
     try:
         session = HalSession(device_of(args.device), model, io)
+        free_model(model)
     except ExecutionError as e:
         print(f"{args.model}: {e}", file=sys.stderr)
         return 3

@@ -105,6 +105,16 @@ def load(path: Union[str, Path, bytes], *, batch: Optional[int] = 1,
     return _Loader(data, batch, expose_intermediates).run()
 
 
+def free_model(model: hal.Model) -> None:
+    """Release the shared-memory pools ``load`` made for the model's large constants (a driver keeps
+    its own copy of what it needs once the model is prepared)."""
+    from nnhal import memory
+
+    for m in model.pools:
+        memory.free(m)
+    model.pools = []
+
+
 def _quant(t: Any) -> tuple[list[float], list[int], int]:
     q = t.quantization
     if q is None or q.scale is None or len(q.scale) == 0:
@@ -916,6 +926,26 @@ class _Loader:
             self.emit(Op.RESHAPE, [src, self.i32(full)], [r])
             src = r
         self.emit(Op.TILE, [src, self.i32([t // f for f, t in zip(full, od)])], [self.out(o)])
+        return True
+
+    def rw_reverse(self, op: Any, mp: Mapping) -> bool:
+        x, o = int(op.inputs[0]), int(op.outputs[0])
+        dims = self.dims(x)
+        axes = sorted({int(a) + len(dims) if int(a) < 0 else int(a) for a in self.const_input(op, 1).reshape(-1)})
+        cur = self.operand(x)
+        if not axes:
+            self.emit(Op.RESHAPE, [cur, self.i32(self.dims(o))], [self.out(o)])
+            return True
+        for n, a in enumerate(axes):
+            nxt = self.out(o) if n == len(axes) - 1 else self.like(x, dims)
+            self.emit(Op.GATHER, [cur, self.scalar(T.INT32, a), self.i32(np.arange(dims[a])[::-1])], [nxt])
+            cur = nxt
+        return True
+
+    def rw_range(self, op: Any, mp: Mapping) -> bool:
+        start, limit, delta = (self.const_input(op, i).reshape(-1)[0] for i in range(3))
+        o = int(op.outputs[0])
+        self.folded[o] = np.arange(start, limit, delta).astype(_TFL_TYPES[self.tensor(o).type][1])
         return True
 
     def rw_add_n(self, op: Any, mp: Mapping) -> bool:
