@@ -147,16 +147,13 @@ class Connection:
             args, entry_ref = self._export(spec, args)
         if self.dead:
             return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
+        cid = next(self._cids)
         try:
             fds = wire.collect_fds(args) if spec.has_handles else None
-            body = wire.ENCODER.encode(wire.CallOut(0, target, spec.name, args))
-        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as e:
+            body = wire.ENCODER.encode(wire.CallOut(cid, target, spec.name, args))
+        except (TypeError, ValueError, AttributeError, OverflowError, msgspec.EncodeError) as e:
             log.error("%s: argument cannot be sent: %s", spec.name, e)
             return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
-        cid = next(self._cids)
-        # NOTE: the cid is patched into the encoded envelope instead of encoding twice:
-        # CallOut(0, ...) starts with [tag 0, cid 0] as two positive fixints.
-        body = _with_cid(body, cid)
         chan = self._call_channel()
         if chan is not None:
             # the hot path: this thread sends and reads its own answer (no hand-over)
@@ -439,12 +436,6 @@ def _handshake_answer(chan: Channel) -> Any:
         chan.sock.settimeout(None)
     close_fds(fds)
     return wire.ENVELOPE.decode(body)
-
-
-def _with_cid(body: bytes, cid: int) -> bytes:
-    # [tag, cid, target, method, args]: fixarray 0x95, tag 0 and the placeholder cid 0
-    # are one byte each
-    return b"\x95\x00" + wire.ENCODER.encode(cid) + body[3:]
 
 
 def _invoke(obj: Any, method: str, args: tuple) -> None:

@@ -18,14 +18,17 @@ tokens (``IDevice.allocate``) are recorded per connection: a request naming a
 token this connection was not given is INVALID_ARGUMENT before the driver
 sees it.
 
-Threads: one reader per connection (decodes envelopes, answers replies to
-the service's own calls, hands calls on) and one shared, bounded pool of
-workers that decode arguments and call the driver (a call may block for as
-long as the driver takes).  At most :data:`MAX_INFLIGHT` unanswered calls per
-connection (the client library never exceeds it; a client that does is
-disconnected).  Received descriptors are owned by the call that carried them
-and closed when the driver returns (HIDL semantics: a driver keeps what it
-needs by mapping or duplicating).
+Threads: a client opens one main connection (the service's calls to the
+client's callbacks and their answers travel there; its reader thread reads
+them) and one call channel per calling thread; each call channel has its
+own service thread that reads a call, runs it on the driver and writes the
+answer, so a synchronous call crosses no thread hand-over in the service
+(calls that arrive on the main connection, from clients that open no call
+channels, go to one shared, bounded pool of workers).  At most
+:data:`MAX_INFLIGHT` unanswered calls on a main connection and
+:data:`MAX_CALL_CHANNELS` call channels per client.  Received descriptors are
+owned by the call that carried them and closed when the driver returns (HIDL
+semantics: a driver keeps what it needs by mapping or duplicating).
 
 When a client disconnects (or dies) everything it held is dropped: objects,
 buffer tokens, burst contexts (their ``close()``), pending callbacks (become
