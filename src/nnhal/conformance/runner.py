@@ -5,6 +5,15 @@
 Variants per model (VTS.md section 3):
   * ``sync`` / ``async``: executeSynchronously_1_3 / execute_1_3 + callback,
     with timing NO and YES alternately checked;
+  * ``burst``: through ``nnhal.burst.BurstController`` (one burst per
+    prepared model, its memories cached across executions); the 1.2 burst
+    has no loop timeout, so the infinite loop ends by the default 2 s one
+    (VTS does not run that test through the burst);
+  * ``fenced``: executeFenced without fences, then again waiting for the
+    first one's sync fence, as VTS; status and timing from
+    ``getExecutionInfo``.  Fenced execution needs fully specified, non-zero
+    sized outputs: for a zero-sized output and in the dynamic variant the
+    driver must answer INVALID_ARGUMENT (GeneratedTestHarness.cpp);
   * ``dynamic``: output dimensions set to 0 (rank kept); the driver must
     return NONE and the real shapes; then output 0 one byte short must give
     OUTPUT_INSUFFICIENT_SIZE with ``isSufficient`` false for output 0 only;
@@ -36,7 +45,8 @@ from nnhal.conformance.vectors import VectorModel, VectorOperand
 S = hal.ErrorStatus
 T = hal.OperandType
 
-MODES = ("sync", "async")
+MODES = ("sync", "async", "burst", "fenced")  # NOTE: VTS runs all four executors
+BASIC_MODES = ("sync", "async")
 VARIANTS = ("plain", "dynamic", "signed")
 PREPARE_TIMEOUT_S = 120.0
 EXECUTE_TIMEOUT_S = 120.0
@@ -317,10 +327,11 @@ def _nbytes(o: VectorOperand) -> int:
 
 
 class Runner:
-    def __init__(self, device: Any, modes: tuple[str, ...] = MODES, variants: tuple[str, ...] = VARIANTS,
+    def __init__(self, device: Any, modes: tuple[str, ...] = BASIC_MODES, variants: tuple[str, ...] = VARIANTS,
                  memory: str = "ashmem"):
         self.device = device
         self.modes = modes
+        self._burst: tuple[Any, Any] = (None, None)  # (prepared model, its BurstController)
         self.variants = variants
         # kind of the request pools: "ashmem", "mmap_fd", "hardware_buffer_blob", or "device" (driver-managed
         # buffers from IDevice.allocate, as VTS's memory-domain runs)
@@ -362,12 +373,34 @@ class Runner:
         timeout = hal.OptionalTimeoutDuration(nanoseconds=loop_timeout)
         if mode == "sync":
             return prepared.executeSynchronously_1_3(request, measure, hal.OptionalTimePoint(), timeout)
+        if mode == "burst":
+            return self._execute_burst(prepared, request, measure)
+        if mode == "fenced":
+            return _execute_fenced(prepared, request, measure, timeout)
         cb = hal.ExecutionCallback()
         launch = prepared.execute_1_3(request, measure, hal.OptionalTimePoint(), timeout, cb)
         status, shapes, timing = cb.wait(EXECUTE_TIMEOUT_S)
         if launch != S.NONE and launch != status:
             return S.GENERAL_FAILURE, [], hal.Timing()
         return status, shapes, timing
+
+    def _execute_burst(self, prepared: Any, request: hal.Request, measure: hal.MeasureTiming) -> tuple:
+        from nnhal.burst import BurstController
+
+        if self._burst[0] is not prepared:
+            self.close_burst()
+            status, controller = BurstController.create(prepared, timeout=EXECUTE_TIMEOUT_S)
+            if status != S.NONE:
+                return status, [], hal.Timing()
+            self._burst = (prepared, controller)
+        return self._burst[1].execute(request, measure)
+
+    def close_burst(self) -> None:
+        """End the burst of the last prepared model (done after each variant)."""
+        _, controller = self._burst
+        self._burst = (None, None)
+        if controller is not None:
+            controller.close()
 
     def run_model(self, vm: VectorModel) -> list[CaseResult]:
         results = []
@@ -397,11 +430,14 @@ class Runner:
             kind = "unsupported" if msg.startswith("unsupported") or "not registered" in msg else "fail"
             return [result(m, kind, msg) for m in self.modes]
         out = []
-        for mode in self.modes:
-            try:
-                out.append(self._run_mode(vm, prepared, mode, dynamic, result))
-            except Exception as e:  # noqa: BLE001
-                out.append(result(mode, "fail", f"raised {type(e).__name__}: {e}"))
+        try:
+            for mode in self.modes:
+                try:
+                    out.append(self._run_mode(vm, prepared, mode, dynamic, result))
+                except Exception as e:  # noqa: BLE001
+                    out.append(result(mode, "fail", f"raised {type(e).__name__}: {e}"))
+        finally:
+            self.close_burst()
         return out
 
     def _run_mode(self, vm: VectorModel, prepared: Any, mode: str, dynamic: bool, result: Any) -> CaseResult:
@@ -427,6 +463,16 @@ class Runner:
             infinite_loop = vm.expectFailure and vm.main.operations[0].type == hal.OperationType.WHILE
             status, shapes, timing = self.execute(prepared, pools.request(), mode, measure,
                                                   1_000_000 if infinite_loop else None)
+            if mode == "fenced" and (dynamic or any(_nbytes(o) == 0 for o in outs)) and not vm.expectFailure:
+                # NOTE: as VTS: "For Executor::FENCED, the output shape must be fully specified"
+                if status != S.INVALID_ARGUMENT:
+                    return result(mode, "fail", f"fenced execution with unspecified or zero-sized outputs gave "
+                                                f"{S(status).name}, not INVALID_ARGUMENT")
+                if dynamic and outs and sizes[0] > 1 and self.memory != "device":
+                    problem = self._insufficient(vm, prepared, mode, inputs, sizes, outs)
+                    if problem:
+                        return result(mode, "fail", problem)
+                return result(mode, "pass", "INVALID_ARGUMENT as expected (fenced needs fully specified outputs)")
             if vm.expectFailure:
                 if status == S.NONE:
                     return result(mode, "fail", "expected a failure, the execution succeeded")
@@ -435,6 +481,8 @@ class Runner:
                 return result(mode, "pass", f"failed as expected ({S(status).name})")
             if status != S.NONE:
                 return result(mode, "fail", f"execution returned {S(status).name}")
+            if mode == "fenced" and not shapes:
+                shapes = [hal.OutputShape(list(o.dimensions), True) for o in outs]  # NOTE: fenced returns none
             problem = _check_timing(measure, timing) or _check_shapes(shapes, outs)
             if problem:
                 return result(mode, "fail", problem)
@@ -469,6 +517,9 @@ class Runner:
             status, shapes, timing = self.execute(prepared, pools.request(), mode, hal.MeasureTiming.NO)
         finally:
             pools.close()
+        if mode == "fenced":
+            return "" if status == S.INVALID_ARGUMENT else \
+                f"fenced, output 0 one byte short: expected INVALID_ARGUMENT, got {S(status).name}"
         if status != S.OUTPUT_INSUFFICIENT_SIZE:
             return f"output 0 one byte short: expected OUTPUT_INSUFFICIENT_SIZE, got {S(status).name}"
         if len(shapes) != len(outs):
@@ -479,6 +530,42 @@ class Runner:
             if s.isSufficient != (k != 0):
                 return f"OUTPUT_INSUFFICIENT_SIZE: output {k} isSufficient is {s.isSufficient}"
         return ""
+
+
+def _execute_fenced(prepared: Any, request: hal.Request, measure: hal.MeasureTiming,
+                    timeout: hal.OptionalTimeoutDuration) -> tuple:
+    """(status, [], timingLaunched) of a fenced execution, as VTS runs it."""
+    from nnhal import fence
+
+    status, sync_fence, callback = prepared.executeFenced(request, [], measure, hal.OptionalTimePoint(), timeout,
+                                                          hal.OptionalTimeoutDuration())
+    fences = [sync_fence] if not fence.is_null(sync_fence) else []
+    try:
+        if status != S.NONE:
+            if fences or callback is not None:
+                return S.GENERAL_FAILURE, [], hal.Timing()  # an error must come without a fence or a callback
+            return status, [], hal.Timing()
+        if fences:
+            # NOTE: as VTS: a second run waiting for the first one's fence
+            first = callback
+            status, second, callback = prepared.executeFenced(request, [sync_fence], measure, hal.OptionalTimePoint(),
+                                                              timeout, hal.OptionalTimeoutDuration())
+            if not fence.is_null(second):
+                fences.append(second)
+            if status != S.NONE:
+                # NOTE: right only if the first run failed (its fence in an error state is INVALID_ARGUMENT)
+                fence.sync_wait(sync_fence, EXECUTE_TIMEOUT_S)
+                first_status = first.getExecutionInfo()[0] if first is not None else S.NONE
+                return (first_status if first_status != S.NONE else S.GENERAL_FAILURE), [], hal.Timing()
+            if not fence.is_null(second):
+                fence.sync_wait(second, EXECUTE_TIMEOUT_S)
+        if callback is None:
+            return S.GENERAL_FAILURE, [], hal.Timing()
+        status, timing_launched, _ = callback.getExecutionInfo()
+        return status, [], timing_launched
+    finally:
+        for h in fences:
+            fence.close(h)
 
 
 def _check_timing(measure: hal.MeasureTiming, timing: hal.Timing) -> str:
