@@ -342,6 +342,11 @@ class Connection:
                     raise ProtocolError(f"a {type(env).__name__} on a call channel")
                 try:
                     self._dispatch(env, fds, chan.send)
+                except (PeerClosed, ProtocolError):
+                    raise
+                except Exception:  # noqa: BLE001 - a bug here is this call's GENERAL_FAILURE, not the channel's end
+                    log.exception("client %d: %s failed in the service", self.pid, env.method)
+                    self._fail(env.cid, S.GENERAL_FAILURE, "internal error", chan.send)
                 finally:
                     close_fds(fds)
         except PeerClosed:
