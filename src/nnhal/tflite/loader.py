@@ -310,8 +310,11 @@ class _Loader:
     def run(self) -> tuple[hal.Model, IODescription]:
         self.producer: dict[int, int] = {}
         for k in self.inputs:
-            if not self.is_const(k):
-                self.operand(k)
+            try:
+                if not self.is_const(k):
+                    self.operand(k)
+            except _Refuse as e:
+                self.failures.append((-1, "INPUT", f"model input {self.tname(k)}: {e}"))
         for i, op in enumerate(self.sg.operators or []):
             self.cur = i
             name, code = self.op_name(op)
@@ -325,8 +328,6 @@ class _Loader:
                 del self.ops[n_ops:]
                 del self.io.hal_to_tflite[n_ops:]
                 self.failures.append((i, name, str(e)))
-        if len(self.m.subgraphs) > 1 and not self.failures:
-            pass  # NOTE: extra subgraphs are only referenced by WHILE / IF / CALL_ONCE, refused above
         for k in self.outputs:
             if k not in self.t2o:
                 if not any(k in list(op.outputs) for op in self.sg.operators or []) or k in self.folded:
@@ -497,10 +498,7 @@ class _Loader:
             shape = np.asarray(op.builtinOptions.newShape)
         else:
             shape = np.asarray(self.shape(int(op.outputs[0])))
-        shape = np.asarray(shape, dtype=np.int64)
-        if self.batch is not None:
-            # NOTE: with the unknown batch fixed, a -1 in a constant new shape still infers it
-            pass
+        shape = np.asarray(shape, dtype=np.int64)  # NOTE: a -1 in it still infers that dimension
         if shape.size == 0:
             shape = np.asarray([1])  # NOTE: a scalar result is [1] in the HAL model
         return [self.i32(shape)]
@@ -984,6 +982,7 @@ class _Loader:
                     io.intermediates.append(self.desc(k))
                     outs.append(self.t2o[k])
         in_idx = [self.t2o[k] for k in self.inputs if k in self.t2o]
+        in_set, out_set = set(in_idx), set(outs)
         consumers = [0] * len(self.operands)
         for o in self.ops:
             for i in o.inputs:
@@ -993,9 +992,9 @@ class _Loader:
             o.numberOfConsumers = consumers[idx]
             if o.lifetime == L.NO_VALUE:
                 continue
-            if idx in in_idx:
+            if idx in in_set:
                 o.lifetime = L.SUBGRAPH_INPUT
-            elif idx in outs:
+            elif idx in out_set:
                 o.lifetime = L.SUBGRAPH_OUTPUT
             elif idx in self.values:
                 raw = np.ascontiguousarray(self.values[idx]).tobytes()
@@ -1021,9 +1020,7 @@ class _Loader:
 
     def desc(self, k: int) -> TensorDesc:
         scales, zps, _ = _quant(self.tensor(k))
-        c = self.tclass(k)
         dt = np.dtype(_TFL_TYPES[self.tensor(k).type][1]).name
         p = self.producer.get(k, -1)
         return TensorDesc(self.tname(k), k, self.shape(k), dt, scales[0] if len(scales) == 1 else 0.0,
-                          zps[0] if len(zps) == 1 else 0, p,
-                          self.io.operator_names[p] if p >= 0 else "") if c else TensorDesc(self.tname(k), k, [], dt)
+                          zps[0] if len(zps) == 1 else 0, p, self.io.operator_names[p] if p >= 0 else "")
