@@ -595,3 +595,13 @@ def test_idle_burst_does_not_spin(add_pm: Any) -> None:
         c0 = time.process_time()
         time.sleep(0.5)
         assert time.process_time() - c0 < 0.1
+
+
+def test_in_process_benchmark_measures_both() -> None:
+    """The figures behind `python -m nnhal.tools.burstbench` (and bench --ipc)."""
+    from nnhal.tools import burstbench
+
+    res = burstbench.measure(runs=40, rounds=2, warmup=5)
+    assert set(res) == {"sync", "burst"} and all(len(v) == 40 and (v > 0).all() for v in res.values())
+    lines = burstbench.summary(res)
+    assert any("burst / sync" in line for line in lines)
