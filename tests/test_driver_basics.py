@@ -707,8 +707,12 @@ def test_launch_failure_notifies_once_with_same_status(monkeypatch) -> None:  # 
 
     sched = sched_mod.Scheduler(workers=1, max_queued=8, name="test-launch")
     dev = SampleDevice("sample-launch", scheduler=sched)
+    release = threading.Event()
+    busy = threading.Event()
     try:
         prepared = prepared_model(add_model(), dev)
+        assert sched.submit(int(hal.Priority.HIGH), lambda: (busy.set(), release.wait(30)))
+        assert busy.wait(10)  # NOTE: the only worker slot is taken
         sched.max_queued = 0  # NOTE: saturated: nothing more may queue
         cb = CountingPreparedCallback()
         launch = dev.prepareModel_1_3(add_model(), hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
@@ -729,10 +733,12 @@ def test_launch_failure_notifies_once_with_same_status(monkeypatch) -> None:  # 
             cb = CountingExecutionCallback()
             assert prepared.execute(p.request_v1_0(), cb) == S.GENERAL_FAILURE
             assert cb.calls == [("notify", S.GENERAL_FAILURE)]
-            # the synchronous path queues too (so that priorities hold for it)
+            # the synchronous path waits in the same queue for a slot (so that priorities hold for it)
             assert execute_sync(prepared, p.request())[0] == S.RESOURCE_EXHAUSTED_TRANSIENT
             assert prepared.executeSynchronously(p.request_v1_0(), M.NO)[0] == S.GENERAL_FAILURE
+            release.set()
     finally:
+        release.set()
         sched.shutdown()
     # no worker thread can start at all: the same answers
     monkeypatch.setattr(sched_mod.threading, "Thread", _NoThreads)

@@ -34,11 +34,14 @@ task was aborted by the driver").  Here every preparation and execution
   deadline) and reported through its ``expire`` callback
   (MISSED_DEADLINE_TRANSIENT: the load, not the task, made it late).
 
-Synchronous callers (``executeSynchronously*``, bursts) use
-:meth:`Scheduler.call`: they queue like everybody else and wait for the
-result, so a HIGH synchronous execution is not stuck behind LOW ones either.
-Work already running on a worker that calls :meth:`call` runs inline (no
-worker ever waits for another: no deadlock).
+Synchronous callers (``executeSynchronously*``, fenced and burst executions
+waiting for their result) use :meth:`Scheduler.call`: the caller takes a
+worker slot in the same priority order (at once when one is free and nobody
+waits, else through a ticket in the queue) and runs the work on its own
+thread, so a HIGH synchronous execution is not stuck behind LOW ones either,
+and a free driver adds no thread hand-off to a synchronous call.  Work
+already running on a worker that calls :meth:`call` runs inline (no worker
+ever waits for another: no deadlock).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class _Task:
     expire: Optional[Callable[[str], None]] = field(compare=False, default=None)
     deadline_ns: Optional[int] = field(compare=False, default=None)
     dropped: bool = field(compare=False, default=False)
+    ticket: bool = field(compare=False, default=False)  # a synchronous caller's place in the queue
 
 
 def in_worker() -> bool:
@@ -105,7 +109,8 @@ class Scheduler:
         self._idle = 0  # threads waiting for a task
         # NOTE: read without the lock by yield points (hints only; the lock decides)
         self.top_queued = -(1 << 30)
-        self.top_active = -(1 << 30)
+        self.top_active = -(1 << 30)  # highest priority holding a slot (kept up to date under the lock)
+        self.top_parked = -(1 << 30)  # highest priority of a parked task
         self.max_spare = self.workers  # threads beyond ``workers``, taking the slots of parked tasks
         self.preempted = 0
         self._stopped = False
@@ -138,34 +143,58 @@ class Scheduler:
         return True
 
     def call(self, priority: int, fn: Callable[[], Any], deadline_ns: Optional[int] = None) -> Any:
-        """Runs ``fn`` on a worker in priority order and returns its result
-        (its exception is re-raised).  Raises :class:`QueueFull` when the queue
-        is full and :class:`Expired` if the deadline passes while queued."""
+        """Runs ``fn`` on the calling thread once it holds a worker slot, taken
+        in priority order, and returns its result (or raises its exception).
+        Raises :class:`QueueFull` when it would have to queue and the queue is
+        full, :class:`Expired` if the deadline passes while it waits."""
         if in_worker():
             return fn()
-        done = threading.Event()
-        box: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                box["result"] = fn()
-            except BaseException as e:  # noqa: BLE001  # NOTE: handed to the waiting caller
-                box["error"] = e
-            finally:
-                done.set()
-
-        def expire(reason: str) -> None:
-            box["expired"] = reason
-            done.set()
-
-        if not self.submit(priority, run, expire, deadline_ns):
-            raise QueueFull(f"{self.name}: {self.max_queued} tasks already queued")
-        done.wait()
-        if "expired" in box:
-            raise Expired(f"dropped while queued ({box['expired']})")
-        if "error" in box:
-            raise box["error"]
-        return box.get("result")
+        prio = int(priority)
+        box: dict[str, str] = {}
+        with self._lock:
+            if self._stopped:
+                self.rejected += 1
+                raise QueueFull(f"{self.name}: stopped")
+            if not self._heap and self._slot_free(prio):
+                self._take_slot(prio)
+            else:
+                if len(self._heap) >= self.max_queued:
+                    self.rejected += 1
+                    raise QueueFull(f"{self.name}: {self.max_queued} tasks already queued")
+                try:
+                    self._start_threads(deadline_ns is not None)
+                except RuntimeError as e:  # NOTE: the deadline timer cannot start: refused like a full queue
+                    log.error("scheduler: cannot start threads: %s", e)
+                    self.rejected += 1
+                    raise QueueFull(f"{self.name}: no thread") from None
+                ticket = _Task((-prio, next(self._seq)), _no_run, lambda reason: box.setdefault("expired", reason),
+                               deadline_ns, ticket=True)
+                heapq.heappush(self._heap, ticket)
+                self.top_queued = -self._heap[0].key[0]
+                if deadline_ns is not None:
+                    self._timer.notify()
+                while "expired" not in box and not self._stopped and not (
+                        self._heap and self._heap[0] is ticket and self._can_start()):
+                    self._work.wait()
+                if self._stopped:
+                    box.setdefault("expired", "shutdown")
+                if "expired" in box:
+                    raise Expired(f"dropped while queued ({box['expired']})")
+                heapq.heappop(self._heap)
+                self.top_queued = -self._heap[0].key[0] if self._heap else -(1 << 30)
+                self._take_slot(prio)
+        outer = (getattr(_tls, "worker", False), getattr(_tls, "scheduler", None), getattr(_tls, "priority", None))
+        _tls.worker, _tls.scheduler, _tls.priority = True, self, prio
+        try:
+            if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+                with self._lock:
+                    self.expired += 1
+                raise Expired("the deadline passed while waiting for a worker slot")
+            return fn()
+        finally:
+            _tls.worker, _tls.scheduler, _tls.priority = outer
+            with self._lock:
+                self._release_slot(prio)
 
     def stats(self) -> dict:
         with self._lock:
@@ -186,6 +215,8 @@ class Scheduler:
             threads = list(self._threads) + ([self._timer_thread] if self._timer_thread else [])
         for t in dropped:
             _drop(t, "shutdown")
+        with self._lock:
+            self._work.notify_all()  # NOTE: synchronous callers whose tickets were dropped
         if wait:
             for th in threads:
                 if th is not threading.current_thread():
@@ -203,14 +234,30 @@ class Scheduler:
             th.start()
             self._timer_thread = th
 
+    def _slot_free(self, prio: int) -> bool:
+        """A task of priority ``prio`` may take a worker slot now (lock held)."""
+        return self._running < self.workers and prio >= self.top_active and prio > self.top_parked
+
+    def _take_slot(self, prio: int) -> None:
+        self._running += 1
+        self._running_by_priority[prio] = self._running_by_priority.get(prio, 0) + 1
+        self.top_active = _top(self._running_by_priority)
+
+    def _release_slot(self, prio: int) -> None:
+        self._running -= 1
+        self._running_by_priority[prio] -= 1
+        self.top_active = _top(self._running_by_priority)
+        self.completed += 1
+        if self._heap or self.top_parked > -(1 << 30):
+            # NOTE: workers, tickets and parked tasks held back by this one may start now
+            # (nobody else waits for a slot: idle workers wait for a task, not woken in vain)
+            self._work.notify_all()
+
     def _can_start(self) -> bool:
         """A queued task may take a worker slot now (lock held): a slot is free,
         no running task has a higher priority, and no parked task of its
         priority or higher waits to resume."""
-        if not self._heap or self._running >= self.workers:
-            return False
-        p = -self._heap[0].key[0]
-        return p >= self._top_running() and p > _top(self._parked_by_priority)
+        return bool(self._heap) and self._slot_free(-self._heap[0].key[0])
 
     def _worker(self) -> None:
         _tls.worker = True
@@ -218,7 +265,7 @@ class Scheduler:
         while True:
             with self._lock:
                 self._idle += 1
-                while not self._stopped and not self._can_start():
+                while not self._stopped and not (self._can_start() and not self._heap[0].ticket):
                     self._work.wait()
                 self._idle -= 1
                 if self._stopped:
@@ -226,9 +273,7 @@ class Scheduler:
                 task = heapq.heappop(self._heap)
                 self.top_queued = -self._heap[0].key[0] if self._heap else -(1 << 30)
                 prio = -task.key[0]
-                self._running += 1
-                self._running_by_priority[prio] = self._running_by_priority.get(prio, 0) + 1
-                self.top_active = self._top_running()
+                self._take_slot(prio)
             _tls.priority = prio
             try:
                 if task.deadline_ns is not None and time.monotonic_ns() >= task.deadline_ns:
@@ -241,16 +286,7 @@ class Scheduler:
                 log.exception("scheduler: a task raised")
             finally:
                 with self._lock:
-                    self._running -= 1
-                    self._running_by_priority[prio] -= 1
-                    self.top_active = self._top_running()
-                    self.completed += 1
-                    # NOTE: workers held back by this task's priority may start now
-                    self._work.notify_all()
-
-    def _top_running(self) -> int:
-        """The highest priority among running tasks (lock held)."""
-        return _top(self._running_by_priority)
+                    self._release_slot(prio)
 
     def yield_to_higher(self) -> None:
         """Called by the running task at a yield point: if work of a higher
@@ -260,7 +296,7 @@ class Scheduler:
             return  # NOTE: the common case, without taking the lock
         with self._lock:
             queued_higher = bool(self._heap) and -self._heap[0].key[0] > prio
-            if self._stopped or not (queued_higher or self._top_running() > prio):
+            if self._stopped or not (queued_higher or self.top_active > prio):
                 return
             if queued_higher and self._idle == 0:
                 if len(self._threads) >= self.workers + self.max_spare:
@@ -275,17 +311,19 @@ class Scheduler:
             self.preempted += 1
             self._running -= 1
             self._running_by_priority[prio] -= 1
-            self.top_active = self._top_running()
+            self.top_active = _top(self._running_by_priority)
             self._parked_by_priority[prio] = self._parked_by_priority.get(prio, 0) + 1
+            self.top_parked = _top(self._parked_by_priority)
             self._work.notify_all()
             while not self._stopped and not (
                     self._running < self.workers and (not self._heap or -self._heap[0].key[0] <= prio)
-                    and self._top_running() <= prio and _top(self._parked_by_priority) <= prio):
+                    and self.top_active <= prio and self.top_parked <= prio):
                 self._work.wait()
             self._parked_by_priority[prio] -= 1
+            self.top_parked = _top(self._parked_by_priority)
             self._running += 1
             self._running_by_priority[prio] += 1
-            self.top_active = self._top_running()
+            self.top_active = _top(self._running_by_priority)
 
     def _watch_deadlines(self) -> None:
         """Drops queued tasks the moment their deadline passes."""
@@ -306,10 +344,20 @@ class Scheduler:
                     continue
             for t in due:  # NOTE: outside the lock: expire notifies a client's callback
                 _drop(t, "deadline")
+            with self._lock:
+                self._work.notify_all()  # NOTE: a synchronous caller whose ticket expired is waiting
+
+
+def _no_run() -> None:
+    """A ticket is never run by a worker (its caller takes the slot)."""
 
 
 def _top(counts: dict[int, int]) -> int:
-    return max((p for p, n in counts.items() if n > 0), default=-(1 << 30))
+    top = -(1 << 30)
+    for p, n in counts.items():
+        if n > 0 and p > top:
+            top = p
+    return top
 
 
 def yield_point() -> None:
