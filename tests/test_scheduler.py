@@ -131,3 +131,33 @@ def test_shutdown_drops_queued_work_and_wakes_waiters() -> None:
     assert not th.is_alive()
     assert dropped == ["shutdown"] and len(errors) == 1
     assert not s.submit(HIGH, lambda: None)
+
+
+def test_parked_task_ends_at_its_deadline(sched: Scheduler) -> None:
+    """A LOW task parked behind a long HIGH task is not held past its own
+    deadline: it ends (DeadlineMissed at its yield point) when it passes."""
+    result: list[str] = []
+    low_started = threading.Event()
+
+    def low() -> None:
+        low_started.set()
+        try:
+            with op_deadline.scope(time.monotonic_ns() + 100_000_000):
+                for _ in range(1000):
+                    op_deadline.poll()
+                    time.sleep(0.002)
+            result.append("finished")
+        except op_deadline.DeadlineMissed:
+            result.append(f"missed after {time.monotonic() - t0:.3f}")
+
+    t0 = time.monotonic()
+    assert sched.submit(LOW, low)
+    assert low_started.wait(10)
+    release = threading.Event()
+    assert sched.submit(HIGH, lambda: release.wait(5))
+    deadline = time.monotonic() + 3
+    while not result and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    assert result and result[0].startswith("missed")
+    assert float(result[0].split()[-1]) < 1.0

@@ -315,15 +315,28 @@ class Scheduler:
             self._parked_by_priority[prio] = self._parked_by_priority.get(prio, 0) + 1
             self.top_parked = _top(self._parked_by_priority)
             self._work.notify_all()
+            dl = op_deadline.current()
+            late = False
             while not self._stopped and not (
                     self._running < self.workers and (not self._heap or -self._heap[0].key[0] <= prio)
                     and self.top_active <= prio and self.top_parked <= prio):
-                self._work.wait()
+                if dl is None:
+                    self._work.wait()
+                    continue
+                remaining = (dl - time.monotonic_ns()) / 1e9
+                if remaining <= 0:
+                    # NOTE: the task's deadline passes while it is parked: it ends now
+                    # (holding a slot again for the moment it takes to unwind)
+                    late = True
+                    break
+                self._work.wait(min(remaining, _MAX_WAIT_S))
             self._parked_by_priority[prio] -= 1
             self.top_parked = _top(self._parked_by_priority)
             self._running += 1
             self._running_by_priority[prio] += 1
             self.top_active = _top(self._running_by_priority)
+        if late:
+            raise op_deadline.DeadlineMissed("the deadline passed while waiting for higher-priority work")
 
     def _watch_deadlines(self) -> None:
         """Drops queued tasks the moment their deadline passes."""
