@@ -471,6 +471,7 @@ def test_configure_rejects_bad_arguments(add_pm: Any, quiet_driver: None) -> Non
     cb = hal.IBurstCallback()
     cb.getMemories = lambda slots: (S.INVALID_ARGUMENT, [])  # type: ignore[method-assign]
     try:
+        assert _wait_for(lambda: not _burst_threads())  # the bursts of earlier tests have ended
         before = len(os.listdir("/proc/self/fd"))
         rd, sd = req.descriptor(), res.descriptor()
         for args in [(None, rd, sd), (object(), rd, sd), (cb, None, sd), (cb, rd, None), (cb, rd, hal.Handle()),

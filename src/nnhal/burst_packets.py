@@ -56,6 +56,11 @@ RES_OPERAND_INFORMATION = 1
 RES_DIMENSION = 2
 RES_EXECUTION_TIMING = 3
 
+# NOTE: one format per member, in discriminator order; a packet is decoded with one Struct made of
+# its members' formats (cached by discriminator sequence): one unpack, and one re-pack whose
+# comparison with the packet checks every padding byte
+_REQ_FORMATS = ("B3xIIII4x", "B3xB3xIIII", "B3xI16x", "B3xB3xIIII", "B3xI16x", "B3xi16x", "B3xi16x")
+_RES_FORMATS = ("B7xIiI4x", "B7xB3xI8x", "B7xI12x", "B7xQQ")
 _REQ_PACKET = struct.Struct("<B3xIIII4x")  # packetSize, inputs, outputs, pools
 _REQ_OPERAND = struct.Struct("<B3xB3xIIII")  # hasNoValue, poolIndex, offset, length, numberOfDimensions
 _REQ_U32 = struct.Struct("<B3xI16x")
@@ -121,22 +126,45 @@ def encode_request(inputs: Sequence[hal.RequestArgument], outputs: Sequence[hal.
     return b"".join(parts)
 
 
-def _datums(data: bytes) -> list[memoryview]:
-    if not data or len(data) % DATUM_SIZE:
-        raise PacketError(f"a packet of {len(data)} bytes is not a positive number of {DATUM_SIZE}-byte datums")
-    mv = memoryview(data)
-    return [mv[i:i + DATUM_SIZE] for i in range(0, len(data), DATUM_SIZE)]
+class _Codec:
+    """Splits a packet into per-datum tuples (discriminator first)."""
+
+    def __init__(self, formats: tuple[str, ...]):
+        self.formats = formats
+        self.counts = [len(struct.Struct("<" + f).unpack(bytes(DATUM_SIZE))) for f in formats]
+        self.cache: dict[bytes, struct.Struct] = {}
+
+    def split(self, data: bytes) -> list[tuple]:
+        if not data or len(data) % DATUM_SIZE:
+            raise PacketError(f"a packet of {len(data)} bytes is not a positive number of {DATUM_SIZE}-byte datums")
+        data = bytes(data)
+        discs = data[0::DATUM_SIZE]
+        if max(discs) >= len(self.formats):
+            k = next(i for i, d in enumerate(discs) if d >= len(self.formats))
+            raise PacketError(f"datum {k} has an unknown discriminator {discs[k]}")
+        s = self.cache.get(discs)
+        if s is None:
+            s = struct.Struct("<" + "".join(self.formats[d] for d in discs))
+            if len(self.cache) >= 256:  # NOTE: bounded: random packets cannot grow it
+                self.cache.clear()
+            self.cache[discs] = s
+        values = s.unpack(data)
+        if s.pack(*values) != data:
+            raise PacketError("non-zero padding")
+        out, i = [], 0
+        counts = self.counts
+        for d in discs:
+            n = counts[d]
+            out.append(values[i:i + n])
+            i += n
+        return out
 
 
-def _unpack(s: struct.Struct, datum: memoryview, what: str) -> tuple:
-    values = s.unpack(datum)
-    # NOTE: re-encoding and comparing checks every padding byte at once
-    if s.pack(*values) != datum:
-        raise PacketError(f"{what}: non-zero padding")
-    return values
+_REQ_CODEC = _Codec(_REQ_FORMATS)
+_RES_CODEC = _Codec(_RES_FORMATS)
 
 
-def _expect(datums: list[memoryview], index: int, disc: int, what: str) -> memoryview:
+def _expect(datums: list[tuple], index: int, disc: int, what: str) -> tuple:
     if index >= len(datums):
         raise PacketError(f"packet ends where {what} should be (datum {index})")
     d = datums[index]
@@ -153,12 +181,8 @@ def _bool(v: int, what: str) -> bool:
 
 def decode_request(data: bytes) -> RequestPacket:
     """Decode and check a request packet; :class:`PacketError` if malformed."""
-    datums = _datums(data)
-    for k, d in enumerate(datums):
-        if d[0] > REQ_MEASURE_TIMING:
-            raise PacketError(f"datum {k} has an unknown discriminator {d[0]}")
-    _, size, n_in, n_out, n_pools = _unpack(_REQ_PACKET, _expect(datums, 0, REQ_PACKET_INFORMATION,
-                                                                 "packetInformation"), "packetInformation")
+    datums = _REQ_CODEC.split(data)
+    _, size, n_in, n_out, n_pools = _expect(datums, 0, REQ_PACKET_INFORMATION, "packetInformation")
     if size != len(datums):
         raise PacketError(f"packetSize {size} but the packet has {len(datums)} datums")
     index = 1
@@ -170,14 +194,14 @@ def decode_request(data: bytes) -> RequestPacket:
             raise PacketError(f"{count} {name} operands cannot fit a packet of {len(datums)} datums")
         for k in range(count):
             what = f"{name}OperandInformation[{k}]"
-            _, no_value, pool, offset, length, n_dims = _unpack(_REQ_OPERAND, _expect(datums, index, info, what), what)
+            _, no_value, pool, offset, length, n_dims = _expect(datums, index, info, what)
             index += 1
             if n_dims > len(datums) - index:
                 raise PacketError(f"{what}: {n_dims} dimensions do not fit the packet")
             dims = []
             for j in range(n_dims):
                 w = f"{name} {k} dimension {j}"
-                dims.append(_unpack(_REQ_U32, _expect(datums, index, dim, w), w)[1])
+                dims.append(_expect(datums, index, dim, w)[1])
                 index += 1
             args[side].append(hal.RequestArgument(hasNoValue=_bool(no_value, f"{what}.hasNoValue"),
                                                   location=hal.DataLocation(pool, offset, length), dimensions=dims))
@@ -186,9 +210,9 @@ def decode_request(data: bytes) -> RequestPacket:
     slots = []
     for k in range(n_pools):
         w = f"poolIdentifier[{k}]"
-        slots.append(_unpack(_REQ_I32, _expect(datums, index, REQ_POOL_IDENTIFIER, w), w)[1])
+        slots.append(_expect(datums, index, REQ_POOL_IDENTIFIER, w)[1])
         index += 1
-    measure = _unpack(_REQ_I32, _expect(datums, index, REQ_MEASURE_TIMING, "measureTiming"), "measureTiming")[1]
+    measure = _expect(datums, index, REQ_MEASURE_TIMING, "measureTiming")[1]
     index += 1
     if index != size:
         raise PacketError(f"{size - index} datums after measureTiming")
@@ -220,12 +244,8 @@ def encode_result(status: int, shapes: Sequence[hal.OutputShape], timing: hal.Ti
 
 def decode_result(data: bytes) -> tuple[hal.ErrorStatus, list[hal.OutputShape], hal.Timing]:
     """Decode and check a result packet; :class:`PacketError` if malformed."""
-    datums = _datums(data)
-    for k, d in enumerate(datums):
-        if d[0] > RES_EXECUTION_TIMING:
-            raise PacketError(f"datum {k} has an unknown discriminator {d[0]}")
-    _, size, status, n = _unpack(_RES_PACKET, _expect(datums, 0, RES_PACKET_INFORMATION, "packetInformation"),
-                                 "packetInformation")
+    datums = _RES_CODEC.split(data)
+    _, size, status, n = _expect(datums, 0, RES_PACKET_INFORMATION, "packetInformation")
     if size != len(datums):
         raise PacketError(f"packetSize {size} but the packet has {len(datums)} datums")
     if status not in _V1_0_STATUSES:
@@ -236,18 +256,17 @@ def decode_result(data: bytes) -> tuple[hal.ErrorStatus, list[hal.OutputShape], 
     shapes = []
     for k in range(n):
         what = f"operandInformation[{k}]"
-        _, sufficient, n_dims = _unpack(_RES_OPERAND, _expect(datums, index, RES_OPERAND_INFORMATION, what), what)
+        _, sufficient, n_dims = _expect(datums, index, RES_OPERAND_INFORMATION, what)
         index += 1
         if n_dims > len(datums) - index:
             raise PacketError(f"{what}: {n_dims} dimensions do not fit the packet")
         dims = []
         for j in range(n_dims):
             w = f"operand {k} dimension {j}"
-            dims.append(_unpack(_RES_U32, _expect(datums, index, RES_DIMENSION, w), w)[1])
+            dims.append(_expect(datums, index, RES_DIMENSION, w)[1])
             index += 1
         shapes.append(hal.OutputShape(dimensions=dims, isSufficient=_bool(sufficient, f"{what}.isSufficient")))
-    _, on_device, in_driver = _unpack(_RES_TIMING, _expect(datums, index, RES_EXECUTION_TIMING, "executionTiming"),
-                                      "executionTiming")
+    _, on_device, in_driver = _expect(datums, index, RES_EXECUTION_TIMING, "executionTiming")
     index += 1
     if index != size:
         raise PacketError(f"{size - index} datums after executionTiming")
