@@ -606,3 +606,22 @@ def test_in_process_benchmark_measures_both() -> None:
     assert set(res) == {"sync", "burst"} and all(len(v) == 40 and (v > 0).all() for v in res.values())
     lines = burstbench.summary(res)
     assert any("burst / sync" in line for line in lines)
+
+
+def test_close_from_another_thread_ends_a_waiting_execution() -> None:
+    """A driver that never answers: close() in another thread ends the wait at once."""
+
+    class Mute(hal.IPreparedModel):
+        def configureExecutionBurst(self, callback: Any, req: Any, res: Any) -> tuple:
+            self.req, self.res = MessageQueue.open(req, 24, "reader"), MessageQueue.open(res, 24, "writer")
+            return S.NONE, hal.IBurstContext()
+
+    pm = Mute()
+    b = BurstController(pm)  # no timeout: only close() or the driver's death ends the wait
+    with _add_pools() as pools:
+        threading.Timer(0.2, b.close).start()
+        t0 = time.monotonic()
+        assert b.execute(pools.request())[0] == S.DEVICE_UNAVAILABLE
+        assert time.monotonic() - t0 < 2.0
+    pm.req.close()
+    pm.res.close()

@@ -230,7 +230,12 @@ class BurstController:
 
     def close(self) -> None:
         """End the burst (idempotent): the driver sees end of file and stops
-        its thread; the cached memories are freed."""
+        its thread; the cached memories are freed.  An execution waiting in
+        another thread returns DEVICE_UNAVAILABLE at once."""
+        # NOTE: wakes a waiting execute (which holds the lock) before taking the lock
+        self._requests.interrupt()
+        if hasattr(self, "_results"):
+            self._results.interrupt()
         with self._lock:
             if self._broken is None:
                 self._broken = S.GENERAL_FAILURE
