@@ -366,6 +366,7 @@ def test_hostile_packets_truncated_random_and_bad_values(add_pm: Any, quiet_driv
             bp.encode_request([dims10, req.inputs[1]], req.outputs, [0, 1], 0),  # 10 dimensions
             bp.encode_request([zero, req.inputs[1]], req.outputs, [0, 1], 0),  # dimension 0 for an input
             bp.encode_request(req.inputs, req.outputs, [0], 0),  # a pool missing
+            bp.encode_request(req.inputs, req.outputs, list(range(300)), 0),  # more pools than a burst serves
             bp.encode_request(req.inputs, req.outputs, [0, 1, 1], 0),  # a pool too many: fine? (unused pool)
         ]
         for k, c in enumerate(cases):

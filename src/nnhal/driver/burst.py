@@ -166,6 +166,10 @@ class ExecutionBurstServer(hal.IBurstContext):
 
     def _memories(self, slots: list[int]) -> list[hal.Memory]:
         """The memories of ``slots``, asking the client for the unknown ones (lock held)."""
+        if len(set(slots)) > MAX_CACHED_SLOTS:
+            # NOTE: a resource limit (each memory holds descriptors), not a malformed request
+            raise _MemoryUnavailable(S.GENERAL_FAILURE, f"{len(set(slots))} pools in one burst request; at most "
+                                                        f"{MAX_CACHED_SLOTS} are served")
         unknown = sorted({s for s in slots if s not in self._cache})
         if unknown:
             self._fetch(unknown)
