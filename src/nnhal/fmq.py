@@ -12,7 +12,9 @@ One writer, one reader, a ring of fixed-size elements in shared memory:
   aligned loads and stores);
 - a write of n elements is atomic as libfmq's ``writeBlocking(data, n)``: the
   elements are copied first and the write counter is published last, so a
-  reader sees all of a packet or none of it;
+  reader sees all of a packet or none of it (NOTE: Python has no memory
+  barriers; this order relies on x86-64's total store order, as the counters'
+  single aligned 8-byte accesses rely on its atomicity);
 - signalling and peer death use one Unix socketpair per queue: the writer
   sends a byte after publishing ("data written"), the reader after consuming
   ("space freed"); a blocked side waits in ``poll`` and wakes within
