@@ -316,6 +316,7 @@ def test_long_kernel_interrupted_promptly(rnn, path: str) -> None:  # noqa: ANN0
     prepared, pools, full = rnn
     budget = 0.02
     assert full > 5 * budget, f"the model runs {full * 1e3:.1f} ms: too short to show an interruption"
+    prepared.best_ns = None  # NOTE: else the driver refuses at once (it knows 20 ms cannot be met)
     dl = ms_from_now(budget * 1e3)
     t0 = time.monotonic()
     if path == "sync":
@@ -339,6 +340,20 @@ def test_long_kernel_interrupted_promptly(rnn, path: str) -> None:  # noqa: ANN0
     assert elapsed < budget + max(0.1, full / 4), f"{late * 1e3:.1f} ms late"
 
 
+def test_deadline_shorter_than_the_fastest_run_is_refused_at_once(rnn) -> None:  # noqa: ANN001
+    prepared, pools, full = rnn
+    assert execute_sync(prepared, pools.request())[0] == S.NONE
+    assert prepared.best_ns is not None
+    for how in ("sync", "async"):
+        t0 = time.monotonic()
+        if how == "sync":
+            status = execute_sync(prepared, pools.request(), M.NO, ms_from_now(full * 1e3 / 4))[0]
+        else:
+            status = execute_async(prepared, pools.request(), M.NO, ms_from_now(full * 1e3 / 4))[1]
+        assert status == S.MISSED_DEADLINE_PERSISTENT
+        assert time.monotonic() - t0 < full / 4
+
+
 def test_long_kernel_unlimited_deadline(rnn) -> None:  # noqa: ANN001
     prepared, pools, _ = rnn
     for ns in (INT64_MAX, 2**64 - 1):
@@ -357,7 +372,10 @@ def test_missed_deadline_transient_or_persistent(rnn) -> None:  # noqa: ANN001
     assert execute_sync(prepared, pools.request(), M.NO, past)[0] == S.MISSED_DEADLINE_PERSISTENT
     assert execute_async(prepared, pools.request(), M.NO, past)[1] == S.MISSED_DEADLINE_PERSISTENT
     # the model needs `full` seconds and never did it in 20 ms: PERSISTENT
+    assert execute_sync(prepared, pools.request())[0] == S.NONE
     assert prepared.best_ns is not None and prepared.best_ns > 20_000_000
+    assert execute_sync(prepared, pools.request(), M.NO, ms_from_now(20))[0] == S.MISSED_DEADLINE_PERSISTENT
+    prepared.best_ns = None  # NOTE: started in time, never seen to fit: PERSISTENT after running too
     assert execute_sync(prepared, pools.request(), M.NO, ms_from_now(20))[0] == S.MISSED_DEADLINE_PERSISTENT
     now = 10**12
     assert mds(now, now, now - 1) == S.MISSED_DEADLINE_PERSISTENT

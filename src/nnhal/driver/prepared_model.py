@@ -110,9 +110,18 @@ class SamplePreparedModel(hal.IPreparedModel):
         if _passed(dl):
             pools.close()
             return Result(S.MISSED_DEADLINE_PERSISTENT), None
+        best = self.best_ns
+        if dl is not None and best is not None and dl - start < best:
+            # NOTE: the time left is shorter than this model's fastest execution so far:
+            # it cannot be met, now or after a delay; answered without running it
+            log.error("execution: %.3f ms left before the deadline, the model needs %.3f ms at best",
+                      (dl - start) / 1e6, best / 1e6)
+            pools.close()
+            return Result(S.MISSED_DEADLINE_PERSISTENT), None
 
         def job() -> Result:
             t0 = time.monotonic_ns()
+            dl = job.deadline_ns  # type: ignore[attr-defined]  # NOTE: a fenced execution sets it once its fences signal
             try:
                 result = run_request(self.model, self.executor, request, pools, hal.MeasureTiming(measure), dl, lt,
                                      start)
