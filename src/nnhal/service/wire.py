@@ -268,6 +268,8 @@ _SPECS = [
     _m("IDevice", "prepareModel_1_2", (v1_2.Model, int, HANDLES, HANDLES, bytes, PREPARE_CALLBACK), (S,), 5,
        "notify_1_2"),
     _m("IDevice", "prepareModelFromCache", (HANDLES, HANDLES, bytes, PREPARE_CALLBACK), (S,), 3, "notify_1_2"),
+    # the draft 1.2 caching interface
+    _m("IDevice", "isCachingSupported", (), (S, bool)),
     # @1.3
     _m("IDevice", "getCapabilities_1_3", (), (S, hal.Capabilities)),
     _m("IDevice", "getSupportedOperations_1_3", (hal.Model,), (S, list[bool])),
@@ -284,6 +286,7 @@ _SPECS = [
     # the queue descriptors are hal.Handles (nnhal.fmq): shared memory and a socket end
     _m("IPreparedModel", "configureExecutionBurst", (BURST_CALLBACK, Optional[hal.Handle], Optional[hal.Handle]),
        (S, BURST_CONTEXT)),
+    _m("IPreparedModel", "saveToCache", (Optional[hal.Handle], Optional[hal.Handle], bytes), (S,)),
     _m("IPreparedModel", "execute_1_3", (hal.Request, int, OTP, OTD, EXECUTION_CALLBACK), (S,), 4, "notify_1_3"),
     _m("IPreparedModel", "executeSynchronously_1_3", (hal.Request, int, OTP, OTD), EXEC_RESULT),
     _m("IPreparedModel", "executeFenced", (hal.Request, HANDLES, int, OTP, OTD, OTD),
