@@ -211,3 +211,28 @@ def test_demo_trained_models(device, capsys):
     assert run_trained_models(device, MODELS if MODELS.exists() else None) == 0
     out = capsys.readouterr().out
     assert "keyword probabilities" in out and "p(person)" in out and "top palm anchors" in out
+
+
+def test_operators_alone_on_litert_inputs(device):
+    """operator_model / isolated: each TFLite operator's HAL operations alone, fed LiteRT's tensors."""
+    from nnhal.tflite.run import isolated, operator_model
+
+    path = model_path("vww_mobilenetv1_int8")
+    model, io = load(path)
+    sub, sub_io = operator_model(model, io, 1)  # the first CONV_2D
+    assert [hal.OperationType(o.type).name for o in sub.main.operations] == ["CONV_2D"]
+    assert len(sub.main.inputIndexes) == 1 and len(sub_io.outputs) == 1
+    lr = LiteRT(path, kernels="builtin", preserve=True)
+    lr.run([_vww_input()])
+    res = isolated(device, model, io, lr)
+    assert len(res) == 33 and all(df.ok(1e-4, 1) for _, _, df in res)
+
+
+def test_cli_per_tensor_drift_explained(capsys):
+    """kws against LiteRT's optimized kernels: 1-step rounding differences grow along the chain, but
+    every operator alone on LiteRT's inputs is within 1 step (exit 0 with --strict)."""
+    rc = cli.main(["run", str(model_path("kws_mobilenetv2_int8")), "--per-tensor", "--strict"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "first operation beyond tolerance" in out and "its inputs already differ" in out
+    assert "each operator alone on LiteRT's own inputs (71 runs)" in out and "; 0 beyond tolerance" in out

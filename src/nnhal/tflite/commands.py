@@ -71,13 +71,20 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     print(f"{args.model}: {summary(io)}")
     x = _inputs(args, io)
     try:
-        session = HalSession(device_of(args.device), model, io)
-        free_model(model)  # NOTE: the prepared model holds what it needs
+        device = device_of(args.device)
+        session = HalSession(device, model, io)
         outs = session.run(x)
         session.close()
     except ExecutionError as e:
         print(f"{args.model}: {e}", file=sys.stderr)
         return 3
+    try:
+        return _report(args, model, io, x, outs, device)
+    finally:
+        free_model(model)
+
+
+def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, outs: list, device: Any) -> int:
     n_out = len(io.outputs)
     for k, (a, d) in enumerate(zip(outs, io.outputs)):
         print(f"output {k} {d.name}: {_short(a)}")
@@ -90,7 +97,7 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     if not (args.compare or args.per_tensor):
         return 0
     try:
-        lr = LiteRT(args.model, threads=args.threads, kernels=args.kernels, preserve=expose)
+        lr = LiteRT(args.model, threads=args.threads, kernels=args.kernels, preserve=bool(args.per_tensor))
         ref = lr.run(x)
     except ImportError as e:
         print(f"--compare: {e}", file=sys.stderr)
@@ -105,6 +112,7 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
         if tk is not None:
             line += f"; top-1 {'same' if tk[0] else 'DIFFERENT'}, top-5 overlap {tk[1]:.0%}"
         print(line)
+    op_bad = False
     if args.per_tensor:
         first, worst, diffs = None, None, {}
         for a, d in zip(outs[n_out:] + outs[:n_out], io.intermediates + io.outputs):
@@ -119,7 +127,7 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
             print(f"  every tensor within tolerance (float {args.rtol:g} of its range, quantized {args.steps} step)")
         else:
             d, df = first
-            bad = True
+            op_bad = True
             print(f"  first operation beyond tolerance: operator {d.producer} {d.producer_name} "
                   f"(tensor {d.tensor}) {df}")
             upstream = [diffs[k] for k in io.operator_inputs[d.producer] if k in diffs]
@@ -129,7 +137,17 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
                 print("  its inputs already differ: " + "; ".join(str(u) for u in moved))
             else:
                 print("  its inputs are identical: the difference is this operation's own")
-    return 1 if bad and args.strict else 0
+            if not args.no_isolate:
+                from nnhal.tflite.run import isolated
+
+                iso = isolated(device, model, io, lr)
+                over = [(i, n, df) for i, n, df in iso if not df.ok(args.rtol, args.steps)]
+                w = max(iso, key=lambda t: (t[2].steps, t[2].rel))
+                print(f"  each operator alone on LiteRT's own inputs ({len(iso)} runs): worst operator {w[0]} {w[1]}: "
+                      f"{w[2]}; {len(over)} beyond tolerance" +
+                      (f", first: operator {over[0][0]} {over[0][1]}: {over[0][2]}" if over else ""))
+                op_bad = bool(over)  # NOTE: drift inherited through the chain alone is not a failure
+    return 1 if (bad or op_bad) and args.strict else 0
 
 
 def bench_main(argv: list[str], device_of: DeviceOf) -> int:
@@ -246,7 +264,11 @@ def add_run_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     s.add_argument("--rtol", type=float, default=1e-4, help="float tolerance relative to the tensor's range")
     s.add_argument("--steps", type=int, default=1, help="quantized tolerance in steps")
-    s.add_argument("--strict", action="store_true", help="exit 1 when a comparison is beyond tolerance")
+    s.add_argument("--strict", action="store_true",
+                   help="exit 1 when an output, or with --per-tensor an operator run alone, is beyond tolerance")
+    s.add_argument("--no-isolate", action="store_true",
+                   help="with --per-tensor, skip re-running each operator alone on LiteRT's inputs when the "
+                        "whole-model comparison goes beyond tolerance")
 
 
 def add_graph_arguments(s: argparse.ArgumentParser) -> None:

@@ -86,6 +86,9 @@ class IODescription:
     hal_to_tflite: list[int] = field(default_factory=list)  # per HAL operation, its TFLite operator index
     operator_names: list[str] = field(default_factory=list)  # per TFLite operator
     operator_inputs: list[list[int]] = field(default_factory=list)  # per TFLite operator, its input tensors
+    operator_outputs: list[list[int]] = field(default_factory=list)  # per TFLite operator, its output tensors
+    tensor_operand: dict[int, int] = field(default_factory=dict)  # TFLite tensor -> HAL operand
+    tensors: dict[int, TensorDesc] = field(default_factory=dict)  # TFLite tensor -> description (non-constant)
 
     @property
     def all_outputs(self) -> list[TensorDesc]:
@@ -320,6 +323,7 @@ class _Loader:
             name, code = self.op_name(op)
             self.io.operator_names.append(name)
             self.io.operator_inputs.append([int(k) for k in (op.inputs if op.inputs is not None else [])])
+            self.io.operator_outputs.append([int(k) for k in (op.outputs if op.outputs is not None else [])])
             self.io.operators[name] += 1
             n_ops = len(self.ops)
             try:
@@ -982,6 +986,8 @@ class _Loader:
                     io.intermediates.append(self.desc(k))
                     outs.append(self.t2o[k])
         in_idx = [self.t2o[k] for k in self.inputs if k in self.t2o]
+        io.tensor_operand = dict(self.t2o)
+        io.tensors = {k: self.desc(k) for k in self.t2o if not self.is_const(k)}
         in_set, out_set = set(in_idx), set(outs)
         consumers = [0] * len(self.operands)
         for o in self.ops:

@@ -11,6 +11,7 @@ bool inputs fair coin flips.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,3 +251,58 @@ def timed(fn: Any, repeats: int, warmup: int = 2) -> list[float]:
         fn()
         out.append(time.perf_counter() - t0)
     return out
+
+
+def operator_model(model: hal.Model, io: IODescription, index: int) -> Optional[tuple[hal.Model, IODescription]]:
+    """The HAL operations TFLite operator ``index`` became, alone: a model whose inputs are the
+    operator's non-constant input tensors and whose outputs are its output tensors (constants
+    shared with ``model``); None for an operator folded at load."""
+    sg = model.main
+    ops = [sg.operations[j] for j, t in enumerate(io.hal_to_tflite) if t == index]
+    if not ops:
+        return None
+    L = hal.OperandLifeTime
+    made = {o for op in ops for o in op.outputs}
+    in_t = [k for k in dict.fromkeys(io.operator_inputs[index]) if k >= 0 and k in io.tensors]
+    out_t = [k for k in io.operator_outputs[index] if k in io.tensor_operand]
+    ins = [io.tensor_operand[k] for k in in_t]
+    outs = [io.tensor_operand[k] for k in out_t]
+    used = list(dict.fromkeys([i for op in ops for i in op.inputs] + [o for op in ops for o in op.outputs]))
+    remap = {old: new for new, old in enumerate(used)}
+    operands = []
+    for old in used:
+        o = dataclasses.replace(sg.operands[old])
+        if old in ins and old not in made:
+            o.lifetime = L.SUBGRAPH_INPUT
+        elif old in outs:
+            o.lifetime = L.SUBGRAPH_OUTPUT
+        elif o.lifetime in (L.SUBGRAPH_INPUT, L.SUBGRAPH_OUTPUT, L.TEMPORARY_VARIABLE):
+            if old not in made:
+                return None  # NOTE: an input with no TFLite tensor behind it; cannot be fed
+            o.lifetime = L.TEMPORARY_VARIABLE
+        o.numberOfConsumers = sum(op.inputs.count(old) for op in ops)
+        operands.append(o)
+    new_ops = [hal.Operation(op.type, [remap[i] for i in op.inputs], [remap[o] for o in op.outputs]) for op in ops]
+    sub = hal.Subgraph(operands=operands, operations=new_ops, inputIndexes=[remap[i] for i in ins if i in remap],
+                       outputIndexes=[remap[o] for o in outs])
+    sub_io = IODescription(inputs=[io.tensors[k] for k in in_t if io.tensor_operand[k] in remap],
+                           outputs=[io.tensors[k] for k in out_t])
+    return hal.Model(main=sub, operandValues=model.operandValues, pools=model.pools), sub_io
+
+
+def isolated(device: Any, model: hal.Model, io: IODescription, lite: "LiteRT") -> list[tuple[int, str, Diff]]:
+    """Each TFLite operator's HAL operations run alone on LiteRT's own input tensors (after
+    ``lite.run``, made with ``preserve=True``), compared with LiteRT's output tensors: the error an
+    operation adds by itself, without what it inherits from earlier ones."""
+    res = []
+    for i, name in enumerate(io.operator_names):
+        sub = operator_model(model, io, i)
+        if sub is None:
+            continue
+        m, sub_io = sub
+        session = HalSession(device, m, sub_io)
+        outs = session.run([lite.tensor(d.tensor) for d in sub_io.inputs])
+        session.close()
+        for a, d in zip(outs, sub_io.outputs):
+            res.append((i, name, diff(a, lite.tensor(d.tensor), d)))
+    return res
