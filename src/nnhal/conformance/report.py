@@ -48,7 +48,11 @@ def print_table(report: Report, out: TextIO = sys.stdout, failures: int = 40) ->
     coupled = len({(c.spec, c.model) for c in report.cases if "signed" in c.variant})
     out.write(f"\n{models} vector models (+{coupled} quant8 signed-coupled copies), {len(report.cases)} runs "
               f"in {report.seconds:.1f} s\n")
-    out.write(f"conformance: {n['pass']} passed, {n['fail']} failed, {n['unsupported']} unsupported\n")
+    skipped = ""
+    if n["skip"]:  # NOTE: runs that do not apply (e.g. a burst cannot carry device memory), with the reasons
+        reasons = sorted({c.message for c in report.cases if c.status == "skip"})
+        skipped = f", {n['skip']} skipped ({'; '.join(reasons)[:200]})"
+    out.write(f"conformance: {n['pass']} passed, {n['fail']} failed, {n['unsupported']} unsupported{skipped}\n")
 
 
 def write_json(report: Report, path: str) -> None:
