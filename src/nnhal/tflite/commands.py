@@ -177,8 +177,8 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
     try:
         for kind in ("xnnpack", "builtin"):
             lr = LiteRT(args.model, threads=args.threads, kernels=kind)
-            lr.set_inputs(x)
-            engines.append((f"LiteRT {kind}", lr.it.invoke))
+            # NOTE: inputs set and outputs copied on every run, as nnhal's run writes and reads its pools
+            engines.append((f"LiteRT {kind}", lambda lr=lr: lr.run(x)))
     except ImportError as e:
         print(f"LiteRT not available: {e}", file=sys.stderr)
     print(f"{Path(args.model).name}: {summary(io)}")

@@ -363,6 +363,10 @@ class _Loader:
             self.emit(Op.CAST, [self.operand(ins[0])], [self.out(int(op.outputs[0]))])
             self.io.rewrites["float16_cast"] += 1
             return
+        if not mp.per_channel:
+            for k in ins:
+                if k >= 0 and len(_quant(self.tensor(k))[0]) > 1:
+                    raise _Refuse(f"tensor {k} is per-channel quantized; NNAPI's {mp.builtin} form takes one scale")
         if mp.check:
             getattr(self, "check_" + mp.check)(op, mp)
         if mp.rewrite:
