@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-import nnhal
 from nnhal import hal
 from tests.driver_util import (
     WAIT_S,
@@ -36,43 +33,27 @@ M = hal.MeasureTiming
 
 @contextlib.contextmanager
 def serve(name: str, run_dir: Path, key_dir: Path, max_queued: int = 128) -> Iterator[Any]:
-    """A ``nnhal serve`` process and a proxy device connected to it; the
-    process is terminated (killed if need be) on the way out."""
-    env = dict(os.environ, NNHAL_RUNTIME_DIR=str(run_dir), NNHAL_CACHE_KEY_DIR=str(key_dir),
-               NNHAL_MAX_QUEUED=str(max_queued))
-    old = os.environ.get("NNHAL_RUNTIME_DIR")
-    os.environ["NNHAL_RUNTIME_DIR"] = str(run_dir)
-    proc = subprocess.Popen([sys.executable, "-m", "nnhal", "serve", "--name", name], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """A ``nnhal serve`` process with its own cache key directory and queue
+    bound, and a proxy device connected to it; the process is stopped
+    (killed if need be) on the way out."""
+    from tests.service_util import ServiceProcess
+
+    sp = ServiceProcess(run_dir, name=name, env={"NNHAL_CACHE_KEY_DIR": str(key_dir),
+                                                 "NNHAL_MAX_QUEUED": str(max_queued)})
     proxy = None
     try:
-        until = time.monotonic() + 30
-        while proxy is None:
-            try:
-                proxy = nnhal.connect(name)
-            except Exception:  # noqa: BLE001 - not up yet
-                if proc.poll() is not None or time.monotonic() > until:
-                    raise
-                time.sleep(0.1)
+        sp.start()
+        proxy = sp.connect()
         yield proxy
     finally:
         if proxy is not None:
             proxy.close()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if old is None:
-            os.environ.pop("NNHAL_RUNTIME_DIR", None)
-        else:
-            os.environ["NNHAL_RUNTIME_DIR"] = old
+        sp.stop()
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return tmp_path_factory.mktemp("run"), tmp_path_factory.mktemp("key")
+def dirs(service_runtime_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return service_runtime_dir, tmp_path_factory.mktemp("key")
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +91,24 @@ def test_service_cache_round_trip_and_restart(remote, dirs, net, tmp_path) -> No
         # a service with another key does not
         with serve(f"h6k-{os.getpid()}", dirs[0], tmp_path / "other-key") as stranger:
             assert load(stranger, *files.handles()) == (S.GENERAL_FAILURE, None)
+    finally:
+        files.close()
+
+
+def test_service_draft_caching_methods(remote, net, tmp_path) -> None:  # noqa: ANN001
+    """isCachingSupported and saveToCache (the draft 1.2 interface) cross the
+    process boundary too: one handle each, the same format."""
+    assert remote.isCachingSupported() == (S.NONE, True)
+    prepared = prepare(net.model, remote)[2]
+    files = Files(tmp_path / "draft")
+    try:
+        mc, dc = files.handles()
+        assert prepared.saveToCache(mc[0], dc[0], TOKEN) == S.NONE
+        status, loaded = load(remote, *files.handles())
+        assert status == S.NONE
+        np.testing.assert_array_equal(net.run(loaded), net.expected)
+        ro_m, ro_d = files.handles([os.O_RDONLY], [os.O_RDONLY])
+        assert prepared.saveToCache(ro_m[0], ro_d[0], TOKEN) == S.INVALID_ARGUMENT
     finally:
         files.close()
 
