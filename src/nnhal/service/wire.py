@@ -40,7 +40,7 @@ import dataclasses
 import functools
 import typing
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Optional, Union
 
 import msgspec
 from msgspec import Raw, Struct
@@ -338,25 +338,40 @@ def _handle_fields(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if may_hold_handles(hints.get(f.name, Any)))
 
 
-def iter_handles(value: Any) -> Iterator[hal.Handle]:
+_LEAVES = (int, float, str, bytes, bool, type(None))
+
+
+def iter_handles(value: Any) -> list[hal.Handle]:
     """Every ``hal.Handle`` inside ``value`` (dataclasses, lists, tuples), in a
     fixed order: the same on both sides of the wire for the same structure."""
-    if isinstance(value, hal.Handle):
-        yield value
-    elif type(value) is hal.Request:  # NOTE: the hot path, without the generic walk
-        for p in value.pools if isinstance(value.pools, list) else ():
+    out: list[hal.Handle] = []
+    _handles(value, out)
+    return out
+
+
+def _handles(value: Any, out: list) -> None:
+    t = type(value)
+    if t is hal.Handle:
+        out.append(value)
+    elif t is hal.Memory:
+        _handles(value.handle, out)
+    elif t is hal.Request:  # NOTE: the hot path, without the generic walk
+        pools = value.pools
+        for p in pools if type(pools) is list else ():
             m = getattr(p, "hidlMemory", None)
             if m is not None:
-                yield from iter_handles(m)
-    elif isinstance(value, (list, tuple)):
+                _handles(m, out)
+    elif t is tuple or t is list:
         for v in value:
-            if v is not None and not isinstance(v, (int, float, str, bytes)):
-                yield from iter_handles(v)
+            if not isinstance(v, _LEAVES):
+                _handles(v, out)
+    elif isinstance(value, hal.Handle):
+        out.append(value)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for name in _handle_fields(type(value)):
+        for name in _handle_fields(t):
             v = getattr(value, name, None)
             if v is not None:
-                yield from iter_handles(v)
+                _handles(v, out)
 
 
 def collect_fds(value: Any) -> list[int]:
@@ -374,7 +389,7 @@ def collect_fds(value: Any) -> list[int]:
 def install_fds(value: Any, fds: list[int]) -> bool:
     """Replace the placeholder fds in ``value``'s handles by the received
     ``fds`` in order; False if the counts differ (a malformed message)."""
-    handles = list(iter_handles(value))
+    handles = iter_handles(value)
     need = sum(len(h.fds) for h in handles)
     if need != len(fds):
         return False
