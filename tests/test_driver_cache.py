@@ -719,3 +719,45 @@ def test_state_without_codec_is_prepared_again_on_load(dev, key_dir, net, files,
                                  dev.getVersionString()[1], TOKEN)
     kinds = [st.kind for st in record.states[0]]
     assert "prepare" in kinds and "saved" in kinds  # NOTE: convolutions prepared again, fully connected restored
+
+
+_KEY_CHILD = r"""
+import sys
+from pathlib import Path
+from nnhal.driver import cache
+print(cache.load_key(Path(sys.argv[1])).hex())
+"""
+
+
+def test_concurrent_key_creation_gives_one_key(tmp_path) -> None:  # noqa: ANN001
+    """Processes racing to create the key all end up with the same one (a
+    private temporary file hard-linked into place, never replaced)."""
+    kd = tmp_path / "race"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    procs = [subprocess.Popen([sys.executable, "-c", _KEY_CHILD, str(kd)], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(4)]
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        outs.append(out.strip())
+    assert len(set(outs)) == 1 and len(outs[0]) == 64
+    assert (kd / driver_cache.KEY_FILE).read_bytes().hex() == outs[0]
+    assert [p.name for p in kd.iterdir()] == [driver_cache.KEY_FILE]
+
+
+def test_symlinked_or_foreign_key_is_refused(tmp_path) -> None:  # noqa: ANN001
+    kd = tmp_path / "sym"
+    kd.mkdir(mode=0o700)
+    target = tmp_path / "elsewhere"
+    target.write_bytes(os.urandom(32))
+    os.chmod(target, 0o600)
+    (kd / driver_cache.KEY_FILE).symlink_to(target)
+    with pytest.raises(OSError):
+        driver_cache.load_key(kd)
+    short = tmp_path / "short"
+    short.mkdir(mode=0o700)
+    (short / driver_cache.KEY_FILE).write_bytes(b"abc")
+    os.chmod(short / driver_cache.KEY_FILE, 0o600)
+    with pytest.raises(PermissionError):
+        driver_cache.load_key(short)

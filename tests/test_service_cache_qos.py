@@ -194,3 +194,30 @@ def test_service_bounded_queue(dirs, tmp_path) -> None:  # noqa: ANN001
             assert launches.count(S.NONE) >= 2
         finally:
             pools.close()
+
+
+def test_service_high_priority_ahead_of_low_backlog(remote) -> None:  # noqa: ANN001
+    """Priorities hold across the process boundary: with a backlog of LOW
+    executions queued in the service, a HIGH execution answers before a LOW one."""
+    from nnhal import bench
+    from nnhal.conformance.runner import RequestPools
+
+    net = bench.mobilenet_v1(64, 0.25, 10)
+    model = bench.to_model(bench.lower(net, quant=False))
+    high = prepare(model, remote, priority=hal.Priority.HIGH)[2]
+    low = prepare(model, remote, priority=hal.Priority.LOW)[2]
+    x = np.random.default_rng(0).random((1, 64, 64, 3), np.float32)
+    with RequestPools([x], [40]) as p:
+        cbs = [CountingExecutionCallback() for _ in range(16)]
+        for cb in cbs:
+            assert low.execute_1_3(p.request(), M.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
+                                   cb) == S.NONE
+        t0 = time.monotonic()
+        assert execute_sync(high, p.request())[0] == S.NONE
+        t_high = time.monotonic() - t0
+        t0 = time.monotonic()
+        assert execute_sync(low, p.request())[0] == S.NONE
+        t_low = time.monotonic() - t0
+        for cb in cbs:
+            assert cb.wait(WAIT_S)[0] == S.NONE
+    assert t_high < t_low, (t_high, t_low)
