@@ -204,7 +204,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     s.set_defaults(fn=cmd_graph)
 
     s = sub.add_parser("bench", add_help=False, help="MobileNet v1/v2 latency and per-layer GFLOP/s "
-                                                    "(see nnhal bench --help)")
+                                                    "(see nnhal bench --help); nnhal bench MODEL.tflite: "
+                                                    "nnhal vs LiteRT (nnhal bench MODEL.tflite --help)")
     s.set_defaults(fn=cmd_bench)
 
     argv = list(sys.argv[1:] if argv is None else argv)
