@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from nnhal.ops import deadline
+
 F32 = np.float32
 
 
@@ -337,6 +339,7 @@ def nms_single_class(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarr
     thr = F32(iou_threshold)
     sthr = F32(score_threshold)
     while sel.size and len(out) < max_detections:
+        deadline.poll()  # NOTE: greedy NMS is one Python step per kept box: the deadline ends it
         m = int(max_element(scores[sel]))
         sel[0], sel[m] = sel[m], sel[0]
         best = int(sel[0])
@@ -365,6 +368,7 @@ def nms_multi_class(scores: np.ndarray, boxes: np.ndarray, num_classes: int, sco
     sthr = F32(score_threshold)
     selected = []
     for c in range(1, num_classes):
+        deadline.poll()
         idx = np.arange(num_rois, dtype=np.int64) * num_classes + c
         cand = idx[scores[idx] > sthr]
         selected.append(nms_single_class(scores, boxes, cand, max_per_class, iou_threshold, soft,
@@ -485,6 +489,7 @@ def _roi_align_groups(in_h: int, in_w: int, depth: int, rois: np.ndarray, out_h:
         per_roi = out_h * int(h_r) * out_w * int(w_r) * depth
         step = max(1, _GATHER_BUDGET // max(per_roi, 1))
         for start in range(0, group.size, step):
+            deadline.poll()
             idx = group[start:start + step]
             ylo, yhi, yf = _sample_axis(y1[idx], h_step[idx], int(h_r), out_h, in_h)
             xlo, xhi, xf = _sample_axis(x1[idx], w_step[idx], int(w_r), out_w, in_w)
@@ -599,6 +604,7 @@ def roi_pool(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_h: int,
     else:
         low = np.array(np.iinfo(x.dtype).min, x.dtype)
     for r in range(n):
+        deadline.poll()
         # NOTE: one ROI at a time (bins differ per ROI), on the window its bins cover,
         # vectorized over bins and channels
         h0, h1 = int(hs[r].min()), int(he[r].max())
