@@ -229,11 +229,18 @@ def graph_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
             reasons = dict.fromkeys(range(len(supported)), f"model rejected ({hal.ErrorStatus(status).name})")
         else:
             sg = model.main
+            _, caps = dev.getCapabilities_1_3()
+            listed = {int(p.type) for p in caps.operandPerformance}
             for k, ok in enumerate(supported):
                 if not ok:
                     op = sg.operations[k]
                     types = ",".join(graph.operand_label(sg.operands[i]).split("[")[0] for i in op.inputs)
-                    reasons[k] = f"{args.device} does not support {hal.OperationType(op.type).name}({types})"
+                    missing = sorted({hal.OperandType(sg.operands[i].type).name for i in op.inputs + op.outputs
+                                      if int(sg.operands[i].type) not in listed})
+                    # NOTE: the HAL says only yes or no; an operand type absent from the device's
+                    # capabilities is the likeliest reason, and is named when it is the case
+                    reasons[k] = (f"operand type {', '.join(missing)} not in {args.device}'s capabilities" if missing
+                                  else f"{args.device} does not support {hal.OperationType(op.type).name}({types})")
         title += f" -- on {args.device}: {sum(map(bool, supported))}/{len(supported)} supported"
     out = args.output or (Path(args.model).name.split(".")[0] + ".html")
     text = graph.html_page(model, title, supported=supported, reasons=reasons, names=names) \
