@@ -107,6 +107,15 @@ def test_shape_and_zeros_like_fold(device):
     np.testing.assert_array_equal(out[0], np.arange(6, dtype=np.float32).reshape(2, 3))
 
 
+def test_rank_folds(device):
+    ts = [Tensor([2, 3, 4]), Tensor([], "int32"), Tensor([1], "int32"), Tensor([1], "int32")]
+    data = graph(ts, [("RANK", [0], [1], None), ("ADD", [2, 1], [3], options("AddOptions"))], inputs=[0, 2], outputs=[3])
+    model, io = load(data)
+    assert io.rewrites["rank"] == 1 and list(io.hal_operations) == ["ADD"]
+    out = HalSession(device, model, io).run([np.zeros((2, 3, 4), np.float32), np.array([10], np.int32)])
+    assert out[0].tolist() == [13]
+
+
 def test_constant_output_refused():
     data = one_op("SHAPE", [Tensor([2, 3])], [Tensor([2], "int32")], options("ShapeOptions", outType=2))
     with pytest.raises(ValueError, match="constant"):

@@ -24,7 +24,7 @@ are named in the load report.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from nnhal.hal import OperandType, OperationType
@@ -111,7 +111,6 @@ class Mapping:
     rewrite: str = ""
     note: str = ""
     type_input: int = 0  # which TFLite input's element type ``types`` constrains
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
 
 
 def _unary(b: str, h: OperationType, types: frozenset = FQ, note: str = "") -> Mapping:
@@ -170,7 +169,7 @@ MAPPINGS: tuple[Mapping, ...] = (
     _unary("HARD_SWISH", Op.HARD_SWISH),
     Mapping("ELU", Op.ELU, (tensor(0), const(1.0, T.FLOAT32)), types=FLOAT, note="alpha 1 (TFLite's ELU)"),
     Mapping("PRELU", Op.PRELU, (tensor(0), tensor(1)), types=FQ),
-    Mapping("LEAKY_RELU", Op.PRELU, (tensor(0), derived("leaky_alpha")), types=FQ, rewrite="",
+    Mapping("LEAKY_RELU", Op.PRELU, (tensor(0), derived("leaky_alpha")), types=FQ,
             note="PRELU with a one-element alpha tensor (as the NNAPI delegate does); quantized alpha "
                  "at scale alpha/127"),
     # ---- comparisons / selection
