@@ -396,3 +396,12 @@ def test_peer_credentials_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     b.settimeout(5)
     assert b.recv(10) == b""  # refused: closed
     b.close()
+
+
+def test_bench_ipc_prints_every_mode() -> None:
+    r = subprocess.run([sys.executable, "-m", "nnhal", "bench", "--ipc", "--runs", "60", "--rounds", "2",
+                        "--warmup", "5"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for mode in ("bare socket round trip", "in process (sync)", "service sync", "service async", "service burst",
+                 "service fenced", "target: service sync <= 3 x bare + in process"):
+        assert mode in r.stdout, r.stdout
