@@ -483,3 +483,31 @@ def test_bidirectional_lstm(device):
     x = [np.random.default_rng(1).uniform(-2, 2, (batch, seq, n_in)).astype(np.float32)]
     merged = HalSession(device, model, io).run(x)[0]
     np.testing.assert_array_equal(merged, np.concatenate(split, axis=-1))
+
+
+@pytest.mark.parametrize("regular", [False, True])
+def test_ssd_detection_postprocess(device, regular):
+    """MobileNet-SSD's TFLite_Detection_PostProcess custom op as DETECTION_POSTPROCESSING, against LiteRT."""
+    from flatbuffers import flexbuffers
+
+    n_box, n_cls, max_det = 20, 3, 5
+    opts = flexbuffers.Dumps({"max_detections": max_det, "max_classes_per_detection": 1, "detections_per_class": 4,
+                              "use_regular_nms": regular, "nms_score_threshold": 0.3, "nms_iou_threshold": 0.5,
+                              "num_classes": n_cls, "y_scale": 10.0, "x_scale": 10.0, "h_scale": 5.0, "w_scale": 5.0})
+    rng = np.random.default_rng(7)
+    yx = rng.uniform(0.1, 0.9, (n_box, 2))
+    anchors = np.concatenate([yx, rng.uniform(0.05, 0.3, (n_box, 2))], 1).astype(np.float32)
+    n = max_det
+    data = one_op("TFLite_Detection_PostProcess",
+                  [T([1, n_box, 4]), T([1, n_box, n_cls + 1]), Tensor([n_box, 4], F, anchors)],
+                  [T([1, n, 4]), T([1, n]), T([1, n]), T([1])], custom_options=opts)
+    model, io = load(data)
+    assert io.rewrites["detection_postprocess"] == 1
+    x = [rng.uniform(-1, 1, (1, n_box, 4)).astype(np.float32), rng.uniform(0, 1, (1, n_box, n_cls + 1)).astype(np.float32)]
+    ours = HalSession(device, model, io).run(x)
+    ref = LiteRT(data, kernels="builtin").run(x)
+    k = int(ref[3][0])
+    assert k > 0 and int(ours[3][0]) == k
+    np.testing.assert_allclose(ours[0][:, :k], ref[0][:, :k], rtol=1e-5, atol=1e-6)  # boxes
+    np.testing.assert_array_equal(ours[1][:, :k], ref[1][:, :k])  # classes (float, background dropped)
+    np.testing.assert_allclose(ours[2][:, :k], ref[2][:, :k], rtol=1e-6)  # scores

@@ -779,6 +779,41 @@ class _Loader:
         self.emit(Op.TRANSPOSE_CONV_2D, hal_ins, [self.out(o)])
         return True
 
+    def rw_detection_postprocess(self, op: Any, mp: Mapping) -> bool:
+        from flatbuffers import flexbuffers  # type: ignore[import-not-found]
+
+        raw = bytes(np.asarray(op.customOptions, np.uint8)) if op.customOptions is not None else b""
+        try:
+            o = flexbuffers.Loads(raw) if raw else {}
+        except Exception as e:  # noqa: BLE001 - any malformed options is a refusal, not a crash
+            raise _Refuse(f"unreadable custom options: {e}") from None
+        ins = [int(k) for k in op.inputs]
+        outs = [int(k) for k in op.outputs]
+        if len(ins) != 3 or len(outs) != 4:
+            raise _Refuse("TFLite_Detection_PostProcess needs 3 inputs and 4 outputs")
+        if any(self.tclass(k) != "f32" for k in ins):
+            raise _Refuse("quantized inputs: NNAPI's DETECTION_POSTPROCESSING takes float scores and boxes")
+        n_cls = int(o.get("num_classes", 0))
+        if self.shape(ins[1])[-1] != n_cls + 1:
+            raise _Refuse("class predictions without a background column (NNAPI always drops class 0)")
+        sc = [self.scalar(T.FLOAT32, float(o.get(k, 0.0))) for k in ("y_scale", "x_scale", "h_scale", "w_scale")]
+        args = sc + [self.scalar(T.BOOL, bool(o.get("use_regular_nms", False))),
+                     self.scalar(T.INT32, int(o.get("max_detections", 0))),
+                     self.scalar(T.INT32, int(o.get("max_classes_per_detection", 1))),
+                     self.scalar(T.INT32, int(o.get("detections_per_class", 100))),
+                     self.scalar(T.FLOAT32, float(o.get("nms_score_threshold", 0.0))),
+                     self.scalar(T.FLOAT32, float(o.get("nms_iou_threshold", 0.0))),
+                     self.scalar(T.BOOL, False)]
+        n = self.dims(outs[2])[-1]
+        batch = self.dims(ins[0])[0]
+        classes = self.temp(T.TENSOR_INT32, [batch, n])
+        count = self.temp(T.TENSOR_INT32, [batch])
+        self.emit(Op.DETECTION_POSTPROCESSING, [self.operand(ins[1]), self.operand(ins[0]), self.operand(ins[2])] + args,
+                  [self.out(outs[2]), self.out(outs[0]), classes, count])
+        self.emit(Op.CAST, [classes], [self.out(outs[1])])
+        self.emit(Op.CAST, [count], [self.out(outs[3])])
+        return True
+
     def rw_shape(self, op: Any, mp: Mapping) -> bool:
         s = self.shape(int(op.inputs[0]))
         if any(d < 0 for d in s) and self.batch is None:

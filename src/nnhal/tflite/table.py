@@ -208,6 +208,11 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("Convolution2DTransposeBias", Op.TRANSPOSE_CONV_2D, types=FLOAT, rewrite="mp_transpose_conv",
             note="MediaPipe custom op (custom options: padding, stride_w, stride_h as int32): "
                  "TRANSPOSE_CONV_2D with bias and the output tensor's shape"),
+    Mapping("TFLite_Detection_PostProcess", Op.DETECTION_POSTPROCESSING, types=FLOAT, type_input=1,
+            rewrite="detection_postprocess",
+            note="the SSD custom op (flexbuffer options) is NNAPI's DETECTION_POSTPROCESSING: inputs reordered "
+                 "(scores, deltas, anchors), background class 0 dropped from the labels; int32 classes and "
+                 "count CAST to TFLite's float32 outputs"),
     _pool("AVERAGE_POOL_2D", Op.AVERAGE_POOL_2D, FQ),
     _pool("MAX_POOL_2D", Op.MAX_POOL_2D, FQ),
     _pool("L2_POOL_2D", Op.L2_POOL_2D, FLOAT),
