@@ -31,7 +31,7 @@ def _load(path: str, batch: Optional[int], expose: bool = False) -> tuple[Any, I
     except UnsupportedModelError as e:
         print(f"{path}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, ImportError) as e:
         print(f"{path}: cannot read the model: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
