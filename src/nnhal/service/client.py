@@ -165,8 +165,11 @@ class Connection:
                     if getattr(env, "cid", None) == cid:
                         break
                     close_fds(rfds)
-            except (PeerClosed, ProtocolError, *wire.DECODE_ERRORS) as e:
-                self._local.chan = None if isinstance(e, PeerClosed) else chan
+            except (PeerClosed, ProtocolError, *wire.DECODE_ERRORS):
+                # NOTE: a broken channel is dropped; the thread's next call opens a new one
+                # (refused, and answered DEVICE_UNAVAILABLE, if the service is gone)
+                chan.close()
+                del self._local.chan
                 return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
             except (OSError, ValueError) as e:
                 if self.dead or chan.closed:
