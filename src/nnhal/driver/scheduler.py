@@ -210,6 +210,7 @@ class Scheduler:
             self._stopped = True
             dropped = list(self._heap)
             self._heap.clear()
+            self.top_queued = -(1 << 30)
             self._work.notify_all()
             self._timer.notify_all()
             threads = list(self._threads) + ([self._timer_thread] if self._timer_thread else [])
@@ -349,6 +350,7 @@ class Scheduler:
                 if due:
                     self._heap = [t for t in self._heap if not (t.deadline_ns is not None and t.deadline_ns <= now)]
                     heapq.heapify(self._heap)
+                    self.top_queued = -self._heap[0].key[0] if self._heap else -(1 << 30)
                     self.expired += len(due)
                 else:
                     pending = [t.deadline_ns for t in self._heap if t.deadline_ns is not None]
