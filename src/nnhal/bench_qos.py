@@ -120,6 +120,12 @@ def cache_bench(classes: int, prepares: int, loads: int, out: Any = None, size: 
             memory.map(req.out_mem)[:] = b"\0" * req.out_mem.size
             _run_sync(loaded, req)
             same = bool(np.array_equal(req.output(), y_fresh))
+            # NOTE: interleaved, so that load on the machine hits both alike
+            runs: dict[str, list[float]] = {"fresh": [], "loaded": []}
+            for _ in range(3):
+                runs["fresh"].append(_run_sync(fresh, req))
+                runs["loaded"].append(_run_sync(loaded, req))
+            exec_fresh, exec_loaded = statistics.median(runs["fresh"]), statistics.median(runs["loaded"])
         finally:
             req.close()
             for fd in fds:
@@ -136,6 +142,7 @@ def cache_bench(classes: int, prepares: int, loads: int, out: Any = None, size: 
     print(f"speed-up of loading from cache: {ratio:.1f}x (target >= 10x): {'met' if ratio >= 10 else 'MISSED'}",
           file=out)
     print(f"output of the cache-loaded model equals the freshly prepared one: {'yes' if same else 'NO'}", file=out)
+    print(f"execution: freshly prepared {exec_fresh * 1e3:.1f} ms, cache-loaded {exec_loaded * 1e3:.1f} ms", file=out)
     return {"prepare_s": t_prep, "save_s": t_save, "load_s": t_load, "ratio": ratio, "same": same,
             "constants_mb": const_mb}
 
