@@ -511,3 +511,41 @@ def test_ssd_detection_postprocess(device, regular):
     np.testing.assert_allclose(ours[0][:, :k], ref[0][:, :k], rtol=1e-5, atol=1e-6)  # boxes
     np.testing.assert_array_equal(ours[1][:, :k], ref[1][:, :k])  # classes (float, background dropped)
     np.testing.assert_allclose(ours[2][:, :k], ref[2][:, :k], rtol=1e-6)  # scores
+
+
+def test_control_flow_if_while(device):
+    """IF / WHILE with their subgraphs as Model.referenced, against LiteRT."""
+    from nnhal.tflite.writer import subgraphs
+
+    add = options("AddOptions")
+    # main: IF(c, x, y) -> then: x + y, else: x * y
+    main = ([Tensor([1], "bool"), T([2, 3]), T([2, 3]), T([2, 3])],
+            [("IF", [0, 1, 2], [3], options("IfOptions", thenSubgraphIndex=1, elseSubgraphIndex=2))], [0, 1, 2], [3])
+    then = ([T([2, 3]), T([2, 3]), T([2, 3])], [("ADD", [0, 1], [2], add)], [0, 1], [2])
+    other = ([T([2, 3]), T([2, 3]), T([2, 3])], [("MUL", [0, 1], [2], options("MulOptions"))], [0, 1], [2])
+    data = subgraphs([main, then, other])
+    model, io = load(data)
+    assert len(model.referenced) == 2 and sorted(io.hal_operations) == ["ADD", "IF", "MUL"]
+    x, y = np.full((2, 3), 1.5, np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)
+    for c in (True, False):
+        feeds = [np.array([c]), x, y]
+        ours = HalSession(device, model, io).run(feeds)
+        np.testing.assert_allclose(ours[0], LiteRT(data, kernels="builtin").run(feeds)[0])
+    # main: WHILE(i < 5) { i += 1; v *= 2 }
+    limit = Tensor([1], "int32", np.array([5], np.int32))
+    one = Tensor([1], "int32", np.array([1], np.int32))
+    two = Tensor([2], F, np.array([2, 2], np.float32))
+    main = ([Tensor([1], "int32"), T([2]), Tensor([1], "int32"), T([2])],
+            [("WHILE", [0, 1], [2, 3], options("WhileOptions", condSubgraphIndex=1, bodySubgraphIndex=2))],
+            [0, 1], [2, 3])
+    cond = ([Tensor([1], "int32"), T([2]), limit, Tensor([1], "bool")], [("LESS", [0, 2], [3], None)], [0, 1], [3])
+    body = ([Tensor([1], "int32"), T([2]), one, two, Tensor([1], "int32"), T([2])],
+            [("ADD", [0, 2], [4], add), ("MUL", [1, 3], [5], options("MulOptions"))], [0, 1], [4, 5])
+    data = subgraphs([main, cond, body])
+    model, io = load(data)
+    assert len(model.referenced) == 2 and io.hal_operations["WHILE"] == 1
+    feeds = [np.array([1], np.int32), np.array([0.5, -3.0], np.float32)]
+    ours = HalSession(device, model, io).run(feeds)
+    ref = LiteRT(data, kernels="builtin").run(feeds)
+    assert ours[0].tolist() == ref[0].tolist() == [5]
+    np.testing.assert_array_equal(ours[1], ref[1])

@@ -105,7 +105,10 @@ def load(path: Union[str, Path, bytes], *, batch: Optional[int] = 1,
     comparisons.  Raises :class:`UnsupportedModelError` listing every operator that cannot be
     mapped, ``ValueError`` for a file that is not a TFLite model."""
     data = bytes(path) if isinstance(path, (bytes, bytearray)) else Path(path).read_bytes()
-    return _Loader(data, batch, expose_intermediates).run()
+    shared = _Shared(data, batch)
+    main = _Loader(shared, 0, expose_intermediates, shared.io)
+    main.run()
+    return shared.finish(main)
 
 
 def free_model(model: hal.Model) -> None:
@@ -126,22 +129,72 @@ def _quant(t: Any) -> tuple[list[float], list[int], int]:
     return [float(s) for s in q.scale], zps, int(q.quantizedDimension)
 
 
-class _Loader:
-    def __init__(self, data: bytes, batch: Optional[int], expose: bool):
+class _Shared:
+    """What every subgraph's loader shares: the parsed file, the failures, the referenced subgraphs
+    (TFLite subgraph index -> position in ``Model.referenced``) and the constant layout."""
+
+    def __init__(self, data: bytes, batch: Optional[int]):
         self.data = data
         self.m = sch.read_model(data)
         if not self.m.subgraphs:
             raise ValueError("the model has no subgraph")
-        self.sg = self.m.subgraphs[0]
-        self.batch, self.expose = batch, expose
+        self.batch = batch
         self.names = sch.builtin_names()
+        self.failures: list[tuple[int, str, str]] = []
+        self.io = IODescription()
+        self.ref_index: dict[int, int] = {}
+        self.loaders: list["_Loader"] = []
+        self.building: set[int] = {0}
+
+    def subgraph(self, index: int) -> int:
+        """The ``Model.referenced`` position of TFLite subgraph ``index`` (mapped on first use)."""
+        if index in self.ref_index:
+            return self.ref_index[index]
+        if index in self.building:
+            raise _Refuse(f"subgraph {index} refers to itself (recursion has no HAL form)")
+        if not 0 < index < len(self.m.subgraphs):
+            raise _Refuse(f"no subgraph {index}")
+        self.building.add(index)
+        sub = _Loader(self, index, False, IODescription())
+        sub.run()
+        self.building.discard(index)
+        self.ref_index[index] = len(self.loaders)
+        self.loaders.append(sub)
+        for k in ("operators", "hal_operations", "rewrites"):
+            getattr(self.io, k).update(getattr(sub.io, k))
+        return self.ref_index[index]
+
+    def finish(self, main: "_Loader") -> tuple[hal.Model, IODescription]:
+        from nnhal import memory
+
+        if self.failures:
+            raise UnsupportedModelError(self.failures)
+        values, pool = bytearray(), bytearray()
+        sg = main.finish(values, pool)
+        referenced = [ld.finish(values, pool) for ld in self.loaders]
+        pools = []
+        if pool:
+            mem = memory.allocate(len(pool))
+            view = memory.map(mem)
+            view[: len(pool)] = bytes(pool)
+            view.release()
+            pools.append(mem)
+        return hal.Model(main=sg, referenced=referenced, operandValues=bytes(values), pools=pools), self.io
+
+
+class _Loader:
+    def __init__(self, shared: _Shared, index: int, expose: bool, io: IODescription):
+        self.shared, self.index = shared, index
+        self.data, self.m, self.names = shared.data, shared.m, shared.names
+        self.sg = self.m.subgraphs[index]
+        self.batch, self.expose = shared.batch, expose
         self.operands: list[hal.Operand] = []
         self.values: dict[int, np.ndarray] = {}  # HAL operand -> constant value
         self.t2o: dict[int, int] = {}  # TFLite tensor -> HAL operand
         self.folded: dict[int, np.ndarray] = {}  # TFLite tensor -> constant computed at load
         self.ops: list[hal.Operation] = []
-        self.failures: list[tuple[int, str, str]] = []
-        self.io = IODescription()
+        self.failures = shared.failures
+        self.io = io
         self.cur = -1
         self.inputs = [int(i) for i in (self.sg.inputs if self.sg.inputs is not None else [])]
         self.outputs = [int(i) for i in (self.sg.outputs if self.sg.outputs is not None else [])]
@@ -298,6 +351,7 @@ class _Loader:
     def emit(self, type_: Op, ins: list[int], outs: list[int]) -> None:
         self.ops.append(hal.Operation(type_, list(ins), list(outs)))
         self.io.hal_to_tflite.append(self.cur)
+        self.io.hal_operations[Op(type_).name] += 1
 
     # ------------------------------------------------------------------ operators
 
@@ -310,14 +364,14 @@ class _Loader:
             return (cc.decode(errors="replace") if isinstance(cc, bytes) else str(cc)), code
         return name, code
 
-    def run(self) -> tuple[hal.Model, IODescription]:
+    def run(self) -> None:
         self.producer: dict[int, int] = {}
         for k in self.inputs:
             try:
                 if not self.is_const(k):
                     self.operand(k)
             except _Refuse as e:
-                self.failures.append((-1, "INPUT", f"model input {self.tname(k)}: {e}"))
+                self.failures.append((-1, self.where("INPUT"), f"model input {self.tname(k)}: {e}"))
         for i, op in enumerate(self.sg.operators or []):
             self.cur = i
             name, code = self.op_name(op)
@@ -329,16 +383,20 @@ class _Loader:
             try:
                 self.map_operator(op, name, code)
             except _Refuse as e:
+                for o in self.ops[n_ops:]:
+                    self.io.hal_operations[Op(o.type).name] -= 1
+                self.io.hal_operations += collections.Counter()  # NOTE: drops the zero counts
                 del self.ops[n_ops:]
                 del self.io.hal_to_tflite[n_ops:]
-                self.failures.append((i, name, str(e)))
+                self.failures.append((i, self.where(name), str(e)))
         for k in self.outputs:
             if k not in self.t2o:
                 if not any(k in list(op.outputs) for op in self.sg.operators or []) or k in self.folded:
-                    self.failures.append((-1, "OUTPUT", f"model output {self.tname(k)} is a constant or an input"))
-        if self.failures:
-            raise UnsupportedModelError(self.failures)
-        return self.finish()
+                    self.failures.append((-1, self.where("OUTPUT"),
+                                          f"model output {self.tname(k)} is a constant or an input"))
+
+    def where(self, name: str) -> str:
+        return name if self.index == 0 else f"{name} (subgraph {self.index})"
 
     def map_operator(self, op: Any, name: str, code: Any) -> None:
         if name in REFUSED:
@@ -814,6 +872,44 @@ class _Loader:
         self.emit(Op.CAST, [count], [self.out(outs[3])])
         return True
 
+    def subgraph_operand(self, index: int) -> int:
+        idx = self.add(T.SUBGRAPH, [])
+        o = self.operands[idx]
+        o.lifetime = L.SUBGRAPH
+        o.location = hal.DataLocation(poolIndex=0, offset=self.shared.subgraph(index), length=0)
+        return idx
+
+    def _check_branch(self, index: int, ins: list[int], outs: list[int]) -> None:
+        sub = self.m.subgraphs[index]
+        n_in = len(sub.inputs) if sub.inputs is not None else 0
+        n_out = len(sub.outputs) if sub.outputs is not None else 0
+        if n_in != len(ins) or n_out != len(outs):
+            raise _Refuse(f"subgraph {index} has {n_in} inputs / {n_out} outputs for {len(ins)} / {len(outs)}")
+
+    def rw_if(self, op: Any, mp: Mapping) -> bool:
+        o = op.builtinOptions
+        ins = [int(k) for k in op.inputs]
+        outs = [int(k) for k in op.outputs]
+        for b in (int(o.thenSubgraphIndex), int(o.elseSubgraphIndex)):
+            self._check_branch(b, ins[1:], outs)
+        branches = [self.subgraph_operand(int(o.thenSubgraphIndex)), self.subgraph_operand(int(o.elseSubgraphIndex))]
+        args = [self.operand(k) for k in ins]
+        self.emit(Op.IF, [args[0]] + branches + args[1:], [self.out(k) for k in outs])
+        return True
+
+    def rw_while(self, op: Any, mp: Mapping) -> bool:
+        o = op.builtinOptions
+        ins = [int(k) for k in op.inputs]
+        outs = [int(k) for k in op.outputs]
+        cond, body = int(o.condSubgraphIndex), int(o.bodySubgraphIndex)
+        self._check_branch(body, ins, outs)
+        self._check_branch(cond, ins, [0])
+        # NOTE: every TFLite loop variable is loop-carried (HAL WHILE's m inputs, no state-only or
+        # input-only ones): the body returns them all
+        hal_ins = [self.subgraph_operand(cond), self.subgraph_operand(body)] + [self.operand(k) for k in ins]
+        self.emit(Op.WHILE, hal_ins, [self.out(k) for k in outs])
+        return True
+
     def rw_shape(self, op: Any, mp: Mapping) -> bool:
         s = self.shape(int(op.inputs[0]))
         if any(d < 0 for d in s) and self.batch is None:
@@ -1007,9 +1103,8 @@ class _Loader:
 
     # ------------------------------------------------------------------ model
 
-    def finish(self) -> tuple[hal.Model, IODescription]:
-        from nnhal import memory
-
+    def finish(self, values: bytearray, pool: bytearray) -> hal.Subgraph:
+        """This subgraph, its constants appended to the model's shared ``values`` / ``pool``."""
         io = self.io
         for k in self.inputs:
             if k in self.t2o:
@@ -1032,10 +1127,9 @@ class _Loader:
         for o in self.ops:
             for i in o.inputs:
                 consumers[i] += 1
-        values, pool = bytearray(), bytearray()
         for idx, o in enumerate(self.operands):
             o.numberOfConsumers = consumers[idx]
-            if o.lifetime == L.NO_VALUE:
+            if o.lifetime in (L.NO_VALUE, L.SUBGRAPH):
                 continue
             if idx in in_set:
                 o.lifetime = L.SUBGRAPH_INPUT
@@ -1051,17 +1145,7 @@ class _Loader:
                 o.location = hal.DataLocation(poolIndex=0, offset=off, length=len(raw))
             else:
                 o.lifetime = L.TEMPORARY_VARIABLE
-        pools = []
-        if pool:
-            mem = memory.allocate(len(pool))
-            view = memory.map(mem)
-            view[: len(pool)] = bytes(pool)
-            view.release()
-            pools.append(mem)
-        for o in self.ops:
-            io.hal_operations[Op(o.type).name] += 1
-        sg = hal.Subgraph(operands=self.operands, operations=self.ops, inputIndexes=in_idx, outputIndexes=outs)
-        return hal.Model(main=sg, operandValues=bytes(values), pools=pools), io
+        return hal.Subgraph(operands=self.operands, operations=self.ops, inputIndexes=in_idx, outputIndexes=outs)
 
     def desc(self, k: int) -> TensorDesc:
         scales, zps, _ = _quant(self.tensor(k))

@@ -294,6 +294,11 @@ MAPPINGS: tuple[Mapping, ...] = (
     # ---- lookups
     Mapping("EMBEDDING_LOOKUP", Op.EMBEDDING_LOOKUP, (tensor(0), tensor(1)), types=frozenset({I32})),
     Mapping("HASHTABLE_LOOKUP", Op.HASHTABLE_LOOKUP, (tensor(0), tensor(1), tensor(2)), types=frozenset({I32})),
+    # ---- control flow (referenced subgraphs)
+    Mapping("IF", Op.IF, types=frozenset({BOOL}), rewrite="if",
+            note="then / else subgraphs become Model.referenced subgraphs (SUBGRAPH operands)"),
+    Mapping("WHILE", Op.WHILE, types=ANY, rewrite="while",
+            note="cond / body subgraphs referenced; every loop variable loop-carried"),
     # ---- recurrent (state tensors are TFLite variables: zero-initialised HAL constants for one invocation)
     Mapping("RNN", Op.RNN, (tensor(0), tensor(1), tensor(2), tensor(3), tensor(4), cell_act()), outputs=(-1, 0),
             types=FLOAT, check="float_weights1",
@@ -358,8 +363,6 @@ REFUSED: dict[str, str] = {
     "READ_VARIABLE": "resource variables have no NNAPI 1.3 form",
     "ASSIGN_VARIABLE": "resource variables have no NNAPI 1.3 form",
     "CALL_ONCE": "initialisation subgraphs (resource variables) have no NNAPI 1.3 form",
-    "WHILE": "control flow subgraphs are not imported",
-    "IF": "control flow subgraphs are not imported",
     "BATCH_MATMUL": "BATCH_MATMUL is NNAPI feature level 6, not HAL 1.3",
     "GELU": "no NNAPI 1.3 operation computes GELU's erf exactly",
     "CUSTOM": "custom operator",

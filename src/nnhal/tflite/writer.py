@@ -140,39 +140,47 @@ def graph(tensors: Sequence[Tensor], operators: Sequence[tuple], inputs: Sequenc
     """The bytes of a model of several operators: ``operators`` are
     ``(builtin, [input tensor indexes], [output tensor indexes], options or None)`` in execution
     order; ``inputs`` / ``outputs`` the model's tensor indexes."""
+    return subgraphs([(tensors, operators, inputs, outputs)])
+
+
+def subgraphs(graphs: Sequence[tuple]) -> bytes:
+    """A model of several subgraphs (the first is the main one), each given as ``graph`` takes it:
+    ``(tensors, operators, inputs, outputs)``; control-flow options name the others by index."""
     s = schema()
     m = s.ModelT()
     m.version = 3
     m.buffers = [s.BufferT()]
-    sg = s.SubGraphT()
-    sg.tensors = []
-    for n, t in enumerate(tensors):
-        buf = 0
-        if t.data is not None:
-            b = s.BufferT()
-            b.data = np.frombuffer(np.ascontiguousarray(np.asarray(t.data, dtype=t.dtype)).tobytes(), np.uint8)
-            m.buffers.append(b)
-            buf = len(m.buffers) - 1
-        sg.tensors.append(_tensor_t(s, t, buf, f"t{n}"))
     codes: dict[str, int] = {}
-    m.operatorCodes, sg.operators = [], []
-    for builtin, ins, outs, opts in operators:
-        if builtin not in codes:
-            code = s.OperatorCodeT()
-            code.builtinCode = builtin_code(builtin)
-            code.deprecatedBuiltinCode = min(code.builtinCode, 127)
-            code.version = 1
-            codes[builtin] = len(m.operatorCodes)
-            m.operatorCodes.append(code)
-        op = s.OperatorT()
-        op.opcodeIndex = codes[builtin]
-        op.inputs = np.asarray(list(ins), dtype=np.int32)
-        op.outputs = np.asarray(list(outs), dtype=np.int32)
-        if opts is not None:
-            op.builtinOptionsType = getattr(s.BuiltinOptions, type(opts).__name__[:-1])
-            op.builtinOptions = opts
-        sg.operators.append(op)
-    sg.inputs = np.asarray(list(inputs), dtype=np.int32)
-    sg.outputs = np.asarray(list(outputs), dtype=np.int32)
-    m.subgraphs = [sg]
+    m.operatorCodes, m.subgraphs = [], []
+    for tensors, operators, inputs, outputs in graphs:
+        sg = s.SubGraphT()
+        sg.tensors = []
+        for n, t in enumerate(tensors):
+            buf = 0
+            if t.data is not None:
+                b = s.BufferT()
+                b.data = np.frombuffer(np.ascontiguousarray(np.asarray(t.data, dtype=t.dtype)).tobytes(), np.uint8)
+                m.buffers.append(b)
+                buf = len(m.buffers) - 1
+            sg.tensors.append(_tensor_t(s, t, buf, f"t{n}"))
+        sg.operators = []
+        for builtin, ins, outs, opts in operators:
+            if builtin not in codes:
+                code = s.OperatorCodeT()
+                code.builtinCode = builtin_code(builtin)
+                code.deprecatedBuiltinCode = min(code.builtinCode, 127)
+                code.version = 1
+                codes[builtin] = len(m.operatorCodes)
+                m.operatorCodes.append(code)
+            op = s.OperatorT()
+            op.opcodeIndex = codes[builtin]
+            op.inputs = np.asarray(list(ins), dtype=np.int32)
+            op.outputs = np.asarray(list(outs), dtype=np.int32)
+            if opts is not None:
+                op.builtinOptionsType = getattr(s.BuiltinOptions, type(opts).__name__[:-1])
+                op.builtinOptions = opts
+            sg.operators.append(op)
+        sg.inputs = np.asarray(list(inputs), dtype=np.int32)
+        sg.outputs = np.asarray(list(outputs), dtype=np.int32)
+        m.subgraphs.append(sg)
     return write_model(m)
