@@ -276,7 +276,7 @@ def operator_model(model: hal.Model, io: IODescription, index: int) -> Optional[
             o.lifetime = L.SUBGRAPH_INPUT
         elif old in outs:
             o.lifetime = L.SUBGRAPH_OUTPUT
-        elif o.lifetime in (L.SUBGRAPH_INPUT, L.SUBGRAPH_OUTPUT, L.TEMPORARY_VARIABLE):
+        elif o.lifetime in (L.SUBGRAPH_INPUT, L.SUBGRAPH_OUTPUT, L.TEMPORARY_VARIABLE):  # NOTE: not SUBGRAPH
             if old not in made:
                 return None  # NOTE: an input with no TFLite tensor behind it; cannot be fed
             o.lifetime = L.TEMPORARY_VARIABLE
@@ -287,7 +287,8 @@ def operator_model(model: hal.Model, io: IODescription, index: int) -> Optional[
                        outputIndexes=[remap[o] for o in outs])
     sub_io = IODescription(inputs=[io.tensors[k] for k in in_t if io.tensor_operand[k] in remap],
                            outputs=[io.tensors[k] for k in out_t])
-    return hal.Model(main=sub, operandValues=model.operandValues, pools=model.pools), sub_io
+    return hal.Model(main=sub, referenced=model.referenced, operandValues=model.operandValues,
+                     pools=model.pools), sub_io
 
 
 def isolated(device: Any, model: hal.Model, io: IODescription, lite: "LiteRT") -> list[tuple[int, str, Diff]]:
