@@ -408,8 +408,11 @@ class _Blobs:
 
 
 def _small_integers(a: np.ndarray) -> bool:
+    """Every value an integer int16 holds exactly, and no -0.0 (restored
+    bit for bit)."""
     with np.errstate(invalid="ignore"):
-        return bool(np.all(np.abs(a) <= 32767) and np.array_equal(a, np.trunc(a)))
+        return bool(np.all(np.abs(a) <= 32767) and np.array_equal(a, np.trunc(a))
+                    and not np.any(np.signbit(a) & (a == 0)))
 
 
 def _mac(key: bytes, version: str, token: bytes, header: bytes, payload: bytes) -> bytes:
