@@ -923,6 +923,8 @@ def test_service_allocate_copy_and_execute(service: Any) -> None:
     _refused(service.allocate(hal.BufferDesc(), [pm], [role(1)], []))
     _refused(service.allocate(hal.BufferDesc(), [pm], [], []))
     _refused(service.allocate(hal.BufferDesc(dimensions=[2, 32, 32, 8]), [pm], [role()], []))
+    _refused(service.allocate(hal.BufferDesc(), [None], [role()], []))
+    _refused(service.allocate(hal.BufferDesc(), [twice()], [role()], []))  # prepared in this process, not there
 
 
 def test_service_tokens_belong_to_their_connection(service: Any, service_process: Any) -> None:
