@@ -120,6 +120,18 @@ def test_prepare_every_version(service: Any) -> None:
             check_sum(pools)
 
 
+def test_cache_methods_as_in_process(service: Any, device: Any) -> None:
+    assert service.isCachingSupported() == device.isCachingSupported()
+    for dev in (service, device):
+        cb = CountingPreparedCallback()
+        launch = dev.prepareModelFromCache_1_3(hal.OptionalTimePoint(), [], [], bytes(32), cb)
+        status, pm = cb.wait(WAIT_S)
+        assert launch == status != S.NONE and pm is None and [c[0] for c in cb.calls] == ["notify_1_3"]
+        cb = CountingPreparedCallback()
+        launch = dev.prepareModelFromCache([], [], bytes(32), cb)
+        assert launch == cb.wait(WAIT_S)[0] != S.NONE and [c[0] for c in cb.calls] == ["notify_1_2"]
+
+
 def test_prepare_without_callback_is_invalid(service: Any, device: Any) -> None:
     args = (add_model(), 1, 1, hal.OptionalTimePoint(), [], [], bytes(32))
     assert service.prepareModel_1_3(*args, None) == device.prepareModel_1_3(*args, None) == S.INVALID_ARGUMENT
@@ -242,6 +254,7 @@ def test_burst_through_the_service(remote_pm: Any) -> None:
                 status, shapes, _ = burst.execute(pools.request(), M.NO)
                 assert status == S.NONE and shapes == [hal.OutputShape([2, 2], True)]
                 np.testing.assert_array_equal(pools.output(0, np.float32, (2, 2)), X * k + Y)
+                burst.freeMemory(pools.in_mem)  # IBurstContext.freeMemory through the service
 
 
 class _Reentrant(hal.IExecutionCallback):
