@@ -253,11 +253,16 @@ def _capacity(pools: RequestPools, arg: hal.RequestArgument) -> int:
     return img.capacity if img is not None else arg.location.length
 
 
-def output_sizes_known(model: hal.Model, request: hal.Request) -> bool:
-    """Whether every output's size is fully specified (fenced execution needs it)."""
+def output_sizes_known(model: hal.Model, request: hal.Request, buffer_lookup: Any = None) -> bool:
+    """Whether every output's size is fully specified (fenced execution needs
+    it); a driver-managed buffer's fixed dimensions count (``buffer_lookup``)."""
     for arg, idx in zip(request.outputs, model.main.outputIndexes):
         o = model.main.operands[idx]
         dims = list(arg.dimensions) or list(o.dimensions)
+        pool = request.pools[arg.location.poolIndex] if not arg.hasNoValue else None
+        buf = buffer_lookup(pool.token) if buffer_lookup is not None and pool is not None and pool.token else None
+        if buf is not None:
+            dims = buffers.combine_dims(dims, list(buf.fixed_dims)) or []
         if is_tensor(o) and (not dims or operand_byte_size(o, dims) == 0):
             return False
     return True
