@@ -12,9 +12,7 @@ task was aborted by the driver").  Here every preparation and execution
   per call, and the machine is never oversubscribed by the driver itself;
 * a priority queue in front of it: a queued task of a HIGH-priority prepared
   model is taken before every queued MEDIUM and LOW task (FIFO within one
-  priority).  Running tasks are not preempted (a numpy kernel cannot be
-  interrupted safely), so a HIGH task waits at most for one running task per
-  worker; and while a task runs, no task of a lower priority starts on the
+  priority); while a task runs, no task of a lower priority starts on the
   other workers (the higher-priority work gets the cores and the BLAS
   threads to itself: "Higher priority executions may use more compute
   resources than lower priority executions, and may preempt or starve lower
@@ -25,7 +23,9 @@ task was aborted by the driver").  Here every preparation and execution
   is queued or running, it parks there (its thread waits, its worker slot
   is handed to a spare thread, at most ``workers`` spare threads), the
   higher-priority work runs with the cores to itself, and the parked task
-  resumes where it stopped before any new task of its own priority starts;
+  resumes where it stopped before any new task of its own priority starts
+  (a numpy call itself is never interrupted: a HIGH task waits at most for
+  the running tasks' next yield points);
 * a bound on queued tasks: beyond it :meth:`Scheduler.submit` refuses at once
   and the driver answers RESOURCE_EXHAUSTED_TRANSIENT (launch status and
   callback) instead of letting the queue grow without limit;
@@ -41,7 +41,9 @@ waits, else through a ticket in the queue) and runs the work on its own
 thread, so a HIGH synchronous execution is not stuck behind LOW ones either,
 and a free driver adds no thread hand-off to a synchronous call.  Work
 already running on a worker that calls :meth:`call` runs inline (no worker
-ever waits for another: no deadlock).
+ever waits for another: no deadlock).  Tasks must not block on work that is
+itself queued here (fenced executions wait for their fences before they are
+submitted, on the fence watcher's thread).
 """
 
 from __future__ import annotations
