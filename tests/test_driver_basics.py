@@ -435,9 +435,10 @@ def test_allocate_gives_a_buffer(add_prepared) -> None:  # noqa: ANN001
     assert status == S.NONE and isinstance(buffer, hal.IBuffer) and token > 0
 
 
-def test_configure_execution_burst_not_supported(add_prepared) -> None:  # noqa: ANN001
+def test_configure_execution_burst_null_channels(add_prepared) -> None:  # noqa: ANN001
+    """Bursts are supported (tests/test_burst.py); null queue descriptors are a bad argument."""
     status, burst = add_prepared.configureExecutionBurst(hal.IBurstCallback(), None, None)
-    assert status == S.GENERAL_FAILURE and burst is None
+    assert status == S.INVALID_ARGUMENT and burst is None
 
 
 def test_unknown_memory_token_is_invalid(add_prepared) -> None:  # noqa: ANN001
