@@ -16,14 +16,25 @@ from ``/proc/self/fdinfo``.
 ``wait`` and ``state`` follow Android's ``syncWait``: ACTIVE while not
 signaled (or on timeout), SIGNALED, ERROR, and UNKNOWN for a bad handle.
 All functions are thread-safe.
+
+:func:`watch` waits for fences without blocking its caller (what
+``executeFenced`` needs: launch, return at once, start once every ``waitFor``
+fence is signaled): one watcher thread per process polls every watched fence
+(started on demand, gone when nothing is watched), so pending fenced
+executions cost file descriptors, not threads, and their number is bounded
+(:data:`MAX_WATCHES`).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import math
 import os
 import select
+import threading
+import time
+from typing import Callable, Optional
 
 from nnhal.hal import Handle
 
@@ -39,6 +50,9 @@ __all__ = [
     "state",
     "sync_wait",
     "wait",
+    "watch",
+    "watching",
+    "MAX_WATCHES",
 ]
 
 _ERROR_INCREMENT = 1 << 40
@@ -175,3 +189,126 @@ def close(handle: Handle) -> None:
             os.close(fd)
         except OSError:
             pass
+
+
+# --------------------------------------------------------------------------
+# waiting without blocking the caller
+
+MAX_WATCHES = 1024  # NOTE: each pending watch holds fds; beyond this watch() refuses
+_MAX_POLL_MS = 3_600_000  # NOTE: poll in bounded steps: a far deadline must not overflow the C int
+
+log = logging.getLogger("nnhal.fence")
+
+
+class _Watch:
+    __slots__ = ("pending", "deadline_ns", "on_done")
+
+    def __init__(self, handles: list[Handle], deadline_ns: Optional[int], on_done: Callable[[FenceState], None]):
+        self.pending = handles
+        self.deadline_ns = deadline_ns
+        self.on_done = on_done
+
+
+class _Watcher:
+    """One thread polling every watched fence (see :func:`watch`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watches: list[_Watch] = []
+        self._thread: Optional[threading.Thread] = None
+        self._wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._watches)
+
+    def add(self, w: _Watch) -> bool:
+        with self._lock:
+            if len(self._watches) >= MAX_WATCHES:
+                return False
+            if self._thread is None:
+                t = threading.Thread(target=self._run, name="nnhal-fence-watcher", daemon=True)
+                t.start()  # NOTE: RuntimeError (no thread) reaches the caller: nothing was added
+                self._thread = t
+            self._watches.append(w)
+        os.eventfd_write(self._wake, 1)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._watches:
+                    self._thread = None  # NOTE: nothing to watch: the thread ends (add() starts another)
+                    return
+                watches = list(self._watches)
+            now = time.monotonic_ns()
+            timeout = _MAX_POLL_MS
+            for w in watches:
+                if w.deadline_ns is not None:
+                    timeout = min(timeout, max(0, math.ceil((w.deadline_ns - now) / 1e6)))
+            poller = select.poll()
+            poller.register(self._wake, select.POLLIN)
+            for w in watches:
+                for h in w.pending:
+                    poller.register(h.fds[0], select.POLLIN)
+            try:
+                poller.poll(timeout)
+            except OSError:
+                pass
+            try:
+                os.eventfd_read(self._wake)
+            except BlockingIOError:
+                pass
+            now = time.monotonic_ns()
+            finished: list[tuple[_Watch, FenceState]] = []
+            for w in watches:
+                result: Optional[FenceState] = None
+                still = []
+                for h in w.pending:
+                    st = sync_wait(h, 0)
+                    if st == FenceState.SIGNALED:
+                        close(h)
+                    elif st == FenceState.ACTIVE:
+                        still.append(h)
+                    else:
+                        result = FenceState.ERROR
+                        still.append(h)
+                w.pending = still
+                if result is None and not still:
+                    result = FenceState.SIGNALED
+                if result is None and w.deadline_ns is not None and now >= w.deadline_ns:
+                    result = FenceState.ACTIVE
+                if result is not None:
+                    finished.append((w, result))
+            if finished:
+                with self._lock:
+                    done = {id(w) for w, _ in finished}
+                    self._watches = [w for w in self._watches if id(w) not in done]
+                for w, result in finished:  # NOTE: outside the lock: on_done may watch again
+                    for h in w.pending:
+                        close(h)
+                    try:
+                        w.on_done(result)
+                    except Exception:  # noqa: BLE001 - the watcher must survive its clients
+                        log.exception("fence watch callback raised")
+
+
+_WATCHER = _Watcher()
+
+
+def watch(handles: list[Handle], deadline_ns: Optional[int], on_done: Callable[[FenceState], None]) -> bool:
+    """Call ``on_done(state)`` once, from the watcher thread, when every fence
+    of ``handles`` is signaled (SIGNALED), as soon as one signals an error
+    (ERROR), or when ``deadline_ns`` (``time.monotonic_ns()``) passes first
+    (ACTIVE); None waits for ever.  Never blocks.  Takes ownership of the
+    handles (closed once done: pass duplicates, :func:`dup`, to keep yours).
+    False (nothing taken, ``on_done`` never called) when :data:`MAX_WATCHES`
+    watches are pending already."""
+    for h in handles:
+        _fd(h)  # ValueError for an invalid handle, before anything is taken
+    return _WATCHER.add(_Watch(list(handles), deadline_ns, on_done))
+
+
+def watching() -> int:
+    """The number of pending watches."""
+    return _WATCHER.count()

@@ -11,7 +11,7 @@ from nnhal import hal
 from nnhal.driver.execution import RequestPools, Result, output_sizes_known, run_request
 from nnhal.driver.scheduler import Expired, QueueFull, get_scheduler, missed_deadline_status
 from nnhal.executor import Executor
-from nnhal.validation import ValidationError, own_copy, validate_request, validate_timeout
+from nnhal.validation import ValidationError, operand_byte_size, own_copy, validate_request, validate_timeout
 
 log = logging.getLogger("nnhal.driver")
 
@@ -221,6 +221,13 @@ class SamplePreparedModel(hal.IPreparedModel):
 
     def executeFenced(self, request: Any, waitFor: list, measure: Any, deadline: Any, loopTimeoutDuration: Any,
                       duration: Any) -> tuple:
+        """Validates and maps at once, then returns (NONE, a sync fence, an
+        IFencedExecutionCallback) without waiting: the execution starts once
+        every waitFor fence is signaled (watched by nnhal.fence's watcher
+        thread, not by the caller) and signals the returned fence when done,
+        with an error if it failed (deadline, duration, a waitFor fence
+        signaling an error, the execution itself); getExecutionInfo reports
+        the status and timing then."""
         from nnhal import fence
 
         start = time.monotonic_ns()
@@ -229,11 +236,21 @@ class SamplePreparedModel(hal.IPreparedModel):
             if measure not in hal.MeasureTiming._value2member_map_:
                 raise ValidationError(f"invalid MeasureTiming {measure!r}")
             validate_request(req, self.model, allow_unspecified_output=False)
-            if not output_sizes_known(self.model, req):
+            if not output_sizes_known(self.model, req, self.device.buffer_lookup(self)):
                 raise ValidationError("fenced execution needs fully specified, non-zero-sized outputs")
+            _check_output_room(self.model, req)
+            if waitFor is not None and not isinstance(waitFor, (list, tuple)):
+                raise ValidationError("waitFor is not a list of handles")
+            pending = []
             for k, h in enumerate(waitFor or []):
                 if not isinstance(h, hal.Handle) or not fence.is_valid(h):
                     raise ValidationError(f"waitFor[{k}] is not a valid sync fence")
+                st = fence.state(h)
+                if st != fence.FenceState.SIGNALED and st != fence.FenceState.ACTIVE:
+                    # NOTE: IPreparedModel.hal 1.3: INVALID_ARGUMENT "including fences in error states"
+                    raise ValidationError(f"waitFor[{k}] is a fence in an error state ({st.name})")
+                if st == fence.FenceState.ACTIVE:
+                    pending.append(h)
             duration_ns = _duration_ns(duration)
             validate_timeout(loopTimeoutDuration)
             dl = deadline_ns(deadline)
@@ -243,56 +260,94 @@ class SamplePreparedModel(hal.IPreparedModel):
         except Exception as e:  # malformed argument objects
             log.error("executeFenced rejected: malformed argument (%s: %s)", type(e).__name__, e)
             return S.INVALID_ARGUMENT, None, None
-        if _passed(dl):
+        if _passed(dl) or (not pending and duration_ns == 0):
             return S.MISSED_DEADLINE_PERSISTENT, None, None
-        for h in waitFor or []:
-            # NOTE: as the reference, wait for every fence before starting; unlike
-            # it, a deadline ends the wait (a fence that is never signaled must
-            # not hold the caller past its deadline).
-            st = _wait_fence(h, dl)
-            if st == fence.FenceState.ACTIVE:
-                log.error("executeFenced: the deadline passed while waiting for a fence")
-                return S.MISSED_DEADLINE_TRANSIENT, None, None
-            if st != fence.FenceState.SIGNALED:
-                log.error("executeFenced: a fence in waitFor signaled an error (%s)", st.name)
-                return S.GENERAL_FAILURE, None, None
-        after_fences = time.monotonic_ns()
-        if duration_ns is not None:
-            # NOTE: the duration runs from when all fences are signaled
-            d2 = after_fences + duration_ns
-            dl = d2 if dl is None else min(dl, d2)
         err, job = self._launch(req, measure, None, loopTimeoutDuration, allow_unspecified_output=False,
                                 deadline_override=dl, start_ns=start)
-        result = err if err is not None else self.run_job(job)
-        if result.status != S.NONE:
-            return result.status, None, None
-        timing_launched = hal.Timing()
-        timing_fenced = hal.Timing()
-        if measure == hal.MeasureTiming.YES and result.timing.timeOnDevice != hal.UINT64_MAX:
-            end = time.monotonic_ns()
-            on_device = result.timing.timeOnDevice
-            timing_launched = hal.Timing(timeOnDevice=on_device, timeInDriver=max(on_device, (end - start) // 1000))
-            timing_fenced = hal.Timing(timeOnDevice=on_device,
-                                       timeInDriver=max(on_device, (end - after_fences) // 1000))
-        return S.NONE, fence.signaled(), _FencedCallback(timing_launched, timing_fenced)
+        if err is not None:
+            return err.status, None, None
+        try:
+            sync = fence.create()
+            mine = fence.dup(sync)  # NOTE: ours to signal, whatever the client does with its handle
+            waits = [fence.dup(h) for h in pending]  # NOTE: by value: the client may close its fences
+        except (OSError, ValueError) as e:
+            log.error("executeFenced: cannot create the sync fence: %s", e)
+            job.abandon()
+            return S.GENERAL_FAILURE, None, None
+        info = _FencedCallback(measure == hal.MeasureTiming.YES, start)
+
+        def finish(result: Result, after_fences: Optional[int]) -> None:
+            info.finish(result, after_fences)
+            try:
+                fence.signal(mine, error=result.status != S.NONE)
+            finally:
+                fence.close(mine)
+
+        def fences_done(state: Any) -> None:
+            after = time.monotonic_ns()
+            if state != fence.FenceState.SIGNALED:
+                job.abandon()
+                if state == fence.FenceState.ACTIVE:
+                    log.error("executeFenced: the deadline passed while waiting for the waitFor fences")
+                    finish(Result(S.MISSED_DEADLINE_TRANSIENT), None)
+                else:
+                    log.error("executeFenced: a waitFor fence signaled an error")
+                    finish(Result(S.GENERAL_FAILURE), None)
+                return
+            if duration_ns is not None:
+                # NOTE: the duration runs from when all fences are signaled
+                d2 = after + duration_ns
+                job.deadline_ns = d2 if dl is None else min(dl, d2)
+            if _passed(job.deadline_ns):
+                job.abandon()
+                finish(Result(S.MISSED_DEADLINE_TRANSIENT), after)
+                return
+
+            def work() -> None:
+                finish(job(), after)
+
+            def expire(reason: str) -> None:
+                log.error("executeFenced: dropped while queued (%s)", reason)
+                job.abandon()
+                status = missed_deadline_status(start, time.monotonic_ns(), job.deadline_ns, self.best_ns) \
+                    if reason == "deadline" else S.DEVICE_UNAVAILABLE
+                finish(Result(status), after)
+
+            if not self.scheduler.submit(self.priority, work, expire, job.deadline_ns):
+                log.error("executeFenced: the driver's work queue is full")
+                job.abandon()
+                finish(Result(S.RESOURCE_EXHAUSTED_TRANSIENT), after)
+
+        if not waits:
+            fences_done(fence.FenceState.SIGNALED)
+        else:
+            try:
+                watched = fence.watch(waits, dl, fences_done)
+            except RuntimeError as e:  # NOTE: no thread for the watcher: the spec's "task fails to launch"
+                log.error("executeFenced: cannot watch the fences: %s", e)
+                watched = False
+            if not watched:
+                log.error("executeFenced: %d fenced executions already wait for their fences", fence.MAX_WATCHES)
+                for h in waits:
+                    fence.close(h)
+                job.abandon()
+                fence.close(mine)
+                fence.close(sync)
+                return S.RESOURCE_EXHAUSTED_TRANSIENT, None, None
+        return S.NONE, sync, info
 
 
-_MAX_WAIT_S = 3600.0
-
-
-def _wait_fence(handle: hal.Handle, deadline: Optional[int]) -> Any:
-    """The fence's state once signaled, or ACTIVE if ``deadline`` (ns) passes first."""
-    from nnhal import fence
-
-    while True:
-        if deadline is None:
-            return fence.sync_wait(handle, None)
-        remaining = (deadline - time.monotonic_ns()) / 1e9
-        # NOTE: waited in bounded steps: a far deadline (up to 2**64 - 1 ns) must
-        # not overflow poll()'s millisecond timeout.
-        st = fence.sync_wait(handle, max(0.0, min(remaining, _MAX_WAIT_S)))
-        if st != fence.FenceState.ACTIVE or remaining <= _MAX_WAIT_S:
-            return st
+def _check_output_room(model: hal.Model, request: hal.Request) -> None:
+    """Fenced outputs are fully specified: each must fit its location at
+    launch (there is no OUTPUT_INSUFFICIENT_SIZE to report after it)."""
+    for k, (arg, idx) in enumerate(zip(request.outputs, model.main.outputIndexes)):
+        pool = request.pools[arg.location.poolIndex] if not arg.hasNoValue else None
+        if pool is None or pool.hidlMemory is None or pool.hidlMemory.name == "hardware_buffer":
+            continue  # NOTE: driver-managed buffers and images are sized by their own checks
+        o = model.main.operands[idx]
+        need = operand_byte_size(o, list(arg.dimensions) or list(o.dimensions))
+        if arg.location.length < need:
+            raise ValidationError(f"request output {k}: {need} bytes needed, the location has {arg.location.length}")
 
 
 def _duration_ns(duration: Any) -> Optional[int]:
@@ -309,11 +364,29 @@ def _duration_ns(duration: Any) -> Optional[int]:
 
 
 class _FencedCallback(hal.IFencedExecutionCallback):
-    def __init__(self, launched: hal.Timing, fenced: hal.Timing):
-        self._launched, self._fenced = launched, fenced
+    """Status and timing of one fenced execution, once its fence is signaled."""
+
+    def __init__(self, measure: bool, start_ns: int):
+        self._measure, self._start = measure, start_ns
+        self._info: Optional[tuple] = None
+
+    def finish(self, result: Result, after_fences: Optional[int]) -> None:
+        status = result.status if result.status != S.OUTPUT_INSUFFICIENT_SIZE else S.GENERAL_FAILURE
+        launched = fenced = hal.Timing()
+        if self._measure and status == S.NONE and result.timing.timeOnDevice != hal.UINT64_MAX:
+            end = time.monotonic_ns()
+            on_device = result.timing.timeOnDevice
+            launched = hal.Timing(timeOnDevice=on_device, timeInDriver=max(on_device, (end - self._start) // 1000))
+            fenced = hal.Timing(timeOnDevice=on_device,
+                                timeInDriver=max(on_device, (end - (after_fences or self._start)) // 1000))
+        self._info = (status, launched, fenced)  # NOTE: set before the fence is signaled
 
     def getExecutionInfo(self) -> tuple:
-        return S.NONE, self._launched, self._fenced
+        info = self._info
+        if info is None:
+            # NOTE: IFencedExecutionCallback.hal: called before the execution finished -> GENERAL_FAILURE
+            return S.GENERAL_FAILURE, hal.Timing(), hal.Timing()
+        return info
 
 
 def _notify_exec(notify: Any, name: str, result: Result) -> None:
