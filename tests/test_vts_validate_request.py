@@ -8,9 +8,10 @@ INVALID_ARGUMENT through:
   * ``execute_1_3``: at launch, and the callback with no output shapes and no
     timing;
   * ``executeSynchronously_1_3``: no output shapes, no timing;
-  * ``executeFenced``: no sync fence and no callback.
-(The burst path is left out: this driver does not support bursts yet, and
-``configureExecutionBurst`` says GENERAL_FAILURE.)  A valid request fenced on
+  * ``executeFenced``: no sync fence and no callback;
+  * the burst (``nnhal.burst.BurstController``, one per prepared model): no
+    output shapes, no timing.
+A valid request fenced on
 an invalid sync fence handle must give INVALID_ARGUMENT too, and the models
 that must fail (``expectFailure``) must fail to execute, with no shapes and
 no timing.  ``pytest -m sweep`` runs the checks over every model.
@@ -27,6 +28,7 @@ import pytest
 
 from nnhal import hal
 from nnhal import memory as hal_memory
+from nnhal.burst import BurstController
 from nnhal.conformance.vectors import VectorModel
 from tests.vts_models import all_models, model_id, sample_models
 
@@ -114,7 +116,8 @@ def _no_timing(timing: hal.Timing) -> bool:
     return timing.timeOnDevice == NO_TIME and timing.timeInDriver == NO_TIME
 
 
-def rejection_problems(prepared: hal.IPreparedModel, request: hal.Request, message: str) -> list[str]:
+def rejection_problems(prepared: hal.IPreparedModel, request: hal.Request, message: str,
+                       burst: Optional[BurstController] = None) -> list[str]:
     """What each execution path got wrong about an invalid request (empty:
     all gave INVALID_ARGUMENT the way VTS wants)."""
     problems = []
@@ -131,6 +134,10 @@ def rejection_problems(prepared: hal.IPreparedModel, request: hal.Request, messa
     if status != S.INVALID_ARGUMENT or shapes or not _no_timing(timing):
         problems.append(f"executeSynchronously_1_3 gave {S(status).name}, {len(shapes)} shapes, {timing}")
     problems += fenced_problems(prepared, request, [], "executeFenced")
+    if burst is not None:
+        status, shapes, timing = burst.execute(request, measure)
+        if status != S.INVALID_ARGUMENT or shapes or not _no_timing(timing):
+            problems.append(f"burst gave {S(status).name}, {len(shapes)} shapes, {timing}")
     return [f"{message}: {p}" for p in problems]
 
 
@@ -165,6 +172,7 @@ def validate_request_mutations(device: hal.IDevice, vm: VectorModel) -> collecti
     prepared, model = prepare(device, vm)
     pools = RequestPools(vm)
     problems: list[str] = []
+    burst: Optional[BurstController] = None
     try:
         if prepared is None:
             assert vm.expectFailure, f"{vm.name} did not prepare"
@@ -179,20 +187,23 @@ def validate_request_mutations(device: hal.IDevice, vm: VectorModel) -> collecti
             if status == S.NONE or (shapes and status != S.OUTPUT_INSUFFICIENT_SIZE) or not _no_timing(timing):
                 problems.append(f"expectFailure execution gave {S(status).name}, {len(shapes)} shapes, {timing}")
         else:
+            burst = BurstController(prepared)
             for k in range(len(valid.inputs)):
                 request = pools.request()
                 del request.inputs[k]
                 counts["remove input"] += 1
-                problems += rejection_problems(prepared, request, f"removeInput: removed input {k}")
+                problems += rejection_problems(prepared, request, f"removeInput: removed input {k}", burst)
             for k in range(len(valid.outputs)):
                 request = pools.request()
                 del request.outputs[k]
                 counts["remove output"] += 1
-                problems += rejection_problems(prepared, request, f"removeOutput: removed Output {k}")
+                problems += rejection_problems(prepared, request, f"removeOutput: removed Output {k}", burst)
             for what, make in INVALID_FENCES.items():
                 counts["invalid waitFor"] += 1
                 problems += fenced_problems(prepared, pools.request(), [make()], f"executeFenced waitFor [{what}]")
     finally:
+        if burst is not None:
+            burst.close()
         pools.close()
         for p in model.pools:
             hal_memory.free(p)
