@@ -626,3 +626,43 @@ def test_close_from_another_thread_ends_a_waiting_execution() -> None:
         assert time.monotonic() - t0 < 2.0
     pm.req.close()
     pm.res.close()
+
+
+def _with_byte(data: bytes, at: int, value: int) -> bytes:
+    return data[:at] + bytes([value]) + data[at + 1:]
+
+
+def test_hostile_driver_results_give_errors_not_hangs() -> None:
+    """A driver answering each request with a malformed result packet: the
+    controller returns GENERAL_FAILURE each time and keeps working."""
+    answers = [bytes(range(24)),  # unknown discriminator
+               bp.encode_result(S.NONE, [], hal.Timing())[:24],  # truncated
+               _with_byte(bp.encode_result(S.NONE, [hal.OutputShape([2], True)], hal.Timing()), 24 + 8, 2),  # bool 2
+               struct.pack("<B7xIiI4x", 0, 2, 42, 0) + struct.pack("<B7xQQ", 3, 1, 2),  # status 42
+               bp.encode_result(S.NONE, [], hal.Timing()) + bytes(24),  # a datum too many
+               bp.encode_result(S.NONE, [hal.OutputShape([2, 2], True)], hal.Timing(1, 2))]  # finally a good one
+
+    class Liar(hal.IPreparedModel):
+        def configureExecutionBurst(self, callback: Any, req: Any, res: Any) -> tuple:
+            self.req, self.res = MessageQueue.open(req, 24, "reader"), MessageQueue.open(res, 24, "writer")
+
+            def serve() -> None:
+                try:
+                    for a in answers:
+                        self.req.read_packet_blocking(WAIT_S)
+                        self.res.write_blocking(a, WAIT_S)
+                except Exception:  # noqa: BLE001 - the test ended
+                    pass
+
+            threading.Thread(target=serve, daemon=True).start()
+            return S.NONE, hal.IBurstContext()
+
+    pm = Liar()
+    b = BurstController(pm, timeout=WAIT_S)
+    with _add_pools() as pools:
+        for _ in answers[:-1]:
+            assert b.execute(pools.request()) == (S.GENERAL_FAILURE, [], NO_TIMING)
+        assert b.execute(pools.request()) == (S.NONE, [hal.OutputShape([2, 2], True)], hal.Timing(1, 2))
+    b.close()
+    pm.req.close()
+    pm.res.close()
