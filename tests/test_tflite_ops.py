@@ -549,3 +549,10 @@ def test_control_flow_if_while(device):
     ref = LiteRT(data, kernels="builtin").run(feeds)
     assert ours[0].tolist() == ref[0].tolist() == [5]
     np.testing.assert_array_equal(ours[1], ref[1])
+    import xml.etree.ElementTree as ET
+
+    from nnhal.tflite import graph as g
+
+    text = g.svg(model, "while")  # the picture shows the referenced subgraphs below the main one
+    ET.fromstring(text)
+    assert "referenced subgraph 1" in text and "in1: referenced subgraph 1" in text and "LESS" in text

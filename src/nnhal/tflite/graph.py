@@ -57,9 +57,28 @@ def _layers(sg: hal.Subgraph) -> list[int]:
 
 def svg(model: hal.Model, title: str = "", supported: Optional[Sequence[bool]] = None,
         reasons: Optional[dict[int, str]] = None, names: Optional[Sequence[str]] = None) -> str:
-    """The SVG text of ``model.main``.  ``names``: an optional caption per operation (e.g. the
-    TFLite operator it came from)."""
-    sg = model.main
+    """The SVG text of ``model.main``, then each referenced subgraph (IF / WHILE branches) below it.
+    ``names``: an optional caption per main operation (e.g. the TFLite operator it came from)."""
+    parts = [_panel(model, model.main, title, supported, reasons, names)]
+    for i, ref in enumerate(model.referenced):
+        parts.append(_panel(model, ref, f"referenced subgraph {i}", None, None, None))
+    width = max(w for _, w, _ in parts)
+    height = sum(h for _, _, h in parts)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{int(width)}" height="{int(height)}" '
+           f'font-family="monospace" font-size="11">',
+           '<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto">'
+           '<path d="M0,0 L8,4 L0,8 z" fill="#555"/></marker></defs>']
+    y = 0.0
+    for body, _, h in parts:
+        out.append(f'<g transform="translate(0,{y:.0f})">{body}</g>')
+        y += h
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _panel(model: hal.Model, sg: hal.Subgraph, title: str, supported: Optional[Sequence[bool]],
+           reasons: Optional[dict[int, str]], names: Optional[Sequence[str]]) -> tuple[str, float, float]:
+    """One subgraph's drawing: (SVG elements, width, height)."""
     layer = _layers(sg)
     rows: dict[int, list[int]] = {}
     for k, lay in enumerate(layer):
@@ -77,6 +96,8 @@ def svg(model: hal.Model, title: str = "", supported: Optional[Sequence[bool]] =
                 ls.append(f"in{pos} = {v}" if v is not None else f"in{pos}: const {operand_label(o)}")
             elif o.lifetime == L.NO_VALUE:
                 ls.append(f"in{pos}: (none)")
+            elif o.lifetime == L.SUBGRAPH:
+                ls.append(f"in{pos}: referenced subgraph {o.location.offset}")
         if supported is not None and k < len(supported) and not supported[k]:
             ls.append("NOT SUPPORTED" + (f": {reasons[k]}" if reasons and k in reasons else ""))
         lines.append(ls)
@@ -93,11 +114,7 @@ def svg(model: hal.Model, title: str = "", supported: Optional[Sequence[bool]] =
         width = max(width, 20 + len(ks) * (_BOX_W + _GAP_X))
         y += row_h[r] + _GAP_Y
     height = y + 40
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{int(max(width, 400))}" height="{int(height)}" '
-           f'font-family="monospace" font-size="11">',
-           '<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto">'
-           '<path d="M0,0 L8,4 L0,8 z" fill="#555"/></marker></defs>',
-           f'<text x="20" y="18" font-size="13" font-weight="bold">{html.escape(title)}</text>']
+    out = [f'<text x="20" y="18" font-size="13" font-weight="bold">{html.escape(title)}</text>']
     writer = {o: k for k, op in enumerate(sg.operations) for o in op.outputs}
     # edges
     for k, op in enumerate(sg.operations):
@@ -137,8 +154,7 @@ def svg(model: hal.Model, title: str = "", supported: Optional[Sequence[bool]] =
             weight = ' font-weight="bold"' if n == 0 else ""
             out.append(f'<text x="{x + 6:.0f}" y="{y0 + 15 + n * _BOX_LINE:.0f}"{weight}>{html.escape(s[:40])}</text>')
         out.append("</g>")
-    out.append("</svg>")
-    return "\n".join(out)
+    return "\n".join(out), max(width, 400), height
 
 
 def html_page(model: hal.Model, title: str = "", **kw: object) -> str:
