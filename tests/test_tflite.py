@@ -245,3 +245,13 @@ def test_cli_per_tensor_drift_explained(capsys):
     assert rc == 0
     assert "first operation beyond tolerance" in out and "its inputs already differ" in out
     assert "each operator alone on LiteRT's own inputs (71 runs)" in out and "; 0 beyond tolerance" in out
+
+
+def test_reshape_to_a_computed_shape(device):
+    """RESHAPE whose shape input is computed at run time: the output's static shape is used."""
+    ts = [Tensor([2, 3]), Tensor([2], "int32"), Tensor([3, 2])]
+    data = graph(ts, [("RESHAPE", [0, 1], [2], None)], inputs=[0, 1], outputs=[2])
+    model, io = load(data)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = HalSession(device, model, io).run([x, np.array([3, 2], np.int32)])
+    np.testing.assert_array_equal(out[0], x.reshape(3, 2))

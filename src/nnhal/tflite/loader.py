@@ -556,14 +556,18 @@ class _Loader:
 
     def d_reshape_shape(self, op: Any, a: Arg) -> list[int]:
         ins = [int(i) for i in op.inputs]
-        if len(ins) > 1 and ins[1] >= 0:
-            if not self.is_const(ins[1]):
-                raise _Refuse("the new shape must be a constant")
+        out_shape = self.shape(int(op.outputs[0]))
+        if len(ins) > 1 and ins[1] >= 0 and self.is_const(ins[1]):
             shape = self.array(ins[1]).reshape(-1)
+        elif len(ins) > 1 and ins[1] >= 0:
+            # NOTE: a computed shape is the output's stored shape when that one is fully known
+            if any(d < 0 for d in out_shape):
+                raise _Refuse("the new shape is computed and the output's shape is not static")
+            shape = np.asarray(out_shape)
         elif op.builtinOptions is not None and op.builtinOptions.newShape is not None:
             shape = np.asarray(op.builtinOptions.newShape)
         else:
-            shape = np.asarray(self.shape(int(op.outputs[0])))
+            shape = np.asarray(out_shape)
         shape = np.asarray(shape, dtype=np.int64)  # NOTE: a -1 in it still infers that dimension
         if shape.size == 0:
             shape = np.asarray([1])  # NOTE: a scalar result is [1] in the HAL model
