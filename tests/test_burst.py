@@ -666,3 +666,38 @@ def test_hostile_driver_results_give_errors_not_hangs() -> None:
     b.close()
     pm.req.close()
     pm.res.close()
+
+
+def test_cached_pools_of_a_shrunk_unsealed_memory_cannot_fault(add_pm: Any, quiet_driver: None) -> None:
+    """The server keeps a burst's memories open across executions; one that is
+    not sealed against shrinking is read with pread (never mapped), so a
+    client that shrinks it afterwards gets an error, not a SIGBUS."""
+    fds = []
+    mems = []
+    for size in (32, 16):
+        fd = os.memfd_create("unsealed", os.MFD_CLOEXEC)  # no F_SEAL_SHRINK
+        os.ftruncate(fd, size)
+        fds.append(fd)
+        mems.append(hal_memory.from_fd(fd, size))
+    view = hal_memory.open_pool(mems[0], writable=True)
+    view.view[0:32] = np.arange(8, dtype=np.float32).tobytes()
+    view.close()
+    args = [hal.RequestArgument(location=hal.DataLocation(0, 0, 16)),
+            hal.RequestArgument(location=hal.DataLocation(0, 16, 16))]
+    out = [hal.RequestArgument(location=hal.DataLocation(1, 0, 16))]
+    req = hal.Request(inputs=args, outputs=out, pools=[hal.MemoryPool(hidlMemory=m) for m in mems])
+    try:
+        with BurstController(add_pm) as b:
+            assert b.execute(req)[0] == S.NONE
+            os.ftruncate(fds[0], 0)  # the input pool shrinks under the cached pool
+            assert b.execute(req)[0] != S.NONE
+            os.ftruncate(fds[0], 32)
+            os.ftruncate(fds[1], 0)  # and now the output pool
+            assert b.execute(req)[0] != S.NONE
+            os.ftruncate(fds[1], 16)
+            assert b.execute(req)[0] == S.NONE  # grown back: the same cached memories work again
+    finally:
+        for m in mems:
+            hal_memory.free(m)
+        for fd in fds:
+            os.close(fd)

@@ -49,7 +49,7 @@ RESULT_WRITE_TIMEOUT_S = 5.0
 _IDLE_WAIT_S = 60.0
 _JOIN_TIMEOUT_S = 5.0
 
-Execute = Callable[[hal.Request, Any], tuple]
+Execute = Callable[[hal.Request, Any, Callable[[hal.Memory, bool], Any]], tuple]
 
 
 def _v1_0(status: Any) -> int:
@@ -77,6 +77,9 @@ class ExecutionBurstServer(hal.IBurstContext):
         self._requests, self._results = request_queue, result_queue
         self._execute = execute
         self._cache: collections.OrderedDict[int, hal.Memory] = collections.OrderedDict()
+        # NOTE: the cached memories stay open (mapped when sealed against shrinking, else read and
+        # written with pread/pwrite, as every execution path does): no validation or mmap per execution
+        self._open: dict[tuple[int, bool], Any] = {}
         self._lock = threading.Lock()  # the cache, and the memories in use by the running execution
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -90,8 +93,8 @@ class ExecutionBurstServer(hal.IBurstContext):
         # NOTE: waits for a running execution, which may be using the memory
         with self._lock:
             mem = self._cache.pop(slot, None)
-        if mem is not None:
-            hal_memory.free(mem)
+            if mem is not None:
+                self._drop(mem)
 
     # ------------------------------------------------------------------ not HAL
     def close(self) -> None:
@@ -136,9 +139,25 @@ class ExecutionBurstServer(hal.IBurstContext):
         self._results.close()
         with self._lock:
             cached, self._cache = list(self._cache.values()), collections.OrderedDict()
-        for mem in cached:
-            hal_memory.free(mem)
+            for mem in cached:
+                self._drop(mem)
         self._callback = None
+
+    def _drop(self, mem: hal.Memory) -> None:
+        """Close a cached memory and what is open of it (lock held)."""
+        for writable in (False, True):
+            pool = self._open.pop((id(mem), writable), None)
+            if pool is not None:
+                pool.close()
+        hal_memory.free(mem)
+
+    def _pool(self, memory: hal.Memory, writable: bool) -> Any:
+        """The open pool of a cached memory (lock held; raises InvalidMemory)."""
+        key = (id(memory), writable)
+        pool = self._open.get(key)
+        if pool is None:
+            pool = self._open[key] = hal_memory.open_pool(memory, writable=writable)
+        return pool
 
     def _handle(self, raw: bytes) -> tuple:
         try:
@@ -155,7 +174,7 @@ class ExecutionBurstServer(hal.IBurstContext):
             request = hal.Request(inputs=packet.inputs, outputs=packet.outputs,
                                   pools=[hal.MemoryPool(hidlMemory=m) for m in pools])
             try:
-                status, shapes, timing = self._execute(request, packet.measure)
+                status, shapes, timing = self._execute(request, packet.measure, self._pool)
             except Exception:  # the execution path returns statuses; this is a bug, not the client's fault
                 log.exception("burst: the execution raised")
                 return S.GENERAL_FAILURE, [], hal.Timing()
@@ -181,7 +200,7 @@ class ExecutionBurstServer(hal.IBurstContext):
             oldest = next(iter(self._cache))
             if oldest in in_use:
                 break  # NOTE: the slots of this packet are the newest: only they remain
-            hal_memory.free(self._cache.pop(oldest))
+            self._drop(self._cache.pop(oldest))
         return out
 
     def _fetch(self, unknown: list[int]) -> None:

@@ -46,7 +46,10 @@ class RequestPools:
     is well formed but cannot be used by this driver (GENERAL_FAILURE when
     the execution runs, as the memory guide recommends)."""
 
-    def __init__(self, request: hal.Request, buffer_lookup: Any = None):
+    def __init__(self, request: hal.Request, buffer_lookup: Any = None, pool_cache: Any = None):
+        """``pool_cache(memory, writable)``, when given, opens the shared
+        memories instead and keeps them open across requests (a burst's
+        memories by slot); they are not closed with this object."""
         self.views: list[Optional[memoryview]] = []
         self.buffers: dict[int, buffers.DeviceBuffer] = {}
         self.images: dict[int, hardware_buffer.Image] = {}
@@ -69,11 +72,14 @@ class RequestPools:
             elif pool.hidlMemory is not None:
                 try:
                     # NOTE: mapped only if sealed against shrinking, else pread/pwrite: no SIGBUS
-                    mp = hal_memory.open_pool(pool.hidlMemory, writable=True if k in out_pools else False)
+                    if pool_cache is not None:
+                        mp = pool_cache(pool.hidlMemory, k in out_pools)
+                    else:
+                        mp = hal_memory.open_pool(pool.hidlMemory, writable=True if k in out_pools else False)
+                        self._maps.append(mp)
                 except hal_memory.InvalidMemory as e:
                     self.close()
                     raise ValidationError(f"request pool {k}: {e}") from None
-                self._maps.append(mp)
                 self.views.append(mp.view)
             else:
                 self.views.append(None)

@@ -89,18 +89,21 @@ class SamplePreparedModel(hal.IPreparedModel):
     # ------------------------------------------------------------------
     def _launch(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any,
                 allow_unspecified_output: bool = True, deadline_override: Optional[int] = None,
-                start_ns: Optional[int] = None) -> tuple[Optional[Result], Any]:
+                start_ns: Optional[int] = None, owned: bool = False,
+                pool_cache: Any = None) -> tuple[Optional[Result], Any]:
         """Validates and maps; returns (error result, None) or (None, job).
-        ``deadline_override`` (ns) replaces ``deadline`` when given."""
+        ``deadline_override`` (ns) replaces ``deadline`` when given; ``owned``:
+        ``request`` is a 1.3 request the driver built itself (no copy needed);
+        ``pool_cache``: see ``RequestPools``."""
         start = time.monotonic_ns() if start_ns is None else start_ns
         try:
-            request = _upgrade_request(request)
+            request = request if owned and type(request) is hal.Request else _upgrade_request(request)
             if measure not in hal.MeasureTiming._value2member_map_:
                 raise ValidationError(f"invalid MeasureTiming {measure!r}")
             validate_request(request, self.model, allow_unspecified_output)
             dl = deadline_ns(deadline) if deadline_override is None else deadline_override
             lt = validate_timeout(loop_timeout)
-            pools = RequestPools(request, self.device.buffer_lookup(self))
+            pools = RequestPools(request, self.device.buffer_lookup(self), pool_cache)
         except ValidationError as e:
             log.error("execution rejected: %s", e)
             return Result(S.INVALID_ARGUMENT), None
@@ -188,10 +191,12 @@ class SamplePreparedModel(hal.IPreparedModel):
 
         return burst.configure(callback, requestChannel, resultChannel, self._execute_burst)
 
-    def _execute_burst(self, request: hal.Request, measure: Any) -> tuple:
-        """One burst execution: the synchronous path; the 1.2 burst has no
-        deadline and no loop timeout (the default applies)."""
-        return self.executeSynchronously_1_3(request, measure, None, None)
+    def _execute_burst(self, request: hal.Request, measure: Any, pool_cache: Any = None) -> tuple:
+        """One burst execution: the synchronous path on a request the burst
+        server built (not copied again) over its pools kept open by slot; the
+        1.2 burst has no deadline and no loop timeout (the default applies)."""
+        err, job = self._launch(request, measure, None, None, owned=True, pool_cache=pool_cache)
+        return (err if err is not None else self.run_job(job)).as_tuple()
 
     def saveToCache(self, modelCache: Any, dataCache: Any, token: Any) -> S:
         """The draft 1.2 ``saveToCache(handle modelCache, handle dataCache,
