@@ -493,6 +493,20 @@ def test_execution_dimensions_conflicting_with_the_buffer(how: str) -> None:
     assert buf.copyTo(M.allocate(nbytes(T.TENSOR_FLOAT32))) == S.GENERAL_FAILURE
 
 
+def test_fenced_output_sized_by_the_buffer() -> None:
+    """Fenced execution needs fully specified outputs: a buffer whose descriptor fixes the dimensions
+    the model leaves open is one (Android's reference refuses it); a buffer of unknown shape is not."""
+    pm = twice(dims=[0, 32, 32, 8])
+    x = value()
+    n = x.nbytes
+    fixed, token = allocate(pm, dims=DIMS)
+    assert run(pm, request([arg(0, 0, n, dims=DIMS)], [arg(1)], [shared(x), token]), "fenced")[0] == S.NONE
+    np.testing.assert_array_equal(copy_out(fixed), 2 * x)
+    _, open_token = allocate(pm)
+    assert run(pm, request([arg(0, 0, n, dims=DIMS)], [arg(1)], [shared(x), open_token]), "fenced")[0] == \
+        S.INVALID_ARGUMENT
+
+
 def test_failed_execution_leaves_output_buffers_uninitialized() -> None:
     # a missed deadline fails the execution after the buffer was resolved
     pm = twice()
