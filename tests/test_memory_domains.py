@@ -794,6 +794,24 @@ def test_hardware_buffer_image_layouts_and_refusals() -> None:
         S.INVALID_ARGUMENT
 
 
+def test_hardware_buffer_image_shrunk_by_the_client() -> None:
+    """The image is read and written with pread / pwrite: a file shrunk after the driver checked it is
+    an error, never a SIGBUS."""
+    from nnhal.driver.hardware_buffer import ImageError, open_image
+
+    mem = image(8, 4, 10)
+    img = open_image(mem, writable=True)
+    try:
+        assert len(img.read(128)) == 128
+        os.ftruncate(mem.handle.fds[0], 50)
+        with pytest.raises(ImageError):
+            img.read(128)
+        with pytest.raises(ImageError):
+            img.write(bytes(128))
+    finally:
+        img.close()
+
+
 def test_hardware_buffer_image_in_ibuffer_copies() -> None:
     pm = twice(dims=[4, 8])
     buf, _ = allocate(pm)

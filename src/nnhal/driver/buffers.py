@@ -232,6 +232,9 @@ class SampleBuffer(hal.IBuffer):
                 return S.INVALID_ARGUMENT
             target.write(state.data)
             return S.NONE
+        except (hal_memory.InvalidMemory, ImageError) as e:  # the client shrank or closed its memory meanwhile
+            log.error("IBuffer.copyTo: %s", e)
+            return S.INVALID_ARGUMENT
         except Exception:  # NOTE: never let a bad memory reach the client as an exception
             log.exception("IBuffer.copyTo failed")
             return S.GENERAL_FAILURE
@@ -275,6 +278,9 @@ class SampleBuffer(hal.IBuffer):
                 return S.INVALID_ARGUMENT
             buf.store(source.read(need), dims)
             return S.NONE
+        except (hal_memory.InvalidMemory, ImageError) as e:  # the client shrank or closed its memory meanwhile
+            log.error("IBuffer.copyFrom: %s", e)
+            return S.INVALID_ARGUMENT
         except Exception:
             log.exception("IBuffer.copyFrom failed")
             return S.GENERAL_FAILURE
@@ -294,7 +300,8 @@ class _Mapped:
             self._image = open_image(memory, writable)
             self.size = self._image.capacity
         else:
-            self._pool = hal_memory.MappedPool(memory, writable=writable)
+            # NOTE: mapped only when the client cannot shrink it, else pread/pwrite (no SIGBUS)
+            self._pool = hal_memory.open_pool(memory, writable=writable)
             self.size = self._pool.size
 
     def read(self, n: int) -> bytes:
@@ -305,7 +312,6 @@ class _Mapped:
             self._image.write(data)
         else:
             self._pool.view[: len(data)] = data
-            self._pool.flush()
 
     def close(self) -> None:
         if self._image is not None:

@@ -138,7 +138,10 @@ def _special_input(pools: RequestPools, arg: hal.RequestArgument, o: hal.Operand
     if need > img.capacity:
         raise ValidationError(f"request input {k}: {need} bytes needed, the hardware buffer {img.desc} holds "
                               f"{img.capacity}")
-    raw = np.frombuffer(img.read(need), dtype=np.uint8)
+    try:
+        raw = np.frombuffer(img.read(need), dtype=np.uint8)
+    except hardware_buffer.ImageError as e:
+        raise ValidationError(f"request input {k}: {e}") from None
     return (raw != 0 if dtype == np.bool_ else raw.view(dtype).copy()).reshape(dims)
 
 

@@ -30,7 +30,6 @@ file smaller than the layout) is INVALID_ARGUMENT.
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 from typing import Optional
@@ -63,8 +62,9 @@ class ImageError(ValueError):
 
 
 class Image:
-    """One mapped non-BLOB hardware buffer: ``capacity`` packed bytes,
-    ``read(n)`` the first ``n``, ``write(data)`` from the start."""
+    """One non-BLOB hardware buffer, read and written with ``pread`` /
+    ``pwrite`` row by row: ``capacity`` packed bytes, ``read(n)`` the first
+    ``n``, ``write(data)`` from the start."""
 
     def __init__(self, memory: hal.Memory, writable: bool):
         if not isinstance(memory, hal.Memory) or memory.name != "hardware_buffer":
@@ -89,53 +89,65 @@ class Image:
         self.row_bytes, self.pitch = desc.width * bpp, desc.stride * bpp
         self.rows = desc.height * desc.layers
         self.capacity = self.row_bytes * self.rows
-        extent = (self.rows - 1) * self.pitch + self.row_bytes
+        self.extent = (self.rows - 1) * self.pitch + self.row_bytes
         fd = memory.handle.fds[0]
         st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_size < extent:
-            raise ImageError(bad, f"hardware buffer {desc} needs {extent} bytes, its file has {st.st_size}")
+        if stat.S_ISREG(st.st_mode) and st.st_size < self.extent:
+            raise ImageError(bad, f"hardware buffer {desc} needs {self.extent} bytes, its file has {st.st_size}")
+        if not stat.S_ISREG(st.st_mode):
+            raise ImageError(bad, "hardware buffer fd is not a regular file (memfd)")
         if (os.O_ACCMODE & _flags(fd)) != os.O_RDWR and writable:
             raise ImageError(bad, "hardware buffer fd is read-only but the buffer must be written")
-        try:
-            self._mm: Optional[mmap.mmap] = mmap.mmap(
-                fd, extent, flags=mmap.MAP_SHARED,
-                prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
-        except (OSError, ValueError, OverflowError) as e:
-            raise ImageError(bad, f"cannot map the hardware buffer: {e}") from None
+        # NOTE: pread / pwrite on our own duplicate, never a mapping: a client that shrinks the
+        # file meanwhile gets an error, not a SIGBUS in the driver
+        self._fd: Optional[int] = os.dup(fd)
+
+    def _rows(self, n: int) -> list[tuple[int, int, int]]:
+        """(file offset, packed offset, length) of the row pieces holding the first ``n`` packed bytes."""
+        if self.pitch == self.row_bytes:
+            return [(0, 0, n)] if n else []
+        return [(r * self.pitch, start, min(self.row_bytes, n - start))
+                for r, start in enumerate(range(0, n, self.row_bytes))]
+
+    def _fd_open(self) -> int:
+        if self._fd is None:
+            raise ImageError(hal.ErrorStatus.GENERAL_FAILURE, "the hardware buffer is closed")
+        return self._fd
 
     def read(self, n: int) -> bytes:
         """The first ``n`` packed bytes (``n`` <= capacity)."""
         if n > self.capacity:
             raise ValueError(f"{n} bytes asked of an image of {self.capacity}")
-        mm = self._mm
-        assert mm is not None
-        if self.pitch == self.row_bytes:
-            return mm[:n]
+        fd = self._fd_open()
         out = bytearray(n)
-        for r, start in enumerate(range(0, n, self.row_bytes)):
-            k = min(self.row_bytes, n - start)
-            out[start: start + k] = mm[r * self.pitch: r * self.pitch + k]
+        view = memoryview(out)
+        for off, start, k in self._rows(n):
+            got = 0
+            while got < k:
+                chunk = os.pread(fd, k - got, off + got)
+                if not chunk:
+                    raise ImageError(hal.ErrorStatus.INVALID_ARGUMENT, "the hardware buffer's file shrank")
+                view[start + got: start + got + len(chunk)] = chunk
+                got += len(chunk)
         return bytes(out)
 
     def write(self, data: bytes) -> None:
         n = len(data)
         if n > self.capacity:
             raise ValueError(f"{n} bytes written to an image of {self.capacity}")
-        mm = self._mm
-        assert mm is not None
-        if self.pitch == self.row_bytes:
-            mm[:n] = data
-        else:
-            view = memoryview(data)
-            for r, start in enumerate(range(0, n, self.row_bytes)):
-                k = min(self.row_bytes, n - start)
-                mm[r * self.pitch: r * self.pitch + k] = view[start: start + k]
-        mm.flush()
+        fd = self._fd_open()
+        if os.fstat(fd).st_size < self.extent:  # NOTE: pwrite would grow a shrunk file: refuse instead
+            raise ImageError(hal.ErrorStatus.INVALID_ARGUMENT, "the hardware buffer's file shrank")
+        view = memoryview(data)
+        for off, start, k in self._rows(n):
+            done = 0
+            while done < k:
+                done += os.pwrite(fd, view[start + done: start + k], off + done)
 
     def close(self) -> None:
-        mm, self._mm = self._mm, None
-        if mm is not None:
-            mm.close()
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def _flags(fd: int) -> int:
