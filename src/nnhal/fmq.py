@@ -371,7 +371,7 @@ class MessageQueue:
         self._drain()
 
     def _drain(self) -> None:
-        while True:
+        for _ in range(64):  # NOTE: bounded: a peer flooding its end cannot keep us here
             try:
                 got = self._sock.recv(4096, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
