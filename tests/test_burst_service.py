@@ -63,13 +63,15 @@ def test_service_killed_during_a_burst_execution(service_factory: Any) -> None:
         with slow_pools() as pools:
             assert burst.execute(pools.request())[0] == S.NONE
             killed: list = []
-            threading.Timer(0.05, lambda: (sp.kill(), killed.append(time.monotonic()))).start()
+            killer = threading.Timer(0.05, lambda: (killed.append(time.monotonic()), sp.kill()))
+            killer.start()
             t_end = time.monotonic() + 10
             status = S.NONE
             while status == S.NONE and time.monotonic() < t_end:  # executions until the kill lands
                 status, shapes, timing = burst.execute(pools.request())
             assert status == S.DEVICE_UNAVAILABLE and shapes == [] and timing == NO_TIMING
             assert killed and time.monotonic() - killed[0] < 5.0
+            killer.join(10)
             assert burst.execute(pools.request()) == (S.DEVICE_UNAVAILABLE, [], NO_TIMING)
         burst.close()
     finally:
