@@ -36,7 +36,7 @@ T = hal.OperandType
 L = hal.OperandLifeTime
 
 _ECHO = r"""
-import os, socket, struct, sys
+import os, socket, struct, sys, time
 path, reply = sys.argv[1], int(sys.argv[2])
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 srv.bind(path)
@@ -45,13 +45,18 @@ print("ready", flush=True)
 c, _ = srv.accept()
 buf = bytearray(1 << 16)
 answer = struct.pack("<II", reply - 8, 0) + bytes(reply - 8)
+clock = time.perf_counter_ns
 while True:
     n = c.recv_into(buf)
     if not n:
         break
-    need = struct.unpack_from("<I", buf)[0] + 8
-    while n < need:
+    need, delay_us = struct.unpack_from("<II", buf)
+    while n < need + 8:
         n += c.recv_into(memoryview(buf)[n:])
+    if delay_us:  # the service's work, as a busy wait (the second word of the header)
+        end = clock() + delay_us * 1000
+        while clock() < end:
+            pass
     c.sendall(answer)
 """
 
@@ -230,20 +235,30 @@ def main(argv: Optional[list[str]] = None) -> int:
         echo_proc.stdout.readline()
         echo_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         echo_sock.connect(echo_path)
-        message = struct.pack("<II", call_size - 8, 0) + bytes(call_size - 8)
         rbuf = bytearray(1 << 16)
         es = echo_sock
 
-        def echo() -> None:
-            es.sendall(message)
-            n = 0
-            while n < reply_size:
-                k = es.recv_into(memoryview(rbuf)[n:])
-                if not k:
-                    raise RuntimeError("echo process gone")
-                n += k
+        def echo_after(delay_us: int) -> Callable[[], None]:
+            message = struct.pack("<II", call_size - 8, delay_us) + bytes(call_size - 8)
 
-        fns = modes(local_pm, remote_pm, request, echo)
+            def echo() -> None:
+                es.sendall(message)
+                n = 0
+                while n < reply_size:
+                    k = es.recv_into(memoryview(rbuf)[n:])
+                    if not k:
+                        raise RuntimeError("echo process gone")
+                    n += k
+
+            return echo
+
+        fns = modes(local_pm, remote_pm, request, echo_after(0))
+        # NOTE: the same round trip around a wait as long as the in-process execution (the
+        # echo busy-waits before answering): what a process boundary costs when the caller
+        # sleeps that long (on a VM an idle vCPU's wake-up grows with the wait)
+        local_us = int(np.median(measure({"l": fns["in process (sync)"]}, 300, 1, 50)["l"]))
+        fns = {"bare socket round trip": fns.pop("bare socket round trip"),
+               f"bare round trip + {local_us} us wait": echo_after(local_us), **fns}
         results = measure(fns, args.runs, args.rounds, args.warmup)
         pools.check()
         print(f"one ADD of two float32[4] per execution; {args.runs} runs per mode in {args.rounds} interleaved "
@@ -263,6 +278,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         sync = float(np.median(results["service sync"]))
         print(f"target: service sync <= 3 x bare + in process = {target:.1f} us: {sync:.1f} us "
               f"({'met' if sync <= target else 'MISSED'}, {sync / target:.2f} of the budget)")
+        waited = float(np.median(results[f"bare round trip + {local_us} us wait"]))
+        print(f"service sync - in process = {sync - local:.1f} us of overhead; the bare round trip around the same "
+              f"wait costs {waited - local_us:.1f} us over the wait: {(sync - local) / max(waited - local_us, 1e-9):.2f}x")
         if fns.get("service burst") is not None:
             burst = float(np.median(results["service burst"]))
             print(f"target: service burst < that: {burst:.1f} us ({'met' if burst < min(target, sync) else 'MISSED'}; "
