@@ -17,13 +17,17 @@ the service dies, every pending call returns and every pending callback is
 notified with DEVICE_UNAVAILABLE at once (the reader thread sees the end of
 the stream), and later calls return DEVICE_UNAVAILABLE without blocking.
 
-Threads: one reader per connection.  A synchronous call is answered on the
-calling thread (the reader hands the reply over through a lock; arguments
-and results are encoded and decoded by the caller).  Notifications of the
-ready callbacks (``hal.PreparedModelCallback``, ``hal.ExecutionCallback``) run
-on the reader (they only store and wake); any other client object is called
-on one dispatcher thread per connection, in order, so a callback that calls
-the service again cannot block the reader.
+Threads: each calling thread gets its own call channel to the service (a
+second socket joined to the connection's session on the thread's first
+call): it sends its call and reads its own answer, with no thread hand-over
+at either end.  The main connection's reader thread takes the service's
+calls to this process's objects: notifications of the ready callbacks
+(``hal.PreparedModelCallback``, ``hal.ExecutionCallback``) run on it (they
+only store and wake); any other client object is called on one dispatcher
+thread per connection, in order, so a callback that calls the service again
+cannot block the reader.  Memories in requests are sent (as descriptors)
+with every call, as HIDL does: caching them in the service would keep a
+client's freed memory alive there.
 """
 
 from __future__ import annotations
