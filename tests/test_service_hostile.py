@@ -237,3 +237,55 @@ def test_calls_flood_on_the_main_channel(path: str, baseline: int) -> None:
     except (transport.PeerClosed, OSError):
         pass  # over the in-flight limit: disconnected
     c.close()
+
+
+def test_malformed_burst_packets_through_the_service(service: Any, service_process: Any) -> None:
+    """VTS ValidateBurst's idea across the process boundary: every malformed
+    request packet on a burst to the service gets an error result; the
+    service then still serves correctly."""
+    import random
+
+    from nnhal import burst_packets as bp
+    from nnhal.fmq import MessageQueue
+
+    pm = prepared_model(add_model(), service)
+    pools = Pools([X, X], [16])
+    memories = {0: pools.in_mem, 1: pools.out_mem}
+
+    class Slots(hal.IBurstCallback):
+        def getMemories(self, slots: list) -> tuple:
+            try:
+                return S.NONE, [memories[s] for s in slots]
+            except KeyError:
+                return S.INVALID_ARGUMENT, []
+
+    requests = MessageQueue.create(bp.DATUM_SIZE, 1024, "writer")
+    results = MessageQueue.create(bp.DATUM_SIZE, 1024, "reader")
+    try:
+        status, context = pm.configureExecutionBurst(Slots(), requests.descriptor(), results.descriptor())
+        assert status == S.NONE and context is not None
+        requests.release_descriptor()
+        results.release_descriptor()
+        req = pools.request()
+        good = bp.encode_request(req.inputs, req.outputs, [0, 1], 0)
+        requests.write_blocking(good, 10)
+        assert bp.decode_result(results.read_packet_blocking(10))[0] == S.NONE
+        datums = [good[k:k + bp.DATUM_SIZE] for k in range(0, len(good), bp.DATUM_SIZE)]
+        rng = random.Random(7)
+        variants = [b"".join(datums[:k] + datums[k + 1:]) for k in range(len(datums))]  # one datum removed
+        variants += [b"".join(datums[:k] + [bytes(rng.randrange(256) for _ in range(bp.DATUM_SIZE))] + datums[k + 1:])
+                     for k in range(len(datums)) for _ in range(4)]  # one datum random
+        errors = 0
+        for v in variants:
+            requests.write_blocking(v, 10)
+            errors += bp.decode_result(results.read_packet_blocking(10))[0] != S.NONE
+        assert errors >= len(datums)  # at least every removal fails
+        requests.write_blocking(good, 10)
+        assert bp.decode_result(results.read_packet_blocking(10))[0] == S.NONE
+        np.testing.assert_array_equal(pools.output(0, np.float32, (2, 2)), X * 2)
+        context.freeMemory(0)
+    finally:
+        requests.close()
+        results.close()
+        pools.close()
+    still_serving(service)
