@@ -418,3 +418,26 @@ def test_bench_ipc_prints_every_mode() -> None:
     for mode in ("bare socket round trip", "in process (sync)", "service sync", "service async", "service burst",
                  "service fenced", "target: service sync <= 3 x bare + in process"):
         assert mode in r.stdout, r.stdout
+
+
+def test_more_threads_than_call_channels(remote_pm: Any) -> None:
+    """Beyond the service's call channels per client, calls go through the
+    main connection (its pool of workers): all answered, all correct."""
+    n = server.MAX_CALL_CHANNELS + 6
+    barrier = threading.Barrier(n)
+    results: list = []
+
+    def work(k: int) -> None:
+        with Pools([X * k, Y], [16]) as pools:
+            barrier.wait(60)  # every thread holds its channel at once
+            st = execute_sync(remote_pm, pools.request())[0]
+            ok = np.array_equal(pools.output(0, np.float32, (2, 2)), X * k + Y)
+            barrier.wait(60)
+            results.append((st, ok))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(results) == n and all(st == S.NONE and ok for st, ok in results)
