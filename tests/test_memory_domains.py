@@ -117,7 +117,7 @@ def arg(pool: int, offset: int = 0, length: int = 0, dims: Sequence[int] = ()) -
 
 def request(ins: list, outs: list, pools: list) -> hal.Request:
     return hal.Request(inputs=ins, outputs=outs,
-                       pools=[hal.MemoryPool(token=p) if isinstance(p, int) else hal.MemoryPool(hidlMemory=p)
+                       pools=[hal.MemoryPool(token=p) if isinstance(p, (int, np.integer)) else hal.MemoryPool(hidlMemory=p)
                               for p in pools])
 
 
@@ -413,6 +413,7 @@ def test_execution_with_a_prepared_model_the_buffer_was_not_allocated_for(how: s
     assert run(other, request([arg(1)], [arg(0, 0, n)], [mem, token]), how)[0] == S.INVALID_ARGUMENT
     assert run(other, request([arg(0, 0, n)], [arg(1)], [mem, token]), how)[0] == S.INVALID_ARGUMENT
     assert run(pm, request([arg(1)], [arg(0, 0, n)], [mem, token]), how)[0] == S.NONE
+    assert run(pm, request([arg(1)], [arg(0, 0, n)], [mem, np.uint32(token)]), how)[0] == S.NONE
 
 
 @pytest.mark.parametrize("how", PATHS)

@@ -361,8 +361,10 @@ class BufferRegistry:
             return len(self._buffers)
 
     def lookup(self, token: Any) -> Optional[DeviceBuffer]:
+        if not _is_u32(token):
+            return None
         with self._lock:
-            return self._buffers.get(token) if isinstance(token, int) else None
+            return self._buffers.get(int(token))
 
     def release(self, token: int) -> None:
         with self._lock:
