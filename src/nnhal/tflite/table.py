@@ -312,7 +312,7 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("LSTM", Op.LSTM, _LSTM_ARGS + (tensor(18), tensor(19), cell_act(), opt("cellClip", "float", T.FLOAT32),
                                            opt("projClip", "float", T.FLOAT32)) +
             tuple(tensor(i, optional=True) for i in range(20, 24)),
-            outputs=(-1, -1, -1, 0), types=FLOAT, check="lstm", rewrite="lstm",
+            outputs=(-1, -1, -1, 0), types=FLOAT, check="lstm",
             note="full kernel (20 or 24 inputs), float32: HAL outputs (scratch, output_state, cell_state, "
                  "output); TFLite inputs 18/19 (state variables) are the HAL's 18/19"),
     Mapping("BIDIRECTIONAL_SEQUENCE_RNN", Op.BIDIRECTIONAL_SEQUENCE_RNN,
@@ -344,7 +344,7 @@ MAPPINGS: tuple[Mapping, ...] = (
             _LSTM_ARGS + (tensor(18), tensor(19), cell_act(), opt("cellClip", "float", T.FLOAT32),
                           opt("projClip", "float", T.FLOAT32), opt("timeMajor", "bool", T.BOOL)) +
             tuple(tensor(i, optional=True) for i in range(20, 24)),
-            types=FLOAT, check="lstm", rewrite="lstm", note="float32, 20 or 24 inputs"),
+            types=FLOAT, check="lstm", note="float32, 20 or 24 inputs"),
 )
 
 BY_BUILTIN: dict[str, Mapping] = {m.builtin: m for m in MAPPINGS}
