@@ -19,7 +19,11 @@ LiteRT-backed driver reads the same entries HAL -> TFLite: an ``Arg`` of kind
 of the options table a HAL scalar fills (through the inverse of its
 ``conv``).  Entries with a ``rewrite`` lower one TFLite operator into several
 HAL operations (or a constant); they are exact where the note says so and
-are named in the load report.
+are named in the load report.  Custom operators with an NNAPI form are
+entries under their custom code (MediaPipe's ``Convolution2DTransposeBias``,
+SSD's ``TFLite_Detection_PostProcess``); IF / WHILE map their subgraphs to
+``Model.referenced``.  Everything else is refused per operator (``REFUSED``
+gives the fixed reasons).
 """
 
 from __future__ import annotations
