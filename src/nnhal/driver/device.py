@@ -1,6 +1,8 @@
-"""``IDevice`` of the CPU reference driver (``sample-all``): the whole 1.3
-surface and the inherited 1.0-1.2 methods (which upgrade their arguments and
-delegate, as Android's sample driver does)."""
+"""``IDevice`` of the shared HAL front end: the whole 1.3 surface and the
+inherited 1.0-1.2 methods (which upgrade their arguments and delegate, as
+Android's sample driver does), over a backend (``nnhal.driver.backend``):
+the CPU reference driver ``sample-all`` is this front end over the sample
+backend (``nnhal.drivers.sample``), ``litert-cpu`` over ``nnhal.drivers.litert``."""
 
 from __future__ import annotations
 
@@ -15,19 +17,17 @@ import numpy as np
 from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.driver import cache as driver_cache
+from nnhal.driver.backend import Backend
 from nnhal.driver.buffers import BufferRegistry, TokenLookup
-from nnhal.driver.capabilities import measure_capabilities
 from nnhal.driver.prepared_model import SamplePreparedModel, _passed, _v1_0_status, deadline_ns
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
-from nnhal.executor import MAX_SUBGRAPH_DEPTH, DeadlineMissed, Executor
+from nnhal.drivers.sample import VERSION_STRING, SampleBackend, supported_operations
+from nnhal.executor import DeadlineMissed
 from nnhal.ops import deadline as op_deadline
-from nnhal.ops import registry
 from nnhal.ops.base import HalVersion, OpExecutionError
 from nnhal.validation import (
     ValidationError,
     own_copy,
-    subgraph_depths,
-    subgraph_references,
     validate_model,
     validate_preference,
     validate_priority,
@@ -36,7 +36,7 @@ from nnhal.validation import (
 log = logging.getLogger("nnhal.driver")
 
 S = hal.ErrorStatus
-VERSION_STRING = "nnhal-sample-all 0.1 (CPU reference, numpy)"
+__all__ = ["SampleDevice", "get_sample_device", "supported_operations", "VERSION_STRING"]
 
 
 class SampleDevice(hal.IDevice):
@@ -44,17 +44,26 @@ class SampleDevice(hal.IDevice):
     prepare and execute at once; prepared models share nothing mutable."""
 
     def __init__(self, name: str = "sample-all", scheduler: Optional[Scheduler] = None,
-                 cache_key_dir: Optional[str] = None, version_string: str = VERSION_STRING):
+                 cache_key_dir: Optional[str] = None, version_string: Optional[str] = None,
+                 backend: Optional[Backend] = None):
         """``scheduler``: the work queue (default: the process-wide one);
         ``cache_key_dir``: where the compilation cache key lives (default
         :func:`nnhal.driver.cache.key_dir`); ``version_string``: the driver
-        version, which a cache must have been written by."""
+        version, which a cache must have been written by (default: the
+        backend's); ``backend``: what supports, compiles and runs (default:
+        the CPU reference, :class:`nnhal.drivers.sample.SampleBackend`; see
+        nnhal.driver.backend)."""
+        if backend is None:
+            backend = SampleBackend(VERSION_STRING if version_string is None else version_string)
+        elif version_string is not None:
+            backend.version_string = version_string
+        self.backend = backend
         self.name = name
         self._caps: Optional[hal.Capabilities] = None
         self._caps_lock = threading.Lock()
         self.scheduler = scheduler if scheduler is not None else get_scheduler()
         self.cache_key_dir = cache_key_dir
-        self.version_string = version_string
+        self.version_string = backend.version_string
         self._buffers = BufferRegistry()  # driver-managed buffers (memory domains), by token
 
     # ------------------------------------------------------------------ helpers
@@ -116,7 +125,7 @@ class SampleDevice(hal.IDevice):
     def getCapabilities_1_3(self) -> tuple:
         with self._caps_lock:
             if self._caps is None:
-                self._caps = measure_capabilities()
+                self._caps = self.backend.capabilities()
         return S.NONE, own_copy(self._caps)  # NOTE: by value: a client editing its copy changes no one else's
 
     def getCapabilities_1_2(self) -> tuple:
@@ -138,7 +147,7 @@ class SampleDevice(hal.IDevice):
         return S.NONE, self.version_string
 
     def getType(self) -> tuple:
-        return S.NONE, hal.DeviceType.CPU
+        return S.NONE, self.backend.device_type
 
     def getSupportedExtensions(self) -> tuple:
         return S.NONE, []
@@ -146,11 +155,13 @@ class SampleDevice(hal.IDevice):
     def getNumberOfCacheFilesNeeded(self) -> tuple:
         # NOTE: one security-sensitive model cache (graph, prepared states, HMAC) and one
         # data cache (constants and prepared arrays, bound by hash into the model cache)
+        if not self.backend.caching:
+            return S.NONE, 0, 0
         return S.NONE, driver_cache.NUM_MODEL_CACHE, driver_cache.NUM_DATA_CACHE
 
     def isCachingSupported(self) -> tuple:
         """The draft 1.2 ``isCachingSupported() generates (ErrorStatus, bool)``."""
-        return S.NONE, True
+        return S.NONE, bool(self.backend.caching)
 
     def cache_key(self) -> bytes:
         """The compilation cache's HMAC key (OSError when it cannot be kept private)."""
@@ -168,7 +179,22 @@ class SampleDevice(hal.IDevice):
             return S.INVALID_ARGUMENT, []
         for p in pools:
             p.close()
-        return S.NONE, supported_operations(model13, defs)
+        return S.NONE, self.supported_flags(model13, defs)
+
+    def supported_flags(self, model13: hal.Model, defs: list) -> list[bool]:
+        """The backend's answer for a validated model, each false logged with its reason."""
+        try:
+            answers = self.backend.supported(model13, defs)
+        except Exception:  # NOTE: a backend bug means "not supported", never a crash
+            log.exception("%s: the backend's supported() failed", self.name)
+            return [False] * len(model13.main.operations)
+        flags = []
+        for k, (ok, reason) in enumerate(answers):
+            if not ok:
+                log.info("%s: operation %d (%s) not supported: %s", self.name, k,
+                         _op_name(model13.main.operations[k].type), reason)
+            flags.append(bool(ok))
+        return flags
 
     def getSupportedOperations_1_3(self, model: Any) -> tuple:
         return self._supported(model, HalVersion.V1_3)
@@ -203,7 +229,7 @@ class SampleDevice(hal.IDevice):
             log.error("prepareModel: %s", e)
             _notify(notify, S.INVALID_ARGUMENT, None, version)
             return S.INVALID_ARGUMENT
-        if not all(supported_operations(model13, defs)):
+        if not all(self.supported_flags(model13, defs)):
             log.error("prepareModel: the model has operations this driver does not support (OEM or extension, "
                       "possibly inside an IF / WHILE subgraph)")
             for p in pools:
@@ -234,7 +260,7 @@ class SampleDevice(hal.IDevice):
                 return
             try:
                 with op_deadline.scope(dl):  # NOTE: polled between operations' prepare steps
-                    executor = Executor(model13, [p.view for p in pools])
+                    executor = self.backend.compile(model13, [p.view for p in pools], dl)
             except DeadlineMissed:
                 log.error("prepareModel: the deadline passed during the preparation")
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
@@ -273,10 +299,12 @@ class SampleDevice(hal.IDevice):
 
     def save_to_cache(self, prepared: SamplePreparedModel, files: driver_cache.CacheFiles) -> S:
         """Writes ``prepared`` to the cache files; never raises (a cache problem is logged)."""
+        if not self.backend.caching:
+            return S.GENERAL_FAILURE
         try:
-            model_bytes, chunks, _ = driver_cache.encode(
+            model_bytes, chunks, _ = self.backend.cache_encode(
                 prepared.model, prepared.constant_pools(), prepared.executor, prepared.version, prepared.priority,
-                self.cache_key(), self.version_string, files.token)
+                self.cache_key(), files.token)
             driver_cache.write_files(files.model_fd, files.data_fd, model_bytes, chunks)
         except OSError as e:
             log.error("saving to the compilation cache failed: %s", e)
@@ -349,7 +377,7 @@ class SampleDevice(hal.IDevice):
                 return
             try:
                 with op_deadline.scope(dl):
-                    r = driver_cache.load(files.model_fd, files.data_fd, key, self.version_string, files.token)
+                    r = self.backend.cache_load(files.model_fd, files.data_fd, key, files.token)
             except DeadlineMissed:
                 _notify(notify, missed_deadline_status(launch_ns, start_ns, dl), None, version)
                 return
@@ -386,32 +414,11 @@ class SampleDevice(hal.IDevice):
         return self._buffers.allocate(self, desc, preparedModels, inputRoles, outputRoles)
 
 
-def supported_operations(model: hal.Model, defs: list) -> list[bool]:
-    """One bool per main operation of a validated model: the operation is
-    implemented and, for IF / WHILE, so is every operation of the subgraphs
-    it references, transitively (the spec of getSupportedOperations_1_3), and
-    they nest at most MAX_SUBGRAPH_DEPTH deep (see nnhal.validation)."""
-    refs = subgraph_references(model)
-    depths = subgraph_depths(model, refs)
-    nodes = [model.main, *model.referenced]
-    # NOTE: no recursion: in a DAG a referenced subgraph is strictly shallower
-    # than its referrer, so visiting the reachable subgraphs by increasing
-    # depth settles every subgraph's answer once, after those it references.
-    ok = [False] * len(nodes)
-    for g in sorted((g for g in range(1, len(nodes)) if depths[g] >= 0), key=depths.__getitem__):
-        ok[g] = all(registry.find(op.type) is not None for op in nodes[g].operations) and all(ok[r] for r in refs[g])
-
-    def operation_ok(op: hal.Operation) -> bool:
-        for i in op.inputs:
-            o = model.main.operands[i]
-            if o.lifetime == hal.OperandLifeTime.SUBGRAPH:
-                g = int(o.location.offset) + 1
-                if not ok[g] or depths[g] + 1 > MAX_SUBGRAPH_DEPTH:
-                    return False
-        return True
-
-    return [d is not None and registry.find(op.type) is not None and operation_ok(op)
-            for d, op in zip(defs, model.main.operations)]
+def _op_name(t: Any) -> str:
+    try:
+        return hal.OperationType(t).name
+    except ValueError:
+        return str(t)
 
 
 def _with_bytes_values(model: Any) -> Any:

@@ -1,0 +1,92 @@
+"""The backend interface under the shared HAL front end (``nnhal.driver``).
+
+The front end (``driver/device.py``'s :class:`~nnhal.driver.device.SampleDevice`,
+``driver/prepared_model.py``, ``driver/execution.py``, bursts, fences,
+deadlines, memory domains, caching) holds the HAL 1.3 behaviour once:
+argument checks, the shared model and request validation, callbacks, the
+scheduler, request pools.  A driver is that front end over a :class:`Backend`,
+which only says
+
+* who it is: ``name``, ``version_string`` (``getVersionString``; also what a
+  compilation cache must have been written by), ``device_type``;
+* how fast it is: :meth:`Backend.capabilities` (``getCapabilities_1_3``);
+* what it supports: :meth:`Backend.supported`, one ``(bool, reason)`` per main
+  operation of a model the shared validation accepted
+  (``getSupportedOperations_1_3``; the front end logs every reason for a false);
+* how it compiles and runs: :meth:`Backend.compile` turns the validated model
+  and its constant pools into a :class:`Compiled` whose ``run`` computes the
+  outputs of one execution (the front end reads the inputs from the request
+  pools and writes the outputs back);
+* optionally, how a compiled model is cached: :meth:`Backend.cache_encode` /
+  :meth:`Backend.cache_load` (``prepareModel_1_3`` with cache handles,
+  ``prepareModelFromCache_1_3``); ``caching = False`` makes the front end ask
+  for no cache files.
+
+As Android's ``SampleDriver`` (the HAL behaviour) under ``SampleDriverFull`` /
+``SampleDriverPartial`` (what is supported), and Arm NN's driver over ACL.
+Errors a backend raises from ``compile`` / ``run``:
+``nnhal.ops.base.OpExecutionError`` -> GENERAL_FAILURE,
+``nnhal.executor.BadData`` -> INVALID_ARGUMENT (run only),
+``nnhal.executor.DeadlineMissed`` -> MISSED_DEADLINE_*.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol, Sequence
+
+import numpy as np
+
+from nnhal import hal
+
+
+class Compiled(Protocol):
+    """A model compiled by a backend; shared by every execution of the
+    prepared model (must be safe to call from several threads at once, or
+    serialize internally)."""
+
+    def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
+            loop_timeout_ns: int = ..., omitted: Sequence[int] = ()) -> list[np.ndarray]:
+        """The main subgraph's outputs (one array each, in order, of the
+        actual shapes) for ``inputs`` (None: an omitted optional input);
+        ``omitted``: output indexes the request leaves without a location."""
+        ...
+
+
+class Backend:
+    """Base class of a backend (subclass and override).  The defaults: a CPU
+    device without caching."""
+
+    name: str = "backend"
+    version_string: str = "nnhal backend"
+    device_type: hal.DeviceType = hal.DeviceType.CPU
+    caching: bool = False  # NOTE: True only with cache_encode / cache_load implemented
+
+    def capabilities(self) -> hal.Capabilities:
+        """The measured ``Capabilities`` (called once per device, lazily)."""
+        raise NotImplementedError
+
+    def supported(self, model: hal.Model, defs: list) -> list[tuple[bool, str]]:
+        """One ``(supported, reason)`` per operation of ``model.main`` (a model
+        the shared validation accepted; ``defs`` its OpDefs); the reason says
+        why not (empty when supported)."""
+        raise NotImplementedError
+
+    def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> Compiled:
+        """Compiles a validated model whose operations are all supported.
+        ``pool_views``: the model pools' bytes (the driver's private copies,
+        alive as long as the prepared model).  Runs inside the front end's
+        deadline scope (``nnhal.ops.deadline``); may raise DeadlineMissed."""
+        raise NotImplementedError
+
+    # ---- compilation cache hooks (driver/cache.py)
+    def cache_encode(self, model: hal.Model, pool_views: list, compiled: Compiled, hal_version: int, priority: int,
+                     key: bytes, token: bytes) -> tuple[bytes, list, int]:
+        """(model cache bytes, data cache chunks, data size), authenticated
+        with ``key`` for ``version_string`` and ``token``."""
+        raise NotImplementedError
+
+    def cache_load(self, model_fd: int, data_fd: int, key: bytes, token: bytes) -> Any:
+        """A ``driver.cache.Restored``-like object (``model``, ``pools``,
+        ``executor`` = the Compiled, ``hal_version``, ``priority``) from
+        authenticated files; raises ``driver.cache.CacheError``."""
+        raise NotImplementedError

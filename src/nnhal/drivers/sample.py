@@ -1,0 +1,77 @@
+"""The sample backend: the numpy reference executor (``nnhal.executor``) under
+the shared HAL front end -- the ``sample-all`` driver (Android's
+``SampleDriverFull``).  Supports every registered operation; compiles by
+running every operation's prepare step; caches the prepared states
+(``nnhal.driver.cache``'s format)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from nnhal import hal
+from nnhal.driver import cache as driver_cache
+from nnhal.driver.backend import Backend
+from nnhal.driver.capabilities import measure_capabilities
+from nnhal.executor import MAX_SUBGRAPH_DEPTH, Executor
+from nnhal.ops import registry
+from nnhal.validation import subgraph_depths, subgraph_references
+
+VERSION_STRING = "nnhal-sample-all 0.1 (CPU reference, numpy)"
+
+
+def supported_operations(model: hal.Model, defs: list) -> list[bool]:
+    """One bool per main operation of a validated model: the operation is
+    implemented and, for IF / WHILE, so is every operation of the subgraphs
+    it references, transitively (the spec of getSupportedOperations_1_3), and
+    they nest at most MAX_SUBGRAPH_DEPTH deep (see nnhal.validation)."""
+    refs = subgraph_references(model)
+    depths = subgraph_depths(model, refs)
+    nodes = [model.main, *model.referenced]
+    # NOTE: no recursion: in a DAG a referenced subgraph is strictly shallower
+    # than its referrer, so visiting the reachable subgraphs by increasing
+    # depth settles every subgraph's answer once, after those it references.
+    ok = [False] * len(nodes)
+    for g in sorted((g for g in range(1, len(nodes)) if depths[g] >= 0), key=depths.__getitem__):
+        ok[g] = all(registry.find(op.type) is not None for op in nodes[g].operations) and all(ok[r] for r in refs[g])
+
+    def operation_ok(op: hal.Operation) -> bool:
+        for i in op.inputs:
+            o = model.main.operands[i]
+            if o.lifetime == hal.OperandLifeTime.SUBGRAPH:
+                g = int(o.location.offset) + 1
+                if not ok[g] or depths[g] + 1 > MAX_SUBGRAPH_DEPTH:
+                    return False
+        return True
+
+    return [d is not None and registry.find(op.type) is not None and operation_ok(op)
+            for d, op in zip(defs, model.main.operations)]
+
+
+class SampleBackend(Backend):
+    """The numpy reference executor as a backend."""
+
+    name = "sample"
+    caching = True
+
+    def __init__(self, version_string: str = VERSION_STRING):
+        self.version_string = version_string
+
+    def capabilities(self) -> hal.Capabilities:
+        return measure_capabilities()
+
+    def supported(self, model: hal.Model, defs: list) -> list[tuple[bool, str]]:
+        return [(ok, "" if ok else "not implemented by the reference executor (OEM / extension operation, or an "
+                                   "IF / WHILE subgraph with one, or nested too deep)")
+                for ok in supported_operations(model, defs)]
+
+    def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> Executor:
+        # NOTE: the operations' prepare steps poll the deadline scope the front end opened
+        return Executor(model, pool_views)
+
+    def cache_encode(self, model: hal.Model, pool_views: list, compiled: Any, hal_version: int, priority: int,
+                     key: bytes, token: bytes) -> tuple[bytes, list, int]:
+        return driver_cache.encode(model, pool_views, compiled, hal_version, priority, key, self.version_string,
+                                   token)
+
+    def cache_load(self, model_fd: int, data_fd: int, key: bytes, token: bytes) -> driver_cache.Restored:
+        return driver_cache.load(model_fd, data_fd, key, self.version_string, token)
