@@ -44,3 +44,21 @@ def list_devices() -> list[str]:
     """Names of the devices that can be had: the in-process drivers, then the
     running services (a name in both is the in-process one for ``get_device``)."""
     return list(IN_PROCESS_DEVICES) + [n for n in list_services() if n not in IN_PROCESS_DEVICES]
+
+
+# NOTE: the public submodules API.md names (nnhal.hal, nnhal.memory, nnhal.fence, nnhal.burst...) load on first
+# use, so ``import nnhal`` is enough and stays light (PEP 562 module __getattr__)
+_SUBMODULES = frozenset({"hal", "memory", "fence", "burst", "burst_packets", "fmq", "validation", "executor",
+                         "conformance", "service", "driver", "ops", "tflite", "runtime", "drivers"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        import importlib
+
+        try:
+            return importlib.import_module(f"nnhal.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"nnhal.{name}":
+                raise
+    raise AttributeError(f"module 'nnhal' has no attribute {name!r}")

@@ -6,9 +6,8 @@ import argparse
 import logging
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 # the repository's sibling folder shared/conformance (src/nnhal/cli.py -> repo root -> ..)
 DEFAULT_VECTORS = Path(__file__).resolve().parents[2] / ".." / "shared" / "conformance"
@@ -23,15 +22,27 @@ def _default_vectors() -> str:
     return str(DEFAULT_VECTORS.resolve())
 
 
+class UserError(Exception):
+    """A mistake in what the user asked for: one line on stderr, exit status 2, no traceback."""
+
+
 def _device(name: str):  # noqa: ANN202
+    import difflib
+
     import nnhal
 
     if name in nnhal.IN_PROCESS_DEVICES:
         return nnhal.get_device(name)
-    connect = getattr(nnhal, "connect", None)
-    if connect is None:
-        raise SystemExit(f"no device named {name!r}")
-    return connect(name)
+    try:
+        return nnhal.connect(name)
+    except (LookupError, ValueError) as e:  # NOTE: ServiceUnavailable (no such service runs), or not a service name
+        try:
+            known = nnhal.list_devices()
+        except OSError:
+            known = list(nnhal.IN_PROCESS_DEVICES)
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise UserError(f"no device named {name!r} ({hint}devices: {', '.join(known)}; {e})") from None
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -56,56 +67,26 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Progress:
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled, self.n, self.fail, self.t0 = total, enabled, 0, 0, time.perf_counter()
-
-    def step(self, failed: bool, name: str) -> None:
-        self.n += 1
-        self.fail += failed
-        if not self.enabled:
-            return
-        width = 30
-        done = int(width * self.n / max(self.total, 1))
-        el = time.perf_counter() - self.t0
-        sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {self.n}/{self.total} fail {self.fail} "
-                         f"{el:5.0f}s {name[:40]:40s}")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-
-
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from nnhal.conformance import report as rep
-    from nnhal.conformance import vectors
-    from nnhal.conformance.runner import MODES, VARIANTS, Report, Runner
+    import nnhal
+    from nnhal.conformance import command
 
-    ops = None
-    if args.ops:
-        ops = {o.strip().upper() for o in ",".join(args.ops).split(",") if o.strip()}
-    paths = args.paths or [_default_vectors()]
-    models = [m for m in vectors.load(paths, ops) if not args.model or args.model in m.name]
-    modes = MODES if args.mode == "all" else (args.mode,)
-    variants = tuple(v for v in VARIANTS if v not in (args.skip_variant or []))
-    runner = Runner(_device(args.device), modes, variants, args.memory)
-    report = Report()
-    progress = _Progress(len(models), enabled=not args.no_progress and sys.stderr.isatty() or args.progress)
-    t0 = time.perf_counter()
-    for m in models:
-        res = runner.run_model(m)
-        report.cases.extend(res)
-        progress.step(any(r.status == "fail" for r in res), m.name)
-    progress.close()
-    report.seconds = time.perf_counter() - t0
-    rep.print_table(report)
-    if args.json:
-        rep.write_json(report, args.json)
-    if args.html:
-        rep.write_html(report, args.html)
-    c = report.counts()
-    return 1 if c["fail"] or (c["unsupported"] and not args.allow_unsupported) or not models else 0
+    env = os.environ.get("NNHAL_VECTORS")
+    if env and not args.paths and not Path(env).is_dir():  # NOTE: a wrong $NNHAL_VECTORS is said, not passed over
+        raise UserError(command.missing_vectors_message(env))
+    args.default_vectors = _default_vectors()
+    try:
+        return command.run(args, _device, nnhal.__version__)
+    except command.UserError as e:
+        raise UserError(str(e)) from None
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    from nnhal.tools import opsupport
+
+    if args.device:
+        return opsupport.print_device(_device(args.device), args.device, sys.stdout)
+    return opsupport.print_registry(sys.stdout)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -158,71 +139,153 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return graph_main(args, _device)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="nnhal", description="The Android Neural Networks HAL 1.3 in Python.")
-    p.add_argument("-v", "--verbose", action="store_true", help="driver log lines on stderr")
-    sub = p.add_subparsers(dest="cmd", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line (every subcommand and option)."""
+    import nnhal
 
-    s = sub.add_parser("devices", help="list the devices and their capabilities")
+    p = argparse.ArgumentParser(prog="nnhal", description="The Android Neural Networks HAL 1.3 in Python.",
+                                epilog="examples:\n  nnhal devices\n  nnhal conformance --mode sync\n"
+                                       "  nnhal ops --device sample-all\n  nnhal <command> --help",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"nnhal {nnhal.__version__}",
+                   help="print the version and exit")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="log lines on stderr (-v: INFO, -vv: DEBUG), each naming the model it belongs to")
+    p.add_argument("-q", "--quiet", action="store_true", default=False, help="no progress display, no log lines")
+    # NOTE: -v / -q are accepted after the subcommand too (SUPPRESS: an absent flag keeps the top-level value)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="log lines on stderr (-v: INFO, -vv: DEBUG)")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress display, no log lines")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def command(name: str, help: str, example: str, **kw: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, parents=[common],
+                              epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter,
+                              **kw)
+
+    s = command("devices", "list the devices and their capabilities", "nnhal devices")
     s.set_defaults(fn=cmd_devices)
 
-    s = sub.add_parser("conformance", help="run the conformance vectors through a driver")
-    s.add_argument("paths", nargs="*", help="vector files or folders (default: ../shared/conformance)")
-    s.add_argument("--ops", action="append", help="only models whose operations are all in this list")
+    s = command("ops", "every operation with the data types and HAL versions a device supports",
+                "nnhal ops --device sample-all")
+    s.add_argument("--device", default="", help="ask this device (a one-operation model per signature through "
+                                                "getSupportedOperations_1_3); default: the operation signatures")
+    s.set_defaults(fn=cmd_ops)
+
+    s = command("conformance", "run the conformance vectors through a driver",
+                "nnhal conformance --ops CONV_2D,ADD --mode sync --html report.html")
+    s.add_argument("paths", nargs="*", help="vector files or folders (default: $NNHAL_VECTORS, else "
+                                            "../shared/conformance)")
+    s.add_argument("--ops", action="append", help="only models whose operations are all in this "
+                                                  "comma-separated list (repeatable)")
     s.add_argument("--model", default="", help="only models whose name contains this")
     s.add_argument("--mode", choices=["sync", "async", "burst", "fenced", "all"], default="all",
                    help="executor: executeSynchronously_1_3, execute_1_3, a burst, executeFenced, or all four")
-    s.add_argument("--skip-variant", action="append", choices=["dynamic", "signed"])
-    s.add_argument("--device", default="sample-all")
+    s.add_argument("--skip-variant", action="append", choices=["dynamic", "signed"],
+                   help="leave out the dynamic-shape or the quant8-signed variant of the models (repeatable)")
+    s.add_argument("--device", default="sample-all", help="the device to test: an in-process driver or a running "
+                                                         "service (nnhal devices lists them)")
     s.add_argument("--memory", choices=["ashmem", "mmap_fd", "hardware_buffer_blob", "device"], default="ashmem",
                    help="kind of memory for the request pools (VTS runs ashmem and blobs); device: inputs and "
                         "outputs in driver-allocated buffers (IDevice.allocate, IBuffer.copyFrom / copyTo)")
     s.add_argument("--json", help="write a JSON report here")
-    s.add_argument("--html", help="write an HTML report here")
-    s.add_argument("--progress", action="store_true", help="progress bar even when not on a terminal")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--html", help="write an HTML report here (sortable, filterable; open it in a browser)")
+    s.add_argument("--junit-xml", help="write a JUnit XML report here (for CI systems)")
+    s.add_argument("--jobs", type=int, default=None,
+                   help="run the models in N worker processes, each with its own device or connection "
+                        "(default: the number of cores; 1: in this process)")
+    s.add_argument("--progress", action="store_true", help="progress display even when not on a terminal "
+                                                           "(plain lines with an ETA)")
+    s.add_argument("--no-progress", action="store_true", help="no progress display")
+    s.add_argument("--plain", action="store_true", help="plain-text tables even on a terminal")
     s.add_argument("--allow-unsupported", action="store_true", help="exit 0 even if operations are unsupported")
     s.set_defaults(fn=cmd_conformance)
 
-    s = sub.add_parser("serve", help="run a driver as a service process (foreground, until SIGTERM / SIGINT)")
+    s = command("serve", "run a driver as a service process (foreground, until SIGTERM / SIGINT)",
+                "nnhal serve --name nnhal-cpu --driver sample-all")
     s.add_argument("--name", required=True, help="instance name: exactly one '-', e.g. nnhal-cpu")
     s.add_argument("--driver", default="sample-all", help="the in-process driver to serve (default sample-all)")
     s.set_defaults(fn=cmd_serve)
 
-    s = sub.add_parser("demo", help="prepare and run real models from the vectors on sample-all")
-    s.add_argument("--device", default="sample-all")
+    s = command("demo", "prepare and run real models from the vectors on sample-all", "nnhal demo")
+    s.add_argument("--device", default="sample-all", help="the device to run them on")
     s.set_defaults(fn=cmd_demo)
 
-    s = sub.add_parser("run", help="run a .tflite model through a HAL device (optionally against LiteRT)")
+    s = command("run", "run a .tflite model through a HAL device (optionally against LiteRT)",
+                "nnhal run model.tflite --compare")
     from nnhal.tflite.commands import add_graph_arguments, add_run_arguments
 
     add_run_arguments(s)
     s.set_defaults(fn=cmd_run)
 
-    s = sub.add_parser("graph", help="an SVG / HTML picture of the HAL model of a .tflite or vector model")
+    s = command("graph", "an SVG / HTML picture of the HAL model of a .tflite or vector model",
+                "nnhal graph model.tflite -o model.html")
     add_graph_arguments(s)
     s.set_defaults(fn=cmd_graph)
 
-    s = sub.add_parser("bench", add_help=False, help="MobileNet v1/v2 latency and per-layer GFLOP/s "
-                                                    "(see nnhal bench --help); nnhal bench MODEL.tflite: "
-                                                    "nnhal vs LiteRT (nnhal bench MODEL.tflite --help)")
+    s = command("bench", example="nnhal bench --threads 1; nnhal bench model.tflite --runs 20", add_help=False,
+                help="MobileNet v1/v2 latency and per-layer GFLOP/s (see nnhal bench --help); "
+                     "nnhal bench MODEL.tflite: nnhal vs LiteRT (nnhal bench MODEL.tflite --help)")
     s.set_defaults(fn=cmd_bench)
 
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if "bench" in argv and all(a.startswith("-") for a in argv[: argv.index("bench")]):
         # NOTE: bench has its own option parser; everything after the word is its
         k = argv.index("bench")
         args = p.parse_args(argv[: k + 1])
-        args.rest = argv[k + 1:]
+        rest = argv[k + 1:]
+        # NOTE: -v / -q after "bench" are ours, not bench's own parser's
+        args.verbose = getattr(args, "verbose", 0) + sum(2 if a == "-vv" else 1 for a in rest
+                                                         if a in ("-v", "--verbose", "-vv"))
+        args.quiet = getattr(args, "quiet", False) or any(a in ("-q", "--quiet") for a in rest)
+        args.rest = [a for a in rest if a not in ("-v", "--verbose", "-vv", "-q", "--quiet")]
     else:
         args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL,
-                        format="%(levelname)s %(name)s: %(message)s")
+    if args.cmd is None:  # NOTE: bare ``nnhal``: the help
+        p.print_help()
+        return 0
+    from nnhal.conformance import logs
+
+    args.log_level = logging.CRITICAL + 10 if args.quiet else \
+        (logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.CRITICAL)
+    logs.install(args.log_level)
+    name = f"nnhal {args.cmd}"
+    threads = getattr(args, "threads", None)
+    if args.cmd == "bench" and "--threads" in args.rest:
+        k = args.rest.index("--threads")
+        try:
+            threads = int(args.rest[k + 1])
+        except (IndexError, ValueError):
+            threads = None  # NOTE: bench's own parser says what is wrong
+    if threads is not None and threads < 1:
+        print(f"{name}: --threads {threads}: give 1 or more threads", file=sys.stderr)
+        return 2
     try:
         return args.fn(args)
     except BrokenPipeError:  # output piped into a reader that stopped (| head): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except UserError as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - one line for the user; -v shows where
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc()
+        print(f"{name}: {type(e).__name__}: {e}" + ("" if args.verbose else " (-v shows the traceback)"),
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

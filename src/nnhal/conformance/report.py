@@ -1,83 +1,344 @@
-"""Reports of a conformance run: the per-operation table, JSON and HTML."""
+"""Reports of a conformance run: the terminal table, JSON, HTML and JUnit XML.
+
+Every report counts **models** (a vector model, or its quant8-signed copy, is
+one model; it passes when all its runs pass, fails when one fails) under
+**every operation it uses** (a model of CONV_2D and ADD counts in both rows)
+and by the **data type** it tests (float32, relaxed, float16, quant8 asymm,
+quant8 signed, ...), and also gives the number of runs (a model runs once per
+executor and variant).  Each report echoes the settings of the run.
+"""
 
 from __future__ import annotations
 
 import html
 import json
+import math
+import re
 import sys
+import xml.etree.ElementTree as ET
 from collections import defaultdict
-from dataclasses import asdict
-from typing import TextIO
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Optional, TextIO
 
-from nnhal.conformance.runner import Report
+from nnhal.conformance.runner import CaseResult, Report
 
-
-def op_key(ops: list[str]) -> str:
-    """Models are grouped by their operations; ADD alone is dropped from
-    "all_inputs_as_internal" variants that only add it for plumbing."""
-    rest = [o for o in ops if o != "ADD"]
-    return ",".join(rest) if rest else "ADD"
+STATUSES = ("pass", "fail", "unsupported", "skip")
 
 
-def table(report: Report) -> list[tuple[str, dict[str, int]]]:
-    rows: dict[str, dict[str, int]] = defaultdict(lambda: {"pass": 0, "fail": 0, "unsupported": 0, "skip": 0})
+@dataclass
+class Settings:
+    """What the run was asked to do (echoed by every report)."""
+    device: str = "sample-all"
+    modes: list[str] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)
+    memory: str = "ashmem"
+    paths: list[str] = field(default_factory=list)
+    version: str = ""
+    jobs: int = 1
+    file_errors: list[str] = field(default_factory=list)  # vector files that could not be read
+    interrupted: bool = False  # Ctrl-C: the report holds what ran before it
+
+    def lines(self) -> list[tuple[str, str]]:
+        out = [("nnhal", self.version), ("device", self.device), ("modes", ", ".join(self.modes)),
+               ("variants", ", ".join(self.variants)), ("memory", self.memory),
+               ("vectors", ", ".join(self.paths)), ("jobs", str(self.jobs))]
+        if self.interrupted:
+            out.append(("interrupted", "yes: partial results of the models that ran"))
+        return out
+
+
+@dataclass
+class ModelResult:
+    """One model's runs and its verdict."""
+    spec: str
+    model: str
+    ops: list[str]
+    dtype: str
+    runs: list[CaseResult]
+
+    @property
+    def status(self) -> str:
+        got = {r.status for r in self.runs}
+        for s in ("fail", "unsupported", "pass"):
+            if s in got:
+                return s
+        return "skip"
+
+
+def models(report: Report) -> list[ModelResult]:
+    """The runs of ``report`` grouped per model, in the order they ran."""
+    by: dict[tuple[str, str], ModelResult] = {}
     for c in report.cases:
-        rows[op_key(c.ops)][c.status] += 1
+        m = by.get((c.spec, c.model))
+        if m is None:
+            m = by[(c.spec, c.model)] = ModelResult(c.spec, c.model, list(c.ops), c.dtype or "?", [])
+        m.runs.append(c)
+    return list(by.values())
+
+
+def _empty() -> dict[str, int]:
+    return {"pass": 0, "fail": 0, "unsupported": 0, "skip": 0, "runs": 0}
+
+
+def _rows(ms: Iterable[ModelResult], keys: Any) -> list[tuple[str, dict[str, int]]]:
+    rows: dict[str, dict[str, int]] = defaultdict(_empty)
+    for m in ms:
+        for k in keys(m):
+            rows[k][m.status] += 1
+            rows[k]["runs"] += len(m.runs)
     return sorted(rows.items())
 
 
-def print_table(report: Report, out: TextIO = sys.stdout, failures: int = 40) -> None:
-    rows = table(report)
-    width = max([9] + [len(k) for k, _ in rows])
-    out.write(f"{'operation':{width}s}  {'pass':>6s} {'fail':>6s} {'unsupp':>6s}\n")
+def by_operation(report: Report) -> list[tuple[str, dict[str, int]]]:
+    """Models per operation: a model counts under every operation it uses."""
+    return _rows(models(report), lambda m: m.ops or ["(none)"])
+
+
+def by_data_type(report: Report) -> list[tuple[str, dict[str, int]]]:
+    """Models per data type."""
+    return _rows(models(report), lambda m: [m.dtype])
+
+
+def by_operation_and_type(report: Report) -> list[tuple[tuple[str, str], dict[str, int]]]:
+    rows: dict[tuple[str, str], dict[str, int]] = defaultdict(_empty)
+    for m in models(report):
+        for op in m.ops or ["(none)"]:
+            rows[(op, m.dtype)][m.status] += 1
+            rows[(op, m.dtype)]["runs"] += len(m.runs)
+    return sorted(rows.items())
+
+
+def model_counts(report: Report) -> dict[str, int]:
+    c = {s: 0 for s in STATUSES}
+    for m in models(report):
+        c[m.status] += 1
+    return c
+
+
+def plain_message(msg: str) -> str:
+    """A message with numpy scalars' reprs (``np.float64(0.5)``) printed as numbers."""
+
+    return re.sub(r"np\.(?:float|int|uint|bool_?)\d*\(([^()]*)\)", r"\1", msg)
+
+
+HEADER = ("counting models (a model counts under every operation it uses; it passes when all its runs pass); "
+          "runs = executions of the models")
+
+
+def _table_text(title: str, rows: list[tuple[str, dict[str, int]]]) -> list[str]:
+    width = max([len(title)] + [len(k) for k, _ in rows])
+    out = [f"{title:{width}s}  {'pass':>6s} {'fail':>6s} {'unsupp':>6s} {'skip':>6s} {'runs':>7s}"]
     for k, c in rows:
-        mark = "" if not c["fail"] else "  <-"
-        out.write(f"{k:{width}s}  {c['pass']:6d} {c['fail']:6d} {c['unsupported']:6d}{mark}\n")
+        mark = "  <-" if c["fail"] else ""
+        out.append(f"{k:{width}s}  {c['pass']:6d} {c['fail']:6d} {c['unsupported']:6d} {c['skip']:6d} "
+                   f"{c['runs']:7d}{mark}")
+    return out
+
+
+def print_table(report: Report, out: Optional[TextIO] = None, failures: int = 40,
+                settings: Optional[Settings] = None, rich_console: Any = None) -> None:
+    """The terminal report (on ``out``, default stdout): settings, models per
+    operation and per data type, the first failures, and the summary lines.
+    With ``rich_console`` (a ``rich.console.Console``) the tables are drawn with rich."""
+    out = out or sys.stdout
+    if settings is not None:
+        for k, v in settings.lines():
+            out.write(f"{k + ':':10s} {v}\n")
+        for e in settings.file_errors:
+            out.write(f"error: {e}\n")
+        out.write("\n")
+    ops, types = by_operation(report), by_data_type(report)
+    if rich_console is not None:
+        _print_rich(rich_console, ops, types)
+    else:
+        out.write(HEADER + "\n")
+        out.write("\n".join(_table_text("operation", ops)) + "\n\n")
+        out.write("\n".join(_table_text("data type", types)) + "\n")
     bad = [c for c in report.cases if c.status == "fail"]
     if bad:
-        out.write(f"\nfailures ({len(bad)}):\n")
+        out.write(f"\nfailures ({len(bad)} runs):\n")
         for c in bad[:failures]:
-            out.write(f"  {c.spec} {c.model} [{c.mode}/{c.variant}]: {c.message}\n")
+            out.write(f"  {c.spec} {c.model} [{c.mode}/{c.variant}]: {plain_message(c.message)}\n")
         if len(bad) > failures:
-            out.write(f"  ... and {len(bad) - failures} more (see --json)\n")
-    unsupported = sorted({op_key(c.ops) for c in report.cases if c.status == "unsupported"})
+            out.write(f"  ... and {len(bad) - failures} more (see --json / --html)\n")
+    unsupported = sorted({",".join(m.ops) for m in models(report) if m.status == "unsupported"})
     if unsupported:
-        out.write(f"\nnot supported by the driver yet: {', '.join(unsupported)}\n")
-    n = report.counts()
-    models = len({(c.spec, c.model) for c in report.cases if "signed" not in c.variant})
+        out.write(f"\nnot supported by the driver: {'; '.join(unsupported)}\n")
+    n, mc = report.counts(), model_counts(report)
+    n_models = len(models(report))
     coupled = len({(c.spec, c.model) for c in report.cases if "signed" in c.variant})
-    out.write(f"\n{models} vector models (+{coupled} quant8 signed-coupled copies), {len(report.cases)} runs "
+    out.write(f"\n{n_models} models ({coupled} of them quant8 signed-coupled copies), {len(report.cases)} runs "
               f"in {report.seconds:.1f} s\n")
+    out.write(f"models: {mc['pass']} passed, {mc['fail']} failed, {mc['unsupported']} unsupported, "
+              f"{mc['skip']} skipped\n")
     skipped = ""
     if n["skip"]:  # NOTE: runs that do not apply (e.g. a burst cannot carry device memory), with the reasons
         reasons = sorted({c.message for c in report.cases if c.status == "skip"})
         skipped = f", {n['skip']} skipped ({'; '.join(reasons)[:200]})"
-    out.write(f"conformance: {n['pass']} passed, {n['fail']} failed, {n['unsupported']} unsupported{skipped}\n")
+    errors = len(settings.file_errors) if settings is not None else 0
+    errs = f", {errors} unreadable vector files" if errors else ""
+    out.write(f"conformance: {n['pass']} passed, {n['fail']} failed, {n['unsupported']} unsupported{skipped}{errs}"
+              f"{' (interrupted)' if settings is not None and settings.interrupted else ''}\n")
 
 
-def write_json(report: Report, path: str) -> None:
-    doc = {"counts": report.counts(), "seconds": report.seconds,
-           "operations": {k: v for k, v in table(report)},
-           "cases": [asdict(c) for c in report.cases]}
+def _print_rich(console: Any, ops: list, types: list) -> None:
+    from rich.table import Table
+
+    for title, rows in (("operation", ops), ("data type", types)):
+        t = Table(title=f"models per {title}", caption=HEADER if title == "data type" else None)
+        t.add_column(title)
+        for col in ("pass", "fail", "unsupp", "skip", "runs"):
+            t.add_column(col, justify="right")
+        for k, c in rows:
+            style = "red" if c["fail"] else ("yellow" if c["unsupported"] else None)
+            t.add_row(k, str(c["pass"]), str(c["fail"]), str(c["unsupported"]), str(c["skip"]), str(c["runs"]),
+                      style=style)
+        console.print(t)
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return x
+
+
+def write_json(report: Report, path: str, settings: Optional[Settings] = None) -> None:
+    cases = []
+    for c in report.cases:
+        d = asdict(c)
+        d["message"] = plain_message(c.message)
+        d["max_error"] = _json_safe(c.max_error)
+        cases.append(d)
+    doc = {"settings": asdict(settings) if settings else None, "counts": report.counts(),
+           "models": model_counts(report), "seconds": report.seconds,
+           "operations": dict(by_operation(report)), "data_types": dict(by_data_type(report)), "cases": cases}
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
 
 
-def write_html(report: Report, path: str) -> None:
-    n = report.counts()
-    rows = "".join(
-        f"<tr class='{'bad' if c['fail'] else 'ok'}'><td>{html.escape(k)}</td><td>{c['pass']}</td>"
-        f"<td>{c['fail']}</td><td>{c['unsupported']}</td></tr>" for k, c in table(report))
-    fails = "".join(
-        f"<tr><td>{html.escape(c.spec)}</td><td>{html.escape(c.model)}</td><td>{c.mode}/{c.variant}</td>"
-        f"<td>{html.escape(c.message)}</td></tr>" for c in report.cases if c.status == "fail")
-    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>nnhal conformance</title>
-<style>body{{font-family:sans-serif}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px}}
-tr.bad td{{background:#fdd}}</style></head><body>
-<h1>nnhal conformance</h1><p>{n['pass']} passed, {n['fail']} failed, {n['unsupported']} unsupported
-in {report.seconds:.1f} s</p>
-<table><tr><th>operations</th><th>pass</th><th>fail</th><th>unsupported</th></tr>{rows}</table>
-<h2>Failures</h2><table><tr><th>spec</th><th>model</th><th>run</th><th>message</th></tr>{fails}</table>
-</body></html>"""
-    with open(path, "w") as f:
+def write_junit(report: Report, path: str, settings: Optional[Settings] = None) -> None:
+    """JUnit XML for CI systems: one testsuite per vector spec, one testcase per run."""
+    suites = ET.Element("testsuites", name="nnhal conformance", tests=str(len(report.cases)),
+                        failures=str(report.counts()["fail"]), time=f"{report.seconds:.3f}")
+    if settings is not None:
+        props = ET.SubElement(suites, "properties")
+        for k, v in settings.lines():
+            ET.SubElement(props, "property", name=k, value=v)
+    by_spec: dict[str, list[CaseResult]] = defaultdict(list)
+    for c in report.cases:
+        by_spec[c.spec].append(c)
+    for spec, cases in sorted(by_spec.items()):
+        n = {s: sum(c.status == s for c in cases) for s in STATUSES}
+        suite = ET.SubElement(suites, "testsuite", name=spec, tests=str(len(cases)), failures=str(n["fail"]),
+                              errors="0", skipped=str(n["skip"] + n["unsupported"]),
+                              time=f"{sum(c.seconds for c in cases):.3f}")
+        for c in cases:
+            case = ET.SubElement(suite, "testcase", classname=f"{spec}.{c.model}", name=f"{c.mode}/{c.variant}",
+                                 time=f"{c.seconds:.3f}")
+            if c.status == "fail":
+                ET.SubElement(case, "failure", message=plain_message(c.message)[:500]).text = plain_message(c.message)
+            elif c.status in ("unsupported", "skip"):
+                ET.SubElement(case, "skipped", message=f"{c.status}: {plain_message(c.message)}"[:500])
+    if settings is not None and settings.file_errors:
+        suite = ET.SubElement(suites, "testsuite", name="vector files", tests=str(len(settings.file_errors)),
+                              failures="0", errors=str(len(settings.file_errors)))
+        for e in settings.file_errors:
+            ET.SubElement(ET.SubElement(suite, "testcase", classname="vectors", name=e.split(":")[0]), "error",
+                          message=e)
+    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+# --------------------------------------------------------------------------
+# HTML
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 8px}
+th{background:#eee;cursor:pointer;user-select:none}th.num,td.num{text-align:right}
+tr.fail td{background:#fdd}tr.unsupported td{background:#ffd}
+.sum span{display:inline-block;margin-right:1.5em;font-size:1.2em}.pass{color:#070}.failc{color:#b00}
+details{margin:.3em 0}summary{cursor:pointer}code{white-space:pre-wrap}"""
+
+_JS = """function sortBy(th){const t=th.closest('table'),b=t.tBodies[0],i=[...th.parentNode.children].indexOf(th);
+const num=th.classList.contains('num'),dir=th.dataset.dir==='a'?-1:1;th.dataset.dir=dir===1?'a':'d';
+[...b.rows].sort((x,y)=>{const p=x.cells[i].textContent,q=y.cells[i].textContent;
+return dir*(num?(parseFloat(p)-parseFloat(q)):p.localeCompare(q));}).forEach(r=>b.appendChild(r));}
+function filterRows(){const q=document.getElementById('filter').value.toLowerCase(),
+only=document.getElementById('failing').checked;
+document.querySelectorAll('table.filterable tbody tr').forEach(r=>{
+const ok=r.textContent.toLowerCase().includes(q)&&(!only||r.classList.contains('fail'));
+r.style.display=ok?'':'none';});
+document.querySelectorAll('details.model').forEach(d=>{
+d.style.display=d.textContent.toLowerCase().includes(q)?'':'none';});}
+document.querySelectorAll('th').forEach(th=>th.addEventListener('click',()=>sortBy(th)));
+const f=document.getElementById('filter');
+if(f){const h=decodeURIComponent(location.hash||'');if(h.startsWith('#filter=')){f.value=h.slice(8);}
+f.addEventListener('change',()=>history.replaceState(null,'','#filter='+encodeURIComponent(f.value)));
+filterRows();document.body.dataset.ready='1';}"""
+
+
+def _html_table(tid: str, head: list[str], rows: list[tuple[str, list[Any], dict[str, int]]]) -> str:
+    cols = "".join(f"<th>{html.escape(h)}</th>" for h in head) + \
+        "".join(f"<th class='num'>{h}</th>" for h in ("pass", "fail", "unsupported", "skip", "runs"))
+    body = []
+    for cls, keys, c in rows:
+        cells = "".join(f"<td>{html.escape(str(k))}</td>" for k in keys)
+        cells += "".join(f"<td class='num'>{c[s]}</td>" for s in ("pass", "fail", "unsupported", "skip", "runs"))
+        body.append(f"<tr class='{cls}'>{cells}</tr>")
+    return f"<table id='{tid}' class='filterable'><thead><tr>{cols}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _cls(c: dict[str, int]) -> str:
+    return "fail" if c["fail"] else ("unsupported" if c["unsupported"] else "ok")
+
+
+def write_html(report: Report, path: str, settings: Optional[Settings] = None) -> None:
+    """A self-contained page (no network): settings, summary, sortable and
+    filterable tables per operation, per data type and per both, and the
+    failures grouped per model with every run's message.  Empty sections are left out.
+    ``report.html#filter=TEXT`` opens it filtered (the filter box keeps the address up to date)."""
+    n, mc = report.counts(), model_counts(report)
+    parts = ["<h1>nnhal conformance</h1>"]
+    if settings is not None:
+        rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in settings.lines())
+        parts.append(f"<h2>Settings</h2><table id='settings'>{rows}</table>")
+        if settings.file_errors:
+            items = "".join(f"<li><code>{html.escape(e)}</code></li>" for e in settings.file_errors)
+            parts.append(f"<h2>Unreadable vector files</h2><ul>{items}</ul>")
+    parts.append(
+        f"<h2>Summary</h2><div class='sum' id='summary'><span>{len(models(report))} models</span>"
+        f"<span class='pass'>{mc['pass']} passed</span><span class='failc'>{mc['fail']} failed</span>"
+        f"<span>{mc['unsupported']} unsupported</span><span>{mc['skip']} skipped</span></div>"
+        f"<p>{len(report.cases)} runs: {n['pass']} passed, {n['fail']} failed, {n['unsupported']} unsupported, "
+        f"{n['skip']} skipped, in {report.seconds:.1f} s. {html.escape(HEADER)}.</p>")
+    if report.cases:
+        parts.append("<p><label>Filter <input id='filter' type='search' oninput='filterRows()' "
+                     "placeholder='operation, type, model...'></label> <label><input id='failing' type='checkbox' "
+                     "onchange='filterRows()'> failing only</label> (click a column to sort)</p>")
+        parts.append("<h2>Per operation</h2>" + _html_table(
+            "ops", ["operation"], [(_cls(c), [k], c) for k, c in by_operation(report)]))
+        parts.append("<h2>Per data type</h2>" + _html_table(
+            "types", ["data type"], [(_cls(c), [k], c) for k, c in by_data_type(report)]))
+        parts.append("<h2>Per operation and data type</h2>" + _html_table(
+            "optypes", ["operation", "data type"], [(_cls(c), list(k), c) for k, c in by_operation_and_type(report)]))
+    failing = [m for m in models(report) if m.status == "fail"]
+    if failing:
+        items = []
+        for m in failing:
+            runs = "".join(f"<tr class='{r.status}'><td>{html.escape(r.mode)}</td><td>{html.escape(r.variant)}</td>"
+                           f"<td>{r.status}</td><td><code>{html.escape(plain_message(r.message))}</code></td></tr>"
+                           for r in m.runs)
+            n_fail = sum(r.status == "fail" for r in m.runs)
+            items.append(f"<details class='model'><summary>{html.escape(m.spec)} / {html.escape(m.model)} "
+                         f"({html.escape(', '.join(m.ops))}; {html.escape(m.dtype)}): {n_fail} of {len(m.runs)} "
+                         f"runs failed</summary><table><thead><tr><th>mode</th><th>variant</th><th>status</th>"
+                         f"<th>message</th></tr></thead><tbody>{runs}</tbody></table></details>")
+        parts.append(f"<h2>Failures ({len(failing)} models)</h2>" + "".join(items))
+    unsupported = [m for m in models(report) if m.status == "unsupported"]
+    if unsupported:
+        items = "".join(f"<li>{html.escape(m.spec)} / {html.escape(m.model)}: "
+                        f"{html.escape(plain_message(m.runs[0].message))}</li>" for m in unsupported)
+        parts.append(f"<h2>Unsupported ({len(unsupported)} models)</h2><ul>{items}</ul>")
+    doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>nnhal conformance</title>"
+           f"<style>{_CSS}</style></head><body>{''.join(parts)}<script>{_JS}</script></body></html>")
+    with open(path, "w", encoding="utf-8") as f:
         f.write(doc)

@@ -39,6 +39,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal import memory as hal_memory
+from nnhal.conformance import logs
 from nnhal.conformance.compare import compare
 from nnhal.conformance.vectors import VectorModel, VectorOperand
 
@@ -63,6 +64,7 @@ class CaseResult:
     message: str = ""
     seconds: float = 0.0
     max_error: float = 0.0
+    dtype: str = ""  # the data type the model tests (VectorModel.data_type: float32, relaxed, quant8 asymm...)
 
 
 @dataclass
@@ -418,8 +420,14 @@ class Runner:
         t0 = time.perf_counter()
 
         def result(mode: str, status: str, msg: str = "", err: float = 0.0) -> CaseResult:
-            return CaseResult(vm.spec, vm.name, ops, mode, variant, status, msg, time.perf_counter() - t0, err)
+            return CaseResult(vm.spec, vm.name, ops, mode, variant, status, msg, time.perf_counter() - t0, err,
+                              vm.data_type)
 
+        # NOTE: log lines name the model; the driver's rejections of an expected failure are DEBUG
+        with logs.running(f"{vm.name} [{variant}]", vm.expectFailure):
+            return self._run_variant_logged(vm, variant, dynamic, result)
+
+    def _run_variant_logged(self, vm: VectorModel, variant: str, dynamic: bool, result: Any) -> list[CaseResult]:
         try:
             status, prepared, msg = self.prepare(vm, dynamic)
         except Exception as e:  # noqa: BLE001 - a driver that raises is a failing driver
@@ -461,9 +469,11 @@ class Runner:
         try:
             # NOTE: as VTS's InfiniteLoopTimeoutTest, the infinite loop runs with a 1 ms loop timeout
             infinite_loop = vm.expectFailure and vm.main.operations[0].type == hal.OperationType.WHILE
-            status, shapes, timing = self.execute(prepared, pools.request(), mode, measure,
-                                                  1_000_000 if infinite_loop else None)
-            if mode == "fenced" and (dynamic or any(_nbytes(o) == 0 for o in outs)) and not vm.expectFailure:
+            fenced_refused = mode == "fenced" and (dynamic or any(_nbytes(o) == 0 for o in outs))
+            with logs.running(logs.current_model(), vm.expectFailure or fenced_refused):
+                status, shapes, timing = self.execute(prepared, pools.request(), mode, measure,
+                                                      1_000_000 if infinite_loop else None)
+            if fenced_refused and not vm.expectFailure:
                 # NOTE: as VTS: "For Executor::FENCED, the output shape must be fully specified"
                 if status != S.INVALID_ARGUMENT:
                     return result(mode, "fail", f"fenced execution with unspecified or zero-sized outputs gave "
@@ -514,7 +524,8 @@ class Runner:
         short[0] -= 1
         pools = RequestPools(inputs, short, self.memory)
         try:
-            status, shapes, timing = self.execute(prepared, pools.request(), mode, hal.MeasureTiming.NO)
+            with logs.running(logs.current_model(), expect_failure=True):  # NOTE: the driver must refuse it
+                status, shapes, timing = self.execute(prepared, pools.request(), mode, hal.MeasureTiming.NO)
         finally:
             pools.close()
         if mode == "fenced":

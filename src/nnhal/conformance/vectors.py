@@ -32,6 +32,17 @@ DTYPES = {
 
 ALIGN = 8
 
+# short names of the data types a model tests (the breakdown of the conformance reports)
+DATA_TYPE_NAMES = {
+    hal.OperandType.TENSOR_FLOAT32: "float32", hal.OperandType.FLOAT32: "float32",
+    hal.OperandType.TENSOR_FLOAT16: "float16", hal.OperandType.FLOAT16: "float16",
+    hal.OperandType.TENSOR_QUANT8_ASYMM: "quant8 asymm", hal.OperandType.TENSOR_QUANT8_ASYMM_SIGNED: "quant8 signed",
+    hal.OperandType.TENSOR_QUANT8_SYMM: "quant8 symm", hal.OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL: "quant8 channel",
+    hal.OperandType.TENSOR_QUANT16_ASYMM: "quant16 asymm", hal.OperandType.TENSOR_QUANT16_SYMM: "quant16 symm",
+    hal.OperandType.TENSOR_INT32: "int32", hal.OperandType.INT32: "int32", hal.OperandType.UINT32: "uint32",
+    hal.OperandType.TENSOR_BOOL8: "bool8", hal.OperandType.BOOL: "bool8",
+}
+
 
 def _align(n: int, a: int = ALIGN) -> int:
     return (n + a - 1) // a * a
@@ -75,6 +86,22 @@ class VectorModel:
     referenced: list[VectorSubgraph] = field(default_factory=list)
 
     # ------------------------------------------------------------------
+    @property
+    def data_type(self) -> str:
+        """The data type the model tests, named as Android's test generator does
+        (float32, relaxed, float16, quant8 asymm, quant8 signed, ...): the type of
+        the first operation's first data input (after an IF condition and subgraph operands)."""
+        if not self.main.operations:
+            return "none"
+        op = self.main.operations[0]
+        ins = list(op.inputs[1:] if op.type == hal.OperationType.IF else op.inputs)
+        ins = [i for i in ins if self.main.operands[i].type != hal.OperandType.SUBGRAPH]
+        t = self.main.operands[ins[0]].type if ins else self.main.operands[op.outputs[0]].type
+        if t in (hal.OperandType.TENSOR_FLOAT32, hal.OperandType.FLOAT32) and self.isRelaxed:
+            return "relaxed"
+        return DATA_TYPE_NAMES.get(t, hal.OperandType(t).name.lower() if t in hal.OperandType._value2member_map_
+                                   else str(t))
+
     @property
     def operation_types(self) -> set[str]:
         names = set()
@@ -215,10 +242,41 @@ def find_files(paths: list[str | Path]) -> list[Path]:
     return files
 
 
-def load(paths: list[str | Path], ops: Optional[set[str]] = None) -> Iterator[VectorModel]:
+class VectorFileError(ValueError):
+    """A vector file that cannot be read (corrupt, truncated, not a vector file)."""
+
+
+def load_file_checked(path: str | Path) -> list[VectorModel]:
+    """:func:`load_file`, with every way a file can be bad turned into one
+    :class:`VectorFileError` naming the file."""
+    try:
+        return load_file(path)
+    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        # NOTE: gzip.BadGzipFile is an OSError, a truncated stream an EOFError, bad JSON a ValueError,
+        # a JSON document of the wrong shape a KeyError / TypeError / IndexError / AttributeError
+        raise VectorFileError(f"{path}: not a readable vector file ({type(e).__name__}: {e})") from e
+
+
+def load(paths: list[str | Path], ops: Optional[set[str]] = None,
+         on_error: Optional[Callable[[Path, str], None]] = None) -> Iterator[VectorModel]:
     """Every model under ``paths``; with ``ops``, only models whose operations
-    are all in that set."""
+    are all in that set.  With ``on_error(path, message)``, a file that cannot
+    be read is reported there and skipped (else :class:`VectorFileError`)."""
+    for _, _, m in load_indexed(paths, ops, on_error):
+        yield m
+
+
+def load_indexed(paths: list[str | Path], ops: Optional[set[str]] = None,
+                 on_error: Optional[Callable[[Path, str], None]] = None) -> Iterator[tuple[Path, int, VectorModel]]:
+    """As :func:`load`, with each model's file and index in it (how a worker process finds it again)."""
     for f in find_files(paths):
-        for m in load_file(f):
+        try:
+            models = load_file_checked(f)
+        except VectorFileError as e:
+            if on_error is None:
+                raise
+            on_error(f, str(e))
+            continue
+        for k, m in enumerate(models):
             if ops is None or m.operation_types <= ops:
-                yield m
+                yield f, k, m

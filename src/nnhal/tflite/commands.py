@@ -257,7 +257,7 @@ def add_run_arguments(s: argparse.ArgumentParser) -> None:
                    help="a .npy per model input, in the model's input order (default: generated, seeded: float "
                         "uniform [-1, 1), uint8/int8 uniform over their range, int32 uniform [0, 10))")
     s.add_argument("-o", "--output", help="write DIR/output_<k>.npy per model output")
-    s.add_argument("--device", default="sample-all")
+    s.add_argument("--device", default="sample-all", help="the HAL device to run it on (nnhal devices lists them)")
     s.add_argument("--compare", action="store_true", help="run LiteRT on the same input; per output max / mean "
                                                           "error and top-k agreement")
     s.add_argument("--per-tensor", action="store_true", help="compare every intermediate tensor and print the first "
