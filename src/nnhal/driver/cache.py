@@ -357,7 +357,9 @@ def _read_model_file(fd: int) -> bytes:
 
 def _read_data_file(fd: int, size: int) -> np.ndarray:
     """Exactly ``size`` bytes (in a fresh aligned buffer); more or fewer in the file is a failure."""
-    buf = np.empty(size + 1, np.uint8)
+    raw = np.empty(size + 1 + _ALIGN, np.uint8)
+    skip = (-raw.ctypes.data) % _ALIGN  # NOTE: 64-byte aligned blobs, as freshly allocated arrays
+    buf = raw[skip:skip + size + 1]
     n = _pread_into(fd, memoryview(buf))
     if n != size:
         raise CacheError(S.GENERAL_FAILURE, f"the data cache has {'more' if n > size else n} bytes, "
