@@ -15,10 +15,28 @@ __version__ = "0.1.0"
 IN_PROCESS_DEVICES = ("sample-all",)
 
 
+
+def _optional_devices() -> tuple[str, ...]:
+    # NOTE: litert-cpu exists only where its engine does (find_spec: no import of LiteRT here)
+    import importlib.util
+
+    try:
+        return ("litert-cpu",) if importlib.util.find_spec("ai_edge_litert") is not None else ()
+    except (ImportError, ValueError):
+        return ()
+
+
+IN_PROCESS_DEVICES = IN_PROCESS_DEVICES + _optional_devices()
+
+
 def get_device(name: str = "sample-all") -> Any:
     """An ``IDevice`` (1.3) running in this process."""
     if name not in IN_PROCESS_DEVICES:
         raise LookupError(f"no in-process device named {name!r}; available: {', '.join(IN_PROCESS_DEVICES)}")
+    if name == "litert-cpu":
+        from nnhal.driver.device import get_litert_device
+
+        return get_litert_device(name)
     from nnhal.driver import get_sample_device
 
     return get_sample_device(name)

@@ -597,3 +597,54 @@ def load(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) ->
     except Exception as e:  # NOTE: an authentic cache that still does not rebuild (a driver bug): refused
         log.exception("restoring an authenticated cache failed")
         raise CacheError(S.GENERAL_FAILURE, f"cannot restore the cached model: {type(e).__name__}: {e}") from None
+
+
+# --------------------------------------------------------------------------
+# opaque compiled models (a backend whose compilation is one byte string)
+
+
+@dataclasses.dataclass
+class OpaqueRestored:
+    model: hal.Model  # the validated model without its constants (request validation needs types and shapes)
+    data: bytes  # the backend's compiled form, authenticated
+    hal_version: int
+    priority: int
+
+
+def encode_opaque(model: hal.Model, data: bytes, hal_version: int, priority: int, key: bytes, version: str,
+                  token: bytes) -> tuple[bytes, list, int]:
+    """(model cache bytes, data cache chunks, data size) for a backend whose
+    compiled model is ``data`` (litert-cpu: the lowered flatbuffer is the data
+    cache): the same record, header and HMAC as :func:`encode`, with the data
+    as the one blob and no operation states."""
+    blobs = _Blobs()
+    values = blobs.put(bytes(data))
+    digest = hashlib.sha256()
+    for c in blobs.chunks:
+        digest.update(c)
+    shell = dataclasses.replace(model, operandValues=b"", pools=[])
+    record = CacheRecord(driver_version=version, hal_version=int(hal_version), priority=int(priority), model=shell,
+                         operand_values=values, pool_sizes=[], pools=[], states=[], blobs=blobs.refs,
+                         data_size=blobs.size, data_sha256=digest.digest())
+    payload = _ENCODER.encode(record)
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(payload))
+    return header + payload + _mac(key, version, token, header, payload), blobs.chunks, blobs.size
+
+
+def load_opaque(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) -> OpaqueRestored:
+    """Reads and authenticates what :func:`encode_opaque` wrote; CacheError on any problem."""
+    try:
+        model_bytes = _read_model_file(model_fd)
+        record = verify(model_bytes, key, version, token)
+        data = _read_data_file(data_fd, record.data_size)
+    except OSError as e:
+        raise CacheError(S.GENERAL_FAILURE, f"cannot read the cache files: {e}") from None
+    if hashlib.sha256(data).digest() != record.data_sha256:
+        raise CacheError(S.GENERAL_FAILURE, "the data cache does not match the model cache (modified or replaced)")
+    if record.states or record.pools or len(record.blobs) != 1 or record.operand_values != 0:
+        raise CacheError(S.GENERAL_FAILURE, "not an opaque compiled model")
+    b = record.blobs[0]
+    if not 0 <= b.offset <= b.offset + b.nbytes <= data.size:
+        raise CacheError(S.GENERAL_FAILURE, "blob 0 lies outside the data cache")
+    return OpaqueRestored(record.model, bytes(data[b.offset:b.offset + b.nbytes]), record.hal_version,
+                          record.priority)

@@ -151,12 +151,16 @@ def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, ou
 
 
 def bench_main(argv: list[str], device_of: DeviceOf) -> int:
-    """``nnhal bench MODEL.tflite``."""
+    """``nnhal bench MODEL.tflite [MODEL.tflite...] [--device D] [--baseline B]``."""
     ap = argparse.ArgumentParser(prog="nnhal bench MODEL.tflite",
-                                 description="median / p90 latency of one model through nnhal and LiteRT "
-                                             "(XNNPACK and builtin kernels), same input and thread count, one run")
-    ap.add_argument("model")
+                                 description="median / p90 latency of .tflite models through nnhal and LiteRT "
+                                             "(XNNPACK and builtin kernels), same input and thread count, one run; "
+                                             "with --baseline, the same model on that device too")
+    ap.add_argument("model", nargs="+")
     ap.add_argument("--device", default="sample-all")
+    ap.add_argument("--baseline", default="",
+                    help="another device timed on the same models, its ratio to --device printed beside "
+                         "(default: sample-all when --device is another one; 'none' for none)")
     ap.add_argument("--threads", type=int, default=1, help="threads for every engine (BLAS for nnhal; default 1)")
     ap.add_argument("--runs", type=int, default=10, help="timed executions per engine (default 10)")
     ap.add_argument("--seed", type=int, default=0)
@@ -165,23 +169,39 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
 
     if not set_blas_threads(args.threads):
         print("cannot set the BLAS thread count", file=sys.stderr)
-    model, io = _load(args.model, 1)
+    if args.device.startswith("litert-"):
+        os.environ.setdefault("NNHAL_LITERT_THREADS", str(args.threads))  # NOTE: read when the driver is created
+    baseline = args.baseline or ("sample-all" if args.device != "sample-all" else "none")
+    status = 0
+    for path in args.model:
+        status = max(status, _bench_one(path, args, device_of, None if baseline == "none" else baseline,
+                                        blas_threads))
+    return status
+
+
+def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baseline: Optional[str],
+               blas_threads: Callable[[], Any]) -> int:
+    model, io = _load(path, 1)
     x = make_inputs(io, seed=args.seed)
+    sessions = []
     try:
-        session = HalSession(device_of(args.device), model, io)
-        free_model(model)
+        for dev in [args.device] + ([baseline] if baseline else []):
+            sessions.append((dev, HalSession(device_of(dev), model, io)))
     except ExecutionError as e:
-        print(f"{args.model}: {e}", file=sys.stderr)
-        return 3
-    engines: list[tuple[str, Callable[[], Any]]] = [("nnhal " + args.device, lambda: session.run(x))]
+        print(f"{path}: {e}", file=sys.stderr)
+        if not sessions:
+            return 3
+    finally:
+        free_model(model)
+    engines: list[tuple[str, Callable[[], Any]]] = [("nnhal " + d, lambda s=s: s.run(x)) for d, s in sessions]
     try:
         for kind in ("xnnpack", "builtin"):
-            lr = LiteRT(args.model, threads=args.threads, kernels=kind)
+            lr = LiteRT(path, threads=args.threads, kernels=kind)
             # NOTE: inputs set and outputs copied on every run, as nnhal's run writes and reads its pools
             engines.append((f"LiteRT {kind}", lambda lr=lr: lr.run(x)))
     except ImportError as e:
         print(f"LiteRT not available: {e}", file=sys.stderr)
-    print(f"{Path(args.model).name}: {summary(io)}")
+    print(f"{Path(path).name}: {summary(io)}")
     print(f"threads {args.threads} (BLAS {blas_threads() or '?'}); load average {os.getloadavg()[0]:.2f}; "
           f"{args.runs} runs each")
     res = {}
@@ -190,10 +210,11 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
         med, p90 = statistics.median(t), t[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))]
         res[name] = med
         print(f"  {name:24s} median {med * 1e3:9.2f} ms   p90 {p90 * 1e3:9.2f} ms")
-    session.close()
+    for _, s in sessions:
+        s.close()
     ours = res[engines[0][0]]
     for name, _ in engines[1:]:
-        print(f"  nnhal / {name}: {ours / res[name]:.1f}x")
+        print(f"  nnhal {args.device} / {name}: {ours / res[name]:.2f}x")
     return 0
 
 

@@ -383,3 +383,18 @@ ACTIVATIONS = {0: 0, 1: 1, 2: 2, 3: 3}  # NONE, RELU, RELU_N1_TO_1 (RELU1), RELU
 def mapped_builtins() -> list[str]:
     """Every TFLite operator the table maps (directly or by a rewrite)."""
     return sorted(BY_BUILTIN)
+
+# HAL -> TFLite direction: the builtin options table each lowered operator's ``option`` Args fill
+# (the schema's ``BuiltinOptions`` member; operators without options need none)
+OPTIONS: dict[str, str] = {
+    "ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions", "DIV": "DivOptions",
+    "CONV_2D": "Conv2DOptions", "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions",
+    "FULLY_CONNECTED": "FullyConnectedOptions", "AVERAGE_POOL_2D": "Pool2DOptions", "MAX_POOL_2D": "Pool2DOptions",
+    "L2_POOL_2D": "Pool2DOptions", "CONCATENATION": "ConcatenationOptions", "RESHAPE": "ReshapeOptions",
+    "SOFTMAX": "SoftmaxOptions", "SPACE_TO_DEPTH": "SpaceToDepthOptions", "DEPTH_TO_SPACE": "DepthToSpaceOptions",
+    "PAD": "PadOptions", "TRANSPOSE": "TransposeOptions", "MAXIMUM": "MaximumMinimumOptions",
+    "MINIMUM": "MaximumMinimumOptions", "HARD_SWISH": "HardSwishOptions", "DEQUANTIZE": "DequantizeOptions",
+    "QUANTIZE": "QuantizeOptions", "MEAN": "ReducerOptions",
+}
+PADDING_TO_TFLITE = {v: k for k, v in PADDING.items()}
+ACTIVATIONS_TO_TFLITE = {v: k for k, v in ACTIVATIONS.items()}
