@@ -196,6 +196,21 @@ class SampleDevice(hal.IDevice):
             flags.append(bool(ok))
         return flags
 
+    def unsupported_reasons(self, model: Any) -> list[Optional[str]]:
+        """Why this driver refuses each main operation of ``model`` (None where
+        it takes it), the backend's reasons: not part of the HAL, which answers
+        one bool per operation; the client runtime's placement report reads it."""
+        try:
+            model13, pools, defs = self._validated(model, HalVersion.V1_3)
+        except ValidationError as e:
+            return [f"invalid model: {e}"] * len(getattr(getattr(model, "main", None), "operations", []))
+        for p in pools:
+            p.close()
+        try:
+            return [None if ok else reason for ok, reason in self.backend.supported(model13, defs)]
+        except Exception as e:  # noqa: BLE001 - a backend bug: no reason known
+            return [f"the backend's supported() failed: {type(e).__name__}"] * len(model13.main.operations)
+
     def getSupportedOperations_1_3(self, model: Any) -> tuple:
         return self._supported(model, HalVersion.V1_3)
 
@@ -450,21 +465,9 @@ _LOCK = threading.Lock()
 def get_sample_device(name: str = "sample-all") -> SampleDevice:
     with _LOCK:
         if name not in _DEVICES:
-            _DEVICES[name] = SampleDevice(name)
+            from nnhal.drivers import partial  # NOTE: the partial drivers: the sample backend behind a filter
+
+            _DEVICES[name] = SampleDevice(name, backend=partial.backend(name)) if name in partial.PARTIAL_DRIVERS \
+                else SampleDevice(name)
         return _DEVICES[name]
 
-
-LITERT_DEVICE = "litert-cpu"
-
-
-def get_litert_device(name: str = LITERT_DEVICE) -> SampleDevice:
-    """The ``litert-cpu`` driver: this front end over the LiteRT backend
-    (nnhal.drivers.litert; ImportError without ai-edge-litert)."""
-    with _LOCK:
-        if name not in _DEVICES:
-            from nnhal.drivers import litert
-
-            if not litert.available():
-                raise ImportError("the litert-cpu driver needs ai-edge-litert (pip install 'nnhal[litert]')")
-            _DEVICES[name] = SampleDevice(name, backend=litert.LiteRTBackend())
-        return _DEVICES[name]

@@ -1,0 +1,470 @@
+"""Compiling a model across devices, as Android's runtime does
+(``nn/runtime/ExecutionPlan.cpp``, ``CompilationBuilder.cpp``), through the
+public HAL API only.
+
+For every main operation, the devices whose ``getSupportedOperations_1_3``
+answer yes are candidates; the best under the compilation's preference by
+their ``getCapabilities_1_3`` figures wins (execTime, or powerUsage for
+LOW_POWER; of the operation's first input type, or IF / WHILE
+performance); ties go to the CPU reference, as Android's to its CPU
+device.  An operation no listed device takes runs on the CPU reference
+(``sample-all``).  IF and WHILE are single main operations, so control flow
+always stays whole on one device.
+
+Operations are then grouped into contiguous partitions (steps) the way
+ExecutionPlan does: a topological walk that keeps taking ready operations of
+the current device before switching.  Each step is a ``hal.Model`` of its own
+with its own inputs and outputs (temporaries crossing a step boundary become
+step outputs and later steps' inputs, held in shared memory between them),
+prepared on its device with a cache token derived from the step model (a
+SHA-256 of its encoding and constants; with ``cache_dir`` the device's cache
+files are kept there and a later compilation loads from them).  A step
+whose preparation fails is prepared on the CPU reference instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import threading
+from typing import Any, Optional, Sequence, Union
+
+import msgspec
+
+from nnhal import hal
+from nnhal import memory as hal_memory
+from nnhal.runtime import discovery as rt_devices
+from nnhal.runtime.model import Model
+
+S = hal.ErrorStatus
+L = hal.OperandLifeTime
+OT = hal.OperationType
+PREPARE_TIMEOUT_S = 600.0
+
+
+class CompilationError(RuntimeError):
+    """The compilation failed (``status`` the HAL status, when one was given)."""
+
+    def __init__(self, message: str, status: S = S.GENERAL_FAILURE):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass
+class OperationPlacement:
+    """Where one main operation runs, and why."""
+
+    index: int
+    type: str
+    device: str
+    why: str
+    refused: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Placement:
+    """The placement report: per operation and per partition."""
+
+    operations: list[OperationPlacement]
+    steps: list[dict]
+
+    def __str__(self) -> str:
+        lines = []
+        for p in self.operations:
+            lines.append(f"operation {p.index} {p.type}: {p.device} ({p.why})")
+            for d, why in p.refused.items():
+                lines.append(f"    {d} refused: {why}")
+        for k, s in enumerate(self.steps):
+            extra = f"; {s['fallback']}" if s.get("fallback") else ""
+            lines.append(f"partition {k}: {s['device']} operations {s['operations']} "
+                         f"inputs {s['inputs']} outputs {s['outputs']}{extra}")
+        return "\n".join(lines)
+
+
+class _LogCapture(logging.Handler):
+    """The error lines an in-process driver logs while answering this thread."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.thread = threading.get_ident()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self.thread:
+            self.lines.append(record.getMessage())
+
+
+class Step:
+    """One partition: a step model prepared on one device."""
+
+    def __init__(self, device: rt_devices.Device, ops: list[int], model: hal.Model, inputs: list[int],
+                 outputs: list[int], token: bytes):
+        self.device, self.ops, self.model, self.token = device, ops, model, token
+        self.inputs, self.outputs = inputs, outputs  # main-model operand indexes, in step I/O order
+        self.prepared: Any = None
+        self.fallback = ""  # why it runs on the reference instead of its device
+        self.burst: Any = None
+        self.lock = threading.Lock()
+
+    def close_burst(self) -> None:
+        if self.burst is not None:
+            self.burst.close()
+            self.burst = None
+
+
+def _perf(device: rt_devices.Device, model: hal.Model, op: hal.Operation,
+          preference: hal.ExecutionPreference) -> float:
+    caps = device.capabilities
+    if op.type == OT.IF:
+        info: Optional[hal.PerformanceInfo] = caps.ifPerformance
+    elif op.type == OT.WHILE:
+        info = caps.whilePerformance
+    elif not op.inputs:
+        info = None
+    else:
+        t = model.main.operands[op.inputs[0]].type
+        if model.relaxComputationFloat32toFloat16 and t == hal.OperandType.TENSOR_FLOAT32:
+            info = caps.relaxedFloat32toFloat16PerformanceTensor
+        elif model.relaxComputationFloat32toFloat16 and t == hal.OperandType.FLOAT32:
+            info = caps.relaxedFloat32toFloat16PerformanceScalar
+        else:
+            info = device.performance(t)
+    if info is None:
+        return float("inf")
+    v = info.powerUsage if preference == hal.ExecutionPreference.LOW_POWER else info.execTime
+    return float(v) if v > 0 else float("inf")
+
+
+def _op_name(t: int) -> str:
+    return OT(t).name if t in OT._value2member_map_ else str(t)
+
+
+def step_model(model: hal.Model, ops: Sequence[int], produced_elsewhere_used_here: Sequence[int],
+               outputs: Sequence[int]) -> tuple[hal.Model, list[int]]:
+    """The step model of the main operations ``ops`` (in order): the operands
+    they use, ``produced_elsewhere_used_here`` as inputs, ``outputs`` as
+    outputs; constants and referenced subgraphs as in ``model``."""
+    main = model.main
+    order: list[int] = []
+    seen: set[int] = set()
+    for k in ops:
+        for i in [*main.operations[k].inputs, *main.operations[k].outputs]:
+            if i not in seen:
+                seen.add(i)
+                order.append(i)
+    new = {i: n for n, i in enumerate(order)}
+    consumers = dict.fromkeys(order, 0)
+    for k in ops:
+        for i in main.operations[k].inputs:
+            consumers[i] += 1
+    ins, outs = set(produced_elsewhere_used_here), set(outputs)
+    operands = []
+    uses_subgraphs = False
+    for i in order:
+        o = main.operands[i]
+        life = o.lifetime
+        if i in ins:
+            life = L.SUBGRAPH_INPUT
+        elif i in outs:
+            life = L.SUBGRAPH_OUTPUT
+        elif life in (L.SUBGRAPH_INPUT, L.SUBGRAPH_OUTPUT):
+            life = L.TEMPORARY_VARIABLE
+        uses_subgraphs |= life == L.SUBGRAPH
+        operands.append(dataclasses.replace(o, dimensions=list(o.dimensions), numberOfConsumers=consumers[i],
+                                            lifetime=life))
+    operations = [hal.Operation(main.operations[k].type, [new[i] for i in main.operations[k].inputs],
+                                [new[i] for i in main.operations[k].outputs]) for k in ops]
+    sub = hal.Subgraph(operands=operands, operations=operations,
+                       inputIndexes=[new[i] for i in produced_elsewhere_used_here],
+                       outputIndexes=[new[i] for i in outputs])
+    # NOTE: constants keep their locations: the step shares the model's operandValues and pools (the
+    # driver copies what it keeps); referenced subgraphs go along whole when the step refers to any
+    return hal.Model(main=sub, referenced=list(model.referenced) if uses_subgraphs else [],
+                     operandValues=model.operandValues, pools=list(model.pools),
+                     relaxComputationFloat32toFloat16=model.relaxComputationFloat32toFloat16,
+                     extensionNameToPrefix=list(model.extensionNameToPrefix)), order
+
+
+def cache_token(model: hal.Model, device_name: str) -> bytes:
+    """32 bytes naming a step model on a device: SHA-256 of its structure and constants."""
+    h = hashlib.sha256(b"nnhal-runtime-step-1\0" + device_name.encode() + b"\0")
+    h.update(msgspec.json.encode(dataclasses.replace(model, pools=[], operandValues=b"")))
+    h.update(bytes(model.operandValues))
+    for m in model.pools:
+        h.update(bytes(hal_memory.map(m, writable=False)))
+    return h.digest()
+
+
+class Compilation:
+    """``ANeuralNetworksCompilation`` over one or several devices.
+
+    ``model``: a :class:`nnhal.runtime.Model` or a ``hal.Model`` (its inputs
+    and outputs then named ``input0``.., ``output0``..); ``devices``: names,
+    :class:`~nnhal.runtime.discovery.Device` s or ``IDevice`` s (default: every
+    device that can be had); ``cpu_fallback``: operations no device takes,
+    and partitions that fail to compile or execute, run on the CPU reference
+    (``sample-all``); ``cache_dir``: where the devices' compilation caches
+    are kept.  :meth:`finish` partitions and prepares."""
+
+    def __init__(self, model: Union[Model, hal.Model], devices: Optional[Sequence[Any]] = None,
+                 preference: hal.ExecutionPreference = hal.ExecutionPreference.FAST_SINGLE_ANSWER,
+                 priority: hal.Priority = hal.Priority.MEDIUM, cpu_fallback: bool = True,
+                 cache_dir: Optional[str] = None):
+        if isinstance(model, Model):
+            self.hal_model = model.finish()
+            self.input_names, self.output_names = model.input_names(), model.output_names()
+        else:
+            self.hal_model = model
+            self.input_names = [f"input{k}" for k in range(len(model.main.inputIndexes))]
+            self.output_names = [f"output{k}" for k in range(len(model.main.outputIndexes))]
+        self.devices = [rt_devices.get(d) for d in (devices if devices is not None else rt_devices.names())]
+        if not self.devices:
+            raise CompilationError("no devices", S.INVALID_ARGUMENT)
+        self.preference = hal.ExecutionPreference(preference)
+        self.priority = hal.Priority(priority)
+        self.cpu_fallback = cpu_fallback
+        self.cache_dir = cache_dir
+        self.steps: list[Step] = []
+        self.operations: list[OperationPlacement] = []
+        self._reference: Optional[rt_devices.Device] = None
+        self.lock = threading.Lock()  # NOTE: one execution at a time: the step memories are shared
+        self.finished = False
+
+    # ------------------------------------------------------------------ placement
+    def reference(self) -> rt_devices.Device:
+        if self._reference is None:
+            self._reference = next((d for d in self.devices if d.name == rt_devices.REFERENCE), None) or \
+                rt_devices.get(rt_devices.REFERENCE)
+        return self._reference
+
+    def _supported(self, d: rt_devices.Device, n: int) -> tuple[list[bool], list[str]]:
+        model = self.hal_model
+        capture = _LogCapture()
+        logging.getLogger("nnhal").addHandler(capture)
+        try:
+            status, supported = d.device.getSupportedOperations_1_3(model)
+        except Exception as e:  # noqa: BLE001 - a device that breaks takes nothing
+            status, supported = S.GENERAL_FAILURE, []
+            capture.lines.append(f"raised {type(e).__name__}: {e}")
+        finally:
+            logging.getLogger("nnhal").removeHandler(capture)
+        if status != S.NONE or len(supported) != n:
+            log_line = f": {capture.lines[-1]}" if capture.lines else ""
+            why = f"getSupportedOperations_1_3 returned {S(status).name if status in S._value2member_map_ else status}" \
+                  f"{log_line}"
+            return [False] * n, [why] * n
+        reasons: list[Optional[str]] = [None] * n
+        explain = getattr(d.device, "unsupported_reasons", None)  # NOTE: in-process sample drivers only
+        if callable(explain):
+            try:
+                reasons = list(explain(model))
+            except Exception:  # noqa: BLE001 - no reason known
+                reasons = [None] * n
+        return [bool(s) for s in supported], [
+            r or "getSupportedOperations_1_3 answered false (the HAL gives no reason)" for r in reasons]
+
+    def _place(self) -> list[rt_devices.Device]:
+        model = self.hal_model
+        ops = model.main.operations
+        answers = {d.name: self._supported(d, len(ops)) for d in self.devices}
+        chosen = []
+        for k, op in enumerate(ops):
+            refused = {d.name: answers[d.name][1][k] for d in self.devices if not answers[d.name][0][k]}
+            cands = [d for d in self.devices if answers[d.name][0][k]]
+            if not cands:
+                if not self.cpu_fallback:
+                    raise CompilationError(f"operation {k} {_op_name(op.type)}: no device supports it ("
+                                           + "; ".join(f"{n}: {r}" for n, r in refused.items()) + ")",
+                                           S.INVALID_ARGUMENT)
+                best = self.reference()
+                why = "no listed device takes it: the CPU reference"
+            else:
+                perfs = [(_perf(d, model, op, self.preference), d) for d in cands]
+                low = min(p for p, _ in perfs)
+                best_list = [d for p, d in perfs if p == low]
+                best = next((d for d in best_list if d.name == rt_devices.REFERENCE), best_list[0])
+                what = "powerUsage" if self.preference == hal.ExecutionPreference.LOW_POWER else "execTime"
+                why = f"{what} {low:g}, the best of " + ", ".join(f"{d.name} {p:g}" for p, d in perfs) \
+                    if len(cands) > 1 else f"the only device that takes it ({what} {low:g})"
+            chosen.append(best)
+            self.operations.append(OperationPlacement(k, _op_name(op.type), best.name, why, refused))
+        return chosen
+
+    def _partition(self, chosen: list[rt_devices.Device]) -> list[tuple[rt_devices.Device, list[int]]]:
+        """ExecutionPlan's grouping: a topological walk keeping the current device while it has ready work."""
+        main = self.hal_model.main
+        producer: dict[int, int] = {}
+        for k, op in enumerate(main.operations):
+            for i in op.outputs:
+                producer[i] = k
+        waiting = [len({producer[i] for i in op.inputs if i in producer}) for op in main.operations]
+        consumers: dict[int, list[int]] = {}
+        for k, op in enumerate(main.operations):
+            for p in {producer[i] for i in op.inputs if i in producer}:
+                consumers.setdefault(p, []).append(k)
+        order = [d.name for d in self.devices]
+        if chosen and self.reference().name not in order:
+            order.append(self.reference().name)
+        ready: dict[str, list[int]] = {n: [] for n in order}
+        for k, w in enumerate(waiting):
+            if w == 0:
+                ready[chosen[k].name].append(k)
+        by_name = {d.name: d for d in chosen}
+        steps: list[tuple[rt_devices.Device, list[int]]] = []
+        current: Optional[str] = None
+        while any(ready.values()):
+            if current is None or not ready[current]:
+                current = next(n for n in order if ready[n])
+                steps.append((by_name[current], []))
+            k = min(ready[current])
+            ready[current].remove(k)
+            steps[-1][1].append(k)
+            for c in consumers.get(k, []):
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    ready[chosen[c].name].append(c)
+        return steps
+
+    # ------------------------------------------------------------------ preparation
+    def _cache_files(self, d: rt_devices.Device, token: bytes) -> tuple[list, list, bool]:
+        if self.cache_dir is None:
+            return [], [], False
+        status, n_model, n_data = d.device.getNumberOfCacheFilesNeeded()
+        if status != S.NONE or not (0 < n_model + n_data <= 2 * hal.Constant.MAX_NUMBER_OF_CACHE_FILES):
+            return [], [], False
+        os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
+        base = os.path.join(self.cache_dir, f"{token.hex()}-{d.name}")
+        paths = [f"{base}.m{k}" for k in range(n_model)] + [f"{base}.d{k}" for k in range(n_data)]
+        existed = all(os.path.exists(p) and os.path.getsize(p) > 0 for p in paths)
+        handles = [hal.Handle(fds=[os.open(p, os.O_RDWR | os.O_CREAT, 0o600)]) for p in paths]
+        return handles[:n_model], handles[n_model:], existed
+
+    def _prepare_on(self, d: rt_devices.Device, model: hal.Model, token: bytes,
+                    deadline: hal.OptionalTimePoint) -> tuple[S, Any]:
+        model_cache, data_cache, cached = self._cache_files(d, token)
+        try:
+            if cached:
+                cb = hal.PreparedModelCallback()
+                if d.device.prepareModelFromCache_1_3(deadline, model_cache, data_cache, token, cb) == S.NONE:
+                    status, prepared = cb.wait(PREPARE_TIMEOUT_S)
+                    if status == S.NONE and prepared is not None:
+                        return status, prepared
+                for h in [*model_cache, *data_cache]:
+                    os.ftruncate(h.fds[0], 0)  # NOTE: a stale or foreign cache: written afresh below
+            cb = hal.PreparedModelCallback()
+            launch = d.device.prepareModel_1_3(model, self.preference, self.priority, deadline, model_cache,
+                                               data_cache, token, cb)
+            if launch != S.NONE:
+                return S(launch), None
+            status, prepared = cb.wait(PREPARE_TIMEOUT_S)
+            return S(status), prepared
+        except Exception:  # noqa: BLE001 - a device that raises failed to prepare
+            logging.getLogger("nnhal.runtime").exception("prepareModel_1_3 on %s raised", d.name)
+            return S.GENERAL_FAILURE, None
+        finally:
+            for h in [*model_cache, *data_cache]:
+                os.close(h.fds[0])
+
+    def finish(self, deadline_ns: Optional[int] = None) -> "Compilation":
+        """Places, partitions and prepares (``deadline_ns``: steady clock,
+        ``time.monotonic_ns()``).  Raises :class:`CompilationError`."""
+        if self.finished:
+            return self
+        model = self.hal_model
+        main = model.main
+        chosen = self._place()
+        groups = self._partition(chosen)
+        step_of = {}
+        for s, (_, ops) in enumerate(groups):
+            for k in ops:
+                step_of[k] = s
+        model_outputs = set(main.outputIndexes)
+        deadline = hal.OptionalTimePoint(nanosecondsSinceEpoch=deadline_ns)
+        for s, (d, ops) in enumerate(groups):
+            produced = [i for k in ops for i in main.operations[k].outputs]
+            produced_set = set(produced)
+            ins: list[int] = []
+            for k in ops:
+                for i in main.operations[k].inputs:
+                    o = main.operands[i]
+                    if i not in produced_set and i not in ins and o.lifetime in (
+                            L.SUBGRAPH_INPUT, L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT):
+                        ins.append(i)
+            later = {i for k2, op in enumerate(main.operations) if step_of[k2] > s for i in op.inputs}
+            outs = [i for i in produced if i in model_outputs or i in later]
+            if not outs:  # NOTE: a step whose results nobody reads still needs an output to be a model
+                outs = produced[:1]
+            sm, _ = step_model(model, ops, ins, outs)
+            token = cache_token(sm, d.name)
+            step = Step(d, ops, sm, ins, outs, token)
+            status, prepared = self._prepare_on(d, sm, token, deadline)
+            if status in (S.MISSED_DEADLINE_TRANSIENT, S.MISSED_DEADLINE_PERSISTENT):
+                self.close()
+                raise CompilationError(f"partition {s} on {d.name}: {status.name}", status)
+            if status != S.NONE or prepared is None:
+                ref = self.reference()
+                if not self.cpu_fallback or d.name == ref.name:
+                    self.close()
+                    raise CompilationError(f"partition {s} on {d.name}: prepareModel_1_3 gave {status.name}",
+                                           status if status != S.NONE else S.GENERAL_FAILURE)
+                step.fallback = f"prepareModel_1_3 on {d.name} gave {status.name}: prepared on {ref.name}"
+                step.device = ref
+                step.token = cache_token(sm, ref.name)
+                status, prepared = self._prepare_on(ref, sm, step.token, deadline)
+                if status != S.NONE or prepared is None:
+                    self.close()
+                    raise CompilationError(f"partition {s}: {step.fallback}, which gave {status.name}", status)
+            step.prepared = prepared
+            self.steps.append(step)
+        self.finished = True
+        return self
+
+    def fall_back(self, step: Step, why: str) -> None:
+        """Prepares ``step`` on the CPU reference after it failed to execute (kept for later executions)."""
+        ref = self.reference()
+        token = cache_token(step.model, ref.name)
+        status, prepared = self._prepare_on(ref, step.model, token, hal.OptionalTimePoint())
+        if status != S.NONE or prepared is None:
+            raise CompilationError(f"{why}; preparing on {ref.name} gave {status.name}", status)
+        step.close_burst()
+        step.fallback = f"{why}: runs on {ref.name}"
+        step.device, step.prepared, step.token = ref, prepared, token
+
+    # ------------------------------------------------------------------ reports
+    def placement(self) -> Placement:
+        """For every operation the device chosen and why, and every refusal's reason; the partitions."""
+        main = self.hal_model.main
+        names = {i: n for i, n in zip(main.inputIndexes, self.input_names)}
+        names.update({i: n for i, n in zip(main.outputIndexes, self.output_names)})
+        steps = [{"device": s.device.name, "operations": [f"{k} {_op_name(main.operations[k].type)}" for k in s.ops],
+                  "inputs": [names.get(i, f"#{i}") for i in s.inputs],
+                  "outputs": [names.get(i, f"#{i}") for i in s.outputs], "fallback": s.fallback,
+                  "token": s.token.hex()[:16]} for s in self.steps]
+        return Placement(list(self.operations), steps)
+
+    def execution(self) -> Any:
+        """A new :class:`nnhal.runtime.Execution` of this compilation."""
+        from nnhal.runtime.execution import Execution
+
+        return Execution(self)
+
+    def run(self, inputs: Any, **kwargs: Any) -> dict:
+        """Shorthand: one execution's outputs (see :meth:`Execution.compute`)."""
+        return self.execution().compute(inputs, **kwargs)
+
+    def close(self) -> None:
+        """Ends the bursts and releases the shared memories."""
+        for s in self.steps:
+            s.close_burst()
+        arena = getattr(self, "arena", None)
+        if arena is not None:
+            arena.close()
+            self.arena = None
+
+    def __enter__(self) -> "Compilation":
+        return self.finish()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,277 @@
+"""Building models, in the spirit of the NNAPI NDK's ``ANeuralNetworksModel``
+(``addOperand`` / ``setOperandValue`` / ``addOperation`` /
+``identifyInputsAndOutputs`` / ``finish``), numpy-first: operands from
+shapes and dtypes or numpy constants, operations by ``hal.OperationType``
+with scalars given as Python numbers, inputs and outputs by name.
+:meth:`Model.finish` gives a ``hal.Model`` (HAL 1.3 ``types.hal``) validated
+by the same code and with the same messages as the driver
+(:func:`nnhal.validation.validate_model`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from nnhal import hal
+from nnhal.validation import ValidationError, validate_model
+
+T = hal.OperandType
+L = hal.OperandLifeTime
+
+# numpy dtype -> tensor operand type (uint8 / int8 are the quantized types: give a scale)
+TENSOR_TYPES: dict[np.dtype, T] = {
+    np.dtype(np.float32): T.TENSOR_FLOAT32, np.dtype(np.float16): T.TENSOR_FLOAT16,
+    np.dtype(np.int32): T.TENSOR_INT32, np.dtype(np.uint8): T.TENSOR_QUANT8_ASYMM,
+    np.dtype(np.int8): T.TENSOR_QUANT8_ASYMM_SIGNED, np.dtype(np.bool_): T.TENSOR_BOOL8,
+    np.dtype(np.int16): T.TENSOR_QUANT16_SYMM, np.dtype(np.uint16): T.TENSOR_QUANT16_ASYMM,
+}
+NUMPY_DTYPES: dict[T, Any] = {
+    T.FLOAT32: np.float32, T.INT32: np.int32, T.UINT32: np.uint32, T.BOOL: np.bool_, T.FLOAT16: np.float16,
+    T.TENSOR_FLOAT32: np.float32, T.TENSOR_FLOAT16: np.float16, T.TENSOR_INT32: np.int32,
+    T.TENSOR_QUANT8_ASYMM: np.uint8, T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8, T.TENSOR_QUANT8_SYMM: np.int8,
+    T.TENSOR_QUANT8_SYMM_PER_CHANNEL: np.int8, T.TENSOR_BOOL8: np.bool_, T.TENSOR_QUANT16_SYMM: np.int16,
+    T.TENSOR_QUANT16_ASYMM: np.uint16,
+}
+
+
+def operand_type(t: Any) -> T:
+    """A ``hal.OperandType`` from itself, its name, or a numpy dtype (tensor types)."""
+    if isinstance(t, T):
+        return t
+    if isinstance(t, str) and t.upper() in T.__members__:
+        return T[t.upper()]
+    try:
+        return TENSOR_TYPES[np.dtype(t)]
+    except (TypeError, KeyError):
+        raise ValueError(f"no operand type for {t!r}") from None
+
+
+def numpy_dtype(t: Any) -> Any:
+    """The numpy dtype of an operand type's elements."""
+    return NUMPY_DTYPES[T(t)]
+
+
+class Operand:
+    """One operand of a :class:`Model` (its index in the subgraph, as NNAPI's)."""
+
+    def __init__(self, model: "Model", index: int, type: T, dimensions: list[int], scale: float, zero_point: int,
+                 channel_quant: Optional[hal.SymmPerChannelQuantParams], name: str):
+        self.model, self.index, self.type, self.dimensions = model, index, type, dimensions
+        self.scale, self.zero_point, self.channel_quant, self.name = scale, zero_point, channel_quant, name
+        self.lifetime = L.TEMPORARY_VARIABLE
+        self.value: Optional[bytes] = None  # constants
+        self.subgraph: Optional[Model] = None  # SUBGRAPH operands
+
+    def __repr__(self) -> str:
+        return f"Operand({self.name or self.index}: {self.type.name}{self.dimensions})"
+
+
+Arg = Union[Operand, int, float, bool, None, np.ndarray, "Model"]
+
+
+class Model:
+    """A model (or a subgraph of one, for IF / WHILE) under construction.
+
+    >>> m = Model()
+    >>> a = m.input("a", np.float32, [2]); b = m.input("b", np.float32, [2])
+    >>> m.output(m.operation(hal.OperationType.ADD, [a, b, 0], (np.float32, [2])), "sum")
+    """
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self.operands: list[Operand] = []
+        self.operations: list[hal.Operation] = []
+        self.inputs: list[Operand] = []
+        self.outputs: list[Operand] = []
+        self.relaxed = False
+        self._finished: Optional[hal.Model] = None
+
+    # ------------------------------------------------------------------ operands
+    def _check_open(self) -> None:
+        if self._finished is not None:
+            raise ValueError("the model is finished: it cannot change any more")
+
+    def tensor(self, type: Any, shape: Sequence[int] = (), scale: float = 0.0, zero_point: int = 0,
+               channel_quant: Optional[tuple[Sequence[float], int]] = None, name: str = "") -> Operand:
+        """A new temporary operand (an operation's output): ``type`` a
+        ``hal.OperandType`` (scalar or tensor) or a numpy dtype; ``shape``
+        with 0 for unknown dimensions; ``channel_quant`` (scales, channelDim)
+        for TENSOR_QUANT8_SYMM_PER_CHANNEL."""
+        self._check_open()
+        t = operand_type(type)
+        cq = None
+        if channel_quant is not None:
+            cq = hal.SymmPerChannelQuantParams(scales=[float(s) for s in channel_quant[0]],
+                                               channelDim=int(channel_quant[1]))
+        o = Operand(self, len(self.operands), t, [int(d) for d in shape], float(scale), int(zero_point), cq,
+                    name)
+        self.operands.append(o)
+        return o
+
+    def input(self, name: str, type: Any, shape: Sequence[int] = (), scale: float = 0.0, zero_point: int = 0,
+              channel_quant: Optional[tuple[Sequence[float], int]] = None) -> Operand:
+        """A model input named ``name`` (the name executions give its value by)."""
+        if any(o.name == name for o in self.inputs):
+            raise ValueError(f"two inputs named {name!r}")
+        o = self.tensor(type, shape, scale, zero_point, channel_quant, name)
+        o.lifetime = L.SUBGRAPH_INPUT
+        self.inputs.append(o)
+        return o
+
+    def constant(self, value: Any, type: Any = None, scale: float = 0.0, zero_point: int = 0,
+                 channel_quant: Optional[tuple[Sequence[float], int]] = None, name: str = "") -> Operand:
+        """A constant operand holding ``value`` (a numpy array, or a Python
+        number for a scalar: int -> INT32, float -> FLOAT32, bool -> BOOL
+        unless ``type`` says otherwise)."""
+        if type is None:
+            if isinstance(value, np.ndarray):
+                type = operand_type(value.dtype)
+            elif isinstance(value, (bool, np.bool_)):
+                type = T.BOOL
+            elif isinstance(value, (int, np.integer)):
+                type = T.INT32
+            elif isinstance(value, (float, np.floating)):
+                type = T.FLOAT32
+            else:
+                raise ValueError(f"no operand type for the constant {value!r}: give type=")
+        t = operand_type(type)
+        arr = np.asarray(value, dtype=numpy_dtype(t))
+        shape = [] if t in hal.SCALAR_TYPES else list(arr.shape)
+        o = self.tensor(t, shape, scale, zero_point, channel_quant, name)
+        o.lifetime = L.CONSTANT_COPY
+        o.value = np.ascontiguousarray(arr).tobytes()
+        return o
+
+    def omitted(self, type: Any = T.TENSOR_FLOAT32) -> Operand:
+        """An optional operand given no value (``NO_VALUE``)."""
+        o = self.tensor(type, [])
+        o.lifetime = L.NO_VALUE
+        return o
+
+    def subgraph(self, body: "Model") -> Operand:
+        """A SUBGRAPH operand referring to ``body`` (for IF / WHILE)."""
+        o = self.tensor(T.SUBGRAPH, [])
+        o.lifetime = L.SUBGRAPH
+        o.subgraph = body
+        return o
+
+    # ------------------------------------------------------------------ operations
+    def _arg(self, x: Arg, float_type: T) -> Operand:
+        if isinstance(x, Operand):
+            if x.model is not self:
+                raise ValueError(f"{x!r} belongs to another model")
+            return x
+        if x is None:
+            return self.omitted()
+        if isinstance(x, Model):
+            return self.subgraph(x)
+        if isinstance(x, (float, np.floating)) and not isinstance(x, np.ndarray):
+            return self.constant(x, float_type)
+        return self.constant(x)
+
+    def operation(self, type: hal.OperationType, inputs: Sequence[Arg], outputs: Any) -> Any:
+        """Adds an operation.  ``inputs``: operands, Python numbers (scalar
+        constants: a float is FLOAT16 when the operation's first tensor input
+        is TENSOR_FLOAT16, else FLOAT32), numpy arrays (constant tensors),
+        None (an omitted optional input) or a :class:`Model` (a subgraph).
+        ``outputs``: an operand, a ``(type, shape[, scale, zero_point])``
+        tuple, or a list of them.  Returns the output operand (or a list)."""
+        self._check_open()
+        first_tensor = next((x.type for x in inputs if isinstance(x, Operand) and x.type not in hal.SCALAR_TYPES),
+                            None)
+        float_type = T.FLOAT16 if first_tensor == T.TENSOR_FLOAT16 else T.FLOAT32
+        ins = [self._arg(x, float_type) for x in inputs]
+        single = isinstance(outputs, (Operand, tuple))
+        outs = []
+        for spec in ([outputs] if single else list(outputs)):
+            if isinstance(spec, Operand):
+                if spec.model is not self or spec.lifetime != L.TEMPORARY_VARIABLE:
+                    raise ValueError(f"{spec!r} cannot be an operation's output")
+                outs.append(spec)
+            else:
+                outs.append(self.tensor(*spec))
+        self.operations.append(hal.Operation(type=hal.OperationType(type), inputs=[o.index for o in ins],
+                                             outputs=[o.index for o in outs]))
+        return outs[0] if single else outs
+
+    def output(self, operand: Operand, name: str = "") -> Operand:
+        """Marks ``operand`` as a model output named ``name``."""
+        self._check_open()
+        if operand.model is not self:
+            raise ValueError(f"{operand!r} belongs to another model")
+        name = name or operand.name or f"output{len(self.outputs)}"
+        if any(o.name == name for o in self.outputs):
+            raise ValueError(f"two outputs named {name!r}")
+        if operand.lifetime != L.TEMPORARY_VARIABLE:
+            raise ValueError(f"{operand!r} is not computed by an operation: it cannot be an output")
+        operand.lifetime = L.SUBGRAPH_OUTPUT
+        operand.name = name
+        self.outputs.append(operand)
+        return operand
+
+    def relax_float32_to_float16(self, relax: bool = True) -> None:
+        """``ANeuralNetworksModel_relaxComputationFloat32toFloat16``."""
+        self._check_open()
+        self.relaxed = bool(relax)
+
+    # ------------------------------------------------------------------ finishing
+    def input_names(self) -> list[str]:
+        return [o.name for o in self.inputs]
+
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.outputs]
+
+    def finish(self) -> hal.Model:
+        """The validated ``hal.Model`` (the same object on later calls);
+        raises ``nnhal.validation.ValidationError`` with the driver's message."""
+        if self._finished is not None:
+            return self._finished
+        subgraphs: list[Model] = []  # referenced, in order of discovery
+
+        def collect(m: Model, depth: int) -> None:
+            if depth > 64:
+                raise ValidationError("subgraphs nest too deep (or refer to each other in a cycle)")
+            for o in m.operands:
+                if o.subgraph is not None and o.subgraph is not self and o.subgraph not in subgraphs:
+                    subgraphs.append(o.subgraph)
+                    collect(o.subgraph, depth + 1)
+        collect(self, 0)
+        values = bytearray()
+
+        def build(m: Model) -> hal.Subgraph:
+            consumers = [0] * len(m.operands)
+            for op in m.operations:
+                for i in op.inputs:
+                    consumers[i] += 1
+            operands = []
+            for o in m.operands:
+                loc = hal.DataLocation()
+                if o.lifetime == L.CONSTANT_COPY:
+                    while len(values) % 8:  # NOTE: aligned, as the NDK lays values out
+                        values.append(0)
+                    loc = hal.DataLocation(poolIndex=0, offset=len(values), length=len(o.value or b""))
+                    values.extend(o.value or b"")
+                elif o.lifetime == L.SUBGRAPH:
+                    if o.subgraph is self:
+                        raise ValidationError("a subgraph refers to the main model")
+                    loc = hal.DataLocation(offset=subgraphs.index(o.subgraph))
+                extra = hal.OperandExtraParams(channelQuant=o.channel_quant) if o.channel_quant else \
+                    hal.OperandExtraParams()
+                operands.append(hal.Operand(type=o.type, dimensions=list(o.dimensions),
+                                            numberOfConsumers=consumers[o.index], scale=o.scale,
+                                            zeroPoint=o.zero_point, lifetime=o.lifetime, location=loc,
+                                            extraParams=extra))
+            return hal.Subgraph(operands=operands, operations=[hal.Operation(op.type, list(op.inputs),
+                                                                             list(op.outputs))
+                                                               for op in m.operations],
+                                inputIndexes=[o.index for o in m.inputs], outputIndexes=[o.index for o in m.outputs])
+
+        main = build(self)
+        referenced = [build(m) for m in subgraphs]
+        model = hal.Model(main=main, referenced=referenced, operandValues=bytes(values),
+                          relaxComputationFloat32toFloat16=self.relaxed)
+        validate_model(model, [])
+        self._finished = model
+        return model
