@@ -471,3 +471,18 @@ def get_sample_device(name: str = "sample-all") -> SampleDevice:
                 else SampleDevice(name)
         return _DEVICES[name]
 
+
+LITERT_DEVICE = "litert-cpu"
+
+
+def get_litert_device(name: str = LITERT_DEVICE) -> SampleDevice:
+    """The ``litert-cpu`` driver: this front end over the LiteRT backend
+    (nnhal.drivers.litert; ImportError without ai-edge-litert)."""
+    with _LOCK:
+        if name not in _DEVICES:
+            from nnhal.drivers import litert
+
+            if not litert.available():
+                raise ImportError("the litert-cpu driver needs ai-edge-litert (pip install 'nnhal[litert]')")
+            _DEVICES[name] = SampleDevice(name, backend=litert.LiteRTBackend())
+        return _DEVICES[name]
