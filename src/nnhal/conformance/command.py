@@ -20,7 +20,8 @@ from typing import Any, Callable, Optional
 
 from nnhal.conformance import report as rep
 from nnhal.conformance import vectors
-from nnhal.conformance.runner import MODES, VARIANTS, CaseResult, Report, Runner
+from nnhal.conformance.parallel import WorkerConfig, make_runner, run_parallel
+from nnhal.conformance.runner import MODES, VARIANTS, CaseResult, Report
 
 
 class UserError(Exception):
@@ -136,8 +137,16 @@ def run(args: argparse.Namespace, open_device: Callable[[str], Any], version: st
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     if jobs < 1:
         raise UserError(f"--jobs {jobs}: give 1 or more worker processes")
-    device = open_device(args.device)  # NOTE: an unknown device is refused before the vectors load
-    settings = rep.Settings(device=args.device, modes=list(MODES if args.mode == "all" else (args.mode,)),
+    devices = getattr(args, "devices", None) or []
+    if isinstance(devices, str):
+        devices = [d.strip() for d in devices.split(",") if d.strip()]
+    # NOTE: an unknown device is refused before the vectors load
+    device = open_device(args.device) if not devices else None
+    for name in devices:
+        close = getattr(open_device(name), "close", None)
+        if close is not None:
+            close()
+    settings = rep.Settings(device=f"{', '.join(devices)} (client runtime)" if devices else args.device, modes=list(MODES if args.mode == "all" else (args.mode,)),
                             variants=[v for v in VARIANTS if v not in (args.skip_variant or [])],
                             memory=args.memory, paths=[str(Path(p).resolve()) for p in paths], version=version,
                             jobs=jobs)
@@ -162,6 +171,10 @@ def run(args: argparse.Namespace, open_device: Callable[[str], Any], version: st
     t0 = time.perf_counter()
 
     def done(k: int, res: list[CaseResult]) -> None:
+        dtype = found[k][2].data_type
+        for r in res:  # NOTE: a runner that does not name the data type (the runtime's) gets the model's
+            if not r.dtype:
+                r.dtype = "quant8 signed" if "signed" in r.variant and dtype == "quant8 asymm" else dtype
         results[k] = res
         progress.step(any(r.status == "fail" for r in res), found[k][2].name)
 
@@ -172,17 +185,16 @@ def run(args: argparse.Namespace, open_device: Callable[[str], Any], version: st
 
     try:
         if jobs == 1 or len(found) <= 1:
-            runner = Runner(device, tuple(settings.modes), tuple(settings.variants), args.memory)
+            runner = make_runner(device, settings.modes, settings.variants, args.memory, devices)
             for k, (_, _, vm) in enumerate(found):
                 done(k, runner.run_model(vm))
         else:
-            from nnhal.conformance.parallel import WorkerConfig, run_parallel
-
             close = getattr(device, "close", None)
             if close is not None:  # NOTE: each worker opens its own device / connection
                 close()
             level = getattr(args, "log_level", 50)
-            config = WorkerConfig(args.device, settings.modes, settings.variants, args.memory, level)
+            config = WorkerConfig(args.device, settings.modes, settings.variants, args.memory, level,
+                                  {"devices": devices} if devices else {})
             run_parallel([(str(f), i) for f, i, _ in found], config, jobs, done, died)
     except KeyboardInterrupt:
         settings.interrupted = True

@@ -72,6 +72,19 @@ def _read(f: BinaryIO) -> Optional[bytes]:
     return data if len(data) == n else None
 
 
+def make_runner(device: Any, modes: Sequence[str], variants: Sequence[str], memory: str,
+                devices: Sequence[str] = ()) -> Any:
+    """The runner of a run: the HAL runner on ``device``, or with ``devices``
+    (``--devices A,B``) the client runtime's runner over those devices."""
+    if devices:
+        from nnhal.conformance.runtime_runner import RuntimeRunner
+
+        return RuntimeRunner(list(devices), tuple(modes), tuple(variants))
+    from nnhal.conformance.runner import Runner
+
+    return Runner(device, tuple(modes), tuple(variants), memory)
+
+
 def open_device(name: str) -> Any:
     """The device ``name``: an in-process driver, else a connection to the service of that name."""
     import nnhal
@@ -179,7 +192,6 @@ def run_parallel(jobs: Sequence[tuple[str, int]], config: WorkerConfig, n_worker
 
 def _worker_main() -> int:
     from nnhal.conformance import logs, vectors
-    from nnhal.conformance.runner import Runner
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # NOTE: the parent decides what Ctrl-C stops
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -189,7 +201,9 @@ def _worker_main() -> int:
         return 0
     config = msgspec.msgpack.decode(raw, type=WorkerConfig)
     logs.install(config.log_level)
-    runner = Runner(open_device(config.device), tuple(config.modes), tuple(config.variants), config.memory)
+    devices = list(config.extra.get("devices", []))
+    runner = make_runner(None if devices else open_device(config.device), config.modes, config.variants,
+                         config.memory, devices)
     loaded: tuple[str, list] = ("", [])
     encoder = msgspec.msgpack.Encoder()
     while True:
