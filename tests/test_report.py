@@ -173,3 +173,14 @@ def test_jobs_give_the_same_results(tmp_path: Path, capsys: pytest.CaptureFixtur
     key = [(c["spec"], c["model"], c["mode"], c["variant"], c["status"]) for c in one["cases"]]
     assert key == [(c["spec"], c["model"], c["mode"], c["variant"], c["status"]) for c in two["cases"]]
     assert "ROI_ALIGN" in one["operations"] and one["counts"]["pass"] > 10
+
+
+def test_compare_messages_print_numbers() -> None:
+    import numpy as np
+
+    from nnhal import hal
+    from nnhal.conformance.compare import compare
+
+    v = compare(np.array([1.0, 2.0], np.float32), np.array([1.0, 2.5], np.float32), hal.OperandType.TENSOR_FLOAT32,
+                model_has_fp16=False, relaxed=False, name="x")
+    assert not v.ok and "np." not in v.message and "got 2.0, expected 2.5" in v.message

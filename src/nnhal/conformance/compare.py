@@ -60,8 +60,8 @@ def compare(actual: np.ndarray, expected: np.ndarray, out_type: int, *, model_ha
     max_err = float(np.nanmax(err)) if err.size else 0.0
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        return Verdict(False, max_err, f"{int(bad.sum())}/{bad.size} values off; first at {i}: got {a.flat[i]!r}, "
-                                       f"expected {e.flat[i]!r} (atol {atol:g}, rtol {rtol:g})")
+        return Verdict(False, max_err, f"{int(bad.sum())}/{bad.size} values off; first at {i}: got {a.flat[i].item()!r}, "
+                                       f"expected {e.flat[i].item()!r} (atol {atol:g}, rtol {rtol:g})")
     return Verdict(True, max_err)
 
 
