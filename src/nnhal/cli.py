@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out the dynamic-shape or the quant8-signed variant of the models (repeatable)")
     s.add_argument("--device", default="sample-all", help="the device to test: an in-process driver or a running "
                                                          "service (nnhal devices lists them)")
+    s.add_argument("--devices", default="", help="A,B,...: run through the client runtime (nnhal.runtime) over "
+                                                "these devices, each model partitioned where a device refuses part "
+                                                "of it (operations none takes on the CPU reference)")
     s.add_argument("--memory", choices=["ashmem", "mmap_fd", "hardware_buffer_blob", "device"], default="ashmem",
                    help="kind of memory for the request pools (VTS runs ashmem and blobs); device: inputs and "
                         "outputs in driver-allocated buffers (IDevice.allocate, IBuffer.copyFrom / copyTo)")

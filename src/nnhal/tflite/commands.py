@@ -70,11 +70,17 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     model, io = _load(args.model, batch, expose)
     print(f"{args.model}: {summary(io)}")
     x = _inputs(args, io)
+    devices = [d.strip() for d in (getattr(args, "devices", "") or "").split(",") if d.strip()]
     try:
-        device = device_of(args.device)
-        session = HalSession(device, model, io)
-        outs = session.run(x)
-        session.close()
+        device = device_of(devices[0] if devices else args.device)
+        for name in devices[1:]:
+            device_of(name)  # NOTE: an unknown name is refused (with the closest names) before compiling
+        if devices:
+            outs = _run_partitioned(args, model, x, devices)
+        else:
+            session = HalSession(device, model, io)
+            outs = session.run(x)
+            session.close()
     except ExecutionError as e:
         print(f"{args.model}: {e}", file=sys.stderr)
         return 3
@@ -82,6 +88,21 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
         return _report(args, model, io, x, outs, device)
     finally:
         free_model(model)
+
+
+def _run_partitioned(args: argparse.Namespace, model: Any, x: list, devices: list[str]) -> list:
+    """``--devices A,B``: through the client runtime, partitioned over the devices (``--explain``: the placement)."""
+    from nnhal.runtime import Compilation, CompilationError
+    from nnhal.runtime import ExecutionError as RuntimeExecutionError
+
+    try:
+        with Compilation(model, devices) as comp:
+            if args.explain:
+                print(comp.placement())
+            out = comp.run(x)
+            return [out[n] for n in comp.output_names]
+    except (CompilationError, RuntimeExecutionError) as e:
+        raise ExecutionError(f"through the runtime over {', '.join(devices)}: {e}") from None
 
 
 def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, outs: list, device: Any) -> int:
@@ -279,6 +300,10 @@ def add_run_arguments(s: argparse.ArgumentParser) -> None:
                         "uniform [-1, 1), uint8/int8 uniform over their range, int32 uniform [0, 10))")
     s.add_argument("-o", "--output", help="write DIR/output_<k>.npy per model output")
     s.add_argument("--device", default="sample-all", help="the HAL device to run it on (nnhal devices lists them)")
+    s.add_argument("--devices", default="", help="A,B,...: run through the client runtime, partitioned over these "
+                                                "devices (operations none takes on the CPU reference)")
+    s.add_argument("--explain", action="store_true", help="with --devices: print where each operation runs and "
+                                                         "why each refusing device refused it")
     s.add_argument("--compare", action="store_true", help="run LiteRT on the same input; per output max / mean "
                                                           "error and top-k agreement")
     s.add_argument("--per-tensor", action="store_true", help="compare every intermediate tensor and print the first "

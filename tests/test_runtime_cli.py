@@ -1,0 +1,46 @@
+"""``nnhal conformance --devices`` and ``nnhal run --devices --explain``: the
+client runtime from the command line, over the partial sample drivers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnhal import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+VECTORS = ROOT / ".." / "shared" / "conformance"
+MODEL = ROOT / ".." / "shared" / "models" / "vww_mobilenetv1_int8.tflite"
+PARTIAL = "sample-float-fast,sample-quant,sample-minimal"
+
+
+@pytest.mark.skipif(not VECTORS.is_dir(), reason="no conformance vectors")
+def test_conformance_through_the_runtime_over_partial_drivers(capsys):
+    # float ADD / CONCATENATION on sample-minimal, TANH on sample-float-fast, their quant8 forms on
+    # sample-quant, the rest (int32, float16) on the CPU reference
+    code = cli.main(["conformance", "--devices", PARTIAL, "--ops", "ADD,TANH,CONCATENATION",
+                     "--no-progress", "--jobs", "1", "--plain"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    assert "0 failed" in out and "client runtime" in out
+
+
+@pytest.mark.runtime_sweep
+@pytest.mark.skipif(not VECTORS.is_dir(), reason="no conformance vectors")
+def test_whole_conformance_suite_through_the_runtime(capsys):
+    code = cli.main(["conformance", "--devices", PARTIAL, "--no-progress", "--plain"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+
+
+@pytest.mark.skipif(not MODEL.exists(), reason="no shared models")
+def test_run_explain_shows_placement_and_matches_one_device(tmp_path, capsys):
+    assert cli.main(["run", str(MODEL), "-o", str(tmp_path / "ref")]) == 0
+    assert cli.main(["run", str(MODEL), "--devices", PARTIAL, "--explain", "-o", str(tmp_path / "rt")]) == 0
+    out = capsys.readouterr().out
+    assert "operation 0 QUANTIZE: sample-float-fast" in out
+    assert "sample-quant refused: sample-quant takes operations whose first input is TENSOR_QUANT8_ASYMM" in out
+    assert "partition 1: sample-quant" in out
+    np.testing.assert_array_equal(np.load(tmp_path / "rt" / "output_0.npy"), np.load(tmp_path / "ref" / "output_0.npy"))
