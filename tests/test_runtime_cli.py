@@ -44,3 +44,33 @@ def test_run_explain_shows_placement_and_matches_one_device(tmp_path, capsys):
     assert "sample-quant refused: sample-quant takes operations whose first input is TENSOR_QUANT8_ASYMM" in out
     assert "partition 1: sample-quant" in out
     np.testing.assert_array_equal(np.load(tmp_path / "rt" / "output_0.npy"), np.load(tmp_path / "ref" / "output_0.npy"))
+
+
+@pytest.fixture
+def quant_service(service_runtime_dir: Path):
+    """A ``nnhal serve --driver sample-quant`` process, always stopped."""
+    from tests.service_util import ServiceProcess
+
+    sp = ServiceProcess(service_runtime_dir, name="h9-quant", driver="sample-quant")
+    try:
+        sp.start()
+        yield sp
+    finally:
+        sp.stop()
+
+
+def test_discovery_and_partitions_across_a_service_and_in_process_drivers(quant_service):
+    from nnhal import hal, runtime
+    from tests.test_runtime import inputs, three_partitions
+
+    assert "h9-quant" in runtime.names()
+    ref = runtime.Compilation(three_partitions(), ["sample-all"]).run(inputs())
+    with runtime.Compilation(three_partitions(), ["sample-float-fast", "h9-quant", "sample-minimal"]) as c:
+        assert [s.device.name for s in c.steps][-1] == "h9-quant" and not c.steps[-1].device.in_process
+        for mode in ("sync", "burst", "fenced"):
+            out = c.run(inputs(), mode=mode)
+            np.testing.assert_array_equal(out["r"], ref["r"])
+        p = c.placement()
+    # a service answers one bool per operation: no reason crosses the boundary, and the report says so
+    assert p.operations[0].refused["h9-quant"] == "getSupportedOperations_1_3 answered false (the HAL gives no reason)"
+    assert hal.OperationType.RELU.name == p.operations[4].type and p.operations[4].device == "h9-quant"
