@@ -99,6 +99,11 @@ _F_SEAL_FUTURE_WRITE = 0x0010
 _WRITE_SEALS = fcntl.F_SEAL_WRITE | _F_SEAL_FUTURE_WRITE
 
 _U32 = 0xFFFFFFFF
+
+# NOTE: below this size a request pool is read and written with pread/pwrite
+# even when it could be mapped: mapping and unmapping it per execution costs
+# more than copying the bytes (python -m nnhal.tools.hardening_cost measures it).
+MAP_MIN_BYTES = 64 * 1024
 _HWB_INTS = 7  # width, height, layers, format, usage_lo, usage_hi, stride
 
 
@@ -255,7 +260,10 @@ def mmap_fd_offset(memory: Memory) -> int:
     return (ints[1] & _U32) | ((ints[2] & _U32) << 32)
 
 
-def _fd_info(memory: Memory) -> tuple[int, os.stat_result, int]:
+def _fd_info(memory: Memory) -> tuple[int, os.stat_result, int, int]:
+    """(fd, fstat, F_GETFL flags, seals) of a memory's single fd, one syscall each.
+    NOTE: the seals are read before the size: once sealed against shrinking,
+    the size fstat then reports can only grow."""
     fds = memory.handle.fds
     if len(fds) != 1:
         raise InvalidMemory(f"{memory.name!r} memory must have exactly 1 fd, got {len(fds)}")
@@ -263,11 +271,12 @@ def _fd_info(memory: Memory) -> tuple[int, os.stat_result, int]:
     if not isinstance(fd, int) or isinstance(fd, bool) or fd < 0:
         raise InvalidMemory(f"{memory.name!r} memory has an invalid fd {fd!r}")
     try:
+        seals = _seals(fd)
         st = os.fstat(fd)
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     except OSError as e:
         raise InvalidMemory(f"{memory.name!r} memory fd {fd} is not open: {e.strerror}") from e
-    return fd, st, flags
+    return fd, st, flags, seals
 
 
 def _seals(fd: int) -> int:
@@ -287,14 +296,14 @@ def _check_extent(memory: Memory, st: os.stat_result, offset: int, size: int) ->
         raise InvalidMemory(f"{memory.name!r} memory fd is not a mappable file")
 
 
-def _check_access(memory: Memory, fd: int, flags: int, need_write: bool) -> None:
+def _check_access(memory: Memory, fd: int, flags: int, need_write: bool, seals: int) -> None:
     acc = flags & os.O_ACCMODE
     if acc == os.O_WRONLY:
         raise InvalidMemory(f"{memory.name!r} memory fd {fd} is write-only and cannot be mapped")
     if need_write:
         if acc != os.O_RDWR:
             raise InvalidMemory(f"{memory.name!r} memory fd {fd} is read-only but the memory must be writable")
-        if _seals(fd) & _WRITE_SEALS:
+        if seals & _WRITE_SEALS:
             raise InvalidMemory(f"{memory.name!r} memory fd {fd} is sealed against writing")
 
 
@@ -305,6 +314,14 @@ def validate(memory: Memory, writable: bool = False) -> None:
     (non-BLOB) memories pass, as in Android's validation, although they
     cannot be mapped by the CPU (see :func:`map`).
     """
+    _validate(memory, writable)
+
+
+def _validate(memory: Memory, writable: bool) -> tuple[int, os.stat_result, int, int, bool]:
+    """:func:`validate`, returning what it learned: (fd, fstat, seals, offset of
+    the memory in its file, whether the memory may be written).  NOTE: each
+    fact is read by one syscall, once (the per-execution path opens every
+    request pool through here)."""
     if not isinstance(memory, Memory):
         raise InvalidMemory(f"expected a hal.Memory, got {type(memory).__name__}")
     name = memory.name
@@ -319,62 +336,60 @@ def validate(memory: Memory, writable: bool = False) -> None:
         desc = hardware_buffer_desc(memory)
         if desc.format == AHARDWAREBUFFER_FORMAT_BLOB:
             raise InvalidMemory("a BLOB hardware buffer must be named 'hardware_buffer_blob'")
-        _fd_info(memory)
-        return
+        fd, st, _, seals = _fd_info(memory)
+        return fd, st, seals, 0, False
     if size == 0:
         raise InvalidMemory(f"{name!r} memory has size 0")
-    fd, st, flags = _fd_info(memory)
+    fd, st, flags, seals = _fd_info(memory)
     if name == "ashmem":
         if memory.handle.ints:
             raise InvalidMemory(f"'ashmem' memory must have no ints, got {len(memory.handle.ints)}")
-        _check_access(memory, fd, flags, need_write=True)  # ashmem is always mapped read-write
+        _check_access(memory, fd, flags, True, seals)  # ashmem is always mapped read-write
         _check_extent(memory, st, 0, size)
-    elif name == "mmap_fd":
+        return fd, st, seals, 0, True
+    if name == "mmap_fd":
         offset = mmap_fd_offset(memory)
         prot = memory.handle.ints[0]
         if prot & ~(PROT_READ | PROT_WRITE) or not prot:
             raise InvalidMemory(f"'mmap_fd' memory has an invalid prot {prot:#x}")
         if writable and not prot & PROT_WRITE:
             raise InvalidMemory("'mmap_fd' memory is mapped read-only (no PROT_WRITE) but must be writable")
-        _check_access(memory, fd, flags, need_write=bool(prot & PROT_WRITE))
+        _check_access(memory, fd, flags, bool(prot & PROT_WRITE), seals)
         _check_extent(memory, st, offset, size)
-    else:  # hardware_buffer_blob
-        desc = hardware_buffer_desc(memory)
-        if desc.format != AHARDWAREBUFFER_FORMAT_BLOB:
-            raise InvalidMemory(f"'hardware_buffer_blob' memory has format {desc.format:#x}, not BLOB (0x21)")
-        if desc.height != 1 or desc.layers != 1:
-            raise InvalidMemory(f"BLOB hardware buffer must have height 1 and layers 1, "
-                                f"got {desc.height} and {desc.layers}")
-        if desc.width != size:
-            raise InvalidMemory(f"BLOB hardware buffer width {desc.width} differs from the memory size {size}")
-        if not desc.usage & AHARDWAREBUFFER_USAGE_CPU_READ_MASK:
-            raise InvalidMemory("BLOB hardware buffer has no CPU read usage")
-        if writable and not desc.usage & AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK:
-            raise InvalidMemory("BLOB hardware buffer has no CPU write usage but must be writable")
-        _check_access(memory, fd, flags, need_write=bool(desc.usage & AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK))
-        _check_extent(memory, st, 0, size)
+        return fd, st, seals, offset, bool(prot & PROT_WRITE)
+    # hardware_buffer_blob
+    desc = hardware_buffer_desc(memory)
+    if desc.format != AHARDWAREBUFFER_FORMAT_BLOB:
+        raise InvalidMemory(f"'hardware_buffer_blob' memory has format {desc.format:#x}, not BLOB (0x21)")
+    if desc.height != 1 or desc.layers != 1:
+        raise InvalidMemory(f"BLOB hardware buffer must have height 1 and layers 1, "
+                            f"got {desc.height} and {desc.layers}")
+    if desc.width != size:
+        raise InvalidMemory(f"BLOB hardware buffer width {desc.width} differs from the memory size {size}")
+    if not desc.usage & AHARDWAREBUFFER_USAGE_CPU_READ_MASK:
+        raise InvalidMemory("BLOB hardware buffer has no CPU read usage")
+    if writable and not desc.usage & AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK:
+        raise InvalidMemory("BLOB hardware buffer has no CPU write usage but must be writable")
+    can_write = bool(desc.usage & AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK)
+    _check_access(memory, fd, flags, can_write, seals)
+    _check_extent(memory, st, 0, size)
+    return fd, st, seals, 0, can_write
 
 
 # --------------------------------------------------------------------------
 # mapping
 
 
-def _mmap(memory: Memory, writable: bool | None) -> tuple[mmap.mmap, int, int, bool]:
-    """Validate ``memory`` and map it: (mmap, start of the memory in it, size, writable)."""
+def _mmap(memory: Memory, writable: bool | None,
+          info: tuple[int, os.stat_result, int, int, bool] | None = None) -> tuple[mmap.mmap, int, int, bool]:
+    """Validate ``memory`` (unless ``info``, what :func:`_validate` returned for
+    it, is given) and map it: (mmap, start of the memory in it, size, writable)."""
     if memory.name == "hardware_buffer":
         validate(memory)
         raise InvalidMemory("a non-BLOB 'hardware_buffer' cannot be mapped by the CPU driver")
-    validate(memory, writable=bool(writable))
-    if memory.name == "mmap_fd":
-        can_write = bool(memory.handle.ints[0] & PROT_WRITE)
-        offset = mmap_fd_offset(memory)
-    elif memory.name == "hardware_buffer_blob":
-        can_write = bool(hardware_buffer_desc(memory).usage & AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK)
-        offset = 0
-    else:
-        can_write, offset = True, 0
+    _, _, _, offset, can_write = _validate(memory, bool(writable)) if info is None else info
     if writable is not None:
-        can_write = writable
+        can_write = bool(writable)
     # NOTE: mmap offsets must be page aligned: map from the aligned-down
     # offset and slice the view.
     delta = offset % mmap.ALLOCATIONGRANULARITY
@@ -396,8 +411,8 @@ class MappedPool:
 
     __slots__ = ("memory", "size", "writable", "_mm", "view")
 
-    def __init__(self, memory: Memory, writable: bool | None = None):
-        mm, delta, size, writable = _mmap(memory, writable)
+    def __init__(self, memory: Memory, writable: bool | None = None, _info: tuple | None = None):
+        mm, delta, size, writable = _mmap(memory, writable, _info)
         self.memory, self.size, self.writable, self._mm = memory, size, writable, mm
         self.view: memoryview = memoryview(mm)[delta:delta + size]
 
@@ -441,14 +456,7 @@ def _region(memory: Memory, writable: bool | None) -> tuple[int, bool]:
     if memory.name == "hardware_buffer":
         validate(memory)
         raise InvalidMemory("a non-BLOB 'hardware_buffer' cannot be accessed by the CPU driver")
-    validate(memory, writable=bool(writable))
-    if memory.name == "mmap_fd":
-        can_write, offset = bool(memory.handle.ints[0] & PROT_WRITE), mmap_fd_offset(memory)
-    elif memory.name == "hardware_buffer_blob":
-        can_write = bool(hardware_buffer_desc(memory).usage & AHARDWAREBUFFER_USAGE_CPU_WRITE_MASK)
-        offset = 0
-    else:
-        can_write, offset = True, 0
+    _, _, _, offset, can_write = _validate(memory, bool(writable))
     return offset, can_write if writable is None else bool(writable)
 
 
@@ -484,11 +492,13 @@ class FdPool:
     itself: ``pool.view[a:b]`` reads those bytes (a copy), ``pool.view[a:b] =
     data`` writes them, as with a memoryview."""
 
-    __slots__ = ("memory", "size", "writable", "_fd", "_base")
+    __slots__ = ("memory", "size", "writable", "_fd", "_base", "_sealed")
 
-    def __init__(self, memory: Memory, writable: bool | None = None):
-        base, can_write = _region(memory, writable)
+    def __init__(self, memory: Memory, writable: bool | None = None, _region_of: tuple | None = None,
+                 _sealed: bool = False):
+        base, can_write = _region(memory, writable) if _region_of is None else _region_of
         self.memory, self.size, self.writable, self._base = memory, memory.size, can_write, base
+        self._sealed = _sealed  # NOTE: validated and sealed against shrinking: no size check per write
         try:
             self._fd: int | None = os.dup(memory.handle.fds[0])  # NOTE: ours, whatever the client closes
         except OSError as e:
@@ -542,7 +552,7 @@ class FdPool:
         try:
             # NOTE: pwrite past the end would grow a shrunk file: refuse instead (the
             # client broke its memory; writing elsewhere than it asked helps no one).
-            if os.fstat(fd).st_size < end:
+            if not self._sealed and os.fstat(fd).st_size < end:
                 raise InvalidMemory(f"{self.memory.name!r} memory shrank below the {stop - start} bytes at {start}")
             done = 0
             while done < len(src):
@@ -572,16 +582,24 @@ class FdPool:
         self.close()
 
 
-def open_pool(memory: Memory, writable: bool | None = None) -> MappedPool | FdPool:
+def open_pool(memory: Memory, writable: bool | None = None, map_min_bytes: int = 0) -> MappedPool | FdPool:
     """The fastest access to ``memory`` that cannot fault: a zero-copy
     :class:`MappedPool` when :func:`shrink_sealed` (the memfds of
-    :func:`allocate`), else an :class:`FdPool` (``pread`` / ``pwrite``).
-    Both have ``view`` (sliced to read, slice-assigned to write) and ``close``."""
-    # NOTE: the seal is checked before validate() reads the size: once sealed, the size
-    # validate sees can only grow.
-    if shrink_sealed(memory):
-        return MappedPool(memory, writable)
-    return FdPool(memory, writable)
+    :func:`allocate`) and of at least ``map_min_bytes`` (a request pool used
+    once passes ``MAP_MIN_BYTES``), else an :class:`FdPool` (``pread`` /
+    ``pwrite``).  Both have ``view`` (sliced to read, slice-assigned to
+    write) and ``close``."""
+    if memory.name == "hardware_buffer":
+        validate(memory)
+        raise InvalidMemory("a non-BLOB 'hardware_buffer' cannot be accessed by the CPU driver")
+    # NOTE: one validation, each fact read by one syscall (the seals before the size:
+    # once sealed, the size validate sees can only grow).
+    info = _validate(memory, bool(writable))
+    _, st, seals, offset, can_write = info
+    sealed = not stat.S_ISREG(st.st_mode) or bool(seals & fcntl.F_SEAL_SHRINK)
+    if sealed and memory.size >= map_min_bytes:
+        return MappedPool(memory, writable, info)
+    return FdPool(memory, writable, (offset, can_write if writable is None else bool(writable)), sealed)
 
 
 class PrivateCopy:

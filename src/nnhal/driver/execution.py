@@ -6,6 +6,7 @@ burst), which differ only in how they report."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -75,7 +76,9 @@ class RequestPools:
                     if pool_cache is not None:
                         mp = pool_cache(pool.hidlMemory, k in out_pools)
                     else:
-                        mp = hal_memory.open_pool(pool.hidlMemory, writable=True if k in out_pools else False)
+                        # NOTE: small pools used once are cheaper to pread/pwrite than to map and unmap
+                        mp = hal_memory.open_pool(pool.hidlMemory, writable=True if k in out_pools else False,
+                                                  map_min_bytes=hal_memory.MAP_MIN_BYTES)
                         self._maps.append(mp)
                 except hal_memory.InvalidMemory as e:
                     self.close()
@@ -166,16 +169,19 @@ def _run_request(model: hal.Model, executor: Executor, request: hal.Request, poo
                 inputs.append(special)
                 continue
             dims = list(arg.dimensions) if arg.dimensions else list(o.dimensions)
-            if is_tensor(o) and any(d == 0 for d in (arg.dimensions or [])):
-                pass  # a zero-sized input dimension given by the request
-            dtype = NUMPY_DTYPE[hal.OperandType(o.type)]
-            n = int(np.prod(dims)) if dims else 1
-            need = n * dtype.itemsize
+            dtype = NUMPY_DTYPE[o.type]  # NOTE: an IntEnum-keyed dict finds the plain int too (same hash)
+            need = int(math.prod(dims)) * dtype.itemsize  # NOTE: math.prod: no numpy reduction per input
             loc = arg.location
             if loc.length < need:
                 raise ValidationError(f"request input {k}: {need} bytes needed for {hal.OperandType(o.type).name} "
                                       f"{dims}, the location has {loc.length}")
             view = pools.views[loc.poolIndex]
+            if view.__class__ is hal_memory.FdPool and dtype != np.bool_:
+                # NOTE: pread straight into the input array (no intermediate buffer)
+                arr = np.empty(need // dtype.itemsize, dtype)
+                view.read_into(loc.offset, memoryview(arr).cast("B"))
+                inputs.append(arr.reshape(dims))
+                continue
             chunk = view[loc.offset: loc.offset + need]  # NOTE: an FdPool (unsealed memory) reads it here
             raw = np.frombuffer(chunk, dtype=np.uint8)
             if dtype == np.bool_:

@@ -11,7 +11,7 @@ from nnhal import hal
 from nnhal.driver.execution import RequestPools, Result, output_sizes_known, run_request
 from nnhal.driver.scheduler import Expired, QueueFull, get_scheduler, missed_deadline_status
 from nnhal.executor import Executor
-from nnhal.validation import ValidationError, operand_byte_size, own_copy, validate_request, validate_timeout
+from nnhal.validation import ValidationError, operand_byte_size, own_request, validate_request, validate_timeout
 
 log = logging.getLogger("nnhal.driver")
 
@@ -46,7 +46,7 @@ def _upgrade_request(request: Any) -> hal.Request:
             request = convert_to_v1_3(request)
         except Exception as e:  # noqa: BLE001
             raise ValidationError(f"not a request: {e}") from None
-    return own_copy(request)
+    return own_request(request)
 
 
 class SamplePreparedModel(hal.IPreparedModel):
@@ -144,12 +144,12 @@ class SamplePreparedModel(hal.IPreparedModel):
         return None, job
 
     def _async(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, callback: Any,
-               notify_name: str) -> S:
+               notify_name: str, owned: bool = False) -> S:
         if callback is None or not hasattr(callback, notify_name):
             log.error("execute: invalid callback")
             return S.INVALID_ARGUMENT
         notify = getattr(callback, notify_name)
-        err, job = self._launch(request, measure, deadline, loop_timeout)
+        err, job = self._launch(request, measure, deadline, loop_timeout, owned=owned)
         if err is not None:
             _notify_exec(notify, notify_name, err)
             return err.status if err.status == S.INVALID_ARGUMENT else S.NONE
@@ -223,6 +223,18 @@ class SamplePreparedModel(hal.IPreparedModel):
     def executeSynchronously_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any) -> tuple:
         err, job = self._launch(request, measure, deadline, loopTimeoutDuration)
         return (err if err is not None else self.run_job(job)).as_tuple()
+
+    # NOTE: the service's entry points (nnhal.service.server): the request was decoded from
+    # the wire for this call and no one else holds it, so it is the driver's own already
+    # (no by-value copy); the HAL methods above keep their signatures and copy.
+    def executeSynchronously_1_3_owned(self, request: Any, measure: Any, deadline: Any,
+                                       loopTimeoutDuration: Any) -> tuple:
+        err, job = self._launch(request, measure, deadline, loopTimeoutDuration, owned=True)
+        return (err if err is not None else self.run_job(job)).as_tuple()
+
+    def execute_1_3_owned(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any,
+                          callback: Any) -> S:
+        return self._async(request, measure, deadline, loopTimeoutDuration, callback, "notify_1_3", owned=True)
 
     def executeFenced(self, request: Any, waitFor: list, measure: Any, deadline: Any, loopTimeoutDuration: Any,
                       duration: Any) -> tuple:

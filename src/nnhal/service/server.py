@@ -72,6 +72,7 @@ HANDSHAKE_TIMEOUT_S = 10.0
 MAX_CALL_CHANNELS = 64  # per client: one per calling thread
 CLIENT_CALL_TIMEOUT_S = 10.0
 DEVICE = b""
+_OWNED_CALLS = frozenset({"executeSynchronously_1_3", "execute_1_3"})  # see _dispatch
 
 
 # --------------------------------------------------------------------------
@@ -461,8 +462,11 @@ class Connection:
         if iface == "IPreparedModel" and not self._tokens_ok(args[0]):
             self._fail(call.cid, S.INVALID_ARGUMENT, "a request names a memory token this client was not given", send)
             return
+        # NOTE: a request decoded from this call's message is no one else's: a driver that
+        # offers an ``<method>_owned`` entry point runs it without the by-value copy
+        method = getattr(obj, spec.name + "_owned", None) if spec.name in _OWNED_CALLS else None
         try:
-            result = getattr(obj, spec.name)(*args)
+            result = (method or getattr(obj, spec.name))(*args)
         except Exception as e:  # noqa: BLE001 - a driver bug is the client's GENERAL_FAILURE, not our death
             log.exception("%s.%s raised", iface, spec.name)
             result = spec.error(S.GENERAL_FAILURE)
