@@ -573,12 +573,15 @@ def test_high_priority_latency_under_low_load() -> None:
                 assert low.execute_1_3(p.request(), M.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
                                        cb) == S.NONE
             t_high = timed(high)
+            done_at_high = sum(cb.notified for cb in cbs)
             t_low = timed(low)
+            done_at_low = sum(cb.notified for cb in cbs)
             for cb in cbs:
                 cb.wait(WAIT_S)
-            print(f"idle HIGH {idle * 1e3:.1f} ms; with 24 LOW queued: HIGH {t_high * 1e3:.1f} ms, "
-                  f"LOW {t_low * 1e3:.1f} ms")
-            assert t_high < t_low
+            print(f"idle HIGH {idle * 1e3:.1f} ms; with 24 LOW queued: HIGH {t_high * 1e3:.1f} ms "
+                  f"({done_at_high} LOW done), LOW {t_low * 1e3:.1f} ms ({done_at_low} LOW done)")
+            # NOTE: counted, not timed (robust on a loaded machine)
+            assert done_at_high < done_at_low and done_at_high <= len(cbs) // 2
             assert threading.active_count() < 200
     finally:
         sched.shutdown()

@@ -212,12 +212,13 @@ def test_service_high_priority_ahead_of_low_backlog(remote) -> None:  # noqa: AN
         for cb in cbs:
             assert low.execute_1_3(p.request(), M.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
                                    cb) == S.NONE
-        t0 = time.monotonic()
         assert execute_sync(high, p.request())[0] == S.NONE
-        t_high = time.monotonic() - t0
-        t0 = time.monotonic()
+        done_at_high = sum(cb.notified for cb in cbs)
         assert execute_sync(low, p.request())[0] == S.NONE
-        t_low = time.monotonic() - t0
+        done_at_low = sum(cb.notified for cb in cbs)
         for cb in cbs:
             assert cb.wait(WAIT_S)[0] == S.NONE
-    assert t_high < t_low, (t_high, t_low)
+    # NOTE: counted, not timed (robust on a loaded machine): the HIGH execution
+    # overtook the backlog, the LOW one waited behind it
+    assert done_at_high < done_at_low, (done_at_high, done_at_low)
+    assert done_at_high <= len(cbs) // 2
