@@ -106,7 +106,7 @@ def test_preemption_at_yield_points(sched: Scheduler) -> None:
     while "low-done" not in order and time.monotonic() < deadline:
         time.sleep(0.01)
     assert order == ["high", "low-done"]
-    assert waited < 0.2 and sched.stats()["preempted"] >= 1
+    assert waited < 1.0 and sched.stats()["preempted"] >= 1
 
 
 def test_shutdown_drops_queued_work_and_wakes_waiters() -> None:
