@@ -22,7 +22,7 @@ from nnhal.ops.base import (
     Tensor,
     match_signature,
 )
-from nnhal.ops.normalization import inv_sqrt_multiplier
+from nnhal.ops.fixedpoint import inv_sqrt_multiplier
 from nnhal.ops.registry import REGISTRY
 
 
@@ -66,11 +66,11 @@ def test_l2_float_zeros_and_float16():
 
 def test_inv_sqrt_multiplier():
     acc = np.array([2, 3, 5, 100, 1000, 65025, 12345678, 2**29, 2**31 - 1], np.int64)
-    mult, shift = inv_sqrt_multiplier(acc)
+    mult, shift = inv_sqrt_multiplier(acc, -1)
     assert np.all(shift <= 0)
     approx = mult.astype(np.float64) * 2.0 ** (shift.astype(np.float64) - 31)
     np.testing.assert_allclose(approx, 1 / np.sqrt(acc.astype(np.float64)), rtol=1e-5)
-    mult, shift = inv_sqrt_multiplier(np.array([0, 1]))
+    mult, shift = inv_sqrt_multiplier(np.array([0, 1]), -1)
     np.testing.assert_array_equal(mult, [2**31 - 1, 2**31 - 1])
     np.testing.assert_array_equal(shift, [0, 0])
 

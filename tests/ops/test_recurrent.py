@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from nnhal.hal import OperandType, OperationType
+from nnhal.ops import fixedpoint as FP
 from nnhal.ops import lstm_kernels as K
 from nnhal.ops.base import (
     V1_0,
@@ -408,20 +409,20 @@ def test_fixed_point_logistic_tanh_accuracy(int_bits):
 
 
 def test_fixed_point_primitives():
-    assert K.srdhm16(np.array([-32768]), -32768)[0] == 32767
-    assert K.srdhm16(np.array([16384]), 16384)[0] == 8192
-    assert K.srdhm16(np.array([-3]), 16384)[0] == -1  # -1.5: gemmlowp's nudge rounds it toward zero
-    assert list(K.wrap16(np.array([32768, -32769]))) == [-32768, 32767]
+    assert FP.saturating_rounding_doubling_high_mul16(np.array([-32768]), -32768)[0] == 32767
+    assert FP.saturating_rounding_doubling_high_mul16(np.array([16384]), 16384)[0] == 8192
+    assert FP.saturating_rounding_doubling_high_mul16(np.array([-3]), 16384)[0] == -1  # -1.5: gemmlowp's nudge rounds it toward zero
+    assert list(FP.wrap16(np.array([32768, -32769]))) == [-32768, 32767]
     assert list(K.rescale16(np.array([5000, -5000, 3000]), 3, 0)) == [32767, -32768, 24000]
     assert K.const16(1 << 30) == 16384
 
 
 @pytest.mark.parametrize("value", [2, 3, 100, 4096, 123457, (1 << 29) + 5, (1 << 31) - 1])
 def test_inv_sqrt_multiplier(value):
-    q, shift = K.inv_sqrt_multiplier(value, -1)
+    q, shift = FP.inv_sqrt_multiplier(value, -1)
     got = q * 2.0 ** (shift - 31)
     # the reference's multiplier represents 2^15 / sqrt(value)... up to its fixed scale; compare ratios
-    ref_q, ref_shift = K.inv_sqrt_multiplier(4, -1)
+    ref_q, ref_shift = FP.inv_sqrt_multiplier(4, -1)
     ratio = got / (ref_q * 2.0 ** (ref_shift - 31))
     assert ratio == pytest.approx(math.sqrt(4 / value), rel=1e-5)
 

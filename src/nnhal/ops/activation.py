@@ -18,9 +18,14 @@ import numpy as np
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, HalVersion, OpDef, OpInfo, Signature
 from nnhal.ops.broadcast import broadcast_shape, check_max_rank, validate_max_rank
+from nnhal.ops.fixedpoint import (
+    exp_on_negative_values,
+    newton_reciprocal,
+    saturating_rounding_multiply_by_pot,
+)
+from nnhal.ops.fixedpoint import saturating_rounding_doubling_high_mul16 as srdhm16
 from nnhal.ops.quant import (
     INT32_MAX,
-    INT32_MIN,
     QUANT_RANGE,
     activation_range,
     multiply_by_quantized_multiplier,
@@ -37,66 +42,7 @@ Q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
 _srdhm = saturating_rounding_doubling_high_mul
 _rdbp = rounding_divide_by_pot
-
-
-def _sat_mul_pot(x: np.ndarray, exponent: int) -> np.ndarray:
-    """gemmlowp SaturatingRoundingMultiplyByPOT on int32 values."""
-    if exponent == 0:
-        return x
-    if exponent < 0:
-        return _rdbp(x, -exponent)
-    threshold = (1 << (31 - exponent)) - 1
-    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, x << exponent))
-
-
-def _rounding_half_sum(a: np.ndarray, b: int) -> np.ndarray:
-    s = a + b
-    s = s + np.where(s >= 0, 1, -1)
-    return np.where(s >= 0, s >> 1, -((-s) >> 1))  # C++ division truncates
-
-
-def _exp_on_interval_minus_quarter_to_0(a: np.ndarray) -> np.ndarray:
-    """exp(a) for a in [-1/4, 0), Q0.31 in and out (Taylor series around -1/8)."""
-    constant_term = 1895147668  # exp(-1/8)
-    one_third = 715827883
-    x = a + (1 << 28)
-    x2 = _srdhm(x, x)
-    x3 = _srdhm(x2, x)
-    x4 = _srdhm(x2, x2)
-    x4_over_4 = _rdbp(x4, 2)
-    poly = _rdbp(_srdhm(x4_over_4 + x3, one_third) + x2, 1)
-    return constant_term + _srdhm(constant_term, x + poly)
-
-
-# exp(-2^k) in Q0.31 for the barrel shifter of exp_on_negative_values
-_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
-               (3, 720401), (4, 242))
-
-
-def _exp_on_negative_values(a: np.ndarray, integer_bits: int) -> np.ndarray:
-    """exp(a) for a <= 0 given in Q(integer_bits); result in Q0.31."""
-    frac_bits = 31 - integer_bits
-    one_quarter = 1 << (frac_bits - 2)
-    a_mod_quarter_minus_quarter = (a & (one_quarter - 1)) - one_quarter
-    result = _exp_on_interval_minus_quarter_to_0(_sat_mul_pot(a_mod_quarter_minus_quarter, integer_bits))
-    remainder = a_mod_quarter_minus_quarter - a
-    for exponent, multiplier in _EXP_BARREL:
-        if integer_bits > exponent:
-            bit = (remainder & (1 << (frac_bits + exponent))) != 0
-            result = np.where(bit, _srdhm(result, multiplier), result)
-    if integer_bits > 5:
-        result = np.where(a < -(1 << (36 - integer_bits)), 0, result)
-    return np.where(a == 0, INT32_MAX, result)
-
-
-def _newton_reciprocal(a: np.ndarray) -> np.ndarray:
-    """The Q2.29 Newton-Raphson estimate of 1 / ((1 + a) / 2), a in Q0.31."""
-    half_denominator = _rounding_half_sum(a, INT32_MAX)
-    x = 1515870810 + _srdhm(half_denominator, -1010580540)  # 48/17 - 32/17 * d
-    for _ in range(3):
-        one_minus = (1 << 29) - _srdhm(half_denominator, x)
-        x = x + _sat_mul_pot(_srdhm(x, one_minus), 2)
-    return x
+_sat_mul_pot = saturating_rounding_multiply_by_pot
 
 
 def fixed_logistic(a: np.ndarray, integer_bits: int) -> np.ndarray:
@@ -105,7 +51,7 @@ def fixed_logistic(a: np.ndarray, integer_bits: int) -> np.ndarray:
     positive = a > 0
     neg_abs = np.where(positive, -a, a)
     # 1 / (1 + exp(-|a|)) = Rescale<0>(ExactMulByPot<-1>(reciprocal estimate))
-    if_positive = _sat_mul_pot(_newton_reciprocal(_exp_on_negative_values(neg_abs, integer_bits)), 1)
+    if_positive = _sat_mul_pot(newton_reciprocal(exp_on_negative_values(neg_abs, integer_bits)), 1)
     if_negative = INT32_MAX - if_positive
     return np.where(a == 0, 1 << 30, np.where(positive, if_positive, if_negative))
 
@@ -116,7 +62,7 @@ def fixed_tanh(a: np.ndarray, integer_bits: int) -> np.ndarray:
     negative = a < 0
     n = np.where(negative, a, -a)
     # (1 - e) / (1 + e) with e = exp(2n): 2n is n read with one more integer bit
-    t = _sat_mul_pot(_newton_reciprocal(_exp_on_negative_values(n, integer_bits + 1)) - (1 << 29), 2)
+    t = _sat_mul_pot(newton_reciprocal(exp_on_negative_values(n, integer_bits + 1)) - (1 << 29), 2)
     return np.where(a == 0, 0, np.where(negative, -t, t))
 
 
@@ -217,14 +163,6 @@ def _sat_int16(x: np.ndarray) -> np.ndarray:
     return np.clip(x, -32768, 32767)
 
 
-def _srdhm16(a: np.ndarray, b: int) -> np.ndarray:
-    """gemmlowp SaturatingRoundingDoublingHighMul on int16 values."""
-    ab = a * b
-    s = ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
-    r = np.where(s >= 0, s >> 15, -((-s) >> 15))
-    return np.where((a == -32768) & (b == -32768), 32767, r)
-
-
 def _sdhm16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """TFLite SaturatingDoublingHighMul on int16 (truncating, like ARM SQDMULH)."""
     ab = a * b
@@ -251,11 +189,11 @@ def _hard_swish_quant(ctx: ExecContext) -> np.ndarray:
 
     value = x.data.astype(np.int64) - x.zero_point
     hires = value * 128
-    preshift_out = _srdhm16(hires, m_out)
+    preshift_out = srdhm16(hires, m_out)
     reluish = hires
     if relu_exp > 0:
         reluish = _sat_int16(reluish << (relu_exp - 1))
-    reluish = _srdhm16(reluish, m_relu)
+    reluish = srdhm16(reluish, m_relu)
     if relu_exp > 0:
         reluish = _sat_int16(reluish << 1)
     if relu_exp < 0:

@@ -32,6 +32,7 @@ from nnhal.ops.base import (
     Tensor,
     fused_activation,
 )
+from nnhal.ops.fixedpoint import round_half_away
 from nnhal.ops.quant import (
     QUANT_RANGE,
     activation_range,
@@ -69,16 +70,6 @@ def validate_max_rank(info: OpInfo, max_rank: int, *indexes: int) -> None:
 def as_float(t: Tensor) -> np.ndarray:
     """A float16 / float32 tensor's values in float32 (float16 kernels compute in float32)."""
     return t.data.astype(np.float32, copy=False)
-
-
-def round_half_away(x: np.ndarray) -> np.ndarray:
-    """C++ std::round (half away from zero), exact for float32 / float64 arrays."""
-    x = np.asarray(x)
-    a = np.abs(x)
-    f = np.floor(a)
-    # NOTE: a - floor(a) is exact, unlike floor(a + 0.5) which can round up 0.49999997
-    r = f + (a - f >= 0.5)
-    return np.copysign(r, x)
 
 
 def requantize(q: np.ndarray, scale: float, zero_point: int, out_scale: float, out_zp: int,

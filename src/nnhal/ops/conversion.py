@@ -15,7 +15,8 @@ import numpy as np
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
-from nnhal.ops.broadcast import check_max_rank, round_half_away, validate_max_rank
+from nnhal.ops.broadcast import check_max_rank, validate_max_rank
+from nnhal.ops.fixedpoint import round_half_away
 from nnhal.ops.quant import QUANT_RANGE
 
 T = OperandType

@@ -33,6 +33,7 @@ from nnhal.ops.base import (
     Signature,
     Tensor,
 )
+from nnhal.ops.fixedpoint import round_half_away
 from nnhal.ops.quant import QUANT_RANGE, multiply_by_quantized_multiplier, quantize_multiplier
 
 T = OperandType
@@ -60,7 +61,7 @@ def _store(values: np.ndarray, type_: OperandType, scale: float = 0.0, zero_poin
     if type_ in QUANT_RANGE:
         lo, hi = QUANT_RANGE[type_]
         v = (np.asarray(values, F32) / F32(scale) + F32(zero_point)).astype(F32)
-        r = np.sign(v) * np.floor(np.abs(v) + F32(0.5))
+        r = round_half_away(v)
         return np.clip(r, lo, hi).astype(NUMPY_DTYPE[type_])
     return np.asarray(values).astype(np.float16 if type_ == TF16 else F32)
 

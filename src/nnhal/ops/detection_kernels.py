@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nnhal.ops import deadline
+from nnhal.ops.fixedpoint import round_half_away
 
 F32 = np.float32
 
@@ -556,15 +557,11 @@ def roi_align_quant(q: np.ndarray, zero_point: int, rois_q: np.ndarray, batch_id
             in_h, in_w, c, rois, out_h, out_w, one, one, h_ratio, w_ratio):
         acc = np.zeros((idx.size, out_h, out_w, c), np.int64)
         for w, vals in _corners(xv, b[idx], ylo, yhi, yf, xlo, xhi, xf):
-            wq = _round_half_away(w / w_unit).astype(np.int64)
+            wq = round_half_away(w / w_unit).astype(np.int64)
             acc += np.einsum("nhawb,nhawbc->nhwc", wq, vals)
         real = F32(F32(F32(in_scale) * w_unit) / F32(out_scale)) / F32(h_r * w_r)
         out[idx] = requant(acc, float(real)) + out_zero_point
     return np.clip(out, qmin, qmax)
-
-
-def _round_half_away(v: np.ndarray) -> np.ndarray:
-    return np.sign(v) * np.floor(np.abs(v) + 0.5)
 
 
 # --------------------------------------------------------------------------
@@ -584,8 +581,8 @@ def roi_pool(x: np.ndarray, rois: np.ndarray, batch_idx: np.ndarray, out_h: int,
     out = np.empty((n, out_h, out_w, c), x.dtype)
     if n == 0:
         return out
-    sx = _round_half_away((rois[:, [0, 2]] * w_scale).astype(F32)).astype(np.int64)
-    sy = _round_half_away((rois[:, [1, 3]] * h_scale).astype(F32)).astype(np.int64)
+    sx = round_half_away((rois[:, [0, 2]] * w_scale).astype(F32)).astype(np.int64)
+    sy = round_half_away((rois[:, [1, 3]] * h_scale).astype(F32)).astype(np.int64)
     roi_w = np.maximum(sx[:, 1] - sx[:, 0] + 1, 1).astype(F32)
     roi_h = np.maximum(sy[:, 1] - sy[:, 0] + 1, 1).astype(F32)
     w_step = roi_w / F32(out_w)

@@ -17,20 +17,32 @@ and QUANTIZED_LSTM).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from nnhal.ops import deadline
+from nnhal.ops.fixedpoint import (
+    EXP_BARREL,
+    EXP_MINUS_ONE_EIGHTH,
+    INT16_MAX,
+    INT16_MIN,
+    ONE_THIRD,
+    inv_sqrt_multiplier,
+    round_half_away_int,
+    saturating_rounding_multiply_by_pot,
+    trunc_div,
+    wrap16,
+    wrap32,
+)
+from nnhal.ops.fixedpoint import (
+    saturating_rounding_doubling_high_mul16 as srdhm16,
+)
 from nnhal.ops.quant import (
     quantize_multiplier,
     rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul,
 )
-
-INT16_MIN = -32768
-INT16_MAX = 32767
 
 # ----------------------------------------------------------------------------
 # float LSTM
@@ -199,50 +211,15 @@ def float_lstm_sequence(x: np.ndarray, w: FloatLstmWeights, h0: np.ndarray, c0: 
 # gemmlowp FixedPoint<int16_t, N> on int64 arrays
 
 
-def wrap16(x: np.ndarray) -> np.ndarray:
-    """static_cast<int16_t> (two's complement wrap)."""
-    return ((np.asarray(x, np.int64) + 32768) & 0xFFFF) - 32768
-
-
-def wrap32(x: np.ndarray) -> np.ndarray:
-    """static_cast<int32_t> (two's complement wrap)."""
-    return ((np.asarray(x, np.int64) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-
-
-def _trunc_div(a: np.ndarray, d: int) -> np.ndarray:
-    """C integer division (truncates toward zero)."""
-    a = np.asarray(a, np.int64)
-    q = np.abs(a) // d
-    return np.where(a < 0, -q, q)
-
-
-def srdhm16(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
-    """SaturatingRoundingDoublingHighMul on int16 values."""
-    a = np.asarray(a, np.int64)
-    b = np.asarray(b, np.int64)
-    ab = a * b
-    nudge = np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
-    q = _trunc_div(ab + nudge, 1 << 15)
-    return np.where((a == b) & (a == INT16_MIN), INT16_MAX, q)
-
-
 def sat_add16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.clip(np.asarray(a, np.int64) + b, INT16_MIN, INT16_MAX)
-
-
-def _sat_shift_left(x: np.ndarray, exponent: int, bits: int) -> np.ndarray:
-    """SaturatingRoundingMultiplyByPOT with a positive exponent on int<bits>."""
-    threshold = (1 << (bits - 1 - exponent)) - 1
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    x = np.asarray(x, np.int64)
-    return np.where(x > threshold, hi, np.where(x < -threshold, lo, x << exponent))
 
 
 def rescale16(x: np.ndarray, src_bits: int, dst_bits: int) -> np.ndarray:
     """gemmlowp Rescale<dst>(FixedPoint<int16_t, src>)."""
     e = src_bits - dst_bits
     if e > 0:
-        return _sat_shift_left(x, e, 16)
+        return saturating_rounding_multiply_by_pot(x, e, 16)
     if e < 0:
         return rounding_divide_by_pot(x, -e)
     return np.asarray(x, np.int64)
@@ -256,8 +233,8 @@ def const16(v32: int) -> int:
 
 def _exp_on_interval(a: np.ndarray) -> np.ndarray:
     """exp(a) for a in [-1/4, 0), F0 -> F0."""
-    constant_term = const16(1895147668)
-    one_third = const16(715827883)
+    constant_term = const16(EXP_MINUS_ONE_EIGHTH)
+    one_third = const16(ONE_THIRD)
     x = wrap16(a + (1 << 12))
     x2 = srdhm16(x, x)
     x3 = srdhm16(x2, x)
@@ -268,10 +245,6 @@ def _exp_on_interval(a: np.ndarray) -> np.ndarray:
     return sat_add16(constant_term, srdhm16(constant_term, wrap16(x + poly)))
 
 
-_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535),
-               (3, 720401), (4, 242))
-
-
 def exp_on_negative_values16(a: np.ndarray, int_bits: int) -> np.ndarray:
     """gemmlowp exp_on_negative_values(FixedPoint<int16_t, int_bits>) -> F0."""
     a = np.asarray(a, np.int64)
@@ -280,7 +253,7 @@ def exp_on_negative_values16(a: np.ndarray, int_bits: int) -> np.ndarray:
     a_mod = wrap16((a & (quarter - 1)) - quarter)
     result = _exp_on_interval(rescale16(a_mod, int_bits, 0))
     remainder = wrap16(a_mod - a)
-    for exponent, multiplier in _EXP_BARREL:
+    for exponent, multiplier in EXP_BARREL:
         if int_bits > exponent:
             bit = 1 << (frac + exponent)
             result = np.where((remainder & bit) != 0, srdhm16(result, const16(multiplier)), result)
@@ -293,7 +266,7 @@ def exp_on_negative_values16(a: np.ndarray, int_bits: int) -> np.ndarray:
 def _newton_reciprocal(a: np.ndarray) -> np.ndarray:
     """Shared Newton-Raphson part of 1/(1+x) and (1-x)/(1+x): returns F2 x."""
     s = np.asarray(a, np.int64) + INT16_MAX
-    half_den = _trunc_div(s + np.where(s >= 0, 1, -1), 2)
+    half_den = trunc_div(s + np.where(s >= 0, 1, -1), 2)
     x = wrap16(const16(1515870810) + srdhm16(half_den, const16(-1010580540)))
     one_f2 = 1 << 13
     for _ in range(3):
@@ -378,41 +351,6 @@ def matmul_accumulate(x: np.ndarray, eff_bias: np.ndarray, w: np.ndarray, q: int
     return np.clip(acc, lo, hi)
 
 
-def _sat_shift_left32(x: int, e: int) -> int:
-    return int(_sat_shift_left(np.int64(x), e, 32))
-
-
-def inv_sqrt_multiplier(value: int, reverse_shift: int) -> tuple[int, int]:
-    """QuantUtils GetInvSqrtQuantizedMultiplierExp (int32 Newton-Raphson)."""
-    if value <= 1:
-        return (1 << 31) - 1, 0
-    shift = 11
-    while value >= (1 << 29):
-        value //= 4
-        shift += 1
-    max_left_shift_bits = (32 - value.bit_length()) - 1
-    pairs = max_left_shift_bits // 2 - 1
-    shift -= pairs
-    value <<= 2 * pairs
-    fp_input = value >> 1  # F3
-    half_input = int(rounding_divide_by_pot(np.int64(fp_input), 1))
-    half_three = (1 << 28) + (1 << 27)
-    x = 1 << 28  # F3 one
-
-    def mul(a: int, b: int) -> int:
-        return int(saturating_rounding_doubling_high_mul(np.int64(a), np.int64(b)))
-
-    for _ in range(5):
-        x3 = _sat_shift_left32(mul(mul(x, x), x), 6)  # F9 -> F3
-        t = int(wrap32(np.int64(mul(half_three, x) - mul(half_input, x3))))
-        x = _sat_shift_left32(t, 3)  # F6 -> F3
-    x = mul(x, 1518500250)
-    if shift < 0:
-        x = int(wrap32(np.int64(x) << -shift))
-        shift = 0
-    return x, shift * reverse_shift
-
-
 def layer_norm_int16(v: np.ndarray, weight: np.ndarray, bias: np.ndarray, scale_q: int, scale_shift: int,
                      variance_limit: int) -> np.ndarray:
     """QuantUtils ApplyLayerNorm on (B, n) int16 values."""
@@ -429,11 +367,11 @@ def layer_norm_int16(v: np.ndarray, weight: np.ndarray, bias: np.ndarray, scale_
         variance2 = int(wrap32(np.int64(_c_div(variance, guard))))
         if variance2 < 1:
             variance2 = variance_limit
-        inv_q, inv_shift = inv_sqrt_multiplier(variance2, -1)
+        inv_q, inv_shift = (int(v) for v in inv_sqrt_multiplier(variance2, -1))
         shifted = wrap32(1024 * row - mean)
         rescaled = mbqm32(shifted, inv_q, inv_shift)
         val3 = wrap32(rescaled * weight.astype(np.int64) + bias.astype(np.int64))
-        val4 = _trunc_div(val3 + np.where(val3 > 0, 512, -512), 1024)
+        val4 = trunc_div(val3 + np.where(val3 > 0, 512, -512), 1024)
         val5 = mbqm32(val4, scale_q, scale_shift + 12)
         out[b] = np.clip(val5, INT16_MIN, INT16_MAX)
     return out
@@ -447,7 +385,7 @@ def _c_div(a: int, b: int) -> int:
 def checked_log2(x: float) -> tuple[bool, int]:
     """QuantUtils CheckedLog2 (single precision): (is a power of two, log2)."""
     lg = np.float32(np.log(np.float32(x))) * (np.float32(1.0) / np.float32(np.log(np.float32(2.0))))
-    rounded = np.float32(math.floor(abs(float(lg)) + 0.5) * (1 if lg >= 0 else -1))  # std::round
+    rounded = np.float32(round_half_away_int(lg))  # std::round of the float
     return bool(abs(float(np.float32(lg - rounded))) < 1e-3), int(rounded)
 
 

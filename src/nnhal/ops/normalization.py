@@ -22,13 +22,10 @@ from nnhal.ops.base import (
     OpInfo,
     Signature,
 )
+from nnhal.ops.fixedpoint import inv_sqrt_multiplier
 from nnhal.ops.quant import (
-    INT32_MAX,
-    INT32_MIN,
     multiply_by_quantized_multiplier,
     multiply_by_quantized_multiplier_smaller_than_one,
-    rounding_divide_by_pot,
-    saturating_rounding_doubling_high_mul,
 )
 
 T = OperandType
@@ -60,49 +57,6 @@ def _validate_rank_axis(info: OpInfo, axis_input: int) -> None:
 # L2_NORMALIZATION
 
 
-def _wrap32(x: np.ndarray) -> np.ndarray:
-    """int32 wrap-around of int64 values."""
-    return ((np.asarray(x, np.int64) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-
-
-def _saturating_mul_pot(x: np.ndarray, exponent: int) -> np.ndarray:
-    """gemmlowp SaturatingRoundingMultiplyByPOT for exponent > 0."""
-    threshold = (1 << (31 - exponent)) - 1
-    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, x << exponent))
-
-
-def inv_sqrt_multiplier(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """TFLite ``GetInvSqrtQuantizedMultiplierExp(acc, reverse_shift=-1)`` on an
-    array of non-negative int32 sums: (multiplier, left shift <= 0) with
-    1/sqrt(acc) ~= multiplier * 2^(shift - 31).  acc <= 1 gives (INT32_MAX, 0)."""
-    acc = np.asarray(acc, np.int64)
-    small = acc <= 1
-    x = np.where(small, 2, acc)
-    shift = np.full(x.shape, 11, np.int64)
-    while np.any(big := x >= (1 << 29)):
-        x = np.where(big, x // 4, x)
-        shift += big
-    bit_length = np.frexp(x.astype(np.float64))[1].astype(np.int64)  # exact for ints < 2^53
-    pairs = ((32 - bit_length) - 1) // 2 - 1
-    shift -= pairs
-    x = x << (2 * pairs)
-    # Newton-Raphson for 1/sqrt in fixed point with 3 integer bits (raw / 2^28)
-    half_input = rounding_divide_by_pot(x >> 1, 1)
-    half_three = (1 << 28) + (1 << 27)
-    r = np.full(x.shape, 1 << 28, np.int64)
-    for _ in range(5):
-        r3 = _saturating_mul_pot(
-            saturating_rounding_doubling_high_mul(saturating_rounding_doubling_high_mul(r, r), r), 6)
-        diff = _wrap32(saturating_rounding_doubling_high_mul(half_three, r)
-                       - saturating_rounding_doubling_high_mul(half_input, r3))
-        r = _saturating_mul_pot(diff, 3)
-    r = saturating_rounding_doubling_high_mul(r, 1518500250)  # * sqrt(2)/2
-    neg = shift < 0
-    r = np.where(neg, _wrap32(r << np.where(neg, -shift, 0)), r)
-    shift = np.where(neg, 0, shift)
-    return np.where(small, INT32_MAX, r), np.where(small, 0, -shift)
-
-
 def _l2norm_execute(ctx: ExecContext) -> list[np.ndarray]:
     inp, out = ctx.inputs[0], ctx.outputs[0]
     axis = _axis(ctx, 1)
@@ -120,7 +74,7 @@ def _l2norm_execute(ctx: ExecContext) -> list[np.ndarray]:
         raise ctx.fail(f"output scale must be 1/128 and zero point {want_zp}")
     diff = x.astype(np.int64) - inp.zero_point
     acc = np.sum(diff * diff, axis=axis, keepdims=True)
-    mult, shift = inv_sqrt_multiplier(acc)
+    mult, shift = inv_sqrt_multiplier(acc, -1)
     if unsigned:
         res = multiply_by_quantized_multiplier_smaller_than_one(diff * 128, mult, shift) + 128
         res = np.clip(res, 0, 255)

@@ -15,9 +15,14 @@ import numpy as np
 
 from nnhal.hal import OperandType
 from nnhal.ops.base import NUMPY_DTYPE
-
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
+from nnhal.ops.fixedpoint import (  # noqa: F401  (re-exported: the kernels' one import of quantized math)
+    INT32_MAX,
+    INT32_MIN,
+    round_half_away,
+    round_half_away_int,
+    rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+)
 
 # (min, max) of each quantized type's stored integer
 QUANT_RANGE: dict[OperandType, tuple[int, int]] = {
@@ -37,7 +42,7 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     if real == 0.0:
         return 0, 0
     mantissa, shift = math.frexp(real)
-    q = int(_round_half_away(mantissa * (1 << 31)))  # NOTE: std::round, not Python's banker's round
+    q = round_half_away_int(mantissa * (1 << 31))  # NOTE: std::round (double), not Python's banker's round
     if q == (1 << 31):
         q //= 2
         shift += 1
@@ -61,47 +66,6 @@ def quantize_multiplier_greater_than_one(real: float) -> tuple[int, int]:
     if not real > 1.0:
         raise ValueError(f"multiplier {real} not > 1")
     return quantize_multiplier(real)
-
-
-_NUDGE_POS = np.int64(1 << 30)
-_TRUNC_MASK = np.int64((1 << 31) - 1)
-
-
-def saturating_rounding_doubling_high_mul(a: np.ndarray, b: int | np.ndarray) -> np.ndarray:
-    """gemmlowp SaturatingRoundingDoublingHighMul on int32 values (as int64 arrays)."""
-    a = np.asarray(a, dtype=np.int64)
-    scalar_b = np.ndim(b) == 0
-    b64 = np.int64(b) if scalar_b else np.asarray(b, dtype=np.int64)
-    ab = a * b64
-    # nudge: +2^30 for ab >= 0, 1 - 2^30 for ab < 0
-    neg = ab < 0
-    s = ab + _NUDGE_POS
-    s -= neg * _TRUNC_MASK
-    # C++ integer division by 2^31 truncates toward zero: add 2^31 - 1 to negatives, then shift
-    s += (s >> 63) & _TRUNC_MASK
-    s >>= 31
-    if not scalar_b or int(b) == INT32_MIN:
-        overflow = (a == INT32_MIN) & (b64 == INT32_MIN)
-        if overflow.any():
-            s = np.where(overflow, np.int64(INT32_MAX), s)
-    return s
-
-
-def rounding_divide_by_pot(x: np.ndarray, exponent: int | np.ndarray) -> np.ndarray:
-    """gemmlowp RoundingDivideByPOT: x / 2^exponent rounded half away from zero."""
-    x = np.asarray(x, dtype=np.int64)
-    if np.ndim(exponent) == 0:
-        e = int(exponent)
-        if e == 0:
-            return x.copy()
-        mask = np.int64((1 << e) - 1)
-        threshold = (mask >> 1) + (x < 0)
-        return (x >> e) + ((x & mask) > threshold)
-    exponent = np.asarray(exponent, dtype=np.int64)
-    mask = (np.int64(1) << exponent) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0).astype(np.int64)
-    return (x >> exponent) + (remainder > threshold).astype(np.int64)
 
 
 def multiply_by_quantized_multiplier(x: np.ndarray, q: int | np.ndarray, shift: int | np.ndarray) -> np.ndarray:
@@ -130,7 +94,7 @@ def quantize(real: np.ndarray, scale: float, zero_point: int, type_: OperandType
     """Float -> quantized with round-half-away-from-zero (std::round) and clamping."""
     lo, hi = QUANT_RANGE[type_]
     scaled = np.asarray(real, dtype=np.float32) / np.float32(scale)
-    rounded = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)
+    rounded = round_half_away(scaled)  # NOTE: of the float32 quotient, as the reference
     return np.clip(rounded + zero_point, lo, hi).astype(NUMPY_DTYPE[type_])
 
 
@@ -141,7 +105,7 @@ def activation_range(act: int, scale: float, zero_point: int, type_: OperandType
 
     def q(v: float) -> int:
         # NOTE: the reference divides in single precision
-        return zero_point + int(_round_half_away(float(np.float32(v) / np.float32(scale))))
+        return zero_point + round_half_away_int(np.float32(v) / np.float32(scale))
 
     if act == 1:
         return max(qmin, q(0.0)), qmax
@@ -151,6 +115,3 @@ def activation_range(act: int, scale: float, zero_point: int, type_: OperandType
         return max(qmin, q(0.0)), min(qmax, q(6.0))
     return qmin, qmax
 
-
-def _round_half_away(v: float) -> float:
-    return math.floor(v + 0.5) if v >= 0 else -math.floor(-v + 0.5)

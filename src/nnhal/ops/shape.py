@@ -29,6 +29,7 @@ from nnhal.ops.base import (
     OpInfo,
     Signature,
 )
+from nnhal.ops.fixedpoint import round_half_away
 
 T = OperandType
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
@@ -69,15 +70,6 @@ def _axis(ctx: ExecContext, axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise ctx.fail(f"axis {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
-
-
-def _round_half_away(v: np.ndarray) -> np.ndarray:
-    """std::round on float values (exact, unlike floor(x + 0.5))."""
-    v = np.asarray(v, np.float64)
-    a = np.abs(v)
-    r = np.floor(a)
-    r += (a - r) >= 0.5
-    return np.copysign(r, v)
 
 
 # --------------------------------------------------------------------------
@@ -189,7 +181,7 @@ def _requantize_concat(q: np.ndarray, in_scale: float, in_zp: int, out_scale: fl
     scale = np.float32(in_scale) * (np.float32(1.0) / np.float32(out_scale))
     bias = np.float32(-(in_zp + off)) * scale
     v = (q.astype(np.float32) + np.float32(off)) * scale + bias
-    r = _round_half_away(v).astype(np.int64) + out_zp + off
+    r = round_half_away(v).astype(np.int64) + out_zp + off
     return (np.clip(r, 0, 255) - off).astype(q.dtype)
 
 

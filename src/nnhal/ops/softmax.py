@@ -16,9 +16,8 @@ import numpy as np
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
+from nnhal.ops.fixedpoint import exp_on_negative_values, one_over_one_plus_x_for_x_in_0_1
 from nnhal.ops.quant import (
-    INT32_MAX,
-    INT32_MIN,
     QUANT_RANGE,
     multiply_by_quantized_multiplier_greater_than_one,
     quantize_multiplier_greater_than_one,
@@ -38,65 +37,6 @@ _SCALED_DIFF_INTEGER_BITS = 5
 _ACCUMULATION_INTEGER_BITS = 12
 
 
-# --------------------------------------------------------------------------
-# gemmlowp fixed-point functions (int32 values held in int64 arrays)
-
-
-def _saturating_left_shift(x: np.ndarray, exponent: int) -> np.ndarray:
-    """gemmlowp SaturatingRoundingMultiplyByPOT with a positive exponent."""
-    threshold = (1 << (31 - exponent)) - 1
-    r = x << exponent
-    r = np.where(x > threshold, INT32_MAX, r)
-    return np.where(x < -threshold, INT32_MIN, r)
-
-
-def _exp_on_interval_between_negative_one_quarter_and_0_excl(a: np.ndarray) -> np.ndarray:
-    """exp(a) for a in [-1/4, 0), Q0.31 in and out (Taylor series around -1/8)."""
-    constant_term = 1895147668  # exp(-1/8)
-    constant_1_over_3 = 715827883
-    x = a + (1 << 28)
-    x2 = _srdhm(x, x)
-    x3 = _srdhm(x2, x)
-    x4 = _srdhm(x2, x2)
-    x4_over_4 = _rdbp(x4, 2)
-    t = _rdbp(_srdhm(x4_over_4 + x3, constant_1_over_3) + x2, 1)
-    return constant_term + _srdhm(constant_term, x + t)
-
-
-# exp(-2^k) in Q0.31 for the barrel shifter, k = -2 .. 4
-_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535), (3, 720401),
-               (4, 242))
-
-
-def _exp_on_negative_values(a: np.ndarray) -> np.ndarray:
-    """gemmlowp exp_on_negative_values: Q5.26 input <= 0, Q0.31 output."""
-    frac_bits = 31 - _SCALED_DIFF_INTEGER_BITS
-    one_quarter = 1 << (frac_bits - 2)
-    a_mod_quarter_minus_one_quarter = (a & (one_quarter - 1)) - one_quarter
-    result = _exp_on_interval_between_negative_one_quarter_and_0_excl(
-        _saturating_left_shift(a_mod_quarter_minus_one_quarter, _SCALED_DIFF_INTEGER_BITS))
-    remainder = a_mod_quarter_minus_one_quarter - a
-    for exponent, multiplier in _EXP_BARREL:
-        bit = (remainder & (1 << (frac_bits + exponent))) != 0
-        result = np.where(bit, _srdhm(result, multiplier), result)
-    # NOTE: with 5 integer bits the input cannot be below -32, so no clamp to 0
-    return np.where(a == 0, INT32_MAX, result)
-
-
-def _one_over_one_plus_x_for_x_in_0_1(a: np.ndarray) -> np.ndarray:
-    """1 / (1 + a) for a in [0, 1), Q0.31 in and out (Newton-Raphson in Q2.29)."""
-    s = a + INT32_MAX
-    # RoundingHalfSum: (sum + sign) / 2 with C++ truncation
-    half_denominator = np.where(s >= 0, (s + 1) // 2, -((-(s - 1)) // 2))
-    x = 1515870810 + _srdhm(half_denominator, -1010580540)  # 48/17 - 32/17 * d, Q2.29
-    for _ in range(3):
-        half_denominator_times_x = _srdhm(half_denominator, x)
-        one_minus = (1 << 29) - half_denominator_times_x
-        x = x + _saturating_left_shift(_srdhm(x, one_minus), 2)
-    # NOTE: ExactMulByPot<-1> only relabels Q2.29 as Q1.30; Rescale<0> then shifts left by 1
-    return _saturating_left_shift(x, 1)
-
-
 def _count_leading_zeros_u32(v: np.ndarray) -> np.ndarray:
     # NOTE: frexp's exponent of an exactly representable integer is its bit length
     return 32 - np.frexp(v.astype(np.float64))[1].astype(np.int64)
@@ -114,7 +54,7 @@ def _exp_table(multiplier: int, left_shift: int, diff_min: int) -> tuple[np.ndar
         diff = np.arange(-255, 1, dtype=np.int64)
         valid = diff >= diff_min
         rescaled = multiply_by_quantized_multiplier_greater_than_one(np.where(valid, diff, 0), multiplier, left_shift)
-        exps = _exp_on_negative_values(rescaled)
+        exps = exp_on_negative_values(rescaled, _SCALED_DIFF_INTEGER_BITS)
         contrib = np.where(valid, _rdbp(exps, _ACCUMULATION_INTEGER_BITS), 0)  # Rescale to Q12.19
         t = (valid, exps, contrib)
         if len(_EXP_TABLES) >= 64:
@@ -144,7 +84,7 @@ def _softmax_quant_rows(q: np.ndarray, beta: float, scale: float, type_: Operand
     headroom_plus_one = _count_leading_zeros_u32(sum_of_exps)
     num_bits_over_unit = _ACCUMULATION_INTEGER_BITS - headroom_plus_one
     shifted_sum_minus_one = ((sum_of_exps << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31)
-    shifted_scale = _one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one)
+    shifted_scale = one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one)
     qmin, qmax = QUANT_RANGE[type_]
     rows = int(np.prod(q.shape[:-1])) if q.ndim > 1 else 1
     if rows * 256 < q.size:
