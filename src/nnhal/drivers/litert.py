@@ -67,17 +67,30 @@ class LiteRTCompiled:
 
         self.flatbuffer = flatbuffer
         self.builtin_only = builtin_only
-        kind = lrt.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_only else lrt.OpResolverType.AUTO
         try:
-            self._it = lrt.Interpreter(model_content=flatbuffer, num_threads=num_threads,
-                                       experimental_op_resolver_type=kind)
-            self._it.allocate_tensors()
+            self._it = self._interpreter(lrt, num_threads, builtin_only)
         except (ValueError, RuntimeError) as e:
-            raise OpExecutionError(f"LiteRT refused the lowered model: {e}") from None
+            if builtin_only:
+                raise OpExecutionError(f"LiteRT refused the lowered model: {e}") from None
+            # NOTE: XNNPACK can refuse at prepare a node it claimed at partitioning: LiteRT's builtin
+            # kernels run the whole model instead (supported() only admits what both compute exactly)
+            log.info("XNNPACK refused the lowered model (%s); using LiteRT's builtin kernels", e)
+            try:
+                self._it = self._interpreter(lrt, num_threads, True)
+            except (ValueError, RuntimeError) as e2:
+                raise OpExecutionError(f"LiteRT refused the lowered model: {e2}") from None
+            self.builtin_only = True
         self._inputs = [d["index"] for d in self._it.get_input_details()]
         self._outputs = [d["index"] for d in self._it.get_output_details()]
         self._shapes = [tuple(d["shape"]) for d in self._it.get_input_details()]
         self._lock = threading.Lock()
+
+    def _interpreter(self, lrt: Any, num_threads: int, builtin_only: bool) -> Any:
+        kind = lrt.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_only else lrt.OpResolverType.AUTO
+        it = lrt.Interpreter(model_content=self.flatbuffer, num_threads=num_threads,
+                             experimental_op_resolver_type=kind)
+        it.allocate_tensors()
+        return it
 
     def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
             loop_timeout_ns: int = 0, omitted: Sequence[int] = ()) -> list[np.ndarray]:
@@ -99,7 +112,8 @@ class LiteRTCompiled:
                 for idx, x in zip(self._inputs, inputs):
                     it.set_tensor(idx, x)
                 it.invoke()
-                outs = [it.get_tensor(idx) for idx in self._outputs]  # NOTE: get_tensor copies
+                # NOTE: get_tensor copies; a TFLite scalar (a reduction to nothing) is the HAL's [1]
+                outs = [o.reshape(1) if o.ndim == 0 else o for o in (it.get_tensor(idx) for idx in self._outputs)]
             except (ValueError, RuntimeError) as e:
                 self._shapes = []  # NOTE: the next execution resizes again
                 raise OpExecutionError(f"LiteRT: {e}") from None

@@ -337,6 +337,12 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         if hal.OperandType(o.type).name.startswith("TENSOR") and o.lifetime != L.NO_VALUE and not o.dimensions:
             raise Unsupported("a tensor of unknown rank")
     ins = _implicit_inputs(ctx, op) if t in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, *_POOLS) else list(op.inputs)
+    if t in (Op.MAXIMUM, Op.MINIMUM) or (t == Op.CONCATENATION and x0.type == I8):
+        tensors = list(op.inputs[:-1] if t == Op.CONCATENATION else op.inputs[:2]) + list(op.outputs)
+        quants = {(ctx.operand(i).scale, ctx.operand(i).zeroPoint) for i in tensors}
+        if x0.type != F and len(quants) > 1:
+            # NOTE: NNAPI requantizes each input to the output's scale; these TFLite kernels assume one scale
+            raise Unsupported(f"{t.name}: quantized inputs and output of different scales / zero points")
     args: list = []
     if t == Op.CONCATENATION:
         axis = int(ctx.const(ins[-1]))
