@@ -27,6 +27,17 @@ def test_conformance_through_the_runtime_over_partial_drivers(capsys):
     assert "0 failed" in out and "client runtime" in out
 
 
+@pytest.mark.skipif(not VECTORS.is_dir(), reason="no conformance vectors")
+def test_zero_sized_temporaries_between_partitions_run_the_whole_model_on_the_reference(capsys):
+    # BOX_WITH_NMS_LIMIT (sample-quant / the reference) leaves no box for the next partition: a request
+    # cannot carry a zero-sized input, so the runtime runs the whole model on the CPU reference
+    code = cli.main(["conformance", "--devices", PARTIAL, "--model", "bbox_graph_zero_sized_quant8", "--no-progress",
+                     "--jobs", "1", "--plain"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    assert "0 failed" in out
+
+
 @pytest.mark.runtime_sweep
 @pytest.mark.skipif(not VECTORS.is_dir(), reason="no conformance vectors")
 def test_whole_conformance_suite_through_the_runtime(capsys):

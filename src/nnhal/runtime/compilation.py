@@ -229,6 +229,7 @@ class Compilation:
         self.steps: list[Step] = []
         self.operations: list[OperationPlacement] = []
         self._reference: Optional[rt_devices.Device] = None
+        self._whole: Optional[Step] = None
         self.lock = threading.Lock()  # NOTE: one execution at a time: the step memories are shared
         self.finished = False
 
@@ -432,6 +433,25 @@ class Compilation:
         step.fallback = f"{why}: runs on {ref.name}"
         step.device, step.prepared, step.token = ref, prepared, token
 
+    def whole_model_step(self) -> Step:
+        """The whole model as one step on the CPU reference (prepared once), for
+        what partitions cannot carry: a zero-sized temporary between partitions
+        (a driver takes no zero-sized input; as Android, the runtime then falls
+        back to running the whole model on its CPU path)."""
+        if self._whole is None:
+            main = self.hal_model.main
+            ref = self.reference()
+            token = cache_token(self.hal_model, ref.name)
+            step = Step(ref, list(range(len(main.operations))), self.hal_model, list(main.inputIndexes),
+                        list(main.outputIndexes), token)
+            status, prepared = self._prepare_on(ref, self.hal_model, token, hal.OptionalTimePoint())
+            if status != S.NONE or prepared is None:
+                raise CompilationError(f"the whole model on {ref.name}: prepareModel_1_3 gave {status.name}", status)
+            step.prepared = prepared
+            step.fallback = "a zero-sized temporary between partitions: the whole model on the CPU reference"
+            self._whole = step
+        return self._whole
+
     # ------------------------------------------------------------------ reports
     def placement(self) -> Placement:
         """For every operation the device chosen and why, and every refusal's reason; the partitions."""
@@ -456,7 +476,7 @@ class Compilation:
 
     def close(self) -> None:
         """Ends the bursts and releases the shared memories."""
-        for s in self.steps:
+        for s in [*self.steps, *([self._whole] if self._whole is not None else [])]:
             s.close_burst()
         arena = getattr(self, "arena", None)
         if arena is not None:

@@ -195,16 +195,7 @@ class Execution:
         if mode == "fenced":
             self._fenced(values, dims, deadline_ns, loop_timeout_ns, measure, memories)
         else:
-            total = [0, 0]
-            timed = measure
-            for step in comp.steps:
-                timing = self._run_step(step, values, dims, mode, deadline_ns, loop_timeout_ns, measure, memories)
-                if timing is None or timing.timeOnDevice == hal.UINT64_MAX or timing.timeInDriver == hal.UINT64_MAX:
-                    timed = False
-                else:
-                    total[0] += timing.timeOnDevice
-                    total[1] += timing.timeInDriver
-            self.timing = hal.Timing(total[0], total[1]) if timed else hal.Timing()
+            self.timing = self._run_plan(values, dims, mode, deadline_ns, loop_timeout_ns, measure, memories)
         result = {}
         for i in main.outputIndexes:
             name = by_name[i]
@@ -217,6 +208,31 @@ class Execution:
             mem, view = arena.get(i, n)
             result[name] = np.frombuffer(bytes(view[:n]), dtype=numpy_dtype(o.type)).reshape(d).copy()
         return result
+
+    def _run_plan(self, values: dict[int, Any], dims: dict[int, list[int]], mode: str, deadline_ns: Optional[int],
+                  loop_timeout_ns: Optional[int], measure: bool, memories: dict) -> hal.Timing:
+        """The partitions one after the other; the timing summed when every one measured it."""
+        comp = self.compilation
+        main = comp.hal_model.main
+        total = [0, 0]
+        timed = measure
+        steps = list(comp.steps)
+        k = 0
+        while k < len(steps):
+            step = steps[k]
+            k += 1
+            if len(steps) > 1 and any(0 in dims.get(i, [1]) for i in step.inputs if i not in main.inputIndexes):
+                # NOTE: zero-sized tensors exist only inside a model (a request cannot give one): the
+                # whole model runs on the CPU reference, as Android's runtime falls back
+                steps, k, total = [comp.whole_model_step()], 0, [0, 0]
+                continue
+            timing = self._run_step(step, values, dims, mode, deadline_ns, loop_timeout_ns, measure, memories)
+            if timing is None or timing.timeOnDevice == hal.UINT64_MAX or timing.timeInDriver == hal.UINT64_MAX:
+                timed = False
+            else:
+                total[0] += timing.timeOnDevice
+                total[1] += timing.timeInDriver
+        return hal.Timing(total[0], total[1]) if timed else hal.Timing()
 
     def _request(self, step: Step, values: dict[int, Any], dims: dict[int, list[int]], capacity: dict[int, int],
                  memories: dict) -> hal.Request:
@@ -312,14 +328,14 @@ class Execution:
                 # NOTE: no fallback after a missed deadline (the time is gone), nor with device memories
                 # (they belong to the failing device)
                 names = [s.dimensions for s in shapes] if status == S.OUTPUT_INSUFFICIENT_SIZE else []
-                raise ExecutionError(f"partition {comp.steps.index(step)} on {step.device.name}: {status.name}"
+                raise ExecutionError(f"partition {_where(comp, step)} on {step.device.name}: {status.name}"
                                      + (f" ({answer[3]})" if len(answer) > 3 else ""), status, names)
             try:
                 comp.fall_back(step, f"execution on {step.device.name} gave {status.name}")
             except CompilationError as e:
                 raise ExecutionError(str(e), status) from None
             fell_back = True
-        raise ExecutionError(f"partition {comp.steps.index(step)}: outputs kept growing", S.GENERAL_FAILURE)
+        raise ExecutionError(f"partition {_where(comp, step)}: outputs kept growing", S.GENERAL_FAILURE)
 
     def _fenced(self, values: dict[int, Any], dims: dict[int, list[int]], deadline_ns: Optional[int],
                 loop_timeout_ns: Optional[int], measure: bool, memories: dict) -> None:
@@ -335,8 +351,7 @@ class Execution:
         if any(not all(d > 0 for d in main.operands[i].dimensions) for s in comp.steps for i in s.outputs):
             # NOTE: a temporary between partitions of unknown shape cannot be sized before the fence of the
             # partition making it is signaled: such a plan runs partition after partition instead
-            for s in comp.steps:
-                self._run_step(s, values, dims, "sync", deadline_ns, loop_timeout_ns, measure, memories)
+            self.timing = self._run_plan(values, dims, "sync", deadline_ns, loop_timeout_ns, measure, memories)
             return
         for step in comp.steps:
             for i in step.outputs:
@@ -383,8 +398,11 @@ class Execution:
             return
         step, status, where = failed
         if status in MISSED or status == S.INVALID_ARGUMENT or not comp.cpu_fallback or memories:
-            raise ExecutionError(f"partition {comp.steps.index(step)} on {step.device.name}: {where} gave "
+            raise ExecutionError(f"partition {_where(comp, step)} on {step.device.name}: {where} gave "
                                  f"{status.name}", status)
         # NOTE: a failed fenced chain is run again partition by partition, each failure falling back
-        for s in comp.steps:
-            self._run_step(s, values, dims, "sync", deadline_ns, loop_timeout_ns, measure, memories)
+        self.timing = self._run_plan(values, dims, "sync", deadline_ns, loop_timeout_ns, measure, memories)
+
+
+def _where(comp: Compilation, step: Step) -> str:
+    return str(comp.steps.index(step)) if step in comp.steps else "(the whole model)"
