@@ -742,16 +742,16 @@ def _check_arguments(args: Sequence[hal.RequestArgument], indexes: Sequence[int]
         if loc.offset < 0 or loc.length < 0 or loc.offset + loc.length > sizes[loc.poolIndex]:
             raise _fail(f"request {what} {k}: location [{loc.offset}, +{loc.length}) exceeds pool "
                         f"{loc.poolIndex} of size {sizes[loc.poolIndex]}")
-        model_rank = len(o.dimensions)
+        model_rank, unspecified, tensor, checked, static_need = _operand_facts(o)
         dims = list(a.dimensions)
         if not dims:
             # NOTE: a driver-managed buffer (token pool) has a shape of its own (driver/buffers.py checks it)
             if loc.poolIndex in token_pools:
                 pass
-            elif not allow_unspecified and any(d == 0 for d in o.dimensions):
+            elif not allow_unspecified and unspecified:
                 raise _fail(f"request {what} {k}: the model leaves a dimension unspecified and the request "
                             "does not specify it")
-            elif not allow_unspecified and model_rank == 0 and is_tensor(o):
+            elif not allow_unspecified and model_rank == 0 and tensor:
                 raise _fail(f"request {what} {k}: the model leaves the rank unspecified and the request "
                             "does not specify it")
         else:
@@ -763,16 +763,36 @@ def _check_arguments(args: Sequence[hal.RequestArgument], indexes: Sequence[int]
                                 f"{o.dimensions[d]}")
                 if dims[d] == 0 and not allow_unspecified:
                     raise _fail(f"request {what} {k} has dimension {d} of zero")
-        if what == "input" and sizes[loc.poolIndex] and not is_extension_type(o.type) \
-                and int(o.type) not in (T.OEM, T.TENSOR_OEM_BYTE):
+        if what == "input" and checked and sizes[loc.poolIndex]:
             # NOTE: the executor reads exactly this many bytes; checked here so that a short
             # input is refused at launch rather than in the execution callback.
             full = dims or list(o.dimensions)
-            if not is_tensor(o) or (full and all(full)):
-                need = operand_byte_size(o, full)
-                if loc.length < need:
-                    raise _fail(f"request input {k}: {need} bytes needed for {T(o.type).name} {full}, the "
-                                f"location has {loc.length}")
+            need = static_need if not dims else operand_byte_size(o, full) if not tensor or all(full) else -1
+            if loc.length < need:
+                raise _fail(f"request input {k}: {need} bytes needed for {T(o.type).name} {full}, the "
+                            f"location has {loc.length}")
+
+
+# NOTE: what request validation needs of an operand depends only on its type and
+# dimensions: computed once per (type, dimensions), not per execution.  Bounded.
+_OPERAND_FACTS: dict[tuple, tuple[int, bool, bool, bool, int]] = {}
+
+
+def _operand_facts(o: hal.Operand) -> tuple[int, bool, bool, bool, int]:
+    """(rank, a dimension unspecified, tensor, input size checked, bytes needed
+    when the request gives no dimensions or -1 when unknown)."""
+    key = (o.type, tuple(o.dimensions))
+    facts = _OPERAND_FACTS.get(key)
+    if facts is None:
+        dims = list(o.dimensions)
+        tensor = is_tensor(o)
+        checked = not is_extension_type(o.type) and int(o.type) not in (T.OEM, T.TENSOR_OEM_BYTE)
+        need = operand_byte_size(o, dims) if checked and (not tensor or (dims and all(dims))) else -1
+        facts = (len(dims), any(d == 0 for d in dims), tensor, checked, need)
+        if len(_OPERAND_FACTS) >= 4096:
+            _OPERAND_FACTS.clear()
+        _OPERAND_FACTS[key] = facts
+    return facts
 
 
 def is_tensor(o: hal.Operand) -> bool:

@@ -349,8 +349,14 @@ def iter_handles(value: Any) -> list[hal.Handle]:
     return out
 
 
+# NOTE: classes found to hold no handle (OptionalTimePoint, Timing...): skipped at once
+_HANDLELESS: set[type] = {int, float, str, bytes, bool, type(None)}
+
+
 def _handles(value: Any, out: list) -> None:
     t = type(value)
+    if t in _HANDLELESS:
+        return
     if t is hal.Handle:
         out.append(value)
     elif t is hal.Memory:
@@ -360,7 +366,11 @@ def _handles(value: Any, out: list) -> None:
         for p in pools if type(pools) is list else ():
             m = getattr(p, "hidlMemory", None)
             if m is not None:
-                _handles(m, out)
+                h = getattr(m, "handle", None) if type(m) is hal.Memory else None
+                if type(h) is hal.Handle:
+                    out.append(h)
+                else:
+                    _handles(m, out)
     elif t is tuple or t is list:
         for v in value:
             if not isinstance(v, _LEAVES):
@@ -368,7 +378,10 @@ def _handles(value: Any, out: list) -> None:
     elif isinstance(value, hal.Handle):
         out.append(value)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for name in _handle_fields(t):
+        names = _handle_fields(t)
+        if not names:
+            _HANDLELESS.add(t)  # NOTE: a class's fields are fixed: bounded by the number of classes
+        for name in names:
             v = getattr(value, name, None)
             if v is not None:
                 _handles(v, out)
@@ -380,7 +393,7 @@ def collect_fds(value: Any) -> list[int]:
     fds: list[int] = []
     for h in iter_handles(value):
         for fd in h.fds:
-            if not isinstance(fd, int) or isinstance(fd, bool) or fd < 0:
+            if type(fd) is not int and (not isinstance(fd, int) or isinstance(fd, bool)) or fd < 0:
                 raise TypeError(f"invalid file descriptor {fd!r} in a handle")
             fds.append(fd)
     return fds
