@@ -125,7 +125,7 @@ class ExecutionBurstServer(hal.IBurstContext):
                     break
                 self._send(*self._handle(raw))
         except FmqPeerGone:
-            log.info("burst: the client closed its queues; the burst ends")
+            log.debug("burst: the client closed its queues; the burst ends")  # NOTE: the normal end: not for -v
         except FmqError as e:
             if not self._closing.is_set():
                 log.error("burst: %s; the burst ends", e)
