@@ -66,6 +66,9 @@ _COUNTERS_AT = 16  # write counter at 16, read counter at 24 (native uint64)
 _U64 = (1 << 64) - 1
 _DATA = b"\x01"  # "data written" (writer -> reader)
 _SPACE = b"\x02"  # "space freed" (reader -> writer)
+# NOTE: plain ints: socket.MSG_* are enum.IntFlag members, whose ``|`` runs Python code per call
+_SEND_FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+_DONTWAIT = int(socket.MSG_DONTWAIT)
 _WAIT_SLICE_S = 3600.0  # NOTE: poll() takes milliseconds in an int; long waits go in slices
 
 
@@ -343,7 +346,7 @@ class MessageQueue:
     # ------------------------------------------------------------------ signalling
     def _signal(self, what: bytes) -> None:
         try:
-            self._sock.send(what, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            self._sock.send(what, _SEND_FLAGS)
         except (BlockingIOError, InterruptedError):
             pass  # NOTE: the peer has unread wake-ups already: it will look at the queue anyway
         except OSError:
@@ -373,7 +376,7 @@ class MessageQueue:
     def _drain(self) -> None:
         for _ in range(64):  # NOTE: bounded: a peer flooding its end cannot keep us here
             try:
-                got = self._sock.recv(4096, socket.MSG_DONTWAIT)
+                got = self._sock.recv(4096, _DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:

@@ -48,8 +48,11 @@ T = OperandType
 
 def broadcast_shape(ctx: ExecContext, a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     """The spec's broadcast of two shapes (numpy rules); run-time failure if incompatible."""
+    ta, tb = tuple(a), tuple(b)
+    if ta == tb:
+        return ta  # NOTE: the common case, without numpy's general broadcast per execution
     try:
-        return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
+        return tuple(np.broadcast_shapes(ta, tb))
     except ValueError:
         raise ctx.fail(f"shapes {list(a)} and {list(b)} do not broadcast") from None
 
@@ -233,7 +236,7 @@ def _execute_arith(ctx: ExecContext) -> list[np.ndarray]:
         raise ctx.fail(f"unsupported fused activation {act}")
     if a.type == T.TENSOR_INT32 and act != 0:
         raise ctx.fail("the fused activation must be NONE for TENSOR_INT32")
-    if int(np.prod(shape)) == 0:
+    if 0 in shape:
         return [np.zeros(shape, dtype=out.dtype)]
     t = a.type
     if t == T.TENSOR_INT32:
