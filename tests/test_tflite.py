@@ -17,6 +17,7 @@ pytest.importorskip("flatbuffers", reason="flatbuffers is not installed")
 
 import nnhal  # noqa: E402
 from nnhal import cli, hal  # noqa: E402
+from nnhal.conformance.vectors import default_vectors  # noqa: E402
 from nnhal.tflite import load, table  # noqa: E402
 from nnhal.tflite.run import HalSession, LiteRT, diff, make_inputs  # noqa: E402
 from nnhal.tflite.writer import Tensor, graph, one_op, options  # noqa: E402
@@ -190,7 +191,7 @@ def test_cli_graph(tmp_path, capsys):
     p = _Html()
     p.feed(page.read_text())
     assert {"html", "svg", "rect", "text"} <= set(p.tags)
-    vec = Path(cli._default_vectors()) / "V1_0" / "conv_float.json.gz"
+    vec = Path(default_vectors()) / "V1_0" / "conv_float.json.gz"
     if vec.exists():
         assert cli.main(["graph", str(vec), "-o", str(tmp_path / "v.svg")]) == 0
         assert "CONV_2D" in (tmp_path / "v.svg").read_text()

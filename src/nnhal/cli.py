@@ -9,17 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-# the repository's sibling folder shared/conformance (src/nnhal/cli.py -> repo root -> ..)
-DEFAULT_VECTORS = Path(__file__).resolve().parents[2] / ".." / "shared" / "conformance"
-
 
 def _default_vectors() -> str:
-    """$NNHAL_VECTORS, else ../shared/conformance beside the checkout or the current folder."""
-    for cand in (os.environ.get("NNHAL_VECTORS"), DEFAULT_VECTORS, Path.cwd() / ".." / "shared" / "conformance",
-                 Path.cwd() / "shared" / "conformance"):
-        if cand and Path(cand).is_dir():
-            return str(Path(cand).resolve())
-    return str(DEFAULT_VECTORS.resolve())
+    from nnhal.conformance.vectors import default_vectors  # NOTE: lazily: `nnhal --help` loads no numpy
+
+    return default_vectors()
 
 
 class UserError(Exception):

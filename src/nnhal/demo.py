@@ -63,14 +63,14 @@ def run_demo(vector_root: str, device_name: str = "sample-all") -> int:
             failures += not ok
             print(f"  prepare: {hal.ErrorStatus(status).name} {msg}  -> {'PASS (expected failure)' if ok else 'FAIL'}\n")
             continue
-        res = runner._run_mode(vm, prepared, "sync", False,
+        res = runner.run_mode(vm, prepared, "sync", False,
                                lambda mode, st, m="", err=0.0: (st, m, err))
         st, m, err = res
         # one more timed execution for the figures
         t1 = time.perf_counter()
-        from nnhal.conformance.runner import RequestPools, _nbytes
+        from nnhal.conformance.runner import RequestPools, nbytes
 
-        pools = RequestPools(vm.input_values(), [max(_nbytes(o), 1) for o in vm.output_operands()])
+        pools = RequestPools(vm.input_values(), [max(nbytes(o), 1) for o in vm.output_operands()])
         s2, shapes, timing = prepared.executeSynchronously_1_3(pools.request(), hal.MeasureTiming.YES,
                                                                hal.OptionalTimePoint(), hal.OptionalTimeoutDuration())
         t_exec = (time.perf_counter() - t1) * 1e3

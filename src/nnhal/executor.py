@@ -23,26 +23,20 @@ from nnhal import hal
 from nnhal.ops import deadline as op_deadline
 from nnhal.ops import registry
 from nnhal.ops.base import (
-    NUMPY_DTYPE,
     ExecContext,
     OpDef,
-    OperandInfo,
     OpExecutionError,
     OpInfo,
     OutputSpec,
     Tensor,
 )
+from nnhal.ops.control_flow import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported for the drivers
+from nnhal.ops.operands import constant_value as constant_value  # noqa: F401  (re-exported)
+from nnhal.ops.operands import operand_info
 
 log = logging.getLogger("nnhal.executor")
 
 L = hal.OperandLifeTime
-
-# NOTE: the deepest nesting of referenced subgraphs (IF / WHILE inside IF /
-# WHILE ...) this driver runs: run_subgraph recurses three Python frames a
-# level, so the limit keeps an execution ~200 frames deep at most, far below
-# Python's recursion limit (1000) even from a deep caller.  The driver reports
-# deeper control flow as unsupported (see nnhal.validation).
-MAX_SUBGRAPH_DEPTH = 64
 
 
 # NOTE: the execution deadline or the loop timeout passed (-> MISSED_DEADLINE_*): one
@@ -63,39 +57,6 @@ class BadData(OpExecutionError):
 
 def _operand_error(opdef: OpDef, msg: str) -> OpExecutionError:
     return (BadData if opdef.bad_data_on_missing_operand else OpExecutionError)(msg)
-
-
-def operand_array(operand: hal.Operand, raw: bytes | memoryview) -> np.ndarray:
-    """The value of an operand stored in ``raw`` as a numpy array of its shape."""
-    t = hal.OperandType(operand.type)
-    if t == hal.OperandType.SUBGRAPH:
-        return np.array(operand.location.offset, dtype=np.uint32)
-    dtype = NUMPY_DTYPE[t]
-    if dtype == np.bool_:
-        arr = np.frombuffer(raw, dtype=np.uint8) != 0
-    else:
-        arr = np.frombuffer(raw, dtype=dtype)
-    return arr.reshape(tuple(operand.dimensions)) if operand.dimensions else arr.reshape(())
-
-
-def constant_value(model: hal.Model, operand: hal.Operand, pools: Sequence[Any]) -> Optional[np.ndarray]:
-    """The value of a CONSTANT_COPY / CONSTANT_REFERENCE / SUBGRAPH operand (a
-    read-only view, no copy), or None for other lifetimes.  ``pools`` are the
-    mapped model pools (buffer objects)."""
-    loc = operand.location
-    if operand.lifetime == L.CONSTANT_COPY:
-        return operand_array(operand, memoryview(model.operandValues)[loc.offset: loc.offset + loc.length])
-    if operand.lifetime == L.CONSTANT_REFERENCE:
-        return operand_array(operand, memoryview(pools[loc.poolIndex])[loc.offset: loc.offset + loc.length])
-    if operand.lifetime == L.SUBGRAPH:
-        return np.array(loc.offset, dtype=np.uint32)
-    return None
-
-
-def operand_info(operand: hal.Operand, value: Optional[np.ndarray]) -> OperandInfo:
-    return OperandInfo(type=hal.OperandType(operand.type), dimensions=tuple(operand.dimensions), scale=operand.scale,
-                       zero_point=operand.zeroPoint, channel_quant=operand.extraParams.channelQuant,
-                       lifetime=hal.OperandLifeTime(operand.lifetime), value=value)
 
 
 @dataclass
@@ -239,6 +200,10 @@ class _Run:
             return self.run_graph(index + 1, inputs)
         finally:
             self.depth -= 1
+
+    def subgraph_output_count(self, index: int) -> int:
+        """The number of outputs of referenced subgraph ``index`` (ops.base.SubgraphRunner)."""
+        return len(self.executor.graphs[index + 1].sg.outputIndexes)
 
     def run_graph(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
         graph = self.executor.graphs[g]

@@ -35,10 +35,11 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal.executor import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported, documented here
-from nnhal.executor import constant_value, operand_info
+from nnhal.hal import HalVersion
 from nnhal.ops import registry
-from nnhal.ops.base import HalVersion, OpDef, OpInfo, OpValidationError, match_signature
+from nnhal.ops.base import OpDef, OpInfo, OpValidationError, match_signature
+from nnhal.ops.control_flow import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported, documented here
+from nnhal.ops.operands import constant_value, operand_info
 
 T = hal.OperandType
 L = hal.OperandLifeTime

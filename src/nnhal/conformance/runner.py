@@ -319,7 +319,7 @@ def _dtype(t: int) -> Any:
     return _DT[T(t)]
 
 
-def _nbytes(o: VectorOperand) -> int:
+def nbytes(o: VectorOperand) -> int:
     return int(np.prod(o.dimensions)) * np.dtype(_dtype(o.type)).itemsize if o.dimensions else \
         np.dtype(_dtype(o.type)).itemsize
 
@@ -441,17 +441,17 @@ class Runner:
         try:
             for mode in self.modes:
                 try:
-                    out.append(self._run_mode(vm, prepared, mode, dynamic, result))
+                    out.append(self.run_mode(vm, prepared, mode, dynamic, result))
                 except Exception as e:  # noqa: BLE001
                     out.append(result(mode, "fail", f"raised {type(e).__name__}: {e}"))
         finally:
             self.close_burst()
         return out
 
-    def _run_mode(self, vm: VectorModel, prepared: Any, mode: str, dynamic: bool, result: Any) -> CaseResult:
+    def run_mode(self, vm: VectorModel, prepared: Any, mode: str, dynamic: bool, result: Any) -> CaseResult:
         inputs = vm.input_values()
         outs = vm.output_operands()
-        sizes = [max(_nbytes(o), 1) for o in outs]  # NOTE: a zero-sized output gets a 1-byte buffer
+        sizes = [max(nbytes(o), 1) for o in outs]  # NOTE: a zero-sized output gets a 1-byte buffer
         self._measure_toggle ^= 1
         measure = hal.MeasureTiming(self._measure_toggle)
         if self.memory == "device" and mode == "burst":
@@ -469,7 +469,7 @@ class Runner:
         try:
             # NOTE: as VTS's InfiniteLoopTimeoutTest, the infinite loop runs with a 1 ms loop timeout
             infinite_loop = vm.expectFailure and vm.main.operations[0].type == hal.OperationType.WHILE
-            fenced_refused = mode == "fenced" and (dynamic or any(_nbytes(o) == 0 for o in outs))
+            fenced_refused = mode == "fenced" and (dynamic or any(nbytes(o) == 0 for o in outs))
             with logs.running(logs.current_model(), vm.expectFailure or fenced_refused):
                 status, shapes, timing = self.execute(prepared, pools.request(), mode, measure,
                                                       1_000_000 if infinite_loop else None)

@@ -88,7 +88,7 @@ class RuntimeRunner:
             out = []
             for mode in self.modes:
                 try:
-                    out.append(self._run_mode(vm, comp, mode, dynamic, result))
+                    out.append(self.run_mode(vm, comp, mode, dynamic, result))
                 except Exception as e:  # noqa: BLE001
                     out.append(result(mode, "fail", f"raised {type(e).__name__}: {e}"))
             return out
@@ -97,7 +97,7 @@ class RuntimeRunner:
             for m in model.pools:
                 hal_memory.free(m)
 
-    def _run_mode(self, vm: VectorModel, comp: Compilation, mode: str, dynamic: bool, result: Any) -> CaseResult:
+    def run_mode(self, vm: VectorModel, comp: Compilation, mode: str, dynamic: bool, result: Any) -> CaseResult:
         inputs = vm.input_values()
         outs = vm.output_operands()
         # NOTE: as VTS's InfiniteLoopTimeoutTest, the infinite loop runs with a 1 ms loop timeout

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -280,3 +281,17 @@ def load_indexed(paths: list[str | Path], ops: Optional[set[str]] = None,
         for k, m in enumerate(models):
             if ops is None or m.operation_types <= ops:
                 yield f, k, m
+
+
+# the repository's sibling folder shared/conformance (src/nnhal/conformance/vectors.py -> repo root -> ..)
+DEFAULT_VECTORS = Path(__file__).resolve().parents[3] / ".." / "shared" / "conformance"
+
+
+def default_vectors() -> str:
+    """The vector folder to use: $NNHAL_VECTORS, else ../shared/conformance beside
+    the checkout or the current folder."""
+    for cand in (os.environ.get("NNHAL_VECTORS"), DEFAULT_VECTORS, Path.cwd() / ".." / "shared" / "conformance",
+                 Path.cwd() / "shared" / "conformance"):
+        if cand and Path(cand).is_dir():
+            return str(Path(cand).resolve())
+    return str(DEFAULT_VECTORS.resolve())

@@ -19,12 +19,13 @@ from nnhal import memory as hal_memory
 from nnhal.driver import cache as driver_cache
 from nnhal.driver.backend import Backend
 from nnhal.driver.buffers import BufferRegistry, TokenLookup
-from nnhal.driver.prepared_model import SamplePreparedModel, _passed, _v1_0_status, deadline_ns
+from nnhal.driver.prepared_model import SamplePreparedModel, deadline_ns, deadline_passed, v1_0_status
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
 from nnhal.drivers.sample import VERSION_STRING, SampleBackend, supported_operations
 from nnhal.executor import DeadlineMissed
+from nnhal.hal import HalVersion
 from nnhal.ops import deadline as op_deadline
-from nnhal.ops.base import HalVersion, OpExecutionError
+from nnhal.ops.base import OpExecutionError
 from nnhal.validation import (
     ValidationError,
     own_copy,
@@ -216,15 +217,15 @@ class SampleDevice(hal.IDevice):
 
     def getSupportedOperations_1_2(self, model: Any) -> tuple:
         status, ops = self._supported(model, HalVersion.V1_2)
-        return _v1_0_status(status), ops
+        return v1_0_status(status), ops
 
     def getSupportedOperations_1_1(self, model: Any) -> tuple:
         status, ops = self._supported(model, HalVersion.V1_1)
-        return _v1_0_status(status), ops
+        return v1_0_status(status), ops
 
     def getSupportedOperations(self, model: Any) -> tuple:
         status, ops = self._supported(model, HalVersion.V1_0)
-        return _v1_0_status(status), ops
+        return v1_0_status(status), ops
 
     # ------------------------------------------------------------------ preparation
     def _prepare(self, model: Any, preference: Any, priority: Any, deadline: Any, callback: Any,
@@ -270,7 +271,7 @@ class SampleDevice(hal.IDevice):
 
         def work() -> None:
             start_ns = time.monotonic_ns()
-            if _passed(dl):
+            if deadline_passed(dl):
                 fail(S.MISSED_DEADLINE_PERSISTENT)
                 return
             try:
@@ -288,7 +289,7 @@ class SampleDevice(hal.IDevice):
                 log.exception("prepareModel failed unexpectedly")
                 fail(S.GENERAL_FAILURE)
                 return
-            if _passed(dl):
+            if deadline_passed(dl):
                 del executor
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
                 return
@@ -330,16 +331,16 @@ class SampleDevice(hal.IDevice):
         return S.NONE
 
     def prepareModel(self, model: Any, callback: Any) -> S:
-        return _v1_0_status(self._prepare(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+        return v1_0_status(self._prepare(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
                                           None, callback, "notify", HalVersion.V1_0))
 
     def prepareModel_1_1(self, model: Any, preference: Any, callback: Any) -> S:
-        return _v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify",
+        return v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify",
                                           HalVersion.V1_1))
 
     def prepareModel_1_2(self, model: Any, preference: Any, modelCache: list, dataCache: list, token: bytes,
                          callback: Any) -> S:
-        return _v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify_1_2",
+        return v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify_1_2",
                                           HalVersion.V1_2, modelCache, dataCache, token))
 
     def prepareModel_1_3(self, model: Any, preference: Any, priority: Any, deadline: Any, modelCache: list,
@@ -348,7 +349,7 @@ class SampleDevice(hal.IDevice):
                              modelCache, dataCache, token)
 
     def prepareModelFromCache(self, modelCache: list, dataCache: list, token: bytes, callback: Any) -> S:
-        return _v1_0_status(self._from_cache(None, modelCache, dataCache, token, callback, "notify_1_2",
+        return v1_0_status(self._from_cache(None, modelCache, dataCache, token, callback, "notify_1_2",
                                              HalVersion.V1_2))
 
     def prepareModelFromCache_1_3(self, deadline: Any, modelCache: list, dataCache: list, token: bytes,
@@ -386,7 +387,7 @@ class SampleDevice(hal.IDevice):
 
         def work() -> None:
             start_ns = time.monotonic_ns()
-            if _passed(dl):
+            if deadline_passed(dl):
                 files.close()
                 _notify(notify, S.MISSED_DEADLINE_PERSISTENT, None, version)
                 return
@@ -453,7 +454,7 @@ def _with_bytes_values(model: Any) -> Any:
 
 def _notify(notify: Any, status: S, prepared: Optional[SamplePreparedModel], version: HalVersion) -> None:
     try:
-        notify(status if version >= HalVersion.V1_3 else _v1_0_status(status), prepared)
+        notify(status if version >= HalVersion.V1_3 else v1_0_status(status), prepared)
     except Exception:
         log.exception("prepare callback raised")
 

@@ -31,7 +31,8 @@ def deadline_ns(deadline: Any) -> Optional[int]:
     return ns
 
 
-def _passed(ns: Optional[int]) -> bool:
+def deadline_passed(ns: Optional[int]) -> bool:
+    """True once the steady clock reaches deadline ``ns`` (None: no deadline)."""
     return ns is not None and time.monotonic_ns() >= ns
 
 
@@ -110,7 +111,7 @@ class SamplePreparedModel(hal.IPreparedModel):
         except Exception as e:  # malformed argument objects
             log.error("execution rejected: malformed argument (%s: %s)", type(e).__name__, e)
             return Result(S.INVALID_ARGUMENT), None
-        if _passed(dl):
+        if deadline_passed(dl):
             pools.close()
             return Result(S.MISSED_DEADLINE_PERSISTENT), None
         best = self.best_ns
@@ -176,15 +177,15 @@ class SamplePreparedModel(hal.IPreparedModel):
     # ------------------------------------------------------------------ 1.0
     def execute(self, request: Any, callback: Any) -> S:
         status = self._async(request, hal.MeasureTiming.NO, None, None, callback, "notify")
-        return _v1_0_status(status)
+        return v1_0_status(status)
 
     # ------------------------------------------------------------------ 1.2
     def execute_1_2(self, request: Any, measure: Any, callback: Any) -> S:
-        return _v1_0_status(self._async(request, measure, None, None, callback, "notify_1_2"))
+        return v1_0_status(self._async(request, measure, None, None, callback, "notify_1_2"))
 
     def executeSynchronously(self, request: Any, measure: Any) -> tuple:
         status, shapes, timing = self.executeSynchronously_1_3(request, measure, None, None)
-        return _v1_0_status(status), shapes, timing
+        return v1_0_status(status), shapes, timing
 
     def configureExecutionBurst(self, callback: Any, requestChannel: Any, resultChannel: Any) -> tuple:
         from nnhal.driver import burst
@@ -277,7 +278,7 @@ class SamplePreparedModel(hal.IPreparedModel):
         except Exception as e:  # malformed argument objects
             log.error("executeFenced rejected: malformed argument (%s: %s)", type(e).__name__, e)
             return S.INVALID_ARGUMENT, None, None
-        if _passed(dl) or (not pending and duration_ns == 0):
+        if deadline_passed(dl) or (not pending and duration_ns == 0):
             return S.MISSED_DEADLINE_PERSISTENT, None, None
         err, job = self._launch(req, measure, None, loopTimeoutDuration, allow_unspecified_output=False,
                                 deadline_override=dl, start_ns=start)
@@ -315,7 +316,7 @@ class SamplePreparedModel(hal.IPreparedModel):
                 # NOTE: the duration runs from when all fences are signaled
                 d2 = after + duration_ns
                 job.deadline_ns = d2 if dl is None else min(dl, d2)
-            if _passed(job.deadline_ns):
+            if deadline_passed(job.deadline_ns):
                 job.abandon()
                 finish(Result(S.MISSED_DEADLINE_TRANSIENT), after)
                 return
@@ -409,15 +410,15 @@ class _FencedCallback(hal.IFencedExecutionCallback):
 def _notify_exec(notify: Any, name: str, result: Result) -> None:
     try:
         if name == "notify":
-            notify(_v1_0_status(result.status))
+            notify(v1_0_status(result.status))
         elif name == "notify_1_2":
-            notify(_v1_0_status(result.status), result.outputShapes, result.timing)
+            notify(v1_0_status(result.status), result.outputShapes, result.timing)
         else:
             notify(result.status, result.outputShapes, result.timing)
     except Exception:  # a client's callback failing must not take the driver down
         log.exception("execution callback raised")
 
 
-def _v1_0_status(status: S) -> S:
+def v1_0_status(status: S) -> S:
     """1.3 statuses a 1.0-1.2 caller cannot receive become GENERAL_FAILURE."""
     return status if status <= S.INVALID_ARGUMENT else S.GENERAL_FAILURE

@@ -16,6 +16,16 @@ from typing import Optional
 UINT64_MAX = 2**64 - 1
 
 
+class HalVersion(enum.IntEnum):
+    """The HAL versions 1.0-1.3 as ordered small ints (which version introduced
+    an operation, a data type or a rule; what a 1.x entry point accepts)."""
+
+    V1_0 = 0
+    V1_1 = 1
+    V1_2 = 2
+    V1_3 = 3
+
+
 class OperandType(enum.IntEnum):
     FLOAT32 = 0
     INT32 = 1

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from nnhal.hal import OperandType, OperationType
-from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, HalVersion, OpDef, OpInfo, Signature
+from nnhal.hal import HalVersion, OperandType, OperationType
+from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
 from nnhal.ops.broadcast import broadcast_shape, check_max_rank, validate_max_rank
 from nnhal.ops.fixedpoint import (
     exp_on_negative_values,

@@ -25,22 +25,14 @@ Three phases, as in Android's ``OperationResolver``:
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 import numpy as np
 
-from nnhal.hal import OperandLifeTime, OperandType, OperationType, SymmPerChannelQuantParams
+from nnhal.hal import HalVersion, OperandLifeTime, OperandType, OperationType, SymmPerChannelQuantParams
 
 T = OperandType
-
-
-class HalVersion(enum.IntEnum):
-    V1_0 = 0
-    V1_1 = 1
-    V1_2 = 2
-    V1_3 = 3
 
 
 V1_0, V1_1, V1_2, V1_3 = HalVersion.V1_0, HalVersion.V1_1, HalVersion.V1_2, HalVersion.V1_3
@@ -244,6 +236,21 @@ class OutputSpec:
         return NUMPY_DTYPE[self.type]
 
 
+class SubgraphRunner(Protocol):
+    """What control-flow operations (IF / WHILE) need of the execution running
+    them; the executor implements it, so ops never import the executor."""
+
+    loop_timeout_ns: int
+
+    def run_subgraph(self, index: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
+        """Runs referenced subgraph ``index`` (a SUBGRAPH operand's value) on ``inputs``."""
+        ...
+
+    def subgraph_output_count(self, index: int) -> int:
+        """The number of outputs of referenced subgraph ``index``."""
+        ...
+
+
 @dataclass
 class ExecContext:
     """What an operation's ``execute`` sees."""
@@ -253,8 +260,8 @@ class ExecContext:
     outputs: list[OutputSpec]
     relaxed: bool = False
     state: Any = None
-    # control flow (IF / WHILE): the executor that runs referenced subgraphs
-    executor: Any = None
+    # control flow (IF / WHILE): the running execution, which runs referenced subgraphs
+    executor: Optional[SubgraphRunner] = None
 
     def has(self, i: int) -> bool:
         """True if input i is present and not omitted."""

@@ -18,14 +18,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnhal.hal import OperandType, OperationType
+from nnhal.hal import HalVersion, OperandType, OperationType
 from nnhal.ops.base import (
     V1_0,
     V1_1,
     V1_2,
     V1_3,
     ExecContext,
-    HalVersion,
     OpDef,
     OpInfo,
     Signature,

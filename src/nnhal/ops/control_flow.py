@@ -13,7 +13,15 @@ import time
 import numpy as np
 
 from nnhal.hal import OperandType, OperationType
-from nnhal.ops.base import ANY_TYPE, V1_3, ExecContext, OpDef, OpInfo, Signature
+from nnhal.ops.base import ANY_TYPE, V1_3, ExecContext, OpDef, OpInfo, Signature, SubgraphRunner
+from nnhal.ops.deadline import DeadlineMissed
+
+# NOTE: the deepest nesting of referenced subgraphs (IF / WHILE inside IF /
+# WHILE ...) this driver runs: run_subgraph recurses three Python frames a
+# level, so the limit keeps an execution ~200 frames deep at most, far below
+# Python's recursion limit (1000) even from a deep caller.  The driver reports
+# deeper control flow as unsupported (see nnhal.validation); the executor guards it too.
+MAX_SUBGRAPH_DEPTH = 64
 
 T = OperandType
 
@@ -26,21 +34,26 @@ def _outer(ctx: ExecContext, values: list) -> list:
     return [np.asarray(v).astype(spec.dtype, copy=False) for v, spec in zip(values, ctx.outputs)]
 
 
+def _runner(ctx: ExecContext) -> SubgraphRunner:
+    if ctx.executor is None:
+        raise ctx.fail("IF / WHILE run referenced subgraphs: they need an executor")
+    return ctx.executor
+
+
 def execute_if(ctx: ExecContext) -> list:
     cond = ctx.inputs[0].data
     if cond is None or cond.size != 1:
         raise ctx.fail("the condition must be a TENSOR_BOOL8 of shape [1]")
     branch = _subgraph_index(ctx, 1 if bool(cond.reshape(-1)[0]) else 2)
-    outs = ctx.executor.run_subgraph(branch, [t.data for t in ctx.inputs[3:]])
+    outs = _runner(ctx).run_subgraph(branch, [t.data for t in ctx.inputs[3:]])
     return _outer(ctx, outs)
 
 
 def execute_while(ctx: ExecContext) -> list:
-    run = ctx.executor
+    run = _runner(ctx)
     cond_g, body_g = _subgraph_index(ctx, 0), _subgraph_index(ctx, 1)
     m = len(ctx.outputs)
-    body = run.executor.graphs[body_g + 1].sg
-    k = len(body.outputIndexes) - m
+    k = run.subgraph_output_count(body_g) - m
     values = [t.data for t in ctx.inputs[2:]]
     start = time.monotonic_ns()
     while True:
@@ -49,8 +62,6 @@ def execute_while(ctx: ExecContext) -> list:
             break
         elapsed = time.monotonic_ns() - start
         if elapsed > run.loop_timeout_ns:
-            from nnhal.executor import DeadlineMissed
-
             raise DeadlineMissed(f"WHILE loop timed out after {elapsed / 1e6:.1f} ms "
                                  f"(loop timeout {run.loop_timeout_ns / 1e6:.1f} ms)")
         outs = run.run_subgraph(body_g, values)

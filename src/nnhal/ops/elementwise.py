@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnhal.hal import OperandType, OperationType
-from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, HalVersion, OpDef, OpInfo, Signature
+from nnhal.hal import HalVersion, OperandType, OperationType
+from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
 from nnhal.ops.broadcast import check_max_rank, validate_max_rank
 
 T = OperandType

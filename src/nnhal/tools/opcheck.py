@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     VERBOSE = a.verbose
     if not a.paths:
-        from nnhal.cli import _default_vectors
+        from nnhal.conformance.vectors import default_vectors
 
-        a.paths = [_default_vectors()]
+        a.paths = [default_vectors()]
     ops = {s.strip().upper() for s in a.ops.split(",") if s.strip()} | {"ADD"}
     bad = ops - set(hal.OperationType.__members__)
     if bad:
