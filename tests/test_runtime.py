@@ -270,7 +270,9 @@ def test_cache_tokens_derive_from_the_step_models_and_cache_files_reload(tmp_pat
     c1 = Compilation(three_partitions(), PARTIAL, cache_dir=str(tmp_path)).finish()
     c2 = Compilation(three_partitions(), PARTIAL, cache_dir=str(tmp_path)).finish()
     assert [s.token for s in c1.steps] == [s.token for s in c2.steps]
-    assert len({s.token for s in c1.steps}) == 5
+    # the two ADD partitions on sample-minimal are the same step model (own constants only): one token
+    assert c1.steps[0].token == c1.steps[2].token and len({s.token for s in c1.steps}) == 4
+    assert not c1.steps[0].model.pools and len(c1.steps[0].model.operandValues) == 4
     assert any(tmp_path.iterdir())
     np.testing.assert_array_equal(c2.run(inputs())["r"], c1.run(inputs())["r"])
 

@@ -179,12 +179,48 @@ def step_model(model: hal.Model, ops: Sequence[int], produced_elsewhere_used_her
     sub = hal.Subgraph(operands=operands, operations=operations,
                        inputIndexes=[new[i] for i in produced_elsewhere_used_here],
                        outputIndexes=[new[i] for i in outputs])
-    # NOTE: constants keep their locations: the step shares the model's operandValues and pools (the
-    # driver copies what it keeps); referenced subgraphs go along whole when the step refers to any
+    values: Any = model.operandValues
+    pools = list(model.pools)
+    if not uses_subgraphs:
+        own = _own_constants(model, operands)
+        if own is not None:
+            values, pools = own, []
+    # NOTE: a step with no subgraph gets only its own constants (copied into its operandValues); one
+    # with IF / WHILE shares the model's operandValues and pools (its subgraphs' constants live there)
+    # and takes the referenced subgraphs whole
     return hal.Model(main=sub, referenced=list(model.referenced) if uses_subgraphs else [],
-                     operandValues=model.operandValues, pools=list(model.pools),
+                     operandValues=values, pools=pools,
                      relaxComputationFloat32toFloat16=model.relaxComputationFloat32toFloat16,
                      extensionNameToPrefix=list(model.extensionNameToPrefix)), order
+
+
+def _own_constants(model: hal.Model, operands: list[hal.Operand]) -> Optional[bytes]:
+    """Relocates the constants of ``operands`` (in place) into new operandValues
+    (CONSTANT_REFERENCE read from its pool becomes CONSTANT_COPY); None, with
+    nothing changed, when a pool cannot be read (e.g. a non-BLOB hardware buffer)."""
+    views: dict[int, memoryview] = {}
+    chunks: list[tuple[hal.Operand, bytes]] = []
+    try:
+        for o in operands:
+            loc = o.location
+            if o.lifetime == L.CONSTANT_COPY:
+                chunks.append((o, bytes(model.operandValues[loc.offset:loc.offset + loc.length])))
+            elif o.lifetime == L.CONSTANT_REFERENCE:
+                if loc.poolIndex not in views:
+                    views[loc.poolIndex] = hal_memory.map(model.pools[loc.poolIndex], writable=False)
+                chunks.append((o, bytes(views[loc.poolIndex][loc.offset:loc.offset + loc.length])))
+    except (hal_memory.InvalidMemory, OSError, ValueError, IndexError):
+        return None
+    finally:
+        for v in views.values():
+            v.release()
+    out = bytearray()
+    for o, data in chunks:
+        out.extend(bytes(-len(out) % 8))  # NOTE: 8-byte aligned, as the model builder lays values out
+        o.location = hal.DataLocation(poolIndex=0, offset=len(out), length=len(data))
+        o.lifetime = L.CONSTANT_COPY
+        out.extend(data)
+    return bytes(out)
 
 
 def cache_token(model: hal.Model, device_name: str) -> bytes:
