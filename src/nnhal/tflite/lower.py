@@ -60,6 +60,9 @@ EXACT: dict[Op, frozenset] = {
     Op.CONCATENATION: FQ, Op.RESHAPE: FQ, Op.SOFTMAX: FQ, Op.DEQUANTIZE: frozenset({U8, I8}),
     Op.QUANTIZE: frozenset({F}), Op.PAD: FQ, Op.TRANSPOSE: FQ,
     Op.SPACE_TO_DEPTH: FQ, Op.DEPTH_TO_SPACE: FQ, Op.MEAN: frozenset({F}), Op.PRELU: frozenset({F}),
+    Op.L2_NORMALIZATION: FQ, Op.LOCAL_RESPONSE_NORMALIZATION: frozenset({F}), Op.SPACE_TO_BATCH_ND: FQ,
+    Op.BATCH_TO_SPACE_ND: FQ, Op.STRIDED_SLICE: FQ, Op.SLICE: FQ, Op.RESIZE_BILINEAR: FQ,
+    Op.RESIZE_NEAREST_NEIGHBOR: FQ,
 }
 # QUANTIZE's table entry is a rewrite (TFLite -> HAL); HAL -> TFLite it is the plain builtin
 _EXTRA = {Op.QUANTIZE: Mapping("QUANTIZE", Op.QUANTIZE, (Arg("tensor", index=0),))}
@@ -350,6 +353,9 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         args = [("tensor", k, i) for k, i in enumerate(ins[:-1])]
         args.append(("option", "axis", axis + rank if axis < 0 else axis))
         return Plan(m, args)
+    if t == Op.LOCAL_RESPONSE_NORMALIZATION and (len(x0.dimensions) != 4 or (
+            len(ins) > 5 and int(ctx.const(ins[5])) not in (-1, 3))):
+        raise Unsupported("LOCAL_RESPONSE_NORMALIZATION other than over the last axis of a 4-D tensor")
     if t == Op.SOFTMAX and len(ins) > 2 and int(ctx.const(ins[2])) not in (-1, len(x0.dimensions) - 1):
         raise Unsupported("SOFTMAX over another axis than the last")
     if t == Op.SOFTMAX and x0.type != F:
@@ -399,17 +405,27 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
                 v = int(v)
             args.append(("option", a.name, v))
         elif a.kind == "derived":
-            if a.name in ("bias", "int32_const1", "reshape_shape"):
-                if a.name == "int32_const1" and t == Op.MEAN and not isinstance(x, tuple):
-                    args.append(("tensor", 1, x))
-                    continue
+            if a.name in ("bias", "reshape_shape") or a.name.startswith(("int32_const", "int32_tensor")):
                 if isinstance(x, tuple):
                     raise Unsupported("internal: a constant where a tensor is expected")
-                args.append(("tensor", 2 if a.name == "bias" else 1, x))
+                # NOTE: int32_constK / int32_tensorK name TFLite input K; the bias is input 2, the shape 1
+                k_in = {"bias": 2, "reshape_shape": 1}.get(a.name) or int(a.name[len(a.name.rstrip("0123456789")):])
+                args.append(("tensor", k_in, x))
+            elif a.name in ("out_w", "out_h"):
+                size = _resize_size(ctx, op, x, a.name == "out_w")
+                sizes = dict(next((v for kind, name, v in args if name == "size"), {}))
+                sizes[a.name] = size
+                args = [e for e in args if e[1] != "size"] + [("const_tensor_parts", "size", sizes)]
             elif a.name == "depth_multiplier":
                 args.append(("option", "depthMultiplier", int(_value(ctx, x))))
             else:
                 raise Unsupported(f"{t.name}: input {k} ({a.name}) is not lowered")
+    parts = next((v for kind, name, v in args if kind == "const_tensor_parts"), None)
+    if parts is not None:
+        args = [e for e in args if e[0] != "const_tensor_parts"] + [("const_tensor", 1, [parts["out_h"],
+                                                                                        parts["out_w"]])]
+    if t == Op.BATCH_TO_SPACE_ND:
+        args.append(("const_tensor", 2, np.zeros((2, 2), np.int32)))  # NOTE: NNAPI's crops are always zero
     if t == Op.DEPTHWISE_CONV_2D:
         dm = next(v for kind, name, v in args if name == "depthMultiplier")
         if x0.dimensions and x0.dimensions[-1] and ctx.operand(op.inputs[1]).dimensions[-1] != \
@@ -418,6 +434,19 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if t == Op.RESHAPE and ctx.operand(op.inputs[1]).lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
         raise Unsupported("RESHAPE to a shape computed at run time")
     return Plan(m, args)
+
+
+def _resize_size(ctx: _Ctx, op: hal.Operation, x: Any, width: bool) -> int:
+    """The output width / height of a RESIZE_*: an INT32 size, or a FLOAT32 scale times the input's
+    (static) size, floored as the HAL spec says."""
+    o = ctx.operand(x) if not isinstance(x, tuple) else None
+    v = _value(ctx, x)
+    if o is not None and o.type == T.FLOAT32:
+        dims = ctx.operand(op.inputs[0]).dimensions
+        if len(dims) != 4 or not dims[2 if width else 1]:
+            raise Unsupported("a resize scale on an input of unknown size")
+        return int(np.floor(dims[2 if width else 1] * np.float32(v)))
+    return int(v)
 
 
 def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation) -> str:

@@ -394,7 +394,10 @@ OPTIONS: dict[str, str] = {
     "SOFTMAX": "SoftmaxOptions", "SPACE_TO_DEPTH": "SpaceToDepthOptions", "DEPTH_TO_SPACE": "DepthToSpaceOptions",
     "PAD": "PadOptions", "TRANSPOSE": "TransposeOptions", "MAXIMUM": "MaximumMinimumOptions",
     "MINIMUM": "MaximumMinimumOptions", "HARD_SWISH": "HardSwishOptions", "DEQUANTIZE": "DequantizeOptions",
-    "QUANTIZE": "QuantizeOptions", "MEAN": "ReducerOptions",
+    "QUANTIZE": "QuantizeOptions", "MEAN": "ReducerOptions", "L2_NORMALIZATION": "L2NormOptions",
+    "LOCAL_RESPONSE_NORMALIZATION": "LocalResponseNormalizationOptions", "SPACE_TO_BATCH_ND": "SpaceToBatchNDOptions",
+    "BATCH_TO_SPACE_ND": "BatchToSpaceNDOptions", "STRIDED_SLICE": "StridedSliceOptions", "SLICE": "SliceOptions",
+    "RESIZE_BILINEAR": "ResizeBilinearOptions", "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions",
 }
 PADDING_TO_TFLITE = {v: k for k, v in PADDING.items()}
 ACTIVATIONS_TO_TFLITE = {v: k for k, v in ACTIVATIONS.items()}
