@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import Any, Optional
 
 import numpy as np
@@ -55,6 +56,8 @@ class Arena:
 
     def __init__(self) -> None:
         self.memories: dict[int, tuple[hal.Memory, memoryview]] = {}
+        # NOTE: a compilation dropped without close() still gives its shared memories back
+        self._finalizer = weakref.finalize(self, _release_all, self.memories)
 
     def get(self, index: int, size: int) -> tuple[hal.Memory, memoryview]:
         have = self.memories.get(index)
@@ -72,8 +75,14 @@ class Arena:
         hal_memory.free(mem)
 
     def close(self) -> None:
-        for i in list(self.memories):
-            self._free(i)
+        self._finalizer()
+
+
+def _release_all(memories: dict) -> None:
+    for mem, view in memories.values():
+        view.release()
+        hal_memory.free(mem)
+    memories.clear()
 
 
 def _nbytes(o: hal.Operand, dims: list[int]) -> int:
