@@ -128,6 +128,17 @@ def test_partial_drivers_are_registered_with_androids_capabilities():
     assert quant.ifPerformance.execTime == 50.0
 
 
+@pytest.mark.parametrize("name", PARTIAL + ["sample-float-slow"])
+def test_partial_driver_capabilities_pass_the_vts_checks(name):
+    status, caps = nnhal.get_device(name).getCapabilities_1_3()
+    types = [int(p.type) for p in caps.operandPerformance]
+    assert status == S.NONE and types == sorted(types) and int(hal.OperandType.SUBGRAPH) not in types
+    infos = [p.info for p in caps.operandPerformance] + [caps.ifPerformance, caps.whilePerformance,
+                                                          caps.relaxedFloat32toFloat16PerformanceScalar]
+    assert all(i.execTime > 0 and i.powerUsage > 0 for i in infos)
+    assert nnhal.get_device(name).getVersionString()[1].startswith(f"nnhal-{name} ")
+
+
 def test_partial_drivers_support_what_android_s_do_and_refuse_preparing_the_rest():
     hm = three_partitions().finish()
     expect = {"sample-float-fast": [True, True, True, True, False], "sample-float-slow": [True, True, True, True, False],
