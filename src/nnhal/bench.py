@@ -46,9 +46,9 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.hal import OperandLifeTime, OperandType, OperationType
-from nnhal.ops.base import NUMPY_DTYPE, ExecContext, OperandInfo, OpInfo, OutputSpec, Tensor
+from nnhal.ops.base import NUMPY_DTYPE, OperandInfo, Tensor
 from nnhal.ops.quant import quantize
-from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import prepare_operation
 
 T = OperandType
 Op = OperationType
@@ -335,34 +335,30 @@ def _info(o: Opnd) -> OperandInfo:
 
 
 class RegistryRunner:
-    """Runs a Graph op by op through the registry, with prepared states."""
+    """Runs a Graph op by op (every intermediate value kept, for calibration and
+    per-layer timing), each operation validated and prepared once through
+    :func:`nnhal.ops.run.prepare_operation`."""
 
     def __init__(self, g: Graph) -> None:
         self.g = g
         self.steps = []
         for t, ins, outs in g.ops:
-            opdef = REGISTRY[t]
-            info = OpInfo(type=t, inputs=[_info(g.operands[i]) for i in ins],
-                          outputs=[_info(g.operands[i]) for i in outs])
-            state = opdef.prepare(info) if opdef.prepare else None
-            specs = [OutputSpec(g.operands[i].type, g.operands[i].dims, g.operands[i].scale, g.operands[i].zp)
-                     for i in outs]
-            self.steps.append((opdef, ins, outs, state, specs))
+            prepared = prepare_operation(t, [_info(g.operands[i]) for i in ins], [_info(g.operands[i]) for i in outs])
+            self.steps.append((prepared, ins, outs))
 
-    def context(self, k: int, values: dict[int, np.ndarray]) -> ExecContext:
-        opdef, ins, outs, state, specs = self.steps[k]
+    def tensors(self, k: int, values: dict[int, np.ndarray]) -> list[Tensor]:
+        _, ins, _ = self.steps[k]
         tensors = []
         for i in ins:
             o = self.g.operands[i]
             data = o.value if o.value is not None else values[i]
             tensors.append(Tensor(o.type, data, o.scale, o.zp))
-        return ExecContext(type=opdef.type, inputs=tensors, outputs=specs, state=state)
+        return tensors
 
     def run(self, x: np.ndarray) -> dict[int, np.ndarray]:
         values = {self.g.inputs[0]: x}
-        for k, (opdef, _, outs, _, _) in enumerate(self.steps):
-            res = opdef.execute(self.context(k, values))
-            for i, r in zip(outs, res):
+        for k, (prepared, _, outs) in enumerate(self.steps):
+            for i, r in zip(outs, prepared.run(self.tensors(k, values))):
                 values[i] = r
         return values
 
@@ -489,7 +485,8 @@ def layer_stats(g: Graph, x: np.ndarray, repeats: int) -> list[LayerStat]:
     runner = RegistryRunner(g)
     values = runner.run(x)
     stats: dict[str, LayerStat] = {}
-    for k, (opdef, ins, outs, _, _) in enumerate(runner.steps):
+    for k, (prepared, ins, outs) in enumerate(runner.steps):
+        opdef = prepared.opdef
         if opdef.type not in CONV_OPS:
             continue
         xo, wo, yo = g.operands[ins[0]], g.operands[ins[1]], g.operands[outs[0]]
@@ -501,8 +498,8 @@ def layer_stats(g: Graph, x: np.ndarray, repeats: int) -> list[LayerStat]:
         if key in stats:
             stats[key].count += 1
             continue
-        ctx = runner.context(k, values)
-        t = _time(lambda e=opdef.execute, c=ctx: e(c), repeats, 0.02)
+        tensors = runner.tensors(k, values)
+        t = _time(lambda p=prepared, i=tensors: p.run(i), repeats, 0.02)
         b, m, kk, n = shape
         stats[key] = LayerStat(key, opdef.type, shape, 1, 2.0 * b * m * kk * n, t, matmul_time(shape, repeats))
     return list(stats.values())

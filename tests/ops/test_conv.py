@@ -27,6 +27,7 @@ from nnhal.ops.base import (
 )
 from nnhal.ops.quant import QUANT_RANGE, activation_range, multiply_by_quantized_multiplier, quantize_multiplier
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import prepare_operation
 
 T = OperandType
 Op = OperationType
@@ -60,17 +61,11 @@ def scalar(v) -> Operand:
 
 
 def run(op, operands: list[Operand], out_t, out_scale=0.0, out_zp=0, prepared=True, version=V1_2 + 1):
-    opdef = REGISTRY[op]
-    out = OutputSpec(out_t, (), out_scale, out_zp)
-    infos = [o.info() for o in operands]
-    out_info = OperandInfo(out_t, (), out_scale, out_zp)
-    match_signature(opdef, [o.t for o in operands], [out_t], version)
-    info = OpInfo(type=op, inputs=infos, outputs=[out_info], version=version)
-    if opdef.validate:
-        opdef.validate(info)
-    state = opdef.prepare(info) if (prepared and opdef.prepare) else None
-    ctx = ExecContext(type=op, inputs=[o.tensor() for o in operands], outputs=[out], state=state)
-    return opdef.execute(ctx)[0]
+    p = prepare_operation(op, [o.info() for o in operands], [OperandInfo(out_t, (), out_scale, out_zp)],
+                          version=version)
+    if not prepared:
+        p.state = None  # NOTE: execute must also work without a prepared state (non-constant operands)
+    return p.run([o.tensor() for o in operands])[0]
 
 
 # --------------------------------------------------------------------------

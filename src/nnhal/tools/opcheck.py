@@ -23,26 +23,21 @@ from nnhal.conformance import vectors
 from nnhal.conformance.compare import compare
 from nnhal.executor import Executor
 from nnhal.ops import registry
-from nnhal.ops.base import OpInfo, OpValidationError, match_signature
+from nnhal.ops.base import OpValidationError
+from nnhal.ops.operands import constant_value, operand_info
+from nnhal.ops.run import prepare_operation
 
 
 def check_operations(model: hal.Model) -> None:
-    """Signature and op-specific validation of every operation (raises OpValidationError)."""
-    from nnhal.executor import constant_value, operand_info
-
+    """Signature and op-specific validation (and prepare) of every operation (raises OpValidationError)."""
     for sg in [model.main, *model.referenced]:
         for op in sg.operations:
-            opdef = registry.find(op.type)
-            if opdef is None:
+            if registry.find(op.type) is None:
                 raise OpValidationError(f"operation {hal.OperationType(op.type).name if op.type in hal.OperationType._value2member_map_ else op.type} is not implemented")
             ins = [sg.operands[i] for i in op.inputs]
             outs = [sg.operands[i] for i in op.outputs]
-            match_signature(opdef, [o.type for o in ins], [o.type for o in outs])
-            if opdef.validate:
-                info = OpInfo(type=opdef.type,
-                              inputs=[operand_info(o, constant_value(model, o, _POOLS)) for o in ins],
-                              outputs=[operand_info(o, None) for o in outs], subgraphs=model.referenced)
-                opdef.validate(info)
+            prepare_operation(op.type, [operand_info(o, constant_value(model, o, _POOLS)) for o in ins],
+                              [operand_info(o, None) for o in outs], subgraphs=model.referenced)
 
 
 _POOLS: list = []
