@@ -363,9 +363,11 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         zp = 0 if x0.type == U8 else -128
         if out.scale != 1 / 256 or out.zeroPoint != zp:
             raise Unsupported("quantized SOFTMAX output not q(1/256)")
-    if t in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.FULLY_CONNECTED) and \
+    if t in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.FULLY_CONNECTED) and x0.type != F and \
             ctx.operand(op.inputs[1]).lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
-        raise Unsupported("weights that are not constants (XNNPACK packs constant weights)")
+        # NOTE: float weights given at run time run on LiteRT's builtin kernels (XNNPACK leaves the node);
+        # quantized ones need the quantization LiteRT computes at prepare from constant weights
+        raise Unsupported("quantized weights that are not constants")
     if t in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.FULLY_CONNECTED):
         f = ctx.operand(op.inputs[1])
         if f.type == I8 and f.zeroPoint != 0:
