@@ -164,12 +164,15 @@ _REQ_CODEC = _Codec(_REQ_FORMATS)
 _RES_CODEC = _Codec(_RES_FORMATS)
 
 
-def _expect(datums: list[tuple], index: int, disc: int, what: str) -> tuple:
+def _expect(datums: list[tuple], index: int, disc: int, what: str, *args: object) -> tuple:
+    """Datum ``index``, which must have discriminator ``disc``; ``what`` (a
+    format string of ``args``: NOTE: formatted only for an error, not per
+    datum) names it in the error."""
     if index >= len(datums):
-        raise PacketError(f"packet ends where {what} should be (datum {index})")
+        raise PacketError(f"packet ends where {what.format(*args)} should be (datum {index})")
     d = datums[index]
     if d[0] != disc:
-        raise PacketError(f"datum {index} has discriminator {d[0]}, {what} expected")
+        raise PacketError(f"datum {index} has discriminator {d[0]}, {what.format(*args)} expected")
     return d
 
 
@@ -193,24 +196,24 @@ def decode_request(data: bytes) -> RequestPacket:
         if count > len(datums):
             raise PacketError(f"{count} {name} operands cannot fit a packet of {len(datums)} datums")
         for k in range(count):
-            what = f"{name}OperandInformation[{k}]"
-            _, no_value, pool, offset, length, n_dims = _expect(datums, index, info, what)
+            _, no_value, pool, offset, length, n_dims = _expect(datums, index, info, "{}OperandInformation[{}]",
+                                                                name, k)
             index += 1
             if n_dims > len(datums) - index:
-                raise PacketError(f"{what}: {n_dims} dimensions do not fit the packet")
+                raise PacketError(f"{name}OperandInformation[{k}]: {n_dims} dimensions do not fit the packet")
             dims = []
             for j in range(n_dims):
-                w = f"{name} {k} dimension {j}"
-                dims.append(_expect(datums, index, dim, w)[1])
+                dims.append(_expect(datums, index, dim, "{} {} dimension {}", name, k, j)[1])
                 index += 1
-            args[side].append(hal.RequestArgument(hasNoValue=_bool(no_value, f"{what}.hasNoValue"),
+            if no_value not in (0, 1):
+                _bool(no_value, f"{name}OperandInformation[{k}].hasNoValue")
+            args[side].append(hal.RequestArgument(hasNoValue=no_value == 1,
                                                   location=hal.DataLocation(pool, offset, length), dimensions=dims))
     if n_pools > len(datums) - index:
         raise PacketError(f"{n_pools} pools do not fit the packet")
     slots = []
     for k in range(n_pools):
-        w = f"poolIdentifier[{k}]"
-        slots.append(_expect(datums, index, REQ_POOL_IDENTIFIER, w)[1])
+        slots.append(_expect(datums, index, REQ_POOL_IDENTIFIER, "poolIdentifier[{}]", k)[1])
         index += 1
     measure = _expect(datums, index, REQ_MEASURE_TIMING, "measureTiming")[1]
     index += 1
@@ -255,17 +258,17 @@ def decode_result(data: bytes) -> tuple[hal.ErrorStatus, list[hal.OutputShape], 
     index = 1
     shapes = []
     for k in range(n):
-        what = f"operandInformation[{k}]"
-        _, sufficient, n_dims = _expect(datums, index, RES_OPERAND_INFORMATION, what)
+        _, sufficient, n_dims = _expect(datums, index, RES_OPERAND_INFORMATION, "operandInformation[{}]", k)
         index += 1
         if n_dims > len(datums) - index:
-            raise PacketError(f"{what}: {n_dims} dimensions do not fit the packet")
+            raise PacketError(f"operandInformation[{k}]: {n_dims} dimensions do not fit the packet")
         dims = []
         for j in range(n_dims):
-            w = f"operand {k} dimension {j}"
-            dims.append(_expect(datums, index, RES_DIMENSION, w)[1])
+            dims.append(_expect(datums, index, RES_DIMENSION, "operand {} dimension {}", k, j)[1])
             index += 1
-        shapes.append(hal.OutputShape(dimensions=dims, isSufficient=_bool(sufficient, f"{what}.isSufficient")))
+        if sufficient not in (0, 1):
+            _bool(sufficient, f"operandInformation[{k}].isSufficient")
+        shapes.append(hal.OutputShape(dimensions=dims, isSufficient=sufficient == 1))
     _, on_device, in_driver = _expect(datums, index, RES_EXECUTION_TIMING, "executionTiming")
     index += 1
     if index != size:
