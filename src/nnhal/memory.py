@@ -597,7 +597,7 @@ def open_pool(memory: Memory, writable: bool | None = None, map_min_bytes: int =
     info = _validate(memory, bool(writable))
     _, st, seals, offset, can_write = info
     sealed = not stat.S_ISREG(st.st_mode) or bool(seals & fcntl.F_SEAL_SHRINK)
-    if sealed and memory.size >= map_min_bytes:
+    if sealed and (memory.size >= map_min_bytes or not stat.S_ISREG(st.st_mode)):  # NOTE: devices: mapped as ever
         return MappedPool(memory, writable, info)
     return FdPool(memory, writable, (offset, can_write if writable is None else bool(writable)), sealed)
 
