@@ -242,13 +242,10 @@ class _Run:
                                                          f"but input {n} has shape {list(t.data.shape)}")
             ctx = ExecContext(type=step.opdef.type, inputs=ins, outputs=step.outputs, relaxed=relaxed,
                               state=step.state, executor=self)
-            try:
-                outs = step.opdef.execute(ctx)
-            except (OpExecutionError, DeadlineMissed):
-                raise
-            except Exception as e:  # a kernel bug or numpy error on bad values: never crash the driver
-                log.exception("%s failed", step.opdef.name)
-                raise OpExecutionError(f"{step.opdef.name} failed: {type(e).__name__}: {e}") from e
+            # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
+            # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
+            # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure
+            outs = step.opdef.execute(ctx)
             if len(outs) != len(op.outputs):
                 raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
             for j, (i, arr) in enumerate(zip(op.outputs, outs)):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import logging
 import math
 import numbers
 import re
@@ -40,6 +41,8 @@ from nnhal.ops import registry
 from nnhal.ops.base import OpDef, OpInfo, OpValidationError, match_signature
 from nnhal.ops.control_flow import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported, documented here
 from nnhal.ops.operands import constant_value, operand_info
+
+log = logging.getLogger("nnhal.validation")
 
 T = hal.OperandType
 L = hal.OperandLifeTime
@@ -525,8 +528,13 @@ def validate_operation(model: hal.Model, sg: hal.Subgraph, op: hal.Operation, po
         raise _fail(str(e)) from None
     except ValidationError:
         raise
-    except Exception as e:  # a validator tripping on odd input is still a bad model, never a crash
-        raise _fail(f"{opdef.name}: invalid operands ({type(e).__name__}: {e})") from None
+    except Exception as e:
+        # NOTE: decided: a validator that crashes on a model still refuses it with INVALID_ARGUMENT (the
+        # client's model is what it could not check, and a hostile model must never crash the driver),
+        # but never silently: the crash is a driver bug, logged as one with its traceback
+        log.error("%s: the validator crashed on this model (a driver bug): %s: %s", opdef.name, type(e).__name__, e)
+        log.debug("validator traceback", exc_info=True)
+        raise _fail(f"{opdef.name}: validator crashed ({type(e).__name__}: {e})") from None
     for i in op.outputs:
         if sg.operands[i].lifetime not in (L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT):
             raise _fail(f"operation {opdef.name} writes operand {i} of lifetime {L(sg.operands[i].lifetime).name}")

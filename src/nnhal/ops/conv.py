@@ -16,6 +16,7 @@ when the operands are constants.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,8 @@ from nnhal.ops.base import (
     Signature,
 )
 from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier
+
+log = logging.getLogger("nnhal.ops.conv")
 
 T = OperandType
 F32, F16, I32, B = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
@@ -319,7 +322,8 @@ def _prepare(info: OpInfo) -> _State:
                         _fold_input_zp(st, ins[0], b, info.outputs[0], int(act))
     except ValueError as e:
         st.mult_error = str(e)
-    except Exception:  # NOTE: prepare must never fail; execute redoes the work and reports
+    except Exception:  # NOTE: prepare must never fail; execute redoes the work (a bug crashes there, reported)
+        log.debug("%s prepare: no precomputed state", info.type.name, exc_info=True)
         st.filter, st.mult, st.requant = None, None, {}
     return st
 
