@@ -483,12 +483,8 @@ def test_model_compliance_uses_operation_validator():
     assert not compliant_with_v1_0(m, validate_operation=validator)
     assert compliant_with_v1_1(m, validate_operation=validator)
     assert calls == [(hal.OperationType.ADD, 4, 0), (hal.OperationType.ADD, 4, 1)]
-    convert.set_operation_validator(validator)
-    try:
-        assert not compliant_with_v1_0(m) and compliant_with_v1_2(m)
-    finally:
-        convert.set_operation_validator(None)
-    assert compliant_with_v1_0(m)
+    assert not compliant_with_v1_0(m, validate_operation=validator) and compliant_with_v1_2(m, validate_operation=validator)
+    assert compliant_with_v1_0(m)  # without a validator: the operation type and operands only
 
 
 def test_operand_compliance():

@@ -21,9 +21,10 @@ object can be expressed at an older version (as Android's ``Utils.cpp``
   extraParams before 1.2, a driver-allocated memory token in a request).
 - :func:`compliant_with_v1_0`, ..._v1_1, ..._v1_2 tell whether a model,
   request, operand or capabilities keeps its meaning at the older version.
-  For models, operation signatures are checked by an operation validator
-  (see :func:`set_operation_validator`); without one, only the operation type
-  and the operands are checked.
+  For models, operation signatures are checked by the operation validator
+  passed as ``validate_operation`` (the hal package knows no operation
+  signatures); without one, only the operation type and the operands are
+  checked.
 
 Lists of any of these are converted element by element.  Objects of types
 that did not change between versions (DataLocation, OutputShape, ...) are
@@ -51,7 +52,6 @@ __all__ = [
     "convert_to_v1_2",
     "convert_to_v1_3",
     "no_performance_info",
-    "set_operation_validator",
 ]
 
 FLT_MAX = 3.4028234663852886e38
@@ -63,19 +63,10 @@ _V1_0, _V1_1, _V1_2, _V1_3 = (int(v) for v in v1_3.HalVersion)
 # version 0..3 for HAL 1.0..1.3: does the operation, as used in the model,
 # exist at that version (operation type, operand type signature, inputs)?
 OperationValidator = Callable[[v1_3.Operation, list, int], bool]
-_operation_validator: OperationValidator | None = None
 
 
 class NotRepresentable(ValueError):
     """An object cannot be expressed in the types of the target HAL version."""
-
-
-def set_operation_validator(validator: OperationValidator | None) -> None:
-    """Install the default operation validator of the ``compliant_with_*``
-    functions (the hal package knows no operation signatures; the operation
-    framework provides them).  None removes it."""
-    global _operation_validator
-    _operation_validator = validator
 
 
 def no_performance_info() -> v1_3.PerformanceInfo:
@@ -531,8 +522,7 @@ def _compliant(obj: Any, version: int, noncompliant_operations: set | None,
     if t in (v1_0.Model, v1_1.Model, v1_2.Model, v1_3.Model):
         if _version_of(obj) <= version:
             return True
-        validator = validate_operation if validate_operation is not None else _operation_validator
-        return _model_compliant(convert_to_v1_3(obj), version, noncompliant_operations, validator)
+        return _model_compliant(convert_to_v1_3(obj), version, noncompliant_operations, validate_operation)
     if t in (v1_0.Operand, v1_2.Operand, v1_3.Operand):
         return _version_of(obj) <= version or _operand_compliant(convert_to_v1_3(obj), version)
     if t in (v1_0.OperandType, v1_2.OperandType, v1_3.OperandType):
