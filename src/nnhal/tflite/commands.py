@@ -235,7 +235,8 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
         s.close()
     ours = res[engines[0][0]]
     for name, _ in engines[1:]:
-        print(f"  nnhal {args.device} / {name}: {ours / res[name]:.2f}x")
+        label = "nnhal" if name.startswith("LiteRT") else f"nnhal {args.device}"
+        print(f"  {label} / {name}: {ours / res[name]:.2f}x")
     return 0
 
 
