@@ -224,10 +224,18 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
         print(f"LiteRT not available: {e}", file=sys.stderr)
     print(f"{Path(path).name}: {summary(io)}")
     print(f"threads {args.threads} (BLAS {blas_threads() or '?'}); load average {os.getloadavg()[0]:.2f}; "
-          f"{args.runs} runs each")
+          f"{args.runs} runs each, interleaved")
     res = {}
-    for name, fn in engines:
-        t = sorted(timed(fn, args.runs))
+    # NOTE: interleaved (one run of each engine in turn), so a change of machine load touches every
+    # engine alike and the ratios hold on a shared machine
+    times: dict[str, list[float]] = {name: [] for name, _ in engines}
+    for _, fn in engines:
+        timed(fn, 0)
+    for _ in range(args.runs):
+        for name, fn in engines:
+            times[name] += timed(fn, 1, warmup=0)
+    for name, _ in engines:
+        t = sorted(times[name])
         med, p90 = statistics.median(t), t[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))]
         res[name] = med
         print(f"  {name:24s} median {med * 1e3:9.2f} ms   p90 {p90 * 1e3:9.2f} ms")
