@@ -17,7 +17,8 @@ when the operands are constants.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -230,95 +231,94 @@ def _multipliers(in_scale: float, f_type: OperandType, f_scale: float, f_cq: Any
     return np.array(qs, np.int64), np.array(shifts, np.int64)
 
 
-def _filter_key(kind: str, groups: int) -> tuple:
-    return (kind, groups)
+@dataclass(frozen=True)
+class _Form:
+    """What differs between the five convolution-like operations, as data:
+    the filter's rank and re-layout for the kernel, where its output channels
+    are, and the positions of the groups / activation / layout inputs."""
+
+    name: str  # the prepared filter's cache key
+    filter_rank: int
+    layout: Callable[[np.ndarray, int], np.ndarray]  # (filter as float32, groups) -> kernel matrix
+    out_channel_axis: int  # of the filter
+    act_input: Callable[[int, list], int]  # (input count, input types) -> activation input
+    groups_input: Optional[Callable[[int], int]] = None  # GROUPED_CONV_2D: (input count) -> groups input
+    layout_flag: Optional[int] = None  # CONV_2D / DEPTHWISE: position of the implicit-padding layout flag
+    multiplier: bool = False  # DEPTHWISE: the depth multiplier input shifts the tail
+    fold_input_zp: bool = False  # CONV_2D: the input zero point folded into the bias at prepare
 
 
-def _build_filter(kind: str, w: np.ndarray, zp: int, is_q: bool, groups: int = 1) -> tuple[np.ndarray, int]:
+def _grouped_layout(wf: np.ndarray, groups: int) -> np.ndarray:
+    return wf.reshape(groups, wf.shape[0] // groups, -1).transpose(0, 2, 1)
+
+
+CONV = _Form("conv", 4, lambda wf, g: wf.reshape(wf.shape[0], -1).T, 0,  # [Cout, kh, kw, Cin] -> [kh*kw*Cin, Cout]
+             lambda n, t: 6 if ((n >= 8 and t[7] == B) or n == 7) else 9, layout_flag=7, fold_input_zp=True)
+DEPTHWISE = _Form("depthwise", 4, lambda wf, g: wf[0], 3,  # [1, kh, kw, C] -> [kh, kw, C]
+                  lambda n, t: 7 if ((n >= 9 and t[8] == B) or n == 8) else 10, layout_flag=8, multiplier=True)
+GROUPED = _Form("grouped", 4, _grouped_layout, 0,  # -> [G, kh*kw*Cg, Og]
+                lambda n, t: 10 if n == 12 else 7, groups_input=lambda n: 9 if n == 12 else 6)
+TRANSPOSE = _Form("transpose", 4,  # [Cout, kh, kw, Cin] -> [Cin, kh*kw*Cout]
+                  lambda wf, g: wf.transpose(3, 1, 2, 0).reshape(wf.shape[3], -1), 0,
+                  lambda n, t: 7 if n == 9 else 9)
+FC = _Form("fc", 2, lambda wf, g: wf.T, 0, lambda n, t: 3)  # [units, in] -> [in, units]
+
+_FORMS = {OperationType.CONV_2D: CONV, OperationType.DEPTHWISE_CONV_2D: DEPTHWISE,
+          OperationType.GROUPED_CONV_2D: GROUPED, OperationType.TRANSPOSE_CONV_2D: TRANSPOSE,
+          OperationType.FULLY_CONNECTED: FC}
+
+
+def _filter_key(form: _Form, groups: int) -> tuple:
+    return (form.name, groups)
+
+
+def _build_filter(form: _Form, w: np.ndarray, zp: int, is_q: bool, groups: int = 1) -> tuple[np.ndarray, int]:
     """The filter re-laid-out for the kernel, float32 (quantized: minus its
     zero point), and max |w - zp| (exactness bound of the integer GEMM)."""
     wf = w.astype(np.float32)
     if is_q and zp:
         wf -= np.float32(zp)
     mw = int(np.abs(wf).max()) if (is_q and wf.size) else 0
-    if kind == "conv":  # [Cout, kh, kw, Cin] -> [kh*kw*Cin, Cout]
-        m = np.ascontiguousarray(wf.reshape(wf.shape[0], -1).T)
-    elif kind == "grouped":  # -> [G, kh*kw*Cg, Og]
-        cout = wf.shape[0]
-        m = np.ascontiguousarray(wf.reshape(groups, cout // groups, -1).transpose(0, 2, 1))
-    elif kind == "depthwise":  # [1, kh, kw, C] -> [kh, kw, C]
-        m = np.ascontiguousarray(wf[0])
-    elif kind == "transpose":  # [Cout, kh, kw, Cin] -> [Cin, kh*kw*Cout]
-        m = np.ascontiguousarray(wf.transpose(3, 1, 2, 0).reshape(wf.shape[3], -1))
-    else:  # fc: [units, in] -> [in, units]
-        m = np.ascontiguousarray(wf.T)
-    return m, mw
+    return np.ascontiguousarray(form.layout(wf, groups)), mw
 
 
-_KIND = {
-    OperationType.CONV_2D: "conv",
-    OperationType.DEPTHWISE_CONV_2D: "depthwise",
-    OperationType.GROUPED_CONV_2D: "grouped",
-    OperationType.TRANSPOSE_CONV_2D: "transpose",
-    OperationType.FULLY_CONNECTED: "fc",
-}
-
-
-def _out_channels(kind: str, f_dims: tuple) -> int:
+def _out_channels(form: _Form, f_dims: tuple) -> int:
     if len(f_dims) < 1:
         return 0
-    if kind == "depthwise":
-        return f_dims[3] if len(f_dims) == 4 else 0
+    if form.out_channel_axis:
+        return f_dims[form.out_channel_axis] if len(f_dims) == 4 else 0
     return f_dims[0]
-
-
-def _groups_input(kind: str, n_inputs: int) -> int | None:
-    if kind != "grouped":
-        return None
-    return 9 if n_inputs == 12 else 6
-
-
-def _act_input(kind: str, n: int, types: list) -> int:
-    if kind == "conv":
-        return 6 if ((n >= 8 and types[7] == B) or n == 7) else 9
-    if kind == "depthwise":
-        return 7 if ((n >= 9 and types[8] == B) or n == 8) else 10
-    if kind == "grouped":
-        return 10 if n == 12 else 7
-    if kind == "transpose":
-        return 7 if n == 9 else 9
-    return 3
 
 
 def _prepare(info: OpInfo) -> _State:
     st = _State()
-    kind = _KIND[info.type]
+    form = _FORMS[info.type]
     ins = info.inputs
     is_q = ins[0].type in QUANT8_ASYMM_TYPES
     f = ins[1]
     groups = 1
-    gi = _groups_input(kind, len(ins))
+    gi = form.groups_input(len(ins)) if form.groups_input else None
     if gi is not None:
         gv = info.constant(gi)
         groups = int(gv) if gv is not None else 0
     st.bias_const = ins[2].value is not None
     st.params_const = all(i.value is not None for i in ins[3:])
     try:
-        if f.value is not None and groups > 0 and f.value.ndim == (2 if kind == "fc" else 4) and f.value.size:
-            if kind != "grouped" or f.value.shape[0] % groups == 0:
-                m, mw = _build_filter(kind, f.value, f.zero_point, is_q, groups)
-                st.filter = (_filter_key(kind, groups), m, mw)
+        if f.value is not None and groups > 0 and f.value.ndim == form.filter_rank and f.value.size:
+            if form.groups_input is None or f.value.shape[0] % groups == 0:
+                m, mw = _build_filter(form, f.value, f.zero_point, is_q, groups)
+                st.filter = (_filter_key(form, groups), m, mw)
         if is_q:
-            nch = _out_channels(kind, tuple(f.dimensions))
+            nch = _out_channels(form, tuple(f.dimensions))
             if nch > 0:
                 st.mult = _multipliers(ins[0].scale, f.type, f.scale, f.channel_quant, ins[2].scale,
                                        info.outputs[0].scale, nch)
                 b = ins[2].value
-                ai = _act_input(kind, len(ins), [i.type for i in ins])
+                ai = form.act_input(len(ins), [i.type for i in ins])
                 act = info.constant(ai)
                 if b is not None and act is not None and b.shape == (nch,) and 0 <= int(act) <= 3:
                     st.requant[int(act)] = _make_requant(st.mult, b, info.outputs[0], int(act), fast32=True)
-                    if kind == "conv" and st.filter is not None:
+                    if form.fold_input_zp and st.filter is not None:
                         _fold_input_zp(st, ins[0], b, info.outputs[0], int(act))
     except ValueError as e:
         st.mult_error = str(e)
@@ -430,9 +430,9 @@ def _load_state(d: dict, get: Any) -> _State:
 class _Common:
     """What an execution needs of input / filter / bias, per data type."""
 
-    def __init__(self, ctx: ExecContext, kind: str, groups: int = 1) -> None:
+    def __init__(self, ctx: ExecContext, form: _Form, groups: int = 1) -> None:
         self.ctx = ctx
-        self.kind = kind
+        self.form = form
         x, f, b = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
         self.is_q = x.type in QUANT8_ASYMM_TYPES
         self.out = ctx.outputs[0]
@@ -477,10 +477,10 @@ class _Common:
         return out
 
     def filter(self) -> tuple[np.ndarray, int]:
-        key = _filter_key(self.kind, self.groups)
+        key = _filter_key(self.form, self.groups)
         if self.st is not None and self.st.filter is not None and self.st.filter[0] == key:
             return self.st.filter[1], self.st.filter[2]
-        return _build_filter(self.kind, self.f.data, self.f.zero_point, self.is_q, self.groups)
+        return _build_filter(self.form, self.f.data, self.f.zero_point, self.is_q, self.groups)
 
     def wt_cache(self) -> dict | None:
         if self.st is not None and self.st.filter is not None:
@@ -583,7 +583,7 @@ def _from_nhwc(y: np.ndarray, nchw: bool) -> np.ndarray:
     return np.ascontiguousarray(y.transpose(0, 3, 1, 2)) if nchw else y
 
 
-def _spatial_params(ctx: ExecContext, kind: str) -> dict:
+def _spatial_params(ctx: ExecContext, form: _Form) -> dict:
     """Padding, strides, dilation, layout, activation and the op's extra
     scalar (depth multiplier / groups) as the reference's ``initialize``."""
     n = len(ctx.inputs)
@@ -591,13 +591,13 @@ def _spatial_params(ctx: ExecContext, kind: str) -> dict:
     types = [t.type for t in ctx.inputs]
     p: dict[str, Any] = {"dw": 1, "dh": 1, "nchw": False, "extra": None}
     implicit = None
-    if kind in ("conv", "depthwise"):
-        lp = 7 if kind == "conv" else 8  # position of the implicit layout flag
-        e = 0 if kind == "conv" else 1  # depth multiplier shifts the tail
+    if form.layout_flag is not None:
+        lp = form.layout_flag  # position of the implicit layout flag
+        e = int(form.multiplier)  # depth multiplier shifts the tail
         if (n >= lp + 1 and types[lp] == B) or n == lp:
             implicit = s(3)
             p["sw"], p["sh"] = s(4), s(5)
-            if kind == "depthwise":
+            if form.multiplier:
                 p["extra"] = s(6)
             p["act"] = s(6 + e)
             if n >= lp + 1:
@@ -607,7 +607,7 @@ def _spatial_params(ctx: ExecContext, kind: str) -> dict:
         elif n >= lp + 3 and types[lp] == I32:
             p["pl"], p["pr"], p["pt"], p["pb"] = s(3), s(4), s(5), s(6)
             p["sw"], p["sh"] = s(7), s(8)
-            if kind == "depthwise":
+            if form.multiplier:
                 p["extra"] = s(9)
             p["act"] = s(9 + e)
             if n >= lp + 4:
@@ -616,7 +616,7 @@ def _spatial_params(ctx: ExecContext, kind: str) -> dict:
                 p["dw"], p["dh"] = s(lp + 4), s(lp + 5)
         else:
             raise ctx.fail("unsupported input spec")
-    elif kind == "grouped":
+    elif form.groups_input is not None:
         if n == 12:
             p["pl"], p["pr"], p["pt"], p["pb"] = s(3), s(4), s(5), s(6)
             p["sw"], p["sh"], p["extra"], p["act"], p["nchw"] = s(7), s(8), s(9), s(10), bool(s(11))
@@ -684,7 +684,7 @@ def _operands(ctx: ExecContext, nchw: bool) -> tuple:
 
 
 def _geom_conv(ctx: ExecContext) -> dict:
-    p = _spatial_params(ctx, "conv")
+    p = _spatial_params(ctx, CONV)
     nchw = p["nchw"]
     x, f, bias, (n, h, w, cin) = _operands(ctx, nchw)
     cout, kh, kw, fcin = f.shape
@@ -702,7 +702,7 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
     p = _geometry(ctx, _geom_conv)
     x = ctx.inputs[0].data
     nchw, n, cout, kh, kw, oh, ow = p["nchw"], p["n"], p["cout"], p["kh"], p["kw"], p["oh"], p["ow"]
-    c = _Common(ctx, "conv")
+    c = _Common(ctx, CONV)
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n * oh * ow == 0:
         # NOTE: the reference skips execution (and its scale checks) for an empty output
@@ -738,7 +738,7 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
 
 
 def _geom_depthwise(ctx: ExecContext) -> dict:
-    p = _spatial_params(ctx, "depthwise")
+    p = _spatial_params(ctx, DEPTHWISE)
     nchw = p["nchw"]
     x, f, bias, (n, h, w, cin) = _operands(ctx, nchw)
     one, kh, kw, cout = f.shape
@@ -760,7 +760,7 @@ def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
     nchw, n, cout, kh, kw, oh, ow = p["nchw"], p["n"], p["cout"], p["kh"], p["kw"], p["oh"], p["ow"]
     mult = p["extra"]
-    c = _Common(ctx, "depthwise")
+    c = _Common(ctx, DEPTHWISE)
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n * oh * ow * cout == 0:
         return [np.zeros(out_shape, c.out.dtype)]
@@ -785,7 +785,7 @@ def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
 
 
 def _geom_grouped(ctx: ExecContext) -> dict:
-    p = _spatial_params(ctx, "grouped")
+    p = _spatial_params(ctx, GROUPED)
     nchw = p["nchw"]
     x, f, bias, (n, h, w, cin) = _operands(ctx, nchw)
     g = p["extra"]
@@ -803,7 +803,7 @@ def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
     nchw, n, cout, kh, kw, oh, ow = p["nchw"], p["n"], p["cout"], p["kh"], p["kw"], p["oh"], p["ow"]
     g, cg = p["extra"], p["cg"]
-    c = _Common(ctx, "grouped", groups=g)
+    c = _Common(ctx, GROUPED, groups=g)
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n * oh * ow == 0:
         return [np.zeros(out_shape, c.out.dtype)]
@@ -863,7 +863,7 @@ def _exec_transpose(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
     pl, pt, sw, sh, act, nchw = p["pl"], p["pt"], p["sw"], p["sh"], p["act"], p["nchw"]
     n, h, w, cin, cout, kh, kw, oh, ow = (p[k] for k in ("n", "h", "w", "cin", "cout", "kh", "kw", "oh", "ow"))
-    c = _Common(ctx, "transpose")
+    c = _Common(ctx, TRANSPOSE)
     out_shape = (n, cout, oh, ow) if nchw else (n, oh, ow, cout)
     if n == 0:
         return [np.zeros(out_shape, c.out.dtype)]
@@ -904,7 +904,7 @@ def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
         raise ctx.fail("weights must not be empty")
     _check_act(ctx, act)
     batch = x.size // in_size
-    c = _Common(ctx, "fc")
+    c = _Common(ctx, FC)
     if batch == 0:
         return [np.zeros((0, units), c.out.dtype)]
     wm, mw = c.filter()  # [in, units]
