@@ -85,3 +85,13 @@ def test_discovery_and_partitions_across_a_service_and_in_process_drivers(quant_
     # a service answers one bool per operation: no reason crosses the boundary, and the report says so
     assert p.operations[0].refused["h9-quant"] == "getSupportedOperations_1_3 answered false (the HAL gives no reason)"
     assert hal.OperationType.RELU.name == p.operations[4].type and p.operations[4].device == "h9-quant"
+
+
+@pytest.mark.skipif(not VECTORS.is_dir(), reason="no conformance vectors")
+def test_partitions_tool_counts_the_plans(capsys):
+    from nnhal.tools import partitions
+
+    vec = next((VECTORS / "V1_2").glob("bbox_graph*"))
+    assert partitions.main([str(vec), "--devices", PARTIAL]) == 0
+    out = capsys.readouterr().out
+    assert "3 partition(s): 1 models" in out and "bbox_graph_zero_sized_quant8: 3 partitions" in out

@@ -266,6 +266,7 @@ class Compilation:
         self.operations: list[OperationPlacement] = []
         self._reference: Optional[rt_devices.Device] = None
         self._whole: Optional[Step] = None
+        self._groups: list[tuple[rt_devices.Device, list[int]]] = []
         self.lock = threading.Lock()  # NOTE: one execution at a time: the step memories are shared
         self.finished = False
 
@@ -404,6 +405,14 @@ class Compilation:
             for h in [*model_cache, *data_cache]:
                 os.close(h.fds[0])
 
+    def plan(self) -> list[tuple[str, list[int]]]:
+        """The partitions :meth:`finish` would prepare, without preparing:
+        (device name, main operation indexes) each; fills :meth:`placement`'s
+        operations."""
+        if not self.operations:
+            self._groups = self._partition(self._place())
+        return [(d.name, list(ops)) for d, ops in self._groups]
+
     def finish(self, deadline_ns: Optional[int] = None) -> "Compilation":
         """Places, partitions and prepares (``deadline_ns``: steady clock,
         ``time.monotonic_ns()``).  Raises :class:`CompilationError`."""
@@ -411,8 +420,8 @@ class Compilation:
             return self
         model = self.hal_model
         main = model.main
-        chosen = self._place()
-        groups = self._partition(chosen)
+        self.plan()
+        groups = self._groups
         step_of = {}
         for s, (_, ops) in enumerate(groups):
             for k in ops:
