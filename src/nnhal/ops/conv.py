@@ -411,7 +411,7 @@ def _load_state(d: dict, get: Any) -> _State:
     st = _State()
     if d["filter"] is not None:
         key, m, mw = d["filter"]
-        st.filter = (_filter_key(str(key[0]), int(key[1])), get(m), int(mw))
+        st.filter = ((str(key[0]), int(key[1])), get(m), int(mw))  # NOTE: _filter_key's (form name, groups)
     if d["mult"] is not None:
         st.mult = (get(d["mult"][0]), get(d["mult"][1]))
     st.mult_error = d["mult_error"]
