@@ -47,6 +47,21 @@ def quiet_driver() -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_key_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The compilation cache's HMAC key lives in a session directory, never in the
+    user's ~/.local/state/nnhal (services started by tests inherit it)."""
+    d = tmp_path_factory.mktemp("nnhal-key")
+    os.chmod(d, 0o700)
+    old = os.environ.get("NNHAL_CACHE_KEY_DIR")
+    os.environ["NNHAL_CACHE_KEY_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("NNHAL_CACHE_KEY_DIR", None)
+    else:
+        os.environ["NNHAL_CACHE_KEY_DIR"] = old
+
+
 # driver services (nnhal serve) for tests that cross the process boundary
 
 

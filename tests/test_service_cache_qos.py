@@ -202,11 +202,13 @@ def test_service_high_priority_ahead_of_low_backlog(remote) -> None:  # noqa: AN
     from nnhal import bench
     from nnhal.conformance.runner import RequestPools
 
-    net = bench.mobilenet_v1(64, 0.25, 10)
+    # NOTE: each LOW execution (~10-20 ms) must outlast the 16 launch round trips
+    # (~1 ms each), or on a loaded machine the backlog drains before HIGH arrives
+    net = bench.mobilenet_v1(128, 0.5, 10)
     model = bench.to_model(bench.lower(net, quant=False))
     high = prepare(model, remote, priority=hal.Priority.HIGH)[2]
     low = prepare(model, remote, priority=hal.Priority.LOW)[2]
-    x = np.random.default_rng(0).random((1, 64, 64, 3), np.float32)
+    x = np.random.default_rng(0).random((1, 128, 128, 3), np.float32)
     with RequestPools([x], [40]) as p:
         cbs = [CountingExecutionCallback() for _ in range(16)]
         for cb in cbs:
