@@ -38,11 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 PEERS_APART = [("nnhal.executor", "nnhal.validation")]
 
 # NOTE: known upward imports, each with its reason; remove an entry once fixed
-ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    # `nnhal serve` looks the driver up by name with the public get_device; the device
-    # table should move to the driver layer (nnhal/__init__ would then delegate)
-    ("nnhal.service.server", "nnhal"): "device lookup by name",
-}
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 
 
 def _modules() -> dict[str, Path]:

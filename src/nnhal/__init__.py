@@ -34,13 +34,9 @@ def get_device(name: str = "sample-all") -> Any:
     """An ``IDevice`` (1.3) running in this process."""
     if name not in IN_PROCESS_DEVICES:
         raise LookupError(f"no in-process device named {name!r}; available: {', '.join(IN_PROCESS_DEVICES)}")
-    if name == "litert-cpu":
-        from nnhal.driver.device import get_litert_device
+    from nnhal.driver import get_device_by_name
 
-        return get_litert_device(name)
-    from nnhal.driver import get_sample_device
-
-    return get_sample_device(name)
+    return get_device_by_name(name)
 
 
 def connect(name: str) -> Any:

@@ -476,6 +476,12 @@ def get_sample_device(name: str = "sample-all") -> SampleDevice:
 LITERT_DEVICE = "litert-cpu"
 
 
+def get_device_by_name(name: str) -> SampleDevice:
+    """The in-process driver ``name`` (the names ``nnhal.IN_PROCESS_DEVICES`` lists):
+    ``litert-cpu`` over LiteRT, the others over the sample backend."""
+    return get_litert_device(name) if name == LITERT_DEVICE else get_sample_device(name)
+
+
 def get_litert_device(name: str = LITERT_DEVICE) -> SampleDevice:
     """The ``litert-cpu`` driver: this front end over the LiteRT backend
     (nnhal.drivers.litert; ImportError without ai-edge-litert)."""

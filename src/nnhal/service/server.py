@@ -774,9 +774,9 @@ class Service:
 
 def serve(name: str, driver: str = "sample-all") -> int:
     """Run ``driver`` as the service ``name`` in the foreground until SIGTERM / SIGINT."""
-    import nnhal
+    from nnhal.driver import get_device_by_name
 
-    device = nnhal.get_device(driver)
+    device = get_device_by_name(driver)  # NOTE: the name was checked by the caller (cli serve)
     service = Service(name, device)
     service.bind()
 
