@@ -114,6 +114,21 @@ def to_signed(vm: VectorModel) -> VectorModel:
     return out
 
 
+
+def model_variants(vm: VectorModel, variants: Sequence[str]) -> list[tuple[VectorModel, str, bool]]:
+    """The runs VTS makes of one vector model, as (model, variant name, dynamic
+    shapes): plain, then the quant8 signed coupling and the dynamic-shape
+    variants that ``variants`` asks for and the model is eligible for."""
+    base = [("plain", vm)]
+    if "signed" in variants and has_quant8_coupled_operands(vm):
+        base.append(("signed", to_signed(vm)))
+    out = []
+    for vname, v in base:
+        out.append((v, vname, False))
+        if "dynamic" in variants and dynamic_eligible(v):
+            out.append((v, "dynamic" if vname == "plain" else vname + "+dynamic", True))
+    return out
+
 def dynamic_eligible(vm: VectorModel) -> bool:
     return not vm.expectFailure and not (vm.operation_types & {"RANK", "IF", "WHILE"})
 
@@ -406,13 +421,8 @@ class Runner:
 
     def run_model(self, vm: VectorModel) -> list[CaseResult]:
         results = []
-        variants = [("plain", vm)]
-        if "signed" in self.variants and has_quant8_coupled_operands(vm):
-            variants.append(("signed", to_signed(vm)))
-        for vname, v in variants:
-            results += self._run_variant(v, vname, dynamic=False)
-            if "dynamic" in self.variants and dynamic_eligible(v):
-                results += self._run_variant(v, "dynamic" if vname == "plain" else vname + "+dynamic", dynamic=True)
+        for v, vname, dynamic in model_variants(vm, self.variants):
+            results += self._run_variant(v, vname, dynamic=dynamic)
         return results
 
     def _run_variant(self, vm: VectorModel, variant: str, dynamic: bool) -> list[CaseResult]:

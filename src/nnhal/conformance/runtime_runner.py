@@ -27,9 +27,7 @@ from nnhal.conformance.runner import (
     BASIC_MODES,
     VARIANTS,
     CaseResult,
-    dynamic_eligible,
-    has_quant8_coupled_operands,
-    to_signed,
+    model_variants,
 )
 from nnhal.conformance.vectors import VectorModel
 from nnhal.runtime import Compilation, CompilationError, ExecutionError
@@ -52,13 +50,8 @@ class RuntimeRunner:
 
     def run_model(self, vm: VectorModel) -> list[CaseResult]:
         results = []
-        variants = [("plain", vm)]
-        if "signed" in self.variants and has_quant8_coupled_operands(vm):
-            variants.append(("signed", to_signed(vm)))
-        for vname, v in variants:
-            results += self._run_variant(v, vname, dynamic=False)
-            if "dynamic" in self.variants and dynamic_eligible(v):
-                results += self._run_variant(v, "dynamic" if vname == "plain" else vname + "+dynamic", dynamic=True)
+        for v, vname, dynamic in model_variants(vm, self.variants):
+            results += self._run_variant(v, vname, dynamic=dynamic)
         return results
 
     def _run_variant(self, vm: VectorModel, variant: str, dynamic: bool) -> list[CaseResult]:

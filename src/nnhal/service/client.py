@@ -48,7 +48,7 @@ import msgspec
 
 from nnhal import hal
 from nnhal.service import registry, wire
-from nnhal.service.transport import Channel, PeerClosed, ProtocolError, close_fds
+from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
 
 log = logging.getLogger("nnhal.service")
 
@@ -59,16 +59,6 @@ _READY_CALLBACKS = (hal.PreparedModelCallback, hal.ExecutionCallback)
 
 class ServiceUnavailable(LookupError):
     """No service of that name runs (the message names the registry directory)."""
-
-
-class _Pending:
-    __slots__ = ("lock", "value", "fds")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.lock.acquire()
-        self.value: Any = None
-        self.fds: list[int] = []
 
 
 class _Entry:
@@ -108,7 +98,7 @@ class Connection:
         self._call_chans: weakref.WeakSet[Channel] = weakref.WeakSet()
         self._send = self.chan.send
         self._lock = threading.Lock()
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, Pending] = {}
         self._entries: dict[bytes, _Entry] = {}
         self._cids = itertools.count(1)
         self._ids = itertools.count(1)
@@ -181,7 +171,7 @@ class Connection:
                 log.error("%s: cannot send the call: %s", spec.name, e)
                 return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
             return self._result(spec, entry_ref, env, rfds)
-        p = _Pending()
+        p = Pending()
         self._sem.acquire()
         with self._lock:
             self._pending[cid] = p

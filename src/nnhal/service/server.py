@@ -59,7 +59,7 @@ import msgspec
 
 from nnhal import hal
 from nnhal.service import registry, wire
-from nnhal.service.transport import Channel, PeerClosed, ProtocolError, close_fds
+from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
 
 log = logging.getLogger("nnhal.service")
 
@@ -227,16 +227,6 @@ _CLIENT_PROXIES = {"IPreparedModelCallback": _PreparedModelCallbackProxy,
 # one client
 
 
-class _Pending:
-    __slots__ = ("lock", "value", "fds")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.lock.acquire()
-        self.value: Any = None
-        self.fds: list[int] = []
-
-
 class Connection:
     """One client: its socket, reader thread, objects and tokens."""
 
@@ -251,7 +241,7 @@ class Connection:
         self.objects: dict[bytes, tuple[str, Any, list]] = {}  # ref -> (iface, object, attachments)
         self.tokens: dict[int, bytes] = {}  # driver buffer token -> the IBuffer's ref
         self.outstanding: set[_ClientRef] = set()
-        self.client_calls: dict[int, _Pending] = {}
+        self.client_calls: dict[int, Pending] = {}
         self._next_cid = 1
         self.inflight = 0
         self.closed = False
@@ -292,7 +282,7 @@ class Connection:
     # ------------------------------------------------------------ calls to the client
     def call_client(self, target: bytes, spec: wire.MethodSpec, args: tuple) -> tuple[Any, list[int]]:
         """Call a client object and wait for the answer: (result, received fds)."""
-        p = _Pending()
+        p = Pending()
         with self.lock:
             if self.closed:
                 return spec.error(S.DEVICE_UNAVAILABLE), []

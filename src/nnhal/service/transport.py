@@ -27,7 +27,7 @@ import socket
 import struct
 import threading
 from collections import deque
-from typing import Optional
+from typing import Any, Optional
 
 MAX_MESSAGE = 256 * 1024 * 1024
 MAX_FDS = 128
@@ -162,3 +162,16 @@ class Channel:
         self.sock.close()
         fds, self._fds = list(self._fds), deque()
         close_fds(fds)
+
+
+class Pending:
+    """A call waiting for its answer: ``lock`` is released once ``value``
+    (and the answer's descriptors ``fds``) are set by the reader."""
+
+    __slots__ = ("lock", "value", "fds")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.value: Any = None
+        self.fds: list[int] = []
