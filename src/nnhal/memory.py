@@ -48,6 +48,7 @@ import stat
 from nnhal.hal import Handle, Memory
 
 __all__ = [
+    "pread_into",
     "AHARDWAREBUFFER_FORMAT_BLOB",
     "AHARDWAREBUFFER_FORMAT_R8G8B8A8_UNORM",
     "AHARDWAREBUFFER_USAGE_CPU_READ_MASK",
@@ -475,7 +476,9 @@ def shrink_sealed(memory: Memory) -> bool:
     return not stat.S_ISREG(st.st_mode) or bool(_seals(fds[0]) & fcntl.F_SEAL_SHRINK)
 
 
-def _pread_into(fd: int, buf: memoryview, offset: int) -> int:
+def pread_into(fd: int, buf: memoryview, offset: int = 0) -> int:
+    """Fills ``buf`` from ``offset`` of ``fd`` without mapping it (a file the
+    client shrinks cannot fault); returns the bytes read, fewer at end of file."""
     got = 0
     while got < len(buf):
         n = os.preadv(fd, [buf[got:]], offset + got)
@@ -526,7 +529,7 @@ class FdPool:
             raise InvalidMemory(f"read of {len(buf)} bytes at {offset} is outside the pool ({self.size} bytes)")
         fd = self._fd_open()
         try:
-            got = _pread_into(fd, buf, self._base + offset)
+            got = pread_into(fd, buf, self._base + offset)
         except OSError as e:
             raise InvalidMemory(f"cannot read {self.memory.name!r} memory: {e.strerror}") from e
         if got < len(buf):
@@ -615,7 +618,7 @@ class PrivateCopy:
         buf = bytearray(memory.size)
         fd = memory.handle.fds[0]
         try:
-            got = _pread_into(fd, memoryview(buf), base)
+            got = pread_into(fd, memoryview(buf), base)
         except OSError as e:
             raise InvalidMemory(f"cannot read {memory.name!r} memory: {e.strerror}") from e
         if got < memory.size:

@@ -54,6 +54,7 @@ import msgspec
 import numpy as np
 
 from nnhal import hal
+from nnhal import memory as hal_memory
 from nnhal.executor import PREPARE, Executor
 from nnhal.ops import registry
 
@@ -333,17 +334,6 @@ def _pwrite_all(fd: int, chunks: list, offset: int = 0) -> int:
     return offset
 
 
-def _pread_into(fd: int, buf: memoryview, offset: int = 0) -> int:
-    """Fills ``buf`` from ``offset``; returns the bytes read (less at end of file)."""
-    got = 0
-    while got < len(buf):
-        n = os.preadv(fd, [buf[got:]], offset + got)
-        if n <= 0:
-            break
-        got += n
-    return got
-
-
 def _read_model_file(fd: int) -> bytes:
     size = os.fstat(fd).st_size
     if size > MAX_MODEL_CACHE_BYTES:
@@ -351,7 +341,7 @@ def _read_model_file(fd: int) -> bytes:
     # NOTE: one read of at most the size seen plus one byte: a file growing
     # meanwhile shows as a length mismatch below, never as an unbounded read
     buf = bytearray(size + 1)
-    n = _pread_into(fd, memoryview(buf))
+    n = hal_memory.pread_into(fd, memoryview(buf))
     return bytes(buf[:n])
 
 
@@ -360,7 +350,7 @@ def _read_data_file(fd: int, size: int) -> np.ndarray:
     raw = np.empty(size + 1 + _ALIGN, np.uint8)
     skip = (-raw.ctypes.data) % _ALIGN  # NOTE: 64-byte aligned blobs, as freshly allocated arrays
     buf = raw[skip:skip + size + 1]
-    n = _pread_into(fd, memoryview(buf))
+    n = hal_memory.pread_into(fd, memoryview(buf))
     if n != size:
         raise CacheError(S.GENERAL_FAILURE, f"the data cache has {'more' if n > size else n} bytes, "
                                             f"the model cache says {size}")
