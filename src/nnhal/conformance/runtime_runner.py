@@ -59,7 +59,8 @@ class RuntimeRunner:
         t0 = time.perf_counter()
 
         def result(mode: str, status: str, msg: str = "", err: float = 0.0) -> CaseResult:
-            return CaseResult(vm.spec, vm.name, ops, mode, variant, status, msg, time.perf_counter() - t0, err)
+            return CaseResult(vm.spec, vm.name, ops, mode, variant, status, msg, time.perf_counter() - t0, err,
+                              vm.data_type)
 
         model = vm.build_model()
         if dynamic:
