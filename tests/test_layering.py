@@ -16,8 +16,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # longest matching prefix gives a module's layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("hal", ("nnhal.hal",)),
-    # low-level beside hal: shared memory, sync fences, fast message queues, burst packets
-    ("low", ("nnhal.memory", "nnhal.fence", "nnhal.fmq", "nnhal.burst_packets")),
+    # low-level beside hal: shared memory, sync fences, fast message queues, burst packets, polling
+    ("low", ("nnhal.memory", "nnhal.fence", "nnhal.fmq", "nnhal.burst_packets", "nnhal.spin")),
     ("ops", ("nnhal.ops",)),
     # executor and validation are peers (checked below: neither imports the other)
     ("executor", ("nnhal.executor", "nnhal.validation")),

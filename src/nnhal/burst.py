@@ -37,12 +37,15 @@ import collections
 import logging
 import os
 import threading
+import time
 from typing import Any, Optional
 
 from nnhal import burst_packets as bp
 from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
+from nnhal.service.client import RemoteBurstContext
+from nnhal.spin import Spin, spin_limit_ns
 
 __all__ = ["BurstController", "BurstError", "CHANNEL_LENGTH"]
 
@@ -51,6 +54,10 @@ log = logging.getLogger("nnhal.burst")
 S = hal.ErrorStatus
 CHANNEL_LENGTH = 1024  # kExecutionBurstChannelLength of the reference
 MAX_SLOTS = 64
+# NOTE: the controller polls the result queue up to this long before it blocks (nnhal.spin), as the
+# reference's controller does (its window: 50 us of C++; here most small executions answer within it)
+SPIN_US = 1000
+_clock = time.perf_counter_ns
 
 
 class BurstError(Exception):
@@ -152,6 +159,7 @@ class BurstController:
         self._lock = threading.Lock()
         self._broken: Optional[hal.ErrorStatus] = None
         self._cache = _SlotCache(max_slots)
+        self._spin = Spin(spin_limit_ns(SPIN_US))
         self._requests = MessageQueue.create(bp.DATUM_SIZE, channel_length, "writer")
         try:
             self._results = MessageQueue.create(bp.DATUM_SIZE, result_channel_length or channel_length, "reader")
@@ -171,6 +179,10 @@ class BurstController:
                              f"configureExecutionBurst returned {status!r} and {'no ' if context is None else ''}"
                              "burst context")
         self.context = context
+        # NOTE: polling pays only when the driver runs in another process: a burst thread of this
+        # process would have to take the interpreter lock from the polling thread to answer
+        if not isinstance(context, RemoteBurstContext):
+            self._spin = Spin(0)
         # NOTE: the driver holds its own copies now: dropping ours makes its death visible as end of file
         self._requests.release_descriptor()
         self._results.release_descriptor()
@@ -207,8 +219,10 @@ class BurstController:
                           len(packet) // bp.DATUM_SIZE, self._requests.capacity)
                 return S.GENERAL_FAILURE, [], hal.Timing()
             try:
+                t0 = _clock()
                 self._requests.write_blocking(packet, timeout)
-                raw = self._results.read_packet_blocking(timeout)
+                raw = self._results.read_packet_blocking(timeout, self._spin.window())
+                self._spin.waited(_clock() - t0)
             except FmqPeerGone as e:
                 return self._break(S.DEVICE_UNAVAILABLE, f"the driver side of the burst is gone ({e})")
             except FmqTimeout:

@@ -17,8 +17,8 @@ One writer, one reader, a ring of fixed-size elements in shared memory:
   single aligned 8-byte accesses rely on its atomicity);
 - signalling and peer death use one Unix socketpair per queue: the writer
   sends a byte after publishing ("data written"), the reader after consuming
-  ("space freed"); a blocked side waits in ``poll`` and wakes within
-  microseconds, never spins.  End of file on the socket means the other side
+  ("space freed"); a side that waits polls the queue for a short window
+  first when asked to (:mod:`nnhal.spin`), then blocks in ``poll``.  End of file on the socket means the other side
   closed the queue or its process died.
 
   NOTE: a socketpair rather than eventfds (or a futex word): each side owns a
@@ -69,7 +69,9 @@ _SPACE = b"\x02"  # "space freed" (reader -> writer)
 # NOTE: plain ints: socket.MSG_* are enum.IntFlag members, whose ``|`` runs Python code per call
 _SEND_FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
 _DONTWAIT = int(socket.MSG_DONTWAIT)
-_WAIT_SLICE_S = 3600.0  # NOTE: poll() takes milliseconds in an int; long waits go in slices
+_WAIT_SLICE_S = 3600.0
+_clock = time.perf_counter_ns
+_yield = os.sched_yield  # NOTE: poll() takes milliseconds in an int; long waits go in slices
 
 
 class FmqError(Exception):
@@ -333,10 +335,26 @@ class MessageQueue:
                 return out
             self._wait(deadline)
 
-    def read_packet_blocking(self, timeout: Optional[float] = None) -> bytes:
+    def read_packet_blocking(self, timeout: Optional[float] = None, spin_ns: int = 0) -> bytes:
         """Wait for at least one element, then take every element available
-        (the writer publishes a packet at once, so that is a whole packet)."""
+        (the writer publishes a packet at once, so that is a whole packet).
+        ``spin_ns``: first poll the queue that long (:mod:`nnhal.spin`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if spin_ns > 0:
+            end = _clock() + spin_ns
+            counters = self._counters
+            try:
+                while not self._closed:
+                    # NOTE: a lock-free peek at the write counter; read_all validates what it reads
+                    if counters[0] != self._own:
+                        out = self.read_all()
+                        if out:
+                            return out
+                    if _clock() >= end:
+                        break
+                    _yield()  # NOTE: a loaded machine runs its other work instead; an idle one returns at once
+            except ValueError:  # the view was released: closed by another thread
+                raise FmqError("the queue is closed") from None
         while True:
             out = self.read_all()
             if out:
@@ -383,6 +401,15 @@ class MessageQueue:
                 raise FmqPeerGone(f"the other side of the queue is gone ({e.strerror})") from None
             if not got:
                 raise FmqPeerGone("the other side of the queue is gone")
+
+    def created_elsewhere(self) -> bool:
+        """Whether another process created this queue (the signal socketpair
+        reports its creator's credentials, SO_PEERCRED, at both ends)."""
+        try:
+            raw = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError:
+            return False
+        return struct.unpack("3i", raw)[0] != os.getpid()
 
     def peer_alive(self) -> bool:
         """False once the other side closed the queue or died."""

@@ -16,7 +16,8 @@ What the server guarantees, whatever the client does:
 - the callback may be slow, raise, or answer garbage or too few memories:
   the execution then fails with the callback's error status (INVALID_ARGUMENT
   when it says a slot is unknown) or GENERAL_FAILURE, never an exception;
-- an idle burst blocks in ``poll`` on the queue's socket (no spinning); the
+- an idle burst blocks in ``poll`` on the queue's socket (after polling the
+  queue for up to :data:`SPIN_US` following each result: :mod:`nnhal.spin`); the
   thread ends, and every fd is closed, when the client closes its queues or
   dies (end of file), when a queue turns out corrupt, or on :meth:`close`.
 
@@ -29,12 +30,14 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from typing import Any, Callable
 
 from nnhal import burst_packets as bp
 from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
+from nnhal.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.driver")
 
@@ -48,6 +51,9 @@ MAX_QUEUE_CAPACITY = 1 << 16
 RESULT_WRITE_TIMEOUT_S = 5.0
 _IDLE_WAIT_S = 60.0
 _JOIN_TIMEOUT_S = 5.0
+# NOTE: after a result, the server polls the request queue this long before it blocks (nnhal.spin),
+# as the reference's ExecutionBurstServer does: a client executing in a loop is not woken each time
+SPIN_US = 200
 
 Execute = Callable[[hal.Request, Any, Callable[[hal.Memory, bool], Any]], tuple]
 
@@ -115,12 +121,18 @@ class ExecutionBurstServer(hal.IBurstContext):
 
     # ------------------------------------------------------------------ the thread
     def _serve(self) -> None:
+        # NOTE: only a client in another process is polled for: a controller thread of this process
+        # would have to take the interpreter lock from the polling thread to send its next request
+        spin = Spin(spin_limit_ns(SPIN_US) if self._requests.created_elsewhere() else 0)
+        clock = time.perf_counter_ns
         try:
             while not self._closing.is_set():
+                t0 = clock()
                 try:
-                    raw = self._requests.read_packet_blocking(_IDLE_WAIT_S)
+                    raw = self._requests.read_packet_blocking(_IDLE_WAIT_S, spin.window())
                 except FmqTimeout:
                     continue
+                spin.waited(clock() - t0)
                 if self._closing.is_set():
                     break
                 self._send(*self._handle(raw))

@@ -40,6 +40,7 @@ import queue
 import socket
 import struct
 import threading
+import time
 import typing
 import weakref
 from typing import Any, Optional
@@ -49,11 +50,16 @@ import msgspec
 from nnhal import hal
 from nnhal.service import registry, wire
 from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
+from nnhal.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.service")
 
 S = hal.ErrorStatus
 MAX_INFLIGHT = 64  # the service's limit per connection
+# NOTE: a calling thread polls for its answer up to this long before it blocks (transport.Spin):
+# most executions of small models answer within it
+CLIENT_SPIN_US = 1000
+_clock = time.perf_counter_ns
 _READY_CALLBACKS = (hal.PreparedModelCallback, hal.ExecutionCallback)
 
 
@@ -131,6 +137,7 @@ class Connection:
                 chan.close()
             chan = None
         self._local.chan = chan
+        self._local.spin = Spin(spin_limit_ns(CLIENT_SPIN_US))
         return chan
 
     def call(self, target: bytes, spec: wire.MethodSpec, args: tuple) -> Any:
@@ -151,14 +158,17 @@ class Connection:
         chan = self._call_channel()
         if chan is not None:
             # the hot path: this thread sends and reads its own answer (no hand-over)
+            spin = self._local.spin
             try:
+                t0 = _clock()
                 chan.send(body, fds)
                 while True:
-                    rbody, rfds = chan.recv()
+                    rbody, rfds = chan.recv(spin.window())
                     env = wire.ENVELOPE.decode(rbody)
                     if getattr(env, "cid", None) == cid:
                         break
                     close_fds(rfds)
+                spin.waited(_clock() - t0)
             except (PeerClosed, ProtocolError, *wire.DECODE_ERRORS):
                 # NOTE: a broken channel is dropped; the thread's next call opens a new one
                 # (refused, and answered DEVICE_UNAVAILABLE, if the service is gone)

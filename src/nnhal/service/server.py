@@ -60,6 +60,7 @@ import msgspec
 from nnhal import hal
 from nnhal.service import registry, wire
 from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
+from nnhal.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.service")
 
@@ -71,6 +72,9 @@ SHUTDOWN_GRACE_S = 3.0
 HANDSHAKE_TIMEOUT_S = 10.0
 MAX_CALL_CHANNELS = 64  # per client: one per calling thread
 CLIENT_CALL_TIMEOUT_S = 10.0
+# NOTE: after an answer, a call channel's thread polls for the client thread's next call this long
+# before it blocks (transport.Spin): a client calling in a loop is not woken from sleep each time
+SERVER_SPIN_US = 200
 DEVICE = b""
 _OWNED_CALLS = frozenset({"executeSynchronously_1_3", "execute_1_3"})  # see _dispatch
 
@@ -319,9 +323,13 @@ class Connection:
     def serve_sync(self, chan: Channel) -> None:
         """Run the calls of one client thread's own channel, one at a time, on
         this thread (the client thread waits for each answer)."""
+        spin = Spin(spin_limit_ns(SERVER_SPIN_US))
+        clock = time.perf_counter_ns
         try:
             while not self.closed:
-                body, fds = chan.recv()
+                t0 = clock()
+                body, fds = chan.recv(spin.window())
+                spin.waited(clock() - t0)
                 try:
                     env = wire.ENVELOPE.decode(body)
                 except wire.DECODE_ERRORS as e:

@@ -26,6 +26,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from collections import deque
 from typing import Any, Optional
 
@@ -35,6 +36,9 @@ _HEADER = struct.Struct("<II")
 _RECV_SIZE = 256 * 1024
 _CMSG_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
 _CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+_SPIN_FLAGS = _CLOEXEC | int(socket.MSG_DONTWAIT)
+_clock = time.perf_counter_ns
+_yield = os.sched_yield
 _CTRUNC = int(socket.MSG_CTRUNC)  # NOTE: a plain int: ``flags & MSG_CTRUNC`` would go through enum.Flag per frame
 
 
@@ -93,14 +97,17 @@ class Channel:
                     raise PeerClosed(str(e)) from None
                 raise
 
-    def recv(self) -> tuple[bytes, list[int]]:
+    def recv(self, spin_ns: int = 0) -> tuple[bytes, list[int]]:
         """The next frame: (body, descriptors).  Raises PeerClosed at EOF and
-        ProtocolError for a frame over the limits or with missing descriptors."""
+        ProtocolError for a frame over the limits or with missing descriptors.
+
+        ``spin_ns``: poll for the frame for up to that long before blocking
+        (see :class:`Spin`)."""
         buf = self._buf
         if not buf and not self._fds:
             # NOTE: the common case: one whole frame arrives in one read, nothing pending:
             # taken straight from the receive buffer (no staging copy)
-            frame = self._fill(direct=True)
+            frame = self._fill(direct=True, spin_ns=spin_ns)
             if frame is not None:
                 return frame
         while True:
@@ -118,13 +125,14 @@ class Channel:
                     return body, fds
             self._fill()
 
-    def _fill(self, direct: bool = False) -> Optional[tuple[bytes, list[int]]]:
+    def _fill(self, direct: bool = False, spin_ns: int = 0) -> Optional[tuple[bytes, list[int]]]:
         """Read what arrived; with ``direct``, return the frame at once when the
         read holds exactly one whole frame (else it is staged as usual)."""
         try:
             # NOTE: into a buffer kept for the connection: recvmsg() would allocate (and, at
             # this size, mmap and unmap) a fresh 256 KB bytes object per call (~50 us)
-            n, anc, flags, _ = self.sock.recvmsg_into([self._rbuf], _CMSG_SPACE, _CLOEXEC)
+            got = self._spin(spin_ns) if spin_ns > 0 else None
+            n, anc, flags, _ = got or self.sock.recvmsg_into([self._rbuf], _CMSG_SPACE, _CLOEXEC)
         except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as e:
             raise PeerClosed(str(e)) from None
         except OSError as e:
@@ -150,6 +158,19 @@ class Channel:
                 return bytes(self._rview[_HEADER.size:n]), fds
         self._buf += self._rview[:n]
         return None
+
+    def _spin(self, spin_ns: int) -> Optional[tuple]:
+        """Non-blocking reads for up to ``spin_ns``: what arrived, or None."""
+        end = _clock() + spin_ns
+        sock, bufs = self.sock, [self._rbuf]
+        while True:
+            try:
+                return sock.recvmsg_into(bufs, _CMSG_SPACE, _SPIN_FLAGS)
+            except BlockingIOError:
+                pass
+            if _clock() >= end:
+                return None
+            _yield()  # NOTE: a loaded machine runs its other work instead; an idle one returns at once
 
     def close(self) -> None:
         """Close the socket and every descriptor received but not handed out."""
