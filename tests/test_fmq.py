@@ -319,3 +319,66 @@ def test_stress_two_threads_whole_packets_in_order() -> None:
         w.close()
         r.close()
     assert not errors
+
+
+# ---------------------------------------------------------------------------
+# polling before blocking (nnhal.spin)
+
+
+def test_polling_read_gets_a_packet_written_during_the_window(pair) -> None:  # noqa: ANN001
+    w, r = pair
+    pkt = _elems(7, 8)
+    t = threading.Timer(0.002, lambda: w.write_blocking(pkt, 5))
+    t.start()
+    try:
+        assert r.read_packet_blocking(5, spin_ns=500_000_000) == pkt
+    finally:
+        t.join(5)
+
+
+def test_polling_falls_back_to_blocking_and_times_out(pair) -> None:  # noqa: ANN001
+    w, r = pair
+    t0 = time.monotonic()
+    with pytest.raises(FmqTimeout):
+        r.read_packet_blocking(0.05, spin_ns=10_000_000)  # 10 ms of polling, then a blocking wait
+    assert 0.04 < time.monotonic() - t0 < 2
+    # a packet written after the polling window still wakes the blocked reader
+    t = threading.Timer(0.05, lambda: w.write_blocking(_elems(1), 5))
+    t.start()
+    try:
+        assert r.read_packet_blocking(5, spin_ns=1_000_000) == _elems(1)
+    finally:
+        t.join(5)
+
+
+def test_polling_sees_peer_death_and_close(pair) -> None:  # noqa: ANN001
+    w, r = pair
+    w.close()
+    with pytest.raises(FmqPeerGone):
+        r.read_packet_blocking(5, spin_ns=1_000_000)
+    r.close()
+    with pytest.raises(FmqError):
+        r.read_packet_blocking(5, spin_ns=1_000_000)
+
+
+def test_polling_validates_corrupt_counters(pair) -> None:  # noqa: ANN001
+    w, r = pair
+    w._counters[0] = 1 << 40  # a hostile writer: far beyond the capacity
+    with pytest.raises(FmqError, match="corrupt"):
+        r.read_packet_blocking(1, spin_ns=1_000_000)
+
+
+def test_created_elsewhere_tells_processes_apart(pair) -> None:  # noqa: ANN001
+    w, r = pair
+    assert not w.created_elsewhere() and not r.created_elsewhere()  # both ends made in this process
+    q = MessageQueue.create(ES, 4, "writer")
+    h = q.descriptor()
+    code = ("import sys; from nnhal import hal; from nnhal.fmq import MessageQueue; "
+            "fds = [int(v) for v in sys.argv[1:3]]; ints = [int(v) for v in sys.argv[3:]]; "
+            f"q = MessageQueue.open(hal.Handle(fds=fds, ints=ints), {ES}, 'reader'); print(q.created_elsewhere())")
+    try:
+        out = subprocess.run([sys.executable, "-c", code, *map(str, h.fds), *map(str, h.ints)], pass_fds=h.fds,
+                             capture_output=True, text=True, timeout=60)
+        assert out.stdout.strip() == "True", out.stderr
+    finally:
+        q.close()

@@ -107,3 +107,57 @@ def test_every_method_has_a_decoder() -> None:
     for iface in ("IDevice", "IPreparedModel", "IBuffer", "IBurstContext", "IFencedExecutionCallback"):
         hal_methods = {n for n in vars(getattr(hal, iface)) if not n.startswith("_")}
         assert hal_methods <= set(wire.METHODS[iface]), (iface, hal_methods - set(wire.METHODS[iface]))
+
+
+# ---------------------------------------------------------------------------
+# polling before blocking (nnhal.spin)
+
+
+def test_spin_window_adapts_to_the_waits() -> None:
+    from nnhal.spin import Spin
+
+    s = Spin(100_000)
+    assert s.window() == 100_000
+    for _ in range(20):
+        s.waited(5_000_000)  # answers take 5 ms: polling would only burn CPU
+    assert s.window() == 0
+    for _ in range(40):
+        s.waited(20_000)  # quick again: polling comes back
+    assert s.window() == 100_000
+    assert Spin(0).window() == 0
+
+
+def test_spin_limit_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nnhal.spin import MAX_SPIN_US, spin_limit_ns
+
+    monkeypatch.delenv("NNHAL_IPC_SPIN_US", raising=False)
+    assert spin_limit_ns(250) == 250_000
+    monkeypatch.setenv("NNHAL_IPC_SPIN_US", "0")
+    assert spin_limit_ns(250) == 0
+    monkeypatch.setenv("NNHAL_IPC_SPIN_US", "junk")
+    assert spin_limit_ns(250) == 250_000
+    monkeypatch.setenv("NNHAL_IPC_SPIN_US", str(10 * MAX_SPIN_US))
+    assert spin_limit_ns(250) == MAX_SPIN_US * 1000
+
+
+def test_polling_recv_gets_frames_and_descriptors_in_and_after_the_window() -> None:
+    a, b = _pair()
+    r, w = os.pipe()
+    try:
+        t = threading.Timer(0.002, lambda: a.send(b"hello", [r]))
+        t.start()
+        body, fds = b.recv(spin_ns=500_000_000)  # arrives while polling
+        t.join(5)
+        assert body == b"hello" and len(fds) == 1 and _ident(fds[0]) == _ident(r)
+        os.close(fds[0])
+        t = threading.Timer(0.05, lambda: a.send(b"late", []))
+        t.start()
+        assert b.recv(spin_ns=1_000_000) == (b"late", [])  # after the window: the blocking read
+        t.join(5)
+        a.close()
+        with pytest.raises(transport.PeerClosed):
+            b.recv(spin_ns=1_000_000)
+    finally:
+        os.close(r)
+        os.close(w)
+        b.close()
