@@ -169,38 +169,54 @@ def test_listed_and_described(dev: Any) -> None:
     assert dev.getNumberOfCacheFilesNeeded() == (S.NONE, 1, 1)
 
 
-def test_supported_operations_and_reasons(dev: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """NCHW and float16 are not supported, with the reason logged; NHWC float32 is."""
-    import logging
-
-    seen = {}
-    for f in sorted(vectors_root().rglob("conv2d_dilation.json*")):
-        for vm in vectors.load_file(str(f)):
-            model = vm.build_model()
-            try:
-                with caplog.at_level(logging.INFO, logger="nnhal.driver"):
-                    status, ok = dev.getSupportedOperations_1_3(model)
-            finally:
-                for p in model.pools:
-                    hal_memory.free(p)
-            assert status == S.NONE
-            seen.setdefault(("nchw" in vm.name, vm.data_type), set()).add(all(ok))
-    assert any(True in v for (nchw, _), v in seen.items() if not nchw), seen
-    assert all(v == {False} for (nchw, _), v in seen.items() if nchw)
-    assert "NCHW" in caplog.text
-
-
-@pytest.mark.parametrize("spec", ["conv2d_dilation", "conv2d_per_channel", "depthwise_conv2d_v1_2", "add", "add_quant8",
-                                  "fully_connected_v1_2", "softmax_v1_2", "avg_pool_quant8_1", "concat_quant8_1"])
-def test_conformance_files_pass_where_supported(dev: Any, spec: str) -> None:
-    """Every model of these files the driver supports passes (sync, async, burst, fenced; dynamic
-    shapes; one byte short), and each one it does not is "unsupported", never a failure."""
+def _models(spec: str, names: str = "") -> list:
     files = sorted(vectors_root().rglob(f"{spec}.json*"))
     if not files:
         pytest.skip(f"no vector file {spec}.json")
-    runner = Runner(dev, modes=("sync", "async", "burst", "fenced"))
+    return [vm for vm in vectors.load_file(str(files[0])) if names in vm.name]
+
+
+def _supported(dev: Any, vm: Any) -> list[bool]:
+    model = vm.build_model()
+    try:
+        status, ok = dev.getSupportedOperations_1_3(model)
+    finally:
+        for p in model.pools:
+            hal_memory.free(p)
+    assert status == S.NONE
+    return list(ok)
+
+
+def test_supported_operations_and_reasons(dev: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """NCHW (TRANSPOSE around the NHWC operator) and float16 (computed in float32 between CASTs) are
+    supported; a refusal is logged with its reason."""
+    import logging
+
+    seen = {}
+    for vm in _models("conv2d_dilation"):
+        seen.setdefault(("nchw" in vm.name, vm.data_type), set()).add(all(_supported(dev, vm)))
+    assert seen[(True, "float32")] == {True} and seen[(False, "float32")] == {True}, seen
+    assert seen[(True, "float16")] == {True}, seen
+    with caplog.at_level(logging.INFO, logger="nnhal.driver"):
+        assert _supported(dev, _models("if_constant")[0]) == [False]
+    assert "operation 0 (IF) not supported: IF has no direct TFLite operator" in caplog.text
+
+
+ALL_MODES = ("sync", "async", "burst", "fenced")
+
+
+@pytest.mark.parametrize("spec,modes", [(s, ALL_MODES) for s in (
+    "conv2d_dilation", "conv2d_per_channel", "depthwise_conv2d_v1_2", "add", "add_quant8", "fully_connected_v1_2",
+    "softmax_v1_2", "avg_pool_quant8_1", "concat_quant8_1", "channel_shuffle", "l2_normalization_axis")] + [
+    # NOTE: the rewrites (NCHW, float16, grouped / transposed convolutions, other axes): large files, one mode
+    (s, ("sync",)) for s in ("grouped_conv2d", "transpose_conv2d", "local_response_normalization_v1_2",
+                             "resize_bilinear_v1_2", "space_to_batch_v1_2", "add_v1_2")])
+def test_conformance_files_pass_where_supported(dev: Any, spec: str, modes: tuple) -> None:
+    """Every model of these files the driver supports passes (sync, async, burst, fenced; dynamic
+    shapes; one byte short), and each one it does not is "unsupported", never a failure."""
+    runner = Runner(dev, modes=modes)
     results = []
-    for vm in vectors.load_file(str(files[0])):
+    for vm in _models(spec):
         results += runner.run_model(vm)
     runner.close_burst()
     bad = [f"{r.model} [{r.variant}/{r.mode}]: {r.message}" for r in results if r.status == "fail"]
@@ -217,11 +233,7 @@ def _prepare(dev: Any, model: hal.Model, cache: tuple = ((), ()), token: bytes =
 
 
 def test_unsupported_model_is_general_failure_at_prepare(dev: Any) -> None:
-    vm = next((m for f in sorted(vectors_root().rglob("conv2d_dilation.json*"))
-               for m in vectors.load_file(str(f)) if "nchw" in m.name), None)
-    if vm is None:
-        pytest.skip("no NCHW conv model")
-    model = vm.build_model()
+    model = _models("if_constant")[0].build_model()
     try:
         launch, status, prepared = _prepare(dev, model)
     finally:

@@ -184,3 +184,83 @@ def test_compare_messages_print_numbers() -> None:
     v = compare(np.array([1.0, 2.0], np.float32), np.array([1.0, 2.5], np.float32), hal.OperandType.TENSOR_FLOAT32,
                 model_has_fp16=False, relaxed=False, name="x")
     assert not v.ok and "np." not in v.message and "got 2.0, expected 2.5" in v.message
+
+
+def _coverage_report() -> Report:
+    """Five vector models on a driver refusing some (reasons as the runner words them), plus a
+    quant8-signed copy, which the coverage does not count."""
+    why = "unsupported: CONV_2D -- CONV_2D: explicit padding [1, 2, 0, 0] is neither VALID nor TFLite's SAME"
+    cases = [CaseResult("V1_2", "conv_a", ["CONV_2D"], "sync", "plain", "unsupported", why, dtype="float32"),
+             CaseResult("V1_2", "conv_b", ["CONV_2D", "ADD"], "sync", "plain", "unsupported",
+                        why.replace("[1, 2, 0, 0]", "[3, 3, 1, 1]"), dtype="quant8 asymm"),
+             CaseResult("V1_3", "while_1", ["WHILE", "ADD"], "sync", "plain", "unsupported",
+                        "unsupported: WHILE -- WHILE has no direct TFLite operator in the table", dtype="float32"),
+             CaseResult("V1_0", "add", ["ADD"], "sync", "plain", "pass", dtype="float32"),
+             CaseResult("V1_0", "add_q8", ["ADD"], "sync", "plain", "fail", "output 0: max error 2", dtype="quant8 asymm"),
+             CaseResult("V1_0", "add_q8_signed", ["ADD"], "sync", "signed", "unsupported", "unsupported: ADD",
+                        dtype="quant8 signed")]
+    return Report(cases, 1.0)
+
+
+def test_operation_and_type_table_counts_unsupported() -> None:
+    both = dict(rep.by_operation_and_type(_coverage_report()))
+    assert both[("CONV_2D", "float32")]["unsupported"] == 1 and both[("CONV_2D", "quant8 asymm")]["unsupported"] == 1
+    assert both[("ADD", "quant8 asymm")] == {"pass": 0, "fail": 1, "unsupported": 1, "skip": 0, "runs": 2}
+    assert both[("ADD", "quant8 signed")]["unsupported"] == 1
+    out = io.StringIO()
+    rep.print_table(_coverage_report(), out)
+    text = out.getvalue()
+    assert re.search(r"^operation / data type\s+pass\s+fail\s+unsupp", text, re.M)
+    assert re.search(r"^CONV_2D / quant8 asymm\s+0\s+0\s+1\s+0\s+1$", text, re.M)
+    assert re.search(r"^ADD / quant8 asymm\s+0\s+1\s+1\s+0\s+2\s+<-$", text, re.M)
+
+
+def test_closing_note_coverage_and_reasons() -> None:
+    r = _coverage_report()
+    assert rep.coverage(r) == (2, 5)  # NOTE: the signed copy is not a vector model
+    assert rep.unsupported_reason("unsupported: A,B -- A: input 3 is 7.5") == "A: input N is N"
+    assert rep.unsupported_reason("unsupported: HARD_SWISH") == "HARD_SWISH"
+    groups = rep.unsupported_groups(r)
+    assert groups[0] == ("CONV_2D: explicit padding [N, N, N, N] is neither VALID nor TFLite's SAME", 2, "conv_a")
+    assert groups[1][:2] == ("WHILE has no direct TFLite operator in the table", 1)
+    out = io.StringIO()
+    rep.print_table(r, out)
+    text = out.getvalue()
+    assert "coverage: 2 / 5 models supported (40.0%" in text
+    assert re.search(r"^\s+2  CONV_2D: explicit padding \[N, N, N, N\].*e\.g\. conv_a$", text, re.M)
+    ok = io.StringIO()
+    rep.print_table(Report([c for c in r.cases if c.status != "unsupported"], 1.0), ok)
+    assert "coverage:" not in ok.getvalue()  # NOTE: no closing note when the device took everything
+    assert rep.closing_note(Report([], 0.0)) == []
+
+
+def test_json_and_html_carry_the_coverage(tmp_path: Path) -> None:
+    r = _coverage_report()
+    rep.write_json(r, str(tmp_path / "r.json"), SETTINGS)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["coverage"] == {"supported": 2, "models": 5}
+    assert doc["unsupported_groups"][0]["models"] == 2
+    row = next(x for x in doc["operations_and_types"] if (x["operation"], x["data_type"]) == ("CONV_2D", "float32"))
+    assert row["unsupported"] == 1
+    rep.write_html(r, str(tmp_path / "r.html"), SETTINGS)
+    page = (tmp_path / "r.html").read_text()
+    assert "2 / 5 models supported" in page and "id='unsupported-groups'" in page
+    assert "Per operation and data type" in page
+
+
+def test_litert_run_names_its_reasons(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A litert-cpu run of a file it partly refuses: the unsupported runs carry the driver's reason and
+    the text report closes with the coverage and the groups."""
+    from nnhal.drivers import litert
+
+    if not litert.available():
+        pytest.skip("ai-edge-litert is not installed")
+    f = V / "V1_3" / "if_constant.json.gz"
+    assert cli.main(["conformance", str(f), str(V / "V1_0" / "add.json.gz"), "--device", "litert-cpu", "--mode",
+                     "sync", "--no-progress", "--plain", "--jobs", "1", "--allow-unsupported",
+                     "--json", str(tmp_path / "r.json")]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["coverage"]["supported"] >= 1 and doc["coverage"]["models"] > doc["coverage"]["supported"]
+    assert any(g["reason"].startswith("IF: ") and "TFLite" in g["reason"] for g in doc["unsupported_groups"])
+    assert "coverage: " in text and "largest unsupported groups" in text and re.search(r"^IF / float32 .*\d", text, re.M)

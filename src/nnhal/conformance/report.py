@@ -100,12 +100,62 @@ def by_data_type(report: Report) -> list[tuple[str, dict[str, int]]]:
 
 
 def by_operation_and_type(report: Report) -> list[tuple[tuple[str, str], dict[str, int]]]:
+    """Models per (operation, data type): what a driver supports of each operation, type by type."""
     rows: dict[tuple[str, str], dict[str, int]] = defaultdict(_empty)
     for m in models(report):
         for op in m.ops or ["(none)"]:
             rows[(op, m.dtype)][m.status] += 1
             rows[(op, m.dtype)]["runs"] += len(m.runs)
     return sorted(rows.items())
+
+
+def coverage(report: Report) -> tuple[int, int]:
+    """(models the device supports, models) of the run: a model is supported when it was prepared
+    (it passed or failed), not when the device refused it; the quant8-signed copies the runner
+    adds are not counted (the vector files' own models only)."""
+    ms = [m for m in models(report) if not all("signed" in r.variant for r in m.runs)]
+    return sum(m.status in ("pass", "fail") for m in ms), len(ms)
+
+
+def unsupported_reason(message: str) -> str:
+    """The group an unsupported run's message falls in: the driver's reason for its first
+    refused operation (numbers replaced by N, so one reason groups every operand index and
+    shape), else the refused operations."""
+    msg = plain_message(message)
+    if msg.startswith("unsupported: "):
+        msg = msg[len("unsupported: "):]
+    names, _, why = msg.partition(" -- ")
+    if not why:
+        return names
+    why = re.sub(r"exact for \[.*\]", "exact for (listed types)", why)
+    return re.sub(r"(?<![A-Za-z_\d])-?\d+(\.\d+)?(?![A-Za-z_\d])", "N", why)
+
+
+def unsupported_groups(report: Report, top: int = 10) -> list[tuple[str, int, str]]:
+    """The largest groups of unsupported models (signed copies not counted) by
+    :func:`unsupported_reason`: (reason, models, an example model), largest first."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for m in models(report):
+        if m.status != "unsupported" or all("signed" in r.variant for r in m.runs):
+            continue
+        run = next(r for r in m.runs if r.status == "unsupported")
+        groups[unsupported_reason(run.message)].append(m.model)
+    ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return [(k, len(v), v[0]) for k, v in ranked[:top]]
+
+
+def closing_note(report: Report, top: int = 10) -> list[str]:
+    """The coverage and the reasons for the largest unsupported groups, as lines of text."""
+    supported, total = coverage(report)
+    if not total:
+        return []
+    out = [f"coverage: {supported} / {total} models supported ({100 * supported / total:.1f}%; "
+           f"quant8 signed copies not counted)"]
+    groups = unsupported_groups(report, top)
+    if groups:
+        out.append("largest unsupported groups (models, the driver's reason for the first refused operation):")
+        out += [f"  {n:5d}  {reason}   e.g. {example}" for reason, n, example in groups]
+    return out
 
 
 def model_counts(report: Report) -> dict[str, int]:
@@ -148,12 +198,14 @@ def print_table(report: Report, out: Optional[TextIO] = None, failures: int = 40
             out.write(f"error: {e}\n")
         out.write("\n")
     ops, types = by_operation(report), by_data_type(report)
+    both = [(f"{op} / {dt}", c) for (op, dt), c in by_operation_and_type(report)]
     if rich_console is not None:
-        _print_rich(rich_console, ops, types)
+        _print_rich(rich_console, ops, types, both)
     else:
         out.write(HEADER + "\n")
         out.write("\n".join(_table_text("operation", ops)) + "\n\n")
-        out.write("\n".join(_table_text("data type", types)) + "\n")
+        out.write("\n".join(_table_text("data type", types)) + "\n\n")
+        out.write("\n".join(_table_text("operation / data type", both)) + "\n")
     bad = [c for c in report.cases if c.status == "fail"]
     if bad:
         out.write(f"\nfailures ({len(bad)} runs):\n")
@@ -161,9 +213,6 @@ def print_table(report: Report, out: Optional[TextIO] = None, failures: int = 40
             out.write(f"  {c.spec} {c.model} [{c.mode}/{c.variant}]: {plain_message(c.message)}\n")
         if len(bad) > failures:
             out.write(f"  ... and {len(bad) - failures} more (see --json / --html)\n")
-    unsupported = sorted({",".join(m.ops) for m in models(report) if m.status == "unsupported"})
-    if unsupported:
-        out.write(f"\nnot supported by the driver: {'; '.join(unsupported)}\n")
     n, mc = report.counts(), model_counts(report)
     n_models = len(models(report))
     coupled = len({(c.spec, c.model) for c in report.cases if "signed" in c.variant})
@@ -179,13 +228,15 @@ def print_table(report: Report, out: Optional[TextIO] = None, failures: int = 40
     errs = f", {errors} unreadable vector files" if errors else ""
     out.write(f"conformance: {n['pass']} passed, {n['fail']} failed, {n['unsupported']} unsupported{skipped}{errs}"
               f"{' (interrupted)' if settings is not None and settings.interrupted else ''}\n")
+    if mc["unsupported"]:
+        out.write("\n" + "\n".join(closing_note(report)) + "\n")
 
 
-def _print_rich(console: Any, ops: list, types: list) -> None:
+def _print_rich(console: Any, ops: list, types: list, both: list) -> None:
     from rich.table import Table
 
-    for title, rows in (("operation", ops), ("data type", types)):
-        t = Table(title=f"models per {title}", caption=HEADER if title == "data type" else None)
+    for title, rows in (("operation", ops), ("data type", types), ("operation / data type", both)):
+        t = Table(title=f"models per {title}", caption=HEADER if title == "operation / data type" else None)
         t.add_column(title)
         for col in ("pass", "fail", "unsupp", "skip", "runs"):
             t.add_column(col, justify="right")
@@ -211,7 +262,12 @@ def write_json(report: Report, path: str, settings: Optional[Settings] = None) -
         cases.append(d)
     doc = {"settings": asdict(settings) if settings else None, "counts": report.counts(),
            "models": model_counts(report), "seconds": report.seconds,
-           "operations": dict(by_operation(report)), "data_types": dict(by_data_type(report)), "cases": cases}
+           "operations": dict(by_operation(report)), "data_types": dict(by_data_type(report)),
+           "operations_and_types": [{"operation": op, "data_type": dt, **c}
+                                    for (op, dt), c in by_operation_and_type(report)],
+           "coverage": dict(zip(("supported", "models"), coverage(report))),
+           "unsupported_groups": [{"reason": r, "models": n, "example": e} for r, n, e in unsupported_groups(report)],
+           "cases": cases}
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
 
@@ -335,6 +391,13 @@ def write_html(report: Report, path: str, settings: Optional[Settings] = None) -
         parts.append(f"<h2>Failures ({len(failing)} models)</h2>" + "".join(items))
     unsupported = [m for m in models(report) if m.status == "unsupported"]
     if unsupported:
+        supported, total = coverage(report)
+        rows = "".join(f"<tr><td class='num'>{n}</td><td>{html.escape(r)}</td><td>{html.escape(e)}</td></tr>"
+                       for r, n, e in unsupported_groups(report))
+        parts.append(f"<h2>Coverage</h2><p id='coverage'>{supported} / {total} models supported "
+                     f"({100 * supported / max(total, 1):.1f}%; quant8 signed copies not counted)</p>"
+                     f"<table id='unsupported-groups'><thead><tr><th class='num'>models</th><th>reason (the first "
+                     f"refused operation's)</th><th>e.g.</th></tr></thead><tbody>{rows}</tbody></table>")
         items = "".join(f"<li>{html.escape(m.spec)} / {html.escape(m.model)}: "
                         f"{html.escape(plain_message(m.runs[0].message))}</li>" for m in unsupported)
         parts.append(f"<h2>Unsupported ({len(unsupported)} models)</h2><ul>{items}</ul>")

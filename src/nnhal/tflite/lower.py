@@ -20,7 +20,7 @@ subgraph only (IF / WHILE are not lowered), no float16, no quant16.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -62,7 +62,7 @@ EXACT: dict[Op, frozenset] = {
     Op.SPACE_TO_DEPTH: FQ, Op.DEPTH_TO_SPACE: FQ, Op.MEAN: frozenset({F}), Op.PRELU: frozenset({F}),
     Op.L2_NORMALIZATION: FQ, Op.LOCAL_RESPONSE_NORMALIZATION: frozenset({F}), Op.SPACE_TO_BATCH_ND: FQ,
     Op.BATCH_TO_SPACE_ND: FQ, Op.STRIDED_SLICE: FQ, Op.SLICE: FQ, Op.RESIZE_BILINEAR: FQ,
-    Op.RESIZE_NEAREST_NEIGHBOR: FQ,
+    Op.RESIZE_NEAREST_NEIGHBOR: FQ, Op.TRANSPOSE_CONV_2D: FQ, Op.SPLIT: FQ,
 }
 # QUANTIZE's table entry is a rewrite (TFLite -> HAL); HAL -> TFLite it is the plain builtin
 _EXTRA = {Op.QUANTIZE: Mapping("QUANTIZE", Op.QUANTIZE, (Arg("tensor", index=0),))}
@@ -87,20 +87,71 @@ def mapping(op_type: Any) -> Optional[Mapping]:
     return entries[0] if entries else None
 
 
-@dataclass
+_F16_AS_F32 = {T.TENSOR_FLOAT16: T.TENSOR_FLOAT32, T.FLOAT16: T.FLOAT32}
+_CONST = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
+
+
 class _Ctx:
-    model: hal.Model
-    pools: Sequence[Any]
+    """The model as the lowering sees it: float16 operands read as float32 (a model with float16
+    operands computes in float32 between a CAST at each float16 input and output), plus the
+    virtual operands (indexes past the model's) that the rewrites below add: temporaries and
+    constants of the TFLite graph with no HAL operand of their own."""
+
+    def __init__(self, model: hal.Model, pools: Sequence[Any]):
+        self.model = model
+        self.pools = pools
+        self.base = len(model.main.operands)
+        self.f16 = any(o.type in _F16_AS_F32 for o in model.main.operands)
+        self.virtual: dict[int, hal.Operand] = {}
+        self.values: dict[int, np.ndarray] = {}
+        self.final: set[int] = set()  # id() of operations a rewrite produced in their final form
+        self._as_f32: dict[int, hal.Operand] = {}
 
     def operand(self, i: int) -> hal.Operand:
-        return self.model.main.operands[i]
+        if i >= self.base:
+            return self.virtual[i]
+        o = self.model.main.operands[i]
+        if self.f16 and o.type in _F16_AS_F32:
+            c = self._as_f32.get(i)
+            if c is None:
+                c = self._as_f32[i] = replace(o, type=_F16_AS_F32[T(o.type)])
+            return c
+        return o
+
+    def value(self, i: int) -> Optional[np.ndarray]:
+        """A constant operand's value (float16 as float32), None for the other lifetimes."""
+        if i >= self.base:
+            return self.values.get(i)
+        v = constant_value(self.model, self.model.main.operands[i], self.pools)
+        return v.astype(np.float32) if v is not None and v.dtype == np.float16 else v
 
     def const(self, i: int) -> Any:
         o = self.operand(i)
-        if o.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
+        if o.lifetime not in _CONST:
             raise Unsupported(f"input operand {i} is not a constant (TFLite takes it as an option)")
-        v = constant_value(self.model, o, self.pools)
+        v = self.value(i)
         return v.item() if v is not None and v.ndim == 0 else v
+
+    def temp(self, like: int, dims: Sequence[int]) -> int:
+        """A new temporary of ``like``'s type and quantization, of shape ``dims`` (0: unknown)."""
+        o = self.operand(like)
+        return self._add(replace(o, dimensions=[int(d) for d in dims], lifetime=L.TEMPORARY_VARIABLE,
+                                 location=hal.DataLocation()), None)
+
+    def constant(self, value: Any, type: Any = T.TENSOR_INT32, like: Optional[hal.Operand] = None) -> int:
+        """A new constant (an int32 tensor unless ``type`` / ``like`` say otherwise)."""
+        dtype = {T.TENSOR_INT32: np.int32, T.INT32: np.int32, T.BOOL: np.bool_, T.FLOAT32: np.float32}.get(type)
+        arr = np.asarray(value, dtype=dtype) if like is None else np.asarray(value)
+        o = like if like is not None else hal.Operand(type=type, dimensions=list(arr.shape))
+        return self._add(replace(o, dimensions=list(arr.shape), lifetime=L.CONSTANT_COPY,
+                                 location=hal.DataLocation()), arr)
+
+    def _add(self, o: hal.Operand, value: Optional[np.ndarray]) -> int:
+        i = self.base + len(self.virtual)
+        self.virtual[i] = o
+        if value is not None:
+            self.values[i] = value
+        return i
 
 
 def _implicit_inputs(ctx: _Ctx, op: hal.Operation) -> list:
@@ -187,6 +238,12 @@ class _Builder:
     def tensor_of(self, i: int) -> int:
         if i in self.by_operand:
             return self.by_operand[i]
+        self.by_operand[i] = self.new_tensor(i)
+        return self.by_operand[i]
+
+    def new_tensor(self, i: int, tflite_type: Optional[int] = None, name: str = "") -> int:
+        """A TFLite tensor for operand ``i`` (a constant carries its buffer); ``tflite_type``
+        overrides the element type (the float16 graph inputs / outputs of a model computed in float32)."""
         o = self.ctx.operand(i)
         check_operand_type(o, f"operand {i}")
         if o.lifetime == L.NO_VALUE:
@@ -197,14 +254,14 @@ class _Builder:
             raise Unsupported(f"operand {i} has an unknown rank")
         data = None
         if o.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
-            data = constant_value(self.ctx.model, o, self.ctx.pools)
+            data = self.ctx.value(i)
             dims = list(np.shape(data))
         tt = self.s.TensorT()
         tt.shape = np.asarray([d if d else 1 for d in dims], dtype=np.int32)
         if 0 in dims:
             tt.shapeSignature = np.asarray([d if d else -1 for d in dims], dtype=np.int32)
-        tt.type = TFLITE_TYPE[T(o.type)]
-        tt.name = f"hal_{i}".encode()
+        tt.type = TFLITE_TYPE[T(o.type)] if tflite_type is None else tflite_type
+        tt.name = (name or (f"hal_{i}" if i < self.ctx.base else f"nnhal_tmp_{i}")).encode()
         tt.buffer = 0
         if data is not None:
             b = self.s.BufferT()
@@ -232,8 +289,7 @@ class _Builder:
             q.zeroPoint = np.asarray([o.zeroPoint], np.int64)
         tt.quantization = q
         self.tensors.append(tt)
-        self.by_operand[i] = len(self.tensors) - 1
-        return self.by_operand[i]
+        return len(self.tensors) - 1
 
     def const_tensor(self, arr: np.ndarray) -> int:
         tt = self.s.TensorT()
@@ -257,13 +313,24 @@ class _Builder:
             self.m.operatorCodes.append(c)
         return self.codes[builtin]
 
+    def emit(self, builtin: str, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        top = self.s.OperatorT()
+        top.opcodeIndex = self.code(builtin)
+        top.inputs = np.asarray(inputs, dtype=np.int32)
+        top.outputs = np.asarray(outputs, dtype=np.int32)
+        self.ops.append(top)
+
     def operation(self, op: hal.Operation) -> None:
+        for o in expand(self.ctx, op):
+            self.lowered(o)
+
+    def lowered(self, op: hal.Operation) -> None:
         plan = plan_operation(self.ctx, op)
         tfl_inputs: dict[int, int] = {}
         options = None
         if plan.mapping.builtin in OPTIONS:
             options = getattr(self.s, OPTIONS[plan.mapping.builtin] + "T")()
-        if Op(op.type) in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D) and len(op.inputs) > 2:
+        if Op(op.type) in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.TRANSPOSE_CONV_2D) and len(op.inputs) > 2:
             f = self.ctx.operand(op.inputs[1])
             cq = f.extraParams.channelQuant if f.extraParams is not None else None
             if f.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and cq is not None:
@@ -289,8 +356,14 @@ class _Builder:
     def build(self) -> bytes:
         main = self.ctx.model.main
         self.ops: list = []
+        graph_in, graph_out = [], []
         for i in main.inputIndexes:
-            self.tensor_of(i)
+            if main.operands[i].type == T.TENSOR_FLOAT16:
+                # NOTE: the HAL's float16 input, CAST to the float32 the graph computes in (exact)
+                graph_in.append(self.new_tensor(i, tflite_type=1, name=f"hal_{i}_f16"))
+                self.emit("CAST", [graph_in[-1]], [self.tensor_of(i)])
+            else:
+                graph_in.append(self.tensor_of(i))
         for op in main.operations:
             self.operation(op)
         for i in main.outputIndexes:
@@ -298,11 +371,17 @@ class _Builder:
                 raise Unsupported("a model output that is not an operation's result")
             if i not in self.by_operand:
                 raise Unsupported(f"model output {i} is not computed by any operation")
+            if main.operands[i].type == T.TENSOR_FLOAT16:
+                # NOTE: float32 rounded to the nearest float16 once, at the output
+                graph_out.append(self.new_tensor(i, tflite_type=1, name=f"hal_{i}_f16"))
+                self.emit("CAST", [self.by_operand[i]], [graph_out[-1]])
+            else:
+                graph_out.append(self.by_operand[i])
         sg = self.s.SubGraphT()
         sg.tensors = self.tensors
         sg.operators = self.ops
-        sg.inputs = np.asarray([self.by_operand[i] for i in main.inputIndexes], dtype=np.int32)
-        sg.outputs = np.asarray([self.by_operand[i] for i in main.outputIndexes], dtype=np.int32)
+        sg.inputs = np.asarray(graph_in, dtype=np.int32)
+        sg.outputs = np.asarray(graph_out, dtype=np.int32)
         sg.name = b"main"
         self.m.subgraphs = [sg]
         return write_model(self.m)
@@ -312,6 +391,246 @@ class _Builder:
 class Plan:
     mapping: Mapping
     args: list  # (kind, TFLite input index or option name, operand index / value)
+
+
+# ---------------------------------------------------------------------------- rewrites
+# HAL operations with no one-operator TFLite form, rewritten into HAL operations that have one
+# (on virtual operands of the context): each rewrite moves data exactly (TRANSPOSE / RESHAPE /
+# SPLIT / CONCATENATION copy bytes), so the result is the inner operator's; every rewrite is
+# checked against the conformance vectors like the direct forms.
+
+_LAYOUT_OPS = frozenset({Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D,
+                         Op.SPACE_TO_DEPTH, Op.DEPTH_TO_SPACE, Op.SPACE_TO_BATCH_ND, Op.BATCH_TO_SPACE_ND,
+                         Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D})
+_AXIS_AT = {Op.SOFTMAX: 2, Op.L2_NORMALIZATION: 1, Op.LOCAL_RESPONSE_NORMALIZATION: 5}
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+_MAX_DEPTH = 4
+
+
+def _op(t: Op, inputs: Sequence[int], outputs: Sequence[int]) -> hal.Operation:
+    return hal.Operation(type=t, inputs=list(inputs), outputs=list(outputs))
+
+
+def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
+    """``op`` as HAL operations each with a direct TFLite form (``[op]`` itself when it has one)."""
+    if depth > _MAX_DEPTH:
+        raise Unsupported("internal: rewrites nested too deep")
+    if id(op) in ctx.final:
+        return [op]
+    try:
+        t = Op(op.type)
+    except ValueError:
+        return [op]
+    r = _nchw(ctx, op) if t in _LAYOUT_OPS else None
+    if r is None:
+        if t == Op.GROUPED_CONV_2D:
+            r = _grouped_conv(ctx, op)
+        elif t == Op.TRANSPOSE_CONV_2D:
+            r = _transpose_conv(ctx, op)
+        elif t in _AXIS_AT:
+            r = _on_last_axis(ctx, op)
+        elif t == Op.CHANNEL_SHUFFLE:
+            r = _channel_shuffle(ctx, op)
+    if r is None:
+        return [op]
+    return [x for o in r for x in expand(ctx, o, depth + 1)]
+
+
+def _nchw(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """An NCHW operation as TRANSPOSE to NHWC, the NHWC operation, TRANSPOSE back (the layout
+    flag is the operation's first BOOL input; filters are OHWI in both layouts)."""
+    ins = list(op.inputs)
+    k = next((k for k, i in enumerate(ins) if ctx.operand(i).type == T.BOOL), None)
+    if k is None or not bool(ctx.const(ins[k])):
+        return None
+    x = ctx.operand(ins[0])
+    if len(x.dimensions) != 4:
+        raise Unsupported("NCHW input of unknown rank")
+    n, c, h, w = x.dimensions
+    ops = [_op(Op.TRANSPOSE, [ins[0], ctx.constant(TO_NHWC)], [v := ctx.temp(ins[0], [n, h, w, c])])]
+    ins[0], ins[k] = v, ctx.constant(False, T.BOOL)
+    if Op(op.type) == Op.TRANSPOSE_CONV_2D and len(ins) == 9:
+        shape = np.asarray(ctx.const(ins[3])).reshape(-1)
+        if shape.size != 4:
+            raise Unsupported("TRANSPOSE_CONV_2D output shape of other than 4 values")
+        ins[3] = ctx.constant(shape[list(TO_NHWC)])
+    outs, post = [], []
+    for o in op.outputs:
+        od = list(ctx.operand(o).dimensions)
+        vo = ctx.temp(o, [od[i] for i in TO_NHWC] if len(od) == 4 else [0, 0, 0, 0])
+        outs.append(vo)
+        post.append(_op(Op.TRANSPOSE, [vo, ctx.constant(TO_NCHW)], [o]))
+    return ops + [_op(Op(op.type), ins, outs)] + post
+
+
+def _static_dims(ctx: _Ctx, i: int, what: str) -> list[int]:
+    d = list(ctx.operand(i).dimensions)
+    if not d or 0 in d:
+        raise Unsupported(f"{what} on an input of unknown shape")
+    return d
+
+
+def _on_last_axis(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """SOFTMAX / L2_NORMALIZATION / LOCAL_RESPONSE_NORMALIZATION over another axis than the last
+    (TFLite's only one): TRANSPOSE swapping it with the last, the operation, the same TRANSPOSE
+    back; LRN (4-D only in TFLite) on fewer dimensions: RESHAPE to 4-D around it."""
+    t = Op(op.type)
+    at = _AXIS_AT[t]
+    ins = list(op.inputs)
+    rank = len(ctx.operand(ins[0]).dimensions)
+    if rank == 0:
+        return None  # NOTE: unknown rank: plan_operation refuses it
+    axis = int(ctx.const(ins[at])) if len(ins) > at else -1
+    axis += rank if axis < 0 else 0
+    reshape = t == Op.LOCAL_RESPONSE_NORMALIZATION and rank != 4
+    if len(ins) <= at and not reshape:
+        return None
+    if axis == rank - 1 and not reshape:
+        return [_op(t, ins[:at], op.outputs)]
+    if rank > 4:
+        raise Unsupported(f"{t.name} on more than 4 dimensions")
+    dims = _static_dims(ctx, ins[0], t.name)
+    perm = list(range(rank))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    moved = [dims[p] for p in perm]
+    out = op.outputs[0]
+    ops: list = []
+    cur = ins[0]
+    if axis != rank - 1:
+        ops.append(_op(Op.TRANSPOSE, [cur, ctx.constant(perm)], [v := ctx.temp(cur, moved)]))
+        cur = v
+    inner = [1] * (4 - rank) + moved if reshape else moved
+    if reshape:
+        ops.append(_op(Op.RESHAPE, [cur, ctx.constant(inner)], [v := ctx.temp(cur, inner)]))
+        cur = v
+    ops.append(_op(t, [cur] + ins[1:at], [y := ctx.temp(out, inner)]))
+    if reshape:
+        last = axis == rank - 1
+        ops.append(_op(Op.RESHAPE, [y, ctx.constant(moved)], [out if last else (v := ctx.temp(out, moved))]))
+        if last:
+            return ops
+        y = v
+    ops.append(_op(Op.TRANSPOSE, [y, ctx.constant(perm)], [out]))
+    return ops
+
+
+def _channel_shuffle(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
+    """CHANNEL_SHUFFLE as RESHAPE [.., groups, C / groups, ..], TRANSPOSE of those two, RESHAPE back."""
+    x, g_in, a_in = op.inputs
+    dims = _static_dims(ctx, x, "CHANNEL_SHUFFLE")
+    xo, yo = ctx.operand(x), ctx.operand(op.outputs[0])
+    if (xo.scale, xo.zeroPoint) != (yo.scale, yo.zeroPoint):
+        raise Unsupported("CHANNEL_SHUFFLE output quantized otherwise than its input")
+    g, axis = int(ctx.const(g_in)), int(ctx.const(a_in))
+    axis += len(dims) if axis < 0 else 0
+    if g <= 0 or not 0 <= axis < len(dims) or dims[axis] % g:
+        raise Unsupported("CHANNEL_SHUFFLE groups do not divide the channels")
+    split = dims[:axis] + [g, dims[axis] // g] + dims[axis + 1:]
+    perm = list(range(len(split)))
+    perm[axis], perm[axis + 1] = axis + 1, axis
+    return [_op(Op.RESHAPE, [x, ctx.constant(split)], [a := ctx.temp(x, split)]),
+            _op(Op.TRANSPOSE, [a, ctx.constant(perm)], [b := ctx.temp(x, [split[p] for p in perm])]),
+            _op(Op.RESHAPE, [b, ctx.constant(dims)], [op.outputs[0]])]
+
+
+def _grouped_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
+    """GROUPED_CONV_2D (NHWC) as SPLIT of the input's channels, one CONV_2D per group on its
+    slice of the filter and bias (constants sliced here, else SPLIT too), CONCATENATION of the
+    results (each group's output quantized as the whole output: a byte copy)."""
+    ins = list(op.inputs)
+    explicit = len(ins) == 12
+    g_at = 9 if explicit else 6
+    groups = int(ctx.const(ins[g_at]))
+    x, f, b = (ctx.operand(i) for i in ins[:3])
+    if len(x.dimensions) != 4 or len(f.dimensions) != 4 or not x.dimensions[3] or not f.dimensions[0]:
+        raise Unsupported("GROUPED_CONV_2D on unknown channel counts")
+    cin, cout = x.dimensions[3], f.dimensions[0]
+    if groups <= 0 or cin % groups or cout % groups:
+        raise Unsupported("GROUPED_CONV_2D groups do not divide the channels")
+    params = ins[3:g_at] + ins[g_at + 1:]  # padding, strides, activation, layout (the CONV_2D form's)
+    if groups == 1:
+        return [_op(Op.CONV_2D, ins[:3] + params, op.outputs)]
+    og = cout // groups
+    n, h, w, _ = x.dimensions
+    parts_x = [ctx.temp(ins[0], [n, h, w, cin // groups]) for _ in range(groups)]
+    ops = [_op(Op.SPLIT, [ins[0], ctx.constant(3, T.INT32), ctx.constant(groups, T.INT32)], parts_x)]
+
+    def sliced(i: int, o: hal.Operand) -> list[int]:
+        if o.lifetime in _CONST:
+            v = ctx.value(i)
+            out = []
+            for k in range(groups):
+                like = o
+                cq = o.extraParams.channelQuant if o.extraParams is not None else None
+                if cq is not None:
+                    like = replace(o, extraParams=hal.OperandExtraParams(channelQuant=hal.SymmPerChannelQuantParams(
+                        scales=list(cq.scales[k * og:(k + 1) * og]), channelDim=cq.channelDim)))
+                out.append(ctx.constant(v[k * og:(k + 1) * og], like=like))
+            return out
+        outs = [ctx.temp(i, [og] + list(o.dimensions[1:])) for _ in range(groups)]
+        ops.append(_op(Op.SPLIT, [i, ctx.constant(0, T.INT32), ctx.constant(groups, T.INT32)], outs))
+        return outs
+
+    if f.extraParams is not None and f.extraParams.channelQuant is not None and f.extraParams.channelQuant.channelDim:
+        raise Unsupported("GROUPED_CONV_2D per-channel filter on another axis than 0")
+    parts_f, parts_b = sliced(ins[1], f), sliced(ins[2], b)
+    yd = list(ctx.operand(op.outputs[0]).dimensions) or [0, 0, 0, 0]
+    parts_y = [ctx.temp(op.outputs[0], yd[:3] + [og]) for _ in range(groups)]
+    for k in range(groups):
+        ops.append(_op(Op.CONV_2D, [parts_x[k], parts_f[k], parts_b[k]] + params, [parts_y[k]]))
+    ops.append(_op(Op.CONCATENATION, parts_y + [ctx.constant(3, T.INT32)], op.outputs))
+    return ops
+
+
+def _tconv_same_head(out: int, stride: int, k: int) -> int:
+    """TFLite TRANSPOSE_CONV's SAME head padding (ComputePaddingHeightWidth on the output size)."""
+    total = ((out + stride - 1) // stride - 1) * stride + k - out
+    return max(total, 0) // 2
+
+
+def _transpose_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
+    """TRANSPOSE_CONV_2D (NHWC) in TFLite's form: a constant output shape and SAME / VALID whose
+    head padding (the only one the kernels use; the output shape crops the tail) is the HAL's."""
+    ins = list(op.inputs)
+    x, f = ctx.operand(ins[0]), ctx.operand(ins[1])
+    if len(x.dimensions) != 4 or 0 in x.dimensions[1:3] or len(f.dimensions) != 4:
+        raise Unsupported("TRANSPOSE_CONV_2D on an input of unknown height / width")
+    n, h, w, _ = x.dimensions
+    cout, kh, kw, _ = f.dimensions
+    if len(ins) == 11:
+        pl, pr, pt, pb, sw, sh = (int(ctx.const(i)) for i in ins[3:9])
+        act = ins[9]
+    else:
+        shape = [int(v) for v in np.asarray(ctx.const(ins[3])).reshape(-1)]
+        scheme, sw, sh = (int(ctx.const(i)) for i in ins[4:7])
+        act = ins[7]
+        if len(shape) != 4:
+            raise Unsupported("TRANSPOSE_CONV_2D output shape of other than 4 values")
+        heads = []
+        for size, s, k in ((shape[2], sw, kw), (shape[1], sh, kh)):
+            head = tail = 0
+            if scheme == 1:  # NOTE: the reference's implicit padding (nnhal.ops.conv_kernels.explicit_padding)
+                tmp = ((size + s - 1) // s - 1) * s + k
+                head = (tmp - size) // 2 if tmp > size else 0
+                tail = (tmp - size) - head
+            heads.append((head, tail))
+        (pl, pr), (pt, pb) = heads
+        if (w - 1) * sw + kw - pl - pr != shape[2] or (h - 1) * sh + kh - pt - pb != shape[1]:
+            raise Unsupported("TRANSPOSE_CONV_2D output shape other than the padding gives")
+    if sw <= 0 or sh <= 0:
+        raise Unsupported("TRANSPOSE_CONV_2D stride not positive")
+    ow, oh = (w - 1) * sw + kw - pl - pr, (h - 1) * sh + kh - pt - pb
+    if pl == pt == 0:
+        tfl = 2
+    elif (pl, pt) == (_tconv_same_head(ow, sw, kw), _tconv_same_head(oh, sh, kh)):
+        tfl = 1
+    else:
+        raise Unsupported(f"TRANSPOSE_CONV_2D padding {[pl, pr, pt, pb]} is neither TFLite's VALID nor SAME")
+    y = _op(Op.TRANSPOSE_CONV_2D, ins[:3] + [ctx.constant([n, oh, ow, cout]), ctx.constant(tfl, T.INT32),
+                                             ctx.constant(sw, T.INT32), ctx.constant(sh, T.INT32), act,
+                                             ctx.constant(False, T.BOOL)], op.outputs)
+    ctx.final.add(id(y))
+    return [y]
 
 
 def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
@@ -353,28 +672,27 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         args = [("tensor", k, i) for k, i in enumerate(ins[:-1])]
         args.append(("option", "axis", axis + rank if axis < 0 else axis))
         return Plan(m, args)
-    if t == Op.LOCAL_RESPONSE_NORMALIZATION and (len(x0.dimensions) != 4 or (
-            len(ins) > 5 and int(ctx.const(ins[5])) not in (-1, 3))):
-        raise Unsupported("LOCAL_RESPONSE_NORMALIZATION other than over the last axis of a 4-D tensor")
-    if t == Op.SOFTMAX and len(ins) > 2 and int(ctx.const(ins[2])) not in (-1, len(x0.dimensions) - 1):
-        raise Unsupported("SOFTMAX over another axis than the last")
+    if t == Op.LOCAL_RESPONSE_NORMALIZATION and (len(x0.dimensions) != 4 or len(ins) > 5):
+        raise Unsupported("internal: LOCAL_RESPONSE_NORMALIZATION other than over the last axis of a 4-D tensor")
+    if t in (Op.SOFTMAX, Op.L2_NORMALIZATION) and len(ins) > len(m.inputs):
+        raise Unsupported(f"internal: {t.name} with an axis input")
     if t == Op.SOFTMAX and x0.type != F:
         out = ctx.operand(op.outputs[0])
         zp = 0 if x0.type == U8 else -128
         if out.scale != 1 / 256 or out.zeroPoint != zp:
             raise Unsupported("quantized SOFTMAX output not q(1/256)")
-    if t in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.FULLY_CONNECTED) and x0.type != F and \
-            ctx.operand(op.inputs[1]).lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
+    weighted = (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.FULLY_CONNECTED, Op.TRANSPOSE_CONV_2D)
+    if t in weighted and x0.type != F and ctx.operand(op.inputs[1]).lifetime not in _CONST:
         # NOTE: float weights given at run time run on LiteRT's builtin kernels (XNNPACK leaves the node);
         # quantized ones need the quantization LiteRT computes at prepare from constant weights
         raise Unsupported("quantized weights that are not constants")
-    if t in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.FULLY_CONNECTED):
+    if t in weighted:
         f = ctx.operand(op.inputs[1])
         if f.type == I8 and f.zeroPoint != 0:
             raise Unsupported("int8 weights with a non-zero zero point (TFLite's int8 kernels take symmetric weights)")
         if f.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and x0.type == U8:
             raise Unsupported("uint8 input with per-channel weights (TFLite's per-channel kernels are int8)")
-    if len(ins) > len(m.inputs) and t != Op.SOFTMAX:
+    if len(ins) > len(m.inputs):
         raise Unsupported(f"{t.name} with {len(ins)} inputs")
     for k, x in enumerate(ins):
         if k >= len(m.inputs):
@@ -418,6 +736,11 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
                 sizes = dict(next((v for kind, name, v in args if name == "size"), {}))
                 sizes[a.name] = size
                 args = [e for e in args if e[1] != "size"] + [("const_tensor_parts", "size", sizes)]
+            elif a.name in ("split_axis", "tconv_bias"):
+                # NOTE: SPLIT's axis is TFLite's input 0 (a constant tensor); TRANSPOSE_CONV's bias its input 3
+                if a.name == "split_axis" and ctx.operand(x).lifetime not in _CONST:
+                    raise Unsupported("SPLIT along an axis given at run time")
+                args.append(("tensor", 0 if a.name == "split_axis" else 3, x))
             elif a.name == "depth_multiplier":
                 args.append(("option", "depthMultiplier", int(_value(ctx, x))))
             else:
@@ -454,7 +777,9 @@ def _resize_size(ctx: _Ctx, op: hal.Operation, x: Any, width: bool) -> int:
 def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation) -> str:
     """Why ``op`` of the (validated) model cannot be lowered exactly; "" when it can."""
     try:
-        plan_operation(_Ctx(model, pools), op)
+        ctx = _Ctx(model, pools)
+        for o in expand(ctx, op):
+            plan_operation(ctx, o)
     except Unsupported as e:
         return str(e)
     except (ValueError, IndexError, TypeError, AttributeError, StopIteration) as e:
@@ -465,6 +790,4 @@ def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation) -
 def lower(model: hal.Model, pools: Sequence[Any]) -> bytes:
     """The TFLite flatbuffer of a validated HAL model whose main subgraph's
     operations all pass :func:`check_operation`; Unsupported otherwise."""
-    if any(o.type in (T.TENSOR_FLOAT16,) for o in model.main.operands):
-        raise Unsupported("float16 operands")
     return _Builder(model, pools).build()

@@ -398,6 +398,7 @@ OPTIONS: dict[str, str] = {
     "LOCAL_RESPONSE_NORMALIZATION": "LocalResponseNormalizationOptions", "SPACE_TO_BATCH_ND": "SpaceToBatchNDOptions",
     "BATCH_TO_SPACE_ND": "BatchToSpaceNDOptions", "STRIDED_SLICE": "StridedSliceOptions", "SLICE": "SliceOptions",
     "RESIZE_BILINEAR": "ResizeBilinearOptions", "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions",
+    "SPLIT": "SplitOptions", "TRANSPOSE_CONV": "TransposeConvOptions",
 }
 PADDING_TO_TFLITE = {v: k for k, v in PADDING.items()}
 ACTIVATIONS_TO_TFLITE = {v: k for k, v in ACTIVATIONS.items()}
