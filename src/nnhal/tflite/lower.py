@@ -46,7 +46,9 @@ TFLITE_TYPE = {T.TENSOR_FLOAT32: 0, T.TENSOR_INT32: 2, T.TENSOR_QUANT8_ASYMM: 3,
                T.TENSOR_QUANT8_ASYMM_SIGNED: 9, T.TENSOR_QUANT8_SYMM_PER_CHANNEL: 9,
                T.FLOAT32: 0, T.INT32: 2, T.BOOL: 6}
 F, U8, I8 = T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+I32, B8 = T.TENSOR_INT32, T.TENSOR_BOOL8
 FQ = frozenset({F, U8, I8})
+FQI = FQ | {I32}
 
 # operation -> the element types of input 0 for which the TFLite kernel is exactly the HAL operation
 EXACT: dict[Op, frozenset] = {
@@ -64,6 +66,24 @@ EXACT: dict[Op, frozenset] = {
     Op.BATCH_TO_SPACE_ND: FQ, Op.STRIDED_SLICE: FQ, Op.SLICE: FQ, Op.RESIZE_BILINEAR: FQ,
     Op.RESIZE_NEAREST_NEIGHBOR: FQ, Op.TRANSPOSE_CONV_2D: FQ, Op.SPLIT: FQ,
 }
+# measured with the conformance vectors (nnhal conformance --device litert-cpu): exact with the checks
+# plan_operation adds (quantized comparisons / SELECT of one scale, no saturating CAST to quant8);
+# LSH_PROJECTION (TFLite hashes otherwise) and int32 DIV (division by zero) are not
+_MEASURED: dict[Op, frozenset] = {
+    Op.EXPAND_DIMS: FQI, Op.SQUEEZE: FQI, Op.REDUCE_MAX: FQ, Op.REDUCE_MIN: FQ, Op.REDUCE_PROD: frozenset({F}),
+    Op.REDUCE_SUM: frozenset({F}), Op.EQUAL: FQI | {B8}, Op.NOT_EQUAL: FQI | {B8}, Op.LESS: FQI,
+    Op.LESS_EQUAL: FQI, Op.GREATER: FQI, Op.GREATER_EQUAL: FQI, Op.ARGMAX: FQI, Op.ARGMIN: FQI,
+    Op.SELECT: frozenset({B8}), Op.TILE: FQI, Op.PAD_V2: FQ, Op.POW: frozenset({F}), Op.ELU: frozenset({F}),
+    Op.LOG_SOFTMAX: frozenset({F}), Op.GATHER: FQI, Op.TOPK_V2: FQI, Op.CAST: FQI,
+    Op.EMBEDDING_LOOKUP: frozenset({I32}), Op.HASHTABLE_LOOKUP: frozenset({I32}), Op.LOGICAL_AND: frozenset({B8}),
+    Op.LOGICAL_OR: frozenset({B8}), Op.LOGICAL_NOT: frozenset({B8}), Op.REDUCE_ANY: frozenset({B8}),
+    Op.REDUCE_ALL: frozenset({B8}), Op.SIN: frozenset({F}),
+    Op.ADD: frozenset({I32}), Op.SUB: frozenset({I32}), Op.MUL: frozenset({I32}),
+    Op.MAXIMUM: frozenset({I32}), Op.MINIMUM: frozenset({I32}), Op.NEG: frozenset({I32}), Op.ABS: frozenset({I32}),
+}
+for _t, _types in _MEASURED.items():
+    EXACT[_t] = EXACT.get(_t, frozenset()) | _types
+_COMPARISONS = (Op.EQUAL, Op.NOT_EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER, Op.GREATER_EQUAL)
 # QUANTIZE's table entry is a rewrite (TFLite -> HAL); HAL -> TFLite it is the plain builtin
 _EXTRA = {Op.QUANTIZE: Mapping("QUANTIZE", Op.QUANTIZE, (Arg("tensor", index=0),))}
 _DIRECT = {Op.MUL: ("MUL",), Op.PRELU: ("PRELU",), Op.CONCATENATION: ("CONCATENATION",)}
@@ -89,6 +109,9 @@ def mapping(op_type: Any) -> Optional[Mapping]:
 
 _F16_AS_F32 = {T.TENSOR_FLOAT16: T.TENSOR_FLOAT32, T.FLOAT16: T.FLOAT32}
 _CONST = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
+_DTYPE = {T.TENSOR_INT32: np.int32, T.INT32: np.int32, T.BOOL: np.bool_, T.FLOAT32: np.float32,
+          T.TENSOR_FLOAT32: np.float32, T.TENSOR_QUANT8_ASYMM: np.uint8, T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8,
+          T.TENSOR_QUANT8_SYMM_PER_CHANNEL: np.int8, T.TENSOR_BOOL8: np.bool_}
 
 
 class _Ctx:
@@ -140,9 +163,8 @@ class _Ctx:
 
     def constant(self, value: Any, type: Any = T.TENSOR_INT32, like: Optional[hal.Operand] = None) -> int:
         """A new constant (an int32 tensor unless ``type`` / ``like`` say otherwise)."""
-        dtype = {T.TENSOR_INT32: np.int32, T.INT32: np.int32, T.BOOL: np.bool_, T.FLOAT32: np.float32}.get(type)
-        arr = np.asarray(value, dtype=dtype) if like is None else np.asarray(value)
-        o = like if like is not None else hal.Operand(type=type, dimensions=list(arr.shape))
+        o = like if like is not None else hal.Operand(type=type)
+        arr = np.asarray(value, dtype=_DTYPE.get(T(o.type)))
         return self._add(replace(o, dimensions=list(arr.shape), lifetime=L.CONSTANT_COPY,
                                  location=hal.DataLocation()), arr)
 
@@ -330,6 +352,8 @@ class _Builder:
         options = None
         if plan.mapping.builtin in OPTIONS:
             options = getattr(self.s, OPTIONS[plan.mapping.builtin] + "T")()
+            if plan.mapping.builtin in ("ARG_MAX", "ARG_MIN"):
+                options.outputType = TFLITE_TYPE[T.TENSOR_INT32]  # NOTE: the HAL's index type
         if Op(op.type) in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.TRANSPOSE_CONV_2D) and len(op.inputs) > 2:
             f = self.ctx.operand(op.inputs[1])
             cq = f.extraParams.channelQuant if f.extraParams is not None else None
@@ -665,6 +689,15 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         if x0.type != F and len(quants) > 1:
             # NOTE: NNAPI requantizes each input to the output's scale; these TFLite kernels assume one scale
             raise Unsupported(f"{t.name}: quantized inputs and output of different scales / zero points")
+    if t in _COMPARISONS and x0.type in (U8, I8) and len({(ctx.operand(i).scale, ctx.operand(i).zeroPoint)
+                                                         for i in op.inputs[:2]}) > 1:
+        # NOTE: NNAPI compares the real values exactly; TFLite rescales both inputs with its own rounding
+        raise Unsupported(f"{t.name} of quantized inputs of different scales / zero points")
+    if t == Op.SELECT and ctx.operand(op.inputs[1]).type in (U8, I8) and len(
+            {(ctx.operand(i).scale, ctx.operand(i).zeroPoint) for i in (*op.inputs[1:3], op.outputs[0])}) > 1:
+        raise Unsupported("SELECT of quantized values of different scales / zero points (TFLite copies bytes)")
+    if t == Op.CAST and x0.type == I32 and ctx.operand(op.outputs[0]).type in (U8, I8):
+        raise Unsupported("CAST of int32 to quant8 (NNAPI saturates, TFLite wraps)")
     args: list = []
     if t == Op.CONCATENATION:
         axis = int(ctx.const(ins[-1]))
@@ -741,6 +774,16 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
                 if a.name == "split_axis" and ctx.operand(x).lifetime not in _CONST:
                     raise Unsupported("SPLIT along an axis given at run time")
                 args.append(("tensor", 0 if a.name == "split_axis" else 3, x))
+            elif a.name in ("axis_scalar", "k_scalar", "scalar1"):
+                args.append(("tensor", 1, x))  # NOTE: a HAL scalar that TFLite takes as a 0-D tensor input
+            elif a.name == "squeeze_dims":
+                o = ctx.operand(x)
+                dims = [] if o.lifetime == L.NO_VALUE else [int(d) for d in np.asarray(ctx.const(x)).reshape(-1)]
+                args.append(("option", "squeezeDims", dims))
+            elif a.name == "pad_value":
+                # NOTE: TFLite's PADV2 pads with a 0-D tensor of the input's type (quantized: the raw value)
+                like = replace(x0, dimensions=[], lifetime=L.CONSTANT_COPY, location=hal.DataLocation())
+                args.append(("tensor", 2, ctx.constant(_value(ctx, x), like=like)))
             elif a.name == "depth_multiplier":
                 args.append(("option", "depthMultiplier", int(_value(ctx, x))))
             else:

@@ -398,7 +398,10 @@ OPTIONS: dict[str, str] = {
     "LOCAL_RESPONSE_NORMALIZATION": "LocalResponseNormalizationOptions", "SPACE_TO_BATCH_ND": "SpaceToBatchNDOptions",
     "BATCH_TO_SPACE_ND": "BatchToSpaceNDOptions", "STRIDED_SLICE": "StridedSliceOptions", "SLICE": "SliceOptions",
     "RESIZE_BILINEAR": "ResizeBilinearOptions", "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighborOptions",
-    "SPLIT": "SplitOptions", "TRANSPOSE_CONV": "TransposeConvOptions",
+    "SPLIT": "SplitOptions", "TRANSPOSE_CONV": "TransposeConvOptions", "SQUEEZE": "SqueezeOptions",
+    "ARG_MAX": "ArgMaxOptions", "ARG_MIN": "ArgMinOptions", "SUM": "ReducerOptions", "REDUCE_PROD": "ReducerOptions",
+    "REDUCE_MAX": "ReducerOptions", "REDUCE_MIN": "ReducerOptions", "REDUCE_ANY": "ReducerOptions",
+    "REDUCE_ALL": "ReducerOptions", "GATHER": "GatherOptions", "LSH_PROJECTION": "LSHProjectionOptions",
 }
 PADDING_TO_TFLITE = {v: k for k, v in PADDING.items()}
 ACTIVATIONS_TO_TFLITE = {v: k for k, v in ACTIVATIONS.items()}
