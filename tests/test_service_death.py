@@ -89,7 +89,11 @@ def test_sigkill_mid_work_answers_everyone(service_factory: Any) -> None:
         threads = [threading.Thread(target=sync_loop, args=(pools[k],), daemon=True) for k in range(3)]
         for t in threads:
             t.start()
-        time.sleep(0.05)
+        # NOTE: killed once the first execution has answered, while the rest still run or wait
+        # (a fixed sleep let a fast machine finish everything first)
+        end = time.monotonic() + 30
+        while not any(cb.calls for cb in exec_cbs) and time.monotonic() < end:
+            time.sleep(0.001)
         t_kill = time.monotonic()
         sp.kill()
         latest = _wait_all(prep_cbs + exec_cbs, t_kill)

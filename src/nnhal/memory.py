@@ -44,10 +44,12 @@ import fcntl
 import mmap
 import os
 import stat
+from typing import Callable
 
 from nnhal.hal import Handle, Memory
 
 __all__ = [
+    "on_free",
     "pread_into",
     "AHARDWAREBUFFER_FORMAT_BLOB",
     "AHARDWAREBUFFER_FORMAT_R8G8B8A8_UNORM",
@@ -199,9 +201,24 @@ def from_fd(fd: int, size: int, offset: int = 0, prot: int = PROT_READ | PROT_WR
     return Memory(name="mmap_fd", handle=Handle(fds=[new_fd], ints=ints), size=size)
 
 
+_FREE_LISTENERS: list[Callable[[Memory], None]] = []
+
+
+def on_free(listener: Callable[[Memory], None]) -> None:
+    """Call ``listener(memory)`` in :func:`free`, before the descriptors are
+    closed (a cache of memories by what they refer to drops its entry: the
+    service's slots, :mod:`nnhal.service.slots`).  It must not raise or block."""
+    _FREE_LISTENERS.append(listener)
+
+
 def free(memory: Memory) -> None:
     """Close the memory's file descriptors (and forget them, so a second
     ``free`` cannot close an unrelated fd that reused the number)."""
+    for listener in _FREE_LISTENERS:
+        try:
+            listener(memory)
+        except Exception:  # noqa: BLE001 - freeing must close the fds whatever a listener does
+            pass
     fds, memory.handle.fds = list(memory.handle.fds), []
     for fd in fds:
         try:

@@ -229,8 +229,8 @@ class SamplePreparedModel(hal.IPreparedModel):
     # the wire for this call and no one else holds it, so it is the driver's own already
     # (no by-value copy); the HAL methods above keep their signatures and copy.
     def executeSynchronously_1_3_owned(self, request: Any, measure: Any, deadline: Any,
-                                       loopTimeoutDuration: Any) -> tuple:
-        err, job = self._launch(request, measure, deadline, loopTimeoutDuration, owned=True)
+                                       loopTimeoutDuration: Any, pool_cache: Any = None) -> tuple:
+        err, job = self._launch(request, measure, deadline, loopTimeoutDuration, owned=True, pool_cache=pool_cache)
         return (err if err is not None else self.run_job(job)).as_tuple()
 
     def execute_1_3_owned(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any,

@@ -49,6 +49,7 @@ import msgspec
 
 from nnhal import hal
 from nnhal.service import registry, wire
+from nnhal.service.slots import UNKNOWN_SLOT, ClientSlots
 from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
 from nnhal.spin import Spin, spin_limit_ns
 
@@ -111,6 +112,7 @@ class Connection:
         self._sem = threading.BoundedSemaphore(MAX_INFLIGHT)
         self._releases: list[bytes] = []
         self._dispatch_q: Optional[queue.SimpleQueue] = None
+        self._forget_q: Optional[queue.SimpleQueue] = None
         self.dead = False
         self._reader = threading.Thread(target=self._read, name=f"nnhal-client-{name}", daemon=True)
         self._reader.start()
@@ -138,7 +140,19 @@ class Connection:
             chan = None
         self._local.chan = chan
         self._local.spin = Spin(spin_limit_ns(CLIENT_SPIN_US))
+        self._local.slots = self._slot_table(chan) if chan is not None else None
         return chan
+
+    def _slot_table(self, chan: Channel) -> ClientSlots:
+        """The memory slots of a new call channel, with the connection's
+        forgetter thread (started with the first) to send forgets at once."""
+        q = self._forget_q
+        if q is None:
+            q = self._forget_q = queue.SimpleQueue()
+            threading.Thread(target=_forgetter, args=(q,), name=f"nnhal-client-{self.name}-forget",
+                             daemon=True).start()
+        # NOTE: SimpleQueue.put may run inside a finalizer; sending there could deadlock the channel
+        return ClientSlots(wake=lambda table: q.put((chan, table)))
 
     def call(self, target: bytes, spec: wire.MethodSpec, args: tuple) -> Any:
         entry_ref: Optional[bytes] = None
@@ -148,39 +162,15 @@ class Connection:
             args, entry_ref = self._export(spec, args)
         if self.dead:
             return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
-        cid = next(self._cids)
-        try:
-            fds = wire.collect_fds(args) if spec.has_handles else None
-            body = wire.ENCODER.encode(wire.CallOut(cid, target, spec.name, args))
-        except (TypeError, ValueError, AttributeError, OverflowError, msgspec.EncodeError) as e:
-            log.error("%s: argument cannot be sent: %s", spec.name, e)
-            return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
         chan = self._call_channel()
         if chan is not None:
-            # the hot path: this thread sends and reads its own answer (no hand-over)
-            spin = self._local.spin
-            try:
-                t0 = _clock()
-                chan.send(body, fds)
-                while True:
-                    rbody, rfds = chan.recv(spin.window())
-                    env = wire.ENVELOPE.decode(rbody)
-                    if getattr(env, "cid", None) == cid:
-                        break
-                    close_fds(rfds)
-                spin.waited(_clock() - t0)
-            except (PeerClosed, ProtocolError, *wire.DECODE_ERRORS):
-                # NOTE: a broken channel is dropped; the thread's next call opens a new one
-                # (refused, and answered DEVICE_UNAVAILABLE, if the service is gone)
-                chan.close()
-                del self._local.chan
-                return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
-            except (OSError, ValueError) as e:
-                if self.dead or chan.closed:
-                    return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
-                log.error("%s: cannot send the call: %s", spec.name, e)
-                return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
-            return self._result(spec, entry_ref, env, rfds)
+            return self._call_on(chan, target, spec, args, entry_ref)
+        cid = next(self._cids)
+        try:
+            fds, body = _encode(cid, target, spec, args)
+        except _ENCODE_ERRORS as e:
+            log.error("%s: argument cannot be sent: %s", spec.name, e)
+            return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
         p = Pending()
         self._sem.acquire()
         with self._lock:
@@ -198,6 +188,55 @@ class Connection:
         p.lock.acquire()
         self._sem.release()
         return self._result(spec, entry_ref, p.value, p.fds)
+
+    def _call_on(self, chan: Channel, target: bytes, spec: wire.MethodSpec, args: tuple,
+                 entry_ref: Optional[bytes]) -> Any:
+        """The hot path: this thread sends on its own channel and reads its own
+        answer (no hand-over); a synchronous execution's memories go by slot."""
+        local = self._local
+        cache: Optional[ClientSlots] = local.slots if spec is _SYNC_1_3 else None
+        for attempt in (0, 1):
+            cid = next(self._cids)
+            try:
+                if cache is not None:
+                    sent, slots, forget = cache.prepare(args[0])
+                    fds, body = _encode(cid, target, spec, (sent, *args[1:]), slots, forget)
+                else:
+                    fds, body = _encode(cid, target, spec, args)
+            except _ENCODE_ERRORS as e:
+                log.error("%s: argument cannot be sent: %s", spec.name, e)
+                return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
+            spin = local.spin
+            try:
+                t0 = _clock()
+                chan.send(body, fds)
+                while True:
+                    rbody, rfds = chan.recv(spin.window())
+                    env = wire.ENVELOPE.decode(rbody)
+                    if getattr(env, "cid", None) == cid:
+                        break
+                    close_fds(rfds)
+                spin.waited(_clock() - t0)
+            except (PeerClosed, ProtocolError, *wire.DECODE_ERRORS):
+                # NOTE: a broken channel is dropped; the thread's next call opens a new one
+                # (refused, and answered DEVICE_UNAVAILABLE, if the service is gone)
+                chan.close()
+                del local.chan
+                return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
+            except (OSError, ValueError) as e:
+                if self.dead or chan.closed:
+                    return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
+                log.error("%s: cannot send the call: %s", spec.name, e)
+                return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
+            if attempt == 0 and cache is not None and type(env) is wire.Fail \
+                    and env.message.startswith(UNKNOWN_SLOT):
+                # NOTE: the service lost track of a slot: forget them all and send every memory again
+                log.warning("%s: %s; the memories are sent again", spec.name, env.message)
+                close_fds(rfds)
+                cache.reset()
+                continue
+            break
+        return self._result(spec, entry_ref, env, rfds)
 
     def _result(self, spec: wire.MethodSpec, entry_ref: Optional[bytes], env: Any, fds: list[int]) -> Any:
         if type(env) is wire.Fail:
@@ -409,6 +448,8 @@ class Connection:
                 self._deliver(e, e.notify, _error_args(e.iface, e.notify, S.DEVICE_UNAVAILABLE))
         if self._dispatch_q is not None:
             self._dispatch_q.put((None, ()))
+        if self._forget_q is not None:
+            self._forget_q.put(None)
 
     def close(self) -> None:
         """Disconnect (pending callbacks get DEVICE_UNAVAILABLE)."""
@@ -417,6 +458,35 @@ class Connection:
             ch.close()
         if threading.current_thread() is not self._reader:
             self._reader.join(5)
+
+
+_ENCODE_ERRORS = (TypeError, ValueError, AttributeError, OverflowError, msgspec.EncodeError)
+
+
+def _forgetter(q: queue.SimpleQueue) -> None:
+    """Sends the slots a call channel's table forgot (a memory freed or
+    collected) on that channel, so the service lets go of it at once."""
+    while True:
+        item = q.get()
+        if item is None:
+            return
+        chan, table = item
+        forget = table.take_forgets()
+        if forget and not chan.closed:
+            try:
+                chan.send(wire.ENCODER.encode(wire.Release([], forget)), None)
+            except (PeerClosed, OSError, ValueError):
+                pass  # NOTE: a channel that is gone took the service's copies with it
+        # NOTE: not kept while waiting: a channel whose thread ended must close (the service then frees it)
+        del item, chan, table
+
+
+def _encode(cid: int, target: bytes, spec: wire.MethodSpec, args: tuple, slots: Optional[list[int]] = None,
+            forget: Optional[list[int]] = None) -> tuple[Optional[list[int]], bytes]:
+    """(descriptors, body) of a call; raises one of _ENCODE_ERRORS for an
+    argument that cannot be sent."""
+    fds = wire.collect_fds(args) if spec.has_handles else None
+    return fds, wire.ENCODER.encode(wire.CallOut(cid, target, spec.name, args, slots, forget or []))
 
 
 def _open(path: str) -> tuple[Channel, int]:

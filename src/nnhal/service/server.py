@@ -59,6 +59,7 @@ import msgspec
 
 from nnhal import hal
 from nnhal.service import registry, wire
+from nnhal.service.slots import ServiceSlots
 from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
 from nnhal.spin import Spin, spin_limit_ns
 
@@ -77,6 +78,7 @@ CLIENT_CALL_TIMEOUT_S = 10.0
 SERVER_SPIN_US = 200
 DEVICE = b""
 _OWNED_CALLS = frozenset({"executeSynchronously_1_3", "execute_1_3"})  # see _dispatch
+_SLOTTED_CALL = "executeSynchronously_1_3"  # the call whose memories go by slot (nnhal.service.slots)
 
 
 # --------------------------------------------------------------------------
@@ -325,6 +327,7 @@ class Connection:
         this thread (the client thread waits for each answer)."""
         spin = Spin(spin_limit_ns(SERVER_SPIN_US))
         clock = time.perf_counter_ns
+        slots = ServiceSlots()
         try:
             while not self.closed:
                 t0 = clock()
@@ -336,11 +339,17 @@ class Connection:
                     close_fds(fds)
                     self._undecodable(body, e, chan.send)
                     continue
+                if type(env) is wire.Release:  # memories (and objects) the client let go of
+                    close_fds(fds)
+                    slots.forget(env.slots)
+                    if env.refs:
+                        self._release(env.refs)
+                    continue
                 if type(env) is not wire.Call or env.cid <= 0:
                     close_fds(fds)
                     raise ProtocolError(f"a {type(env).__name__} on a call channel")
                 try:
-                    self._dispatch(env, fds, chan.send)
+                    self._dispatch(env, fds, chan.send, slots)
                 except (PeerClosed, ProtocolError):
                     raise
                 except Exception:  # noqa: BLE001 - a bug here is this call's GENERAL_FAILURE, not the channel's end
@@ -358,6 +367,7 @@ class Connection:
             with self.lock:
                 self.sync_chans.discard(chan)
             chan.close()
+            slots.close()
 
     def read(self) -> None:
         """The main channel's reader: answers to the service's calls, releases,
@@ -430,7 +440,7 @@ class Connection:
             with self.lock:
                 self.inflight -= 1
 
-    def _dispatch(self, call: wire.Call, fds: list[int], send: Any) -> None:
+    def _dispatch(self, call: wire.Call, fds: list[int], send: Any, slots: Optional[ServiceSlots] = None) -> None:
         target = call.target
         if target == DEVICE:
             iface, obj = "IDevice", self.service.device
@@ -460,11 +470,27 @@ class Connection:
         if iface == "IPreparedModel" and not self._tokens_ok(args[0]):
             self._fail(call.cid, S.INVALID_ARGUMENT, "a request names a memory token this client was not given", send)
             return
+        pool_cache = None
+        if call.slots is not None or call.forget:
+            if slots is None or spec.name != _SLOTTED_CALL:
+                self._fail(call.cid, S.INVALID_ARGUMENT, f"memory slots on {spec.name} or off a call channel", send)
+                return
+            err, all_cached = slots.resolve(args[0], call.slots, call.forget)
+            if err:
+                log.error("%s.%s: %s", iface, spec.name, err)
+                self._fail(call.cid, S.INVALID_ARGUMENT, err, send)
+                return
+            if all_cached:
+                pool_cache = slots.pool
         # NOTE: a request decoded from this call's message is no one else's: a driver that
-        # offers an ``<method>_owned`` entry point runs it without the by-value copy
+        # offers an ``<method>_owned`` entry point runs it without the by-value copy (and over
+        # the channel's cached pools, when every pool is one)
         method = getattr(obj, spec.name + "_owned", None) if spec.name in _OWNED_CALLS else None
         try:
-            result = (method or getattr(obj, spec.name))(*args)
+            if pool_cache is not None and method is not None:
+                result = method(*args, pool_cache=pool_cache)
+            else:
+                result = (method or getattr(obj, spec.name))(*args)
         except Exception as e:  # noqa: BLE001 - a driver bug is the client's GENERAL_FAILURE, not our death
             log.exception("%s.%s raised", iface, spec.name)
             result = spec.error(S.GENERAL_FAILURE)
@@ -572,9 +598,9 @@ class Connection:
 
 
 def _peek_call_id(body: bytes) -> int:
-    """The call id of a message that starts as a call (an array of 5, tag 0,
-    then a positive msgpack int), however malformed the rest; else 0."""
-    if len(body) < 3 or body[0] != 0x95 or body[1] != 0:
+    """The call id of a message that starts as a call (an array of 5 to 7:
+    tag 0, then a positive msgpack int), however malformed the rest; else 0."""
+    if len(body) < 3 or body[0] not in (0x95, 0x96, 0x97) or body[1] != 0:
         return 0
     b = body[2]
     if b <= 0x7F:

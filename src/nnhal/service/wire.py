@@ -3,16 +3,19 @@ process boundary, as typed msgpack (msgspec).
 
 A message is one of four envelopes (msgpack arrays, first element the tag):
 
-* ``Call(cid, target, method, args)``: a method call on the object named
-  ``target`` (``b""`` is the service's ``IDevice``; other ids name objects the
-  receiver handed out).  ``cid`` 0 is a one-way call (no reply), as the HIDL
-  callbacks' ``notify*``; otherwise the receiver answers with ``Reply`` or
-  ``Fail`` under the same ``cid``.
+* ``Call(cid, target, method, args, slots, forget)``: a method call on the
+  object named ``target`` (``b""`` is the service's ``IDevice``; other ids
+  name objects the receiver handed out).  ``cid`` 0 is a one-way call (no
+  reply), as the HIDL callbacks' ``notify*``; otherwise the receiver answers
+  with ``Reply`` or ``Fail`` under the same ``cid``.  ``slots`` / ``forget``
+  (optional): request memories cached by slot on a call channel
+  (:mod:`nnhal.service.slots`).
 * ``Reply(cid, result)``: the method's ``generates (...)`` values.
 * ``Fail(cid, status, message)``: the call never reached the implementation
   (undecodable arguments, unknown object, service shutting down); the caller
   turns ``status`` into the method's error values (:meth:`MethodSpec.error`).
-* ``Release(refs)``: the sender dropped its references to these objects.
+* ``Release(refs, slots)``: the sender dropped its references to these
+  objects (and, on a call channel, these memory slots).
 * ``Hello()`` / ``Attach(session)``: the handshake.  A client opens one main
   connection (``Hello``, answered by ``Attach`` with a 32-byte random session
   secret), on which the service calls the client's callbacks, and one more
@@ -59,6 +62,10 @@ class Call(Struct, array_like=True, tag=0):
     target: bytes
     method: str
     args: Raw
+    # NOTE: request memories cached by slot on a call channel (nnhal.service.slots): the slot of
+    # each request pool (0: sent as it is), and the slots the client has forgotten
+    slots: Optional[list[int]] = None
+    forget: list[int] = []
 
 
 class CallOut(Struct, array_like=True, tag=0):
@@ -68,6 +75,8 @@ class CallOut(Struct, array_like=True, tag=0):
     target: bytes
     method: str
     args: Any
+    slots: Optional[list[int]] = None
+    forget: list[int] = []
 
 
 class ReplyOut(Struct, array_like=True, tag=1):
@@ -88,6 +97,7 @@ class Fail(Struct, array_like=True, tag=2):
 
 class Release(Struct, array_like=True, tag=3):
     refs: list[bytes]
+    slots: list[int] = []  # NOTE: on a call channel: memory slots the client let go of
 
 
 class Hello(Struct, array_like=True, tag=4):

@@ -1,0 +1,315 @@
+"""Request memories cached by slot on a service call channel.
+
+A synchronous execution through the service would otherwise send every
+request pool's descriptors with every call, and the service would check and
+open each pool (fstat, seals, access mode) every time: with a one-operation
+model that is a third of the cost of crossing the process boundary.  As the
+1.2 burst does for its memories, a client thread's call channel gives each
+shared memory it sends a slot number the first time, and from then on sends
+only the slot:
+
+* the client (:class:`ClientSlots`, one per call channel) knows a memory by
+  what it refers to (:func:`memory_key`: the kind, size, ints and the
+  device/inode of each descriptor), so a recycled descriptor number never
+  aliases an old slot and a new ``hal.Memory`` for the same shared memory
+  reuses it.  It keeps at most :data:`CLIENT_SLOTS` memories and
+  :data:`CLIENT_BYTES` bytes; the least recently used one is forgotten with
+  the next call (``forget``), one the client frees (``hal_memory.free``) or
+  whose ``hal.Memory`` is garbage collected at once (a ``Release`` with
+  ``slots`` on the channel, sent by the connection's forgetter thread), so
+  the service holds no memory the client has let go of;
+* the service (:class:`ServiceSlots`, one per call channel) keeps its own
+  duplicate of each slot's descriptors and the pool opened on it (mapped
+  once when sealed against shrinking, else read and written with
+  pread/pwrite: no client action can make it fault), substitutes them for the
+  slots in the request, and drops them when told (:meth:`ServiceSlots.forget`), when over
+  :data:`SERVICE_SLOTS` (least recently used first), or when the channel
+  closes (the client thread ended or the client died).
+
+Only ``executeSynchronously_1_3`` uses slots: its channel runs one call at a
+time, so a slot is never dropped while an execution uses it.  A slot the
+service does not know (a hostile or confused client) is INVALID_ARGUMENT
+with :data:`UNKNOWN_SLOT` in the message; the client then forgets its slots
+and sends the memories again.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import weakref
+from typing import Any, Callable, Optional
+
+from nnhal import hal
+from nnhal import memory as hal_memory
+
+log = logging.getLogger("nnhal.service")
+
+CLIENT_SLOTS = 32
+CLIENT_BYTES = 256 * 1024 * 1024
+SERVICE_SLOTS = 2 * CLIENT_SLOTS  # NOTE: room for slots whose forget is still on its way
+UNKNOWN_SLOT = "unknown memory slot"
+_PLACEHOLDER = hal.MemoryPool()  # a pool sent as its slot only: the service puts the memory back
+
+
+def memory_key(memory: hal.Memory) -> Optional[tuple]:
+    """What a memory refers to, or None if it cannot be cached (no
+    descriptors, or one that is closed or not an int)."""
+    ids = []
+    for fd in memory.handle.fds:
+        if type(fd) is not int:
+            return None
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return None
+        ids.append((st.st_dev, st.st_ino))
+    if not ids:
+        return None
+    return memory.name, memory.size, tuple(memory.handle.ints), tuple(ids)
+
+
+class _ClientEntry:
+    __slots__ = ("slot", "size", "finalizer")
+
+    def __init__(self, slot: int, size: int, finalizer: Any):
+        self.slot, self.size, self.finalizer = slot, size, finalizer
+
+
+class ClientSlots:
+    """One call channel's memories, client side.  Used by the channel's
+    thread; a memory freed or garbage collected is forgotten from any thread
+    (``wake()`` then asks for the forget to be sent at once, by a thread that
+    can: a finalizer may run inside the channel's own send)."""
+
+    def __init__(self, max_slots: int = CLIENT_SLOTS, max_bytes: int = CLIENT_BYTES,
+                 wake: Optional[Callable[["ClientSlots"], None]] = None):
+        self._max, self._max_bytes = max_slots, max_bytes
+        self._lru: collections.OrderedDict[tuple, _ClientEntry] = collections.OrderedDict()
+        self._bytes = 0
+        self._next = 1
+        # NOTE: re-entrant: a finalizer (a memory collected) may run on this thread inside prepare
+        self._lock = threading.RLock()
+        self._forget: list[int] = []
+        self._wake = wake
+        _ALL.add(self)
+
+    def prepare(self, request: Any) -> tuple[Any, Optional[list[int]], list[int]]:
+        """(the request to send, its pools' slots or None, slots to forget).
+        The caller's request is left alone; pools that cannot be cached (a
+        token, an unusable memory, a 1.0 request) travel as they are."""
+        pools = getattr(request, "pools", None)
+        if type(request) is not hal.Request or type(pools) is not list or not pools:
+            return request, None, self.take_forgets()
+        out: list = []
+        slots: list[int] = []
+        with self._lock:
+            for p in pools:
+                m = p.hidlMemory if type(p) is hal.MemoryPool and p.token is None else None
+                key = memory_key(m) if type(m) is hal.Memory and type(m.handle) is hal.Handle else None
+                if key is None:
+                    out.append(p)
+                    slots.append(0)
+                    continue
+                entry = self._lru.get(key)
+                if entry is not None:  # NOTE: also the same memory twice in one request: sent once
+                    self._lru.move_to_end(key)
+                    out.append(_PLACEHOLDER)
+                else:
+                    entry = self._add(key, m)
+                    out.append(p)
+                slots.append(entry.slot)
+            self._evict(set(slots))
+            forget, self._forget = self._forget, []
+        return hal.Request(inputs=request.inputs, outputs=request.outputs, pools=out), slots, forget
+
+    def reset(self) -> None:
+        """Forget every slot here (the service did not know one of them)."""
+        with self._lock:
+            for entry in self._lru.values():
+                entry.finalizer.detach()
+            self._lru.clear()
+            self._bytes = 0
+            self._forget = []
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def _add(self, key: tuple, memory: hal.Memory) -> _ClientEntry:
+        slot = self._next
+        self._next += 1
+        size = memory.size if type(memory.size) is int and memory.size > 0 else 0
+        # NOTE: the client dropping its hal.Memory frees the service's copy at once; the
+        # finalizer holds this table weakly (a table must go with its channel's thread)
+        fin = weakref.finalize(memory, _collected, weakref.ref(self), key, slot)
+        fin.atexit = False
+        entry = self._lru[key] = _ClientEntry(slot, size, fin)
+        self._bytes += size
+        return entry
+
+    def _evict(self, in_use: set[int]) -> None:
+        while len(self._lru) > self._max or self._bytes > self._max_bytes:
+            key, entry = next(iter(self._lru.items()))
+            if entry.slot in in_use:
+                break
+            self._drop(key)
+
+    def _drop(self, key: tuple) -> None:
+        entry = self._lru.pop(key)
+        entry.finalizer.detach()
+        self._bytes -= entry.size
+        self._forget.append(entry.slot)
+
+    def _gone(self, key: tuple, slot: int) -> None:
+        with self._lock:
+            entry = self._lru.get(key)
+            if entry is None or entry.slot != slot:
+                return
+            self._drop(key)
+        if self._wake is not None:
+            self._wake(self)
+
+    def freed(self, key: tuple) -> None:
+        """The memory known as ``key`` is being freed: forget it now."""
+        with self._lock:
+            entry = self._lru.get(key)
+            if entry is None:
+                return
+            self._gone(key, entry.slot)
+
+    def take_forgets(self) -> list[int]:
+        """The slots forgotten since the last call (for the caller to send)."""
+        if not self._forget:
+            return []
+        with self._lock:
+            forget, self._forget = self._forget, []
+        return forget
+
+
+_ALL: "weakref.WeakSet[ClientSlots]" = weakref.WeakSet()
+
+
+def _collected(table_ref: "weakref.ref[ClientSlots]", key: tuple, slot: int) -> None:
+    table = table_ref()
+    if table is not None:
+        table._gone(key, slot)
+
+
+def _freed(memory: hal.Memory) -> None:
+    """hal_memory.free's listener: every table that knows the memory forgets it."""
+    if not _ALL or type(memory) is not hal.Memory or type(memory.handle) is not hal.Handle:
+        return
+    key = memory_key(memory)
+    if key is not None:
+        for table in list(_ALL):
+            table.freed(key)
+
+
+hal_memory.on_free(_freed)
+
+
+class _ServiceEntry:
+    __slots__ = ("memory", "pools")
+
+    def __init__(self, memory: hal.Memory):
+        self.memory = memory
+        self.pools: dict[bool, Any] = {}
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+        self.pools = {}
+        hal_memory.free(self.memory)
+
+
+class ServiceSlots:
+    """One call channel's memories, service side (used by the channel's
+    thread only)."""
+
+    def __init__(self, max_slots: int = SERVICE_SLOTS):
+        self._max = max_slots
+        self._entries: collections.OrderedDict[int, _ServiceEntry] = collections.OrderedDict()
+        self._by_memory: dict[int, _ServiceEntry] = {}
+
+    def resolve(self, request: Any, slots: Optional[list[int]], forget: list[int]) -> tuple[str, bool]:
+        """Drop the ``forget`` slots, cache the new memories of ``request``
+        and put the cached ones back in place of their slots (``request`` is
+        the service's own, decoded for this call).  Returns (error, whether
+        every shared-memory pool of the request is a cached one)."""
+        self.forget(forget)
+        if slots is None:
+            return "", False
+        pools = getattr(request, "pools", None)
+        if type(request) is not hal.Request or type(pools) is not list or len(slots) != len(pools):
+            return f"{len(slots)} memory slots for {len(pools or [])} pools", False
+        all_cached = True
+        in_use = {s for s in slots if s}
+        for k, (s, p) in enumerate(zip(slots, pools)):
+            if s == 0:
+                if p.hidlMemory is not None:
+                    all_cached = False
+                continue
+            if s < 0:
+                return f"memory slot {s} of pool {k} is negative", False
+            if p.hidlMemory is None and p.token is None:
+                entry = self._entries.get(s)
+                if entry is None:
+                    return f"{UNKNOWN_SLOT} {s} (pool {k})", False
+                self._entries.move_to_end(s)
+            elif p.hidlMemory is not None and p.token is None:
+                entry = self._add(s, p.hidlMemory, in_use)
+                if entry is None:  # NOTE: not cached: the memory is used as sent (the driver checks it)
+                    all_cached = False
+                    continue
+            else:
+                return f"pool {k} has a memory slot and a token", False
+            pools[k] = hal.MemoryPool(hidlMemory=entry.memory)
+        return "", all_cached
+
+    def forget(self, slots: list[int]) -> None:
+        for s in slots:
+            entry = self._entries.pop(s, None)
+            if entry is not None:
+                self._close(entry)
+
+    def pool(self, memory: hal.Memory, writable: bool) -> Any:
+        """The open pool of a cached memory (a driver's ``pool_cache``);
+        raises hal_memory.InvalidMemory as open_pool does."""
+        entry = self._by_memory[id(memory)]
+        pool = entry.pools.get(writable)
+        if pool is None:
+            pool = entry.pools[writable] = hal_memory.open_pool(memory, writable=writable)
+        return pool
+
+    def close(self) -> None:
+        entries = list(self._entries.values())
+        self._entries.clear()
+        for entry in entries:
+            self._close(entry)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _add(self, slot: int, memory: hal.Memory, in_use: set[int]) -> Optional[_ServiceEntry]:
+        try:
+            own = hal_memory.dup(memory)
+        except (hal_memory.InvalidMemory, TypeError, AttributeError) as e:
+            log.error("memory slot %d not cached: %s", slot, e)
+            return None
+        old = self._entries.pop(slot, None)
+        if old is not None:
+            self._close(old)
+        entry = self._entries[slot] = _ServiceEntry(own)
+        self._by_memory[id(own)] = entry
+        while len(self._entries) > self._max:
+            oldest = next(iter(self._entries))
+            if oldest in in_use:
+                break
+            self._close(self._entries.pop(oldest))
+        return entry
+
+    def _close(self, entry: _ServiceEntry) -> None:
+        self._by_memory.pop(id(entry.memory), None)
+        entry.close()
