@@ -25,9 +25,11 @@ calls to this process's objects: notifications of the ready callbacks
 (``hal.PreparedModelCallback``, ``hal.ExecutionCallback``) run on it (they
 only store and wake); any other client object is called on one dispatcher
 thread per connection, in order, so a callback that calls the service again
-cannot block the reader.  Memories in requests are sent (as descriptors)
-with every call, as HIDL does: caching them in the service would keep a
-client's freed memory alive there.
+cannot block the reader.  Memories in requests are sent as descriptors with
+every call, as HIDL does, except on the synchronous path, where a thread's
+call channel caches them by slot in the service (:mod:`nnhal.service.slots`)
+and lets go of one as soon as the client frees or drops it.  A calling thread
+polls for its answer before it blocks (:mod:`nnhal.spin`).
 """
 
 from __future__ import annotations
