@@ -6,6 +6,7 @@ behave exactly as the general paths they replace."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import pytest
 import nnhal
 from nnhal import hal, memory
 from nnhal.tools import ipcbench
-from nnhal.validation import ValidationError, own_copy, own_request
+from nnhal.validation import ValidationError, own_copy, own_request, request_from_key, request_key
 
 S = hal.ErrorStatus
 NO = hal.MeasureTiming.NO
@@ -66,24 +67,31 @@ def test_service_entry_points_do_not_copy_but_public_ones_do(monkeypatch: pytest
 
     pm = ipcbench.prepare(nnhal.get_device("sample-all"), ipcbench.add_model())
     pools = ipcbench.Pools()
-    copies: list[hal.Request] = []
+    copies: list[Any] = []
 
     def counting_copy(r: hal.Request) -> hal.Request:
         copies.append(r)
         return own_request(r)
 
+    def counting_rebuild(key: tuple) -> hal.Request:
+        copies.append(key)
+        return request_from_key(key)
+
+    # NOTE: a public call copies the request, by own_request or (plain HAL classes) by
+    # rebuilding it from its key (the validated-request memo); the owned entry points copy nothing
     monkeypatch.setattr(prepared_model, "own_request", counting_copy)
+    monkeypatch.setattr(prepared_model, "request_from_key", counting_rebuild)
     try:
         req = pools.request
         assert pm.executeSynchronously_1_3(req, NO, None, None)[0] == S.NONE
-        assert copies == [req]
+        assert copies == [request_key(req)]
         status, shapes, _ = pm.executeSynchronously_1_3_owned(req, NO, None, None)
         assert status == S.NONE and shapes[0].dimensions == [4]
         cb = hal.ExecutionCallback()
         assert pm.execute_1_3_owned(req, NO, None, None, cb) == S.NONE
         assert cb.wait(30)[0] == S.NONE
         pools.check()
-        assert copies == [req]  # the owned entry points copied nothing
+        assert copies == [request_key(req)]  # the owned entry points copied nothing
         # a 1.0 request given to the owned entry point is still upgraded (and copied)
         assert pm.executeSynchronously_1_3_owned(object(), NO, None, None)[0] == S.INVALID_ARGUMENT
     finally:

@@ -243,6 +243,104 @@ def own_request(request: Any) -> Any:
         raise _fail(f"malformed argument ({type(e).__name__}: {e})") from None
 
 
+def _arg_key(a: Any) -> Optional[tuple]:
+    if type(a) is not hal.RequestArgument:
+        return None
+    loc, has, dims = a.location, a.hasNoValue, a.dimensions
+    if type(loc) is not hal.DataLocation or type(has) is not bool or type(dims) is not list:
+        return None
+    p, o, n = loc.poolIndex, loc.offset, loc.length
+    if type(p) is not int or type(o) is not int or type(n) is not int:
+        return None
+    for v in dims:
+        if type(v) is not int:
+            return None
+    return has, p, o, n, tuple(dims)
+
+
+def _pool_key(p: Any) -> Optional[tuple]:
+    if type(p) is not hal.MemoryPool:
+        return None
+    m, token = p.hidlMemory, p.token
+    if token is not None and type(token) is not int:
+        return None
+    if m is None:
+        return None, token
+    if type(m) is not hal.Memory:
+        return None
+    h, name, size = m.handle, m.name, m.size
+    if type(h) is not hal.Handle or type(name) is not str or type(size) is not int:
+        return None
+    fds, ints = h.fds, h.ints
+    if type(fds) is not list or type(ints) is not list:
+        return None
+    for v in fds:
+        if type(v) is not int:
+            return None
+    for v in ints:
+        if type(v) is not int:
+            return None
+    return (name, tuple(fds), tuple(ints), size), token
+
+
+def request_key(request: Any) -> Optional[tuple]:
+    """An exact, hashable image of a 1.3 request made of the plain HAL classes
+    and plain values (``int``, ``bool``, ``str``, lists): ``(inputs, outputs,
+    pools)``, every value the request carries read once; None for anything
+    else (a subclass, an ``IntEnum`` or numpy scalar, a tuple where a list
+    belongs, junk), which a driver copies and validates in full.  NOTE: two
+    requests with equal keys are the same request to validation (the key
+    holds exact types, so ``1.0`` or ``True`` never stand for ``1``), so a
+    driver may remember the keys it validated; :func:`request_from_key`
+    rebuilds the request from the key, the driver's own copy (HIDL passes
+    requests by value)."""
+    if type(request) is not hal.Request:
+        return None
+    try:
+        ins, outs, pools = request.inputs, request.outputs, request.pools
+        if type(ins) is not list or type(outs) is not list or type(pools) is not list:
+            return None
+        ik = tuple(map(_arg_key, ins))
+        ok = tuple(map(_arg_key, outs))
+        pk = tuple(map(_pool_key, pools))
+    except Exception:  # NOTE: a hostile attribute (a property raising): the full path judges it
+        return None
+    if None in ik or None in ok or None in pk:
+        return None
+    return ik, ok, pk
+
+
+def _arg_from_key(k: tuple) -> hal.RequestArgument:
+    loc = object.__new__(hal.DataLocation)
+    loc.__dict__ = {"poolIndex": k[1], "offset": k[2], "length": k[3]}
+    a = object.__new__(hal.RequestArgument)
+    a.__dict__ = {"hasNoValue": k[0], "location": loc, "dimensions": list(k[4])}
+    return a
+
+
+def _pool_from_key(k: tuple) -> hal.MemoryPool:
+    p = object.__new__(hal.MemoryPool)
+    mk = k[0]
+    if mk is None:
+        p.__dict__ = {"hidlMemory": None, "token": k[1]}
+        return p
+    h = object.__new__(hal.Handle)
+    h.__dict__ = {"fds": list(mk[1]), "ints": list(mk[2])}
+    m = object.__new__(hal.Memory)
+    m.__dict__ = {"name": mk[0], "handle": h, "size": mk[3]}
+    p.__dict__ = {"hidlMemory": m, "token": k[1]}
+    return p
+
+
+def request_from_key(key: tuple) -> hal.Request:
+    """The ``hal.Request`` whose :func:`request_key` is ``key`` (new objects
+    throughout: nothing shared with the caller's request)."""
+    r = object.__new__(hal.Request)
+    r.__dict__ = {"inputs": [_arg_from_key(k) for k in key[0]], "outputs": [_arg_from_key(k) for k in key[1]],
+                  "pools": [_pool_from_key(k) for k in key[2]]}
+    return r
+
+
 # --------------------------------------------------------------------------
 # structure: what the HIDL types guarantee in C++ (field types, unsigned
 # ranges) has to be checked in Python before any rule can be applied.

@@ -47,10 +47,12 @@ class RequestPools:
     is well formed but cannot be used by this driver (GENERAL_FAILURE when
     the execution runs, as the memory guide recommends)."""
 
-    def __init__(self, request: hal.Request, buffer_lookup: Any = None, pool_cache: Any = None):
+    def __init__(self, request: hal.Request, buffer_lookup: Any = None, pool_cache: Any = None,
+                 out_pools: Optional[frozenset] = None):
         """``pool_cache(memory, writable)``, when given, opens the shared
         memories instead and keeps them open across requests (a burst's
-        memories by slot); they are not closed with this object."""
+        memories by slot); they are not closed with this object.
+        ``out_pools``: the pools receiving outputs (:class:`RequestPlan`), when known."""
         self.views: list[Optional[memoryview]] = []
         self.buffers: dict[int, buffers.DeviceBuffer] = {}
         self.images: dict[int, hardware_buffer.Image] = {}
@@ -59,38 +61,43 @@ class RequestPools:
         # NOTE: a pool that receives outputs must be writable (a read-only
         # mmap_fd or hardware buffer there is a bad argument, not a crash);
         # pools only read are mapped read-only.
-        out_pools = {a.location.poolIndex for a in request.outputs if not a.hasNoValue}
+        if out_pools is None:
+            out_pools = frozenset(a.location.poolIndex for a in request.outputs if not a.hasNoValue)
+        tokens = False
         for k, pool in enumerate(request.pools):
-            if pool.hidlMemory is not None and pool.hidlMemory.name == "hardware_buffer":
+            m = pool.hidlMemory
+            if m is None:
+                self.views.append(None)
+                tokens = True
+            elif m.name == "hardware_buffer":
                 self.views.append(None)
                 try:
-                    self.images[k] = hardware_buffer.open_image(pool.hidlMemory, writable=k in out_pools)
+                    self.images[k] = hardware_buffer.open_image(m, writable=k in out_pools)
                 except hardware_buffer.ImageError as e:
                     if e.status != S.GENERAL_FAILURE:
                         self.close()
                         raise ValidationError(f"request pool {k}: {e}") from None
                     self.failure = self.failure or f"request pool {k}: {e}"
-            elif pool.hidlMemory is not None:
+            else:
                 try:
                     # NOTE: mapped only if sealed against shrinking, else pread/pwrite: no SIGBUS
                     if pool_cache is not None:
-                        mp = pool_cache(pool.hidlMemory, k in out_pools)
+                        mp = pool_cache(m, k in out_pools)
                     else:
                         # NOTE: small pools used once are cheaper to pread/pwrite than to map and unmap
-                        mp = hal_memory.open_pool(pool.hidlMemory, writable=True if k in out_pools else False,
-                                                  map_min_bytes=hal_memory.MAP_MIN_BYTES)
+                        mp = hal_memory.open_pool(m, writable=k in out_pools, map_min_bytes=hal_memory.MAP_MIN_BYTES)
                         self._maps.append(mp)
                 except hal_memory.InvalidMemory as e:
                     self.close()
                     raise ValidationError(f"request pool {k}: {e}") from None
                 self.views.append(mp.view)
-            else:
-                self.views.append(None)
-        try:
-            self.buffers = buffers.resolve_request(request, buffer_lookup, getattr(buffer_lookup, "prepared", None))
-        except ValidationError:
-            self.close()
-            raise
+        if tokens:  # NOTE: without token pools there is no buffer to resolve
+            try:
+                self.buffers = buffers.resolve_request(request, buffer_lookup,
+                                                       getattr(buffer_lookup, "prepared", None))
+            except ValidationError:
+                self.close()
+                raise
         for k in self.images:
             if any(a.location.offset for a in [*request.inputs, *request.outputs]
                    if not a.hasNoValue and a.location.poolIndex == k):
@@ -115,27 +122,93 @@ class RequestPools:
         self.images = {}
 
 
+class RequestPlan:
+    """What an execution needs of a validated request, read once from the
+    request and the model (plain values, nothing shared with either): per
+    input None (hasNoValue) or ``(pool index, offset, length, operand, the
+    request's dimensions, dims (the request's or else the model's), dtype or
+    None, bytes needed)``; per output ``(hasNoValue, pool index, offset,
+    length, the request's dimensions)``; the omitted outputs; the pools that
+    receive outputs.  NOTE: a prepared model keeps the plan of each request
+    structure it validated (``SamplePreparedModel._validated_request``), so
+    an execution of a known structure reads nothing twice."""
+
+    __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens")
+
+    def __init__(self, model: hal.Model, request: hal.Request):
+        main = model.main
+        self.inputs: list[Optional[tuple]] = []
+        for arg, idx in zip(request.inputs, main.inputIndexes):
+            if arg.hasNoValue:
+                self.inputs.append(None)
+                continue
+            o = main.operands[idx]
+            loc = arg.location
+            given = list(arg.dimensions)
+            dims = given or list(o.dimensions)
+            dtype = NUMPY_DTYPE.get(o.type)  # NOTE: an IntEnum-keyed dict finds the plain int too (same hash)
+            # NOTE: math.prod: no numpy reduction per input
+            need = math.prod(dims) * dtype.itemsize if dtype is not None else 0
+            self.inputs.append((loc.poolIndex, loc.offset, loc.length, o, given, dims, dtype, need))
+        self.outputs = [(a.hasNoValue, a.location.poolIndex, a.location.offset, a.location.length,
+                         list(a.dimensions)) for a in request.outputs]
+        self.omitted = [k for k, a in enumerate(self.outputs) if a[0]]
+        self.out_pools = frozenset(a[1] for a in self.outputs if not a[0])
+        self.tokens = any(p.hidlMemory is None for p in request.pools)  # driver-managed buffers named
+
+
+class PoolInput:
+    """An input still in its request pool, given to a backend that reads its
+    inputs itself (``Compiled.reads_inputs``) so that it copies the bytes
+    straight into its own buffer: ``shape``, ``dtype`` and ``nbytes`` as an
+    array's, ``read_into(buffer)`` (a writable byte buffer of ``nbytes``)
+    and ``array()`` (a private copy).  Reading raises
+    ``nnhal.memory.InvalidMemory`` when the pool cannot be read (an unsealed
+    memory shrunk since the launch): the backend lets it through and the
+    execution answers INVALID_ARGUMENT, as for an input the front end reads."""
+
+    __slots__ = ("shape", "dtype", "nbytes", "_view", "_offset")
+
+    def __init__(self, view: Any, offset: int, shape: tuple, dtype: np.dtype, nbytes: int):
+        self._view, self._offset = view, offset
+        self.shape, self.dtype, self.nbytes = shape, dtype, nbytes
+
+    def read_into(self, buf: memoryview) -> None:
+        view = self._view
+        if view.__class__ is hal_memory.FdPool:
+            view.read_into(self._offset, buf)  # NOTE: pread straight into the buffer
+        else:
+            buf[:] = view[self._offset: self._offset + self.nbytes]
+
+    def array(self) -> np.ndarray:
+        arr = np.empty(self.nbytes // self.dtype.itemsize, self.dtype)
+        self.read_into(memoryview(arr).cast("B"))
+        return arr.reshape(self.shape)
+
+
 def run_request(model: hal.Model, executor: Executor, request: hal.Request, pools: RequestPools,
                 measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int,
-                driver_start_ns: int) -> Result:
-    """Runs a validated request; never raises."""
-    result = _run_request(model, executor, request, pools, measure, deadline_ns, loop_timeout_ns, driver_start_ns)
-    pools.settle(request, result.status)
+                driver_start_ns: int, plan: Optional[RequestPlan] = None) -> Result:
+    """Runs a validated request (``plan``: its :class:`RequestPlan`, made here
+    when not given); never raises."""
+    result = _run_request(model, executor, plan or RequestPlan(model, request), pools, measure, deadline_ns,
+                          loop_timeout_ns, driver_start_ns)
+    if result.status != S.NONE:
+        pools.settle(request, result.status)
     return result
 
 
-def _special_input(pools: RequestPools, arg: hal.RequestArgument, o: hal.Operand, k: int) -> Optional[np.ndarray]:
+def _special_input(pools: RequestPools, p: int, given: list, o: hal.Operand, k: int) -> Optional[np.ndarray]:
     """An input from a driver-managed buffer or a hardware buffer image; None
     when the buffer is uninitialized."""
-    p = arg.location.poolIndex
     buf = pools.buffers.get(p)
     if buf is not None:
-        arr = buf.read(list(arg.dimensions))
+        arr = buf.read(list(given))
         if arr is None:
             log.error("execution failed: input %d reads the uninitialized buffer of token %d", k, buf.token)
         return arr
     img = pools.images[p]
-    dims = list(arg.dimensions) if arg.dimensions else list(o.dimensions)
+    dims = list(given) if given else list(o.dimensions)
     dtype = NUMPY_DTYPE[hal.OperandType(o.type)]
     need = (int(np.prod(dims)) if dims else 1) * dtype.itemsize
     if need > img.capacity:
@@ -148,45 +221,51 @@ def _special_input(pools: RequestPools, arg: hal.RequestArgument, o: hal.Operand
     return (raw != 0 if dtype == np.bool_ else raw.view(dtype).copy()).reshape(dims)
 
 
-def _run_request(model: hal.Model, executor: Executor, request: hal.Request, pools: RequestPools,
+def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools: RequestPools,
                  measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int,
                  driver_start_ns: int) -> Result:
-    main = model.main
     if pools.failure:
         log.error("execution failed: %s", pools.failure)
         return Result(S.GENERAL_FAILURE)
+    views = pools.views
+    special = pools.buffers or pools.images  # NOTE: the common case has neither: one test per request
+    # NOTE: a backend that reads its inputs itself (``reads_inputs``) is given PoolInputs: it copies
+    # each straight into its own buffer (one copy, no array of ours in between)
+    direct = getattr(executor, "reads_inputs", False)
     try:
         inputs: list[Optional[np.ndarray]] = []
-        for k, (arg, idx) in enumerate(zip(request.inputs, main.inputIndexes)):
-            o = main.operands[idx]
-            if arg.hasNoValue:
+        for k, spec in enumerate(plan.inputs):
+            if spec is None:
                 inputs.append(None)
                 continue
-            if arg.location.poolIndex in pools.buffers or arg.location.poolIndex in pools.images:
-                special = _special_input(pools, arg, o, k)
-                if special is None:
+            p, offset, length, o, given, dims, dtype, need = spec
+            if special and (p in pools.buffers or p in pools.images):
+                arr = _special_input(pools, p, given, o, k)
+                if arr is None:
                     return Result(S.GENERAL_FAILURE)
-                inputs.append(special)
+                inputs.append(arr)
                 continue
-            dims = list(arg.dimensions) if arg.dimensions else list(o.dimensions)
-            dtype = NUMPY_DTYPE[o.type]  # NOTE: an IntEnum-keyed dict finds the plain int too (same hash)
-            need = int(math.prod(dims)) * dtype.itemsize  # NOTE: math.prod: no numpy reduction per input
-            loc = arg.location
-            if loc.length < need:
+            if dtype is None:
+                dtype = NUMPY_DTYPE[o.type]
+            if length < need:
                 raise ValidationError(f"request input {k}: {need} bytes needed for {hal.OperandType(o.type).name} "
-                                      f"{dims}, the location has {loc.length}")
-            view = pools.views[loc.poolIndex]
-            if view.__class__ is hal_memory.FdPool and dtype != np.bool_:
+                                      f"{dims}, the location has {length}")
+            view = views[p]
+            boolean = dtype.kind == "b"
+            if direct and not boolean:
+                inputs.append(PoolInput(view, offset, tuple(dims), dtype, need))  # type: ignore[arg-type]
+                continue
+            if view.__class__ is hal_memory.FdPool and not boolean:
                 # NOTE: pread straight into the input array (no intermediate buffer)
                 arr = np.empty(need // dtype.itemsize, dtype)
-                view.read_into(loc.offset, memoryview(arr).cast("B"))
+                view.read_into(offset, memoryview(arr).cast("B"))
                 inputs.append(arr.reshape(dims))
                 continue
-            chunk = view[loc.offset: loc.offset + need]  # NOTE: an FdPool (unsealed memory) reads it here
+            chunk = view[offset: offset + need]  # NOTE: an FdPool (unsealed memory) reads it here
             raw = np.frombuffer(chunk, dtype=np.uint8)
-            if dtype == np.bool_:
+            if boolean:
                 arr = raw != 0
-            elif isinstance(chunk, memoryview):
+            elif chunk.__class__ is memoryview:
                 arr = raw.view(dtype).copy()  # NOTE: a copy, so the client may reuse its buffer at once
             else:
                 arr = raw.view(dtype)  # already a private copy (pread)
@@ -197,8 +276,10 @@ def _run_request(model: hal.Model, executor: Executor, request: hal.Request, poo
 
     device_start = time.monotonic_ns()
     try:
-        omitted = [k for k, a in enumerate(request.outputs) if a.hasNoValue]
-        outputs = executor.run(inputs, deadline_ns, loop_timeout_ns, omitted)
+        outputs = executor.run(inputs, deadline_ns, loop_timeout_ns, plan.omitted)
+    except hal_memory.InvalidMemory as e:  # NOTE: a PoolInput's pool shrunk since the launch
+        log.error("execution rejected: %s", e)
+        return Result(S.INVALID_ARGUMENT)
     except DeadlineMissed as e:
         log.error("execution: %s", e)
         return Result(S.MISSED_DEADLINE_TRANSIENT)
@@ -215,57 +296,62 @@ def _run_request(model: hal.Model, executor: Executor, request: hal.Request, poo
 
     shapes: list[hal.OutputShape] = []
     sufficient = True
-    for k, (arg, arr) in enumerate(zip(request.outputs, outputs)):
-        dims = [int(d) for d in arr.shape]
-        buf = pools.buffers.get(arg.location.poolIndex) if not arg.hasNoValue else None
+    for k, ((none, p, _, length, given), arr) in enumerate(zip(plan.outputs, outputs)):
+        dims = list(arr.shape)  # NOTE: numpy shapes hold plain ints
+        buf = pools.buffers.get(p) if special and not none else None
         if buf is not None and not buf.fits(dims):
             # NOTE: as Android's reference: a device memory too small for the output is the
             # driver's GENERAL_FAILURE, not OUTPUT_INSUFFICIENT_SIZE (the client cannot grow it)
             log.error("output %d has shape %s, the buffer of token %d is fixed to %s", k, dims, buf.token,
                       list(buf.fixed_dims))
             return Result(S.GENERAL_FAILURE)
-        ok = arg.hasNoValue or buf is not None or arr.nbytes <= _capacity(pools, arg)
-        if arg.dimensions and any(d and d != a for d, a in zip(arg.dimensions, dims)):
-            log.error("output %d has shape %s, the request said %s", k, dims, list(arg.dimensions))
+        ok = none or buf is not None or arr.nbytes <= _capacity(pools, p, length)
+        if given and any(d and d != a for d, a in zip(given, dims)):
+            log.error("output %d has shape %s, the request said %s", k, dims, given)
             return Result(S.GENERAL_FAILURE)
         if not ok:
-            log.error("output %d needs %d bytes, the request gives %d", k, arr.nbytes, _capacity(pools, arg))
+            log.error("output %d needs %d bytes, the request gives %d", k, arr.nbytes, _capacity(pools, p, length))
         sufficient &= ok
-        shapes.append(hal.OutputShape(dimensions=dims, isSufficient=ok))
+        shape = object.__new__(hal.OutputShape)  # NOTE: the dataclass's __init__, without its call overhead
+        shape.__dict__ = {"dimensions": dims, "isSufficient": bool(ok)}
+        shapes.append(shape)
     if not sufficient:
         return Result(S.OUTPUT_INSUFFICIENT_SIZE, shapes)
     written: list[tuple[buffers.DeviceBuffer, bytes, list[int]]] = []
     try:
-        for arg, arr, shape in zip(request.outputs, outputs, shapes):
-            if arg.hasNoValue:
+        for (none, p, off, _, _), arr, shape in zip(plan.outputs, outputs, shapes):
+            if none:
                 continue
-            p = arg.location.poolIndex
-            if p in pools.buffers:  # NOTE: stored once every output is written (all or nothing)
+            if special and p in pools.buffers:  # NOTE: stored once every output is written (all or nothing)
                 written.append((pools.buffers[p], buffers.DeviceBuffer.encode(arr), list(shape.dimensions)))
                 continue
-            if arr.nbytes == 0:
+            n = arr.nbytes
+            if n == 0:
                 continue
-            if p in pools.images:
+            if special and p in pools.images:
                 pools.images[p].write(buffers.DeviceBuffer.encode(arr))
                 continue
-            view = pools.views[p]
-            off = arg.location.offset
-            view[off: off + arr.nbytes] = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+            view = views[p]
+            data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+            if view.__class__ is hal_memory.FdPool:
+                view.write_at(off, data)
+            else:
+                view[off: off + n] = data
     except (TypeError, ValueError, IndexError, OSError) as e:  # never let a bad pool reach the client as an exception
         log.error("writing the outputs failed: %s", e)
         return Result(S.GENERAL_FAILURE)
     for buf, data, dims in written:
         buf.store(data, dims)
-    timing = hal.Timing()
     if measure == hal.MeasureTiming.YES:
         end = time.monotonic_ns()
-        timing = hal.Timing(timeOnDevice=_us(device_end - device_start), timeInDriver=_us(end - driver_start_ns))
-    return Result(S.NONE, shapes, timing)
+        return Result(S.NONE, shapes, hal.Timing(timeOnDevice=_us(device_end - device_start),
+                                                 timeInDriver=_us(end - driver_start_ns)))
+    return Result(S.NONE, shapes)
 
 
-def _capacity(pools: RequestPools, arg: hal.RequestArgument) -> int:
-    img = pools.images.get(arg.location.poolIndex)
-    return img.capacity if img is not None else arg.location.length
+def _capacity(pools: RequestPools, p: int, length: int) -> int:
+    img = pools.images.get(p)
+    return img.capacity if img is not None else length
 
 
 def output_sizes_known(model: hal.Model, request: hal.Request, buffer_lookup: Any = None) -> bool:

@@ -8,14 +8,23 @@ import time
 from typing import Any, Optional
 
 from nnhal import hal
-from nnhal.driver.execution import RequestPools, Result, output_sizes_known, run_request
+from nnhal.driver.execution import RequestPlan, RequestPools, Result, output_sizes_known, run_request
 from nnhal.driver.scheduler import Expired, QueueFull, get_scheduler, missed_deadline_status
 from nnhal.executor import Executor
-from nnhal.validation import ValidationError, operand_byte_size, own_request, validate_request, validate_timeout
+from nnhal.validation import (
+    ValidationError,
+    operand_byte_size,
+    own_request,
+    request_from_key,
+    request_key,
+    validate_request,
+    validate_timeout,
+)
 
 log = logging.getLogger("nnhal.driver")
 
 S = hal.ErrorStatus
+_MEMO_SIZE = 16  # validated request structures remembered per prepared model
 
 
 def deadline_ns(deadline: Any) -> Optional[int]:
@@ -62,6 +71,7 @@ class SamplePreparedModel(hal.IPreparedModel):
         self.version = version  # HAL version of the prepare call (1.0 .. 1.3)
         self.priority = int(priority)  # given at prepare time: every execution of this model runs with it
         self.best_ns: Optional[int] = None  # fastest successful execution seen (MISSED_DEADLINE_* choice)
+        self._validated: dict[tuple, tuple] = {}  # request key -> (our copy, its plan) (_validated_request)
 
     def constant_pools(self) -> list:
         """The bytes of the model's pools (for the compilation cache)."""
@@ -87,6 +97,41 @@ class SamplePreparedModel(hal.IPreparedModel):
             job.abandon()
             return Result(missed_deadline_status(job.start_ns, time.monotonic_ns(), job.deadline_ns, self.best_ns))
 
+    def _validated_request(self, request: Any, owned: bool,
+                           allow_unspecified_output: bool) -> tuple[hal.Request, RequestPlan]:
+        """The driver's own validated 1.3 copy of ``request`` and its plan
+        (raises ValidationError).  NOTE: a request of the plain HAL classes is
+        read once into its exact key (:func:`nnhal.validation.request_key`); a
+        key this model validated before is not validated again (validation is
+        a function of the key and the model alone: the pools' file descriptors
+        are checked when they are opened, every execution), and the copy is
+        rebuilt from the key, so the client's later changes reach nothing.
+        Bounded memo of (copy, plan) by key."""
+        key = request_key(request)
+        if key is None:
+            request = request if owned and type(request) is hal.Request else _upgrade_request(request)
+            validate_request(request, self.model, allow_unspecified_output)
+            return request, RequestPlan(self.model, request)
+        memo = self._validated
+        mkey = (key, allow_unspecified_output)
+        hit = memo.get(mkey)
+        if hit is not None:
+            copy, plan = hit
+            if owned:
+                return request, plan
+            if copy is None:
+                copy = request_from_key(key)
+                memo[mkey] = (copy, plan)
+            return copy, plan
+        copy = request if owned else request_from_key(key)
+        validate_request(copy, self.model, allow_unspecified_output)
+        plan = RequestPlan(self.model, copy)  # NOTE: plain values: nothing shared with an owned request
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        # NOTE: an owned request stays its builder's: only a copy of our own is remembered
+        memo[mkey] = (None if owned else copy, plan)
+        return copy, plan
+
     # ------------------------------------------------------------------
     def _launch(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any,
                 allow_unspecified_output: bool = True, deadline_override: Optional[int] = None,
@@ -98,13 +143,13 @@ class SamplePreparedModel(hal.IPreparedModel):
         ``pool_cache``: see ``RequestPools``."""
         start = time.monotonic_ns() if start_ns is None else start_ns
         try:
-            request = request if owned and type(request) is hal.Request else _upgrade_request(request)
+            request, plan = self._validated_request(request, owned, allow_unspecified_output)
             if measure not in hal.MeasureTiming._value2member_map_:
                 raise ValidationError(f"invalid MeasureTiming {measure!r}")
-            validate_request(request, self.model, allow_unspecified_output)
             dl = deadline_ns(deadline) if deadline_override is None else deadline_override
             lt = validate_timeout(loop_timeout)
-            pools = RequestPools(request, self.device.buffer_lookup(self), pool_cache)
+            lookup = self.device.buffer_lookup(self) if plan.tokens else None  # NOTE: only token pools need it
+            pools = RequestPools(request, lookup, pool_cache, plan.out_pools)
         except ValidationError as e:
             log.error("execution rejected: %s", e)
             return Result(S.INVALID_ARGUMENT), None
@@ -128,7 +173,7 @@ class SamplePreparedModel(hal.IPreparedModel):
             dl = job.deadline_ns  # type: ignore[attr-defined]  # NOTE: a fenced execution sets it once its fences signal
             try:
                 result = run_request(self.model, self.executor, request, pools, hal.MeasureTiming(measure), dl, lt,
-                                     start)
+                                     start, plan)
             finally:
                 pools.close()
             if result.status == S.NONE:

@@ -36,6 +36,7 @@ import numpy as np
 from nnhal import hal
 from nnhal.driver.backend import Backend
 from nnhal.executor import DeadlineMissed
+from nnhal.memory import InvalidMemory
 from nnhal.ops.base import OpExecutionError
 
 log = logging.getLogger("nnhal.driver")
@@ -62,6 +63,10 @@ def available() -> bool:
 class LiteRTCompiled:
     """A lowered model and its interpreter."""
 
+    # NOTE: the front end hands over the inputs still in their request pools (PoolInput): each is
+    # read straight into the interpreter's input tensor (one copy, pread into the tensor's memory)
+    reads_inputs = True
+
     def __init__(self, flatbuffer: bytes, num_threads: int, builtin_only: bool):
         from ai_edge_litert import interpreter as lrt
 
@@ -82,7 +87,8 @@ class LiteRTCompiled:
             self.builtin_only = True
         self._inputs = [d["index"] for d in self._it.get_input_details()]
         self._outputs = [d["index"] for d in self._it.get_output_details()]
-        self._shapes = [tuple(d["shape"]) for d in self._it.get_input_details()]
+        self._shapes = [tuple(int(n) for n in d["shape"]) for d in self._it.get_input_details()]
+        self._views = [self._it.tensor(idx) for idx in self._inputs]  # NOTE: functions: safe to keep
         self._lock = threading.Lock()
 
     def _interpreter(self, lrt: Any, num_threads: int, builtin_only: bool) -> Any:
@@ -94,14 +100,15 @@ class LiteRTCompiled:
 
     def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
             loop_timeout_ns: int = 0, omitted: Sequence[int] = ()) -> list[np.ndarray]:
-        if any(x is None for x in inputs):
-            raise OpExecutionError("an omitted model input (LiteRT graph inputs always have a value)")
+        try:
+            shapes = [x.shape for x in inputs]  # NOTE: numpy shapes are tuples of ints
+        except AttributeError:  # None
+            raise OpExecutionError("an omitted model input (LiteRT graph inputs always have a value)") from None
         if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
             raise DeadlineMissed("the deadline passed before the execution started")
         with self._lock:
             it = self._it
             try:
-                shapes = [tuple(x.shape) for x in inputs]
                 if shapes != self._shapes:
                     if any(0 in s for s in shapes):
                         raise OpExecutionError("a zero-sized input (LiteRT does not run zero-sized tensors)")
@@ -109,17 +116,38 @@ class LiteRTCompiled:
                         it.resize_tensor_input(idx, list(s), strict=False)
                     it.allocate_tensors()
                     self._shapes = shapes
-                for idx, x in zip(self._inputs, inputs):
-                    it.set_tensor(idx, x)
+                for idx, view, x in zip(self._inputs, self._views, inputs):
+                    if x.__class__ is np.ndarray:
+                        it.set_tensor(idx, x)
+                    elif not _read_into_tensor(view, x):
+                        it.set_tensor(idx, x.array())
                 it.invoke()
                 # NOTE: get_tensor copies; a TFLite scalar (a reduction to nothing) is the HAL's [1]
                 outs = [o.reshape(1) if o.ndim == 0 else o for o in (it.get_tensor(idx) for idx in self._outputs)]
+            except InvalidMemory:
+                raise  # NOTE: a request pool that cannot be read: the front end answers INVALID_ARGUMENT
             except (ValueError, RuntimeError) as e:
                 self._shapes = []  # NOTE: the next execution resizes again
                 raise OpExecutionError(f"LiteRT: {e}") from None
         if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
             raise DeadlineMissed("the deadline passed during the execution")
         return outs
+
+
+def _read_into_tensor(view: Any, x: Any) -> bool:
+    """Reads a PoolInput straight into the interpreter's input tensor (False:
+    the tensor is not that input's exact dtype and size; set_tensor judges it).
+    NOTE: every reference to the tensor's memory is gone when this returns, as
+    LiteRT's invoke() requires (it refuses while a numpy view of it lives)."""
+    t = view()
+    try:
+        if t.dtype != x.dtype or t.nbytes != x.nbytes or not t.flags.c_contiguous:
+            return False
+        with memoryview(t) as m, m.cast("B") as flat:
+            x.read_into(flat)
+        return True
+    finally:
+        del t
 
 
 class LiteRTBackend(Backend):

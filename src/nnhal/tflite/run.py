@@ -12,6 +12,7 @@ bool inputs fair coin flips.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,8 +70,55 @@ def check_inputs(io: IODescription, inputs: Sequence[np.ndarray]) -> list[np.nda
     return res
 
 
+class _Layout:
+    """One shared memory pool holding a run's inputs, then its outputs (each at a
+    64-byte aligned offset), mapped once, the request naming them, and numpy
+    views of each input's and output's bytes in the mapping."""
+
+    def __init__(self, inputs: Sequence[np.ndarray], out_dims: list[list[int]], out_dtypes: list[np.dtype]):
+        self.shapes = tuple(a.shape for a in inputs)
+        self.out_dims = out_dims
+        places, off = [], 0
+        for a in inputs:
+            places.append((off, a.nbytes))
+            off = (off + a.nbytes + 63) // 64 * 64
+        in_args = [hal.RequestArgument(location=hal.DataLocation(0, o, n),
+                                       # NOTE: the actual dimensions, for a model that leaves some unknown
+                                       dimensions=[int(d) for d in a.shape] if a.ndim else [1])
+                   for a, (o, n) in zip(inputs, places)]
+        self.out_places = []
+        for d, dt in zip(out_dims, out_dtypes):
+            n = max(math.prod(d) * dt.itemsize, 1)
+            self.out_places.append((off, n))
+            off = (off + n + 63) // 64 * 64
+        self.memory = hal_memory.allocate(max(off, 64))
+        self.request = hal.Request(inputs=in_args,
+                                   outputs=[hal.RequestArgument(location=hal.DataLocation(0, o, n))
+                                            for o, n in self.out_places],
+                                   pools=[hal.MemoryPool(hidlMemory=self.memory)])
+        # NOTE: mapped once per layout, not per run (the client's side of an execution: what a user
+        # keeps between runs), so the timings measure the driver and not this session's mmap calls
+        self.view = hal_memory.map(self.memory)
+        self.in_views = [np.frombuffer(self.view, a.dtype, a.size, o).reshape(a.shape)
+                         for a, (o, _) in zip(inputs, places)]
+        self.out_views = [self.out_view(k, d, dt) for k, (d, dt) in enumerate(zip(out_dims, out_dtypes))]
+
+    def out_view(self, k: int, dims: list[int], dt: np.dtype) -> np.ndarray:
+        return np.frombuffer(self.view, dt, math.prod(dims), self.out_places[k][0]).reshape(dims)
+
+    def close(self) -> None:
+        self.in_views, self.out_views = [], []  # NOTE: views of the mapping first, then the mapping
+        try:
+            self.view.release()
+        except BufferError:
+            pass  # NOTE: a caller still holds a view: the mapping goes with the last one
+        hal_memory.free(self.memory)
+
+
 class HalSession:
-    """A model prepared on ``device``; ``run(inputs)`` executes it synchronously."""
+    """A model prepared on ``device``; ``run(inputs)`` executes it synchronously:
+    ``executeSynchronously_1_3`` on one shared memory pool (inputs written
+    into it, outputs read from it), as an NNAPI client does."""
 
     def __init__(self, device: Any, model: hal.Model, io: IODescription):
         self.device, self.model, self.io = device, model, io
@@ -83,75 +131,52 @@ class HalSession:
         self.prepared = prepared
         sg = model.main
         self.out_types = [sg.operands[i].type for i in sg.outputIndexes]
+        self.out_dtypes = [np.dtype(_HAL_DTYPES[t]) for t in self.out_types]
         self.out_dims = [list(sg.operands[i].dimensions) for i in sg.outputIndexes]
-        self._pools: Optional[tuple] = None
-        self._views: Optional[tuple] = None
+        # NOTE: (the output's own rank: a TFLite scalar is [1] in the HAL model, its dtype)
+        self.out_desc = [(bool(d.shape), np.dtype(d.dtype)) for d in io.all_outputs]
+        self._layout: Optional[_Layout] = None
+        self._no_deadline, self._no_timeout = hal.OptionalTimePoint(), hal.OptionalTimeoutDuration()
 
-    def _layout(self, inputs: Sequence[np.ndarray], out_sizes: list[int]) -> tuple:
-        key = (tuple(a.shape for a in inputs), tuple(out_sizes))
-        if self._pools is not None and self._pools[0] == key:
-            return self._pools
+    def _layout_for(self, inputs: Sequence[np.ndarray], dims: Optional[list[list[int]]]) -> _Layout:
+        lay = self._layout
+        shapes = tuple(a.shape for a in inputs)
+        if lay is not None and lay.shapes == shapes and (dims is None or dims == lay.out_dims):
+            return lay
+        if dims is None:
+            batch = int(inputs[0].shape[0]) if inputs and inputs[0].ndim else 1
+            dims = [[batch if d == 0 else d for d in ds] for ds in self.out_dims]
         self.close_pools()
-        in_args, off = [], 0
-        for a in inputs:
-            # NOTE: the actual dimensions, for a model that leaves some unknown (batch kept unknown)
-            in_args.append(hal.RequestArgument(location=hal.DataLocation(0, off, a.nbytes),
-                                               dimensions=[int(d) for d in a.shape] if a.ndim else [1]))
-            off = (off + a.nbytes + 63) // 64 * 64
-        in_mem = hal_memory.allocate(max(off, 64))
-        out_args, out_off, off = [], [], 0
-        for n in out_sizes:
-            out_args.append(hal.RequestArgument(location=hal.DataLocation(1, off, n)))
-            out_off.append(off)
-            off = (off + n + 63) // 64 * 64
-        out_mem = hal_memory.allocate(max(off, 64))
-        req = hal.Request(inputs=in_args, outputs=out_args,
-                          pools=[hal.MemoryPool(hidlMemory=in_mem), hal.MemoryPool(hidlMemory=out_mem)])
-        self._pools = (key, req, in_mem, out_mem, [(a.location.offset) for a in in_args], out_off)
-        # NOTE: mapped once per layout, not per run (the client's side of an execution: what a user
-        # keeps between runs), so the timings measure the driver and not this session's mmap calls
-        self._views = (hal_memory.map(in_mem), hal_memory.map(out_mem))
-        return self._pools
+        self._layout = lay = _Layout(inputs, dims, self.out_dtypes)
+        return lay
 
     def close_pools(self) -> None:
-        if self._views is not None:
-            for v in self._views:
-                v.release()
-            self._views = None
-        if self._pools is not None:
-            hal_memory.free(self._pools[2])
-            hal_memory.free(self._pools[3])
-            self._pools = None
+        if self._layout is not None:
+            self._layout.close()
+            self._layout = None
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The outputs (model outputs, then exposed intermediates) with their actual shapes."""
-        batch = int(inputs[0].shape[0]) if inputs and inputs[0].ndim else 1
-        dims = [[batch if d == 0 else d for d in ds] for ds in self.out_dims]
+        dims: Optional[list[list[int]]] = None
         for _ in range(3):
-            sizes = [max(int(np.prod(d)) * np.dtype(_HAL_DTYPES[t]).itemsize, 1)
-                     for d, t in zip(dims, self.out_types)]
-            _, req, in_mem, out_mem, in_off, out_off = self._layout(inputs, sizes)
-            view = self._views[0]
-            for a, o in zip(inputs, in_off):
-                view[o: o + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            lay = self._layout_for(inputs, dims)
+            for dst, a in zip(lay.in_views, inputs):
+                np.copyto(dst, a)
             status, shapes, _ = self.prepared.executeSynchronously_1_3(
-                req, hal.MeasureTiming.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration())
+                lay.request, hal.MeasureTiming.NO, self._no_deadline, self._no_timeout)
             if status == hal.ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
                 dims = [list(s.dimensions) for s in shapes]
                 continue
             if status != hal.ErrorStatus.NONE:
                 raise ExecutionError(f"executeSynchronously_1_3: {hal.ErrorStatus(status).name}")
-            if shapes:
-                dims = [list(s.dimensions) or d for s, d in zip(shapes, dims)]
-            view = self._views[1]
             res = []
-            for d, t, o, desc in zip(dims, self.out_types, out_off, self.io.all_outputs):
-                dt = np.dtype(_HAL_DTYPES[t])
-                n = int(np.prod(d))
-                a = np.frombuffer(bytes(view[o: o + n * dt.itemsize]), dtype=dt, count=n)
-                # NOTE: a TFLite scalar is [1] in the HAL model; give it back its own rank
-                shape = d if desc.shape else []
-                res.append(a.reshape(shape).astype(np.dtype(desc.dtype)))
+            for k, (v, (ranked, dt)) in enumerate(zip(lay.out_views, self.out_desc)):
+                got = shapes[k].dimensions if k < len(shapes) else None
+                if got and got != lay.out_dims[k]:  # NOTE: a shape known only once run
+                    v = lay.out_view(k, got, self.out_dtypes[k])
+                # NOTE: a copy (astype), the pool is overwritten by the next run; a TFLite
+                # scalar is [1] in the HAL model: given back its own rank
+                res.append(v.astype(dt) if ranked else v.reshape(()).astype(dt))
             return res
         raise ExecutionError("output sizes kept growing")
 

@@ -1,0 +1,293 @@
+"""The prepared model's memo of validated request structures
+(``SamplePreparedModel._validated_request``): a request equal, value and
+type, to one validated before skips validation and runs on the driver's own
+copy; anything changed after a good call is validated (and its pools
+checked) as if it were the first."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+import nnhal
+from nnhal import hal, memory
+from nnhal.driver import prepared_model
+from nnhal.tools import ipcbench
+from nnhal.validation import request_from_key, request_key, validate_request
+
+S = hal.ErrorStatus
+NO = hal.MeasureTiming.NO
+
+
+@pytest.fixture(scope="module")
+def add_pm() -> Any:
+    return ipcbench.prepare(nnhal.get_device("sample-all"), ipcbench.add_model())
+
+
+@pytest.fixture
+def pools() -> Iterator[ipcbench.Pools]:
+    p = ipcbench.Pools()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def _run(pm: Any, req: hal.Request) -> hal.ErrorStatus:
+    return pm.executeSynchronously_1_3(req, NO, None, None)[0]
+
+
+def _output(p: ipcbench.Pools) -> np.ndarray:
+    return np.frombuffer(bytes(memory.map(p.out)), np.float32)
+
+
+def test_the_key_is_exact_and_rebuilds_an_equal_unshared_request(pools: ipcbench.Pools) -> None:
+    req = pools.request
+    key = request_key(req)
+    assert key is not None and hash(key) is not None
+    copy = request_from_key(key)
+    assert copy == req and request_key(copy) == key
+    assert copy.inputs[0] is not req.inputs[0] and copy.pools[0].hidlMemory.handle.fds is not \
+        req.pools[0].hidlMemory.handle.fds
+    # values equal to a plain int but of another type have no key (validated in full every time)
+    for odd in (1.0, True, np.int64(1)):
+        bad = request_from_key(key)
+        bad.inputs[1].location.offset = odd
+        assert request_key(bad) is None
+    bad = request_from_key(key)
+    bad.inputs[0].hasNoValue = 0
+    assert request_key(bad) is None
+    bad = request_from_key(key)
+    bad.inputs = tuple(bad.inputs)
+    assert request_key(bad) is None
+
+
+def test_validation_runs_once_per_structure(add_pm: Any, pools: ipcbench.Pools,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Any] = []
+
+    def counting(request: Any, model: Any, allow: bool = True) -> None:
+        calls.append(request)
+        validate_request(request, model, allow)
+
+    monkeypatch.setattr(prepared_model, "validate_request", counting)
+    add_pm._validated.clear()
+    req = pools.request
+    for _ in range(3):
+        assert _run(add_pm, req) == S.NONE
+    assert len(calls) == 1 and calls[0] is not req  # validated once, on the driver's own copy
+    pools.check()
+    req.inputs[0].location.offset = 16  # a new structure: validated again
+    assert _run(add_pm, req) == S.NONE
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("change", ["offset", "length", "pool_index", "dims", "float_offset", "no_value_int",
+                                    "size", "fds", "extra_input"])
+def test_a_request_changed_after_a_good_call_is_validated_again(add_pm: Any, pools: ipcbench.Pools,
+                                                                change: str) -> None:
+    req = pools.request
+    assert _run(add_pm, req) == S.NONE
+    a = req.inputs[1]
+    if change == "offset":
+        a.location.offset = 24  # [24, 40) is beyond the 32-byte pool
+    elif change == "length":
+        a.location.length = 64
+    elif change == "pool_index":
+        a.location.poolIndex = 2
+    elif change == "dims":
+        a.dimensions = [5]
+    elif change == "float_offset":
+        a.location.offset = 16.0  # type: ignore[assignment]
+    elif change == "no_value_int":
+        a.hasNoValue = 0  # type: ignore[assignment]
+    elif change == "size":
+        req.pools[0].hidlMemory.size = 4096  # beyond the end of the memfd
+    elif change == "fds":
+        req.pools[0].hidlMemory.handle.fds.append(req.pools[1].hidlMemory.handle.fds[0])
+    elif change == "extra_input":
+        req.inputs.append(a)
+    assert _run(add_pm, req) == S.INVALID_ARGUMENT
+    assert _run(add_pm, req) == S.INVALID_ARGUMENT  # and again (a rejected structure is not remembered)
+    # the async path answers the same
+    cb = hal.ExecutionCallback()
+    assert add_pm.execute_1_3(req, NO, None, None, cb) == S.INVALID_ARGUMENT
+    assert cb.wait(30)[0] == S.INVALID_ARGUMENT
+
+
+def test_a_pool_closed_after_a_good_call(add_pm: Any, pools: ipcbench.Pools) -> None:
+    req = pools.request
+    # NOTE: a high fd number, so that no descriptor opened meanwhile (the driver's own dup of
+    # another pool included) takes the number the client closed
+    high = os.dup2(pools.out.handle.fds[0], 900)
+    req.pools[1].hidlMemory.handle.fds = [high]
+    assert _run(add_pm, req) == S.NONE
+    os.close(high)  # the same request (same key), but its output fd is gone
+    assert _run(add_pm, req) == S.INVALID_ARGUMENT
+
+
+def test_a_pool_replaced_under_the_same_fd_number(add_pm: Any, pools: ipcbench.Pools) -> None:
+    """Same request, same fd number, another file: read and written, not the old one."""
+    req = pools.request
+    assert _run(add_pm, req) == S.NONE
+    pools.check()
+    fd = pools.inp.handle.fds[0]
+    other = memory.allocate(32)
+    try:
+        v = memory.map(other)
+        v[:] = np.full(8, 2, np.float32).tobytes()
+        v.release()
+        os.dup2(other.handle.fds[0], fd)  # fd now names the new memory
+        assert request_key(req) == request_key(pools.request)
+        assert _run(add_pm, req) == S.NONE
+        np.testing.assert_array_equal(_output(pools), np.full(4, 4, np.float32))
+    finally:
+        memory.free(other)
+
+
+def test_an_unsealed_pool_shrunk_after_a_good_call(add_pm: Any) -> None:
+    model_in = os.memfd_create("unsealed-in")
+    out = memory.allocate(16)
+    try:
+        os.ftruncate(model_in, 32)
+        os.pwrite(model_in, np.arange(8, dtype=np.float32).tobytes(), 0)
+        inp = hal.Memory(name="ashmem", handle=hal.Handle(fds=[model_in], ints=[]), size=32)
+        req = hal.Request(inputs=[hal.RequestArgument(location=hal.DataLocation(0, 0, 16)),
+                                  hal.RequestArgument(location=hal.DataLocation(0, 16, 16))],
+                          outputs=[hal.RequestArgument(location=hal.DataLocation(1, 0, 16))],
+                          pools=[hal.MemoryPool(hidlMemory=inp), hal.MemoryPool(hidlMemory=out)])
+        assert _run(add_pm, req) == S.NONE
+        os.ftruncate(model_in, 8)
+        assert _run(add_pm, req) == S.INVALID_ARGUMENT
+    finally:
+        os.close(model_in)
+        memory.free(out)
+
+
+def test_an_output_pool_made_read_only_after_a_good_call(add_pm: Any, pools: ipcbench.Pools) -> None:
+    req = pools.request
+    assert _run(add_pm, req) == S.NONE
+    fd = pools.out.handle.fds[0]
+    ro = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    try:
+        os.dup2(ro, fd)  # the same file, now through a read-only descriptor
+        assert _run(add_pm, req) == S.INVALID_ARGUMENT
+    finally:
+        os.close(ro)
+
+
+def test_the_memo_is_bounded(add_pm: Any) -> None:
+    many = []
+    try:
+        for _ in range(2 * prepared_model._MEMO_SIZE + 1):
+            p = ipcbench.Pools()  # new memories, new fd numbers: a new structure each
+            many.append(p)
+            assert _run(add_pm, p.request) == S.NONE
+            p.check()
+            assert len(add_pm._validated) <= prepared_model._MEMO_SIZE
+    finally:
+        for p in many:
+            p.close()
+
+
+def test_the_memo_copy_is_the_drivers_own(add_pm: Any, pools: ipcbench.Pools) -> None:
+    """An execution launched asynchronously runs the request as it was at the
+    call, whatever the client changes once the call returned."""
+    req = pools.request
+    assert _run(add_pm, req) == S.NONE
+    cb = hal.ExecutionCallback()
+    assert add_pm.execute_1_3(req, NO, None, None, cb) == S.NONE
+    req.outputs[0].location.offset = 8  # after the call: reaches nothing
+    req.inputs[0].location.offset = 16
+    assert cb.wait(30)[0] == S.NONE
+    pools.check()
+
+
+# ---------------------------------------------------------------------------
+# inputs read by the backend itself (PoolInput, litert-cpu)
+
+
+def _unsealed(data: bytes) -> tuple[int, hal.Memory]:
+    fd = os.memfd_create("unsealed")
+    os.ftruncate(fd, len(data))
+    os.pwrite(fd, data, 0)
+    return fd, hal.Memory(name="ashmem", handle=hal.Handle(fds=[fd], ints=[]), size=len(data))
+
+
+def test_a_pool_input_reads_straight_into_a_buffer_and_fails_cleanly_once_shrunk() -> None:
+    from nnhal.driver.execution import PoolInput
+
+    x = np.arange(8, dtype=np.float32)
+    fd, mem = _unsealed(x.tobytes())
+    try:
+        with memory.open_pool(mem, writable=False, map_min_bytes=memory.MAP_MIN_BYTES) as pool:
+            assert isinstance(pool, memory.FdPool)
+            inp = PoolInput(pool.view, 16, (2, 2), np.dtype(np.float32), 16)
+            np.testing.assert_array_equal(inp.array(), x[4:].reshape(2, 2))
+            buf = np.zeros(4, np.float32)
+            inp.read_into(memoryview(buf).cast("B"))
+            np.testing.assert_array_equal(buf, x[4:])
+            os.ftruncate(fd, 8)
+            with pytest.raises(memory.InvalidMemory):
+                inp.read_into(memoryview(buf).cast("B"))
+    finally:
+        os.close(fd)
+
+
+def test_a_backend_that_cannot_read_its_pool_input_answers_invalid_argument(add_pm: Any,
+                                                                            pools: ipcbench.Pools) -> None:
+    """The front end maps a PoolInput read failure inside the backend to
+    INVALID_ARGUMENT, as when it reads an input itself."""
+    from nnhal.driver.execution import RequestPlan, RequestPools, run_request
+
+    class Reader:
+        reads_inputs = True
+
+        def run(self, inputs: list, deadline_ns: Any = None, loop_timeout_ns: int = 0, omitted: Any = ()) -> list:
+            raise memory.InvalidMemory("shrunk")
+
+    req = pools.request
+    rp = RequestPools(req)
+    try:
+        res = run_request(add_pm.model, Reader(), req, rp, NO, None, 0, 0, RequestPlan(add_pm.model, req))
+    finally:
+        rp.close()
+    assert res.status == S.INVALID_ARGUMENT
+
+
+def test_litert_reads_pool_inputs_into_its_tensors() -> None:
+    from nnhal.drivers import litert
+
+    if not litert.available():
+        pytest.skip("ai-edge-litert not installed")
+    pm = ipcbench.prepare(nnhal.get_device("litert-cpu"), ipcbench.add_model())
+    assert getattr(pm.executor, "reads_inputs", False)
+    p = ipcbench.Pools()
+    try:
+        for _ in range(3):
+            assert _run(pm, p.request) == S.NONE
+            p.check()
+        fd, mem = _unsealed(np.full(8, 3, np.float32).tobytes())
+        try:
+            p.request.pools[0] = hal.MemoryPool(hidlMemory=mem)  # unsealed: read with pread
+            assert _run(pm, p.request) == S.NONE
+            np.testing.assert_array_equal(_output(p), np.full(4, 6, np.float32))
+            from nnhal.driver.execution import PoolInput
+
+            with memory.open_pool(mem, writable=False, map_min_bytes=memory.MAP_MIN_BYTES) as pool:
+                os.ftruncate(fd, 8)  # shrunk: refused at launch, never read
+                assert _run(pm, p.request) == S.INVALID_ARGUMENT
+                # shrunk between the launch and the read: the interpreter lets the error through
+                inp = PoolInput(pool.view, 0, (4,), np.dtype(np.float32), 16)
+                with pytest.raises(memory.InvalidMemory):
+                    pm.executor.run([inp, inp])
+            p.request.pools[0] = hal.MemoryPool(hidlMemory=p.inp)
+            assert _run(pm, p.request) == S.NONE  # the interpreter is fine afterwards
+            p.check()
+        finally:
+            os.close(fd)
+    finally:
+        p.close()
