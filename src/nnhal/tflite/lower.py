@@ -64,7 +64,7 @@ EXACT: dict[Op, frozenset] = {
     Op.SPACE_TO_DEPTH: FQ, Op.DEPTH_TO_SPACE: FQ, Op.MEAN: frozenset({F}), Op.PRELU: frozenset({F}),
     Op.L2_NORMALIZATION: FQ, Op.LOCAL_RESPONSE_NORMALIZATION: frozenset({F}), Op.SPACE_TO_BATCH_ND: FQ,
     Op.BATCH_TO_SPACE_ND: FQ, Op.STRIDED_SLICE: FQ, Op.SLICE: FQ, Op.RESIZE_BILINEAR: FQ,
-    Op.RESIZE_NEAREST_NEIGHBOR: FQ, Op.TRANSPOSE_CONV_2D: FQ, Op.SPLIT: FQ,
+    Op.RESIZE_NEAREST_NEIGHBOR: FQ, Op.TRANSPOSE_CONV_2D: FQ, Op.SPLIT: FQI,
 }
 # measured with the conformance vectors (nnhal conformance --device litert-cpu): exact with the checks
 # plan_operation adds (quantized comparisons / SELECT of one scale, no saturating CAST to quant8);
@@ -128,6 +128,7 @@ class _Ctx:
         self.virtual: dict[int, hal.Operand] = {}
         self.values: dict[int, np.ndarray] = {}
         self.final: set[int] = set()  # id() of operations a rewrite produced in their final form
+        self.byte_moves: set[int] = set()  # id() of data-movement operations a rewrite made, exact on any type
         self._as_f32: dict[int, hal.Operand] = {}
 
     def operand(self, i: int) -> hal.Operand:
@@ -446,6 +447,8 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
     except ValueError:
         return [op]
     r = _nchw(ctx, op) if t in _LAYOUT_OPS else None
+    if r is None and t in _PER_CHANNEL_OPS:
+        r = _uint8_per_channel(ctx, op)
     if r is None:
         if t == Op.GROUPED_CONV_2D:
             r = _grouped_conv(ctx, op)
@@ -485,6 +488,29 @@ def _nchw(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
         outs.append(vo)
         post.append(_op(Op.TRANSPOSE, [vo, ctx.constant(TO_NCHW)], [o]))
     return ops + [_op(Op(op.type), ins, outs)] + post
+
+
+_PER_CHANNEL_OPS = frozenset({Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.TRANSPOSE_CONV_2D, Op.GROUPED_CONV_2D})
+
+
+def _uint8_per_channel(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """A uint8 convolution with per-channel (int8) weights, which TFLite's kernels only take with int8
+    activations: QUANTIZE the input to int8 (same scale, zero point - 128: each value - 128, exact),
+    the int8 convolution (the same integer sums: x - zero point is unchanged), QUANTIZE back."""
+    x, f, y = ctx.operand(op.inputs[0]), ctx.operand(op.inputs[1]), ctx.operand(op.outputs[0])
+    if x.type != U8 or f.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL or y.type != U8:
+        return None
+
+    def signed(i: int) -> int:
+        o = ctx.operand(i)
+        return ctx._add(replace(o, type=I8, zeroPoint=o.zeroPoint - 128, lifetime=L.TEMPORARY_VARIABLE,
+                                location=hal.DataLocation()), None)
+
+    xs, ys = signed(op.inputs[0]), signed(op.outputs[0])
+    to_i8, to_u8 = _op(Op.QUANTIZE, [op.inputs[0]], [xs]), _op(Op.QUANTIZE, [ys], op.outputs)
+    ctx.byte_moves.update((id(to_i8), id(to_u8)))
+    ctx.final.update((id(to_i8), id(to_u8)))
+    return [to_i8, _op(Op(op.type), [xs] + list(op.inputs[1:]), [ys]), to_u8]
 
 
 def _static_dims(ctx: _Ctx, i: int, what: str) -> list[int]:
@@ -580,19 +606,21 @@ def _grouped_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
     ops = [_op(Op.SPLIT, [ins[0], ctx.constant(3, T.INT32), ctx.constant(groups, T.INT32)], parts_x)]
 
     def sliced(i: int, o: hal.Operand) -> list[int]:
+        likes = []
+        for k in range(groups):
+            like = replace(o, dimensions=[og] + list(o.dimensions[1:]), location=hal.DataLocation())
+            cq = o.extraParams.channelQuant if o.extraParams is not None else None
+            if cq is not None:
+                like.extraParams = hal.OperandExtraParams(channelQuant=hal.SymmPerChannelQuantParams(
+                    scales=list(cq.scales[k * og:(k + 1) * og]), channelDim=cq.channelDim))
+            likes.append(like)
         if o.lifetime in _CONST:
             v = ctx.value(i)
-            out = []
-            for k in range(groups):
-                like = o
-                cq = o.extraParams.channelQuant if o.extraParams is not None else None
-                if cq is not None:
-                    like = replace(o, extraParams=hal.OperandExtraParams(channelQuant=hal.SymmPerChannelQuantParams(
-                        scales=list(cq.scales[k * og:(k + 1) * og]), channelDim=cq.channelDim)))
-                out.append(ctx.constant(v[k * og:(k + 1) * og], like=like))
-            return out
-        outs = [ctx.temp(i, [og] + list(o.dimensions[1:])) for _ in range(groups)]
-        ops.append(_op(Op.SPLIT, [i, ctx.constant(0, T.INT32), ctx.constant(groups, T.INT32)], outs))
+            return [ctx.constant(v[k * og:(k + 1) * og], like=like) for k, like in enumerate(likes)]
+        outs = [ctx._add(replace(like, lifetime=L.TEMPORARY_VARIABLE), None) for like in likes]
+        split = _op(Op.SPLIT, [i, ctx.constant(0, T.INT32), ctx.constant(groups, T.INT32)], outs)
+        ctx.byte_moves.add(id(split))  # NOTE: SPLIT copies bytes, whatever the element type (a bias, weights)
+        ops.append(split)
         return outs
 
     if f.extraParams is not None and f.extraParams.channelQuant is not None and f.extraParams.channelQuant.channelDim:
@@ -669,7 +697,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if t not in EXACT:
         raise Unsupported(f"{t.name}: the lowering is not verified against the conformance vectors")
     x0 = ctx.operand(op.inputs[0]) if op.inputs else None
-    if x0 is None or x0.type not in EXACT[t]:
+    if x0 is None or (x0.type not in EXACT[t] and id(op) not in ctx.byte_moves):
         raise Unsupported(f"{t.name} on {T(x0.type).name if x0 is not None else 'nothing'}: not an exact "
                           f"TFLite kernel here (exact for {sorted(T(v).name for v in EXACT[t])})")
     for i in list(op.inputs) + list(op.outputs):
@@ -715,10 +743,8 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         if out.scale != 1 / 256 or out.zeroPoint != zp:
             raise Unsupported("quantized SOFTMAX output not q(1/256)")
     weighted = (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.FULLY_CONNECTED, Op.TRANSPOSE_CONV_2D)
-    if t in weighted and x0.type != F and ctx.operand(op.inputs[1]).lifetime not in _CONST:
-        # NOTE: float weights given at run time run on LiteRT's builtin kernels (XNNPACK leaves the node);
-        # quantized ones need the quantization LiteRT computes at prepare from constant weights
-        raise Unsupported("quantized weights that are not constants")
+    # NOTE: weights given at run time (float or quantized) run on LiteRT's builtin kernels (XNNPACK
+    # takes static weights only); measured exact on the conformance vectors' all_tensors_as_inputs models
     if t in weighted:
         f = ctx.operand(op.inputs[1])
         if f.type == I8 and f.zeroPoint != 0:
