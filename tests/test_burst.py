@@ -6,6 +6,7 @@ concurrent bursts and teardown without leaked threads or fds."""
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import struct
@@ -701,3 +702,18 @@ def test_cached_pools_of_a_shrunk_unsealed_memory_cannot_fault(add_pm: Any, quie
             hal_memory.free(m)
         for fd in fds:
             os.close(fd)
+
+
+def test_repeated_results_are_new_objects(add_pm: Any) -> None:
+    """The controller decodes a repeated answer once; the caller still gets its own objects."""
+    with BurstController(add_pm) as b, _add_pools(1.0, 2.0) as pools:
+        first = b.execute(pools.request(), hal.MeasureTiming.NO)
+        first[1][0].dimensions.append(99)
+        first[2].timeOnDevice = 5
+        second = b.execute(pools.request(), hal.MeasureTiming.NO)
+        assert second[0] == S.NONE and second[1] == [hal.OutputShape([2, 2], True)] and second[2] == NO_TIMING
+        # a changed request (another output location) is decoded anew by the driver
+        req = copy.deepcopy(pools.request())
+        req.outputs[0].location.length += 4
+        assert b.execute(req, hal.MeasureTiming.NO)[0] == S.INVALID_ARGUMENT
+        assert b.execute(pools.request(), hal.MeasureTiming.NO)[0] == S.NONE

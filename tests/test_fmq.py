@@ -382,3 +382,44 @@ def test_created_elsewhere_tells_processes_apart(pair) -> None:  # noqa: ANN001
         assert out.stdout.strip() == "True", out.stderr
     finally:
         q.close()
+
+
+def test_no_signal_when_nobody_waits(pair) -> None:  # noqa: ANN001
+    """A side that polls needs no wake-up: publishing sends nothing then."""
+    w, r = pair
+    w.write(_elems(1))
+    assert r.read_all() == _elems(1)
+    for end in (r, w):  # neither "data written" nor "space freed" was sent
+        with pytest.raises(BlockingIOError):
+            end._sock.recv(16, socket.MSG_DONTWAIT)
+
+
+def test_a_lost_wake_up_costs_milliseconds_not_a_hang(pair, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    w, r = pair
+    monkeypatch.setattr(w, "_signal", lambda what: None)  # the writer never signals
+    got: list = []
+
+    def reader() -> None:
+        got.append(r.read_packet_blocking(5.0))
+        got.append(time.perf_counter())
+
+    t = threading.Thread(target=reader)
+    t.start()
+    time.sleep(0.05)
+    t0 = time.perf_counter()
+    w.write(_elems(5))
+    t.join(5)
+    assert got and got[0] == _elems(5)
+    assert got[1] - t0 < 2.0  # found by a re-check slice (at most about a second)
+
+
+def test_a_peer_that_clears_our_waiting_flag_only_slows_itself(pair) -> None:  # noqa: ANN001
+    w, r = pair
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(r.read_packet_blocking(5.0)))
+    t.start()
+    time.sleep(0.05)
+    w._waiting[0] = 0  # hostile: the reader's flag cleared, so no signal comes
+    w.write(_elems(9))
+    t.join(5)
+    assert got == [_elems(9)]

@@ -159,6 +159,7 @@ class BurstController:
         self._lock = threading.Lock()
         self._broken: Optional[hal.ErrorStatus] = None
         self._cache = _SlotCache(max_slots)
+        self._last: tuple[bytes, Any] = (b"", None)
         self._spin = Spin(spin_limit_ns(SPIN_US))
         self._requests = MessageQueue.create(bp.DATUM_SIZE, channel_length, "writer")
         try:
@@ -229,11 +230,21 @@ class BurstController:
                 return self._break(S.GENERAL_FAILURE, f"no result within {timeout} s")
             except FmqError as e:
                 return self._break(S.GENERAL_FAILURE, str(e))
+        last_raw, last = self._last  # NOTE: one tuple: a consistent pair whatever other threads do
+        if raw == last_raw:
+            # NOTE: the same answer as last time (no timing asked): decoded once, handed out as new objects
+            status, shapes, timing = last
+            return status, [hal.OutputShape(list(s.dimensions), s.isSufficient) for s in shapes], \
+                hal.Timing(timing.timeOnDevice, timing.timeInDriver)
         try:
-            return bp.decode_result(raw)
+            result = bp.decode_result(raw)
         except bp.PacketError as e:
             log.error("burst: malformed result packet (%s)", e)
             return S.GENERAL_FAILURE, [], hal.Timing()
+        self._last = (raw, result)
+        status, shapes, timing = result
+        return status, [hal.OutputShape(list(s.dimensions), s.isSufficient) for s in shapes], \
+            hal.Timing(timing.timeOnDevice, timing.timeInDriver)
 
     def freeMemory(self, memory: hal.Memory) -> None:
         """Forget ``memory`` here and in the driver (``IBurstContext.freeMemory``)."""

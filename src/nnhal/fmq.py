@@ -17,8 +17,11 @@ One writer, one reader, a ring of fixed-size elements in shared memory:
   single aligned 8-byte accesses rely on its atomicity);
 - signalling and peer death use one Unix socketpair per queue: the writer
   sends a byte after publishing ("data written"), the reader after consuming
-  ("space freed"); a side that waits polls the queue for a short window
-  first when asked to (:mod:`nnhal.spin`), then blocks in ``poll``.  End of file on the socket means the other side
+  ("space freed"), each only when the other side has raised its "waiting"
+  flag in the header (a side that polls needs no signal: no system call per
+  packet then); a side that waits polls the queue for a short window first
+  when asked to (:mod:`nnhal.spin`), then raises its flag and blocks in
+  ``poll``.  End of file on the socket means the other side
   closed the queue or its process died.
 
   NOTE: a socketpair rather than eventfds (or a futex word): each side owns a
@@ -69,9 +72,14 @@ _SPACE = b"\x02"  # "space freed" (reader -> writer)
 # NOTE: plain ints: socket.MSG_* are enum.IntFlag members, whose ``|`` runs Python code per call
 _SEND_FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
 _DONTWAIT = int(socket.MSG_DONTWAIT)
-_WAIT_SLICE_S = 3600.0
+_FLAGS_AT = 32  # "reader waits" at 32, "writer waits" at 40 (native uint64)
+# NOTE: a blocked side re-checks the queue after 1, 2, 4... ms (up to ~1 s) even without a signal:
+# the flags are shared memory without explicit barriers (see _wait), so a lost wake-up costs a
+# few milliseconds at worst, never a hang, and an idle queue wakes about once a second
+_FIRST_SLICE_MS = 1
+_MAX_SLICE_MS = 1024
 _clock = time.perf_counter_ns
-_yield = os.sched_yield  # NOTE: poll() takes milliseconds in an int; long waits go in slices
+_yield = os.sched_yield
 
 
 class FmqError(Exception):
@@ -109,6 +117,7 @@ class MessageQueue:
         self._mm, self._sock, self._remote, self._shm_fd = mm, sock, remote, shm_fd
         mv = memoryview(mm)
         self._counters = mv[_COUNTERS_AT:_COUNTERS_AT + 16].cast("Q")
+        self._waiting = mv[_FLAGS_AT:_FLAGS_AT + 16].cast("Q")
         self._data = mv[HEADER_SIZE:HEADER_SIZE + element_size * capacity]
         self._mv = mv
         self._lock = threading.Lock()
@@ -273,7 +282,8 @@ class MessageQueue:
                 self._data[0:len(data) - first] = data[first:]
             self._own = (w + n) & _U64
             self._counters[0] = self._own  # NOTE: published after the data: the reader sees all or nothing
-        self._signal(_DATA)
+        if self._waiting[0]:  # NOTE: only a reader that sleeps is woken (a polling one sees the counter)
+            self._signal(_DATA)
         return True
 
     def read(self, n: int) -> Optional[bytes]:
@@ -289,7 +299,8 @@ class MessageQueue:
             out = self._copy_out(r, n)
             self._own = (r + n) & _U64
             self._counters[1] = self._own
-        self._signal(_SPACE)
+        if self._waiting[1]:
+            self._signal(_SPACE)
         return out
 
     def read_all(self) -> bytes:
@@ -304,7 +315,8 @@ class MessageQueue:
             out = self._copy_out(r, w - r)
             self._own = w
             self._counters[1] = w
-        self._signal(_SPACE)
+        if self._waiting[1]:
+            self._signal(_SPACE)
         return out
 
     def _copy_out(self, r: int, n: int) -> bytes:
@@ -323,8 +335,9 @@ class MessageQueue:
         """Write whole elements atomically, waiting for room.  Raises
         :class:`FmqTimeout`, :class:`FmqPeerGone` or :class:`FmqError`."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        n = len(data) // self.element_size
         while not self.write(data):
-            self._wait(deadline)
+            self._wait(deadline, n)
 
     def read_blocking(self, n: int, timeout: Optional[float] = None) -> bytes:
         """Read ``n`` elements, waiting for them."""
@@ -333,7 +346,7 @@ class MessageQueue:
             out = self.read(n)
             if out is not None:
                 return out
-            self._wait(deadline)
+            self._wait(deadline, n)
 
     def read_packet_blocking(self, timeout: Optional[float] = None, spin_ns: int = 0) -> bytes:
         """Wait for at least one element, then take every element available
@@ -359,7 +372,7 @@ class MessageQueue:
             out = self.read_all()
             if out:
                 return out
-            self._wait(deadline)
+            self._wait(deadline, 1)
 
     # ------------------------------------------------------------------ signalling
     def _signal(self, what: bytes) -> None:
@@ -370,26 +383,49 @@ class MessageQueue:
         except OSError:
             pass  # the peer is gone; the next wait reports it
 
-    def _wait(self, deadline: Optional[float]) -> None:
-        """Block until the peer signals (or dies, or the deadline passes);
-        then drain the socket."""
-        while True:
-            if self._closed:
-                raise FmqError("the queue is closed")
-            if deadline is None:
-                ms = int(_WAIT_SLICE_S * 1000)
-            else:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise FmqTimeout("the queue operation timed out")
-                ms = max(1, min(int(left * 1000 + 0.999), int(_WAIT_SLICE_S * 1000)))
-            try:
-                events = self._poll.poll(ms)
-            except InterruptedError:
-                continue
-            if events:
-                break
-        self._drain()
+    def _wait(self, deadline: Optional[float], n: int) -> None:
+        """Block until ``n`` elements (reader) or room for them (writer) may be
+        there: the peer signalled, died (end of file: the drain raises), or a
+        re-check slice passed; raises FmqTimeout at the deadline.
+
+        The sleeping side raises its flag in the header first; the other side
+        signals only when it sees the flag after publishing its counter.
+        NOTE: each side's lock operation (an atomic read-modify-write in
+        CPython's lock) orders its store before its load, as Dekker's
+        handshake needs; the re-check slices cover the case anyway."""
+        me = 0 if self.role == "reader" else 1
+        slice_ms = _FIRST_SLICE_MS
+        try:
+            self._waiting[me] = 1
+            while True:
+                if self._closed:
+                    raise FmqError("the queue is closed")
+                with self._lock:  # NOTE: the barrier between raising our flag and reading their counter
+                    c = self._counters
+                    if (c[0] != self._own) if me == 0 else (self.capacity - ((self._own - c[1]) & _U64) >= n):
+                        return
+                ms = slice_ms
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise FmqTimeout("the queue operation timed out")
+                    ms = max(1, min(ms, int(left * 1000 + 0.999)))
+                try:
+                    events = self._poll.poll(ms)
+                except InterruptedError:
+                    continue
+                if events:
+                    self._drain()
+                    return
+                slice_ms = min(slice_ms * 2, _MAX_SLICE_MS)
+        except ValueError:  # the views were released: closed by another thread
+            raise FmqError("the queue is closed") from None
+        finally:
+            if not self._closed:
+                try:
+                    self._waiting[me] = 0
+                except ValueError:
+                    pass
 
     def _drain(self) -> None:
         for _ in range(64):  # NOTE: bounded: a peer flooding its end cannot keep us here
@@ -443,7 +479,7 @@ class MessageQueue:
                 return
             self._closed = True
             self.interrupt()
-            for v in (self._counters, self._data, self._mv):
+            for v in (self._counters, self._waiting, self._data, self._mv):
                 v.release()
             _close_quietly(self._mm, self._sock)
         self.release_descriptor()
