@@ -449,6 +449,8 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
     r = _nchw(ctx, op) if t in _LAYOUT_OPS else None
     if r is None and t in _PER_CHANNEL_OPS:
         r = _uint8_per_channel(ctx, op)
+    if r is None and t in _PER_CHANNEL_OPS | {Op.FULLY_CONNECTED}:
+        r = _int8_asymmetric_weights(ctx, op)
     if r is None:
         if t == Op.GROUPED_CONV_2D:
             r = _grouped_conv(ctx, op)
@@ -501,16 +503,41 @@ def _uint8_per_channel(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operat
     if x.type != U8 or f.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL or y.type != U8:
         return None
 
-    def signed(i: int) -> int:
-        o = ctx.operand(i)
-        return ctx._add(replace(o, type=I8, zeroPoint=o.zeroPoint - 128, lifetime=L.TEMPORARY_VARIABLE,
-                                location=hal.DataLocation()), None)
+    xs, ys = _shifted(ctx, op.inputs[0], I8), _shifted(ctx, op.outputs[0], I8)
+    return [_requantize(ctx, op.inputs[0], xs), _op(Op(op.type), [xs] + list(op.inputs[1:]), [ys]),
+            _requantize(ctx, ys, op.outputs[0])]
 
-    xs, ys = signed(op.inputs[0]), signed(op.outputs[0])
-    to_i8, to_u8 = _op(Op.QUANTIZE, [op.inputs[0]], [xs]), _op(Op.QUANTIZE, [ys], op.outputs)
-    ctx.byte_moves.update((id(to_i8), id(to_u8)))
-    ctx.final.update((id(to_i8), id(to_u8)))
-    return [to_i8, _op(Op(op.type), [xs] + list(op.inputs[1:]), [ys]), to_u8]
+
+def _shifted(ctx: _Ctx, i: int, to: Any) -> int:
+    """A temporary like operand ``i`` in the other 8-bit type: same scale, zero point moved by 128."""
+    o = ctx.operand(i)
+    return ctx._add(replace(o, type=to, zeroPoint=o.zeroPoint + (128 if to == U8 else -128),
+                            lifetime=L.TEMPORARY_VARIABLE, location=hal.DataLocation()), None)
+
+
+def _requantize(ctx: _Ctx, src: int, dst: int) -> hal.Operation:
+    q = _op(Op.QUANTIZE, [src], [dst])
+    ctx.byte_moves.add(id(q))  # NOTE: a uint8 <-> int8 copy of one scale: each value +- 128, exact
+    ctx.final.add(id(q))
+    return q
+
+
+def _int8_asymmetric_weights(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """An int8 convolution / fully connected layer with asymmetric int8 weights (TFLite's int8 kernels
+    take symmetric ones only) in uint8 (whose kernels take any weight zero point): input, weights and
+    output moved by 128 (the same integer sums: x - zero point is unchanged), the result moved back."""
+    x, f, y = ctx.operand(op.inputs[0]), ctx.operand(op.inputs[1]), ctx.operand(op.outputs[0])
+    if x.type != I8 or f.type != I8 or f.zeroPoint == 0 or y.type != I8:
+        return None
+    xu, yu = _shifted(ctx, op.inputs[0], U8), _shifted(ctx, op.outputs[0], U8)
+    ops = [_requantize(ctx, op.inputs[0], xu)]
+    if f.lifetime in _CONST:
+        like = replace(f, type=U8, zeroPoint=f.zeroPoint + 128)
+        fu = ctx.constant((ctx.value(op.inputs[1]).astype(np.int16) + 128).astype(np.uint8), like=like)
+    else:
+        fu = _shifted(ctx, op.inputs[1], U8)
+        ops.append(_requantize(ctx, op.inputs[1], fu))
+    return ops + [_op(Op(op.type), [xu, fu] + list(op.inputs[2:]), [yu]), _requantize(ctx, yu, op.outputs[0])]
 
 
 def _static_dims(ctx: _Ctx, i: int, what: str) -> list[int]:
@@ -672,17 +699,26 @@ def _transpose_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
     if sw <= 0 or sh <= 0:
         raise Unsupported("TRANSPOSE_CONV_2D stride not positive")
     ow, oh = (w - 1) * sw + kw - pl - pr, (h - 1) * sh + kh - pt - pb
+    crop = None
     if pl == pt == 0:
         tfl = 2
     elif (pl, pt) == (_tconv_same_head(ow, sw, kw), _tconv_same_head(oh, sh, kh)):
         tfl = 1
+    elif min(pl, pr, pt, pb) >= 0:
+        # NOTE: any other padding: the whole (VALID) result, then SLICE the HAL's window of it
+        tfl, crop, (oh, ow) = 2, (pt, pl, oh, ow), ((h - 1) * sh + kh, (w - 1) * sw + kw)
     else:
-        raise Unsupported(f"TRANSPOSE_CONV_2D padding {[pl, pr, pt, pb]} is neither TFLite's VALID nor SAME")
+        raise Unsupported(f"TRANSPOSE_CONV_2D padding {[pl, pr, pt, pb]} (negative) has no TFLite form")
+    full = ctx.temp(op.outputs[0], [n, oh, ow, cout]) if crop else op.outputs[0]
     y = _op(Op.TRANSPOSE_CONV_2D, ins[:3] + [ctx.constant([n, oh, ow, cout]), ctx.constant(tfl, T.INT32),
                                              ctx.constant(sw, T.INT32), ctx.constant(sh, T.INT32), act,
-                                             ctx.constant(False, T.BOOL)], op.outputs)
+                                             ctx.constant(False, T.BOOL)], [full])
     ctx.final.add(id(y))
-    return [y]
+    if crop is None:
+        return [y]
+    top, left, height, width = crop
+    return [y, _op(Op.SLICE, [full, ctx.constant([0, top, left, 0]), ctx.constant([-1, height, width, -1])],
+                   op.outputs)]
 
 
 def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
