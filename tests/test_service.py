@@ -242,6 +242,15 @@ def test_allocate_copy_and_execute_with_a_token(service: Any, remote_pm: Any) ->
     dst = hal_memory.allocate(16)
     assert buf.copyTo(dst) == S.NONE
     np.testing.assert_array_equal(np.frombuffer(bytes(hal_memory.map(dst)), np.float32).reshape(2, 2), X)
+    # closed as in process: the token is invalid, the copies fail
+    buf.close()
+    buf.close()  # idempotent
+    assert buf.copyTo(dst) == S.GENERAL_FAILURE and buf.copyFrom(src, [2, 2]) == S.GENERAL_FAILURE
+    with add_pools() as pools:
+        req = pools.request()
+        req.pools.append(hal.MemoryPool(token=token))
+        req.inputs[0].location = hal.DataLocation(poolIndex=2, offset=0, length=0)
+        assert execute_sync(remote_pm, req)[0] == S.INVALID_ARGUMENT
     hal_memory.free(src)
     hal_memory.free(dst)
 

@@ -311,6 +311,19 @@ class Connection:
         if not self.dead:
             self._releases.append(ref)
 
+    def release_now(self, ref: bytes) -> None:
+        """Release ``ref`` in order with this thread's later calls (on its call
+        channel): an object closed here is gone for the next call."""
+        chan = None if self.dead else self._call_channel()
+        if chan is None:
+            self.release(ref)
+            self._flush_releases()
+            return
+        try:
+            chan.send(wire.ENCODER.encode(wire.Release([ref])), None)
+        except (PeerClosed, OSError, ValueError):
+            pass  # NOTE: a channel that is gone: the service dropped the connection's objects with it
+
     def _flush_releases(self) -> None:
         refs, self._releases = self._releases, []
         if refs and not self.dead:
@@ -603,6 +616,26 @@ class RemotePreparedModel(_RemoteObject, hal.IPreparedModel):
 class RemoteBuffer(_RemoteObject, hal.IBuffer):
     _iface = "IBuffer"
 
+    def close(self) -> None:
+        """Free the buffer in the service now (idempotent), as the in-process
+        buffer's ``close``: its token is invalid from then on, and this
+        object's copies answer GENERAL_FAILURE."""
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            self._conn.release_now(self._ref)
+
+    def copyTo(self, dst: Any) -> S:
+        if not self._finalizer.alive:
+            log.error("IBuffer.copyTo: the buffer has been freed")
+            return S.GENERAL_FAILURE
+        return self._conn.call(self._ref, _COPY_TO, (dst,))
+
+    def copyFrom(self, src: Any, dimensions: Any) -> S:
+        if not self._finalizer.alive:
+            log.error("IBuffer.copyFrom: the buffer has been freed")
+            return S.GENERAL_FAILURE
+        return self._conn.call(self._ref, _COPY_FROM, (src, dimensions))
+
 
 class RemoteBurstContext(_RemoteObject, hal.IBurstContext):
     _iface = "IBurstContext"
@@ -627,6 +660,8 @@ _PREPARE_1_3 = wire.METHODS["IDevice"]["prepareModel_1_3"]
 _SUPPORTED_1_3 = wire.METHODS["IDevice"]["getSupportedOperations_1_3"]
 _SYNC_1_3 = wire.METHODS["IPreparedModel"]["executeSynchronously_1_3"]
 _ASYNC_1_3 = wire.METHODS["IPreparedModel"]["execute_1_3"]
+_COPY_TO = wire.METHODS["IBuffer"]["copyTo"]
+_COPY_FROM = wire.METHODS["IBuffer"]["copyFrom"]
 
 
 def _model_for_wire(model: Any) -> Any:
