@@ -28,7 +28,12 @@ channels, go to one shared, bounded pool of workers).  At most
 :data:`MAX_INFLIGHT` unanswered calls on a main connection and
 :data:`MAX_CALL_CHANNELS` call channels per client.  Received descriptors are
 owned by the call that carried them and closed when the driver returns (HIDL
-semantics: a driver keeps what it needs by mapping or duplicating).
+semantics: a driver keeps what it needs by mapping or duplicating), except
+the memories a synchronous execution sends by slot: the call channel keeps
+its own duplicates until the client lets go of them or the channel closes
+(:mod:`nnhal.service.slots`).  After an answer, a call channel's thread
+polls for the next call for :data:`SERVER_SPIN_US` before it blocks
+(:mod:`nnhal.spin`).
 
 When a client disconnects (or dies) everything it held is dropped: objects,
 buffer tokens, burst contexts (their ``close()``), pending callbacks (become
