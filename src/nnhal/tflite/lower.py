@@ -83,6 +83,14 @@ _MEASURED: dict[Op, frozenset] = {
 }
 for _t, _types in _MEASURED.items():
     EXACT[_t] = EXACT.get(_t, frozenset()) | _types
+# operations refused with a reason more precise than "no TFLite operator"
+REASONS: dict[Op, str] = {
+    Op.WHILE: "LiteRT's WHILE cannot be stopped at the HAL's loop timeout (an endless loop would hang the driver)",
+    Op.LSH_PROJECTION: "TFLite's LSH_PROJECTION is not NNAPI's (measured: the conformance vectors fail)",
+    Op.BOX_WITH_NMS_LIMIT: "no TFLite builtin (TFLite's NON_MAX_SUPPRESSION has no classes, score threshold per "
+                           "class or soft NMS)",
+    Op.INSTANCE_NORMALIZATION: "no TFLite builtin (a MEAN / SUB / RSQRT rewrite is not measured)",
+}
 _COMPARISONS = (Op.EQUAL, Op.NOT_EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER, Op.GREATER_EQUAL)
 # QUANTIZE's table entry is a rewrite (TFLite -> HAL); HAL -> TFLite it is the plain builtin
 _EXTRA = {Op.QUANTIZE: Mapping("QUANTIZE", Op.QUANTIZE, (Arg("tensor", index=0),))}
@@ -451,6 +459,8 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
         r = _uint8_per_channel(ctx, op)
     if r is None and t in _PER_CHANNEL_OPS | {Op.FULLY_CONNECTED}:
         r = _int8_asymmetric_weights(ctx, op)
+    if r is None and t in _COMPARISONS:
+        r = _compare_real_values(ctx, op)
     if r is None:
         if t == Op.GROUPED_CONV_2D:
             r = _grouped_conv(ctx, op)
@@ -538,6 +548,22 @@ def _int8_asymmetric_weights(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.
         fu = _shifted(ctx, op.inputs[1], U8)
         ops.append(_requantize(ctx, op.inputs[1], fu))
     return ops + [_op(Op(op.type), [xu, fu] + list(op.inputs[2:]), [yu]), _requantize(ctx, yu, op.outputs[0])]
+
+
+def _compare_real_values(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """A comparison of quantized inputs of different scales / zero points: NNAPI compares the real
+    values (x - zero point) * scale in float32, TFLite would rescale one input to the other's
+    quantization (rounding): DEQUANTIZE both (the same float32 products), compare in float32."""
+    a, b = (ctx.operand(i) for i in op.inputs[:2])
+    if a.type not in (U8, I8) or (a.scale, a.zeroPoint) == (b.scale, b.zeroPoint):
+        return None
+    ops, reals = [], []
+    for i in op.inputs[:2]:
+        o = ctx.operand(i)
+        reals.append(ctx._add(replace(o, type=F, scale=0.0, zeroPoint=0, lifetime=L.TEMPORARY_VARIABLE,
+                                      location=hal.DataLocation()), None))
+        ops.append(_op(Op.DEQUANTIZE, [i], [reals[-1]]))
+    return ops + [_op(Op(op.type), reals, op.outputs)]
 
 
 def _static_dims(ctx: _Ctx, i: int, what: str) -> list[int]:
@@ -727,6 +753,11 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         t = Op(op.type)
     except ValueError:
         raise Unsupported("OEM / extension operation") from None
+    if t in REASONS:
+        raise Unsupported(f"{t.name}: {REASONS[t]}")
+    if t == Op.DIV and op.inputs and ctx.operand(op.inputs[0]).type == I32:
+        raise Unsupported("DIV of int32: TFLite's integer division differs from NNAPI's (measured: "
+                          "div_int32_by_zero fails)")
     m = mapping(t)
     if m is None:
         raise Unsupported(f"{t.name} has no direct TFLite operator in the table")
@@ -755,8 +786,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
             raise Unsupported(f"{t.name}: quantized inputs and output of different scales / zero points")
     if t in _COMPARISONS and x0.type in (U8, I8) and len({(ctx.operand(i).scale, ctx.operand(i).zeroPoint)
                                                          for i in op.inputs[:2]}) > 1:
-        # NOTE: NNAPI compares the real values exactly; TFLite rescales both inputs with its own rounding
-        raise Unsupported(f"{t.name} of quantized inputs of different scales / zero points")
+        raise Unsupported(f"internal: {t.name} of quantized inputs of different scales / zero points")
     if t == Op.SELECT and ctx.operand(op.inputs[1]).type in (U8, I8) and len(
             {(ctx.operand(i).scale, ctx.operand(i).zeroPoint) for i in (*op.inputs[1:3], op.outputs[0])}) > 1:
         raise Unsupported("SELECT of quantized values of different scales / zero points (TFLite copies bytes)")
