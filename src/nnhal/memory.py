@@ -574,7 +574,9 @@ class FdPool:
     def write_at(self, offset: int, data: object) -> None:
         """``pool.view[offset:offset + len(data)] = data`` without the slice
         object (the per-execution output path)."""
-        src = memoryview(data).cast("B")  # type: ignore[arg-type]
+        src = data  # NOTE: a flat byte view (the execution's outputs) is taken as it is
+        if src.__class__ is not memoryview or src.format != "B" or src.ndim != 1 or not src.c_contiguous:
+            src = memoryview(data).cast("B")  # type: ignore[arg-type]
         start = min(max(offset, 0), self.size)
         self._write(start, max(start, min(offset + len(src), self.size)), src)
 

@@ -127,7 +127,7 @@ class RequestPlan:
     request and the model (plain values, nothing shared with either): per
     input None (hasNoValue) or ``(pool index, offset, length, operand, the
     request's dimensions, dims (the request's or else the model's), dtype or
-    None, bytes needed)``; per output ``(hasNoValue, pool index, offset,
+    None, bytes needed, dims as a tuple, boolean)``; per output ``(hasNoValue, pool index, offset,
     length, the request's dimensions)``; the omitted outputs; the pools that
     receive outputs.  NOTE: a prepared model keeps the plan of each request
     structure it validated (``SamplePreparedModel._validated_request``), so
@@ -149,7 +149,8 @@ class RequestPlan:
             dtype = NUMPY_DTYPE.get(o.type)  # NOTE: an IntEnum-keyed dict finds the plain int too (same hash)
             # NOTE: math.prod: no numpy reduction per input
             need = math.prod(dims) * dtype.itemsize if dtype is not None else 0
-            self.inputs.append((loc.poolIndex, loc.offset, loc.length, o, given, dims, dtype, need))
+            self.inputs.append((loc.poolIndex, loc.offset, loc.length, o, given, dims, dtype, need, tuple(dims),
+                                dtype is not None and dtype.kind == "b"))
         self.outputs = [(a.hasNoValue, a.location.poolIndex, a.location.offset, a.location.length,
                          list(a.dimensions)) for a in request.outputs]
         self.omitted = [k for k, a in enumerate(self.outputs) if a[0]]
@@ -238,7 +239,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
             if spec is None:
                 inputs.append(None)
                 continue
-            p, offset, length, o, given, dims, dtype, need = spec
+            p, offset, length, o, given, dims, dtype, need, shape, boolean = spec
             if special and (p in pools.buffers or p in pools.images):
                 arr = _special_input(pools, p, given, o, k)
                 if arr is None:
@@ -251,9 +252,8 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
                 raise ValidationError(f"request input {k}: {need} bytes needed for {hal.OperandType(o.type).name} "
                                       f"{dims}, the location has {length}")
             view = views[p]
-            boolean = dtype.kind == "b"
             if direct and not boolean:
-                inputs.append(PoolInput(view, offset, tuple(dims), dtype, need))  # type: ignore[arg-type]
+                inputs.append(PoolInput(view, offset, shape, dtype, need))  # type: ignore[arg-type]
                 continue
             if view.__class__ is hal_memory.FdPool and not boolean:
                 # NOTE: pread straight into the input array (no intermediate buffer)
@@ -332,7 +332,10 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
                 pools.images[p].write(buffers.DeviceBuffer.encode(arr))
                 continue
             view = views[p]
-            data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+            try:
+                data = memoryview(arr).cast("B")  # NOTE: the array's own bytes, no copy
+            except TypeError:  # not C-contiguous (or an odd format): one contiguous copy
+                data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
             if view.__class__ is hal_memory.FdPool:
                 view.write_at(off, data)
             else:

@@ -17,7 +17,9 @@ domains, caching.
 * ``run``: one interpreter per prepared model, used under a lock (a LiteRT
   interpreter is not reentrant); inputs of other shapes than the last
   execution resize the interpreter (dynamic shapes); the deadline is checked
-  before and after ``invoke`` (LiteRT cannot be interrupted).
+  before and after ``invoke`` (LiteRT cannot be interrupted).  Inputs come
+  as the front end's ``PoolInput``: read (``pread``) from the request pool
+  straight into the interpreter's input tensors, one copy.
 * caching: the lowered flatbuffer is the data cache, with the HAL model
   (types and shapes, for request validation) in the authenticated model cache
   (``nnhal.driver.cache.encode_opaque``).
