@@ -61,7 +61,7 @@ EXACT: dict[Op, frozenset] = {
     Op.AVERAGE_POOL_2D: FQ, Op.MAX_POOL_2D: FQ, Op.L2_POOL_2D: frozenset({F}),
     Op.CONCATENATION: FQ, Op.RESHAPE: FQ, Op.SOFTMAX: FQ, Op.DEQUANTIZE: frozenset({U8, I8}),
     Op.QUANTIZE: frozenset({F}), Op.PAD: FQ, Op.TRANSPOSE: FQ,
-    Op.SPACE_TO_DEPTH: FQ, Op.DEPTH_TO_SPACE: FQ, Op.MEAN: frozenset({F}), Op.PRELU: frozenset({F}),
+    Op.SPACE_TO_DEPTH: FQ, Op.DEPTH_TO_SPACE: FQ, Op.MEAN: frozenset({F}), Op.PRELU: FQ,
     Op.L2_NORMALIZATION: FQ, Op.LOCAL_RESPONSE_NORMALIZATION: frozenset({F}), Op.SPACE_TO_BATCH_ND: FQ,
     Op.BATCH_TO_SPACE_ND: FQ, Op.STRIDED_SLICE: FQ, Op.SLICE: FQ, Op.RESIZE_BILINEAR: FQ,
     Op.RESIZE_NEAREST_NEIGHBOR: FQ, Op.TRANSPOSE_CONV_2D: FQ, Op.SPLIT: FQI,
@@ -891,8 +891,6 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         if x0.dimensions and x0.dimensions[-1] and ctx.operand(op.inputs[1]).dimensions[-1] != \
                 x0.dimensions[-1] * dm:
             raise Unsupported("depth multiplier inconsistent with the filter")
-    if t == Op.RESHAPE and ctx.operand(op.inputs[1]).lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
-        raise Unsupported("RESHAPE to a shape computed at run time")
     return Plan(m, args)
 
 
