@@ -243,44 +243,51 @@ def own_request(request: Any) -> Any:
         raise _fail(f"malformed argument ({type(e).__name__}: {e})") from None
 
 
-def _arg_key(a: Any) -> Optional[tuple]:
-    if type(a) is not hal.RequestArgument:
-        return None
-    loc, has, dims = a.location, a.hasNoValue, a.dimensions
-    if type(loc) is not hal.DataLocation or type(has) is not bool or type(dims) is not list:
-        return None
-    p, o, n = loc.poolIndex, loc.offset, loc.length
-    if type(p) is not int or type(o) is not int or type(n) is not int:
-        return None
-    for v in dims:
-        if type(v) is not int:
+def _args_key(args: list) -> Optional[tuple]:
+    keys = []
+    for a in args:
+        if type(a) is not hal.RequestArgument:
             return None
-    return has, p, o, n, tuple(dims)
+        loc, has, dims = a.location, a.hasNoValue, a.dimensions
+        if type(loc) is not hal.DataLocation or type(has) is not bool or type(dims) is not list:
+            return None
+        p, o, n = loc.poolIndex, loc.offset, loc.length
+        if type(p) is not int or type(o) is not int or type(n) is not int:
+            return None
+        for v in dims:
+            if type(v) is not int:
+                return None
+        keys.append((has, p, o, n, tuple(dims)))
+    return tuple(keys)
 
 
-def _pool_key(p: Any) -> Optional[tuple]:
-    if type(p) is not hal.MemoryPool:
-        return None
-    m, token = p.hidlMemory, p.token
-    if token is not None and type(token) is not int:
-        return None
-    if m is None:
-        return None, token
-    if type(m) is not hal.Memory:
-        return None
-    h, name, size = m.handle, m.name, m.size
-    if type(h) is not hal.Handle or type(name) is not str or type(size) is not int:
-        return None
-    fds, ints = h.fds, h.ints
-    if type(fds) is not list or type(ints) is not list:
-        return None
-    for v in fds:
-        if type(v) is not int:
+def _pools_key(pools: list) -> Optional[tuple]:
+    keys = []
+    for p in pools:
+        if type(p) is not hal.MemoryPool:
             return None
-    for v in ints:
-        if type(v) is not int:
+        m, token = p.hidlMemory, p.token
+        if token is not None and type(token) is not int:
             return None
-    return (name, tuple(fds), tuple(ints), size), token
+        if m is None:
+            keys.append((None, token))
+            continue
+        if type(m) is not hal.Memory:
+            return None
+        h, name, size = m.handle, m.name, m.size
+        if type(h) is not hal.Handle or type(name) is not str or type(size) is not int:
+            return None
+        fds, ints = h.fds, h.ints
+        if type(fds) is not list or type(ints) is not list:
+            return None
+        for v in fds:
+            if type(v) is not int:
+                return None
+        for v in ints:
+            if type(v) is not int:
+                return None
+        keys.append(((name, tuple(fds), tuple(ints), size), token))
+    return tuple(keys)
 
 
 def request_key(request: Any) -> Optional[tuple]:
@@ -300,12 +307,10 @@ def request_key(request: Any) -> Optional[tuple]:
         ins, outs, pools = request.inputs, request.outputs, request.pools
         if type(ins) is not list or type(outs) is not list or type(pools) is not list:
             return None
-        ik = tuple(map(_arg_key, ins))
-        ok = tuple(map(_arg_key, outs))
-        pk = tuple(map(_pool_key, pools))
+        ik, ok, pk = _args_key(ins), _args_key(outs), _pools_key(pools)
     except Exception:  # NOTE: a hostile attribute (a property raising): the full path judges it
         return None
-    if None in ik or None in ok or None in pk:
+    if ik is None or ok is None or pk is None:
         return None
     return ik, ok, pk
 
