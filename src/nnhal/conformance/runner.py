@@ -370,8 +370,9 @@ class Runner:
                 # NOTE: an in-process driver says why (the reason its getSupportedOperations_1_3 logs):
                 # the report groups unsupported models by it
                 explain = getattr(self.device, "unsupported_reasons", None)
-                why = next((f"{hal.OperationType(op.type).name}: {r}" for op, r in
-                            zip(model.main.operations, explain(model)) if r), "") if explain else ""
+                why = next((r if r.startswith(n) else f"{n}: {r}" for n, r in
+                            ((hal.OperationType(op.type).name, r) for op, r in
+                             zip(model.main.operations, explain(model))) if r), "") if explain else ""
                 return S.GENERAL_FAILURE, None, f"unsupported: {','.join(names)}" + (f" -- {why}" if why else "")
             cb = hal.PreparedModelCallback()
             launch = self.device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER,

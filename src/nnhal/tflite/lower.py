@@ -435,7 +435,7 @@ class Plan:
 _LAYOUT_OPS = frozenset({Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D,
                          Op.SPACE_TO_DEPTH, Op.DEPTH_TO_SPACE, Op.SPACE_TO_BATCH_ND, Op.BATCH_TO_SPACE_ND,
                          Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D})
-_AXIS_AT = {Op.SOFTMAX: 2, Op.L2_NORMALIZATION: 1, Op.LOCAL_RESPONSE_NORMALIZATION: 5}
+_AXIS_AT = {Op.SOFTMAX: 2, Op.L2_NORMALIZATION: 1, Op.LOCAL_RESPONSE_NORMALIZATION: 5, Op.LOG_SOFTMAX: 2}
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 _MAX_DEPTH = 4
 
@@ -574,7 +574,7 @@ def _static_dims(ctx: _Ctx, i: int, what: str) -> list[int]:
 
 
 def _on_last_axis(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
-    """SOFTMAX / L2_NORMALIZATION / LOCAL_RESPONSE_NORMALIZATION over another axis than the last
+    """SOFTMAX / LOG_SOFTMAX / L2_NORMALIZATION / LOCAL_RESPONSE_NORMALIZATION over another axis than the last
     (TFLite's only one): TRANSPOSE swapping it with the last, the operation, the same TRANSPOSE
     back; LRN (4-D only in TFLite) on fewer dimensions: RESHAPE to 4-D around it."""
     t = Op(op.type)
@@ -589,9 +589,9 @@ def _on_last_axis(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]
     if len(ins) <= at and not reshape:
         return None
     if axis == rank - 1 and not reshape:
-        return [_op(t, ins[:at], op.outputs)]
-    if rank > 4:
-        raise Unsupported(f"{t.name} on more than 4 dimensions")
+        return _on_last(ctx, t, ins[0], ins[1:at], op.outputs[0])
+    if rank > 6:
+        raise Unsupported(f"{t.name} on more than 6 dimensions (TFLite's TRANSPOSE)")
     dims = _static_dims(ctx, ins[0], t.name)
     perm = list(range(rank))
     perm[axis], perm[-1] = perm[-1], perm[axis]
@@ -606,7 +606,7 @@ def _on_last_axis(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]
     if reshape:
         ops.append(_op(Op.RESHAPE, [cur, ctx.constant(inner)], [v := ctx.temp(cur, inner)]))
         cur = v
-    ops.append(_op(t, [cur] + ins[1:at], [y := ctx.temp(out, inner)]))
+    ops += _on_last(ctx, t, cur, ins[1:at], y := ctx.temp(out, inner))
     if reshape:
         last = axis == rank - 1
         ops.append(_op(Op.RESHAPE, [y, ctx.constant(moved)], [out if last else (v := ctx.temp(out, moved))]))
@@ -615,6 +615,17 @@ def _on_last_axis(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]
         y = v
     ops.append(_op(Op.TRANSPOSE, [y, ctx.constant(perm)], [out]))
     return ops
+
+
+def _on_last(ctx: _Ctx, t: Op, x: int, params: list, y: int) -> list[hal.Operation]:
+    """``t`` over the last axis of ``x``; LOG_SOFTMAX's beta (TFLite has none) as a MUL before it."""
+    if t == Op.LOG_SOFTMAX:
+        beta = float(ctx.const(params[0]))
+        if beta != 1.0:
+            v = ctx.temp(x, ctx.operand(x).dimensions)
+            return [_op(Op.MUL, [x, ctx.constant([beta], T.TENSOR_FLOAT32), ctx.constant(0, T.INT32)], [v]),
+                    _op(t, [v, ctx.constant(1.0, T.FLOAT32)], [y])]
+    return [_op(t, [x] + list(params), [y])]
 
 
 def _channel_shuffle(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
