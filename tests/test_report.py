@@ -255,12 +255,14 @@ def test_litert_run_names_its_reasons(tmp_path: Path, capsys: pytest.CaptureFixt
 
     if not litert.available():
         pytest.skip("ai-edge-litert is not installed")
-    f = V / "V1_3" / "if_constant.json.gz"
+    f = V / "V1_2" / "heatmap_max_keypoint.json.gz"
     assert cli.main(["conformance", str(f), str(V / "V1_0" / "add.json.gz"), "--device", "litert-cpu", "--mode",
                      "sync", "--no-progress", "--plain", "--jobs", "1", "--allow-unsupported",
                      "--json", str(tmp_path / "r.json")]) == 0
     text = capsys.readouterr().out
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["coverage"]["supported"] >= 1 and doc["coverage"]["models"] > doc["coverage"]["supported"]
-    assert any(g["reason"].startswith("IF: ") and "TFLite" in g["reason"] for g in doc["unsupported_groups"])
-    assert "coverage: " in text and "largest unsupported groups" in text and re.search(r"^IF / float32 .*\d", text, re.M)
+    assert any(g["reason"].startswith("HEATMAP_MAX_KEYPOINT") and "TFLite" in g["reason"]
+               for g in doc["unsupported_groups"])
+    assert "coverage: " in text and "largest unsupported groups" in text
+    assert re.search(r"^HEATMAP_MAX_KEYPOINT / float32\s+0\s+0\s+[1-9]", text, re.M)
