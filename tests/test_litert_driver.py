@@ -198,8 +198,8 @@ def test_supported_operations_and_reasons(dev: Any, caplog: pytest.LogCaptureFix
     assert seen[(True, "float32")] == {True} and seen[(False, "float32")] == {True}, seen
     assert seen[(True, "float16")] == {True}, seen
     with caplog.at_level(logging.INFO, logger="nnhal.driver"):
-        assert _supported(dev, _models("if_constant")[0]) == [False]
-    assert "operation 0 (IF) not supported: IF has no direct TFLite operator" in caplog.text
+        assert _supported(dev, _models("heatmap_max_keypoint")[0]) == [False]
+    assert "operation 0 (HEATMAP_MAX_KEYPOINT) not supported: HEATMAP_MAX_KEYPOINT has no direct TFLite" in caplog.text
 
 
 ALL_MODES = ("sync", "async", "burst", "fenced")
@@ -233,7 +233,7 @@ def _prepare(dev: Any, model: hal.Model, cache: tuple = ((), ()), token: bytes =
 
 
 def test_unsupported_model_is_general_failure_at_prepare(dev: Any) -> None:
-    model = _models("if_constant")[0].build_model()
+    model = _models("heatmap_max_keypoint")[0].build_model()
     try:
         launch, status, prepared = _prepare(dev, model)
     finally:

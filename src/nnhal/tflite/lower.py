@@ -12,10 +12,22 @@ cannot be lowered with exactly the HAL semantics (the reason is what
 ``getSupportedOperations`` logs); :func:`lower` raises :class:`Unsupported`
 with the same reasons.
 
-Deliberately narrow: only operations whose TFLite kernels compute the HAL's
-results for the operand types listed in ``EXACT`` (measured against the
-conformance vectors, see tests/test_litert_driver.py), NHWC only, the main
-subgraph only (IF / WHILE are not lowered), no float16, no quant16.
+Deliberately exact: only operations whose TFLite kernels compute the HAL's
+results for the operand types listed in ``EXACT`` (each measured against the
+conformance vectors: ``nnhal conformance --device litert-cpu``, see
+tests/test_litert_driver.py).  HAL operations with no one-operator TFLite form
+are first rewritten (:func:`expand`) into HAL operations that have one, on
+virtual operands: NCHW as TRANSPOSE around the NHWC operator, SOFTMAX /
+LOG_SOFTMAX / L2_NORMALIZATION / LRN on another axis between TRANSPOSEs,
+CHANNEL_SHUFFLE as RESHAPE + TRANSPOSE + RESHAPE, GROUPED_CONV_2D as SPLIT +
+CONV_2D per group + CONCATENATION, TRANSPOSE_CONV_2D in TFLite's padding form
+(or its VALID result and a SLICE), uint8 layers with per-channel weights in
+int8 and int8 layers with asymmetric weights in uint8 (QUANTIZE +-128 around
+them), quantized comparisons of two scales on DEQUANTIZEd values.  IF becomes
+TFLite's IF over lowered subgraphs; WHILE is refused (LiteRT cannot stop a
+loop at the HAL's loop timeout).  A model with float16 operands computes in
+float32 between a CAST at each float16 input and output (within the VTS
+float16 tolerance, measured).  No quant16, no recurrent operations.
 """
 
 from __future__ import annotations
@@ -128,11 +140,12 @@ class _Ctx:
     virtual operands (indexes past the model's) that the rewrites below add: temporaries and
     constants of the TFLite graph with no HAL operand of their own."""
 
-    def __init__(self, model: hal.Model, pools: Sequence[Any]):
+    def __init__(self, model: hal.Model, pools: Sequence[Any], sub: Optional[int] = None):
         self.model = model
         self.pools = pools
-        self.base = len(model.main.operands)
-        self.f16 = any(o.type in _F16_AS_F32 for o in model.main.operands)
+        self.graph = model.main if sub is None else model.referenced[sub]  # NOTE: the subgraph lowered
+        self.base = len(self.graph.operands)
+        self.f16 = any(o.type in _F16_AS_F32 for g in [model.main, *model.referenced] for o in g.operands)
         self.virtual: dict[int, hal.Operand] = {}
         self.values: dict[int, np.ndarray] = {}
         self.final: set[int] = set()  # id() of operations a rewrite produced in their final form
@@ -142,7 +155,7 @@ class _Ctx:
     def operand(self, i: int) -> hal.Operand:
         if i >= self.base:
             return self.virtual[i]
-        o = self.model.main.operands[i]
+        o = self.graph.operands[i]
         if self.f16 and o.type in _F16_AS_F32:
             c = self._as_f32.get(i)
             if c is None:
@@ -154,7 +167,7 @@ class _Ctx:
         """A constant operand's value (float16 as float32), None for the other lifetimes."""
         if i >= self.base:
             return self.values.get(i)
-        v = constant_value(self.model, self.model.main.operands[i], self.pools)
+        v = constant_value(self.model, self.graph.operands[i], self.pools)
         return v.astype(np.float32) if v is not None and v.dtype == np.float16 else v
 
     def const(self, i: int) -> Any:
@@ -251,17 +264,25 @@ def check_operand_type(o: hal.Operand, what: str) -> None:
 
 
 class _Builder:
-    """Collects the TFLite tensors, buffers and operators of the main subgraph."""
+    """Collects the TFLite tensors and operators of one subgraph (the main one, or a subgraph an IF
+    references); the buffers, operator codes and subgraph list are the root builder's."""
 
-    def __init__(self, model: hal.Model, pools: Sequence[Any]):
-        self.ctx = _Ctx(model, pools)
-        self.s = schema()
-        self.m = self.s.ModelT()
-        self.m.version = 3
-        self.m.description = b"nnhal: lowered from a HAL 1.3 model"
-        self.m.buffers = [self.s.BufferT()]
-        self.m.operatorCodes = []
-        self.codes: dict[str, int] = {}
+    def __init__(self, model: hal.Model, pools: Sequence[Any], root: Optional["_Builder"] = None,
+                 sub: Optional[int] = None):
+        self.ctx = _Ctx(model, pools, sub)
+        self.root = root or self
+        if root is None:
+            self.s = schema()
+            self.m = self.s.ModelT()
+            self.m.version = 3
+            self.m.description = b"nnhal: lowered from a HAL 1.3 model"
+            self.m.buffers = [self.s.BufferT()]
+            self.m.operatorCodes = []
+            self.m.subgraphs = [None]
+            self.codes: dict[str, int] = {}
+            self.ref_index: dict[int, int] = {}  # HAL referenced subgraph -> TFLite subgraph index
+        else:
+            self.s, self.m, self.codes = root.s, root.m, root.codes
         self.tensors: list = []
         self.by_operand: dict[int, int] = {}
         self.bias_scales: dict[int, np.ndarray] = {}  # int32 bias operand -> its per-channel scales
@@ -352,8 +373,51 @@ class _Builder:
         self.ops.append(top)
 
     def operation(self, op: hal.Operation) -> None:
+        if op.type == Op.IF:
+            self.if_operation(op)
+            return
         for o in expand(self.ctx, op):
             self.lowered(o)
+
+    def subgraph_index(self, ref: int) -> int:
+        root = self.root
+        if ref not in root.ref_index:
+            root.ref_index[ref] = len(self.m.subgraphs)
+            self.m.subgraphs.append(None)
+            sub = _Builder(self.ctx.model, self.ctx.pools, root, ref)
+            self.m.subgraphs[root.ref_index[ref]] = sub.subgraph(f"referenced_{ref}")
+        return root.ref_index[ref]
+
+    def if_operation(self, op: hal.Operation) -> None:
+        """HAL IF (condition, then, else, inputs...) as TFLite's IF over the referenced subgraphs."""
+        opts = self.s.IfOptionsT()
+        opts.thenSubgraphIndex, opts.elseSubgraphIndex = (self.subgraph_index(int(self.ctx.value(i)))
+                                                          for i in op.inputs[1:3])
+        top = self.s.OperatorT()
+        top.opcodeIndex = self.code("IF")
+        top.inputs = np.asarray([self.tensor_of(i) for i in [op.inputs[0], *op.inputs[3:]]], dtype=np.int32)
+        top.outputs = np.asarray([self.tensor_of(i) for i in op.outputs], dtype=np.int32)
+        top.builtinOptionsType = self.s.BuiltinOptions.IfOptions
+        top.builtinOptions = opts
+        self.ops.append(top)
+
+    def subgraph(self, name: str) -> Any:
+        """A referenced subgraph: its inputs and outputs as they are (float16 already float32)."""
+        g = self.ctx.graph
+        self.ops = []
+        ins = [self.tensor_of(i) for i in g.inputIndexes]
+        for op in g.operations:
+            self.operation(op)
+        outs = []
+        for i in g.outputIndexes:
+            if i not in self.by_operand:
+                raise Unsupported(f"subgraph output {i} is not computed by any operation")
+            outs.append(self.by_operand[i])
+        sg = self.s.SubGraphT()
+        sg.tensors, sg.operators = self.tensors, self.ops
+        sg.inputs, sg.outputs = np.asarray(ins, dtype=np.int32), np.asarray(outs, dtype=np.int32)
+        sg.name = name.encode()
+        return sg
 
     def lowered(self, op: hal.Operation) -> None:
         plan = plan_operation(self.ctx, op)
@@ -416,7 +480,7 @@ class _Builder:
         sg.inputs = np.asarray(graph_in, dtype=np.int32)
         sg.outputs = np.asarray(graph_out, dtype=np.int32)
         sg.name = b"main"
-        self.m.subgraphs = [sg]
+        self.m.subgraphs[0] = sg
         return write_model(self.m)
 
 
@@ -921,14 +985,42 @@ def _resize_size(ctx: _Ctx, op: hal.Operation, x: Any, width: bool) -> int:
 def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation) -> str:
     """Why ``op`` of the (validated) model cannot be lowered exactly; "" when it can."""
     try:
-        ctx = _Ctx(model, pools)
-        for o in expand(ctx, op):
-            plan_operation(ctx, o)
+        _check(_Ctx(model, pools), op)
     except Unsupported as e:
         return str(e)
     except (ValueError, IndexError, TypeError, AttributeError, StopIteration) as e:
         return f"not lowered ({type(e).__name__}: {e})"
     return ""
+
+
+def _check(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> None:
+    if op.type != Op.IF:
+        for o in expand(ctx, op):
+            plan_operation(ctx, o)
+        return
+    # NOTE: IF is TFLite's IF when every operation of both branches (recursively) lowers exactly
+    if depth > _MAX_DEPTH:
+        raise Unsupported("IF: subgraphs nested too deep")
+    cond = ctx.operand(op.inputs[0])
+    if cond.type != T.TENSOR_BOOL8:
+        raise Unsupported("IF: a condition other than a TENSOR_BOOL8")
+    for i in [*op.inputs[3:], *op.outputs]:
+        check_operand_type(ctx.operand(i), f"IF operand {i}")
+        if not ctx.operand(i).dimensions:
+            raise Unsupported("IF: an operand of unknown rank")
+    for i in op.inputs[1:3]:
+        if ctx.operand(i).lifetime != L.SUBGRAPH:
+            raise Unsupported("IF: a branch that is not a referenced subgraph")
+        sub = _Ctx(ctx.model, ctx.pools, int(ctx.value(i)))
+        for inner in sub.graph.operations:
+            try:
+                _check(sub, inner, depth + 1)
+            except Unsupported as e:
+                raise Unsupported(f"IF: a branch's {Op(inner.type).name}: {e}") from None
+        if any(sub.operand(o).lifetime != L.SUBGRAPH_OUTPUT for o in sub.graph.outputIndexes):
+            raise Unsupported("IF: a branch output that is not an operation's result")
+        if len(sub.graph.inputIndexes) != len(op.inputs) - 3:
+            raise Unsupported("IF: a branch taking other inputs than the IF passes")
 
 
 def lower(model: hal.Model, pools: Sequence[Any]) -> bytes:
