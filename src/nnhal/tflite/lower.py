@@ -163,6 +163,13 @@ class _Ctx:
             return c
         return o
 
+    def rank_later(self, o: hal.Operand) -> bool:
+        """Whether a tensor of unknown rank gets its shape from LiteRT at prepare: an operation's result
+        (each TFLite kernel resizes its outputs) or a referenced subgraph's input (IF resizes them)."""
+        later = (L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT) + ((L.SUBGRAPH_INPUT,) if self.graph is not
+                                                              self.model.main else ())
+        return o.lifetime in later
+
     def value(self, i: int) -> Optional[np.ndarray]:
         """A constant operand's value (float16 as float32), None for the other lifetimes."""
         if i >= self.base:
@@ -301,8 +308,7 @@ class _Builder:
         if o.lifetime == L.NO_VALUE:
             return -1
         dims = list(o.dimensions)
-        if not dims and o.type not in (T.FLOAT32, T.INT32, T.BOOL) and o.lifetime != L.CONSTANT_COPY \
-                and o.lifetime != L.CONSTANT_REFERENCE:
+        if not dims and o.type not in (T.FLOAT32, T.INT32, T.BOOL) and not self.ctx.rank_later(o):
             raise Unsupported(f"operand {i} has an unknown rank")
         data = None
         if o.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
@@ -850,7 +856,8 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
             raise Unsupported("control flow")
         if o.type not in TFLITE_TYPE:
             raise Unsupported(f"operand of type {T(o.type).name}")
-        if hal.OperandType(o.type).name.startswith("TENSOR") and o.lifetime != L.NO_VALUE and not o.dimensions:
+        if hal.OperandType(o.type).name.startswith("TENSOR") and o.lifetime != L.NO_VALUE and not o.dimensions \
+                and not ctx.rank_later(o):
             raise Unsupported("a tensor of unknown rank")
     ins = _implicit_inputs(ctx, op) if t in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, *_POOLS) else list(op.inputs)
     if t in (Op.MAXIMUM, Op.MINIMUM) or (t == Op.CONCATENATION and x0.type == I8):
@@ -1006,7 +1013,7 @@ def _check(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> None:
         raise Unsupported("IF: a condition other than a TENSOR_BOOL8")
     for i in [*op.inputs[3:], *op.outputs]:
         check_operand_type(ctx.operand(i), f"IF operand {i}")
-        if not ctx.operand(i).dimensions:
+        if not ctx.operand(i).dimensions and not ctx.rank_later(ctx.operand(i)):
             raise Unsupported("IF: an operand of unknown rank")
     for i in op.inputs[1:3]:
         if ctx.operand(i).lifetime != L.SUBGRAPH:
