@@ -308,7 +308,8 @@ class _Builder:
         if o.lifetime == L.NO_VALUE:
             return -1
         dims = list(o.dimensions)
-        if not dims and o.type not in (T.FLOAT32, T.INT32, T.BOOL) and not self.ctx.rank_later(o):
+        if not dims and o.type not in (T.FLOAT32, T.INT32, T.BOOL) and o.lifetime not in _CONST and \
+                not self.ctx.rank_later(o):
             raise Unsupported(f"operand {i} has an unknown rank")
         data = None
         if o.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
@@ -995,9 +996,15 @@ def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation) -
         _check(_Ctx(model, pools), op)
     except Unsupported as e:
         return str(e)
-    except (ValueError, IndexError, TypeError, AttributeError, StopIteration) as e:
+    except (ValueError, LookupError, TypeError, AttributeError, StopIteration) as e:
         return f"not lowered ({type(e).__name__}: {e})"
     return ""
+
+
+def rewritten(model: hal.Model, pools: Sequence[Any], op: hal.Operation) -> list[str]:
+    """The names of the HAL operations ``op`` is rewritten into before lowering (``[its own]``
+    when it has a direct TFLite form): what the driver computes, for logs and tests."""
+    return [Op(o.type).name for o in expand(_Ctx(model, pools), op)]
 
 
 def _check(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> None:
