@@ -55,6 +55,7 @@ L = hal.OperandLifeTime
 
 # HAL operand type -> TFLite TensorType
 TFLITE_TYPE = {T.TENSOR_FLOAT32: 0, T.TENSOR_INT32: 2, T.TENSOR_QUANT8_ASYMM: 3, T.TENSOR_BOOL8: 6,
+               T.TENSOR_QUANT8_SYMM: 9,
                T.TENSOR_QUANT8_ASYMM_SIGNED: 9, T.TENSOR_QUANT8_SYMM_PER_CHANNEL: 9,
                T.FLOAT32: 0, T.INT32: 2, T.BOOL: 6}
 F, U8, I8 = T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -90,6 +91,7 @@ _MEASURED: dict[Op, frozenset] = {
     Op.EMBEDDING_LOOKUP: frozenset({I32}), Op.HASHTABLE_LOOKUP: frozenset({I32}), Op.LOGICAL_AND: frozenset({B8}),
     Op.LOGICAL_OR: frozenset({B8}), Op.LOGICAL_NOT: frozenset({B8}), Op.REDUCE_ANY: frozenset({B8}),
     Op.REDUCE_ALL: frozenset({B8}), Op.SIN: frozenset({F}),
+    Op.DEQUANTIZE: frozenset({T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL}),
     Op.ADD: frozenset({I32}), Op.SUB: frozenset({I32}), Op.MUL: frozenset({I32}),
     Op.MAXIMUM: frozenset({I32}), Op.MINIMUM: frozenset({I32}), Op.NEG: frozenset({I32}), Op.ABS: frozenset({I32}),
 }
@@ -102,6 +104,8 @@ REASONS: dict[Op, str] = {
     Op.BOX_WITH_NMS_LIMIT: "no TFLite builtin (TFLite's NON_MAX_SUPPRESSION has no classes, score threshold per "
                            "class or soft NMS)",
     Op.INSTANCE_NORMALIZATION: "no TFLite builtin (a MEAN / SUB / RSQRT rewrite is not measured)",
+    Op.RANK: "its output is a scalar; the run path gives a TFLite 0-D result as the HAL's [1] (measured: "
+             "TFLite's RANK fails the vectors on the shape)",
 }
 _COMPARISONS = (Op.EQUAL, Op.NOT_EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER, Op.GREATER_EQUAL)
 # QUANTIZE's table entry is a rewrite (TFLite -> HAL); HAL -> TFLite it is the plain builtin
@@ -342,7 +346,7 @@ class _Builder:
             q.scale = np.asarray(cq.scales, np.float32)
             q.zeroPoint = np.zeros(len(cq.scales), np.int64)
             q.quantizedDimension = int(cq.channelDim)
-        elif o.type in (U8, I8) or (o.type == T.TENSOR_INT32 and o.scale):
+        elif o.type in (U8, I8, T.TENSOR_QUANT8_SYMM) or (o.type == T.TENSOR_INT32 and o.scale):
             q = self.s.QuantizationParametersT()
             q.scale = np.asarray([o.scale], np.float32)
             q.zeroPoint = np.asarray([o.zeroPoint], np.int64)
@@ -532,6 +536,8 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
         r = _int8_asymmetric_weights(ctx, op)
     if r is None and t in _COMPARISONS:
         r = _compare_real_values(ctx, op)
+    if r is None and t in _REQUANTIZED:
+        r = _requantized_inputs(ctx, op)
     if r is None:
         if t == Op.GROUPED_CONV_2D:
             r = _grouped_conv(ctx, op)
@@ -619,6 +625,34 @@ def _int8_asymmetric_weights(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.
         fu = _shifted(ctx, op.inputs[1], U8)
         ops.append(_requantize(ctx, op.inputs[1], fu))
     return ops + [_op(Op(op.type), [xu, fu] + list(op.inputs[2:]), [yu]), _requantize(ctx, yu, op.outputs[0])]
+
+
+_REQUANTIZED = {Op.MAXIMUM: slice(0, 2), Op.MINIMUM: slice(0, 2), Op.SELECT: slice(1, 3),
+                Op.CONCATENATION: slice(0, -1)}
+
+
+def _requantized_inputs(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """MAXIMUM / MINIMUM / SELECT / int8 CONCATENATION of quantized values of other scales than the
+    output's: NNAPI requantizes each input to the output's scale; these TFLite kernels copy or
+    compare raw values: QUANTIZE each such input to the output's quantization first (TFLite's
+    requantization, within the 1-step quant8 tolerance: measured)."""
+    t = Op(op.type)
+    y = ctx.operand(op.outputs[0])
+    if y.type not in (U8, I8) or (t == Op.CONCATENATION and y.type != I8):
+        return None
+    ins, ops = list(op.inputs), []
+    for k in range(len(ins))[_REQUANTIZED[t]]:
+        o = ctx.operand(ins[k])
+        if (o.scale, o.zeroPoint) == (y.scale, y.zeroPoint):
+            continue
+        v = ctx._add(replace(o, scale=y.scale, zeroPoint=y.zeroPoint, lifetime=L.TEMPORARY_VARIABLE,
+                             location=hal.DataLocation()), None)
+        q = _op(Op.QUANTIZE, [ins[k]], [v])
+        ctx.byte_moves.add(id(q))
+        ctx.final.add(id(q))
+        ops.append(q)
+        ins[k] = v
+    return ops + [_op(t, ins, op.outputs)] if ops else None
 
 
 def _compare_real_values(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:

@@ -71,4 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except BrokenPipeError:  # NOTE: the output piped into head and the like
+        sys.stderr.close()
+        raise SystemExit(0) from None
