@@ -83,6 +83,7 @@ def built() -> Iterator[Any]:
      ["TRANSPOSE", "RESHAPE", "LOCAL_RESPONSE_NORMALIZATION", "RESHAPE", "TRANSPOSE"]),
     ("conv2d_per_channel", "conv2d_per_channel", ["QUANTIZE", "CONV_2D", "QUANTIZE"]),
     ("less", "less_quantized_different_scale", ["DEQUANTIZE", "DEQUANTIZE", "LESS"]),
+    ("select_v1_2", "select_v1_2_one_dim_quant8", ["QUANTIZE", "QUANTIZE", "SELECT"]),
     ("add", "add", ["ADD"]),
 ])
 def test_rewrites(built: Any, spec: str, name: str, ops: list[str]) -> None:
@@ -119,7 +120,7 @@ def test_if_lowers_its_branches(built: Any) -> None:
 
 @pytest.mark.parametrize("spec,name,reason", [
     ("cast", "cast_int32_to_quant8_overflow", "CAST of int32 to quant8 (NNAPI saturates, TFLite wraps)"),
-    ("select_v1_2", "select_v1_2_one_dim_quant8", "SELECT of quantized values of different scales"),
+    ("rank", "rank_1d", "RANK: its output is a scalar"),
     ("lsh_projection", "lsh_projection", "LSH_PROJECTION: TFLite's LSH_PROJECTION is not NNAPI's"),
     ("while_infinite_loop", "while_infinite_loop", "cannot be stopped at the HAL's loop timeout"),
     ("heatmap_max_keypoint", "heatmap_max_keypoint_nhwc", "HEATMAP_MAX_KEYPOINT has no direct TFLite operator"),
