@@ -210,7 +210,8 @@ ALL_MODES = ("sync", "async", "burst", "fenced")
     "softmax_v1_2", "avg_pool_quant8_1", "concat_quant8_1", "channel_shuffle", "l2_normalization_axis")] + [
     # NOTE: the rewrites (NCHW, float16, grouped / transposed convolutions, other axes): large files, one mode
     (s, ("sync",)) for s in ("grouped_conv2d", "transpose_conv2d", "local_response_normalization_v1_2",
-                             "resize_bilinear_v1_2", "space_to_batch_v1_2", "add_v1_2")])
+                             "resize_bilinear_v1_2", "space_to_batch_v1_2", "add_v1_2", "instance_normalization",
+                             "if_constant", "less", "select_v1_2")])
 def test_conformance_files_pass_where_supported(dev: Any, spec: str, modes: tuple) -> None:
     """Every model of these files the driver supports passes (sync, async, burst, fenced; dynamic
     shapes; one byte short), and each one it does not is "unsupported", never a failure."""

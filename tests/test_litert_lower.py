@@ -84,6 +84,8 @@ def built() -> Iterator[Any]:
     ("conv2d_per_channel", "conv2d_per_channel", ["QUANTIZE", "CONV_2D", "QUANTIZE"]),
     ("less", "less_quantized_different_scale", ["DEQUANTIZE", "DEQUANTIZE", "LESS"]),
     ("select_v1_2", "select_v1_2_one_dim_quant8", ["QUANTIZE", "QUANTIZE", "SELECT"]),
+    ("instance_normalization", "instance_normalization_nhwc",
+     ["MEAN", "SUB", "MUL", "MEAN", "ADD", "RSQRT", "MUL", "MUL", "ADD"]),
     ("add", "add", ["ADD"]),
 ])
 def test_rewrites(built: Any, spec: str, name: str, ops: list[str]) -> None:

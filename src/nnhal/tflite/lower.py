@@ -103,7 +103,6 @@ REASONS: dict[Op, str] = {
     Op.LSH_PROJECTION: "TFLite's LSH_PROJECTION is not NNAPI's (measured: the conformance vectors fail)",
     Op.BOX_WITH_NMS_LIMIT: "no TFLite builtin (TFLite's NON_MAX_SUPPRESSION has no classes, score threshold per "
                            "class or soft NMS)",
-    Op.INSTANCE_NORMALIZATION: "no TFLite builtin (a MEAN / SUB / RSQRT rewrite is not measured)",
     Op.RANK: "its output is a scalar; the run path gives a TFLite 0-D result as the HAL's [1] (measured: "
              "TFLite's RANK fails the vectors on the shape)",
 }
@@ -509,7 +508,8 @@ class Plan:
 
 _LAYOUT_OPS = frozenset({Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D,
                          Op.SPACE_TO_DEPTH, Op.DEPTH_TO_SPACE, Op.SPACE_TO_BATCH_ND, Op.BATCH_TO_SPACE_ND,
-                         Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D})
+                         Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D,
+                         Op.INSTANCE_NORMALIZATION})
 _AXIS_AT = {Op.SOFTMAX: 2, Op.L2_NORMALIZATION: 1, Op.LOCAL_RESPONSE_NORMALIZATION: 5, Op.LOG_SOFTMAX: 2}
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 _MAX_DEPTH = 4
@@ -547,6 +547,8 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
             r = _on_last_axis(ctx, op)
         elif t == Op.CHANNEL_SHUFFLE:
             r = _channel_shuffle(ctx, op)
+        elif t == Op.INSTANCE_NORMALIZATION:
+            r = _instance_normalization(ctx, op)
     if r is None:
         return [op]
     return [x for o in r for x in expand(ctx, o, depth + 1)]
@@ -731,6 +733,29 @@ def _on_last(ctx: _Ctx, t: Op, x: int, params: list, y: int) -> list[hal.Operati
             return [_op(Op.MUL, [x, ctx.constant([beta], T.TENSOR_FLOAT32), ctx.constant(0, T.INT32)], [v]),
                     _op(t, [v, ctx.constant(1.0, T.FLOAT32)], [y])]
     return [_op(t, [x] + list(params), [y])]
+
+
+def _instance_normalization(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
+    """INSTANCE_NORMALIZATION (NHWC, float) as NNAPI's formula in TFLite operators:
+    (x - mean) * rsqrt(mean((x - mean)^2) + epsilon) * gamma + beta, means over H and W."""
+    x, g, b, eps = op.inputs[:4]
+    xo = ctx.operand(x)
+    if xo.type != F or len(xo.dimensions) != 4:
+        raise Unsupported("INSTANCE_NORMALIZATION other than on a 4-D float tensor")
+    n, h, w, c = xo.dimensions
+    stat = [n, 1, 1, c]
+    axes, keep = ctx.constant([1, 2]), ctx.constant(1, T.INT32)
+    none = ctx.constant(0, T.INT32)
+
+    def scalar(i: int) -> int:
+        return ctx.constant([float(ctx.const(i))], T.TENSOR_FLOAT32)
+
+    m, d, d2, v, ve, r, nrm, sc = (ctx.temp(x, dims) for dims in (stat, xo.dimensions, xo.dimensions, stat, stat,
+                                                                 stat, xo.dimensions, xo.dimensions))
+    return [_op(Op.MEAN, [x, axes, keep], [m]), _op(Op.SUB, [x, m, none], [d]), _op(Op.MUL, [d, d, none], [d2]),
+            _op(Op.MEAN, [d2, axes, keep], [v]), _op(Op.ADD, [v, scalar(eps), none], [ve]),
+            _op(Op.RSQRT, [ve], [r]), _op(Op.MUL, [d, r, none], [nrm]), _op(Op.MUL, [nrm, scalar(g), none], [sc]),
+            _op(Op.ADD, [sc, scalar(b), none], op.outputs)]
 
 
 def _channel_shuffle(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
