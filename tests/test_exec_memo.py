@@ -291,3 +291,20 @@ def test_litert_reads_pool_inputs_into_its_tensors() -> None:
             os.close(fd)
     finally:
         p.close()
+
+
+def test_a_closed_pool_descriptor_never_names_the_drivers_duplicate(add_pm: Any, pools: ipcbench.Pools) -> None:
+    """The client closes its output descriptor (a low number) before the call: the driver's own
+    duplicate of the input pool, made first, must not take that number and receive the output."""
+    req = pools.request
+    before = bytes(memory.map(pools.inp))
+    out_fd = req.pools[1].hidlMemory.handle.fds[0]
+    moved = os.dup(out_fd)
+    os.close(out_fd)  # now the lowest free number, probably
+    try:
+        assert _run(add_pm, req) == S.INVALID_ARGUMENT
+        assert bytes(memory.map(pools.inp)) == before  # nothing written into the input pool
+    finally:
+        os.dup2(moved, out_fd)
+        os.close(moved)
+    assert _run(add_pm, req) == S.NONE

@@ -40,6 +40,7 @@ longer use.  All functions are thread-safe (they share no mutable state).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
@@ -239,7 +240,7 @@ def dup(memory: Memory) -> Memory:
     new_fds: list[int] = []
     try:
         for fd in memory.handle.fds:
-            new_fds.append(os.dup(fd))
+            new_fds.append(_own_dup(fd))
     except OSError as e:
         for fd in new_fds:
             os.close(fd)
@@ -511,6 +512,32 @@ def pread_into(fd: int, buf: memoryview, offset: int = 0) -> int:
     return max(got, 0)
 
 
+def _dup_floor() -> int:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 0
+    return 512 if soft == resource.RLIM_INFINITY or soft >= 1024 else soft // 2
+
+
+# NOTE: the driver's own duplicates are numbered from here up: a client that passes a descriptor it
+# has closed must get INVALID_ARGUMENT, not find that its number now names the duplicate the driver
+# just made of another of its pools (dup() takes the lowest free number, which is the one it closed)
+_DUP_FLOOR = _dup_floor()
+
+
+def _own_dup(fd: int) -> int:
+    """A close-on-exec duplicate of ``fd`` numbered from :data:`_DUP_FLOOR` up."""
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _DUP_FLOOR)
+    except OSError as e:
+        if e.errno != errno.EINVAL:  # NOTE: EINVAL: the floor is above the limit: the lowest number then
+            raise
+        return os.dup(fd)
+
+
 class FdPool:
     """A memory read with ``pread`` and written with ``pwrite`` on its own
     duplicate of the fd: no mapping, so a file shrunk by its other holders
@@ -526,7 +553,7 @@ class FdPool:
         self.memory, self.size, self.writable, self._base = memory, memory.size, can_write, base
         self._sealed = _sealed  # NOTE: validated and sealed against shrinking: no size check per write
         try:
-            self._fd: int | None = os.dup(memory.handle.fds[0])  # NOTE: ours, whatever the client closes
+            self._fd: int | None = _own_dup(memory.handle.fds[0])  # NOTE: ours, whatever the client closes
         except OSError as e:
             raise InvalidMemory(f"cannot duplicate the fd of {memory.name!r} memory: {e.strerror}") from e
 
