@@ -86,6 +86,7 @@ def built() -> Iterator[Any]:
     ("select_v1_2", "select_v1_2_one_dim_quant8", ["QUANTIZE", "QUANTIZE", "SELECT"]),
     ("instance_normalization", "instance_normalization_nhwc",
      ["MEAN", "SUB", "MUL", "MEAN", "ADD", "RSQRT", "MUL", "MUL", "ADD"]),
+    ("elu", "elu_alpha01", ["ELU", "MINIMUM", "MUL", "RELU", "ADD"]),
     ("add", "add", ["ADD"]),
 ])
 def test_rewrites(built: Any, spec: str, name: str, ops: list[str]) -> None:

@@ -549,6 +549,8 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
             r = _channel_shuffle(ctx, op)
         elif t == Op.INSTANCE_NORMALIZATION:
             r = _instance_normalization(ctx, op)
+        elif t == Op.ELU:
+            r = _elu_alpha(ctx, op)
     if r is None:
         return [op]
     return [x for o in r for x in expand(ctx, o, depth + 1)]
@@ -756,6 +758,23 @@ def _instance_normalization(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]
             _op(Op.MEAN, [d2, axes, keep], [v]), _op(Op.ADD, [v, scalar(eps), none], [ve]),
             _op(Op.RSQRT, [ve], [r]), _op(Op.MUL, [d, r, none], [nrm]), _op(Op.MUL, [nrm, scalar(g), none], [sc]),
             _op(Op.ADD, [sc, scalar(b), none], op.outputs)]
+
+
+def _elu_alpha(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """ELU with alpha other than TFLite's 1: max(0, x) + alpha * min(0, elu(x)) (NNAPI's formula,
+    elu(x) = exp(x) - 1 below 0)."""
+    x, a = op.inputs[:2]
+    alpha = float(ctx.const(a))
+    if alpha == 1.0 or ctx.operand(x).type != F:
+        return None
+    dims = ctx.operand(x).dimensions
+    e, neg, scaled, pos = (ctx.temp(x, dims) for _ in range(4))
+    none = ctx.constant(0, T.INT32)
+    elu = _op(Op.ELU, [x, ctx.constant(1.0, T.FLOAT32)], [e])
+    ctx.final.add(id(elu))
+    return [elu, _op(Op.MINIMUM, [e, ctx.constant([0.0], T.TENSOR_FLOAT32)], [neg]),
+            _op(Op.MUL, [neg, ctx.constant([alpha], T.TENSOR_FLOAT32), none], [scaled]),
+            _op(Op.RELU, [x], [pos]), _op(Op.ADD, [pos, scaled, none], op.outputs)]
 
 
 def _channel_shuffle(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
