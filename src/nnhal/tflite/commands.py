@@ -184,8 +184,13 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
                          "(default: sample-all when --device is another one; 'none' for none)")
     ap.add_argument("--threads", type=int, default=1, help="threads for every engine (BLAS for nnhal; default 1)")
     ap.add_argument("--runs", type=int, default=10, help="timed executions per engine (default 10)")
+    ap.add_argument("--block", type=int, default=5,
+                    help="executions of one engine in a row before the next engine's (default 5; every one "
+                         "timed): a model run repeatedly, as an app does; 1 alternates engines every execution, "
+                         "so each starts with caches the others filled")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    args.block = max(1, args.block)
     from nnhal.bench import blas_threads, set_blas_threads
 
     if not set_blas_threads(args.threads):
@@ -223,17 +228,21 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
     except ImportError as e:
         print(f"LiteRT not available: {e}", file=sys.stderr)
     print(f"{Path(path).name}: {summary(io)}")
+    block = min(args.block, max(1, args.runs))
     print(f"threads {args.threads} (BLAS {blas_threads() or '?'}); load average {os.getloadavg()[0]:.2f}; "
-          f"{args.runs} runs each, interleaved")
+          f"{args.runs} runs each, interleaved in blocks of {block}")
     res = {}
-    # NOTE: interleaved (one run of each engine in turn), so a change of machine load touches every
-    # engine alike and the ratios hold on a shared machine
+    # NOTE: interleaved (a block of runs of each engine in turn), so a change of machine load touches
+    # every engine alike and the ratios hold on a shared machine; every run of a block is timed
     times: dict[str, list[float]] = {name: [] for name, _ in engines}
     for _, fn in engines:
         timed(fn, 0)
-    for _ in range(args.runs):
+    done = 0
+    while done < args.runs:
+        n = min(block, args.runs - done)
         for name, fn in engines:
-            times[name] += timed(fn, 1, warmup=0)
+            times[name] += timed(fn, n, warmup=0)
+        done += n
     for name, _ in engines:
         t = sorted(times[name])
         med, p90 = statistics.median(t), t[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))]
