@@ -211,10 +211,13 @@ hal_memory.on_free(_freed)
 
 
 class _ServiceEntry:
-    __slots__ = ("memory", "pools")
+    __slots__ = ("memory", "pool_arg", "pools")
 
     def __init__(self, memory: hal.Memory):
         self.memory = memory
+        # NOTE: one MemoryPool per slot, put in every request that names it (the driver never
+        # changes a request's pools)
+        self.pool_arg = hal.MemoryPool(hidlMemory=memory)
         self.pools: dict[bool, Any] = {}
 
     def close(self) -> None:
@@ -265,7 +268,7 @@ class ServiceSlots:
                     continue
             else:
                 return f"pool {k} has a memory slot and a token", False
-            pools[k] = hal.MemoryPool(hidlMemory=entry.memory)
+            pools[k] = entry.pool_arg
         return "", all_cached
 
     def forget(self, slots: list[int]) -> None:
