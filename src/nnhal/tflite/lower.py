@@ -103,8 +103,8 @@ REASONS: dict[Op, str] = {
     Op.LSH_PROJECTION: "TFLite's LSH_PROJECTION is not NNAPI's (measured: the conformance vectors fail)",
     Op.BOX_WITH_NMS_LIMIT: "no TFLite builtin (TFLite's NON_MAX_SUPPRESSION has no classes, score threshold per "
                            "class or soft NMS)",
-    Op.RANK: "its output is a scalar; the run path gives a TFLite 0-D result as the HAL's [1] (measured: "
-             "TFLite's RANK fails the vectors on the shape)",
+    Op.RANK: "its output is a scalar, and the run path reports TFLite's scalar results as one-element "
+             "tensors (measured: TFLite's RANK fails the vectors on the output shape)",
 }
 _COMPARISONS = (Op.EQUAL, Op.NOT_EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER, Op.GREATER_EQUAL)
 # QUANTIZE's table entry is a rewrite (TFLite -> HAL); HAL -> TFLite it is the plain builtin
