@@ -158,6 +158,9 @@ def test_check_operation_never_raises(built: Any) -> None:
     assert lower.check_operation(b.model, b.views, bad).startswith("not lowered (KeyError")
     other = dataclasses.replace(b.model.main.operations[0], type=12345)
     assert lower.check_operation(b.model, b.views, other) == "OEM / extension operation"
+    b.model.main.operations[0] = bad
+    with pytest.raises(lower.Unsupported, match="not lowered"):
+        lower.lower(b.model, b.views)
 
 
 def test_coverage_command(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -1074,7 +1074,7 @@ def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation) -
         _check(_Ctx(model, pools), op)
     except Unsupported as e:
         return str(e)
-    except (ValueError, LookupError, TypeError, AttributeError, StopIteration) as e:
+    except _LOWERING_ERRORS as e:
         return f"not lowered ({type(e).__name__}: {e})"
     return ""
 
@@ -1118,4 +1118,10 @@ def _check(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> None:
 def lower(model: hal.Model, pools: Sequence[Any]) -> bytes:
     """The TFLite flatbuffer of a validated HAL model whose main subgraph's
     operations all pass :func:`check_operation`; Unsupported otherwise."""
-    return _Builder(model, pools).build()
+    try:
+        return _Builder(model, pools).build()
+    except _LOWERING_ERRORS as e:  # NOTE: a model check_operation missed: refused at prepare, never a crash
+        raise Unsupported(f"not lowered ({type(e).__name__}: {e})") from None
+
+
+_LOWERING_ERRORS = (ValueError, LookupError, TypeError, AttributeError, StopIteration, ArithmeticError)
