@@ -106,6 +106,10 @@ REASONS: dict[Op, str] = {
     Op.RANK: "its output is a scalar, and the run path reports TFLite's scalar results as one-element "
              "tensors (measured: TFLite's RANK fails the vectors on the output shape)",
 }
+for _t in (Op.LSTM, Op.RNN, Op.SVDF, Op.UNIDIRECTIONAL_SEQUENCE_LSTM, Op.UNIDIRECTIONAL_SEQUENCE_RNN,
+           Op.BIDIRECTIONAL_SEQUENCE_LSTM, Op.BIDIRECTIONAL_SEQUENCE_RNN):
+    REASONS[_t] = ("not lowered: the HAL passes the recurrent state as model inputs and outputs, TFLite keeps "
+                   "it in variable tensors")
 _COMPARISONS = (Op.EQUAL, Op.NOT_EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER, Op.GREATER_EQUAL)
 # QUANTIZE's table entry is a rewrite (TFLite -> HAL); HAL -> TFLite it is the plain builtin
 _EXTRA = {Op.QUANTIZE: Mapping("QUANTIZE", Op.QUANTIZE, (Arg("tensor", index=0),))}
