@@ -208,9 +208,10 @@ ALL_MODES = ("sync", "async", "burst", "fenced")
 
 @pytest.mark.parametrize("spec,modes", [(s, ALL_MODES) for s in (
     "conv2d_dilation", "conv2d_per_channel", "depthwise_conv2d_v1_2", "add", "add_quant8", "fully_connected_v1_2",
-    "softmax_v1_2", "avg_pool_quant8_1", "concat_quant8_1", "channel_shuffle", "l2_normalization_axis")] + [
+    "avg_pool_quant8_1", "concat_quant8_1")] + [
     # NOTE: the rewrites (NCHW, float16, grouped / transposed convolutions, other axes): large files, one mode
-    (s, ("sync",)) for s in ("grouped_conv2d", "transpose_conv2d", "local_response_normalization_v1_2",
+    (s, ("sync",)) for s in ("softmax_v1_2", "channel_shuffle", "l2_normalization_axis", "grouped_conv2d",
+                             "transpose_conv2d", "local_response_normalization_v1_2",
                              "resize_bilinear_v1_2", "space_to_batch_v1_2", "add_v1_2", "instance_normalization",
                              "if_constant", "less", "select_v1_2")])
 def test_conformance_files_pass_where_supported(dev: Any, spec: str, modes: tuple) -> None:
