@@ -109,12 +109,27 @@ def by_operation_and_type(report: Report) -> list[tuple[tuple[str, str], dict[st
     return sorted(rows.items())
 
 
+_EXPECTED_REFUSAL = "failed as expected at prepare (unsupported"
+
+
+def refusal(m: ModelResult) -> str:
+    """The device's refusal of ``m`` ("" when it took it): an unsupported run's message, or a vector
+    that expects a failure and "passed" because the device refused it at prepare."""
+    for r in m.runs:
+        if r.status == "unsupported":
+            return r.message
+    if m.runs and all(r.status == "pass" and r.message.startswith(_EXPECTED_REFUSAL) for r in m.runs):
+        return m.runs[0].message[len("failed as expected at prepare ("):].rstrip(")")
+    return ""
+
+
 def coverage(report: Report) -> tuple[int, int]:
     """(models the device supports, models) of the run: a model is supported when it was prepared
-    (it passed or failed), not when the device refused it; the quant8-signed copies the runner
-    adds are not counted (the vector files' own models only)."""
+    (it passed or failed), not when the device refused it (an expected-failure vector the device
+    refused counts as refused); the quant8-signed copies the runner adds are not counted (the
+    vector files' own models only)."""
     ms = [m for m in models(report) if not all("signed" in r.variant for r in m.runs)]
-    return sum(m.status in ("pass", "fail") for m in ms), len(ms)
+    return sum(m.status in ("pass", "fail") and not refusal(m) for m in ms), len(ms)
 
 
 def unsupported_reason(message: str) -> str:
@@ -132,14 +147,14 @@ def unsupported_reason(message: str) -> str:
 
 
 def unsupported_groups(report: Report, top: int = 10) -> list[tuple[str, int, str]]:
-    """The largest groups of unsupported models (signed copies not counted) by
+    """The largest groups of models the device refused (signed copies not counted) by
     :func:`unsupported_reason`: (reason, models, an example model), largest first."""
     groups: dict[str, list[str]] = defaultdict(list)
     for m in models(report):
-        if m.status != "unsupported" or all("signed" in r.variant for r in m.runs):
+        why = refusal(m)
+        if not why or all("signed" in r.variant for r in m.runs):
             continue
-        run = next(r for r in m.runs if r.status == "unsupported")
-        groups[unsupported_reason(run.message)].append(m.model)
+        groups[unsupported_reason(why)].append(m.model)
     ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     return [(k, len(v), v[0]) for k, v in ranked[:top]]
 
