@@ -341,3 +341,28 @@ def test_the_service_lets_go_of_a_memory_the_client_let_go_of(remote_pm: Any, se
     while proc_counts(service_process.pid)["fds"] > before and time.monotonic() < end:
         time.sleep(0.02)
     assert proc_counts(service_process.pid)["fds"] <= before
+
+
+def test_a_known_memory_object_is_checked_by_its_fields() -> None:
+    """The same hal.Memory object skips the fstat only while its fds, name, size and ints are unchanged."""
+    cs = ClientSlots()
+    a, b = hal_memory.allocate(64), hal_memory.allocate(64)
+    try:
+        _, (s1,), _ = cs.prepare(_request(a))
+        assert cs.prepare(_request(a))[1] == [s1]
+        fds_a = a.handle.fds
+        a.handle.fds = list(b.handle.fds)  # the same object now names b's file
+        _, (s2,), _ = cs.prepare(_request(a))
+        assert s2 != s1
+        a.handle.fds = fds_a
+        assert cs.prepare(_request(a))[1] == [s1]
+        a.size = 32  # another size: another memory
+        assert cs.prepare(_request(a))[1][0] not in (s1, s2)
+        a.size = 64
+        hal_memory.free(b)
+        b2 = hal_memory.allocate(64)
+        assert cs.prepare(_request(b2))[1][0] not in (s1, s2)
+        hal_memory.free(b2)
+    finally:
+        hal_memory.free(a)
+    assert cs.prepare(_request(a))[1] == [0]  # freed: no fds, sent as it is
