@@ -7,6 +7,7 @@ service holds no descriptor of a client thread that ended."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import os
 import socket
@@ -366,3 +367,46 @@ def test_a_known_memory_object_is_checked_by_its_fields() -> None:
     finally:
         hal_memory.free(a)
     assert cs.prepare(_request(a))[1] == [0]  # freed: no fds, sent as it is
+
+
+def test_service_keeps_the_last_resolved_call_until_a_slot_changes() -> None:
+    ss = ServiceSlots()
+    a = hal_memory.allocate(32)
+    try:
+        req = _request(a)
+        assert ss.resolve(req, [1], []) == ("", True)
+        args = [req, 0, None, None]
+        ss.keep(b"t", b"raw", [1], args)
+        assert ss.recall(b"t", b"raw", [1]) is args
+        assert ss.recall(b"t", b"raw2", [1]) is None  # other bytes
+        assert ss.recall(b"u", b"raw", [1]) is None  # another prepared model
+        assert ss.recall(b"t", b"raw", [2]) is None  # other slots
+        b = hal_memory.allocate(32)
+        ss.resolve(_request(b), [2], [])  # a slot added: what was kept may name a stale one
+        assert ss.recall(b"t", b"raw", [1]) is None
+        ss.keep(b"t", b"raw", [1], args)
+        ss.forget([2])
+        assert ss.recall(b"t", b"raw", [1]) is None
+        hal_memory.free(b)
+        # a call naming a driver buffer token is never kept (its token is checked every time)
+        ss.keep(b"t", b"raw", [1, 0], [hal.Request(pools=[req.pools[0], hal.MemoryPool(token=3)]), 0, None, None])
+        assert ss.recall(b"t", b"raw", [1, 0]) is None
+    finally:
+        hal_memory.free(a)
+        ss.close()
+
+
+def test_repeated_calls_change_inputs_outputs_and_layouts(remote_pm: Any) -> None:
+    """The service reuses a repeated call: different layouts and contents still give their own results."""
+    with Pools([X, Y], [16]) as pools:
+        for k in range(3):
+            v = hal_memory.map(pools.in_mem)
+            v[:16] = (X * k).tobytes()
+            v.release()
+            for _ in range(2):
+                assert execute_sync(remote_pm, pools.request())[0] == S.NONE
+                np.testing.assert_array_equal(pools.output(0, np.float32, (2, 2)), X * k + Y)
+        req = copy.deepcopy(pools.request())
+        req.outputs[0].location = hal.DataLocation(1, 0, 8)  # too small now: another call
+        assert execute_sync(remote_pm, req)[0] == S.OUTPUT_INSUFFICIENT_SIZE
+        assert execute_sync(remote_pm, pools.request())[0] == S.NONE

@@ -459,6 +459,13 @@ class Connection:
         if spec is None:
             self._fail(call.cid, S.INVALID_ARGUMENT, f"{iface} has no method {call.method!r}", send)
             return
+        if slots is not None and call.slots is not None and not fds and not call.forget:
+            # NOTE: the same call as the last one on this channel (a client executing in a loop):
+            # decoded, checked and resolved then, over the same cached memories (ServiceSlots.recall)
+            args = slots.recall(target, call.args, call.slots)
+            if args is not None:
+                self._run_call(call, spec, iface, obj, args, [], slots.pool, send)
+                return
         try:
             args = list(spec.arg_decoder.decode(call.args))
         except wire.DECODE_ERRORS as e:
@@ -487,6 +494,12 @@ class Connection:
                 return
             if all_cached:
                 pool_cache = slots.pool
+                if not fds and not call.forget:
+                    slots.keep(target, call.args, call.slots, args)
+        self._run_call(call, spec, iface, obj, args, attachments, pool_cache, send)
+
+    def _run_call(self, call: wire.Call, spec: wire.MethodSpec, iface: str, obj: Any, args: list,
+                  attachments: list, pool_cache: Any, send: Any) -> None:
         # NOTE: a request decoded from this call's message is no one else's: a driver that
         # offers an ``<method>_owned`` entry point runs it without the by-value copy (and over
         # the channel's cached pools, when every pool is one)
