@@ -10,8 +10,10 @@ and waits for its result packet: ``(status, outputShapes, timing)``.
 Memories are identified by slot and cached across executions, on both sides:
 a memory is known by what it refers to (the kind, size, ints and the
 device/inode of each fd, which stay unique while the cache holds a duplicate
-of the fds), so a new ``hal.Memory`` object for the same shared memory reuses
-the slot, and a recycled fd number never aliases an old slot.  The
+of the fds: :func:`nnhal.service.slots.memory_key`; the same ``hal.Memory``
+object with unchanged fields is recognised without an fstat), so a new
+``hal.Memory`` object for the same shared memory reuses the slot, and a
+recycled fd number never aliases an old slot.  The
 controller keeps at most ``max_slots`` memories; the least recently used is
 forgotten with ``IBurstContext.freeMemory``, as is one dropped with
 :meth:`BurstController.freeMemory`.
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 import time
 from typing import Any, Optional
@@ -45,6 +46,7 @@ from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
 from nnhal.service.client import RemoteBurstContext
+from nnhal.service.slots import MemoryKeys, memory_key
 from nnhal.spin import Spin, spin_limit_ns
 
 __all__ = ["BurstController", "BurstError", "CHANNEL_LENGTH"]
@@ -68,14 +70,6 @@ class BurstError(Exception):
         self.status = status
 
 
-def _memory_key(memory: hal.Memory) -> tuple:
-    ids = []
-    for fd in memory.handle.fds:
-        st = os.fstat(fd)
-        ids.append((st.st_dev, st.st_ino))
-    return memory.name, memory.size, tuple(memory.handle.ints), tuple(ids)
-
-
 class _SlotCache(hal.IBurstCallback):
     """The client's memories by slot; answers the driver's ``getMemories``."""
 
@@ -87,6 +81,7 @@ class _SlotCache(hal.IBurstCallback):
         self._key_of: dict[int, tuple] = {}
         self._free: list[int] = []
         self._next = 0
+        self._keys = MemoryKeys(4 * max_slots)
 
     def getMemories(self, slots: list) -> tuple:
         with self._lock:
@@ -98,8 +93,11 @@ class _SlotCache(hal.IBurstCallback):
             return S.NONE, list(memories)
 
     def slots(self, memories: list[hal.Memory]) -> tuple[list[int], list[int]]:
-        """Slots for ``memories`` (binding new ones), and the slots forgotten to make room."""
-        keys = [_memory_key(m) for m in memories]  # raises OSError for a closed fd
+        """Slots for ``memories`` (binding new ones), and the slots forgotten to make room;
+        raises ValueError for a memory that cannot be identified (a closed or missing fd)."""
+        keys = [self._keys.key(m) for m in memories]
+        if None in keys:
+            raise ValueError("a pool's memory has no open file descriptor")
         out, evicted = [], []
         with self._lock:
             for m, key in zip(memories, keys):
@@ -134,8 +132,8 @@ class _SlotCache(hal.IBurstCallback):
 
     def forget(self, memory: hal.Memory) -> Optional[int]:
         try:
-            key = _memory_key(memory)
-        except (OSError, AttributeError, TypeError):
+            key = memory_key(memory)
+        except (AttributeError, TypeError):
             return None
         with self._lock:
             return self._forget(key) if key in self._slot_of else None

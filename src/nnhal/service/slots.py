@@ -71,6 +71,48 @@ def memory_key(memory: hal.Memory) -> Optional[tuple]:
     return memory.name, memory.size, tuple(memory.handle.ints), tuple(ids)
 
 
+class MemoryKeys:
+    """:func:`memory_key` with a memo per ``hal.Memory`` object: the same
+    object as before, with the same fds, name, size and ints, is taken to
+    refer to the same file without an fstat (2-3 us each on a VM).
+    NOTE: a client that closes a descriptor a live hal.Memory still names
+    (and reuses the number) breaks that memory in process too."""
+
+    def __init__(self, max_entries: int = 256):
+        self._max = max_entries
+        self._known: dict[int, tuple] = {}  # id(hal.Memory) -> (weak ref, fds, name, size, ints, key)
+
+    def key(self, memory: hal.Memory) -> Optional[tuple]:
+        h = memory.handle
+        if type(h) is not hal.Handle:
+            return None
+        known = self._known.get(id(memory))
+        if known is not None and known[0]() is memory and h.fds == known[1] and memory.size == known[3] \
+                and memory.name == known[2] and h.ints == known[4]:
+            return known[5]
+        key = memory_key(memory)
+        if key is not None:
+            self._remember(memory, key)
+        return key
+
+    def clear(self) -> None:
+        self._known.clear()
+
+    def _remember(self, memory: hal.Memory, key: tuple) -> None:
+        known = self._known
+        if len(known) >= self._max:
+            known.clear()  # NOTE: bounded; what is dropped is only looked up again
+        k = id(memory)
+
+        def drop(ref: Any, k: int = k) -> None:
+            entry = known.get(k)
+            if entry is not None and entry[0] is ref:
+                known.pop(k, None)
+
+        h = memory.handle
+        known[k] = (weakref.ref(memory, drop), list(h.fds), memory.name, memory.size, list(h.ints), key)
+
+
 class _ClientEntry:
     __slots__ = ("slot", "size", "finalizer")
 
@@ -94,7 +136,7 @@ class ClientSlots:
         self._lock = threading.RLock()
         self._forget: list[int] = []
         self._wake = wake
-        self._ident: dict[int, tuple] = {}  # id(hal.Memory) -> (weak ref, fds, name, size, ints, key)
+        self._keys = MemoryKeys(4 * max_slots)
         _ALL.add(self)
 
     def prepare(self, request: Any) -> tuple[Any, Optional[list[int]], list[int]]:
@@ -106,29 +148,15 @@ class ClientSlots:
             return request, None, self.take_forgets()
         out: list = []
         slots: list[int] = []
-        ident = self._ident
+        keys = self._keys
         with self._lock:
             for p in pools:
                 m = p.hidlMemory if type(p) is hal.MemoryPool and p.token is None else None
-                h = m.handle if type(m) is hal.Memory else None
-                if type(h) is not hal.Handle:
+                key = keys.key(m) if type(m) is hal.Memory else None
+                if key is None:
                     out.append(p)
                     slots.append(0)
                     continue
-                # NOTE: the same hal.Memory object as before, with the same fds, name, size and ints, is
-                # taken to refer to the same file without an fstat (2-3 us each on a VM): a client that
-                # closes a descriptor a live hal.Memory still names breaks that memory in process too
-                known = ident.get(id(m))
-                if known is not None and known[0]() is m and h.fds == known[1] and m.size == known[3] \
-                        and m.name == known[2] and h.ints == known[4]:
-                    key = known[5]
-                else:
-                    key = memory_key(m)
-                    if key is None:
-                        out.append(p)
-                        slots.append(0)
-                        continue
-                    self._remember(m, key)
                 entry = self._lru.get(key)
                 if entry is not None:  # NOTE: also the same memory twice in one request: sent once
                     self._lru.move_to_end(key)
@@ -142,28 +170,13 @@ class ClientSlots:
             forget, self._forget = self._forget, []
         return hal.Request(inputs=request.inputs, outputs=request.outputs, pools=out), slots, forget
 
-    def _remember(self, memory: hal.Memory, key: tuple) -> None:
-        """Know ``memory`` (this object) as ``key`` until it is collected."""
-        ident = self._ident
-        if len(ident) >= 4 * self._max:
-            ident.clear()  # NOTE: bounded; what is dropped is only looked up again
-        k = id(memory)
-
-        def drop(ref: Any, k: int = k) -> None:
-            known = ident.get(k)
-            if known is not None and known[0] is ref:
-                ident.pop(k, None)
-
-        h = memory.handle
-        ident[k] = (weakref.ref(memory, drop), list(h.fds), memory.name, memory.size, list(h.ints), key)
-
     def reset(self) -> None:
         """Forget every slot here (the service did not know one of them)."""
         with self._lock:
             for entry in self._lru.values():
                 entry.finalizer.detach()
             self._lru.clear()
-            self._ident.clear()
+            self._keys.clear()
             self._bytes = 0
             self._forget = []
 
