@@ -25,6 +25,24 @@ def _elems(*values: int) -> bytes:
     return b"".join(struct.pack("<I20x", v) for v in values)
 
 
+def _read_after_write(w: MessageQueue, r: MessageQueue, packet: bytes, delay: float) -> tuple[list, float]:
+    """A reader thread blocks; ``delay`` s later the packet is written.  Returns
+    ([packet read, when it was read], when it was written)."""
+    got: list = []
+
+    def reader() -> None:
+        got.append(r.read_packet_blocking(5.0))
+        got.append(time.perf_counter())
+
+    t = threading.Thread(target=reader)
+    t.start()
+    time.sleep(delay)
+    t0 = time.perf_counter()
+    w.write(packet)
+    t.join(5)
+    return got, t0
+
+
 @pytest.fixture
 def pair():  # noqa: ANN201
     w = MessageQueue.create(ES, 8, "writer")
@@ -65,18 +83,7 @@ def test_blocking_read_wakes_fast_and_times_out(pair) -> None:  # noqa: ANN001
     w, r = pair
     with pytest.raises(FmqTimeout):
         r.read_packet_blocking(0.05)
-    got: list = []
-
-    def reader() -> None:
-        got.append(r.read_packet_blocking(5.0))
-        got.append(time.perf_counter())
-
-    t = threading.Thread(target=reader)
-    t.start()
-    time.sleep(0.1)
-    t0 = time.perf_counter()
-    w.write(_elems(42, 43))
-    t.join(5)
+    got, t0 = _read_after_write(w, r, _elems(42, 43), 0.1)
     assert got[0] == _elems(42, 43)
     assert got[1] - t0 < 0.05  # woken by the signal, not by a timeout
 
@@ -397,18 +404,7 @@ def test_no_signal_when_nobody_waits(pair) -> None:  # noqa: ANN001
 def test_a_lost_wake_up_costs_milliseconds_not_a_hang(pair, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     w, r = pair
     monkeypatch.setattr(w, "_signal", lambda what: None)  # the writer never signals
-    got: list = []
-
-    def reader() -> None:
-        got.append(r.read_packet_blocking(5.0))
-        got.append(time.perf_counter())
-
-    t = threading.Thread(target=reader)
-    t.start()
-    time.sleep(0.05)
-    t0 = time.perf_counter()
-    w.write(_elems(5))
-    t.join(5)
+    got, t0 = _read_after_write(w, r, _elems(5), 0.05)
     assert got and got[0] == _elems(5)
     assert got[1] - t0 < 2.0  # found by a re-check slice (at most about a second)
 
