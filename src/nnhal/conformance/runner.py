@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -128,6 +128,28 @@ def model_variants(vm: VectorModel, variants: Sequence[str]) -> list[tuple[Vecto
         if "dynamic" in variants and dynamic_eligible(v):
             out.append((v, "dynamic" if vname == "plain" else vname + "+dynamic", True))
     return out
+
+def run_variants(vm: VectorModel, variants: Sequence[str],
+                 run_variant: Callable[[VectorModel, str, bool], list[CaseResult]]) -> list[CaseResult]:
+    """Every variant of ``vm`` (:func:`model_variants`) through ``run_variant(model, name, dynamic)``."""
+    results: list[CaseResult] = []
+    for v, vname, dynamic in model_variants(vm, variants):
+        results += run_variant(v, vname, dynamic)
+    return results
+
+
+def case_result(vm: VectorModel, variant: str) -> Callable[..., CaseResult]:
+    """``result(mode, status, msg="", err=0.0)``: a CaseResult of one variant's
+    run, its time counted from this call."""
+    ops = sorted(vm.operation_types)
+    t0 = time.perf_counter()
+
+    def result(mode: str, status: str, msg: str = "", err: float = 0.0) -> CaseResult:
+        return CaseResult(vm.spec, vm.name, ops, mode, variant, status, msg, time.perf_counter() - t0, err,
+                          vm.data_type)
+
+    return result
+
 
 def dynamic_eligible(vm: VectorModel) -> bool:
     return not vm.expectFailure and not (vm.operation_types & {"RANK", "IF", "WHILE"})
@@ -426,19 +448,10 @@ class Runner:
             controller.close()
 
     def run_model(self, vm: VectorModel) -> list[CaseResult]:
-        results = []
-        for v, vname, dynamic in model_variants(vm, self.variants):
-            results += self._run_variant(v, vname, dynamic=dynamic)
-        return results
+        return run_variants(vm, self.variants, self._run_variant)
 
     def _run_variant(self, vm: VectorModel, variant: str, dynamic: bool) -> list[CaseResult]:
-        ops = sorted(vm.operation_types)
-        t0 = time.perf_counter()
-
-        def result(mode: str, status: str, msg: str = "", err: float = 0.0) -> CaseResult:
-            return CaseResult(vm.spec, vm.name, ops, mode, variant, status, msg, time.perf_counter() - t0, err,
-                              vm.data_type)
-
+        result = case_result(vm, variant)
         # NOTE: log lines name the model; the driver's rejections of an expected failure are DEBUG
         with logs.running(f"{vm.name} [{variant}]", vm.expectFailure):
             return self._run_variant_logged(vm, variant, dynamic, result)

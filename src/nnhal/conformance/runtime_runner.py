@@ -15,7 +15,6 @@ startComputeWithDependencies).  The request-level checks of the HAL runner
 
 from __future__ import annotations
 
-import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,7 +26,8 @@ from nnhal.conformance.runner import (
     BASIC_MODES,
     VARIANTS,
     CaseResult,
-    model_variants,
+    case_result,
+    run_variants,
 )
 from nnhal.conformance.vectors import VectorModel
 from nnhal.runtime import Compilation, CompilationError, ExecutionError
@@ -49,18 +49,10 @@ class RuntimeRunner:
         self.partitions: dict[str, int] = {}  # model name -> partitions of its plain variant
 
     def run_model(self, vm: VectorModel) -> list[CaseResult]:
-        results = []
-        for v, vname, dynamic in model_variants(vm, self.variants):
-            results += self._run_variant(v, vname, dynamic=dynamic)
-        return results
+        return run_variants(vm, self.variants, self._run_variant)
 
     def _run_variant(self, vm: VectorModel, variant: str, dynamic: bool) -> list[CaseResult]:
-        ops = sorted(vm.operation_types)
-        t0 = time.perf_counter()
-
-        def result(mode: str, status: str, msg: str = "", err: float = 0.0) -> CaseResult:
-            return CaseResult(vm.spec, vm.name, ops, mode, variant, status, msg, time.perf_counter() - t0, err,
-                              vm.data_type)
+        result = case_result(vm, variant)
 
         model = vm.build_model()
         if dynamic:
