@@ -572,14 +572,18 @@ def restore(record: CacheRecord, data: np.ndarray) -> Restored:
     return Restored(model, pools, executor, record.hal_version, record.priority)
 
 
-def load(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) -> Restored:
-    """Reads, authenticates and restores; CacheError on any problem."""
+def _read_verified(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) -> tuple[Any, bytes]:
+    """(the authenticated record, the data cache bytes); CacheError on any problem."""
     try:
-        model_bytes = _read_model_file(model_fd)
-        record = verify(model_bytes, key, version, token)
-        data = _read_data_file(data_fd, record.data_size)
+        record = verify(_read_model_file(model_fd), key, version, token)
+        return record, _read_data_file(data_fd, record.data_size)
     except OSError as e:
         raise CacheError(S.GENERAL_FAILURE, f"cannot read the cache files: {e}") from None
+
+
+def load(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) -> Restored:
+    """Reads, authenticates and restores; CacheError on any problem."""
+    record, data = _read_verified(model_fd, data_fd, key, version, token)
     try:
         return restore(record, data)
     except CacheError:
@@ -623,12 +627,7 @@ def encode_opaque(model: hal.Model, data: bytes, hal_version: int, priority: int
 
 def load_opaque(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) -> OpaqueRestored:
     """Reads and authenticates what :func:`encode_opaque` wrote; CacheError on any problem."""
-    try:
-        model_bytes = _read_model_file(model_fd)
-        record = verify(model_bytes, key, version, token)
-        data = _read_data_file(data_fd, record.data_size)
-    except OSError as e:
-        raise CacheError(S.GENERAL_FAILURE, f"cannot read the cache files: {e}") from None
+    record, data = _read_verified(model_fd, data_fd, key, version, token)
     if hashlib.sha256(data).digest() != record.data_sha256:
         raise CacheError(S.GENERAL_FAILURE, "the data cache does not match the model cache (modified or replaced)")
     if record.states or record.pools or len(record.blobs) != 1 or record.operand_values != 0:

@@ -10,6 +10,7 @@ the same ratio (energy on a CPU tracks time).
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -20,7 +21,10 @@ from nnhal.ops.run import prepare_operation
 T = hal.OperandType
 
 
-def _time(fn, repeat: int = 5) -> float:
+def best_time(fn: Callable[[], Any], repeat: int = 5, warmup: int = 0) -> float:
+    """The best wall time of ``repeat`` calls of ``fn`` after ``warmup`` calls (seconds)."""
+    for _ in range(warmup):
+        fn()
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -49,7 +53,7 @@ def _kernel_time(op: hal.OperationType, t: T, shape: tuple, n_in: int = 2) -> fl
         prepared.run(ins)
     except (OpValidationError, OpExecutionError):  # a type this op lacks: no figure
         return float("nan")
-    return _time(lambda: prepared.run(ins))
+    return best_time(lambda: prepared.run(ins))
 
 
 def measure_capabilities() -> hal.Capabilities:

@@ -8,27 +8,17 @@ executor (float32) and through the lowered LiteRT interpreter, best of a few run
 from __future__ import annotations
 
 import struct
-import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from nnhal import hal
+from nnhal.driver.capabilities import best_time
 from nnhal.executor import Executor
 
 T = hal.OperandType
 L = hal.OperandLifeTime
 _N = 256
-
-
-def _best(fn: Callable[[], Any], repeat: int = 7) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def fc_model(t: T) -> hal.Model:
@@ -71,7 +61,7 @@ def measure(backend: Any) -> hal.Capabilities:
     ref_model = fc_model(T.TENSOR_FLOAT32)
     x = np.random.default_rng(1).standard_normal((1, _N)).astype(np.float32)
     ref = Executor(ref_model, [])
-    base = _best(lambda: ref.run([x]))
+    base = best_time(lambda: ref.run([x]), 7, warmup=1)
     ratios: dict[T, float] = {}
     for t, dt in ((T.TENSOR_FLOAT32, np.float32), (T.TENSOR_QUANT8_ASYMM, np.uint8),
                   (T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8), (T.TENSOR_FLOAT16, np.float16)):
@@ -80,7 +70,7 @@ def measure(backend: Any) -> hal.Capabilities:
         except Exception:  # noqa: BLE001  # NOTE: a type the engine cannot run: reported as slow as possible
             continue
         xi = x.astype(dt) if dt in (np.float32, np.float16) else np.full((1, _N), 3, dt)
-        ratios[t] = max(_best(lambda c=compiled, v=xi: c.run([v])) / base, 1e-3)
+        ratios[t] = max(best_time(lambda c=compiled, v=xi: c.run([v]), 7, warmup=1) / base, 1e-3)
     slow = 1e3  # NOTE: operand types this driver does not run: never chosen for them
     perf = [hal.OperandPerformance(type=t, info=hal.PerformanceInfo(execTime=ratios.get(t, slow),
                                                                     powerUsage=ratios.get(t, slow)))
