@@ -47,19 +47,27 @@ def quiet_driver() -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------
+def _private_dir(tmp_path_factory: pytest.TempPathFactory, name: str, env: str) -> Iterator[Path]:
+    """A 0700 session directory named in ``env`` while the fixture lives (the
+    variable's old value is put back after)."""
+    d = tmp_path_factory.mktemp(name)
+    os.chmod(d, 0o700)
+    old = os.environ.get(env)
+    os.environ[env] = str(d)
+    try:
+        yield d
+    finally:
+        if old is None:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = old
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_cache_key_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The compilation cache's HMAC key lives in a session directory, never in the
     user's ~/.local/state/nnhal (services started by tests inherit it)."""
-    d = tmp_path_factory.mktemp("nnhal-key")
-    os.chmod(d, 0o700)
-    old = os.environ.get("NNHAL_CACHE_KEY_DIR")
-    os.environ["NNHAL_CACHE_KEY_DIR"] = str(d)
-    yield d
-    if old is None:
-        os.environ.pop("NNHAL_CACHE_KEY_DIR", None)
-    else:
-        os.environ["NNHAL_CACHE_KEY_DIR"] = old
+    yield from _private_dir(tmp_path_factory, "nnhal-key", "NNHAL_CACHE_KEY_DIR")
 
 
 # driver services (nnhal serve) for tests that cross the process boundary
@@ -68,15 +76,7 @@ def private_cache_key_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 @pytest.fixture(scope="session")
 def service_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A private registry directory (NNHAL_RUNTIME_DIR) for this test session."""
-    d = tmp_path_factory.mktemp("nnhal-run")
-    os.chmod(d, 0o700)
-    old = os.environ.get("NNHAL_RUNTIME_DIR")
-    os.environ["NNHAL_RUNTIME_DIR"] = str(d)
-    yield d
-    if old is None:
-        os.environ.pop("NNHAL_RUNTIME_DIR", None)
-    else:
-        os.environ["NNHAL_RUNTIME_DIR"] = old
+    yield from _private_dir(tmp_path_factory, "nnhal-run", "NNHAL_RUNTIME_DIR")
 
 
 @pytest.fixture(scope="module")

@@ -552,6 +552,13 @@ class _RemoteObject:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of service {self._conn.name!r} {self._ref.hex()[:8]}>"
 
+    def _release_now(self) -> None:
+        """Release the object in the service now, in order with this thread's
+        next call (idempotent; dropping the last reference does it later)."""
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            self._conn.release_now(self._ref)
+
 
 def _method(iface: str, name: str) -> Any:
     spec = wire.METHODS[iface][name]
@@ -620,9 +627,7 @@ class RemoteBuffer(_RemoteObject, hal.IBuffer):
         """Free the buffer in the service now (idempotent), as the in-process
         buffer's ``close``: its token is invalid from then on, and this
         object's copies answer GENERAL_FAILURE."""
-        if self._finalizer.alive:
-            self._finalizer.detach()
-            self._conn.release_now(self._ref)
+        self._release_now()
 
     def copyTo(self, dst: Any) -> S:
         if not self._finalizer.alive:
@@ -642,9 +647,7 @@ class RemoteBurstContext(_RemoteObject, hal.IBurstContext):
 
     def close(self) -> None:
         """Release the burst in the service now (as dropping the last reference does)."""
-        if self._finalizer.alive:
-            self._finalizer()
-            self._conn._flush_releases()
+        self._release_now()
 
 
 class RemoteFencedExecutionCallback(_RemoteObject, hal.IFencedExecutionCallback):
