@@ -50,6 +50,7 @@ from typing import Callable
 from nnhal.hal import Handle, Memory
 
 __all__ = [
+    "allocate_filled",
     "on_free",
     "pread_into",
     "AHARDWAREBUFFER_FORMAT_BLOB",
@@ -168,6 +169,18 @@ def allocate(size: int, name: str = "ashmem", *, offset: int = 0) -> Memory:
     if name == "hardware_buffer":
         return allocate_hardware_buffer(size, format=AHARDWAREBUFFER_FORMAT_R8G8B8A8_UNORM)
     raise InvalidMemory(f"unknown memory name {name!r} (known: {', '.join(KNOWN_NAMES)})")
+
+
+def allocate_filled(data: bytes) -> Memory:
+    """Shared memory ("ashmem") of ``len(data)`` bytes holding ``data`` (a
+    model's constant pool)."""
+    m = allocate(len(data))
+    view = map(m)
+    try:
+        view[: len(data)] = data
+    finally:
+        view.release()
+    return m
 
 
 def allocate_hardware_buffer(width: int, height: int = 1, layers: int = 1,

@@ -169,12 +169,7 @@ def to_model(g: Graph, pool_factory: Optional[Callable[[bytes], hal.Memory]] = N
                                     scale=o.scale, zeroPoint=o.zp, lifetime=life, location=loc))
     pools = []
     if pool:
-        if pool_factory is None:
-            def pool_factory(data: bytes) -> hal.Memory:
-                m = memory.allocate(len(data))
-                memory.map(m)[: len(data)] = data
-                return m
-        pools.append(pool_factory(bytes(pool)))
+        pools.append((pool_factory or memory.allocate_filled)(bytes(pool)))
     sg = hal.Subgraph(operands=operands, operations=[hal.Operation(t, list(i), list(o)) for t, i, o in g.ops],
                       inputIndexes=list(g.inputs), outputIndexes=list(g.outputs))
     return hal.Model(main=sg, operandValues=bytes(values), pools=pools)

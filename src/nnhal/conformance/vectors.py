@@ -165,11 +165,7 @@ class VectorModel:
             if memory_factory is None:
                 from nnhal import memory
 
-                def memory_factory(data: bytes) -> hal.Memory:
-                    m = memory.allocate(len(data))
-                    memory.map(m)[: len(data)] = data
-                    return m
-
+                memory_factory = memory.allocate_filled
             pools.append(memory_factory(bytes(pool)))
         return hal.Model(main=subgraphs[0], referenced=subgraphs[1:], operandValues=bytes(values), pools=pools,
                          relaxComputationFloat32toFloat16=self.isRelaxed)
