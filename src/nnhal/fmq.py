@@ -43,7 +43,6 @@ out of bounds, crashes or hangs.
 from __future__ import annotations
 
 import fcntl
-import mmap
 import os
 import select
 import socket
@@ -53,6 +52,7 @@ import threading
 import time
 from typing import Optional
 
+from nnhal import memory as hal_memory
 from nnhal.hal import Handle
 
 __all__ = ["FmqError", "FmqPeerGone", "FmqTimeout", "MessageQueue", "MAGIC", "VERSION", "MAX_CAPACITY",
@@ -111,7 +111,7 @@ class MessageQueue:
     gets; :meth:`open` makes the other end from it.  One thread at a time may
     read and one may write; :meth:`close` may come from any thread."""
 
-    def __init__(self, mm: mmap.mmap, sock: socket.socket, element_size: int, capacity: int, role: str,
+    def __init__(self, mm: memoryview, sock: socket.socket, element_size: int, capacity: int, role: str,
                  remote: Optional[socket.socket], shm_fd: int):
         self.element_size, self.capacity, self.role = element_size, capacity, role
         self._mm, self._sock, self._remote, self._shm_fd = mm, sock, remote, shm_fd
@@ -141,7 +141,7 @@ class MessageQueue:
         try:
             os.ftruncate(fd, size)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
-            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = hal_memory.map_fd(fd, size)  # NOTE: keeps no descriptor of its own (nnhal.memory)
             _HEADER.pack_into(mm, 0, MAGIC, VERSION, element_size, capacity)
             local, remote = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         except BaseException:
@@ -219,7 +219,7 @@ class MessageQueue:
             sock = socket.socket(fileno=os.dup(sock_fd))
             if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
                 raise FmqError("the queue signal fd is not a Unix stream socket")
-            mm = mmap.mmap(shm_fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = hal_memory.map_fd(shm_fd, size)
             if _HEADER.unpack_from(mm, 0) != (MAGIC, VERSION, esize, capacity):
                 raise FmqError("the queue header does not match its descriptor")
             q = cls(mm, sock, esize, capacity, role, None, -1)
@@ -503,10 +503,10 @@ def _check_geometry(element_size: int, capacity: int) -> None:
             raise FmqError(f"queue {name} {v!r} outside 1..{hi}")
 
 
-def _close_quietly(mm: Optional[mmap.mmap], sock: Optional[socket.socket]) -> None:
+def _close_quietly(mm: Optional[memoryview], sock: Optional[socket.socket]) -> None:
     if mm is not None:
         try:
-            mm.close()
+            mm.release()  # NOTE: unmapped with the last view
         except (BufferError, ValueError):
             pass
     if sock is not None:

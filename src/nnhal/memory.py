@@ -36,16 +36,25 @@ mapping of the same memory, in this process or another one holding the fd,
 sees the same bytes (zero copy).  Mapping costs a few microseconds, cheap
 enough to do per execution; :class:`MappedPool` keeps one mapping alive for
 longer use.  All functions are thread-safe (they share no mutable state).
+
+A mapping keeps no descriptor (:func:`map_fd`; Python's ``mmap`` module keeps
+a ``dup`` of the fd, numbered as the lowest free one: a number the client has
+just closed, which a stale ``hal.Memory`` of the client's would then name, and
+the driver would take the mapping's file for the client's).  A mapping is
+unmapped when the last view of it goes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import mmap
 import os
 import stat
 from typing import Callable
+
+import numpy as np
 
 from nnhal.hal import Handle, Memory
 
@@ -417,8 +426,69 @@ def _validate(memory: Memory, writable: bool) -> tuple[int, os.stat_result, int,
 # mapping
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.msync.restype = ctypes.c_int
+_libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_MS_SYNC = 4
+
+
+class _Mapping:
+    """Owns one ``MAP_SHARED`` mapping: the base of the numpy array every
+    view of it is made from, so it is unmapped when the last view goes."""
+
+    __slots__ = ("addr", "length", "__array_interface__", "__weakref__")
+
+    def __init__(self, addr: int, length: int, writable: bool):
+        self.addr, self.length = addr, length
+        self.__array_interface__ = {"data": (addr, not writable), "shape": (length,), "typestr": "|u1",
+                                    "version": 3}
+
+    def sync(self) -> None:
+        if _libc.msync(self.addr, self.length, _MS_SYNC) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"msync: {os.strerror(e)}")
+
+    def __del__(self) -> None:
+        try:
+            _libc.munmap(self.addr, self.length)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def map_fd(fd: int, length: int, offset: int = 0, writable: bool = True) -> memoryview:
+    """``length`` bytes of ``fd`` from ``offset`` (a multiple of the page
+    size) mapped ``MAP_SHARED``: a memoryview, read-only unless
+    ``writable``.  No descriptor is kept (see the module notes); the mapping
+    lives as long as the view or any view or array made from it.  Raises
+    OSError."""
+    if length <= 0:
+        raise ValueError(f"cannot map {length} bytes")
+    prot = PROT_READ | (PROT_WRITE if writable else 0)
+    addr = _libc.mmap(None, length, prot, mmap.MAP_SHARED, fd, offset)
+    if addr is None or addr == _MAP_FAILED:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mmap: {os.strerror(e)}")
+    owner = _Mapping(addr, length, writable)
+    return memoryview(np.asarray(owner))
+
+
+def sync_view(view: memoryview) -> None:
+    """``msync`` the mapping ``view`` was made from by :func:`map_fd` (a
+    file-backed memory's bytes written back)."""
+    base = view.obj
+    while base is not None and not isinstance(base, _Mapping):
+        base = getattr(base, "base", None)
+    if base is not None:
+        base.sync()
+
+
 def _mmap(memory: Memory, writable: bool | None,
-          info: tuple[int, os.stat_result, int, int, bool] | None = None) -> tuple[mmap.mmap, int, int, bool]:
+          info: tuple[int, os.stat_result, int, int, bool] | None = None) -> tuple[memoryview, int, int, bool]:
     """Validate ``memory`` (unless ``info``, what :func:`_validate` returned for
     it, is given) and map it: (mmap, start of the memory in it, size, writable)."""
     if memory.name == "hardware_buffer":
@@ -432,9 +502,8 @@ def _mmap(memory: Memory, writable: bool | None,
     delta = offset % mmap.ALLOCATIONGRANULARITY
     prot = PROT_READ | (PROT_WRITE if can_write else 0)
     try:
-        mm = mmap.mmap(memory.handle.fds[0], memory.size + delta, flags=mmap.MAP_SHARED, prot=prot,
-                       offset=offset - delta)
-    except (OSError, ValueError, OverflowError) as e:
+        mm = map_fd(memory.handle.fds[0], memory.size + delta, offset - delta, bool(prot & PROT_WRITE))
+    except (OSError, ValueError, OverflowError, ctypes.ArgumentError) as e:
         raise InvalidMemory(f"cannot map {memory.name!r} memory: {e}") from e
     return mm, delta, memory.size, can_write
 
@@ -456,18 +525,19 @@ class MappedPool:
     def flush(self) -> None:
         """Write the mapped bytes back to a file-backed memory (``msync``)."""
         if self._mm is not None and self.writable:
-            self._mm.flush()
+            sync_view(self._mm)
 
     def close(self) -> None:
         mm, view = self._mm, self.view
         if mm is None:
             return
         self._mm = None
-        view.release()
-        try:
-            mm.close()
-        except BufferError:
-            pass  # someone still holds a view: the mapping dies with the last one
+        # NOTE: the mapping goes with the last view of it (views an execution still holds included)
+        for v in (view, mm):
+            try:
+                v.release()
+            except BufferError:
+                pass
 
     @property
     def closed(self) -> bool:

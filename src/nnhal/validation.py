@@ -932,15 +932,19 @@ def _validate_request(request: hal.Request, model: hal.Model, allow_unspecified_
                      "output", tokens)
 
 
+_LOOP_DEFAULT_NS = int(hal.LoopTimeoutDurationNs.DEFAULT)
+_LOOP_MAXIMUM_NS = int(hal.LoopTimeoutDurationNs.MAXIMUM)
+
+
 def validate_timeout(loop_timeout: Any) -> int:
     """The loop timeout of an execution in ns (default 2 s, at most 15 s)."""
     if loop_timeout is None:
-        return int(hal.LoopTimeoutDurationNs.DEFAULT)
+        return _LOOP_DEFAULT_NS
     if not isinstance(loop_timeout, hal.OptionalTimeoutDuration):
         raise _fail(f"loop timeout is not an OptionalTimeoutDuration: {loop_timeout!r}")
     ns = loop_timeout.nanoseconds
     if ns is None:
-        return int(hal.LoopTimeoutDurationNs.DEFAULT)
+        return _LOOP_DEFAULT_NS
     if not _is_int(ns) or not 0 <= ns < 2**64:
         raise _fail(f"invalid loop timeout {ns!r}")
-    return min(ns, int(hal.LoopTimeoutDurationNs.MAXIMUM))
+    return min(ns, _LOOP_MAXIMUM_NS)

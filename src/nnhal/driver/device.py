@@ -19,6 +19,7 @@ from nnhal import memory as hal_memory
 from nnhal.driver import cache as driver_cache
 from nnhal.driver.backend import Backend
 from nnhal.driver.buffers import BufferRegistry, TokenLookup
+from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.prepared_model import SamplePreparedModel, deadline_ns, deadline_passed, v1_0_status
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
 from nnhal.drivers.sample import VERSION_STRING, SampleBackend, supported_operations
@@ -66,6 +67,7 @@ class SampleDevice(hal.IDevice):
         self.cache_key_dir = cache_key_dir
         self.version_string = backend.version_string
         self._buffers = BufferRegistry()  # driver-managed buffers (memory domains), by token
+        self.pool_cache = PoolCache()  # request memories of in-process calls, kept mapped (driver/pool_cache.py)
 
     # ------------------------------------------------------------------ helpers
     def buffer_lookup(self, prepared: SamplePreparedModel) -> Any:

@@ -149,6 +149,10 @@ class SamplePreparedModel(hal.IPreparedModel):
             dl = deadline_ns(deadline) if deadline_override is None else deadline_override
             lt = validate_timeout(loop_timeout)
             lookup = self.device.buffer_lookup(self) if plan.tokens else None  # NOTE: only token pools need it
+            if pool_cache is None and not owned:
+                # NOTE: the HAL methods called in process: the device keeps the memories mapped
+                pool_cache = getattr(self.device, "pool_cache", None)
+                pool_cache = pool_cache.lease if pool_cache is not None else None
             pools = RequestPools(request, lookup, pool_cache, plan.out_pools)
         except ValidationError as e:
             log.error("execution rejected: %s", e)

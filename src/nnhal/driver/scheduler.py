@@ -149,7 +149,7 @@ class Scheduler:
         in priority order, and returns its result (or raises its exception).
         Raises :class:`QueueFull` when it would have to queue and the queue is
         full, :class:`Expired` if the deadline passes while it waits."""
-        if in_worker():
+        if getattr(_tls, "worker", False):
             return fn()
         prio = int(priority)
         box: dict[str, str] = {}
@@ -185,8 +185,9 @@ class Scheduler:
                 heapq.heappop(self._heap)
                 self.top_queued = -self._heap[0].key[0] if self._heap else -(1 << 30)
                 self._take_slot(prio)
-        outer = (getattr(_tls, "worker", False), getattr(_tls, "scheduler", None), getattr(_tls, "priority", None))
-        _tls.worker, _tls.scheduler, _tls.priority = True, self, prio
+        # NOTE: not a worker (returned above), so this thread had no scheduler context to restore
+        tls = _tls
+        tls.worker, tls.scheduler, tls.priority = True, self, prio
         try:
             if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
                 with self._lock:
@@ -194,7 +195,7 @@ class Scheduler:
                 raise Expired("the deadline passed while waiting for a worker slot")
             return fn()
         finally:
-            _tls.worker, _tls.scheduler, _tls.priority = outer
+            tls.worker, tls.scheduler, tls.priority = False, None, None
             with self._lock:
                 self._release_slot(prio)
 

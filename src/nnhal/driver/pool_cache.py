@@ -1,0 +1,162 @@
+"""Request memories kept mapped between in-process executions.
+
+Opening a request pool costs a validation (``fstat``, the seals, the access
+mode), a duplicate of its descriptor and a mapping or ``pread`` / ``pwrite``
+per execution: on a VM, five to seven system calls, more than a small
+model's whole execution on a fast engine.  A client runs the same model on
+the same memories again and again, so a device keeps the memories that can
+be mapped without risk (sealed against shrinking, :func:`nnhal.memory.open_pool`)
+mapped once, on its own duplicate of the descriptor, and checks per
+execution, with two system calls (``fstat``, ``F_GETFL``), that the client's descriptor
+still names the same file with the access it had (a closed descriptor, its
+number reused for another file or for the same file opened read-only, is a
+miss: the memory is opened and validated again, and answers as it would
+have without the cache).  What stays true of a file once checked: its seals (they
+can only be added) and so its extent (sealed against shrinking, it can only
+grow).
+
+Bounds and release: at most :data:`MAX_ENTRIES` memories and
+:data:`MAX_BYTES` bytes per device, least recently used first out;
+:func:`nnhal.memory.free` drops a memory at once.  Input-only pools are
+mapped read-only.  While a memory is kept, the client cannot add
+``F_SEAL_WRITE`` to it (EBUSY: the kernel counts any shared mapping of a
+read-write descriptor as writable); ``F_SEAL_FUTURE_WRITE`` works, and
+freeing the memory first releases it.
+An execution gets a view of its own of the mapping: a memory dropped from
+the cache while an execution reads it stays mapped until that execution
+lets go of it.  Memories that are not sealed are not kept (read and written
+with ``pread`` / ``pwrite`` per execution, as before).  Used for the HAL
+methods called in process; the service and bursts keep memories by slot
+(``nnhal.service.slots``, ``driver/burst.py``)."""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import os
+import threading
+import weakref
+from typing import Any, Optional
+
+from nnhal import hal
+from nnhal import memory as hal_memory
+
+MAX_ENTRIES = 64
+MAX_BYTES = 256 * 1024 * 1024
+
+
+class _Entry:
+    __slots__ = ("ident", "pool", "size")
+
+    def __init__(self, ident: tuple, pool: hal_memory.MappedPool, size: int):
+        self.ident, self.pool, self.size = ident, pool, size
+
+
+class PoolCache:
+    """A device's mapped request memories (thread-safe)."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES):
+        self._max, self._max_bytes = max_entries, max_bytes
+        self._lru: collections.OrderedDict[tuple, _Entry] = collections.OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        _ALL.add(self)
+
+    def lease(self, memory: Any, writable: bool) -> Optional[memoryview]:
+        """A view of ``memory`` mapped (``writable``: it receives outputs), the
+        execution's own, or None when it is not kept here (the caller opens it
+        for this execution, which also reports what is wrong with it)."""
+        if memory.__class__ is not hal.Memory:
+            return None
+        h = memory.handle
+        if h.__class__ is not hal.Handle:
+            return None
+        fds, ints = h.fds, h.ints
+        if fds.__class__ is not list or len(fds) != 1 or ints.__class__ is not list:
+            return None
+        fd, name, size = fds[0], memory.name, memory.size
+        if fd.__class__ is not int or size.__class__ is not int or name.__class__ is not str \
+                or name not in _CACHEABLE or fd < 0:
+            return None
+        try:
+            st = os.fstat(fd)
+            # NOTE: the access mode is the descriptor's, not the file's: the same file reopened
+            # read-only under the same number must not receive outputs through our mapping
+            acc = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+        except OSError:
+            return None  # NOTE: a closed descriptor: the per-execution path answers it
+        if acc != os.O_RDWR and (writable or acc != os.O_RDONLY):
+            return None  # NOTE: the per-execution path says why
+        key = (name, fd, tuple(ints), size, writable)
+        ident = (st.st_dev, st.st_ino)
+        with self._lock:
+            entry = self._lru.get(key)
+            if entry is not None:
+                if entry.ident == ident and not entry.pool.closed:
+                    self._lru.move_to_end(key)
+                    return entry.pool.view[:]
+                self._drop(key)  # NOTE: the number names another file now
+        try:
+            pool = hal_memory.open_pool(memory, writable=writable)
+        except hal_memory.InvalidMemory:
+            return None  # NOTE: opened again by the caller, which reports why
+        if pool.__class__ is not hal_memory.MappedPool:
+            pool.close()  # NOTE: not sealed against shrinking: read and written per execution
+            return None
+        lease = pool.view[:]
+        with self._lock:
+            old = self._lru.pop(key, None)
+            if old is not None:
+                self._release(old)
+            self._lru[key] = _Entry(ident, pool, size)
+            self._bytes += size
+            while len(self._lru) > self._max or self._bytes > self._max_bytes:
+                self._drop(next(iter(self._lru)))
+        return lease
+
+    def forget(self, ident: tuple) -> None:
+        """Drops every memory on the file ``ident`` (st_dev, st_ino)."""
+        with self._lock:
+            for key in [k for k, e in self._lru.items() if e.ident == ident]:
+                self._drop(key)
+
+    def clear(self) -> None:
+        with self._lock:
+            for key in list(self._lru):
+                self._drop(key)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def _drop(self, key: tuple) -> None:  # lock held
+        self._release(self._lru.pop(key))
+
+    def _release(self, entry: _Entry) -> None:  # lock held
+        self._bytes -= entry.size
+        entry.pool.close()  # NOTE: a mapping still viewed by an execution lives until it lets go
+
+
+_CACHEABLE = frozenset({"ashmem", "mmap_fd", "hardware_buffer_blob"})
+_ALL: "weakref.WeakSet[PoolCache]" = weakref.WeakSet()
+
+
+def _freed(memory: hal.Memory) -> None:
+    """nnhal.memory.free's listener: every cache drops the memory's file."""
+    if not _ALL or type(memory) is not hal.Memory or type(memory.handle) is not hal.Handle:
+        return
+    for fd in memory.handle.fds:
+        if type(fd) is not int:
+            continue
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        for cache in list(_ALL):
+            cache.forget((st.st_dev, st.st_ino))
+
+
+hal_memory.on_free(_freed)

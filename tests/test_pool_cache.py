@@ -1,0 +1,218 @@
+"""The device's cache of request memories mapped between in-process
+executions (``nnhal.driver.pool_cache``): reused while the client's
+descriptor names the same file with the same access, opened again (and
+judged as without a cache) otherwise, bounded, dropped on ``memory.free``,
+and never a descriptor of the driver's own at a number a client could name."""
+
+from __future__ import annotations
+
+import gc
+import os
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from nnhal import hal, memory
+from nnhal.driver.device import SampleDevice
+from nnhal.driver.pool_cache import PoolCache
+from nnhal.tools import ipcbench
+
+S = hal.ErrorStatus
+NO = hal.MeasureTiming.NO
+
+
+@pytest.fixture(scope="module")
+def device() -> SampleDevice:
+    return SampleDevice()
+
+
+@pytest.fixture(scope="module")
+def add_pm(device: SampleDevice) -> Any:
+    return ipcbench.prepare(device, ipcbench.add_model())
+
+
+@pytest.fixture
+def pools(device: SampleDevice) -> Iterator[ipcbench.Pools]:
+    device.pool_cache.clear()
+    p = ipcbench.Pools()
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def _run(pm: Any, req: hal.Request) -> hal.ErrorStatus:
+    return pm.executeSynchronously_1_3(req, NO, None, None)[0]
+
+
+def _out(p: ipcbench.Pools) -> np.ndarray:
+    return np.frombuffer(bytes(memory.map(p.out)), np.float32)
+
+
+def test_a_memory_is_mapped_once_and_reused(device: SampleDevice, add_pm: Any, pools: ipcbench.Pools,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[Any] = []
+    real = memory.open_pool
+
+    def counting(m: Any, *a: Any, **k: Any) -> Any:
+        opened.append(m)
+        return real(m, *a, **k)
+
+    monkeypatch.setattr(memory, "open_pool", counting)
+    for _ in range(5):
+        assert _run(add_pm, pools.request) == S.NONE
+        pools.check()
+    assert len(opened) == 2  # the input pool and the output pool, once each
+    assert len(device.pool_cache) == 2
+
+
+def test_input_only_pools_are_mapped_read_only(device: SampleDevice, add_pm: Any, pools: ipcbench.Pools) -> None:
+    assert _run(add_pm, pools.request) == S.NONE
+    fd = pools.inp.handle.fds[0]
+    st = os.fstat(fd)
+    inode = f"{st.st_ino}"
+    perms = {line.split()[1] for line in open("/proc/self/maps") if line.split()[4:5] == [inode]}
+    assert "rw-s" not in perms and "r--s" in perms, perms
+
+
+def test_a_reused_descriptor_number_names_the_new_file(add_pm: Any, pools: ipcbench.Pools) -> None:
+    assert _run(add_pm, pools.request) == S.NONE
+    other = ipcbench.Pools()
+    try:
+        fd = pools.out.handle.fds[0]
+        saved = os.dup(fd)
+        os.dup2(other.out.handle.fds[0], fd)  # the number now names another memory
+        try:
+            view = memory.map(other.out)
+            view[:] = bytes(16)
+            view.release()
+            assert _run(add_pm, pools.request) == S.NONE
+            assert np.array_equal(_out(other), [4, 6, 8, 10])  # written where the number points now
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+    finally:
+        other.close()
+
+
+def test_a_closed_descriptor_is_invalid_argument(add_pm: Any, pools: ipcbench.Pools) -> None:
+    assert _run(add_pm, pools.request) == S.NONE
+    fd = pools.inp.handle.fds[0]
+    saved = os.dup(fd)
+    os.close(fd)
+    try:
+        assert _run(add_pm, pools.request) == S.INVALID_ARGUMENT
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+    assert _run(add_pm, pools.request) == S.NONE
+
+
+def test_an_output_reopened_read_only_is_invalid_argument(add_pm: Any, pools: ipcbench.Pools) -> None:
+    assert _run(add_pm, pools.request) == S.NONE
+    fd = pools.out.handle.fds[0]
+    saved = os.dup(fd)
+    ro = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    os.dup2(ro, fd)
+    os.close(ro)
+    try:
+        assert _run(add_pm, pools.request) == S.INVALID_ARGUMENT
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
+def test_free_drops_the_mapping(device: SampleDevice, add_pm: Any) -> None:
+    device.pool_cache.clear()
+    p = ipcbench.Pools()
+    assert _run(add_pm, p.request) == S.NONE
+    assert len(device.pool_cache) == 2
+    p.close()  # memory.free of both
+    assert len(device.pool_cache) == 0
+
+
+def test_unsealed_memories_are_not_kept(device: SampleDevice, add_pm: Any, tmp_path: Any) -> None:
+    device.pool_cache.clear()
+    path = tmp_path / "pool"
+    path.write_bytes(np.arange(8, dtype=np.float32).tobytes() + bytes(16))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        m = hal.Memory(name="mmap_fd", handle=hal.Handle(fds=[fd], ints=[memory.PROT_READ | memory.PROT_WRITE, 0, 0]),
+                       size=48)
+        req = hal.Request(inputs=[hal.RequestArgument(location=hal.DataLocation(0, 0, 16)),
+                                  hal.RequestArgument(location=hal.DataLocation(0, 16, 16))],
+                          outputs=[hal.RequestArgument(location=hal.DataLocation(0, 32, 16))],
+                          pools=[hal.MemoryPool(hidlMemory=m)])
+        assert _run(add_pm, req) == S.NONE
+        assert len(device.pool_cache) == 0  # a regular file may shrink: read and written per execution
+        assert np.array_equal(np.frombuffer(path.read_bytes()[32:], np.float32), [4, 6, 8, 10])
+    finally:
+        os.close(fd)
+
+
+def test_bounded_by_count_and_bytes() -> None:
+    cache = PoolCache(max_entries=3, max_bytes=1 << 20)
+    mems = [memory.allocate(4096) for _ in range(5)]
+    try:
+        for m in mems:
+            assert cache.lease(m, False) is not None
+        assert len(cache) == 3
+        big = memory.allocate(1 << 20)
+        try:
+            assert cache.lease(big, False) is not None
+            assert cache.nbytes <= 1 << 20 and len(cache) == 1
+        finally:
+            memory.free(big)
+    finally:
+        for m in mems:
+            memory.free(m)
+    assert len(cache) == 0
+
+
+def test_a_view_outlives_its_eviction() -> None:
+    cache = PoolCache(max_entries=1)
+    a, b = memory.allocate(4096), memory.allocate(4096)
+    try:
+        view = cache.lease(a, True)
+        assert view is not None
+        cache.lease(b, True)  # evicts a while an "execution" still holds its view
+        view[:4] = b"abcd"
+        assert bytes(memory.map(a)[:4]) == b"abcd"
+        del view
+        gc.collect()
+    finally:
+        memory.free(a)
+        memory.free(b)
+
+
+def test_mappings_keep_no_descriptor() -> None:
+    """A mapping made for the driver holds no descriptor of its own (Python's mmap would dup
+    the fd to the lowest free number: one a client had just closed)."""
+    cache = PoolCache()
+    m = memory.allocate(4096)
+    try:
+        before = set(os.listdir("/proc/self/fd"))
+        view = cache.lease(m, True)
+        pool = memory.open_pool(m, writable=True)
+        mapped = memory.map(m)
+        after = set(os.listdir("/proc/self/fd"))
+        assert before == after, f"new descriptors {sorted(after - before)}"
+        del view, mapped
+        pool.close()
+    finally:
+        memory.free(m)
+
+
+def test_not_a_plain_memory_is_left_to_the_caller() -> None:
+    cache = PoolCache()
+    m = memory.allocate(64)
+    try:
+        odd = hal.Memory(name=m.name, handle=hal.Handle(fds=(m.handle.fds[0],), ints=[]), size=64)
+        assert cache.lease(odd, False) is None
+        two = hal.Memory(name=m.name, handle=hal.Handle(fds=[m.handle.fds[0]] * 2, ints=[]), size=64)
+        assert cache.lease(two, False) is None
+        assert cache.lease(hal.Memory(name="hardware_buffer", handle=m.handle, size=0), False) is None
+        assert len(cache) == 0
+    finally:
+        memory.free(m)
