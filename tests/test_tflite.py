@@ -213,11 +213,16 @@ def test_cli_bench_model(capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "nnhal sample-all" in out and "LiteRT xnnpack" in out and "LiteRT builtin" in out and "nnhal / LiteRT" in out
-    assert "2 runs each, interleaved in blocks of 2" in out
+    assert "1 rounds of each engine in turn" in out and "nnhal sample-all 2 (2)" in out
     rc = cli.main(["bench", str(model_path("kws_mobilenetv2_int8")), "--runs", "3", "--block", "1",
                    "--baseline", "none"])
     out = capsys.readouterr().out
-    assert rc == 0 and "3 runs each, interleaved in blocks of 1" in out and "nnhal sample-all" in out
+    assert rc == 0 and "3 rounds of each engine in turn" in out and "nnhal sample-all 3 (1)" in out
+    # NOTE: by default, about a second of each engine in blocks of about 50 ms of it
+    rc = cli.main(["bench", str(model_path("kws_mobilenetv2_int8")), "--seconds", "0.2", "--baseline", "none",
+                   "--device", "sample-all"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "4 rounds of each engine in turn" in out
 
 
 def test_demo_trained_models(device, capsys):

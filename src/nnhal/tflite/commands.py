@@ -183,14 +183,18 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
                     help="another device timed on the same models, its ratio to --device printed beside "
                          "(default: sample-all when --device is another one; 'none' for none)")
     ap.add_argument("--threads", type=int, default=1, help="threads for every engine (BLAS for nnhal; default 1)")
-    ap.add_argument("--runs", type=int, default=10, help="timed executions per engine (default 10)")
-    ap.add_argument("--block", type=int, default=5,
-                    help="executions of one engine in a row before the next engine's (default 5; every one "
-                         "timed): a model run repeatedly, as an app does; 1 alternates engines every execution, "
-                         "so each starts with caches the others filled")
+    ap.add_argument("--runs", type=int, default=0,
+                    help="timed executions per engine (default: at least 10, more for fast models, about "
+                         "--seconds of each engine)")
+    ap.add_argument("--seconds", type=float, default=1.0,
+                    help="with the default --runs: about how long each engine runs in all (default 1)")
+    ap.add_argument("--block", type=int, default=0,
+                    help="executions of one engine in a row before the next engine's (every one timed; default: "
+                         "about 50 ms of each engine, at least 1): the model run repeatedly, as TFLite's "
+                         "benchmark_model does; 1 alternates engines every execution, so each starts with caches "
+                         "the others filled")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    args.block = max(1, args.block)
     from nnhal.bench import blas_threads, set_blas_threads
 
     if not set_blas_threads(args.threads):
@@ -228,32 +232,46 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
     except ImportError as e:
         print(f"LiteRT not available: {e}", file=sys.stderr)
     print(f"{Path(path).name}: {summary(io)}")
-    block = min(args.block, max(1, args.runs))
+    # NOTE: a warm-up each, which also sizes each engine's default runs (about --seconds of it) and
+    # blocks (about 50 ms of it): every engine gets the same number of rounds
+    first = {name: max(min(timed(fn, 2, warmup=1)), 1e-6) for name, fn in engines}
+    if args.runs > 0:
+        runs = dict.fromkeys(first, args.runs)
+        rounds = -(-args.runs // args.block) if args.block > 0 else \
+            max(-(-args.runs // max(1, int(0.05 / t))) for t in first.values())
+    else:
+        rounds = max(1, int(args.seconds / 0.05)) if args.block <= 0 else 0
+        runs = {name: max(10, min(20000, int(args.seconds / t))) for name, t in first.items()}
+        if args.block > 0:
+            rounds = max(-(-n // args.block) for n in runs.values())
+    blocks = {name: -(-n // rounds) for name, n in runs.items()}
     print(f"threads {args.threads} (BLAS {blas_threads() or '?'}); load average {os.getloadavg()[0]:.2f}; "
-          f"{args.runs} runs each, interleaved in blocks of {block}")
+          f"{rounds} rounds of each engine in turn; runs (per round): "
+          + ", ".join(f"{name} {runs[name]} ({blocks[name]})" for name, _ in engines))
     res = {}
     # NOTE: interleaved (a block of runs of each engine in turn), so a change of machine load touches
     # every engine alike and the ratios hold on a shared machine; every run of a block is timed
     times: dict[str, list[float]] = {name: [] for name, _ in engines}
-    for _, fn in engines:
-        timed(fn, 0)
-    done = 0
-    while done < args.runs:
-        n = min(block, args.runs - done)
+    for _ in range(rounds):
         for name, fn in engines:
-            times[name] += timed(fn, n, warmup=0)
-        done += n
+            n = min(blocks[name], runs[name] - len(times[name]))
+            if n > 0:
+                times[name] += timed(fn, n, warmup=0)
     for name, _ in engines:
         t = sorted(times[name])
         med, p90 = statistics.median(t), t[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))]
         res[name] = med
-        print(f"  {name:24s} median {med * 1e3:9.2f} ms   p90 {p90 * 1e3:9.2f} ms")
+        print(f"  {name:24s} median {med * 1e3:9.3f} ms   p90 {p90 * 1e3:9.3f} ms")
     for _, s in sessions:
         s.close()
     ours = res[engines[0][0]]
     for name, _ in engines[1:]:
         label = "nnhal" if name.startswith("LiteRT") else f"nnhal {args.device}"
         print(f"  {label} / {name}: {ours / res[name]:.2f}x")
+    if args.device.startswith("litert-") and "LiteRT xnnpack" in res:
+        # NOTE: the same engine on the same graph: the difference is what a HAL execution costs
+        # around it (request read and checked, pools checked, inputs and outputs through shared memory)
+        print(f"  nnhal {args.device} - LiteRT xnnpack: {(ours - res['LiteRT xnnpack']) * 1e6:+.1f} us per execution")
     return 0
 
 
