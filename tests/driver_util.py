@@ -278,3 +278,34 @@ def ms_from_now(ms: float) -> hal.OptionalTimePoint:
 
 
 INT64_MAX = 2**63 - 1
+
+
+def ipc_pools() -> Any:
+    """The one-ADD request of ``nnhal.tools.ipcbench`` (inputs 0..7, output [4, 6, 8, 10]) on
+    fresh memories: a context manager that frees them."""
+    import contextlib
+
+    from nnhal.tools import ipcbench
+
+    @contextlib.contextmanager
+    def made() -> Any:
+        p = ipcbench.Pools()
+        try:
+            yield p
+        finally:
+            p.close()
+
+    return made()
+
+
+def sync_status(pm: Any, req: hal.Request) -> hal.ErrorStatus:
+    """The status of ``executeSynchronously_1_3(req)`` without timing, deadline or loop timeout."""
+    return pm.executeSynchronously_1_3(req, hal.MeasureTiming.NO, None, None)[0]
+
+
+def float_output(memory_: hal.Memory) -> np.ndarray:
+    """A memory's bytes as float32."""
+    from nnhal import memory
+
+    return np.frombuffer(bytes(memory.map(memory_)), np.float32)
+

@@ -17,6 +17,7 @@ from nnhal import hal, memory
 from nnhal.driver import prepared_model
 from nnhal.tools import ipcbench
 from nnhal.validation import request_from_key, request_key, validate_request
+from tests.driver_util import float_output, ipc_pools, sync_status
 
 S = hal.ErrorStatus
 NO = hal.MeasureTiming.NO
@@ -29,19 +30,15 @@ def add_pm() -> Any:
 
 @pytest.fixture
 def pools() -> Iterator[ipcbench.Pools]:
-    p = ipcbench.Pools()
-    try:
+    with ipc_pools() as p:
         yield p
-    finally:
-        p.close()
 
 
-def _run(pm: Any, req: hal.Request) -> hal.ErrorStatus:
-    return pm.executeSynchronously_1_3(req, NO, None, None)[0]
+_run = sync_status
 
 
 def _output(p: ipcbench.Pools) -> np.ndarray:
-    return np.frombuffer(bytes(memory.map(p.out)), np.float32)
+    return float_output(p.out)
 
 
 def test_the_key_is_exact_and_rebuilds_an_equal_unshared_request(pools: ipcbench.Pools) -> None:

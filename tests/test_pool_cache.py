@@ -6,9 +6,10 @@ and never a descriptor of the driver's own at a number a client could name."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from nnhal import hal, memory
 from nnhal.driver.device import SampleDevice
 from nnhal.driver.pool_cache import PoolCache
 from nnhal.tools import ipcbench
+from tests.driver_util import float_output, ipc_pools, sync_status
 
 S = hal.ErrorStatus
 NO = hal.MeasureTiming.NO
@@ -35,19 +37,15 @@ def add_pm(device: SampleDevice) -> Any:
 @pytest.fixture
 def pools(device: SampleDevice) -> Iterator[ipcbench.Pools]:
     device.pool_cache.clear()
-    p = ipcbench.Pools()
-    try:
+    with ipc_pools() as p:
         yield p
-    finally:
-        p.close()
 
 
-def _run(pm: Any, req: hal.Request) -> hal.ErrorStatus:
-    return pm.executeSynchronously_1_3(req, NO, None, None)[0]
+_run = sync_status
 
 
 def _out(p: ipcbench.Pools) -> np.ndarray:
-    return np.frombuffer(bytes(memory.map(p.out)), np.float32)
+    return float_output(p.out)
 
 
 def test_a_memory_is_mapped_once_and_reused(device: SampleDevice, add_pm: Any, pools: ipcbench.Pools,
@@ -76,51 +74,49 @@ def test_input_only_pools_are_mapped_read_only(device: SampleDevice, add_pm: Any
     assert "rw-s" not in perms and "r--s" in perms, perms
 
 
+@contextlib.contextmanager
+def _renumbered(fd: int, replacement: Optional[int]) -> Iterator[None]:
+    """Descriptor number ``fd`` names ``replacement`` (a descriptor; None: nothing, closed) for
+    the block, then its own file again."""
+    saved = os.dup(fd)
+    if replacement is None:
+        os.close(fd)
+    else:
+        os.dup2(replacement, fd)
+    try:
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
 def test_a_reused_descriptor_number_names_the_new_file(add_pm: Any, pools: ipcbench.Pools) -> None:
     assert _run(add_pm, pools.request) == S.NONE
-    other = ipcbench.Pools()
-    try:
-        fd = pools.out.handle.fds[0]
-        saved = os.dup(fd)
-        os.dup2(other.out.handle.fds[0], fd)  # the number now names another memory
-        try:
-            view = memory.map(other.out)
-            view[:] = bytes(16)
-            view.release()
-            assert _run(add_pm, pools.request) == S.NONE
-            assert np.array_equal(_out(other), [4, 6, 8, 10])  # written where the number points now
-        finally:
-            os.dup2(saved, fd)
-            os.close(saved)
-    finally:
-        other.close()
+    with ipc_pools() as other, _renumbered(pools.out.handle.fds[0], other.out.handle.fds[0]):
+        view = memory.map(other.out)
+        view[:] = bytes(16)
+        view.release()
+        assert _run(add_pm, pools.request) == S.NONE
+        assert np.array_equal(_out(other), [4, 6, 8, 10])  # written where the number points now
 
 
 def test_a_closed_descriptor_is_invalid_argument(add_pm: Any, pools: ipcbench.Pools) -> None:
     assert _run(add_pm, pools.request) == S.NONE
-    fd = pools.inp.handle.fds[0]
-    saved = os.dup(fd)
-    os.close(fd)
-    try:
+    with _renumbered(pools.inp.handle.fds[0], None):
         assert _run(add_pm, pools.request) == S.INVALID_ARGUMENT
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
     assert _run(add_pm, pools.request) == S.NONE
 
 
 def test_an_output_reopened_read_only_is_invalid_argument(add_pm: Any, pools: ipcbench.Pools) -> None:
     assert _run(add_pm, pools.request) == S.NONE
     fd = pools.out.handle.fds[0]
-    saved = os.dup(fd)
     ro = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
-    os.dup2(ro, fd)
-    os.close(ro)
     try:
-        assert _run(add_pm, pools.request) == S.INVALID_ARGUMENT
+        with _renumbered(fd, ro):
+            assert _run(add_pm, pools.request) == S.INVALID_ARGUMENT
     finally:
-        os.dup2(saved, fd)
-        os.close(saved)
+        os.close(ro)
+    assert _run(add_pm, pools.request) == S.NONE
 
 
 def test_free_drops_the_mapping(device: SampleDevice, add_pm: Any) -> None:
