@@ -223,6 +223,12 @@ def test_cli_bench_model(capsys):
                    "--device", "sample-all"])
     out = capsys.readouterr().out
     assert rc == 0 and "4 rounds of each engine in turn" in out
+    # NOTE: --floor: LiteRT with only the HAL's data path around it, which nnhal cannot beat
+    rc = cli.main(["bench", str(model_path("vww_mobilenetv1_int8")), "--runs", "30", "--floor", "--baseline", "none",
+                   "--device", "litert-cpu"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "HAL data path floor / LiteRT xnnpack" in out and "nnhal / HAL data path floor" in out
+    assert "us per execution" in out
 
 
 def test_demo_trained_models(device, capsys):
@@ -266,3 +272,19 @@ def test_reshape_to_a_computed_shape(device):
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     out = HalSession(device, model, io).run([x, np.array([3, 2], np.int32)])
     np.testing.assert_array_equal(out[0], x.reshape(3, 2))
+
+
+def test_data_path_floor_computes_the_model():
+    """The bench's floor runs the model for real: its outputs, read back from the pool, are LiteRT's."""
+    from nnhal import tflite
+    from nnhal.tflite.run import DataPathFloor, LiteRT, make_inputs
+
+    path = str(model_path("vww_mobilenetv1_int8"))
+    _, io = tflite.load(path)
+    x = make_inputs(io, seed=3)
+    floor = DataPathFloor(path, x)
+    try:
+        for got, want in zip(floor.run(x), LiteRT(path, kernels="xnnpack").run(x)):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+    finally:
+        floor.close()

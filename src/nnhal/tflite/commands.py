@@ -20,7 +20,17 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from nnhal.tflite.loader import IODescription, UnsupportedModelError, free_model, load
-from nnhal.tflite.run import ExecutionError, HalSession, LiteRT, check_inputs, diff, make_inputs, timed, topk
+from nnhal.tflite.run import (
+    DataPathFloor,
+    ExecutionError,
+    HalSession,
+    LiteRT,
+    check_inputs,
+    diff,
+    make_inputs,
+    timed,
+    topk,
+)
 
 DeviceOf = Callable[[str], Any]
 
@@ -194,6 +204,10 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
                          "benchmark_model does; 1 alternates engines every execution, so each starts with caches "
                          "the others filled")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--floor", action="store_true",
+                    help="also time LiteRT with only what any in-process HAL execution must do around it (the "
+                         "request read by value, the pools checked, inputs and outputs through shared memory): "
+                         "a lower bound for a HAL driver over LiteRT")
     args = ap.parse_args(argv)
     from nnhal.bench import blas_threads, set_blas_threads
 
@@ -224,11 +238,15 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
     finally:
         free_model(model)
     engines: list[tuple[str, Callable[[], Any]]] = [("nnhal " + d, lambda s=s: s.run(x)) for d, s in sessions]
+    floor = None
     try:
         for kind in ("xnnpack", "builtin"):
             lr = LiteRT(path, threads=args.threads, kernels=kind)
             # NOTE: inputs set and outputs copied on every run, as nnhal's run writes and reads its pools
             engines.append((f"LiteRT {kind}", lambda lr=lr: lr.run(x)))
+        if args.floor:
+            floor = DataPathFloor(path, x, threads=args.threads)
+            engines.append(("HAL data path floor", lambda: floor.run(x)))
     except ImportError as e:
         print(f"LiteRT not available: {e}", file=sys.stderr)
     print(f"{Path(path).name}: {summary(io)}")
@@ -264,10 +282,14 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
         print(f"  {name:24s} median {med * 1e3:9.3f} ms   p90 {p90 * 1e3:9.3f} ms")
     for _, s in sessions:
         s.close()
+    if floor is not None:
+        floor.close()
     ours = res[engines[0][0]]
     for name, _ in engines[1:]:
-        label = "nnhal" if name.startswith("LiteRT") else f"nnhal {args.device}"
+        label = f"nnhal {args.device}" if name.startswith("nnhal") else "nnhal"
         print(f"  {label} / {name}: {ours / res[name]:.2f}x")
+    if "HAL data path floor" in res and "LiteRT xnnpack" in res:
+        print(f"  HAL data path floor / LiteRT xnnpack: {res['HAL data path floor'] / res['LiteRT xnnpack']:.2f}x")
     if args.device.startswith("litert-") and "LiteRT xnnpack" in res:
         # NOTE: the same engine on the same graph: the difference is what a HAL execution costs
         # around it (request read and checked, pools checked, inputs and outputs through shared memory)

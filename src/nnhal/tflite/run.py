@@ -70,7 +70,7 @@ def check_inputs(io: IODescription, inputs: Sequence[np.ndarray]) -> list[np.nda
     return res
 
 
-class _Layout:
+class PoolLayout:
     """One shared memory pool holding a run's inputs, then its outputs (each at a
     64-byte aligned offset), mapped once, the request naming them, and numpy
     views of each input's and output's bytes in the mapping."""
@@ -135,10 +135,10 @@ class HalSession:
         self.out_dims = [list(sg.operands[i].dimensions) for i in sg.outputIndexes]
         # NOTE: (the output's own rank: a TFLite scalar is [1] in the HAL model, its dtype)
         self.out_desc = [(bool(d.shape), np.dtype(d.dtype)) for d in io.all_outputs]
-        self._layout: Optional[_Layout] = None
+        self._layout: Optional[PoolLayout] = None
         self._no_deadline, self._no_timeout = hal.OptionalTimePoint(), hal.OptionalTimeoutDuration()
 
-    def _layout_for(self, inputs: Sequence[np.ndarray], dims: Optional[list[list[int]]]) -> _Layout:
+    def _layout_for(self, inputs: Sequence[np.ndarray], dims: Optional[list[list[int]]]) -> PoolLayout:
         lay = self._layout
         shapes = tuple(a.shape for a in inputs)
         if lay is not None and lay.shapes == shapes and (dims is None or dims == lay.out_dims):
@@ -147,7 +147,7 @@ class HalSession:
             batch = int(inputs[0].shape[0]) if inputs and inputs[0].ndim else 1
             dims = [[batch if d == 0 else d for d in ds] for ds in self.out_dims]
         self.close_pools()
-        self._layout = lay = _Layout(inputs, dims, self.out_dtypes)
+        self._layout = lay = PoolLayout(inputs, dims, self.out_dtypes)
         return lay
 
     def close_pools(self) -> None:
@@ -217,6 +217,49 @@ class LiteRT:
 
     def tensor(self, k: int) -> np.ndarray:
         return self.it.get_tensor(k).copy()
+
+
+class DataPathFloor:
+    """LiteRT (XNNPACK) on the original file with the least an in-process
+    HAL execution must do around it, by value and through shared memory, and
+    nothing else: the client writes its inputs into a pool; the request is
+    read (:func:`nnhal.validation.request_key`: every value, as a driver that
+    keeps nothing of the caller's must); each pool's descriptor is checked to
+    be the memory validated before (``fstat``, ``F_GETFL``); the inputs are
+    set from the pool, the outputs written into it, and the client reads them
+    back.  No scheduler, deadline, argument checks or result objects: a lower
+    bound for a HAL driver over the same engine (``nnhal bench --floor``)."""
+
+    def __init__(self, path: str | Path, inputs: Sequence[np.ndarray], threads: int = 1):
+        self.lr = LiteRT(path, threads=threads, kernels="xnnpack")
+        outs = self.lr.run(inputs)
+        self.layout = PoolLayout(inputs, [list(o.shape) for o in outs], [o.dtype for o in outs])
+        self._fds = [p.hidlMemory.handle.fds[0] for p in self.layout.request.pools]
+        self._in = [d["index"] for d in self.lr.inputs]
+        self._out = [d["index"] for d in self.lr.outputs]
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        import fcntl
+        import os
+
+        from nnhal.validation import request_key
+
+        lay, it = self.layout, self.lr.it
+        for dst, a in zip(lay.in_views, inputs):
+            np.copyto(dst, a)
+        request_key(lay.request)
+        for fd in self._fds:
+            os.fstat(fd)
+            fcntl.fcntl(fd, fcntl.F_GETFL)
+        for idx, v in zip(self._in, lay.in_views):
+            it.set_tensor(idx, v)
+        it.invoke()
+        for idx, v in zip(self._out, lay.out_views):
+            np.copyto(v, it.get_tensor(idx))
+        return [v.copy() for v in lay.out_views]
+
+    def close(self) -> None:
+        self.layout.close()
 
 
 @dataclass
