@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -28,26 +29,14 @@ def _us(ns: int) -> int:
     return max(0, ns // 1000)
 
 
+@dataclass
 class Result:
-    """What an execution answers: ``status``, ``outputShapes``, ``timing``
-    (a new ``hal.Timing`` of its own when not given: the caller owns it)."""
-
-    __slots__ = ("status", "outputShapes", "timing")
-
-    def __init__(self, status: hal.ErrorStatus, outputShapes: Optional[list[hal.OutputShape]] = None,
-                 timing: Optional[hal.Timing] = None):
-        self.status = status
-        self.outputShapes = [] if outputShapes is None else outputShapes
-        if timing is None:
-            timing = object.__new__(hal.Timing)  # NOTE: the dataclass's __init__, without its call overhead
-            timing.__dict__ = {"timeOnDevice": hal.UINT64_MAX, "timeInDriver": hal.UINT64_MAX}
-        self.timing = timing
+    status: hal.ErrorStatus
+    outputShapes: list[hal.OutputShape] = field(default_factory=list)
+    timing: hal.Timing = field(default_factory=hal.Timing)
 
     def as_tuple(self) -> tuple:
         return self.status, self.outputShapes, self.timing
-
-    def __repr__(self) -> str:
-        return f"Result({self.status!r}, {self.outputShapes!r}, {self.timing!r})"
 
 
 class RequestPools:
@@ -147,7 +136,7 @@ class RequestPlan:
     structure it validated (``SamplePreparedModel._validated_request``), so
     an execution of a known structure reads nothing twice."""
 
-    __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens", "plain")
+    __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens")
 
     def __init__(self, model: hal.Model, request: hal.Request):
         main = model.main
@@ -170,10 +159,6 @@ class RequestPlan:
         self.omitted = [k for k, a in enumerate(self.outputs) if a[0]]
         self.out_pools = frozenset(a[1] for a in self.outputs if not a[0])
         self.tokens = any(p.hidlMemory is None for p in request.pools)  # driver-managed buffers named
-        # NOTE: the common case, read in one loop: every input has a value of a numeric type
-        # and fits its location: (pool index, offset, shape, dtype, bytes) each; else None
-        self.plain: Optional[list[tuple]] = [(i[0], i[1], i[8], i[6], i[7]) for i in self.inputs] \
-            if all(i is not None and i[6] is not None and not i[9] and i[2] >= i[7] for i in self.inputs) else None
 
 
 class PoolInput:
@@ -198,15 +183,6 @@ class PoolInput:
             view.read_into(self._offset, buf)  # NOTE: pread straight into the buffer
         else:
             buf[:] = view[self._offset: self._offset + self.nbytes]
-
-    def shared(self) -> Optional[np.ndarray]:
-        """The input as an array over the pool's own bytes (a mapped pool), or
-        None (a pool read with ``pread``).  NOTE: for the backend to copy at
-        once: the client owns these bytes, a hostile one may change them."""
-        view = self._view
-        if view.__class__ is not memoryview:
-            return None
-        return np.frombuffer(view, self.dtype, self.nbytes // self.dtype.itemsize, self._offset).reshape(self.shape)
 
     def array(self) -> np.ndarray:
         arr = np.empty(self.nbytes // self.dtype.itemsize, self.dtype)
@@ -260,13 +236,9 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
     # NOTE: a backend that reads its inputs itself (``reads_inputs``) is given PoolInputs: it copies
     # each straight into its own buffer (one copy, no array of ours in between)
     direct = getattr(executor, "reads_inputs", False)
-    plain = plan.plain if not special else None
     try:
         inputs: list[Optional[np.ndarray]] = []
-        if plain is not None and direct:
-            inputs = [PoolInput(views[p], offset, shape, dtype, need)  # type: ignore[misc]
-                      for p, offset, shape, dtype, need in plain]
-        for k, spec in enumerate(plan.inputs if plain is None or not direct else ()):
+        for k, spec in enumerate(plan.inputs):
             if spec is None:
                 inputs.append(None)
                 continue

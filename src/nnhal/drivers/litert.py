@@ -121,10 +121,6 @@ class LiteRTCompiled:
                 for idx, view, x in zip(self._inputs, self._views, inputs):
                     if x.__class__ is np.ndarray:
                         it.set_tensor(idx, x)
-                        continue
-                    shared = x.shared()  # NOTE: a mapped pool: set_tensor copies it in (one copy, no call)
-                    if shared is not None:
-                        it.set_tensor(idx, shared)
                     elif not _read_into_tensor(view, x):
                         it.set_tensor(idx, x.array())
                 it.invoke()
