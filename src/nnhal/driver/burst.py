@@ -168,12 +168,12 @@ class ExecutionBurstServer(hal.IBurstContext):
         hal_memory.free(mem)
 
     def _pool(self, memory: hal.Memory, writable: bool) -> Any:
-        """The open pool of a cached memory (lock held; raises InvalidMemory)."""
+        """The view of a cached memory's open pool (lock held; raises InvalidMemory)."""
         key = (id(memory), writable)
         pool = self._open.get(key)
         if pool is None:
             pool = self._open[key] = hal_memory.open_pool(memory, writable=writable)
-        return pool
+        return pool.view
 
     def _handle(self, raw: bytes) -> tuple:
         if raw == self._last_raw:

@@ -49,12 +49,11 @@ class RequestPools:
 
     def __init__(self, request: hal.Request, buffer_lookup: Any = None, pool_cache: Any = None,
                  out_pools: Optional[frozenset] = None):
-        """``pool_cache(memory, writable)``, when given, opens the shared
-        memories instead and keeps them open across requests (a burst's
-        memories by slot, a device's :class:`~nnhal.driver.pool_cache.PoolCache`)
-        and returns an object with a ``view`` or the view itself; they are not
-        closed with this object; None from it: the memory is opened for this
-        request.
+        """``pool_cache(memory, writable)``, when given, returns the view of a
+        shared memory it keeps open across requests (a burst's memories by
+        slot, the service's by slot, a device's
+        :class:`~nnhal.driver.pool_cache.PoolCache`), not closed with this
+        object; None from it: the memory is opened for this request.
         ``out_pools``: the pools receiving outputs (:class:`RequestPlan`), when known."""
         self.views: list[Optional[memoryview]] = []
         self.buffers: dict[int, buffers.DeviceBuffer] = {}
@@ -84,16 +83,16 @@ class RequestPools:
             else:
                 try:
                     # NOTE: mapped only if sealed against shrinking, else pread/pwrite: no SIGBUS
-                    mp = pool_cache(m, k in out_pools) if pool_cache is not None else None
-                    if mp is None:
+                    view = pool_cache(m, k in out_pools) if pool_cache is not None else None
+                    if view is None:
                         # NOTE: small pools used once are cheaper to pread/pwrite than to map and unmap
                         mp = hal_memory.open_pool(m, writable=k in out_pools, map_min_bytes=hal_memory.MAP_MIN_BYTES)
                         self._maps.append(mp)
+                        view = mp.view
                 except hal_memory.InvalidMemory as e:
                     self.close()
                     raise ValidationError(f"request pool {k}: {e}") from None
-                # NOTE: a cache may give the view itself (the execution's own view of a kept mapping)
-                self.views.append(mp if mp.__class__ is memoryview else mp.view)
+                self.views.append(view)
         if tokens:  # NOTE: without token pools there is no buffer to resolve
             try:
                 self.buffers = buffers.resolve_request(request, buffer_lookup,

@@ -342,13 +342,13 @@ class ServiceSlots:
         return None
 
     def pool(self, memory: hal.Memory, writable: bool) -> Any:
-        """The open pool of a cached memory (a driver's ``pool_cache``);
+        """The view of a cached memory's open pool (a driver's ``pool_cache``);
         raises hal_memory.InvalidMemory as open_pool does."""
         entry = self._by_memory[id(memory)]
         pool = entry.pools.get(writable)
         if pool is None:
             pool = entry.pools[writable] = hal_memory.open_pool(memory, writable=writable)
-        return pool
+        return pool.view
 
     def close(self) -> None:
         entries = list(self._entries.values())
