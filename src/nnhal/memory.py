@@ -60,6 +60,7 @@ from nnhal.hal import Handle, Memory
 
 __all__ = [
     "allocate_filled",
+    "file_ids",
     "on_free",
     "pread_into",
     "AHARDWAREBUFFER_FORMAT_BLOB",
@@ -178,6 +179,22 @@ def allocate(size: int, name: str = "ashmem", *, offset: int = 0) -> Memory:
     if name == "hardware_buffer":
         return allocate_hardware_buffer(size, format=AHARDWAREBUFFER_FORMAT_R8G8B8A8_UNORM)
     raise InvalidMemory(f"unknown memory name {name!r} (known: {', '.join(KNOWN_NAMES)})")
+
+
+def file_ids(memory: Memory) -> tuple[tuple[int, int], ...] | None:
+    """The (st_dev, st_ino) of each of the memory's descriptors: which files it
+    refers to, whatever the descriptors' numbers; None when it has none, or
+    one that is not an open descriptor."""
+    ids = []
+    for fd in memory.handle.fds:
+        if type(fd) is not int:
+            return None
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return None
+        ids.append((st.st_dev, st.st_ino))
+    return tuple(ids) or None
 
 
 def allocate_filled(data: bytes) -> Memory:
@@ -480,11 +497,9 @@ def map_fd(fd: int, length: int, offset: int = 0, writable: bool = True) -> memo
 def sync_view(view: memoryview) -> None:
     """``msync`` the mapping ``view`` was made from by :func:`map_fd` (a
     file-backed memory's bytes written back)."""
-    base = view.obj
-    while base is not None and not isinstance(base, _Mapping):
-        base = getattr(base, "base", None)
-    if base is not None:
-        base.sync()
+    owner = getattr(view.obj, "base", None)  # NOTE: every view of a mapping exports map_fd's array
+    if isinstance(owner, _Mapping):
+        owner.sync()
 
 
 def _mmap(memory: Memory, writable: bool | None,

@@ -6,7 +6,7 @@ per execution: on a VM, five to seven system calls, more than a small
 model's whole execution on a fast engine.  A client runs the same model on
 the same memories again and again, so a device keeps the memories that can
 be mapped without risk (sealed against shrinking, :func:`nnhal.memory.open_pool`)
-mapped once, on its own duplicate of the descriptor, and checks per
+mapped once (the mapping keeps no descriptor: :func:`nnhal.memory.map_fd`), and checks per
 execution, with two system calls (``fstat``, ``F_GETFL``), that the client's descriptor
 still names the same file with the access it had (a closed descriptor, its
 number reused for another file or for the same file opened read-only, is a
@@ -148,15 +148,9 @@ def _freed(memory: hal.Memory) -> None:
     """nnhal.memory.free's listener: every cache drops the memory's file."""
     if not _ALL or type(memory) is not hal.Memory or type(memory.handle) is not hal.Handle:
         return
-    for fd in memory.handle.fds:
-        if type(fd) is not int:
-            continue
-        try:
-            st = os.fstat(fd)
-        except OSError:
-            continue
+    for ident in hal_memory.file_ids(memory) or ():
         for cache in list(_ALL):
-            cache.forget((st.st_dev, st.st_ino))
+            cache.forget(ident)
 
 
 hal_memory.on_free(_freed)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 import weakref
 from typing import Any, Callable, Optional
@@ -57,18 +56,10 @@ _PLACEHOLDER = hal.MemoryPool()  # a pool sent as its slot only: the service put
 def memory_key(memory: hal.Memory) -> Optional[tuple]:
     """What a memory refers to, or None if it cannot be cached (no
     descriptors, or one that is closed or not an int)."""
-    ids = []
-    for fd in memory.handle.fds:
-        if type(fd) is not int:
-            return None
-        try:
-            st = os.fstat(fd)
-        except OSError:
-            return None
-        ids.append((st.st_dev, st.st_ino))
-    if not ids:
+    ids = hal_memory.file_ids(memory)
+    if ids is None:
         return None
-    return memory.name, memory.size, tuple(memory.handle.ints), tuple(ids)
+    return memory.name, memory.size, tuple(memory.handle.ints), ids
 
 
 class MemoryKeys:
