@@ -253,16 +253,14 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
     # NOTE: a warm-up each, which also sizes each engine's default runs (about --seconds of it) and
     # blocks (about 50 ms of it): every engine gets the same number of rounds
     first = {name: max(min(timed(fn, 2, warmup=1)), 1e-6) for name, fn in engines}
-    if args.runs > 0:
-        runs = dict.fromkeys(first, args.runs)
-        rounds = -(-args.runs // args.block) if args.block > 0 else \
-            max(-(-args.runs // max(1, int(0.05 / t))) for t in first.values())
+    runs = {name: args.runs if args.runs > 0 else max(10, min(20000, int(args.seconds / t)))
+            for name, t in first.items()}
+    if args.runs > 0 or args.block > 0:
+        want = {name: args.block if args.block > 0 else max(1, int(0.05 / t)) for name, t in first.items()}
+        rounds = max(-(-runs[name] // want[name]) for name in runs)
     else:
-        rounds = max(1, int(args.seconds / 0.05)) if args.block <= 0 else 0
-        runs = {name: max(10, min(20000, int(args.seconds / t))) for name, t in first.items()}
-        if args.block > 0:
-            rounds = max(-(-n // args.block) for n in runs.values())
-    blocks = {name: -(-n // rounds) for name, n in runs.items()}
+        rounds = max(1, int(args.seconds / 0.05))
+    blocks = {name: -(-n // rounds) for name, n in runs.items()}  # NOTE: spread over the same rounds
     print(f"threads {args.threads} (BLAS {blas_threads() or '?'}); load average {os.getloadavg()[0]:.2f}; "
           f"{rounds} rounds of each engine in turn; runs (per round): "
           + ", ".join(f"{name} {runs[name]} ({blocks[name]})" for name, _ in engines))

@@ -12,7 +12,9 @@ bool inputs fair coin flips.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.tflite.loader import IODescription, TensorDesc
 from nnhal.tflite.schema import interpreter_module
+from nnhal.validation import request_key
 
 _HAL_DTYPES = {hal.OperandType.TENSOR_FLOAT32: np.float32, hal.OperandType.TENSOR_FLOAT16: np.float16,
                hal.OperandType.TENSOR_INT32: np.int32, hal.OperandType.TENSOR_QUANT8_ASYMM: np.uint8,
@@ -239,11 +242,6 @@ class DataPathFloor:
         self._out = [d["index"] for d in self.lr.outputs]
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        import fcntl
-        import os
-
-        from nnhal.validation import request_key
-
         lay, it = self.layout, self.lr.it
         for dst, a in zip(lay.in_views, inputs):
             np.copyto(dst, a)
