@@ -107,18 +107,6 @@ def test_a_closed_descriptor_is_invalid_argument(add_pm: Any, pools: ipcbench.Po
     assert _run(add_pm, pools.request) == S.NONE
 
 
-def test_an_output_reopened_read_only_is_invalid_argument(add_pm: Any, pools: ipcbench.Pools) -> None:
-    assert _run(add_pm, pools.request) == S.NONE
-    fd = pools.out.handle.fds[0]
-    ro = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
-    try:
-        with _renumbered(fd, ro):
-            assert _run(add_pm, pools.request) == S.INVALID_ARGUMENT
-    finally:
-        os.close(ro)
-    assert _run(add_pm, pools.request) == S.NONE
-
-
 def test_free_drops_the_mapping(device: SampleDevice, add_pm: Any) -> None:
     device.pool_cache.clear()
     p = ipcbench.Pools()
