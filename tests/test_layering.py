@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("low", ("nnhal.memory", "nnhal.fence", "nnhal.fmq", "nnhal.burst_packets", "nnhal.spin")),
     ("ops", ("nnhal.ops",)),
     # executor and validation are peers (checked below: neither imports the other)
-    ("executor", ("nnhal.executor", "nnhal.validation")),
+    ("executor", ("nnhal.executor", "nnhal.validation", "nnhal.reference_check")),
     # what driver backends build on: the backend interface, the compilation cache, the
     # capability measurement, and the TFLite flatbuffer tables/lowering the litert backend uses
     ("backend-support", ("nnhal.driver.backend", "nnhal.driver.cache", "nnhal.driver.capabilities",

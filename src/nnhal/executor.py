@@ -214,44 +214,50 @@ class _Run:
         for idx, v in zip(sg.inputIndexes, inputs):
             values[idx] = v
         relaxed = self.executor.relaxed
-        for step in graph.steps:
-            self.check_deadline()
-            op = step.operation
-            ins = []
-            for t in step.inputs:
-                if t.__class__ is not tuple:
-                    ins.append(t)
-                    continue
-                i = t[0]
-                if i not in values:
-                    raise OpExecutionError(f"{step.opdef.name}: input operand {i} has no value")
-                ins.append(Tensor(type=t[1], data=values[i], scale=t[2], zero_point=t[3], channel_quant=t[4]))
-            for n, t in enumerate(ins):
-                if t.data is None and n not in step.opdef.omittable_inputs:
-                    raise _operand_error(step.opdef, f"{step.opdef.name} input {n} (operand {op.inputs[n]}) is "
-                                                     f"required but has no value")
-            if g == 0 and self.omitted and not step.opdef.omittable_inputs and not step.opdef.allow_omitted_outputs:
-                for j, i in enumerate(op.outputs):
-                    if i in self.omitted:
-                        raise _operand_error(step.opdef, f"{step.opdef.name} output {j} (operand {i}) is required "
-                                                         f"but the request omits it")
-            if not step.opdef.allow_zero_sized:
+        try:
+            for step in graph.steps:
+                self.check_deadline()
+                op = step.operation
+                ins = []
+                for t in step.inputs:
+                    if t.__class__ is not tuple:
+                        ins.append(t)
+                        continue
+                    i = t[0]
+                    if i not in values:
+                        raise OpExecutionError(f"{step.opdef.name}: input operand {i} has no value")
+                    ins.append(Tensor(type=t[1], data=values[i], scale=t[2], zero_point=t[3], channel_quant=t[4]))
                 for n, t in enumerate(ins):
-                    if t.data is not None and t.data.ndim and t.data.size == 0:
-                        raise _operand_error(step.opdef, f"{step.opdef.name} does not support zero-sized tensors, "
-                                                         f"but input {n} has shape {list(t.data.shape)}")
-            ctx = ExecContext(type=step.opdef.type, inputs=ins, outputs=step.outputs, relaxed=relaxed,
-                              state=step.state, executor=self)
-            # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
-            # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
-            # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure
-            outs = step.opdef.execute(ctx)
-            if len(outs) != len(op.outputs):
-                raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
-            for j, (i, arr) in enumerate(zip(op.outputs, outs)):
-                values[i] = _check_output(step.opdef, j, step.outputs[j], arr, step.out_dtypes[j])
-            for i in step.release:
-                values.pop(i, None)
+                    if t.data is None and n not in step.opdef.omittable_inputs:
+                        raise _operand_error(step.opdef, f"{step.opdef.name} input {n} (operand {op.inputs[n]}) is "
+                                                         f"required but has no value")
+                if g == 0 and self.omitted and not step.opdef.omittable_inputs and not step.opdef.allow_omitted_outputs:
+                    for j, i in enumerate(op.outputs):
+                        if i in self.omitted:
+                            raise _operand_error(step.opdef, f"{step.opdef.name} output {j} (operand {i}) is required "
+                                                             f"but the request omits it")
+                if not step.opdef.allow_zero_sized:
+                    for n, t in enumerate(ins):
+                        if t.data is not None and t.data.ndim and t.data.size == 0:
+                            raise _operand_error(step.opdef, f"{step.opdef.name} does not support zero-sized tensors, "
+                                                             f"but input {n} has shape {list(t.data.shape)}")
+                ctx = ExecContext(type=step.opdef.type, inputs=ins, outputs=step.outputs, relaxed=relaxed,
+                                  state=step.state, executor=self)
+                # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
+                # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
+                # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure
+                outs = step.opdef.execute(ctx)
+                if len(outs) != len(op.outputs):
+                    raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
+                for j, (i, arr) in enumerate(zip(op.outputs, outs)):
+                    values[i] = _check_output(step.opdef, j, step.outputs[j], arr, step.out_dtypes[j])
+                for i in step.release:
+                    values.pop(i, None)
+        except OpExecutionError as e:
+            # NOTE: where it failed, innermost first ((subgraph, operation) pairs): the shared reference
+            # check (nnhal.reference_check) names the main operation; nothing is spent on the path that does not fail
+            e.__dict__.setdefault("failed_at", []).append((g, graph.steps.index(step)))
+            raise
         result = []
         for i in sg.outputIndexes:
             if i not in values or values[i] is None:

@@ -14,6 +14,8 @@ which only says
   operation of a model the shared validation accepted
   (``getSupportedOperations_1_3``; the front end logs every reason for a false);
 * how it compiles and runs: :meth:`Backend.compile` turns the validated model
+  (one the reference does not reject at every execution: the front end runs
+  :func:`nnhal.reference_check.reference_rejection` first)
   and its constant pools into a :class:`Compiled` whose ``run`` computes the
   outputs of one execution (the front end reads the inputs from the request
   pools and writes the outputs back);
@@ -60,6 +62,11 @@ class Backend:
     version_string: str = "nnhal backend"
     device_type: hal.DeviceType = hal.DeviceType.CPU
     caching: bool = False  # NOTE: True only with cache_encode / cache_load implemented
+    # The front end runs the reference's execution-time checks before compile
+    # (nnhal.reference_check): a model the reference rejects at every execution
+    # is never compiled, its executions are the reference's.  False only for the
+    # reference itself (it fails such executions on its own).
+    reference_checked: bool = True
 
     def capabilities(self) -> hal.Capabilities:
         """The measured ``Capabilities`` (called once per device, lazily)."""

@@ -69,10 +69,14 @@ class LiteRTCompiled:
     # read straight into the interpreter's input tensor (one copy, pread into the tensor's memory)
     reads_inputs = True
 
-    def __init__(self, flatbuffer: bytes, num_threads: int, builtin_only: bool):
+    def __init__(self, flatbuffer: bytes, num_threads: int, builtin_only: bool,
+                 omitted_values: Sequence[Optional[np.ndarray]] = ()):
+        """``omitted_values``: per graph input, what the HAL gives it when a request omits it
+        (``nnhal.tflite.lower.omitted_input_values``), None where the execution must fail."""
         from ai_edge_litert import interpreter as lrt
 
         self.flatbuffer = flatbuffer
+        self.omitted_values = list(omitted_values)
         self.builtin_only = builtin_only
         try:
             self._it = self._interpreter(lrt, num_threads, builtin_only)
@@ -93,6 +97,13 @@ class LiteRTCompiled:
         self._views = [self._it.tensor(idx) for idx in self._inputs]  # NOTE: functions: safe to keep
         self._lock = threading.Lock()
 
+    def _omitted(self, k: int) -> np.ndarray:
+        v = self.omitted_values[k] if k < len(self.omitted_values) else None
+        if v is None:
+            raise OpExecutionError(f"model input {k} is omitted and the lowered graph needs its value "
+                                   f"(LiteRT graph inputs always have one)")
+        return v
+
     def _interpreter(self, lrt: Any, num_threads: int, builtin_only: bool) -> Any:
         kind = lrt.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_only else lrt.OpResolverType.AUTO
         it = lrt.Interpreter(model_content=self.flatbuffer, num_threads=num_threads,
@@ -104,8 +115,9 @@ class LiteRTCompiled:
             loop_timeout_ns: int = 0, omitted: Sequence[int] = ()) -> list[np.ndarray]:
         try:
             shapes = [x.shape for x in inputs]  # NOTE: numpy shapes are tuples of ints
-        except AttributeError:  # None
-            raise OpExecutionError("an omitted model input (LiteRT graph inputs always have a value)") from None
+        except AttributeError:  # None: an omitted input
+            inputs = [self._omitted(k) if x is None else x for k, x in enumerate(inputs)]
+            shapes = [x.shape for x in inputs]
         if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
             raise DeadlineMissed("the deadline passed before the execution started")
         with self._lock:
@@ -197,7 +209,7 @@ class LiteRTBackend(Backend):
             fb = lower.lower(model, pool_views)
         except lower.Unsupported as e:
             raise OpExecutionError(f"cannot lower the model: {e}") from None
-        return LiteRTCompiled(fb, self.num_threads, _needs_builtin(model))
+        return LiteRTCompiled(fb, self.num_threads, _needs_builtin(model), lower.omitted_input_values(model))
 
     def cache_encode(self, model: hal.Model, pool_views: list, compiled: Any, hal_version: int, priority: int,
                      key: bytes, token: bytes) -> tuple[bytes, list, int]:
@@ -211,7 +223,10 @@ class LiteRTBackend(Backend):
 
         r = driver_cache.load_opaque(model_fd, data_fd, key, self.version_string, token)
         # NOTE: the interpreter is rebuilt from the authenticated flatbuffer: no lowering, no validation
-        compiled = LiteRTCompiled(r.data, self.num_threads, _needs_builtin(r.model))
+        from nnhal.tflite import lower
+
+        compiled = LiteRTCompiled(r.data, self.num_threads, _needs_builtin(r.model),
+                                  lower.omitted_input_values(r.model))
         return driver_cache.Restored(r.model, [], compiled, r.hal_version, r.priority)
 
 

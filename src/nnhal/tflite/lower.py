@@ -1119,6 +1119,26 @@ def _check(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> None:
             raise Unsupported("IF: a branch taking other inputs than the IF passes")
 
 
+def omitted_input_values(model: hal.Model) -> list[Optional[np.ndarray]]:
+    """Per main input of a lowered model: the value the HAL gives it when a request omits it
+    (``hasNoValue``) and the lowered graph needs one, or None (the execution then fails, as the
+    reference's does).  TRANSPOSE's permutation, when every use of the input is one: omitted, the
+    axes reversed (the HAL's optional ``perm``; TFLite's TRANSPOSE needs it as a tensor)."""
+    main = model.main
+    uses: dict[int, list[tuple[hal.Operation, int]]] = {}
+    for op in main.operations:
+        for k, i in enumerate(op.inputs):
+            uses.setdefault(i, []).append((op, k))
+    out: list[Optional[np.ndarray]] = []
+    for i in main.inputIndexes:
+        u = uses.get(i, [])
+        ranks = {len(main.operands[op.inputs[0]].dimensions) for op, _ in u}
+        perm_only = bool(u) and all(op.type == Op.TRANSPOSE and k == 1 for op, k in u) and len(ranks) == 1
+        rank = next(iter(ranks)) if perm_only else 0
+        out.append(np.arange(rank - 1, -1, -1, dtype=np.int32) if rank else None)
+    return out
+
+
 def lower(model: hal.Model, pools: Sequence[Any]) -> bytes:
     """The TFLite flatbuffer of a validated HAL model whose main subgraph's
     operations all pass :func:`check_operation`; Unsupported otherwise."""
