@@ -253,9 +253,10 @@ class _Run:
                     values[i] = _check_output(step.opdef, j, step.outputs[j], arr, step.out_dtypes[j])
                 for i in step.release:
                     values.pop(i, None)
-        except OpExecutionError as e:
+        except Exception as e:
             # NOTE: where it failed, innermost first ((subgraph, operation) pairs): the shared reference
-            # check (nnhal.reference_check) names the main operation; nothing is spent on the path that does not fail
+            # check (nnhal.reference_check) names the main operation; nothing is spent on the path that
+            # does not fail
             e.__dict__.setdefault("failed_at", []).append((g, graph.steps.index(step)))
             raise
         result = []

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -57,13 +57,14 @@ Op = hal.OperationType
 PARAMETER_TYPES = frozenset({T.INT32, T.UINT32, T.FLOAT32, T.FLOAT16, T.BOOL, T.TENSOR_INT32, T.TENSOR_BOOL8,
                              T.SUBGRAPH})
 # operations whose output shapes or failures depend on the values of their data tensors
+# (IF: unless its branches' operations are certain given what it passes them)
 VALUE_DEPENDENT = frozenset({Op.IF, Op.WHILE, Op.BOX_WITH_NMS_LIMIT, Op.GENERATE_PROPOSALS,
                              Op.DETECTION_POSTPROCESSING, Op.ROI_ALIGN, Op.ROI_POOLING,
-                             Op.AXIS_ALIGNED_BBOX_TRANSFORM, Op.HEATMAP_MAX_KEYPOINT, Op.HASHTABLE_LOOKUP,
-                             Op.EMBEDDING_LOOKUP, Op.LSH_PROJECTION, Op.RANDOM_MULTINOMIAL})
+                             Op.AXIS_ALIGNED_BBOX_TRANSFORM, Op.HEATMAP_MAX_KEYPOINT})
 # a WHILE of the dry run that has not ended by then is not judged (its failure would depend on the loop)
 DRY_RUN_LOOP_TIMEOUT_NS = 100_000_000
 _CONST = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.SUBGRAPH, L.NO_VALUE)
+_MAX_DEPTH = 16
 
 
 @dataclass
@@ -82,14 +83,26 @@ def _fully_specified(o: hal.Operand) -> bool:
     return (bool(o.dimensions) or not is_tensor) and all(int(d) > 0 for d in o.dimensions)
 
 
-def certain_operations(model: hal.Model) -> list[bool]:
+def certain_operations(model: hal.Model, at_execution: bool = False) -> list[bool]:
     """Per main operation: whether the reference's verdict on it, from a run on
-    inputs of the declared shapes, holds for every request (module docstring)."""
+    inputs of the declared shapes, holds for every request (module docstring).
+    ``at_execution``: from a run on the request's input shapes, parameter-like
+    input values and omissions (its data values zeros) instead, whether it
+    holds for every request with those."""
     sg = model.main
+    values = [at_execution and sg.operands[i].type in PARAMETER_TYPES for i in sg.inputIndexes]
+    shapes = [at_execution or _fully_specified(sg.operands[i]) for i in sg.inputIndexes]
+    return _certain(model, sg, values, shapes, omissible=not at_execution, depth=0)
+
+
+def _certain(model: hal.Model, sg: hal.Subgraph, input_values: list[bool], input_shapes: list[bool],
+             omissible: bool, depth: int) -> list[bool]:
+    """certain_operations of one subgraph, given which of its inputs have values / shapes fixed."""
     value_fixed = [o.lifetime in _CONST for o in sg.operands]
-    shape_fixed = [o.lifetime in _CONST or (o.lifetime == L.SUBGRAPH_INPUT and _fully_specified(o))
-                   for o in sg.operands]
-    inputs = set(sg.inputIndexes)
+    shape_fixed = list(value_fixed)
+    for k, i in enumerate(sg.inputIndexes):
+        value_fixed[i], shape_fixed[i] = input_values[k], input_shapes[k]
+    inputs = set(sg.inputIndexes) if omissible else set()  # NOTE: inputs a request may omit
     out = []
     for op in sg.operations:
         opdef = registry.find(op.type)
@@ -97,9 +110,16 @@ def certain_operations(model: hal.Model) -> list[bool]:
         all_values = all(value_fixed[i] for i in op.inputs)
         params = all(value_fixed[i] for i in op.inputs if sg.operands[i].type in PARAMETER_TYPES)
         shapes = all(shape_fixed[i] for i in op.inputs)
-        omissible = any(i in inputs for k, i in enumerate(op.inputs) if k in omittable)
-        certain = opdef is not None and not omissible and (
+        certain = opdef is not None and not any(i in inputs for k, i in enumerate(op.inputs) if k in omittable) and (
             all_values or (shapes and params and op.type not in VALUE_DEPENDENT))
+        if not certain and op.type == Op.IF and opdef is not None and shapes and params and depth < _MAX_DEPTH:
+            # NOTE: the condition is known: each branch is certain when all its operations are, given the
+            # values and shapes the IF passes it
+            passed = op.inputs[3:]
+            certain = all(all(_certain(model, model.referenced[int(sg.operands[b].location.offset)],
+                                       [value_fixed[i] for i in passed], [shape_fixed[i] for i in passed],
+                                       omissible=False, depth=depth + 1))
+                          for b in op.inputs[1:3] if sg.operands[b].lifetime == L.SUBGRAPH)
         out.append(certain)
         for i in op.outputs:
             value_fixed[i] = all_values
@@ -119,6 +139,36 @@ def dry_run_inputs(model: hal.Model) -> Optional[list[np.ndarray]]:
     return xs
 
 
+def _rejection(model: hal.Model, executor: Executor, xs: Sequence[Optional[np.ndarray]], certain: list[bool],
+               deadline_ns: Optional[int]) -> Optional[Rejection]:
+    """Runs the reference on ``xs``: the main operation it rejects, if ``certain`` says the failure holds."""
+    try:
+        executor.run(xs, deadline_ns, DRY_RUN_LOOP_TIMEOUT_NS)
+    except DeadlineMissed:
+        if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+            raise
+        return None  # NOTE: the dry run's loop timeout: a WHILE whose verdict depends on its loop
+    except Exception as e:  # noqa: BLE001
+        # NOTE: OpExecutionError, or a reference kernel crashing (a bug: the reference's executions answer
+        # GENERAL_FAILURE for it all the same, at the HAL boundary)
+        main = [k for g, k in getattr(e, "failed_at", ()) if g == 0]
+        if not main:
+            log.debug("reference check: the dry run failed outside any operation", exc_info=True)
+            return None
+        k = main[-1]
+        if not certain[k]:
+            log.debug("reference check: operation %d fails on zeros (%s), but that may depend on the request", k, e)
+            return None
+        if not isinstance(e, OpExecutionError):
+            log.error("reference check: the reference crashed at operation %d", k, exc_info=True)
+        return Rejection(k, str(e) if isinstance(e, OpExecutionError) else f"{type(e).__name__}: {e}", executor)
+    return None
+
+
+def _checkable(model: hal.Model) -> bool:
+    return all(registry.find(op.type) is not None for sg in (model.main, *model.referenced) for op in sg.operations)
+
+
 def reference_rejection(model: hal.Model, pool_views: Sequence[Any],
                         deadline_ns: Optional[int] = None) -> Optional[Rejection]:
     """The main operation the reference rejects at every execution of the
@@ -128,28 +178,112 @@ def reference_rejection(model: hal.Model, pool_views: Sequence[Any],
     Raises what the reference's own preparation raises (OpExecutionError: the
     reference fails the preparation), and DeadlineMissed when ``deadline_ns``
     passes."""
-    if any(registry.find(op.type) is None for sg in (model.main, *model.referenced) for op in sg.operations):
+    if not _checkable(model):
         return None  # NOTE: not the reference's (OEM / extension): nothing it could say
     xs = dry_run_inputs(model)
     if xs is None:
         return None
     executor = Executor(model, pool_views)  # NOTE: the reference's prepare steps, as sample-all's compile
-    try:
-        executor.run(xs, deadline_ns, DRY_RUN_LOOP_TIMEOUT_NS)
-    except DeadlineMissed:
-        if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
-            raise
-        return None  # NOTE: the dry run's loop timeout: a WHILE whose verdict depends on its loop
-    except OpExecutionError as e:
-        main = [k for g, k in getattr(e, "failed_at", ()) if g == 0]
-        if not main:
-            return None
-        k = main[-1]
-        if not certain_operations(model)[k]:
-            log.debug("reference check: operation %d fails on zeros (%s), but that may depend on the request", k, e)
-            return None
-        return Rejection(k, str(e), executor)
-    except Exception:  # noqa: BLE001  # NOTE: a reference kernel crashing on zeros: no verdict from it
-        log.debug("reference check: the dry run raised", exc_info=True)
+    return _rejection(model, executor, xs, certain_operations(model), deadline_ns)
+
+
+def _array(x: Any) -> Optional[np.ndarray]:
+    return x if x is None or x.__class__ is np.ndarray else x.array()  # NOTE: a PoolInput reads its bytes
+
+
+class Gate:
+    """The reference's checks at execution, for a model whose verdict the
+    preparation could not settle (input shapes, parameter-like inputs or
+    omissions given by the request): each execution's inputs make a key (the
+    shapes, omissions and parameter-like values); the first execution with a
+    key runs the reference on them (data values zeros), later ones look the
+    verdict up.  Verdicts of other data values are no concern: the operations
+    whose verdict depends on them are not certain, and :func:`execution_gate`
+    makes no Gate for a model with such an operation."""
+
+    MAX_KEYS = 64
+
+    def __init__(self, model: hal.Model, pool_views: Sequence[Any]):
+        self.model = model
+        self.views = pool_views  # NOTE: the prepared model's pools: alive as long as it
+        main = model.main
+        self.params = frozenset(k for k, i in enumerate(main.inputIndexes)
+                                if main.operands[i].type in PARAMETER_TYPES)
+        self.certain = certain_operations(model, at_execution=True)
+        self.verdicts: dict[tuple, Optional[Rejection]] = {}
+        self._executor: Optional[Executor] = None
+
+    def check(self, inputs: Sequence[Any], deadline_ns: Optional[int] = None) -> Optional[Rejection]:
+        key = tuple(None if x is None else (x.shape, _array(x).tobytes() if k in self.params else b"")
+                    for k, x in enumerate(inputs))
+        try:
+            return self.verdicts[key]
+        except KeyError:
+            pass
+        if self._executor is None:
+            self._executor = Executor(self.model, self.views)
+        xs = [None if x is None else _array(x) if k in self.params else np.zeros(x.shape, x.dtype)
+              for k, x in enumerate(inputs)]
+        verdict = _rejection(self.model, self._executor, xs, self.certain, deadline_ns)
+        if len(self.verdicts) >= self.MAX_KEYS:
+            self.verdicts.clear()
+        self.verdicts[key] = verdict
+        return verdict
+
+
+class GatedCompiled:
+    """A backend's compiled model behind a :class:`Gate`: an execution the
+    reference rejects is the reference's (which fails it with its status)."""
+
+    def __init__(self, inner: Any, gate: Gate):
+        self.inner = inner
+        self.gate = gate
+        self.reads_inputs = getattr(inner, "reads_inputs", False)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # NOTE: the backend's own attributes (flatbuffer...)
+
+    def run(self, inputs: Sequence[Any], deadline_ns: Optional[int] = None,
+            loop_timeout_ns: int = hal.LoopTimeoutDurationNs.DEFAULT, omitted: Sequence[int] = ()) -> list:
+        rejection = self.gate.check(inputs, deadline_ns)
+        if rejection is not None:
+            return rejection.executor.run([_array(x) for x in inputs], deadline_ns, loop_timeout_ns, omitted)
+        return self.inner.run(inputs, deadline_ns, loop_timeout_ns, omitted)
+
+
+def execution_gate(model: hal.Model, pool_views: Sequence[Any]) -> Optional[Gate]:
+    """A :class:`Gate` for a validated model the preparation's check
+    (:func:`reference_rejection`) accepted, None when its verdict holds for
+    every request.  Raises Unchecked when the reference's verdict on some
+    operation could depend on data values no key holds (a parameter computed
+    from data)."""
+    if not _checkable(model) or (dry_run_inputs(model) is not None and all(certain_operations(model))):
         return None
-    return None
+    if not all(certain_operations(model, at_execution=True)):
+        bad = certain_operations(model, at_execution=True).index(False)
+        raise Unchecked(f"operation {bad} ({hal.OperationType(model.main.operations[bad].type).name}): the "
+                        f"reference's checks depend on data values (a shape or parameter computed from data)")
+    return Gate(model, pool_views)
+
+
+class Unchecked(Exception):
+    """The reference's verdict on a model cannot be known before its data is."""
+
+
+def held_to_reference(model: hal.Model, pool_views: Sequence[Any], deadline_ns: Optional[int],
+                      compile: Callable[[], Any]) -> tuple[Any, bool]:
+    """(what executes the validated ``model``, whether a compilation cache may
+    keep it): the reference's prepared executor when the reference rejects
+    every execution (:func:`reference_rejection`), else ``compile()``'s result,
+    behind a :class:`Gate` when the request decides the reference's verdict.
+    Raises what the reference's preparation raises, DeadlineMissed, and
+    Unchecked (module docstring); the front end answers GENERAL_FAILURE /
+    MISSED_DEADLINE_* for them."""
+    rejection = reference_rejection(model, pool_views, deadline_ns)
+    if rejection is not None:
+        log.info("the reference rejects every execution at operation %d (%s): executions are the reference's",
+                 rejection.operation, rejection.message)
+        return rejection.executor, False
+    gate = execution_gate(model, pool_views)
+    compiled = compile()
+    return (compiled, True) if gate is None else (GatedCompiled(compiled, gate), False)

@@ -27,7 +27,7 @@ from nnhal.executor import DeadlineMissed
 from nnhal.hal import HalVersion
 from nnhal.ops import deadline as op_deadline
 from nnhal.ops.base import OpExecutionError
-from nnhal.reference_check import reference_rejection
+from nnhal.reference_check import Unchecked, held_to_reference
 from nnhal.validation import (
     ValidationError,
     own_copy,
@@ -277,26 +277,25 @@ class SampleDevice(hal.IDevice):
             if deadline_passed(dl):
                 fail(S.MISSED_DEADLINE_PERSISTENT)
                 return
-            rejection = None
             try:
                 with op_deadline.scope(dl):  # NOTE: polled between operations' prepare steps
                     views = [p.view for p in pools]
                     if self.backend.reference_checked:
-                        # NOTE: never accept what the reference rejects: its execution-time shape checks,
-                        # once, before the backend sees the model (nnhal.reference_check)
-                        rejection = reference_rejection(model13, views, dl)
-                    if rejection is not None:
-                        log.info("prepareModel: the reference rejects every execution at operation %d (%s): "
-                                 "executions are the reference's", rejection.operation, rejection.message)
-                        executor = rejection.executor
+                        # NOTE: never accept what the reference rejects (nnhal.reference_check)
+                        executor, cacheable = held_to_reference(
+                            model13, views, dl, lambda: self.backend.compile(model13, views, dl))
                     else:
-                        executor = self.backend.compile(model13, views, dl)
+                        executor, cacheable = self.backend.compile(model13, views, dl), True
             except DeadlineMissed:
                 log.error("prepareModel: the deadline passed during the preparation")
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
                 return
             except OpExecutionError as e:
                 log.error("prepareModel: %s", e)
+                fail(S.GENERAL_FAILURE)
+                return
+            except Unchecked as e:
+                log.error("prepareModel: the backend cannot be held to the reference's checks: %s", e)
                 fail(S.GENERAL_FAILURE)
                 return
             except Exception:
@@ -308,8 +307,10 @@ class SampleDevice(hal.IDevice):
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
                 return
             prepared = SamplePreparedModel(self, model13, pools, executor, int(version), priority=int(priority))
-            if save_to is not None and rejection is not None:
-                log.info("prepareModel: not saving to the compilation cache a model the reference rejects")
+            if save_to is not None and not cacheable:
+                # NOTE: the reference's checks need the model's constants, which a backend's cache need not keep
+                log.info("prepareModel: not saving to the compilation cache a model the reference rejects or "
+                         "checks at execution")
                 save_to.close()
             elif save_to is not None:
                 self.save_to_cache(prepared, save_to)

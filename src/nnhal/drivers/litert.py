@@ -70,9 +70,10 @@ class LiteRTCompiled:
     reads_inputs = True
 
     def __init__(self, flatbuffer: bytes, num_threads: int, builtin_only: bool,
-                 omitted_values: Sequence[Optional[np.ndarray]] = ()):
+                 omitted_values: Sequence[Optional[np.ndarray]] = (), output_dims: Sequence[Sequence[int]] = ()):
         """``omitted_values``: per graph input, what the HAL gives it when a request omits it
-        (``nnhal.tflite.lower.omitted_input_values``), None where the execution must fail."""
+        (``nnhal.tflite.lower.omitted_input_values``), None where the execution must fail;
+        ``output_dims``: the model's output dimensions (0: any), which LiteRT's outputs must have."""
         from ai_edge_litert import interpreter as lrt
 
         self.flatbuffer = flatbuffer
@@ -94,8 +95,19 @@ class LiteRTCompiled:
         self._inputs = [d["index"] for d in self._it.get_input_details()]
         self._outputs = [d["index"] for d in self._it.get_output_details()]
         self._shapes = [tuple(int(n) for n in d["shape"]) for d in self._it.get_input_details()]
+        self.output_dims = [tuple(int(d) for d in dims) for dims in output_dims]
+        self._outputs_checked = False  # NOTE: output shapes follow the input shapes: checked once per resize
         self._views = [self._it.tensor(idx) for idx in self._inputs]  # NOTE: functions: safe to keep
         self._lock = threading.Lock()
+
+    def _check_output_shapes(self, outs: list[np.ndarray]) -> None:
+        # NOTE: a shape the model contradicts is never a HAL result (found by nnhal.tools.status_diff:
+        # XNNPACK's TRANSPOSE_CONV made another output shape where the builtin kernel refused the model)
+        for k, (o, dims) in enumerate(zip(outs, self.output_dims)):
+            if dims and (o.ndim != len(dims) or any(d and d != n for d, n in zip(dims, o.shape))):
+                raise OpExecutionError(f"LiteRT made output {k} of shape {list(o.shape)}, which the model's "
+                                       f"dimensions {list(dims)} contradict")
+        self._outputs_checked = True
 
     def _omitted(self, k: int) -> np.ndarray:
         v = self.omitted_values[k] if k < len(self.omitted_values) else None
@@ -130,6 +142,7 @@ class LiteRTCompiled:
                         it.resize_tensor_input(idx, list(s), strict=False)
                     it.allocate_tensors()
                     self._shapes = shapes
+                    self._outputs_checked = False
                 for idx, view, x in zip(self._inputs, self._views, inputs):
                     if x.__class__ is np.ndarray:
                         it.set_tensor(idx, x)
@@ -138,6 +151,8 @@ class LiteRTCompiled:
                 it.invoke()
                 # NOTE: get_tensor copies; a TFLite scalar (a reduction to nothing) is the HAL's [1]
                 outs = [o.reshape(1) if o.ndim == 0 else o for o in (it.get_tensor(idx) for idx in self._outputs)]
+                if not self._outputs_checked:
+                    self._check_output_shapes(outs)
             except InvalidMemory:
                 raise  # NOTE: a request pool that cannot be read: the front end answers INVALID_ARGUMENT
             except (ValueError, RuntimeError) as e:
@@ -209,7 +224,8 @@ class LiteRTBackend(Backend):
             fb = lower.lower(model, pool_views)
         except lower.Unsupported as e:
             raise OpExecutionError(f"cannot lower the model: {e}") from None
-        return LiteRTCompiled(fb, self.num_threads, _needs_builtin(model), lower.omitted_input_values(model))
+        return LiteRTCompiled(fb, self.num_threads, _needs_builtin(model), lower.omitted_input_values(model),
+                              _output_dims(model))
 
     def cache_encode(self, model: hal.Model, pool_views: list, compiled: Any, hal_version: int, priority: int,
                      key: bytes, token: bytes) -> tuple[bytes, list, int]:
@@ -226,8 +242,12 @@ class LiteRTBackend(Backend):
         from nnhal.tflite import lower
 
         compiled = LiteRTCompiled(r.data, self.num_threads, _needs_builtin(r.model),
-                                  lower.omitted_input_values(r.model))
+                                  lower.omitted_input_values(r.model), _output_dims(r.model))
         return driver_cache.Restored(r.model, [], compiled, r.hal_version, r.priority)
+
+
+def _output_dims(model: hal.Model) -> list[list[int]]:
+    return [list(model.main.operands[i].dimensions) for i in model.main.outputIndexes]
 
 
 def _needs_builtin(model: hal.Model) -> bool:

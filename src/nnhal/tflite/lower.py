@@ -857,6 +857,11 @@ def _tconv_same_head(out: int, stride: int, k: int) -> int:
     return max(total, 0) // 2
 
 
+def _tconv_input_size(out: int, stride: int, k: int, tfl_padding: int) -> int:
+    """The input size TFLite's TRANSPOSE_CONV derives from its output size (it must be the input's)."""
+    return (out + stride - 1) // stride if tfl_padding == 1 else (out + stride - k) // stride
+
+
 def _transpose_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
     """TRANSPOSE_CONV_2D (NHWC) in TFLite's form: a constant output shape and SAME / VALID whose
     head padding (the only one the kernels use; the output shape crops the tail) is the HAL's."""
@@ -899,6 +904,12 @@ def _transpose_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
         tfl, crop, (oh, ow) = 2, (pt, pl, oh, ow), ((h - 1) * sh + kh, (w - 1) * sw + kw)
     else:
         raise Unsupported(f"TRANSPOSE_CONV_2D padding {[pl, pr, pt, pb]} (negative) has no TFLite form")
+    if crop is None and (_tconv_input_size(ow, sw, kw, tfl) != w or _tconv_input_size(oh, sh, kh, tfl) != h):
+        # NOTE: an output size TFLite's kernel would not derive the input size back from (found by
+        # nnhal.tools.status_diff: a tail padding of 1 with stride 2; XNNPACK then made another shape)
+        if min(pl, pr, pt, pb) < 0:
+            raise Unsupported(f"TRANSPOSE_CONV_2D padding {[pl, pr, pt, pb]} (negative) has no TFLite form")
+        tfl, crop, (oh, ow) = 2, (pt, pl, oh, ow), ((h - 1) * sh + kh, (w - 1) * sw + kw)
     full = ctx.temp(op.outputs[0], [n, oh, ow, cout]) if crop else op.outputs[0]
     y = _op(Op.TRANSPOSE_CONV_2D, ins[:3] + [ctx.constant([n, oh, ow, cout]), ctx.constant(tfl, T.INT32),
                                              ctx.constant(sw, T.INT32), ctx.constant(sh, T.INT32), act,
@@ -1013,6 +1024,8 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
                 v = bool(v)
             else:
                 v = int(v)
+                if t == Op.MEAN and a.name == "keepDims":
+                    v = v > 0  # NOTE: MEAN's keep_dims is an INT32, "if positive" (found by status_diff: 2 failed)
             args.append(("option", a.name, v))
         elif a.kind == "derived":
             if a.name in ("bias", "reshape_shape") or a.name.startswith(("int32_const", "int32_tensor")):
@@ -1049,6 +1062,9 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if parts is not None:
         args = [e for e in args if e[0] != "const_tensor_parts"] + [("const_tensor", 1, [parts["out_h"],
                                                                                         parts["out_w"]])]
+    if t == Op.LOCAL_RESPONSE_NORMALIZATION and next(v for kind, name, v in args if name == "radius") < 0:
+        # NOTE: found by nnhal.tools.status_diff: LiteRT's kernel corrupts memory (the reference sums nothing)
+        raise Unsupported("LOCAL_RESPONSE_NORMALIZATION with a negative radius (LiteRT's kernel is unsafe there)")
     if t == Op.BATCH_TO_SPACE_ND:
         args.append(("const_tensor", 2, np.zeros((2, 2), np.int32)))  # NOTE: NNAPI's crops are always zero
     if t == Op.DEPTHWISE_CONV_2D:

@@ -110,33 +110,41 @@ def outcome(device: Any, vm: vectors.VectorModel) -> Outcome:
 
 
 def disagreement(vm: vectors.VectorModel, ref: Outcome, dev: Outcome) -> str:
-    """Why the driver's outcome is not the reference's ("" when it is, or when the driver refused)."""
+    """Why the driver's outcome is not the reference's ("" when it is, or when the driver refused),
+    starting with its kind: "accepts" (succeeds where the reference fails), "fails" (fails where the
+    reference succeeds), "status" (both fail, differently), "output" (both succeed, other outputs)."""
     if dev.supported_status != ref.supported_status:
-        return f"getSupportedOperations_1_3: {dev.supported_status.name}, reference {ref.supported_status.name}"
+        return f"status: getSupportedOperations_1_3 {dev.supported_status.name}, reference " \
+               f"{ref.supported_status.name}"
     if dev.refused or ref.supported_status != S.NONE:
         return ""
-    if dev.prepare != ref.prepare:
-        return f"prepare: {dev.prepare.name}, reference {ref.prepare.name}"
-    if dev.execute != ref.execute:
-        return f"execute: {dev.execute.name if dev.execute is not None else '-'}, reference " \
-               f"{ref.execute.name if ref.execute is not None else '-'}"
-    if ref.execute != S.NONE:
+    dev_ok, ref_ok = dev.prepare == S.NONE and dev.execute == S.NONE, ref.prepare == S.NONE and ref.execute == S.NONE
+
+    def what(o: Outcome) -> str:
+        return f"prepare {o.prepare.name}" + (f", execute {o.execute.name}" if o.execute is not None else "")
+
+    if dev_ok != ref_ok:
+        return f"{'accepts' if dev_ok else 'fails'}: {what(dev)}, reference {what(ref)}"
+    if (dev.prepare, dev.execute) != (ref.prepare, ref.execute):
+        return f"status: {what(dev)}, reference {what(ref)}"
+    if not ref_ok:
         return ""
     if dev.shapes != ref.shapes:
-        return f"output shapes {dev.shapes}, reference {ref.shapes}"
+        return f"output: shapes {dev.shapes}, reference {ref.shapes}"
     has_fp16 = any(o.type in (T.TENSOR_FLOAT16, T.FLOAT16) for o in vm.main.operands)
     for k, (o, a, e) in enumerate(zip(vm.output_operands(), dev.outputs, ref.outputs)):
         v = compare(a, e, o.type, model_has_fp16=has_fp16, relaxed=vm.isRelaxed, name=vm.name,
                     ignored=o.isIgnored or vm.multinomialTolerance > 0)
         if not v.ok:
-            return f"output {k}: {v.message}"
+            return f"output: {k}: {v.message}"
     return ""
 
 
 def run(device: Any, reference: Any, models: Sequence[vectors.VectorModel], start: int = 0,
-        progress: Optional[Any] = None) -> tuple[dict[str, int], list[str]]:
+        progress: Optional[Any] = None, report: Optional[Any] = None) -> tuple[dict[str, int], list[str]]:
     """(counts: agree / refused / disagree / mutants, one line per disagreement), from mutant
-    number ``start`` on; ``progress(number, line)`` is told of each mutant before it runs."""
+    number ``start`` on; ``progress(number, line)`` is told of each mutant before it runs,
+    ``report(line)`` of each disagreement when found."""
     counts = {"mutants": 0, "agree": 0, "refused": 0, "disagree": 0}
     problems = []
     n = -1
@@ -153,6 +161,8 @@ def run(device: Any, reference: Any, models: Sequence[vectors.VectorModel], star
             if why:
                 counts["disagree"] += 1
                 problems.append(f"{vm.name} ({label}): {why}")
+                if report is not None:
+                    report(problems[-1])
             elif dev.refused:
                 counts["refused"] += 1
             else:
@@ -186,9 +196,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"[{n}] {line}", file=sys.stderr, flush=True)
 
     counts, problems = run(device, nnhal.get_device("sample-all"), models, args.start,
-                           progress if args.progress else None)
-    for p in problems:
-        print(p)
+                           progress if args.progress else None, lambda line: print(line, flush=True))
     print(f"{args.device} vs sample-all: {counts['mutants']} mutants of {len(models)} vector models: "
           f"{counts['agree']} agree, {counts['refused']} refused, {counts['disagree']} disagree")
     return 1 if problems else 0
