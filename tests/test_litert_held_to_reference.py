@@ -170,10 +170,95 @@ def test_gate_only_where_the_request_decides() -> None:
     assert execution_gate(strided_slice([0, 0], [2, 3], [1, 1], 0, True, out=(2, 3)).build_model(), []) is not None
 
 
+def test_one_prepared_model_judged_per_request(devices: tuple[Any, Any]) -> None:
+    """strides from the request: the same prepared model fails the request the reference fails and
+    runs the one it runs (the gate's verdict per key, then looked up)."""
+    from nnhal.conformance.runner import RequestPools
+
+    litert, _ = devices
+    vm = strided_slice([1, 0], [2, 3], [1, 1], 1, params_as_inputs=True)
+    model = vm.build_model()
+    cb = hal.PreparedModelCallback()
+    litert.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                            hal.OptionalTimePoint(), [], [], bytes(32), cb)
+    status, prepared = cb.wait(60)
+    assert status == S.NONE
+    x = np.arange(1, 7, dtype=F32).reshape(2, 3)
+    for _ in range(2):
+        for strides, want in (([1, 1], S.NONE), ([-1, 1], S.GENERAL_FAILURE)):
+            begin, end = ([1, 0], [2, 3]) if strides[0] > 0 else ([1, 0], [0, 3])
+            ins = [x, np.array(begin, np.int32), np.array(end, np.int32), np.array(strides, np.int32)]
+            with RequestPools(ins, [12]) as pools:
+                status, shapes, _ = prepared.executeSynchronously_1_3(
+                    pools.request(), hal.MeasureTiming.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration())
+                assert status == want
+                if want == S.NONE:
+                    assert np.array_equal(pools.output(0, F32, [3]), [4, 5, 6])
+
+
+def test_parameter_computed_from_data_is_refused(devices: tuple[Any, Any], caplog: pytest.LogCaptureFixture) -> None:
+    """RESHAPE to a shape CAST from float data: no key holds the reference's verdict, so litert-cpu says
+    it does not support the RESHAPE (sample-all runs it)."""
+    import logging
+
+    litert, sample = devices
+    ops = [operand(T.TENSOR_FLOAT32, [2], L.SUBGRAPH_INPUT, np.array([3, 2], F32)),
+           operand(T.TENSOR_INT32, [2], L.TEMPORARY_VARIABLE),
+           operand(T.TENSOR_FLOAT32, [6], L.SUBGRAPH_INPUT, np.arange(6, dtype=F32)),
+           operand(T.TENSOR_FLOAT32, [3, 2], L.SUBGRAPH_OUTPUT, np.arange(6, dtype=F32).reshape(3, 2))]
+    sg = VectorSubgraph(ops, [hal.Operation(OT.CAST, [0], [1]), hal.Operation(OT.RESHAPE, [2, 1], [3])], [0, 2], [3])
+    vm = VectorModel("reshape_from_data", "held-out", "V1_3", False, False, 0.0, sg)
+    model = vm.build_model()
+    with caplog.at_level(logging.INFO, logger="nnhal.driver"):
+        assert litert.getSupportedOperations_1_3(model) == (S.NONE, [True, False])
+    assert "operation 1 (RESHAPE) not supported: the reference's checks of it depend on data values" in caplog.text
+    assert sample.getSupportedOperations_1_3(model) == (S.NONE, [True, True])
+
+
+def test_transpose_conv_output_size_tflite_cannot_derive(devices: tuple[Any, Any]) -> None:
+    """Found by status_diff: SAME padding, output width 4 from width 2 at stride 2 (tail padding 1):
+    lowered as VALID + SLICE, the reference's shape and values (XNNPACK made width 6 before)."""
+    x = operand(T.TENSOR_FLOAT32, [1, 1, 2, 1], L.SUBGRAPH_INPUT, np.array([300, 500], F32).reshape(1, 1, 2, 1))
+    f = operand(T.TENSOR_FLOAT32, [1, 3, 3, 1], L.CONSTANT_COPY, np.array([9, 5, 6, 9, 8, 5, 3, 1, 4], F32)
+                .reshape(1, 3, 3, 1))
+    b = operand(T.TENSOR_FLOAT32, [1], L.CONSTANT_COPY, np.array([-1000], F32))
+    shape = operand(T.TENSOR_INT32, [4], L.CONSTANT_COPY, np.array([1, 3, 4, 1], np.int32))
+    params = [scalar(T.INT32, v) for v in (1, 2, 3, 1)] + [scalar(T.BOOL, False)]
+    y = operand(T.TENSOR_FLOAT32, [1, 3, 4, 1], L.SUBGRAPH_OUTPUT, np.zeros((1, 3, 4, 1), F32))
+    vm = one_op("transpose_conv_tail", [x, f, b, shape, *params, y], OT.TRANSPOSE_CONV_2D, False)
+    dev, ref = _same(devices, vm)
+    assert dev.execute == S.NONE and dev.shapes == [[1, 3, 4, 1]]
+
+
+def test_mean_keep_dims_positive(devices: tuple[Any, Any]) -> None:
+    """Found by status_diff: MEAN's keep_dims is an INT32, "if positive" (2 did not lower)."""
+    for keep, out in ((2, [1, 3, 1]), (-1, [3])):
+        ops = [operand(T.TENSOR_FLOAT32, [4, 3, 2], L.SUBGRAPH_INPUT, np.arange(24, dtype=F32).reshape(4, 3, 2)),
+               operand(T.TENSOR_INT32, [2], L.CONSTANT_COPY, np.array([0, 2], np.int32)), scalar(T.INT32, keep),
+               operand(T.TENSOR_FLOAT32, out, L.SUBGRAPH_OUTPUT, np.zeros(out, F32))]
+        dev, _ = _same(devices, one_op("mean", ops, OT.MEAN, False))
+        assert dev.execute == S.NONE and dev.shapes == [out]
+
+
+def test_what_litert_cannot_prepare_is_not_claimed(devices: tuple[Any, Any]) -> None:
+    """Found by status_diff: HASHTABLE_LOOKUP with 4 keys for 3 value rows (the reference runs it,
+    LiteRT refuses it when it prepares): getSupportedOperations_1_3 says so, with LiteRT's reason."""
+    ops = [operand(T.TENSOR_INT32, [4], L.SUBGRAPH_INPUT, np.array([1, 2, 3, 4], np.int32)),
+           operand(T.TENSOR_INT32, [4], L.SUBGRAPH_INPUT, np.array([1, 2, 3, 4], np.int32)),
+           operand(T.TENSOR_FLOAT32, [3, 2], L.SUBGRAPH_INPUT, np.zeros((3, 2), F32)),
+           operand(T.TENSOR_FLOAT32, [4, 2], L.SUBGRAPH_OUTPUT, np.zeros((4, 2), F32)),
+           operand(T.TENSOR_QUANT8_ASYMM, [4], L.SUBGRAPH_OUTPUT, np.zeros(4, np.uint8), 1.0)]
+    vm = one_op("hashtable", ops, OT.HASHTABLE_LOOKUP, False)
+    assert status_diff.outcome(devices[0], vm).refused
+    reasons = devices[0].unsupported_reasons(vm.build_model())
+    assert reasons[0] and "LiteRT refuses it when it prepares the lowered model" in reasons[0]
+
+
 # ---------------------------------------------------------------------------- mutants of vector models
 
-MUTATED_SPECS = ["depthwise_conv2d_v1_2", "strided_slice_float_11", "transpose_v1_2", "transpose_float_1",
-                 "space_to_batch_v1_2", "local_response_normalization_v1_2", "mean_float_1", "pad_v2_1_float"]
+MUTATED_SPECS = ["depthwise_conv2d_v1_2", "strided_slice_float_11", "transpose_float_1", "space_to_batch_v1_2",
+                 "local_response_normalization_v1_2", "mean_float_2", "pad_v2_1_float", "transpose_conv2d",
+                 "hashtable_lookup_float"]
 
 
 @pytest.mark.parametrize("spec", MUTATED_SPECS)

@@ -266,6 +266,18 @@ def execution_gate(model: hal.Model, pool_views: Sequence[Any]) -> Optional[Gate
     return Gate(model, pool_views)
 
 
+def unheld_operations(model: hal.Model) -> list[str]:
+    """Per main operation of a validated model: why no backend can be held to
+    the reference's verdict on it ("" where one can): the verdict depends on
+    data values no execution-time key holds.  The front end refuses those
+    operations for every backend but the reference (getSupportedOperations)."""
+    if not _checkable(model):
+        return [""] * len(model.main.operations)
+    return ["" if ok else "the reference's checks of it depend on data values (a shape or parameter computed "
+                          "from data, or a detection / loop operation on them): a backend cannot be held to them"
+            for ok in certain_operations(model, at_execution=True)]
+
+
 class Unchecked(Exception):
     """The reference's verdict on a model cannot be known before its data is."""
 

@@ -27,7 +27,7 @@ from nnhal.executor import DeadlineMissed
 from nnhal.hal import HalVersion
 from nnhal.ops import deadline as op_deadline
 from nnhal.ops.base import OpExecutionError
-from nnhal.reference_check import Unchecked, held_to_reference
+from nnhal.reference_check import Unchecked, held_to_reference, unheld_operations
 from nnhal.validation import (
     ValidationError,
     own_copy,
@@ -188,7 +188,7 @@ class SampleDevice(hal.IDevice):
     def supported_flags(self, model13: hal.Model, defs: list) -> list[bool]:
         """The backend's answer for a validated model, each false logged with its reason."""
         try:
-            answers = self.backend.supported(model13, defs)
+            answers = self._answers(model13, defs)
         except Exception:  # NOTE: a backend bug means "not supported", never a crash
             log.exception("%s: the backend's supported() failed", self.name)
             return [False] * len(model13.main.operations)
@@ -199,6 +199,15 @@ class SampleDevice(hal.IDevice):
                          _op_name(model13.main.operations[k].type), reason)
             flags.append(bool(ok))
         return flags
+
+    def _answers(self, model13: hal.Model, defs: list) -> list[tuple[bool, str]]:
+        """The backend's (supported, reason) per main operation; for a backend held to the reference,
+        false too where it cannot be (nnhal.reference_check.unheld_operations)."""
+        answers = self.backend.supported(model13, defs)
+        if not self.backend.reference_checked:
+            return answers
+        return [(ok, reason) if (not ok or not why) else (False, why)
+                for (ok, reason), why in zip(answers, unheld_operations(model13))]
 
     def unsupported_reasons(self, model: Any) -> list[Optional[str]]:
         """Why this driver refuses each main operation of ``model`` (None where
@@ -211,7 +220,7 @@ class SampleDevice(hal.IDevice):
         for p in pools:
             p.close()
         try:
-            return [None if ok else reason for ok, reason in self.backend.supported(model13, defs)]
+            return [None if ok else reason for ok, reason in self._answers(model13, defs)]
         except Exception as e:  # noqa: BLE001 - a backend bug: no reason known
             return [f"the backend's supported() failed: {type(e).__name__}"] * len(model13.main.operations)
 

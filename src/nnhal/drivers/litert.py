@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Optional, Sequence
@@ -193,6 +194,8 @@ class LiteRTBackend(Backend):
                 num_threads = 1
         self.num_threads = num_threads
         self.version_string = version_string
+        self._trial_lock = threading.Lock()
+        self._trial_kept: Optional[tuple[hal.Model, LiteRTCompiled]] = None
 
     def capabilities(self) -> hal.Capabilities:
         from nnhal.drivers.litert_caps import measure
@@ -212,13 +215,57 @@ class LiteRTBackend(Backend):
             for op, d in zip(model.main.operations, defs):
                 reason = "not a valid operation" if d is None else lower.check_operation(model, views, op)
                 out.append((not reason, reason))
+            if all(ok for ok, _ in out):
+                # NOTE: claimed only where LiteRT also prepares the lowered model (it checks shapes the
+                # operation-by-operation check does not): the trial is kept for compile()
+                k, reason = self._trial(model, views)
+                if reason:
+                    for j in range(len(out)) if k is None else [k]:
+                        out[j] = (False, reason)
             return out
         finally:
             for p in pools:
                 p.close()
 
+    def _kept_for(self, model: hal.Model, keep: bool) -> Optional[LiteRTCompiled]:
+        """The kept trial if it is of an equal model (the front end copies the model per call)."""
+        with self._trial_lock:
+            kept = self._trial_kept
+            if not keep:
+                self._trial_kept = None
+        try:
+            same = kept is not None and (kept[0] is model or kept[0] == model)
+        except Exception:  # noqa: BLE001  # NOTE: uncomparable contents: not the same model
+            same = False
+        return kept[1] if same else None
+
+    def _trial(self, model: hal.Model, views: list) -> tuple[Optional[int], str]:
+        """(operation, why LiteRT refuses it) -- (None, why) for the whole model, (None, "") when it
+        prepares; a prepared trial is kept for compile() of the same model."""
+        from nnhal.tflite import lower
+
+        if self._kept_for(model, keep=True) is not None:
+            return None, ""  # NOTE: getSupportedOperations_1_3 then prepareModel_1_3 of one model: one trial
+        try:
+            fb, owners = lower.lower_traced(model, views)
+            compiled = LiteRTCompiled(fb, self.num_threads, _needs_builtin(model), lower.omitted_input_values(model),
+                                      _output_dims(model))
+        except lower.Unsupported as e:
+            return None, f"the model does not lower: {e}"
+        except OpExecutionError as e:
+            node = re.search(r"Node number (\d+) \(", str(e))
+            k = owners[int(node.group(1))] if node and int(node.group(1)) < len(owners) else None
+            return k, f"LiteRT refuses it when it prepares the lowered model ({e})"
+        with self._trial_lock:
+            self._trial_kept = (model, compiled)
+        return None, ""
+
     def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> LiteRTCompiled:
         from nnhal.tflite import lower
+
+        kept = self._kept_for(model, keep=False)
+        if kept is not None:
+            return kept  # NOTE: the supported() trial of this model
 
         try:
             fb = lower.lower(model, pool_views)

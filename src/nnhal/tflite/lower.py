@@ -475,8 +475,10 @@ class _Builder:
                 self.emit("CAST", [graph_in[-1]], [self.tensor_of(i)])
             else:
                 graph_in.append(self.tensor_of(i))
-        for op in main.operations:
+        self.owners: list[Optional[int]] = [None] * len(self.ops)  # NOTE: the CASTs of float16 inputs
+        for k, op in enumerate(main.operations):
             self.operation(op)
+            self.owners += [k] * (len(self.ops) - len(self.owners))
         for i in main.outputIndexes:
             if self.ctx.operand(i).lifetime != L.SUBGRAPH_OUTPUT:
                 raise Unsupported("a model output that is not an operation's result")
@@ -1158,8 +1160,15 @@ def omitted_input_values(model: hal.Model) -> list[Optional[np.ndarray]]:
 def lower(model: hal.Model, pools: Sequence[Any]) -> bytes:
     """The TFLite flatbuffer of a validated HAL model whose main subgraph's
     operations all pass :func:`check_operation`; Unsupported otherwise."""
+    return lower_traced(model, pools)[0]
+
+
+def lower_traced(model: hal.Model, pools: Sequence[Any]) -> tuple[bytes, list[Optional[int]]]:
+    """:func:`lower`, with the HAL main operation each operator of the TFLite
+    main subgraph comes from (None: the lowering's own, such as an input CAST)."""
+    b = _Builder(model, pools)
     try:
-        return _Builder(model, pools).build()
+        return b.build(), b.owners
     except _LOWERING_ERRORS as e:  # NOTE: a model check_operation missed: refused at prepare, never a crash
         raise Unsupported(f"not lowered ({type(e).__name__}: {e})") from None
 

@@ -4,8 +4,8 @@ not the rest: ``python -m nnhal.tools.litert_coverage [VECTORS_DIR]``.
 Prints the coverage (models whose every operation the driver supports / all
 models, the quant8-signed copies the conformance runner adds not counted),
 then the largest groups of unsupported models by the first reason
-:func:`nnhal.tflite.lower.check_operation` gives (numbers stripped, so one
-reason groups every operand index).  The reasons are the ones
+:meth:`nnhal.drivers.litert.LiteRTBackend.supported` gives (numbers stripped,
+so one reason groups every operand index): the reasons
 ``getSupportedOperations_1_3`` logs."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pathlib import Path
 
 from nnhal import memory as hal_memory
 from nnhal.conformance import vectors
-from nnhal.tflite import lower
+from nnhal.drivers.litert import LiteRTBackend
+from nnhal.hal import HalVersion
+from nnhal.validation import ValidationError, validate_model
 
 
 def _reason(text: str) -> str:
@@ -32,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                                                       "conformance"))
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args(argv)
+    backend = LiteRTBackend()
     files = sorted(p for p in Path(args.vectors).rglob("*.json*"))
     total = supported = 0
     groups: collections.Counter = collections.Counter()
@@ -51,7 +54,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             try:
                 views = [hal_memory.PrivateCopy(m).view for m in model.pools]
-                reasons = [lower.check_operation(model, views, op) for op in model.main.operations]
+                try:
+                    defs = validate_model(model, views, HalVersion.V1_3)
+                except ValidationError as e:
+                    reasons = [f"invalid model: {e}"]
+                else:
+                    # NOTE: the driver's own answer (operation checks, then LiteRT preparing the lowered model)
+                    reasons = [r for _, r in backend.supported(model, defs)]
             finally:
                 for m in model.pools:
                     hal_memory.free(m)
