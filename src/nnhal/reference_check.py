@@ -103,12 +103,13 @@ def _certain(model: hal.Model, sg: hal.Subgraph, input_values: list[bool], input
     for k, i in enumerate(sg.inputIndexes):
         value_fixed[i], shape_fixed[i] = input_values[k], input_shapes[k]
     inputs = set(sg.inputIndexes) if omissible else set()  # NOTE: inputs a request may omit
+    is_param = [o.type in PARAMETER_TYPES for o in sg.operands]
     out = []
     for op in sg.operations:
         opdef = registry.find(op.type)
         omittable = opdef.omittable_inputs if opdef is not None else frozenset()
         all_values = all(value_fixed[i] for i in op.inputs)
-        params = all(value_fixed[i] for i in op.inputs if sg.operands[i].type in PARAMETER_TYPES)
+        params = all(value_fixed[i] for i in op.inputs if is_param[i])
         shapes = all(shape_fixed[i] for i in op.inputs)
         certain = opdef is not None and not any(i in inputs for k, i in enumerate(op.inputs) if k in omittable) and (
             all_values or (shapes and params and op.type not in VALUE_DEPENDENT))
@@ -139,11 +140,18 @@ def dry_run_inputs(model: hal.Model) -> Optional[list[np.ndarray]]:
     return xs
 
 
-def _rejection(model: hal.Model, executor: Executor, xs: Sequence[Optional[np.ndarray]], certain: list[bool],
-               deadline_ns: Optional[int]) -> Optional[Rejection]:
-    """Runs the reference on ``xs``: the main operation it rejects, if ``certain`` says the failure holds."""
+def dry_executor(model: hal.Model, pool_views: Sequence[Any]) -> Executor:
+    """The reference executor for dry runs: the operations' prepare steps skipped (their states are
+    what executions reuse; each execute checks and computes without one), cheap to build."""
+    return Executor(model, pool_views, states=[[None] * len(sg.operations) for sg in (model.main, *model.referenced)])
+
+
+def _rejection(executor: Executor, xs: Sequence[Optional[np.ndarray]], certain: list[bool],
+               deadline_ns: Optional[int]) -> Optional[tuple[int, str]]:
+    """Dry-runs the reference on ``xs``: (the main operation it rejects, why), if ``certain`` says
+    the failure holds."""
     try:
-        executor.run(xs, deadline_ns, DRY_RUN_LOOP_TIMEOUT_NS)
+        executor.run(xs, deadline_ns, DRY_RUN_LOOP_TIMEOUT_NS, dry_run=True)
     except DeadlineMissed:
         if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
             raise
@@ -161,7 +169,7 @@ def _rejection(model: hal.Model, executor: Executor, xs: Sequence[Optional[np.nd
             return None
         if not isinstance(e, OpExecutionError):
             log.error("reference check: the reference crashed at operation %d", k, exc_info=True)
-        return Rejection(k, str(e) if isinstance(e, OpExecutionError) else f"{type(e).__name__}: {e}", executor)
+        return k, str(e) if isinstance(e, OpExecutionError) else f"{type(e).__name__}: {e}"
     return None
 
 
@@ -175,16 +183,15 @@ def reference_rejection(model: hal.Model, pool_views: Sequence[Any],
     validated ``model`` (its constants in ``pool_views``), or None (it accepts
     the model, or its verdict could depend on the request).
 
-    Raises what the reference's own preparation raises (OpExecutionError: the
-    reference fails the preparation), and DeadlineMissed when ``deadline_ns``
-    passes."""
+    Raises DeadlineMissed when ``deadline_ns`` passes."""
     if not _checkable(model):
         return None  # NOTE: not the reference's (OEM / extension): nothing it could say
     xs = dry_run_inputs(model)
     if xs is None:
         return None
-    executor = Executor(model, pool_views)  # NOTE: the reference's prepare steps, as sample-all's compile
-    return _rejection(model, executor, xs, certain_operations(model), deadline_ns)
+    found = _rejection(dry_executor(model, pool_views), xs, certain_operations(model), deadline_ns)
+    # NOTE: executions are the prepared reference's (the operations' prepare steps, as sample-all's compile)
+    return None if found is None else Rejection(*found, Executor(model, pool_views))
 
 
 def _array(x: Any) -> Optional[np.ndarray]:
@@ -211,7 +218,8 @@ class Gate:
                                 if main.operands[i].type in PARAMETER_TYPES)
         self.certain = certain_operations(model, at_execution=True)
         self.verdicts: dict[tuple, Optional[Rejection]] = {}
-        self._executor: Optional[Executor] = None
+        self._executor: Optional[Executor] = None  # NOTE: for dry runs
+        self._prepared: Optional[Executor] = None  # NOTE: for the executions the reference rejects
 
     def check(self, inputs: Sequence[Any], deadline_ns: Optional[int] = None) -> Optional[Rejection]:
         key = tuple(None if x is None else (x.shape, _array(x).tobytes() if k in self.params else b"")
@@ -221,10 +229,15 @@ class Gate:
         except KeyError:
             pass
         if self._executor is None:
-            self._executor = Executor(self.model, self.views)
+            self._executor = dry_executor(self.model, self.views)
         xs = [None if x is None else _array(x) if k in self.params else np.zeros(x.shape, x.dtype)
               for k, x in enumerate(inputs)]
-        verdict = _rejection(self.model, self._executor, xs, self.certain, deadline_ns)
+        found = _rejection(self._executor, xs, self.certain, deadline_ns)
+        verdict = None
+        if found is not None:
+            if self._prepared is None:
+                self._prepared = Executor(self.model, self.views)
+            verdict = Rejection(*found, self._prepared)
         if len(self.verdicts) >= self.MAX_KEYS:
             self.verdicts.clear()
         self.verdicts[key] = verdict
