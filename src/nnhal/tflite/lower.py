@@ -1064,6 +1064,13 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if parts is not None:
         args = [e for e in args if e[0] != "const_tensor_parts"] + [("const_tensor", 1, [parts["out_h"],
                                                                                         parts["out_w"]])]
+    if t == Op.SPLIT:
+        # NOTE: found by nnhal.tools.status_diff: LiteRT's SPLIT writes num_splits outputs whatever the
+        # operator has (a crash); the reference fails such an execution
+        n, axis = next(v for kind, name, v in args if name == "numSplits"), int(ctx.const(op.inputs[1]))
+        dims = x0.dimensions
+        if n != len(op.outputs) or not -len(dims) <= axis < len(dims) or (dims[axis] and dims[axis] % n):
+            raise Unsupported(f"SPLIT into {n} along axis {axis} of {list(dims)} with {len(op.outputs)} outputs")
     if t == Op.LOCAL_RESPONSE_NORMALIZATION and next(v for kind, name, v in args if name == "radius") < 0:
         # NOTE: found by nnhal.tools.status_diff: LiteRT's kernel corrupts memory (the reference sums nothing)
         raise Unsupported("LOCAL_RESPONSE_NORMALIZATION with a negative radius (LiteRT's kernel is unsafe there)")
