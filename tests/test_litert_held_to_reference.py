@@ -272,3 +272,15 @@ def test_mutants_of_vector_models_as_on_the_reference(devices: tuple[Any, Any], 
     counts, problems = status_diff.run(*devices, models)
     assert not problems, "\n".join(problems[:20])
     assert counts["agree"] > 0, counts
+
+
+def test_status_diff_command(capsys: pytest.CaptureFixture) -> None:
+    """``python -m nnhal.tools.status_diff``: exit 2 on a bad device, 0 and the counts when all agree."""
+    assert status_diff.main(["--device", "no-such-device"]) == 2
+    assert "status_diff:" in capsys.readouterr().err
+    files = sorted(vectors_root().rglob("transpose_float_1.json*"))
+    if not files:
+        pytest.skip("no vector file transpose_float_1.json")
+    assert status_diff.main([str(files[0])]) == 0
+    out = capsys.readouterr().out
+    assert "litert-cpu vs sample-all:" in out and " 0 disagree" in out
