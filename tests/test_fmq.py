@@ -16,7 +16,7 @@ import time
 import pytest
 
 from nnhal import hal
-from nnhal.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
+from nnhal.platform.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
 
 ES = 24
 

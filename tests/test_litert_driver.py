@@ -23,7 +23,8 @@ from nnhal import hal  # noqa: E402
 from nnhal import memory as hal_memory  # noqa: E402
 from nnhal.conformance import vectors  # noqa: E402
 from nnhal.conformance.runner import Runner  # noqa: E402
-from nnhal.tflite import loader, lower  # noqa: E402
+from nnhal.drivers.litert import lower
+from nnhal.tflite import loader
 from nnhal.tflite import writer as w  # noqa: E402
 from nnhal.tflite.schema import interpreter_module  # noqa: E402
 from tests.conftest import vectors_root  # noqa: E402
@@ -160,7 +161,7 @@ def test_shared_model_round_trip(name: str) -> None:
 
 
 def test_listed_and_described(dev: Any) -> None:
-    assert "litert-cpu" in nnhal.IN_PROCESS_DEVICES and "litert-cpu" in nnhal.list_devices()
+    assert "litert-cpu" in nnhal.in_process_devices() and "litert-cpu" in nnhal.list_devices()
     assert dev.getVersionString() == (S.NONE, litert_backend.VERSION_STRING)
     assert dev.getType() == (S.NONE, hal.DeviceType.CPU)
     status, caps = dev.getCapabilities_1_3()
@@ -252,9 +253,9 @@ def _fd(path: Path) -> hal.Handle:
 def test_compilation_cache_is_the_flatbuffer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """prepareModel_1_3 with cache handles writes the lowered flatbuffer as the data cache;
     prepareModelFromCache_1_3 rebuilds the interpreter from it; a modified data cache is refused."""
-    from nnhal.driver import SampleDevice
+    from nnhal.drivers.sample import sample_device
 
-    d = SampleDevice("litert-cachetest", cache_key_dir=str(tmp_path / "key"),
+    d = sample_device("litert-cachetest", cache_key_dir=str(tmp_path / "key"),
                      backend=litert_backend.LiteRTBackend())
     files = sorted(vectors_root().rglob("conv2d_dilation.json*"))
     if not files:

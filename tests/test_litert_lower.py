@@ -20,7 +20,7 @@ if not litert_backend.available():  # pragma: no cover - only without the option
 from nnhal import hal  # noqa: E402
 from nnhal import memory as hal_memory  # noqa: E402
 from nnhal.conformance import vectors  # noqa: E402
-from nnhal.tflite import lower  # noqa: E402
+from nnhal.drivers.litert import lower  # noqa: E402
 from nnhal.tflite.schema import schema  # noqa: E402
 from nnhal.tools import litert_coverage  # noqa: E402
 from tests.conftest import vectors_root  # noqa: E402

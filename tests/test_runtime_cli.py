@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnhal import cli
+from nnhal.cli import app as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = ROOT / ".." / "shared" / "conformance"

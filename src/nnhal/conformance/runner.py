@@ -38,10 +38,10 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance import logs
 from nnhal.conformance.compare import compare
 from nnhal.conformance.vectors import VectorModel, VectorOperand
+from nnhal.platform import memory as hal_memory
 
 S = hal.ErrorStatus
 T = hal.OperandType
@@ -430,7 +430,7 @@ class Runner:
         return status, shapes, timing
 
     def _execute_burst(self, prepared: Any, request: hal.Request, measure: hal.MeasureTiming) -> tuple:
-        from nnhal.burst import BurstController
+        from nnhal.runtime.burst import BurstController
 
         if self._burst[0] is not prepared:
             self.close_burst()
@@ -575,7 +575,7 @@ class Runner:
 def _execute_fenced(prepared: Any, request: hal.Request, measure: hal.MeasureTiming,
                     timeout: hal.OptionalTimeoutDuration) -> tuple:
     """(status, [], timingLaunched) of a fenced execution, as VTS runs it."""
-    from nnhal import fence
+    from nnhal.platform import fence
 
     status, sync_fence, callback = prepared.executeFenced(request, [], measure, hal.OptionalTimePoint(), timeout,
                                                           hal.OptionalTimeoutDuration())

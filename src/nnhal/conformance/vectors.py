@@ -163,7 +163,7 @@ class VectorModel:
         pools = []
         if pool:
             if memory_factory is None:
-                from nnhal import memory
+                from nnhal.platform import memory
 
                 memory_factory = memory.allocate_filled
             pools.append(memory_factory(bytes(pool)))

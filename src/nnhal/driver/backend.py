@@ -1,6 +1,6 @@
 """The backend interface under the shared HAL front end (``nnhal.driver``).
 
-The front end (``driver/device.py``'s :class:`~nnhal.driver.device.SampleDevice`,
+The front end (``driver/device.py``'s :class:`~nnhal.driver.device.Device`,
 ``driver/prepared_model.py``, ``driver/execution.py``, bursts, fences,
 deadlines, memory domains, caching) holds the HAL 1.3 behaviour once:
 argument checks, the shared model and request validation, callbacks, the

@@ -33,11 +33,11 @@ import threading
 import time
 from typing import Any, Callable
 
-from nnhal import burst_packets as bp
 from nnhal import hal
-from nnhal import memory as hal_memory
-from nnhal.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
-from nnhal.spin import Spin, spin_limit_ns
+from nnhal.platform import burst_packets as bp
+from nnhal.platform import memory as hal_memory
+from nnhal.platform.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
+from nnhal.platform.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.driver")
 

@@ -10,8 +10,8 @@ from typing import Any, Optional
 from nnhal import hal
 from nnhal.driver.execution import RequestPlan, RequestPools, Result, output_sizes_known, run_request
 from nnhal.driver.scheduler import Expired, QueueFull, get_scheduler, missed_deadline_status
-from nnhal.executor import Executor
-from nnhal.validation import (
+from nnhal.engine.executor import Executor
+from nnhal.engine.validation import (
     ValidationError,
     operand_byte_size,
     own_request,
@@ -59,7 +59,7 @@ def _upgrade_request(request: Any) -> hal.Request:
     return own_request(request)
 
 
-class SamplePreparedModel(hal.IPreparedModel):
+class PreparedModel(hal.IPreparedModel):
     """A model prepared by the CPU reference driver."""
 
     def __init__(self, device: Any, model: hal.Model, pools: list, executor: Executor, version: int,
@@ -295,7 +295,7 @@ class SamplePreparedModel(hal.IPreparedModel):
         with an error if it failed (deadline, duration, a waitFor fence
         signaling an error, the execution itself); getExecutionInfo reports
         the status and timing then."""
-        from nnhal import fence
+        from nnhal.platform import fence
 
         start = time.monotonic_ns()
         try:

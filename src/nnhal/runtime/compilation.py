@@ -34,7 +34,7 @@ from typing import Any, Optional, Sequence, Union
 import msgspec
 
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import memory as hal_memory
 from nnhal.runtime import discovery as rt_devices
 from nnhal.runtime.model import Model
 

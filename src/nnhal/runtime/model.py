@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from nnhal import hal
-from nnhal.validation import ValidationError, validate_model
+from nnhal.engine.validation import ValidationError, validate_model
 
 T = hal.OperandType
 L = hal.OperandLifeTime

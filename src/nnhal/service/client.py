@@ -50,10 +50,10 @@ from typing import Any, Optional
 import msgspec
 
 from nnhal import hal
+from nnhal.platform.spin import Spin, spin_limit_ns
 from nnhal.service import registry, wire
 from nnhal.service.slots import UNKNOWN_SLOT, ClientSlots
 from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
-from nnhal.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.service")
 

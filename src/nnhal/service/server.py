@@ -63,10 +63,10 @@ from typing import Any, Optional
 import msgspec
 
 from nnhal import hal
+from nnhal.platform.spin import Spin, spin_limit_ns
 from nnhal.service import registry, wire
 from nnhal.service.slots import ServiceSlots
 from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
-from nnhal.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.service")
 
@@ -816,9 +816,9 @@ class Service:
 
 def serve(name: str, driver: str = "sample-all") -> int:
     """Run ``driver`` as the service ``name`` in the foreground until SIGTERM / SIGINT."""
-    from nnhal.driver import get_device_by_name
+    from nnhal.drivers import registry
 
-    device = get_device_by_name(driver)  # NOTE: the name was checked by the caller (cli serve)
+    device = registry.get_device(driver)  # NOTE: LookupError for an unknown or unloadable driver (cli serve: exit 2)
     service = Service(name, device)
     service.bind()
 

@@ -26,8 +26,9 @@ from typing import Any, Callable
 import numpy as np
 
 import nnhal
-from nnhal import hal, memory
-from nnhal.validation import own_copy
+from nnhal import hal
+from nnhal.engine.validation import own_copy
+from nnhal.platform import memory
 
 T = hal.OperandType
 L = hal.OperandLifeTime
@@ -96,7 +97,7 @@ def pool_cost(mb: float, runs: int) -> tuple[float, float]:
 
 
 def copy_cost(runs: int) -> dict[str, float]:
-    from nnhal import bench
+    from nnhal.tools import bench
 
     model = bench.to_model(bench.lower(bench.mobilenet_v1(), quant=False))
     weights = sum(m.size for m in model.pools) + len(model.operandValues)

@@ -16,9 +16,9 @@ import re
 import sys
 from pathlib import Path
 
-from nnhal import memory as hal_memory
 from nnhal.conformance import vectors
-from nnhal.tflite import lower
+from nnhal.drivers.litert import lower
+from nnhal.platform import memory as hal_memory
 
 
 def _reason(text: str) -> str:

@@ -11,11 +11,11 @@ from typing import Any, Callable
 import numpy as np
 
 from nnhal import hal
-from nnhal.bench.calibration import RegistryRunner
-from nnhal.bench.lowering import Graph, Opnd, to_model
-from nnhal.bench.zoo import CONV_OPS, Op
 from nnhal.hal import OperationType
 from nnhal.ops.base import NUMPY_DTYPE
+from nnhal.tools.bench.calibration import RegistryRunner
+from nnhal.tools.bench.lowering import Graph, Opnd, to_model
+from nnhal.tools.bench.zoo import CONV_OPS, Op
 
 # --------------------------------------------------------------------------
 # timing
@@ -45,7 +45,7 @@ def time_it(fn: Callable[[], Any], repeats: int, min_time: float = 0.0) -> Timin
 def driver_latency(g: Graph, x: np.ndarray, runs: int, device_name: str = "sample-all") -> tuple[Timing, np.ndarray]:
     """Median latency of executeSynchronously_1_3 on the sample-all driver."""
     import nnhal
-    from nnhal import memory
+    from nnhal.platform import memory
 
     model = to_model(g)
     dev = nnhal.get_device(device_name)

@@ -19,8 +19,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from nnhal.tflite.loader import IODescription, UnsupportedModelError, free_model, load
-from nnhal.tflite.run import (
+from nnhal.delegate.run import (
     DataPathFloor,
     ExecutionError,
     HalSession,
@@ -31,6 +30,7 @@ from nnhal.tflite.run import (
     timed,
     topk,
 )
+from nnhal.tflite.loader import IODescription, UnsupportedModelError, free_model, load
 
 DeviceOf = Callable[[str], Any]
 
@@ -169,7 +169,7 @@ def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, ou
             else:
                 print("  its inputs are identical: the difference is this operation's own")
             if not args.no_isolate:
-                from nnhal.tflite.run import isolated
+                from nnhal.delegate.run import isolated
 
                 iso = isolated(device, model, io, lr)
                 over = [(i, n, df) for i, n, df in iso if not df.ok(args.rtol, args.steps)]
@@ -209,7 +209,7 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
                          "request read by value, the pools checked, inputs and outputs through shared memory): "
                          "a lower bound for a HAL driver over LiteRT")
     args = ap.parse_args(argv)
-    from nnhal.bench import blas_threads, set_blas_threads
+    from nnhal.tools.bench import blas_threads, set_blas_threads
 
     if not set_blas_threads(args.threads):
         print("cannot set the BLAS thread count", file=sys.stderr)
@@ -314,7 +314,7 @@ def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]
 def graph_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     """``nnhal graph``."""
     from nnhal import hal
-    from nnhal.tflite import graph
+    from nnhal.tools import graph
 
     model, title, names = _graph_model(args)
     supported, reasons = None, {}

@@ -38,7 +38,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal.executor import constant_value
+from nnhal.engine.executor import constant_value
 from nnhal.tflite.schema import builtin_code, schema, write_model
 from nnhal.tflite.table import (
     ACTIVATIONS_TO_TFLITE,

@@ -37,9 +37,9 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.driver.backend import Backend
-from nnhal.executor import DeadlineMissed
-from nnhal.memory import InvalidMemory
+from nnhal.engine.executor import DeadlineMissed
 from nnhal.ops.base import OpExecutionError
+from nnhal.platform.memory import InvalidMemory
 
 log = logging.getLogger("nnhal.driver")
 
@@ -168,13 +168,13 @@ class LiteRTBackend(Backend):
         self.version_string = version_string
 
     def capabilities(self) -> hal.Capabilities:
-        from nnhal.drivers.litert_caps import measure
+        from nnhal.drivers.litert.caps import measure
 
         return measure(self)
 
     def supported(self, model: hal.Model, defs: list) -> list[tuple[bool, str]]:
-        from nnhal import memory as hal_memory
-        from nnhal.tflite import lower
+        from nnhal.drivers.litert import lower
+        from nnhal.platform import memory as hal_memory
 
         pools = []
         try:
@@ -191,7 +191,7 @@ class LiteRTBackend(Backend):
                 p.close()
 
     def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> LiteRTCompiled:
-        from nnhal.tflite import lower
+        from nnhal.drivers.litert import lower
 
         try:
             fb = lower.lower(model, pool_views)

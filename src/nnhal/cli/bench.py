@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.bench.calibration import RegistryRunner, calibrate
-from nnhal.bench.lowering import lower
-from nnhal.bench.timing import driver_latency, layer_stats, time_it
-from nnhal.bench.tuning import blas_threads, set_blas_threads, tune_malloc
-from nnhal.bench.zoo import Net, Op, T, mobilenet_v1, mobilenet_v2
 from nnhal.ops.quant import quantize
+from nnhal.tools.bench.calibration import RegistryRunner, calibrate
+from nnhal.tools.bench.lowering import lower
+from nnhal.tools.bench.timing import driver_latency, layer_stats, time_it
+from nnhal.tools.bench.tuning import blas_threads, set_blas_threads, tune_malloc
+from nnhal.tools.bench.zoo import Net, Op, T, mobilenet_v1, mobilenet_v2
 
 # --------------------------------------------------------------------------
 # CLI

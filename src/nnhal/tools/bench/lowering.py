@@ -9,10 +9,10 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from nnhal import hal
-from nnhal.bench.zoo import RELU6, SAME, Net, Op, T
 from nnhal.hal import OperandLifeTime, OperandType, OperationType
 from nnhal.ops.base import NUMPY_DTYPE
 from nnhal.ops.quant import quantize
+from nnhal.tools.bench.zoo import RELU6, SAME, Net, Op, T
 
 # --------------------------------------------------------------------------
 # lowering to HAL operands / operations
@@ -141,7 +141,7 @@ def lower(net: Net, quant: bool, ranges: Optional[dict[str, tuple[float, float]]
 def to_model(g: Graph, pool_factory: Optional[Callable[[bytes], hal.Memory]] = None) -> hal.Model:
     """A hal.Model: constants of more than 128 bytes in a shared-memory pool
     (CONSTANT_REFERENCE, as Android's runtime does), the others inline."""
-    from nnhal import memory
+    from nnhal.platform import memory
 
     values, pool = bytearray(), bytearray()
     operands = []

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from nnhal import hal
-from nnhal.driver.capabilities import best_time
-from nnhal.executor import Executor
+from nnhal.engine.capabilities import best_time
+from nnhal.engine.executor import Executor
 
 T = hal.OperandType
 L = hal.OperandLifeTime

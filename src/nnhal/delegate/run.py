@@ -23,10 +23,10 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.engine.validation import request_key
+from nnhal.platform import memory as hal_memory
 from nnhal.tflite.loader import IODescription, TensorDesc
 from nnhal.tflite.schema import interpreter_module
-from nnhal.validation import request_key
 
 _HAL_DTYPES = {hal.OperandType.TENSOR_FLOAT32: np.float32, hal.OperandType.TENSOR_FLOAT16: np.float16,
                hal.OperandType.TENSOR_INT32: np.int32, hal.OperandType.TENSOR_QUANT8_ASYMM: np.uint8,

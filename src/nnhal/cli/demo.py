@@ -41,7 +41,7 @@ def _summary(a: Any) -> str:
 def run_demo(vector_root: str, device_name: str = "sample-all") -> int:
     import nnhal
 
-    device = nnhal.get_device(device_name) if device_name in nnhal.IN_PROCESS_DEVICES else nnhal.connect(device_name)
+    device = nnhal.open_device(device_name)
     _, version = device.getVersionString()
     print(f"device {device_name}: {version}\n")
     runner = Runner(device, modes=("sync",), variants=("plain",))
@@ -132,7 +132,7 @@ def run_trained_models(device: Any, models_dir: Path | None = None) -> int:
     each found next to LiteRT (builtin kernels) when it is installed.  Returns the number of
     models that failed (conversion, execution, or a mismatch with LiteRT beyond tolerance)."""
     from nnhal import tflite
-    from nnhal.tflite.run import HalSession, LiteRT, diff
+    from nnhal.delegate.run import HalSession, LiteRT, diff
 
     models_dir = models_dir or default_models()
     print(f"\ntrained .tflite models from {models_dir} (through the HAL{', next to LiteRT' if tflite.available() else ''})")

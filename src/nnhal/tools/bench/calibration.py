@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal.bench.lowering import Graph, Opnd, lower
-from nnhal.bench.zoo import Net
 from nnhal.hal import OperandLifeTime
 from nnhal.ops.base import OperandInfo, Tensor
 from nnhal.ops.run import prepare_operation
+from nnhal.tools.bench.lowering import Graph, Opnd, lower
+from nnhal.tools.bench.zoo import Net
 
 # --------------------------------------------------------------------------
 # running through the registry (calibration, per-layer timing)

@@ -24,16 +24,17 @@ def _device(name: str):  # noqa: ANN202
     import difflib
 
     import nnhal
+    from nnhal.drivers.registry import DriverLoadError
 
-    if name in nnhal.IN_PROCESS_DEVICES:
-        return nnhal.get_device(name)
     try:
-        return nnhal.connect(name)
+        return nnhal.open_device(name)
+    except DriverLoadError as e:
+        raise UserError(f"device {name!r} cannot be loaded: {e}") from None
     except (LookupError, ValueError) as e:  # NOTE: ServiceUnavailable (no such service runs), or not a service name
         try:
             known = nnhal.list_devices()
         except OSError:
-            known = list(nnhal.IN_PROCESS_DEVICES)
+            known = nnhal.in_process_devices()
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise UserError(f"no device named {name!r} ({hint}devices: {', '.join(known)}; {e})") from None
@@ -42,13 +43,20 @@ def _device(name: str):  # noqa: ANN202
 def cmd_devices(args: argparse.Namespace) -> int:
     import nnhal
     from nnhal import hal
+    from nnhal.drivers import registry
 
-    for name in nnhal.list_devices():
+    local = registry.entries(load=True)
+    for e in local:
+        if e.error is not None:
+            print(f"{e.name} ({e.source}{'' if e.source == 'built-in' else ' ' + e.target}): not available: {e.error}")
+    loaded = {e.name: e for e in local if e.error is None}
+    for name in [*loaded, *(n for n in nnhal.list_services() if n not in loaded)]:
         d = _device(name)
         _, version = d.getVersionString()
         _, dtype = d.getType()
         status, caps = d.getCapabilities_1_3()
-        kind = "in process" if name in nnhal.IN_PROCESS_DEVICES else "service"
+        e = loaded.get(name)
+        kind = "service" if e is None else "in process" if e.source == "built-in" else f"plugin {e.target}"
         print(f"{name} ({kind}): {version}, type {hal.DeviceType(dtype).name}, status {d.getStatus().name}")
         print(f"  relaxed float32: scalar {caps.relaxedFloat32toFloat16PerformanceScalar.execTime:.3f}, "
               f"tensor {caps.relaxedFloat32toFloat16PerformanceTensor.execTime:.3f}")
@@ -63,7 +71,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 def cmd_conformance(args: argparse.Namespace) -> int:
     import nnhal
-    from nnhal.conformance import command
+    from nnhal.cli import conformance as command
 
     env = os.environ.get("NNHAL_VECTORS")
     if env and not args.paths and not Path(env).is_dir():  # NOTE: a wrong $NNHAL_VECTORS is said, not passed over
@@ -92,9 +100,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         registry.validate_name(args.name)
     except ValueError as e:
         raise SystemExit(f"nnhal serve: {e}") from None
-    if args.driver not in nnhal.IN_PROCESS_DEVICES:
-        raise SystemExit(f"nnhal serve: no driver named {args.driver!r}; available: "
-                         f"{', '.join(nnhal.IN_PROCESS_DEVICES)}")
+    try:
+        nnhal.get_device(args.driver)  # NOTE: loaded before binding, so a bad driver is one line and exit 2
+    except LookupError as e:
+        raise UserError(f"nnhal serve: {e}") from None
     try:
         return serve(args.name, args.driver)
     except registry.RegistryError as e:
@@ -102,33 +111,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from nnhal.demo import run_demo
+    from nnhal.cli.demo import run_demo
 
     return run_demo(_default_vectors(), args.device)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     if any(a.endswith(".tflite") for a in args.rest):
-        from nnhal.tflite.commands import bench_main  # NOTE: one .tflite model against LiteRT
+        from nnhal.cli.tflite import bench_main  # NOTE: one .tflite model against LiteRT
 
         return bench_main(args.rest, _device)
     if "--cache" in args.rest or "--priority" in args.rest:
-        from nnhal import bench_qos  # NOTE: compilation cache and priority figures (their own options)
+        from nnhal.cli import bench_qos  # NOTE: compilation cache and priority figures (their own options)
 
         return bench_qos.main(args.rest)
-    from nnhal import bench
+    from nnhal.cli import bench
 
     return bench.main(args.rest)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from nnhal.tflite.commands import run_main
+    from nnhal.cli.tflite import run_main
 
     return run_main(args, _device)
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from nnhal.tflite.commands import graph_main
+    from nnhal.cli.tflite import graph_main
 
     return graph_main(args, _device)
 
@@ -212,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("run", "run a .tflite model through a HAL device (optionally against LiteRT)",
                 "nnhal run model.tflite --compare")
-    from nnhal.tflite.commands import add_graph_arguments, add_run_arguments
+    from nnhal.cli.tflite import add_graph_arguments, add_run_arguments
 
     add_run_arguments(s)
     s.set_defaults(fn=cmd_run)

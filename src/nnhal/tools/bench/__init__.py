@@ -33,18 +33,17 @@ page-faults in on every execution.
 
 The package, by concern: :mod:`.zoo` (the networks), :mod:`.lowering` (to HAL
 models), :mod:`.calibration` (op-by-op runs through nnhal.ops.run),
-:mod:`.timing`, :mod:`.tuning` (BLAS threads, malloc), :mod:`.report` (the
-report and the command line).  ``nnhal bench --ipc`` is tools/ipcbench,
-``nnhal bench MODEL.tflite`` tflite/commands, the QoS bench bench_qos.
+:mod:`.timing`, :mod:`.tuning` (BLAS threads, malloc); the report and the command line
+are ``nnhal.cli.bench``.  ``nnhal bench --ipc`` is tools/ipcbench,
+``nnhal bench MODEL.tflite`` cli/tflite, the QoS bench cli/bench_qos.
 """
 
-from nnhal.bench.calibration import RegistryRunner, calibrate
-from nnhal.bench.lowering import Graph, Opnd, lower, to_model
-from nnhal.bench.report import main
-from nnhal.bench.timing import LayerStat, Timing, driver_latency, layer_stats, matmul_time, time_it
-from nnhal.bench.tuning import blas_threads, set_blas_threads, tune_malloc
-from nnhal.bench.zoo import CONV_OPS, Layer, Net, mobilenet_v1, mobilenet_v2
+from nnhal.tools.bench.calibration import RegistryRunner, calibrate
+from nnhal.tools.bench.lowering import Graph, Opnd, lower, to_model
+from nnhal.tools.bench.timing import LayerStat, Timing, driver_latency, layer_stats, matmul_time, time_it
+from nnhal.tools.bench.tuning import blas_threads, set_blas_threads, tune_malloc
+from nnhal.tools.bench.zoo import CONV_OPS, Layer, Net, mobilenet_v1, mobilenet_v2
 
 __all__ = ["CONV_OPS", "Graph", "Layer", "LayerStat", "Net", "Opnd", "RegistryRunner", "Timing", "blas_threads",
-           "calibrate", "driver_latency", "layer_stats", "lower", "main", "matmul_time", "mobilenet_v1",
+           "calibrate", "driver_latency", "layer_stats", "lower", "matmul_time", "mobilenet_v1",
            "mobilenet_v2", "set_blas_threads", "time_it", "to_model", "tune_malloc"]

@@ -52,8 +52,8 @@ import threading
 import time
 from typing import Optional
 
-from nnhal import memory as hal_memory
 from nnhal.hal import Handle
+from nnhal.platform import memory as hal_memory
 
 __all__ = ["FmqError", "FmqPeerGone", "FmqTimeout", "MessageQueue", "MAGIC", "VERSION", "MAX_CAPACITY",
            "MAX_ELEMENT_SIZE"]

@@ -31,8 +31,10 @@ from typing import Any, Callable
 import numpy as np
 
 import nnhal
-from nnhal import bench, hal, memory
+from nnhal import hal
 from nnhal.ops.base import NUMPY_DTYPE
+from nnhal.platform import memory
+from nnhal.tools import bench
 
 S = hal.ErrorStatus
 
