@@ -253,10 +253,9 @@ def _fd(path: Path) -> hal.Handle:
 def test_compilation_cache_is_the_flatbuffer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """prepareModel_1_3 with cache handles writes the lowered flatbuffer as the data cache;
     prepareModelFromCache_1_3 rebuilds the interpreter from it; a modified data cache is refused."""
-    from nnhal.drivers.sample import sample_device
+    from nnhal.driver import Device
 
-    d = sample_device("litert-cachetest", cache_key_dir=str(tmp_path / "key"),
-                     backend=litert_backend.LiteRTBackend())
+    d = Device("litert-cachetest", litert_backend.LiteRTBackend(), cache_key_dir=str(tmp_path / "key"))
     files = sorted(vectors_root().rglob("conv2d_dilation.json*"))
     if not files:
         pytest.skip("no conv2d_dilation.json")

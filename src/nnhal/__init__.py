@@ -51,6 +51,29 @@ def is_in_process(name: str) -> bool:
     return registry.knows(name)
 
 
+NO_REASON = "getSupportedOperations_1_3 answered false (the device gives no reason)"
+
+
+def supported_operations(device: Any, model: Any) -> tuple[Any, list[bool], list[str]]:
+    """``(status, supported, reasons)`` for a 1.3 ``model``: the device's
+    ``getSupportedOperations_1_3`` answer and, per main operation, why it is
+    refused ("" where supported), asked through nnhal's addition
+    ``hal.INnhalDevice`` where the device has it (nnhal's front end, in process
+    or through a service), else :data:`NO_REASON`."""
+    from nnhal import hal
+
+    status, flags = device.getSupportedOperations_1_3(model)
+    flags = [bool(f) for f in flags]
+    if status != hal.ErrorStatus.NONE or all(flags):
+        return status, flags, [""] * len(flags)
+    reasons = [""] * len(flags)
+    if isinstance(device, hal.INnhalDevice):
+        st, got = device.nnhal_getSupportedOperationsReasons(model)
+        if st == hal.ErrorStatus.NONE and len(got) == len(flags):
+            reasons = list(got)
+    return status, flags, [("" if ok else r or NO_REASON) for ok, r in zip(flags, reasons)]
+
+
 def connect(name: str) -> Any:
     """A proxy ``IDevice`` (1.3) of the running service ``name``; raises
     ``nnhal.service.client.ServiceUnavailable`` (a LookupError naming the

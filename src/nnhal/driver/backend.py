@@ -32,17 +32,24 @@ Errors a backend raises from ``compile`` / ``run``:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from nnhal import hal
 
 
+@runtime_checkable
 class Compiled(Protocol):
     """A model compiled by a backend; shared by every execution of the
     prepared model (must be safe to call from several threads at once, or
-    serialize internally)."""
+    serialize internally).  Subclass it (or have the same members):
+    the front end checks what ``compile`` returns and refuses the model
+    (GENERAL_FAILURE, logged) if it is not one."""
+
+    # NOTE: True: ``run`` gets ``nnhal.driver.execution.PoolInput`` objects for the inputs in request pools and
+    # copies each straight into its own buffer (``PoolInput.copy_into``); False: numpy arrays
+    reads_inputs: bool = False
 
     def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
             loop_timeout_ns: int = ..., omitted: Sequence[int] = ()) -> list[np.ndarray]:

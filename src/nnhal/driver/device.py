@@ -17,7 +17,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.driver import cache as driver_cache
-from nnhal.driver.backend import Backend
+from nnhal.driver.backend import Backend, Compiled
 from nnhal.driver.buffers import BufferRegistry, TokenLookup
 from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.prepared_model import PreparedModel, deadline_ns, deadline_passed, v1_0_status
@@ -35,7 +35,7 @@ S = hal.ErrorStatus
 __all__ = ["Device"]
 
 
-class Device(hal.IDevice):
+class Device(hal.IDevice, hal.INnhalDevice):
     """The CPU reference driver.  Thread-safe: any number of threads may
     prepare and execute at once; prepared models share nothing mutable."""
 
@@ -186,24 +186,29 @@ class Device(hal.IDevice):
         for k, (ok, reason) in enumerate(answers):
             if not ok:
                 log.info("%s: operation %d (%s) not supported: %s", self.name, k,
-                         _op_name(model13.main.operations[k].type), reason)
+                         hal.operation_name(model13.main.operations[k].type), reason)
             flags.append(bool(ok))
         return flags
 
-    def unsupported_reasons(self, model: Any) -> list[Optional[str]]:
-        """Why this driver refuses each main operation of ``model`` (None where
-        it takes it), the backend's reasons: not part of the HAL, which answers
-        one bool per operation; the client runtime's placement report reads it."""
+    def nnhal_getSupportedOperationsReasons(self, model: Any) -> tuple:
+        """Why this driver refuses each main operation of ``model`` ("" where it
+        takes it): the backend's reasons (hal.INnhalDevice, nnhal's addition;
+        the HAL answers one bool per operation)."""
         try:
             model13, pools, defs = self._validated(model, HalVersion.V1_3)
-        except ValidationError as e:
-            return [f"invalid model: {e}"] * len(getattr(getattr(model, "main", None), "operations", []))
+        except ValidationError:
+            return S.INVALID_ARGUMENT, []
+        except Exception:  # noqa: BLE001 - never an exception out of a device method
+            log.exception("%s: validating a model for its reasons failed", self.name)
+            return S.GENERAL_FAILURE, []
         for p in pools:
             p.close()
         try:
-            return [None if ok else reason for ok, reason in self.backend.supported(model13, defs)]
-        except Exception as e:  # noqa: BLE001 - a backend bug: no reason known
-            return [f"the backend's supported() failed: {type(e).__name__}"] * len(model13.main.operations)
+            return S.NONE, [("" if ok else reason or "unsupported (the backend gave no reason)")
+                            for ok, reason in self.backend.supported(model13, defs)]
+        except Exception as e:  # noqa: BLE001 - a backend bug: the operation is not supported, and this is why
+            log.exception("%s: the backend's supported() failed", self.name)
+            return S.NONE, [f"the backend's supported() failed: {e}"] * len(model13.main.operations)
 
     def getSupportedOperations_1_3(self, model: Any) -> tuple:
         return self._supported(model, HalVersion.V1_3)
@@ -280,6 +285,11 @@ class Device(hal.IDevice):
                 return
             except Exception:
                 log.exception("prepareModel failed unexpectedly")
+                fail(S.GENERAL_FAILURE)
+                return
+            if not isinstance(executor, Compiled):
+                log.error("prepareModel: the backend's compile returned %s, not a nnhal.driver.backend.Compiled",
+                          type(executor).__name__)
                 fail(S.GENERAL_FAILURE)
                 return
             if deadline_passed(dl):
@@ -421,13 +431,6 @@ class Device(hal.IDevice):
     def allocate(self, desc: Any, preparedModels: list, inputRoles: list, outputRoles: list) -> tuple:
         # NOTE: the rules and the chosen semantics (unknown shapes, concurrency) are in driver/buffers.py
         return self._buffers.allocate(self, desc, preparedModels, inputRoles, outputRoles)
-
-
-def _op_name(t: Any) -> str:
-    try:
-        return hal.OperationType(t).name
-    except ValueError:
-        return str(t)
 
 
 def _with_bytes_values(model: Any) -> Any:

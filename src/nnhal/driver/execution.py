@@ -234,7 +234,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
     special = pools.buffers or pools.images  # NOTE: the common case has neither: one test per request
     # NOTE: a backend that reads its inputs itself (``reads_inputs``) is given PoolInputs: it copies
     # each straight into its own buffer (one copy, no array of ours in between)
-    direct = getattr(executor, "reads_inputs", False)
+    direct = executor.reads_inputs
     try:
         inputs: list[Optional[np.ndarray]] = []
         for k, spec in enumerate(plan.inputs):

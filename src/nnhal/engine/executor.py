@@ -138,7 +138,10 @@ def _check_output(opdef: OpDef, j: int, spec: OutputSpec, arr: Any, dtype: Any =
 
 class Executor:
     """Runs a model: built once per prepared model, then ``run`` per execution
-    (thread-safe: executions share only read-only prepared state)."""
+    (thread-safe: executions share only read-only prepared state).  A
+    ``nnhal.driver.backend.Compiled`` (the sample backend's)."""
+
+    reads_inputs = False  # NOTE: run() takes numpy arrays
 
     def __init__(self, model: hal.Model, pools: Sequence[Any], states: Optional[Sequence[Sequence[Any]]] = None):
         """``states`` (from the compilation cache): per subgraph (main first),

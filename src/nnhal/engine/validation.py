@@ -599,7 +599,7 @@ def validate_operation(model: hal.Model, sg: hal.Subgraph, op: hal.Operation, po
     for what, idx in (("input", op.inputs), ("output", op.outputs)):
         for i in idx:
             if not 0 <= i < n:
-                raise _fail(f"operation {_op_name(op.type)}: {what} operand index {i} out of range ({n} operands)")
+                raise _fail(f"operation {hal.operation_name(op.type)}: {what} operand index {i} out of range ({n} operands)")
     t = int(op.type)
     if is_extension_type(t):
         if version < HalVersion.V1_2:
@@ -613,7 +613,7 @@ def validate_operation(model: hal.Model, sg: hal.Subgraph, op: hal.Operation, po
         raise _fail(f"invalid operation type {t}")
     opdef = registry.find(t)
     if opdef is None:
-        raise _fail(f"operation {_op_name(t)} is not registered")
+        raise _fail(f"operation {hal.operation_name(t)} is not registered")
     ins = [sg.operands[i] for i in op.inputs]
     outs = [sg.operands[i] for i in op.outputs]
     try:
@@ -652,10 +652,6 @@ def _safe_constant(model: hal.Model, o: hal.Operand, pools: Optional[Sequence[An
     return constant_value(model, o, pools or [])
 
 
-def _op_name(t: int) -> str:
-    return hal.OperationType(t).name if t in hal.OperationType._value2member_map_ else str(t)
-
-
 def _check_graph(sg: hal.Subgraph) -> None:
     """Operations in execution order, one writer per operand, exact consumer counts."""
     known = [o.lifetime in (L.SUBGRAPH_INPUT, L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.NO_VALUE, L.SUBGRAPH)
@@ -664,12 +660,12 @@ def _check_graph(sg: hal.Subgraph) -> None:
     for k, op in enumerate(sg.operations):
         for j, i in enumerate(op.inputs):
             if not known[i]:
-                raise _fail(f"operation {k} ({_op_name(op.type)}) input {j} (operand {i}) is read before it is "
+                raise _fail(f"operation {k} ({hal.operation_name(op.type)}) input {j} (operand {i}) is read before it is "
                             "written (operations must be in execution order, without cycles)")
             consumers[i] += 1
         for j, i in enumerate(op.outputs):
             if known[i]:
-                raise _fail(f"operation {k} ({_op_name(op.type)}) output {j} (operand {i}) has already been "
+                raise _fail(f"operation {k} ({hal.operation_name(op.type)}) output {j} (operand {i}) has already been "
                             "written")
             known[i] = True
     for i, o in enumerate(sg.operands):

@@ -560,9 +560,9 @@ class _RemoteObject:
             self._conn.release_now(self._ref)
 
 
-def _method(iface: str, name: str) -> Any:
+def _method(cls: type, iface: str, name: str) -> Any:
     spec = wire.METHODS[iface][name]
-    sig = inspect.signature(getattr(getattr(hal, iface), name))
+    sig = inspect.signature(getattr(cls, name))  # NOTE: the interface's declaration (hal.IDevice, hal.INnhalDevice...)
     nparams = len(spec.args)
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -579,11 +579,11 @@ def _method(iface: str, name: str) -> Any:
 def _add_methods(cls: type, iface: str) -> type:
     for name in wire.METHODS[iface]:
         if name not in cls.__dict__:
-            setattr(cls, name, _method(iface, name))
+            setattr(cls, name, _method(cls, iface, name))
     return cls
 
 
-class RemoteDevice(_RemoteObject, hal.IDevice):
+class RemoteDevice(_RemoteObject, hal.IDevice, hal.INnhalDevice):
     """``IDevice`` of a service (``nnhal.connect(name)``)."""
 
     _iface = "IDevice"

@@ -287,6 +287,8 @@ _SPECS = [
        "notify_1_3"),
     _m("IDevice", "prepareModelFromCache_1_3", (OTP, HANDLES, HANDLES, bytes, PREPARE_CALLBACK), (S,), 4,
        "notify_1_3"),
+    # nnhal's addition (hal.INnhalDevice), not the HAL's: the reasons behind getSupportedOperations_1_3
+    _m("IDevice", "nnhal_getSupportedOperationsReasons", (hal.Model,), (S, list[str])),
     _m("IDevice", "allocate", (hal.BufferDesc, list[PREPARED_MODEL], list[hal.BufferRole], list[hal.BufferRole]),
        (S, BUFFER, int)),
     # IPreparedModel
