@@ -1,5 +1,5 @@
 """The ``litert-cpu`` driver (issue 10): HAL models lowered to TFLite
-(nnhal.tflite.lower, the importer's table read the other way) and run by
+(nnhal.drivers.litert.lower, the importer's table read the other way) and run by
 LiteRT with XNNPACK under the shared HAL front end.  Skipped, with the
 reason, when ai-edge-litert is not installed."""
 

@@ -1,4 +1,4 @@
-"""The HAL -> TFLite lowering of the ``litert-cpu`` driver (nnhal.tflite.lower): the rewrites
+"""The HAL -> TFLite lowering of the ``litert-cpu`` driver (nnhal.drivers.litert.lower): the rewrites
 into operators with a direct TFLite form, float16 models computed in float32 between CASTs,
 the refusals and their reasons (what getSupportedOperations_1_3 logs), and the coverage
 command.  The results themselves are checked against the conformance vectors in

@@ -110,7 +110,7 @@ def test_every_method_has_a_decoder() -> None:
 
 
 # ---------------------------------------------------------------------------
-# polling before blocking (nnhal.spin)
+# polling before blocking (nnhal.platform.spin)
 
 
 def test_spin_window_adapts_to_the_waits() -> None:

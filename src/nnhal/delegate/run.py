@@ -226,7 +226,7 @@ class DataPathFloor:
     """LiteRT (XNNPACK) on the original file with the least an in-process
     HAL execution must do around it, by value and through shared memory, and
     nothing else: the client writes its inputs into a pool; the request is
-    read (:func:`nnhal.validation.request_key`: every value, as a driver that
+    read (:func:`nnhal.engine.validation.request_key`: every value, as a driver that
     keeps nothing of the caller's must); each pool's descriptor is checked to
     be the memory validated before (``fstat``, ``F_GETFL``); the inputs are
     set from the pool, the outputs written into it, and the client reads them

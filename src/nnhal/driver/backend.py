@@ -26,8 +26,8 @@ As Android's ``SampleDriver`` (the HAL behaviour) under ``SampleDriverFull`` /
 ``SampleDriverPartial`` (what is supported), and Arm NN's driver over ACL.
 Errors a backend raises from ``compile`` / ``run``:
 ``nnhal.ops.base.OpExecutionError`` -> GENERAL_FAILURE,
-``nnhal.executor.BadData`` -> INVALID_ARGUMENT (run only),
-``nnhal.executor.DeadlineMissed`` -> MISSED_DEADLINE_*.
+``nnhal.engine.executor.BadData`` -> INVALID_ARGUMENT (run only),
+``nnhal.engine.executor.DeadlineMissed`` -> MISSED_DEADLINE_*.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ class PreparedModel(hal.IPreparedModel):
                            allow_unspecified_output: bool) -> tuple[hal.Request, RequestPlan]:
         """The driver's own validated 1.3 copy of ``request`` and its plan
         (raises ValidationError).  NOTE: a request of the plain HAL classes is
-        read once into its exact key (:func:`nnhal.validation.request_key`); a
+        read once into its exact key (:func:`nnhal.engine.validation.request_key`); a
         key this model validated before is not validated again (validation is
         a function of the key and the model alone: the pools' file descriptors
         are checked when they are opened, every execution), and the copy is

@@ -1,4 +1,4 @@
-"""The sample backend: the numpy reference executor (``nnhal.executor``) under
+"""The sample backend: the numpy reference executor (``nnhal.engine.executor``) under
 the shared HAL front end -- the ``sample-all`` driver (Android's
 ``SampleDriverFull``).  Supports every registered operation; compiles by
 running every operation's prepare step; caches the prepared states
@@ -24,7 +24,7 @@ def supported_operations(model: hal.Model, defs: list) -> list[bool]:
     """One bool per main operation of a validated model: the operation is
     implemented and, for IF / WHILE, so is every operation of the subgraphs
     it references, transitively (the spec of getSupportedOperations_1_3), and
-    they nest at most MAX_SUBGRAPH_DEPTH deep (see nnhal.validation)."""
+    they nest at most MAX_SUBGRAPH_DEPTH deep (see nnhal.engine.validation)."""
     refs = subgraph_references(model)
     depths = subgraph_depths(model, refs)
     nodes = [model.main, *model.referenced]

@@ -34,7 +34,7 @@ from nnhal.ops.control_flow import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # N
 from nnhal.ops.operands import constant_value as constant_value  # noqa: F401  (re-exported)
 from nnhal.ops.operands import operand_info
 
-log = logging.getLogger("nnhal.executor")
+log = logging.getLogger("nnhal.engine.executor")
 
 L = hal.OperandLifeTime
 

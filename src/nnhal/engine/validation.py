@@ -42,7 +42,7 @@ from nnhal.ops.base import OpDef, OpInfo, OpValidationError, match_signature
 from nnhal.ops.control_flow import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported, documented here
 from nnhal.ops.operands import constant_value, operand_info
 
-log = logging.getLogger("nnhal.validation")
+log = logging.getLogger("nnhal.engine.validation")
 
 T = hal.OperandType
 L = hal.OperandLifeTime

@@ -1,6 +1,6 @@
 """The burst packets of HAL 1.2 (``neuralnetworks/1.2/types.hal``):
 ``FmqRequestDatum`` and ``FmqResultDatum`` as fixed-size binary elements of a
-fast message queue (:mod:`nnhal.fmq`), and the packet layout that Android 11's
+fast message queue (:mod:`nnhal.platform.fmq`), and the packet layout that Android 11's
 ExecutionBurstController / ExecutionBurstServer exchange.
 
 Each datum is a ``safe_union``: a discriminator byte (the member's index in

@@ -20,7 +20,7 @@ One writer, one reader, a ring of fixed-size elements in shared memory:
   ("space freed"), each only when the other side has raised its "waiting"
   flag in the header (a side that polls needs no signal: no system call per
   packet then); a side that waits polls the queue for a short window first
-  when asked to (:mod:`nnhal.spin`), then raises its flag and blocks in
+  when asked to (:mod:`nnhal.platform.spin`), then raises its flag and blocks in
   ``poll``.  End of file on the socket means the other side
   closed the queue or its process died.
 
@@ -351,7 +351,7 @@ class MessageQueue:
     def read_packet_blocking(self, timeout: Optional[float] = None, spin_ns: int = 0) -> bytes:
         """Wait for at least one element, then take every element available
         (the writer publishes a packet at once, so that is a whole packet).
-        ``spin_ns``: first poll the queue that long (:mod:`nnhal.spin`)."""
+        ``spin_ns``: first poll the queue that long (:mod:`nnhal.platform.spin`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         if spin_ns > 0:
             end = _clock() + spin_ns

@@ -7,7 +7,7 @@ that expects its message soon polls for it first.  Android's burst
 controller and server do the same: they poll their fast message queues for a
 short window (50 us by default) before they wait on the futex.  Used by the
 service's call channels (both ends, :mod:`nnhal.service`) and by the burst
-queues (:mod:`nnhal.fmq`).
+queues (:mod:`nnhal.platform.fmq`).
 
 ``NNHAL_IPC_SPIN_US`` sets every window (0 turns polling off).
 """

@@ -3,7 +3,7 @@ ExecutionBurstController (HAL 1.2 ``configureExecutionBurst``,
 ``IBurstCallback``, ``IBurstContext``).
 
 ``BurstController(preparedModel)`` creates the two fast message queues
-(:mod:`nnhal.fmq`), implements ``IBurstCallback`` over its slot cache, and
+(:mod:`nnhal.platform.fmq`), implements ``IBurstCallback`` over its slot cache, and
 configures the burst; ``execute(request, measure)`` sends one request packet
 and waits for its result packet: ``(status, outputShapes, timing)``.
 
@@ -56,7 +56,7 @@ log = logging.getLogger("nnhal.burst")
 S = hal.ErrorStatus
 CHANNEL_LENGTH = 1024  # kExecutionBurstChannelLength of the reference
 MAX_SLOTS = 64
-# NOTE: the controller polls the result queue up to this long before it blocks (nnhal.spin), as the
+# NOTE: the controller polls the result queue up to this long before it blocks (nnhal.platform.spin), as the
 # reference's controller does (its window: 50 us of C++; here most small executions answer within it)
 SPIN_US = 1000
 _clock = time.perf_counter_ns

@@ -29,7 +29,7 @@ cannot block the reader.  Memories in requests are sent as descriptors with
 every call, as HIDL does, except on the synchronous path, where a thread's
 call channel caches them by slot in the service (:mod:`nnhal.service.slots`)
 and lets go of one as soon as the client frees or drops it.  A calling thread
-polls for its answer before it blocks (:mod:`nnhal.spin`).
+polls for its answer before it blocks (:mod:`nnhal.platform.spin`).
 """
 
 from __future__ import annotations

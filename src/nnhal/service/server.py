@@ -33,7 +33,7 @@ the memories a synchronous execution sends by slot: the call channel keeps
 its own duplicates until the client lets go of them or the channel closes
 (:mod:`nnhal.service.slots`).  After an answer, a call channel's thread
 polls for the next call for :data:`SERVER_SPIN_US` before it blocks
-(:mod:`nnhal.spin`).
+(:mod:`nnhal.platform.spin`).
 
 When a client disconnects (or dies) everything it held is dropped: objects,
 buffer tokens, burst contexts (their ``close()``), pending callbacks (become

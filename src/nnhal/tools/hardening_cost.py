@@ -9,7 +9,7 @@
   written with ``pwrite``); the median time per execution of each and the
   difference.
 - By-value copies: the driver's own copy of a MobileNet v1 model
-  (:func:`nnhal.validation.own_copy`) next to ``copy.deepcopy``, and the
+  (:func:`nnhal.engine.validation.own_copy`) next to ``copy.deepcopy``, and the
   private copy of a model pool of the same size as MobileNet v1's weights
   (:class:`nnhal.memory.PrivateCopy`).
 """

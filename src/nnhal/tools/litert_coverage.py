@@ -4,7 +4,7 @@ not the rest: ``python -m nnhal.tools.litert_coverage [VECTORS_DIR]``.
 Prints the coverage (models whose every operation the driver supports / all
 models, the quant8-signed copies the conformance runner adds not counted),
 then the largest groups of unsupported models by the first reason
-:func:`nnhal.tflite.lower.check_operation` gives (numbers stripped, so one
+:func:`nnhal.drivers.litert.lower.check_operation` gives (numbers stripped, so one
 reason groups every operand index).  The reasons are the ones
 ``getSupportedOperations_1_3`` logs."""
 

@@ -1,12 +1,12 @@
 """The ``litert-cpu`` backend: HAL 1.3 models lowered to TFLite
-(:mod:`nnhal.tflite.lower`, the importer's mapping table read HAL -> TFLite)
+(:mod:`nnhal.drivers.litert.lower`, the importer's mapping table read HAL -> TFLite)
 and run by LiteRT's interpreter with XNNPACK, under the shared HAL front end
 (``nnhal.driver``), which does everything the HAL specifies around it:
 validation (the same as the reference's: this driver never accepts a model
 ``sample-all`` rejects), callbacks, deadlines, fences, bursts, memory
 domains, caching.
 
-* ``supported``: true only where :func:`nnhal.tflite.lower.check_operation`
+* ``supported``: true only where :func:`nnhal.drivers.litert.lower.check_operation`
   finds a TFLite operator computing exactly the HAL operation for those
   operand types, shapes and parameters; every false comes with its reason.
 * ``compile``: lowers, then builds one interpreter (``num_threads``, default
