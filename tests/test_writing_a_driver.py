@@ -67,10 +67,16 @@ def _check_report(path: Path) -> None:
 
 def test_conformance_of_the_example_as_a_file_spec(driver_dir: Path, tmp_path: Path) -> None:
     r = _nnhal(["conformance", "--device", "./numpy_driver.py:NumpyDriver", "--ops", "ADD,MUL,RELU", "--jobs", "2",
-                "--no-progress", "--json", str(tmp_path / "r.json")], driver_dir, _env(tmp_path))
+                "--no-progress", "--json", str(tmp_path / "r.json"), "--junit-xml", str(tmp_path / "r.xml")],
+               driver_dir, _env(tmp_path))
     assert r.returncode == 1, r.stderr  # NOTE: non-zero: some models are unsupported (none fails)
     assert "0 failed" in r.stdout and "numpy-driver takes TENSOR_FLOAT32 only" in r.stdout
     _check_report(tmp_path / "r.json")
+    import xml.etree.ElementTree as ET
+
+    skipped = [e.get("message") for e in ET.parse(tmp_path / "r.xml").getroot().iter("skipped")]
+    assert skipped and all(m.startswith("unsupported: ") and "unsupported: unsupported" not in m for m in skipped)
+    assert "unsupported: RELU -- RELU: numpy-driver takes TENSOR_FLOAT32 only, not TENSOR_FLOAT16 [float16]" in skipped
 
 
 def test_the_example_through_a_service(driver_dir: Path, tmp_path: Path) -> None:
