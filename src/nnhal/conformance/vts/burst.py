@@ -23,7 +23,7 @@ from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case, Recorder, name, sample_indexes
-from nnhal.conformance.vts.request import RequestPools, model_id, unsupported_reason
+from nnhal.conformance.vts.request import RequestPools, gate, model_id
 from nnhal.fmq import MessageQueue
 
 SECTION = "burst"
@@ -159,12 +159,10 @@ def run_model(device: hal.IDevice, vm: VectorModel, sample: Optional[int] = None
     raw: Optional[RawBurst] = None
     prepared: Any = None
     try:
-        why = unsupported_reason(device, model)
-        if why:
-            rec.unsupported("ValidationTest.validateBurst", "", "an error result", why)
-            return rec.cases
         if vm.expectFailure:
             return rec.cases  # NOTE: VTS validates bursts only with the models' valid requests
+        if not gate(rec, "ValidationTest.validateBurst", "an error result", device, model, vm):
+            return rec.cases
         cb = hal.PreparedModelCallback()
         device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
                                 hal.OptionalTimePoint(), [], [], bytes(32), cb)

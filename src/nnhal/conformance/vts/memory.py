@@ -136,7 +136,10 @@ class Tests:
             model = conv_model(o, n) if kind == "conv" else add_model(o)
             status, supported = self.device.getSupportedOperations_1_3(model)
             if status != S.NONE or not all(supported):
-                self._prepared[key] = f"the device does not support the {kind.upper()} model ({name(status)})"
+                refused = ", ".join(f"operation {k} {OT(op.type).name}" for k, (op, ok) in
+                                    enumerate(zip(model.main.operations, supported)) if not ok)
+                why = f"getSupportedOperations_1_3 gave {name(status)}" if status != S.NONE else f"{refused} refused"
+                self._prepared[key] = f"the device does not support VTS's {kind.upper()} model ({why})"
             else:
                 cb = hal.PreparedModelCallback()
                 self.device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,

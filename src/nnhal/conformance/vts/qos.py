@@ -24,7 +24,7 @@ from nnhal.conformance.compare import compare
 from nnhal.conformance.runner import RequestPools, nbytes
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case, Recorder, name
-from nnhal.conformance.vts.request import model_id, unsupported_reason
+from nnhal.conformance.vts.request import gate, model_id
 
 SECTION = "qos"
 S = hal.ErrorStatus
@@ -118,9 +118,7 @@ def run_model(device: hal.IDevice, vm: VectorModel, sample: Optional[int] = None
         return rec.cases  # NOTE: as VTS: DeadlineTest is instantiated for the models expected to succeed
     model = vm.build_model()
     try:
-        why = unsupported_reason(device, model)
-        if why:
-            rec.unsupported("DeadlineTest", "", "NONE or MISSED_DEADLINE_*", why)
+        if not gate(rec, "DeadlineTest", "NONE or MISSED_DEADLINE_*", device, model, vm):
             return rec.cases
         for priority in PRIORITIES:
             for bound in BOUNDS:

@@ -90,13 +90,25 @@ def model_id(vm: VectorModel) -> str:
     return f"{vm.spec}/{vm.name}"
 
 
-def unsupported_reason(device: hal.IDevice, model: hal.Model) -> str:
-    """Why the device will not take ``model`` ("" when it supports every operation)."""
+def gate(rec: Recorder, test: str, expected: str, device: hal.IDevice, model: hal.Model, vm: VectorModel) -> bool:
+    """Whether a section goes on with ``vm`` on ``device`` (as VTS: only the
+    models it prepares).  A model that must fail and is refused is a passed
+    case; one whose operations the device does not support, an unsupported
+    case; a valid model that getSupportedOperations_1_3 calls invalid, a
+    failure."""
     status, supported = device.getSupportedOperations_1_3(model)
-    if status != S.NONE:
-        return f"getSupportedOperations_1_3 returned {name(status)}"
-    refused = [hal.OperationType(op.type).name for op, ok in zip(model.main.operations, supported) if not ok]
-    return f"unsupported: {','.join(refused)}" if refused else ""
+    refused = [hal.OperationType(op.type).name for op, ok in zip(model.main.operations, supported) if not ok] \
+        if status == S.NONE else []
+    if status == S.NONE and not refused:
+        return True
+    if vm.expectFailure:
+        rec.add("ValidationTest.createPreparedModel", "", "an error (expectFailure)", name(status), True)
+    elif status != S.NONE:
+        rec.add(test, "getSupportedOperations_1_3", "NONE", name(status), False,
+                f"getSupportedOperations_1_3 gave {name(status)} for a valid model")
+    else:
+        rec.unsupported(test, "", expected, f"unsupported: {','.join(refused)}")
+    return False
 
 
 def prepare(device: hal.IDevice, vm: VectorModel) -> tuple[Optional[hal.IPreparedModel], hal.Model]:
@@ -207,9 +219,7 @@ def run_model(device: hal.IDevice, vm: VectorModel, sample: Optional[int] = None
     prepared: Any = None
     burst: Any = None
     try:
-        why = unsupported_reason(device, model)
-        if why:
-            rec.unsupported("ValidationTest.validateRequest", "", "INVALID_ARGUMENT", why)
+        if not gate(rec, "ValidationTest.validateRequest", "INVALID_ARGUMENT", device, model, vm):
             return rec.cases
         cb = hal.PreparedModelCallback()
         device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
