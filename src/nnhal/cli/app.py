@@ -83,6 +83,21 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
 
 
+def cmd_vts(args: argparse.Namespace) -> int:
+    import nnhal
+    from nnhal.conformance import command as conformance_command
+    from nnhal.conformance.vts import command
+
+    env = os.environ.get("NNHAL_VECTORS")
+    if env and not args.paths and not Path(env).is_dir():
+        raise UserError(conformance_command.missing_vectors_message(env))
+    args.default_vectors = _default_vectors()
+    try:
+        return command.run(args, nnhal.__version__)
+    except conformance_command.UserError as e:
+        raise UserError(str(e)) from None
+
+
 def cmd_ops(args: argparse.Namespace) -> int:
     from nnhal.cli import conformance as command
     from nnhal.tools import opsupport
@@ -234,6 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plain", action="store_true", help="plain-text tables even on a terminal")
     s.add_argument("--allow-unsupported", action="store_true", help="exit 0 even if operations are unsupported")
     s.set_defaults(fn=cmd_conformance)
+
+    s = command("vts", "every VTS 1.3 functional section against a device: generated tests, model and request "
+                       "mutations, bursts, memory domains, compilation caching, deadlines and priorities",
+                "nnhal vts --device sample-all --sample 20 --jobs 2 --html vts.html")
+    from nnhal.conformance.vts.arguments import add_arguments
+
+    add_arguments(s)
+    s.set_defaults(fn=cmd_vts)
 
     s = command("serve", "run a driver as a service process (foreground, until SIGTERM / SIGINT)",
                 "nnhal serve --name nnhal-cpu --driver sample-all")
