@@ -85,8 +85,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
 def cmd_vts(args: argparse.Namespace) -> int:
     import nnhal
-    from nnhal.conformance import command as conformance_command
-    from nnhal.conformance.vts import command
+    from nnhal.cli import conformance as conformance_command
+    from nnhal.cli import vts as command
 
     env = os.environ.get("NNHAL_VECTORS")
     if env and not args.paths and not Path(env).is_dir():
