@@ -250,6 +250,15 @@ def vector_forms(root: str, ops: Optional[set[str]], bad_file: Callable[[str], N
                 yield to_signed(vm)
 
 
+def _counted_operations(vm: VectorModel) -> list[int]:
+    """Indices of the main operations ``vm`` is a form of: in the test generator's "_as_internal" variations
+    the ADDs it adds around another operation are not forms of ADD."""
+    ops = vm.main.operations
+    if "_as_internal" in vm.name and any(o.type != hal.OperationType.ADD for o in ops):
+        return [k for k, o in enumerate(ops) if o.type != hal.OperationType.ADD]
+    return list(range(len(ops)))
+
+
 def _ask(device: Any, model: hal.Model) -> tuple[Any, list[bool], list[str]]:
     import nnhal
     from nnhal.platform import memory as hal_memory
@@ -298,13 +307,14 @@ def device_report(device: Any, ops: Optional[set[str]] = None, vectors_dir: Opti
         names = None if ops is None else {op.name for op in wanted}
         n_models = 0
         for vm in vector_forms(report.vectors, names, report.bad_files.append):
-            model = vm.build_model()
-            status, flags, reasons = _ask(device, model)
+            counted = [k for k in _counted_operations(vm) if vm.main.operations[k].type in report.operations]
+            if not counted:
+                continue
+            status, flags, reasons = _ask(device, vm.build_model())
             n_models += 1
             per: dict[tuple[hal.OperationType, str], str] = {}  # (op, type) -> "" or the first reason
-            for k, op in enumerate(vm.main.operations):
-                if op.type not in report.operations:
-                    continue
+            for k in counted:
+                op = vm.main.operations[k]
                 key = (hal.OperationType(op.type), vm.operation_data_type(op))
                 if status != hal.ErrorStatus.NONE:
                     why = f"getSupportedOperations_1_3 returned {hal.ErrorStatus(status).name}"
@@ -327,7 +337,7 @@ def device_report(device: Any, ops: Optional[set[str]] = None, vectors_dir: Opti
         if missing:
             report.note += f"; no vector model uses {', '.join(missing)}: signature probes only there"
     else:
-        report.note = (f"no conformance vectors at {vectors_dir} ($NNHAL_VECTORS): signature probes only "
+        report.note = (f"no conformance vectors at {vectors_dir} (set $NNHAL_VECTORS): signature probes only "
                        f"(unknown shapes)")
     if probe_unknown:
         for op in wanted:
@@ -377,7 +387,9 @@ def print_report(report: DeviceReport, name: str, out: TextIO, verbose: bool = F
     for op in sorted(report.operations, key=lambda o: o.name):
         types = report.operations[op]
         if not types:
-            out.write(f"\n{op.name}: {'not implemented by the ops registry' if op not in REGISTRY else 'no forms'}\n")
+            why = ("not implemented by the ops registry" if op not in REGISTRY else
+                   "not probed: no vector model uses it, and its probe needs a referenced subgraph")
+            out.write(f"\n{op.name}: {why}\n")
             continue
         supported = op.name in report.supported()
         out.write(f"\n{op.name}: {'supported' if supported else 'not supported'}\n")
@@ -411,13 +423,16 @@ def print_report(report: DeviceReport, name: str, out: TextIO, verbose: bool = F
 
 
 def run(device: Any, name: str, out: TextIO, ops: Optional[set[str]] = None, vectors_dir: Optional[str] = None,
-        json_path: Optional[str] = None, verbose: bool = False) -> int:
-    """``nnhal ops --device NAME``: the report on ``out`` (and as JSON at ``json_path``)."""
+        verbose: bool = False) -> DeviceReport:
+    """``nnhal ops --device NAME``: the report, printed on ``out`` (the driver's log lines of the refusals
+    silenced: the reasons are in the report)."""
     with _quiet():
         report = device_report(device, ops, vectors_dir)
     print_report(report, name, out, verbose)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(report.to_json(name), f, indent=1)
-            f.write("\n")
-    return 0
+    return report
+
+
+def write_json(report: DeviceReport, name: str, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(report.to_json(name), f, indent=1)
+        f.write("\n")
