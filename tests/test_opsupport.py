@@ -153,3 +153,17 @@ def test_mistakes_are_one_line_and_status_2(argv: list[str], message: str, capsy
     assert cli.main(["ops", *argv]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and message in captured.err, captured.err
+
+
+def test_a_service_that_dies_ends_the_report_in_one_line(service_factory: object, vectors_dir: Path) -> None:
+    import nnhal
+    from nnhal.tools import opsupport
+
+    sp = service_factory(driver="sample-all")  # type: ignore[operator]
+    dev = nnhal.connect(sp.name)
+    try:
+        sp.kill()
+        with pytest.raises(opsupport.DeviceUnavailable, match="DEVICE_UNAVAILABLE"):
+            opsupport.device_report(dev, {"TRANSPOSE"}, str(vectors_dir))
+    finally:
+        dev.close()

@@ -103,8 +103,12 @@ def cmd_ops(args: argparse.Namespace) -> int:
     # NOTE: a $NNHAL_VECTORS that is no folder is not passed over for another: the report says no vectors there
     env = os.environ.get("NNHAL_VECTORS")
     where = env if env and not Path(env).is_dir() else _default_vectors()
-    report = opsupport.run(_device(args.device), args.device, sys.stdout, ops=ops, vectors_dir=where,
-                           verbose=getattr(args, "verbose", 0) > 0)
+    try:
+        report = opsupport.run(_device(args.device), args.device, sys.stdout, ops=ops, vectors_dir=where,
+                               verbose=getattr(args, "verbose", 0) > 0)
+    except opsupport.DeviceUnavailable as e:
+        print(f"nnhal ops: {args.device}: {e}", file=sys.stderr)
+        return 1
     if args.json:
         try:
             opsupport.write_json(report, args.device, args.json)
