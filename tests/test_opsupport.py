@@ -167,3 +167,22 @@ def test_a_service_that_dies_ends_the_report_in_one_line(service_factory: object
             opsupport.device_report(dev, {"TRANSPOSE"}, str(vectors_dir))
     finally:
         dev.close()
+
+
+def test_litert_agrees_with_what_conformance_finds_supported(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Per operation and data type, nnhal conformance's supported (pass) and unsupported models are ops' forms
+    supported and refused (models of these operations alone: no all-inputs-as-internal copies in either)."""
+    pytest.importorskip("ai_edge_litert")
+    ops, conf = tmp_path / "ops.json", tmp_path / "conformance.json"
+    subset = "AVERAGE_POOL_2D,TRANSPOSE"  # NOTE: litert-cpu refuses some AVERAGE_POOL_2D paddings
+    assert cli.main(["ops", "--device", "litert-cpu", "--ops", subset, "--json", str(ops)]) == 0
+    # NOTE: exit status 1: some models are unsupported
+    assert cli.main(["conformance", "--device", "litert-cpu", "--ops", subset, "--mode", "sync", "--jobs", "1",
+                     "--skip-variant", "dynamic", "--no-progress", "--json", str(conf)]) == 1
+    capsys.readouterr()
+    got = {(op, t): (a["supported"], a["refused"]) for op, types in json.loads(ops.read_text())["operations"].items()
+           for t, a in types.items() if a["forms"]}
+    want = {(r["operation"], r["data_type"]): (r["pass"] + r["fail"], r["unsupported"])
+            for r in json.loads(conf.read_text())["operations_and_types"]}
+    assert got == want
+    assert got[("AVERAGE_POOL_2D", "float32")][1] > 0

@@ -29,8 +29,10 @@ are the only answer, said so.  Nothing is cached between calls.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import logging
 import re
 import struct
 from collections import Counter
@@ -313,7 +315,13 @@ def device_report(device: Any, ops: Optional[set[str]] = None, vectors_dir: Opti
             counted = [k for k in _counted_operations(vm) if vm.main.operations[k].type in report.operations]
             if not counted:
                 continue
-            status, flags, reasons = _ask(device, vm.build_model())
+            try:
+                model = vm.build_model()
+            except Exception as e:  # noqa: BLE001  # NOTE: a vector the builder refuses is named, not asked
+                report.bad_files.append(f"vector model {vm.name} ({vm.spec}): not buildable ({type(e).__name__}: "
+                                        f"{e})")
+                continue
+            status, flags, reasons = _ask(device, model)
             if status == hal.ErrorStatus.DEVICE_UNAVAILABLE:
                 raise DeviceUnavailable(f"the device became unavailable (DEVICE_UNAVAILABLE) at vector model "
                                         f"{vm.name}, after {n_models}")
@@ -337,8 +345,8 @@ def device_report(device: Any, ops: Optional[set[str]] = None, vectors_dir: Opti
                     a.invalid[why] += 1
                 else:
                     a.refusals[reason_key(why)] += 1
-        report.note = (f"vector forms: {n_models} conformance vector models under {report.vectors} "
-                       f"(concrete shapes)")
+        report.note = (f"vector forms: {n_models} conformance vector models under {report.vectors} (concrete "
+                       f"shapes; the quant8-signed copies the conformance runner makes included)")
         missing = [op.name for op, types in report.operations.items() if not any(a.forms for a in types.values())]
         if missing:
             report.note += f"; no vector model uses {', '.join(missing)}: signature probes only there"
@@ -367,22 +375,16 @@ def device_report(device: Any, ops: Optional[set[str]] = None, vectors_dir: Opti
     return report
 
 
-def _quiet() -> Any:
-    import contextlib
-    import logging
-
-    @contextlib.contextmanager
-    def quiet() -> Iterator[None]:
-        # NOTE: a driver logs every refusal; the reasons are in the report
-        logger = logging.getLogger("nnhal")
-        level = logger.level
-        logger.setLevel(max(level, logging.CRITICAL))
-        try:
-            yield
-        finally:
-            logger.setLevel(level)
-
-    return quiet()
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    # NOTE: a driver logs every refusal; the reasons are in the report
+    logger = logging.getLogger("nnhal")
+    level = logger.level
+    logger.setLevel(max(level, logging.CRITICAL))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def print_report(report: DeviceReport, name: str, out: TextIO, verbose: bool = False) -> None:
@@ -393,6 +395,7 @@ def print_report(report: DeviceReport, name: str, out: TextIO, verbose: bool = F
         out.write("unknown shapes: one probe model per signature, tensors of unknown rank\n")
     for line in report.bad_files:
         out.write(f"skipped: {line}\n")
+    done = report.supported()
     for op in sorted(report.operations, key=lambda o: o.name):
         types = report.operations[op]
         if not types:
@@ -400,8 +403,7 @@ def print_report(report: DeviceReport, name: str, out: TextIO, verbose: bool = F
                    "not probed: no vector model uses it, and its probe needs a referenced subgraph")
             out.write(f"\n{op.name}: {why}\n")
             continue
-        supported = op.name in report.supported()
-        out.write(f"\n{op.name}: {'supported' if supported else 'not supported'}\n")
+        out.write(f"\n{op.name}: {'supported' if op.name in done else 'not supported'}\n")
         for tname, a in sorted(types.items(), key=lambda x: (x[1].hal_version or "9", x[0])):
             hv = f"HAL {a.hal_version}" if a.hal_version else "no signature"
             if a.forms:
@@ -422,7 +424,6 @@ def print_report(report: DeviceReport, name: str, out: TextIO, verbose: bool = F
             if verbose:
                 for model, why in a.details:
                     out.write(f"        {model}: {'supported' if not why else 'refused: ' + why}\n")
-    done = report.supported()
     n_types = sum(len(t) for t in report.operations.values())
     ok_types = sum(1 for t in report.operations.values() for a in t.values() if a.supported or
                    (not a.forms and a.unknown and a.unknown[0]))
