@@ -231,13 +231,14 @@ def vector_forms(root: str, ops: Optional[set[str]], bad_file: Callable[[str], N
     copies the conformance runner makes included.  A file is parsed only if its text names one of ``ops``."""
     from nnhal.conformance.runner import has_quant8_coupled_operands, to_signed
 
+    quoted = None if ops is None else [f'"{name}"'.encode() for name in ops]
     for f in vectors.find_files([root]):
         try:
-            with gzip.open(f, "rt") as fh:
-                text = fh.read()
-            if ops is not None and not any(f'"{name}"' in text for name in ops):  # NOTE: cheaper than parsing
+            with open(f, "rb") as fh:
+                data = gzip.decompress(fh.read())
+            if quoted is not None and not any(q in data for q in quoted):  # NOTE: far cheaper than parsing
                 continue
-            doc = json.loads(text)
+            doc = json.loads(data)
             spec = doc["spec"]
             found = []
             for m in doc["models"]:
