@@ -105,7 +105,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
     if not args.device:
         for option in ("json", "ops"):
             if getattr(args, option):
-                raise UserError(f"nnhal ops: --{option} needs --device (without it the signatures are listed)")
+                raise UserError(f"--{option} needs --device (without it the signatures are listed)")
         return opsupport.print_registry(sys.stdout)
     ops = None
     try:
@@ -115,12 +115,21 @@ def cmd_ops(args: argparse.Namespace) -> int:
         command.check_writable(args.json, "--json")
     except command.UserError as e:
         raise UserError(str(e)) from None
-    device = _device(args.device)
+    # NOTE: a $NNHAL_VECTORS that is no folder is not passed over for another: the report says no vectors there
+    env = os.environ.get("NNHAL_VECTORS")
+    where = env if env and not Path(env).is_dir() else _default_vectors()
     try:
-        return opsupport.run(device, args.device, sys.stdout, ops=ops, vectors_dir=_default_vectors(),
-                             json_path=args.json, verbose=getattr(args, "verbose", 0) > 0)
-    except OSError as e:
-        raise UserError(f"--json {args.json}: {e.strerror or e}") from None
+        report = opsupport.run(_device(args.device), args.device, sys.stdout, ops=ops, vectors_dir=where,
+                               verbose=getattr(args, "verbose", 0) > 0)
+    except opsupport.DeviceUnavailable as e:
+        print(f"nnhal ops: {args.device}: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        try:
+            opsupport.write_json(report, args.device, args.json)
+        except OSError as e:
+            raise UserError(f"--json {args.json}: {e.strerror or e}") from None
+    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
