@@ -15,11 +15,12 @@ import os
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import numpy as np
 
-from nnhal.tflite.loader import IODescription, UnsupportedModelError, free_model, load
+from nnhal.tflite.errors import InvalidModelError, UnsupportedModelError
+from nnhal.tflite.loader import IODescription, free_model, load
 from nnhal.tflite.run import (
     DataPathFloor,
     ExecutionError,
@@ -31,18 +32,27 @@ from nnhal.tflite.run import (
     timed,
     topk,
 )
+from nnhal.tflite.schema import MissingDependency
 
 DeviceOf = Callable[[str], Any]
 
 
 def _load(path: str, batch: Optional[int], expose: bool = False) -> tuple[Any, IODescription]:
+    """``load``; a model that cannot be converted is printed (one line, or one per refused operator)
+    and exits with status 2."""
     try:
         return load(path, batch=batch, expose_intermediates=expose)
     except UnsupportedModelError as e:
         print(f"{path}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    except (OSError, ValueError, ImportError) as e:
-        print(f"{path}: cannot read the model: {e}", file=sys.stderr)
+    except InvalidModelError as e:
+        print(f"{path}: not a valid TFLite model: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as e:
+        print(f"{path}: cannot read the model: {e.strerror or e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except MissingDependency as e:
+        print(f"{path}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
@@ -65,12 +75,26 @@ def _inputs(args: argparse.Namespace, io: IODescription) -> list[np.ndarray]:
         return make_inputs(io, batch=args.batch or 1, seed=args.seed)
     arrays = []
     for f in args.input:
-        a = np.load(f, allow_pickle=False)
+        try:
+            a = np.load(f, allow_pickle=False)
+        except OSError as e:
+            _user_error(f"--input {f}: {e.strerror or 'cannot read it'}")
+        except (ValueError, EOFError) as e:  # NOTE: not a .npy file, truncated, or one holding Python objects
+            _user_error(f"--input {f}: not a .npy array file ({e})")
+        if not isinstance(a, np.ndarray):
+            a.close()
+            _user_error(f"--input {f}: a .npz archive, not a .npy array file")
         arrays.append(a)
     try:
         return check_inputs(io, arrays)
     except ValueError as e:
-        raise SystemExit(f"--input: {e}") from None
+        _user_error(f"--input: {e}")
+
+
+def _user_error(message: str) -> NoReturn:
+    """One line on stderr and exit status 2 (a mistake in what the user gave)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
