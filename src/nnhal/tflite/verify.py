@@ -445,8 +445,8 @@ def _check_quant(ten: Any, t: int, where: str, shape: list[int]) -> None:
     if q is None:
         return
     scales = [] if q.scale is None else list(q.scale)
-    zps = [] if q.zeroPoint is None else list(q.zeroPoint)
-    if scales and zps and len(zps) != len(scales):
+    if scales and q.zeroPoint is not None and len(q.zeroPoint) != len(scales):
+        zps = list(q.zeroPoint)
         raise InvalidModelError(f"tensor {t}{where} has {len(scales)} scales and {len(zps)} zero points")
     if len(scales) > 1:
         qd = int(q.quantizedDimension)
