@@ -467,7 +467,7 @@ class _Loader:
         if len(outs) < min_out or (max_out is not None and len(outs) > max_out):
             want = f"{min_out}" if min_out == max_out else f"{min_out} or more" if max_out is None \
                 else f"{min_out} to {max_out}"
-            raise _Refuse(f"{name} needs {want} outputs, the operator has {len(outs)}")
+            raise _Refuse(f"{name} needs {want} output(s), the operator has {len(outs)}")
         if any(k < 0 for k in outs):
             raise _Refuse("an output is omitted (-1)")
         # NOTE: every later read of op.inputs / op.outputs indexes these lists
@@ -577,7 +577,9 @@ class _Loader:
         if i >= len(op.inputs):
             raise _Refuse(f"input {i} missing")
         k = int(op.inputs[i])
-        if k < 0 or not self.is_const(k):
+        if k < 0:
+            raise _Refuse(f"input {i} is omitted (-1)")
+        if not self.is_const(k):
             raise _Refuse(f"input {i} must be a constant")
         return self.array(k)
 
@@ -591,6 +593,8 @@ class _Loader:
                 return [self.operand(k)]
             if not self.is_const(k):
                 raise _Refuse("a quantized bias must be a constant")
+            if self.tclass(k) not in ("i32", "i64"):
+                raise _Refuse(f"a quantized bias must be int32, not {self.tclass(k)}")
             b = self.array(k).astype(np.int32).reshape(-1)
         else:
             self.shared.reserve(4 * n, "a zero bias")

@@ -422,6 +422,7 @@ _ARITY: dict[str, tuple[int, int, Optional[int]]] = {
     "SPLIT": (2, 1, None), "TOPK_V2": (2, 2, 2), "HASHTABLE_LOOKUP": (3, 2, 2), "BIDIRECTIONAL_SEQUENCE_RNN": (9, 1, 2),
     "BIDIRECTIONAL_SEQUENCE_LSTM": (48, 1, 2), "SPLIT_V": (3, 1, None), "BROADCAST_TO": (2, 1, 1),
     "REVERSE_V2": (2, 1, 1), "RANGE": (3, 1, 1), "ADD_N": (1, 1, 1), "QUANTIZE": (1, 1, 1), "DEQUANTIZE": (1, 1, 1),
+    "BATCH_TO_SPACE_ND": (3, 1, 1),
 }
 # derived HAL inputs: how many TFLite inputs each reads (a trailing digit n: input n)
 _DERIVED_INPUTS = {"bias": 2, "tconv_bias": 3, "depth_multiplier": 2, "all_inputs": 1, "reshape_shape": 1,

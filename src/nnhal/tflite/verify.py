@@ -210,9 +210,9 @@ class _Walk:
         self.max_objects = self.n // 4 + 1
         self.max_payload = self.n
 
-    def need(self, end: int, what: str) -> None:
+    def need(self, end: int, what: str, detail: str = "ends past the end") -> None:
         if end > self.n:
-            raise InvalidModelError(f"file truncated: {self.n} of at least {end} bytes ({what} ends past the end)")
+            raise InvalidModelError(f"file truncated: {self.n} of at least {end} bytes ({what} {detail})")
 
     def uoffset(self, p: int, what: str) -> int:
         self.need(p + 4, what)
@@ -236,10 +236,7 @@ class _Walk:
         length = _U32.unpack_from(self.d, t)[0]
         if self.layout is not None:
             self.layout.append(("veclen", t, 4))
-        end = t + 4 + length * elem
-        if end > self.n:
-            raise InvalidModelError(f"{what}: vector of {length} elements of {elem} bytes at byte {t} ends at {end}, "
-                                    f"past the end of the {self.n}-byte file")
+        self.need(t + 4 + length * elem, what, f"is a vector of {length} elements of {elem} bytes at byte {t}")
         self.count(length * elem, what)
         return length
 
@@ -261,11 +258,13 @@ class _Walk:
         vt = pos - _I32.unpack_from(d, pos)[0]
         if self.layout is not None:
             self.layout.append(("soffset", pos, 4))
-        if vt < 0 or vt + 4 > self.n:
+        if vt < 0:
             raise InvalidModelError(f"{what}: vtable at byte {vt} is outside the {self.n}-byte file")
+        self.need(vt + 4, what, f"has its vtable at byte {vt}")
         vsize, tsize = _U16.unpack_from(d, vt)[0], _U16.unpack_from(d, vt + 2)[0]
-        if vsize < 4 or vsize % 2 or vt + vsize > self.n:
+        if vsize < 4 or vsize % 2:
             raise InvalidModelError(f"{what}: vtable at byte {vt} has a bad size {vsize}")
+        self.need(vt + vsize, what, f"has a {vsize}-byte vtable at byte {vt}")
         if tsize < 4:
             raise InvalidModelError(f"{what}: table at byte {pos} has a bad size {tsize}")
         self.need(pos + tsize, what)
