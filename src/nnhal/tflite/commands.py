@@ -4,7 +4,8 @@ passes a ``device_of(name) -> IDevice`` so these commands reach a device in
 process or a running service the same way every other command does.
 
 Exit status: 0 on success; 2 when the model cannot be converted (every
-unmapped operator is printed); 3 when the device refuses to prepare it or the
+unmapped operator is printed; an invalid file, one that cannot be read, or an
+``--input`` that is missing or not a ``.npy`` array is one line); 3 when the device refuses to prepare it or the
 execution fails; 1 with ``--strict`` when a comparison is beyond tolerance.
 """
 
@@ -100,6 +101,8 @@ def _user_error(message: str) -> NoReturn:
 def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     """``nnhal run``."""
     expose = bool(args.per_tensor)
+    if args.batch < 0:
+        _user_error(f"--batch {args.batch}: give 1 or more")
     batch = None if args.keep_unknown else (args.batch or 1)
     model, io = _load(args.model, batch, expose)
     print(f"{args.model}: {summary(io)}")

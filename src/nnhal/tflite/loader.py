@@ -122,11 +122,14 @@ def load(path: Union[str, Path, bytes], *, batch: Optional[int] = 1,
     data = bytes(path) if isinstance(path, (bytes, bytearray)) else Path(path).read_bytes()
     checked = vfy.verify(data, max_bytes=max_bytes, batch=batch)
     shared = _Shared(data, batch, checked)
-    for g in checked.order:  # NOTE: callees before callers: no recursion however deep IF / WHILE nest
-        shared.map_subgraph(g)
-    main = _Loader(shared, 0, expose_intermediates, shared.io)
-    main.run()
-    return shared.finish(main)
+    # NOTE: constants from the file may be NaN or huge; what they become is the HAL validation's to judge,
+    # without numpy warnings on the way
+    with np.errstate(all="ignore"):
+        for g in checked.order:  # NOTE: callees before callers: no recursion however deep IF / WHILE nest
+            shared.map_subgraph(g)
+        main = _Loader(shared, 0, expose_intermediates, shared.io)
+        main.run()
+        return shared.finish(main)
 
 
 def free_model(model: hal.Model) -> None:
