@@ -380,7 +380,7 @@ def test_fuzz_only_defined_errors():
     seconds = float(os.environ.get("NNHAL_FUZZ_SECONDS", "12"))
     res = _fuzz(["--seconds", str(seconds), "--seed", os.environ.get("NNHAL_FUZZ_SEED", "17")], 3072, seconds + 120)
     _check(res)
-    assert res["inputs"] >= 100, res
+    assert res["inputs"] >= 50, res  # NOTE: about 70 a second on an idle core
 
 
 @pytest.mark.fuzz

@@ -460,7 +460,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--large", action="store_true", help="also the 14-17 MB MobileNets as seeds")
     ap.add_argument("--no-real", action="store_true", help="only the written seed models")
     ap.add_argument("--max-bytes", type=_size, default=64 << 20, help="load(max_bytes=...) (default 64M)")
-    ap.add_argument("--timeout", type=float, default=10.0, help="seconds one input may take (default 10)")
+    ap.add_argument("--timeout", type=float, default=0.0,
+                    help="seconds one input may take (default 10; with --run 120: preparing the real models takes "
+                         "seconds on a loaded machine)")
     ap.add_argument("--rlimit-mb", type=int, default=0,
                     help="cap this process's address space (MiB): an allocation beyond it is a finding")
     ap.add_argument("--save", type=Path, help="write each finding's input and traceback here")
@@ -477,7 +479,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
     seconds = args.minutes * 60 if args.minutes else (args.seconds or 15.0)
     res = fuzz(seconds=seconds, count=args.count or 0, seed=args.seed, max_bytes=args.max_bytes,
-               timeout=args.timeout, models=args.models, large=args.large, real=not args.no_real, save=args.save,
+               timeout=args.timeout or (120.0 if args.run else 10.0), models=args.models, large=args.large, real=not args.no_real, save=args.save,
                progress=None if args.json else (lambda s: print(s, file=sys.stderr)), run=args.run)
     if args.json:
         print(json.dumps(res))
