@@ -350,6 +350,38 @@ def test_defined_errors_are_value_errors():
     assert issubclass(ModelError, ValueError)
 
 
+def test_schema_shape_read_from_the_generated_module():
+    from nnhal.tflite import table
+    from nnhal.tflite.schema import schema
+
+    sc = verify.schema_shape()
+    op = {f.name: f for f in sc.tables["Operator"]}
+    assert (op["Inputs"].kind, op["Inputs"].size, op["Inputs"].slot) == ("vector", 4, 6)
+    assert op["BuiltinOptions"].kind == "union" and op["BuiltinOptions"].union == "BuiltinOptions"
+    assert op["BuiltinOptionsType"].kind == "scalar" and op["BuiltinOptionsType"].size == 1
+    model = {f.name: f for f in sc.tables["Model"]}
+    assert model["Subgraphs"].kind == "tables" and model["Subgraphs"].table == "SubGraph"
+    assert model["Description"].kind == "string"
+    assert sc.unions["BuiltinOptions"][schema().BuiltinOptions.Conv2DOptions] == "Conv2DOptions"
+    assert sc.unions["QuantizationDetails"][1] == "CustomQuantization"
+    # every options table the importer expects is a member of the union
+    members = set(sc.unions["BuiltinOptions"].values())
+    assert set(table.READ_OPTIONS.values()) <= members
+    # every mapping's arity is defined and at least what its Args read
+    for mp in table.MAPPINGS:
+        n_in, lo, hi = table.arity(mp)
+        assert n_in >= 0 and lo >= 1 and (hi is None or hi >= lo), mp.builtin
+
+
+def test_real_models_verify_as_trees():
+    for name in ("kws_mobilenetv2_int8", "vww_mobilenetv1_int8", "palm_detection_lite"):
+        data = model_path(name).read_bytes()
+        checked = verify.verify(data)
+        assert checked.order == [] and len(checked.model.subgraphs) == 1
+        lay = verify.layout(data)
+        assert {k for k, _, _ in lay} == {"uoffset", "veclen", "soffset", "vtentry", "scalar"}
+
+
 # --------------------------------------------------------------------------- the fuzz
 
 

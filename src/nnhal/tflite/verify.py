@@ -414,8 +414,8 @@ def _semantic(m: Any, data: bytes, max_bytes: int, batch: Optional[int]) -> list
             elif not raw:
                 total += nb
         if total > max_bytes:
-            raise InvalidModelError(f"the tensors of subgraph {g} need {total} bytes together, above the limit of "
-                                    f"{max_bytes} (NNHAL_TFLITE_MAX_BYTES)")
+            raise InvalidModelError(f"the model's tensors (through subgraph {g}) need {total} bytes together, above "
+                                    f"the limit of {max_bytes} (NNHAL_TFLITE_MAX_BYTES)")
         for i, op in enumerate(sg.operators or []):
             if op is None:  # pragma: no cover
                 raise InvalidModelError(f"operator {i}{where} is empty")
