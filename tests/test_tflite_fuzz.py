@@ -333,6 +333,7 @@ def test_cli_one_line_and_exit_2(tmp_path, capsys):
         (["run", str(good), "--input", str(tmp_path / "nope.npy")], "nope.npy: No such file or directory"),
         (["run", str(good), "--input", str(tmp_path / "arch.npz")], "a .npz archive"),
         (["run", str(good), "--input", str(tmp_path)], "Is a directory"),
+        (["run", str(good), "--batch", "-2"], "--batch -2: give 1 or more"),
     ]
     for argv, pattern in cases:
         try:
