@@ -313,6 +313,19 @@ def test_cyclic_subgraph_references():
 # --------------------------------------------------------------------------- 8. the command line
 
 
+def _npy_bomb(tmp_path: Path) -> Path:
+    """A 144-byte .npy whose header asks for a 1 TiB array (np.load would allocate it first)."""
+    import io
+
+    from numpy.lib import format as npy
+
+    buf = io.BytesIO()
+    npy.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (2**38,)})
+    p = tmp_path / "bomb.npy"
+    p.write_bytes(buf.getvalue() + bytes(16))
+    return p
+
+
 def test_cli_one_line_and_exit_2(tmp_path, capsys):
     data = model_path("vww_mobilenetv1_int8").read_bytes()
     bad = tmp_path / "cut.tflite"
@@ -334,6 +347,7 @@ def test_cli_one_line_and_exit_2(tmp_path, capsys):
         (["run", str(good), "--input", str(tmp_path / "arch.npz")], "a .npz archive"),
         (["run", str(good), "--input", str(tmp_path)], "Is a directory"),
         (["run", str(good), "--batch", "-2"], "--batch -2: give 1 or more"),
+        (["run", str(good), "--input", str(_npy_bomb(tmp_path))], "truncated: its header says 1099511627776 bytes"),
     ]
     for argv, pattern in cases:
         try:

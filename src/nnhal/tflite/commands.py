@@ -12,6 +12,7 @@ execution fails; 1 with ``--strict`` when a comparison is beyond tolerance.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -74,22 +75,39 @@ def _short(a: np.ndarray) -> str:
 def _inputs(args: argparse.Namespace, io: IODescription) -> list[np.ndarray]:
     if not args.input:
         return make_inputs(io, batch=args.batch or 1, seed=args.seed)
-    arrays = []
-    for f in args.input:
-        try:
-            a = np.load(f, allow_pickle=False)
-        except OSError as e:
-            _user_error(f"--input {f}: {e.strerror or 'cannot read it'}")
-        except (ValueError, EOFError) as e:  # NOTE: not a .npy file, truncated, or one holding Python objects
-            _user_error(f"--input {f}: not a .npy array file ({e})")
-        if not isinstance(a, np.ndarray):
-            a.close()
-            _user_error(f"--input {f}: a .npz archive, not a .npy array file")
-        arrays.append(a)
+    arrays = [_read_npy(f) for f in args.input]
     try:
         return check_inputs(io, arrays)
     except ValueError as e:
         _user_error(f"--input: {e}")
+
+
+def _read_npy(path: str) -> np.ndarray:
+    """The array of a .npy file; a file that is not one, or whose header asks for more data than it
+    holds (checked before anything is allocated), is a user error."""
+    from numpy.lib import format as npy
+
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(4) == b"PK\x03\x04":
+                _user_error(f"--input {path}: a .npz archive, not a .npy array file")
+            fh.seek(0)
+            try:
+                version = npy.read_magic(fh)
+                header = npy.read_array_header_2_0 if version >= (2, 0) else npy.read_array_header_1_0
+                shape, _, dtype = header(fh)
+            except (ValueError, EOFError) as e:
+                _user_error(f"--input {path}: not a .npy array file ({e})")
+            need = math.prod(shape) * dtype.itemsize
+            have = os.fstat(fh.fileno()).st_size - fh.tell()
+            if need > have:
+                _user_error(f"--input {path}: .npy file truncated: its header says {need} bytes of data, it holds {have}")
+            fh.seek(0)
+            return np.load(fh, allow_pickle=False)
+    except OSError as e:
+        _user_error(f"--input {path}: {e.strerror or 'cannot read it'}")
+    except (ValueError, EOFError) as e:  # NOTE: e.g. an array of Python objects (pickled)
+        _user_error(f"--input {path}: not a .npy array file ({e})")
 
 
 def _user_error(message: str) -> NoReturn:
