@@ -417,23 +417,26 @@ def _fuzz(args: list[str], limit_mb: int, timeout: float) -> dict:
     return res
 
 
-def _check(res: dict) -> None:
-    assert not res["findings"], json.dumps(res["findings"][:10], indent=1)
-    assert res["outcomes"].get("invalid", 0) and res["outcomes"].get("unsupported", 0) and res["outcomes"].get("ok", 0)
+def _check(res: dict, saved: Path) -> None:
+    assert not res["findings"], f"inputs and tracebacks in {saved}: " + json.dumps(res["findings"][:10], indent=1)
+    if res["inputs"] >= 200:  # NOTE: the mutations reach every outcome (a few dozen inputs on a loaded machine may not)
+        assert all(res["outcomes"].get(k) for k in ("invalid", "unsupported", "ok")), res["outcomes"]
     assert res["peak_rss_mb"] < 1024, res["peak_rss_mb"]
 
 
-def test_fuzz_only_defined_errors():
+def test_fuzz_only_defined_errors(tmp_path):
     seconds = float(os.environ.get("NNHAL_FUZZ_SECONDS", "12"))
-    res = _fuzz(["--seconds", str(seconds), "--seed", os.environ.get("NNHAL_FUZZ_SEED", "17")], 3072, seconds + 120)
-    _check(res)
-    assert res["inputs"] >= 50, res  # NOTE: about 70 a second on an idle core
+    res = _fuzz(["--seconds", str(seconds), "--seed", os.environ.get("NNHAL_FUZZ_SEED", "17"), "--save", str(tmp_path)],
+                3072, seconds + 120)
+    _check(res, tmp_path)
+    # NOTE: about 70 a second on an idle core, 10 at a load average of 20 on two cores
+    assert res["inputs"] >= 20, res
 
 
 @pytest.mark.fuzz
-def test_fuzz_long():
+def test_fuzz_long(tmp_path):
     minutes = float(os.environ.get("NNHAL_FUZZ_MINUTES", "10"))
-    res = _fuzz(["--minutes", str(minutes), "--large", "--seed", os.environ.get("NNHAL_FUZZ_SEED", "1")], 6144,
-                minutes * 60 + 300)
-    _check(res)
+    res = _fuzz(["--minutes", str(minutes), "--large", "--seed", os.environ.get("NNHAL_FUZZ_SEED", "1"),
+                 "--save", str(tmp_path)], 6144, minutes * 60 + 300)
+    _check(res, tmp_path)
     print(json.dumps({k: res[k] for k in ("inputs", "seconds", "per_second", "outcomes", "peak_rss_mb")}))
