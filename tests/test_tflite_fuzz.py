@@ -158,6 +158,24 @@ def test_options_absent_or_of_another_type():
     assert io.rewrites["pack"] == 1
 
 
+def test_custom_options_read_lazily_and_typed():
+    from flatbuffers import flexbuffers
+
+    def ssd(opts: bytes) -> bytes:
+        return one_op("TFLite_Detection_PostProcess", [Tensor([1, 6, 4]), Tensor([1, 6, 3]),
+                                                       Tensor([6, 4], data=np.ones((6, 4), np.float32))],
+                      [Tensor([1, 3, 4]), Tensor([1, 3]), Tensor([1, 3]), Tensor([1])], custom_options=opts)
+
+    good = {"num_classes": 2, "max_detections": 3, "y_scale": 10.0, "x_scale": 10.0, "h_scale": 5.0, "w_scale": 5.0}
+    assert load(ssd(flexbuffers.Dumps(good)))[1].hal_operations["DETECTION_POSTPROCESSING"] == 1
+    refused(ssd(flexbuffers.Dumps([1, 2, 3])), "custom options are not a map")
+    refused(ssd(flexbuffers.Dumps({**good, "num_classes": "two"})), "custom option num_classes is not a int")
+    refused(ssd(flexbuffers.Dumps({**good, "max_detections": 2**40})), "custom option max_detections is 1099511627776")
+    refused(ssd(b"\x07\xff\xff\xff"), "custom options")
+    # an entry the operator does not read is never expanded (flexbuffers.Loads would build all of it)
+    assert load(ssd(flexbuffers.Dumps({**good, "extra": list(range(1000))})))[1].operators
+
+
 # --------------------------------------------------------------------------- 4. index fields
 
 

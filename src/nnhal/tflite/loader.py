@@ -142,6 +142,46 @@ def free_model(model: hal.Model) -> None:
     model.pools = []
 
 
+def _flex_scalars(raw: bytes, wanted: dict[str, Any]) -> dict[str, Any]:
+    """The scalar entries ``wanted`` (name -> default, whose type says the kind) of a flexbuffer map of
+    custom options.  Read by key, lazily: a hostile buffer (a huge length, entries sharing one nested
+    vector many times) is never expanded as ``flexbuffers.Loads`` would."""
+    if not raw:
+        return dict(wanted)
+    from flatbuffers import flexbuffers  # type: ignore[import-not-found]
+
+    out = {}
+    try:
+        root = flexbuffers.GetRoot(raw)
+        if not root.IsMap:
+            raise _Refuse("custom options are not a map")
+        m = root.AsMap
+        if len(m) * m.ByteWidth > len(raw):
+            raise _Refuse(f"custom options map of {len(m)} entries in {len(raw)} bytes")
+        for key, default in wanted.items():
+            try:
+                r = m[key]
+            except KeyError:
+                out[key] = default
+                continue
+            if isinstance(default, bool) and (r.IsBool or r.IsInt):
+                out[key] = bool(r.AsInt if r.IsInt else r.AsBool)
+            elif isinstance(default, int) and not isinstance(default, bool) and r.IsInt:
+                v = int(r.AsInt)
+                if not -2**31 <= v < 2**31:
+                    raise _Refuse(f"custom option {key} is {v}")
+                out[key] = v
+            elif isinstance(default, float) and r.IsNumeric:
+                out[key] = float(r.AsFloat if r.IsFloat else r.AsInt)
+            else:
+                raise _Refuse(f"custom option {key} is not a {type(default).__name__}")
+    except _Refuse:
+        raise
+    except Exception as e:  # noqa: BLE001 - a malformed flexbuffer is a refusal, whatever the parser trips on
+        raise _Refuse(f"unreadable custom options ({e})") from None
+    return out
+
+
 def _quant(t: Any) -> tuple[list[float], list[int], int]:
     q = t.quantization
     if q is None or q.scale is None or len(q.scale) == 0:
@@ -931,21 +971,10 @@ class _Loader:
         return True
 
     def rw_detection_postprocess(self, op: Any, mp: Mapping) -> bool:
-        from flatbuffers import flexbuffers  # type: ignore[import-not-found]
-
         raw = bytes(np.asarray(op.customOptions, np.uint8)) if op.customOptions is not None else b""
-        try:
-            o = flexbuffers.Loads(raw) if raw else {}
-        except Exception as e:  # noqa: BLE001 - any malformed options is a refusal, not a crash
-            raise _Refuse(f"unreadable custom options: {e}") from None
-        if not isinstance(o, dict):
-            raise _Refuse("custom options are not a map")
-
-        def num(key: str, default: Any, kind: type) -> Any:
-            v = o.get(key, default)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not -2**31 <= v < 2**31):
-                raise _Refuse(f"custom option {key} is {v!r}")
-            return kind(v)
+        o = _flex_scalars(raw, {"num_classes": 0, "y_scale": 0.0, "x_scale": 0.0, "h_scale": 0.0, "w_scale": 0.0,
+                                "use_regular_nms": False, "max_detections": 0, "max_classes_per_detection": 1,
+                                "detections_per_class": 100, "nms_score_threshold": 0.0, "nms_iou_threshold": 0.0})
 
         ins = [int(k) for k in op.inputs]
         outs = [int(k) for k in op.outputs]
@@ -953,16 +982,16 @@ class _Loader:
             raise _Refuse("TFLite_Detection_PostProcess needs 3 inputs and 4 outputs")
         if any(self.tclass(k) != "f32" for k in ins):
             raise _Refuse("quantized inputs: NNAPI's DETECTION_POSTPROCESSING takes float scores and boxes")
-        n_cls = num("num_classes", 0, int)
+        n_cls = o["num_classes"]
         if self.rank_at_least(ins[1], 1, "class predictions")[-1] != n_cls + 1:
             raise _Refuse("class predictions without a background column (NNAPI always drops class 0)")
-        sc = [self.scalar(T.FLOAT32, num(k, 0.0, float)) for k in ("y_scale", "x_scale", "h_scale", "w_scale")]
-        args = sc + [self.scalar(T.BOOL, bool(o.get("use_regular_nms", False))),
-                     self.scalar(T.INT32, num("max_detections", 0, int)),
-                     self.scalar(T.INT32, num("max_classes_per_detection", 1, int)),
-                     self.scalar(T.INT32, num("detections_per_class", 100, int)),
-                     self.scalar(T.FLOAT32, num("nms_score_threshold", 0.0, float)),
-                     self.scalar(T.FLOAT32, num("nms_iou_threshold", 0.0, float)),
+        sc = [self.scalar(T.FLOAT32, o[k]) for k in ("y_scale", "x_scale", "h_scale", "w_scale")]
+        args = sc + [self.scalar(T.BOOL, o["use_regular_nms"]),
+                     self.scalar(T.INT32, o["max_detections"]),
+                     self.scalar(T.INT32, o["max_classes_per_detection"]),
+                     self.scalar(T.INT32, o["detections_per_class"]),
+                     self.scalar(T.FLOAT32, o["nms_score_threshold"]),
+                     self.scalar(T.FLOAT32, o["nms_iou_threshold"]),
                      self.scalar(T.BOOL, False)]
         n = self.dims(outs[2])[-1]
         batch = self.dims(ins[0])[0]
