@@ -451,9 +451,13 @@ def test_fuzz_only_defined_errors(tmp_path):
     assert res["inputs"] >= 20, res
 
 
+LONG_MINUTES = float(os.environ.get("NNHAL_FUZZ_MINUTES", "10"))
+
+
 @pytest.mark.fuzz
+@pytest.mark.timeout(int(LONG_MINUTES * 60) + 600)
 def test_fuzz_long(tmp_path):
-    minutes = float(os.environ.get("NNHAL_FUZZ_MINUTES", "10"))
+    minutes = LONG_MINUTES
     res = _fuzz(["--minutes", str(minutes), "--large", "--seed", os.environ.get("NNHAL_FUZZ_SEED", "1"),
                  "--save", str(tmp_path)], 6144, minutes * 60 + 300)
     _check(res, tmp_path)
