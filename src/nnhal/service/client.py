@@ -214,12 +214,16 @@ class Connection:
                 chan.send(body, fds)
                 while True:
                     rbody, rfds = chan.recv(spin.window())
-                    env = wire.ENVELOPE.decode(rbody)
+                    try:
+                        env = wire.ENVELOPE.decode(rbody)
+                    except wire.DECODE_ERRORS as e:
+                        close_fds(rfds)
+                        raise ProtocolError(f"undecodable answer: {type(e).__name__}: {e}") from None
                     if getattr(env, "cid", None) == cid:
                         break
                     close_fds(rfds)
                 spin.waited(_clock() - t0)
-            except (PeerClosed, ProtocolError, *wire.DECODE_ERRORS):
+            except (PeerClosed, ProtocolError):
                 # NOTE: a broken channel is dropped; the thread's next call opens a new one
                 # (refused, and answered DEVICE_UNAVAILABLE, if the service is gone)
                 chan.close()

@@ -129,8 +129,11 @@ def _enc_hook(obj: Any) -> Any:
 
 ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 ENVELOPE = msgspec.msgpack.Decoder(Envelope)  # type: ignore[arg-type]
-# NOTE: msgspec raises RecursionError for hostile nesting (a million nested arrays)
-DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+# NOTE: what a decoder may raise on a hostile message is not only msgspec's own errors: RecursionError
+# for nesting bombs, UnicodeDecodeError for a string of invalid UTF-8, MemoryError, whatever a
+# dataclass's __post_init__ raises...  Every receiver treats any exception from decoding a message as
+# "malformed": the message's descriptors are closed and it is answered or dropped as the protocol says.
+DECODE_ERRORS: tuple[type[BaseException], ...] = (Exception,)
 
 
 # --------------------------------------------------------------------------
