@@ -340,8 +340,10 @@ class SampleDevice(hal.IDevice):
         return v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify",
                                           HalVersion.V1_1))
 
-    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: list, dataCache: list, token: bytes,
-                         callback: Any) -> S:
+    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: Any = None, dataCache: Any = None,
+                         token: Any = None, callback: Any = None) -> S:
+        # NOTE: the seed's draft form (model, preference, callback) too (hal.prepare_model_1_2_args)
+        modelCache, dataCache, token, callback = hal.prepare_model_1_2_args(modelCache, dataCache, token, callback)
         return v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify_1_2",
                                           HalVersion.V1_2, modelCache, dataCache, token))
 

@@ -325,6 +325,14 @@ METHODS: dict[str, dict[str, MethodSpec]] = {}
 for _s in _SPECS:
     METHODS.setdefault(_s.iface, {})[_s.name] = _s
 
+# NOTE: earlier forms of a method a raw client may send (the seed's draft IDevice 1.2, before caching:
+# prepareModel_1_2(model, preference, callback)): (the draft's spec, its arguments -> the final form's)
+DRAFT_FORMS: dict[tuple[str, str], tuple[MethodSpec, Any]] = {
+    ("IDevice", "prepareModel_1_2"): (
+        _m("IDevice", "prepareModel_1_2", (v1_2.Model, int, PREPARE_CALLBACK), (S,), 2, "notify_1_2"),
+        lambda a: [a[0], a[1], [], [], bytes(32), a[2]]),
+}
+
 
 # --------------------------------------------------------------------------
 # handles inside values
