@@ -5,7 +5,9 @@ It follows the reference ``CpuExecutor``: operations run in the order of the
 each operation's ``prepare`` runs then; at execution the subgraph inputs are
 bound, each operation's ``execute`` computes its outputs (shapes known only
 at run time included), temporaries are released after their last reader, and
-IF / WHILE run referenced subgraphs through :meth:`Executor.run_subgraph`.
+IF / WHILE run referenced subgraphs from the execution's own stack of running
+subgraphs (``OpDef.steps``: no Python recursion, so any nesting depth that
+validation accepts runs; each level costs one frame object on the heap).
 Deadlines are checked before every operation, the loop timeout at every WHILE
 iteration (both end in MISSED_DEADLINE_TRANSIENT, as the reference does).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -30,7 +33,6 @@ from nnhal.ops.base import (
     OutputSpec,
     Tensor,
 )
-from nnhal.ops.control_flow import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported for the drivers
 from nnhal.ops.operands import constant_value as constant_value  # noqa: F401  (re-exported)
 from nnhal.ops.operands import operand_info
 
@@ -183,7 +185,6 @@ class _Run:
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = int(loop_timeout_ns)
         self.omitted: set[int] = set()  # omitted main-graph outputs (operand indexes)
-        self.depth = 0  # referenced subgraphs being run, one inside the other
 
     def check_deadline(self) -> None:
         op_deadline.yield_point()  # NOTE: queued higher-priority work may run first (driver scheduler)
@@ -191,21 +192,36 @@ class _Run:
             raise DeadlineMissed("the execution deadline passed")
 
     def run_subgraph(self, index: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
-        """Runs referenced subgraph ``index`` (as in SUBGRAPH operand values)."""
-        if self.depth >= MAX_SUBGRAPH_DEPTH:
-            # NOTE: the driver does not prepare deeper models; defensive only, never a RecursionError
-            raise OpExecutionError(f"control flow nested deeper than {MAX_SUBGRAPH_DEPTH} subgraphs")
-        self.depth += 1
-        try:
-            return self.run_graph(index + 1, inputs)
-        finally:
-            self.depth -= 1
+        """Runs referenced subgraph ``index`` (as in SUBGRAPH operand values):
+        the SubgraphRunner of an operation's plain ``execute``."""
+        return self.run_graph(index + 1, inputs)
 
     def subgraph_output_count(self, index: int) -> int:
         """The number of outputs of referenced subgraph ``index`` (ops.base.SubgraphRunner)."""
         return len(self.executor.graphs[index + 1].sg.outputIndexes)
 
     def run_graph(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
+        """Runs subgraph ``g`` (0 the main one) and every subgraph its control
+        flow runs, from a stack of running subgraphs (generators of
+        :meth:`_graph`): an IF / WHILE step yields the subgraph it runs, which
+        is pushed, run, popped and its outputs sent back.  NOTE: the Python
+        stack stays a few frames deep whatever the nesting."""
+        stack = [self._graph(g, inputs)]
+        value: Any = None
+        while True:
+            try:
+                index, sub_inputs = stack[-1].send(value)
+            except StopIteration as stop:
+                stack.pop()
+                if not stack:
+                    return stop.value
+                value = stop.value
+                continue
+            stack.append(self._graph(index + 1, sub_inputs))
+            value = None
+
+    def _graph(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> Generator[tuple[int, list], Any, list]:
+        """One running subgraph (see :meth:`run_graph`)."""
         graph = self.executor.graphs[g]
         sg = graph.sg
         if len(inputs) != len(sg.inputIndexes):
@@ -245,7 +261,20 @@ class _Run:
             # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
             # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
             # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure
-            outs = step.opdef.execute(ctx)
+            steps = step.opdef.steps
+            if steps is None:
+                outs = step.opdef.execute(ctx)
+            else:
+                # NOTE: control flow: each subgraph it runs is yielded to run_graph's stack
+                gen = steps(ctx)
+                sent = None
+                while True:
+                    try:
+                        request = gen.send(sent)
+                    except StopIteration as stop:
+                        outs = stop.value
+                        break
+                    sent = yield request
             if len(outs) != len(op.outputs):
                 raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
             for j, (i, arr) in enumerate(zip(op.outputs, outs)):

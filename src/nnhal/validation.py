@@ -8,17 +8,10 @@ at fault.  Operation signatures come from the operation registry
 messages share one declaration per operation.
 
 Control-flow nesting: types.hal sets no limit on how deeply IF / WHILE
-operations may nest referenced subgraphs, so a deep model is *valid*.  This
-driver runs at most :data:`MAX_SUBGRAPH_DEPTH` (64) nested levels (main ->
-referenced -> ... 64 subgraphs down): the executor runs a referenced subgraph
-by recursion (three Python frames a level, about 200 at the limit, far below
-Python's 1000 even on a deep caller's stack).  Validation itself never
-recurses (:func:`subgraph_depths` is an iterative search visiting each
-subgraph once), so the limit is a policy, not a crash guard: a deeper model
-passes validation, ``getSupportedOperations_1_3`` reports its outermost
-IF / WHILE as unsupported (NONE, ``false``: "the driver cannot perform this
-operation"), and ``prepareModel_1_3`` answers GENERAL_FAILURE, as for any
-model with an operation this driver does not support.  INVALID_ARGUMENT is
+operations may nest referenced subgraphs, so a deep model is *valid*, and
+this driver runs any depth: validation never recurses (:func:`subgraph_depths`
+is an iterative search visiting each subgraph once) and neither does the
+executor (it keeps its own stack of running subgraphs).  INVALID_ARGUMENT is
 kept for models the spec calls invalid (a circular reference among them).
 """
 
@@ -39,7 +32,6 @@ from nnhal import hal
 from nnhal.hal import HalVersion
 from nnhal.ops import registry
 from nnhal.ops.base import OpDef, OpInfo, OpValidationError, match_signature
-from nnhal.ops.control_flow import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported, documented here
 from nnhal.ops.operands import constant_value, operand_info
 
 log = logging.getLogger("nnhal.validation")

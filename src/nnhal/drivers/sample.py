@@ -12,7 +12,7 @@ from nnhal import hal
 from nnhal.driver import cache as driver_cache
 from nnhal.driver.backend import Backend
 from nnhal.driver.capabilities import measure_capabilities
-from nnhal.executor import MAX_SUBGRAPH_DEPTH, Executor
+from nnhal.executor import Executor
 from nnhal.ops import registry
 from nnhal.validation import subgraph_depths, subgraph_references
 
@@ -22,8 +22,8 @@ VERSION_STRING = "nnhal-sample-all 0.1 (CPU reference, numpy)"
 def supported_operations(model: hal.Model, defs: list) -> list[bool]:
     """One bool per main operation of a validated model: the operation is
     implemented and, for IF / WHILE, so is every operation of the subgraphs
-    it references, transitively (the spec of getSupportedOperations_1_3), and
-    they nest at most MAX_SUBGRAPH_DEPTH deep (see nnhal.validation)."""
+    it references, transitively (the spec of getSupportedOperations_1_3), at
+    any nesting depth (the executor keeps its own stack of subgraphs)."""
     refs = subgraph_references(model)
     depths = subgraph_depths(model, refs)
     nodes = [model.main, *model.referenced]
@@ -39,7 +39,7 @@ def supported_operations(model: hal.Model, defs: list) -> list[bool]:
             o = model.main.operands[i]
             if o.lifetime == hal.OperandLifeTime.SUBGRAPH:
                 g = int(o.location.offset) + 1
-                if not ok[g] or depths[g] + 1 > MAX_SUBGRAPH_DEPTH:
+                if not ok[g]:
                     return False
         return True
 
@@ -61,7 +61,7 @@ class SampleBackend(Backend):
 
     def supported(self, model: hal.Model, defs: list) -> list[tuple[bool, str]]:
         return [(ok, "" if ok else "not implemented by the reference executor (OEM / extension operation, or an "
-                                   "IF / WHILE subgraph with one, or nested too deep)")
+                                   "IF / WHILE subgraph with one)")
                 for ok in supported_operations(model, defs)]
 
     def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> Executor:

@@ -305,6 +305,11 @@ class OpDef:
     # cached model runs ``prepare`` again when loaded.
     save_state: Optional[Callable[[Any, Callable[[np.ndarray], int]], Any]] = None
     load_state: Optional[Callable[[Any, Callable[[int], np.ndarray]], Any]] = None
+    # Control flow (IF / WHILE): the operation as a generator ``steps(ctx)`` that yields
+    # (referenced subgraph index, inputs) for each subgraph it runs, is sent that subgraph's
+    # outputs, and returns its own outputs; the executor runs it from its own stack (no
+    # recursion, any nesting depth).  ``execute`` stays the form for any other runner.
+    steps: Optional[Callable[[ExecContext], Any]] = None
     # Outputs may have unknown (0) dimensions in the model (dynamic shapes).  All
     # ops allow it since HAL 1.2; IF / WHILE / control flow handle their own.
     name: str = field(default="")
