@@ -36,6 +36,7 @@ from typing import Any, Callable
 from nnhal import burst_packets as bp
 from nnhal import hal
 from nnhal import memory as hal_memory
+from nnhal.driver.guard import hal_methods
 from nnhal.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
 from nnhal.spin import Spin, spin_limit_ns
 
@@ -73,6 +74,7 @@ class _MemoryUnavailable(Exception):
         self.status = status
 
 
+@hal_methods
 class ExecutionBurstServer(hal.IBurstContext):
     """An ``IBurstContext`` serving one burst; :meth:`close` (not in the HAL)
     stops it and frees everything it holds."""

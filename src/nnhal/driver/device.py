@@ -19,6 +19,7 @@ from nnhal import memory as hal_memory
 from nnhal.driver import cache as driver_cache
 from nnhal.driver.backend import Backend
 from nnhal.driver.buffers import BufferRegistry, TokenLookup
+from nnhal.driver.guard import hal_methods
 from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.prepared_model import SamplePreparedModel, deadline_ns, deadline_passed, v1_0_status
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
@@ -41,6 +42,7 @@ S = hal.ErrorStatus
 __all__ = ["SampleDevice", "get_sample_device", "supported_operations", "VERSION_STRING"]
 
 
+@hal_methods
 class SampleDevice(hal.IDevice):
     """The CPU reference driver.  Thread-safe: any number of threads may
     prepare and execute at once; prepared models share nothing mutable."""
@@ -248,8 +250,8 @@ class SampleDevice(hal.IDevice):
             _notify(notify, S.INVALID_ARGUMENT, None, version)
             return S.INVALID_ARGUMENT
         if not all(self.supported_flags(model13, defs)):
-            log.error("prepareModel: the model has operations this driver does not support (OEM or extension, "
-                      "possibly inside an IF / WHILE subgraph)")
+            log.error("prepareModel: the model has operations this driver does not support (each one's reason "
+                      "is logged)")
             for p in pools:
                 p.close()
             _notify(notify, S.GENERAL_FAILURE, None, version)

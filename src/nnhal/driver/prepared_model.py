@@ -8,7 +8,8 @@ import time
 from typing import Any, Optional
 
 from nnhal import hal
-from nnhal.driver.execution import RequestPlan, RequestPools, Result, output_sizes_known, run_request
+from nnhal.driver.execution import Refusal, RequestPlan, RequestPools, Result, output_sizes_known, run_request
+from nnhal.driver.guard import hal_methods
 from nnhal.driver.scheduler import Expired, QueueFull, get_scheduler, missed_deadline_status
 from nnhal.executor import Executor
 from nnhal.validation import (
@@ -59,6 +60,7 @@ def _upgrade_request(request: Any) -> hal.Request:
     return own_request(request)
 
 
+@hal_methods
 class SamplePreparedModel(hal.IPreparedModel):
     """A model prepared by the CPU reference driver."""
 
@@ -156,10 +158,10 @@ class SamplePreparedModel(hal.IPreparedModel):
             pools = RequestPools(request, lookup, pool_cache, plan.out_pools)
         except ValidationError as e:
             log.error("execution rejected: %s", e)
-            return Result(S.INVALID_ARGUMENT), None
+            return Refusal(e.status), None
         except Exception as e:  # malformed argument objects
             log.error("execution rejected: malformed argument (%s: %s)", type(e).__name__, e)
-            return Result(S.INVALID_ARGUMENT), None
+            return Refusal(S.INVALID_ARGUMENT), None
         if deadline_passed(dl):
             pools.close()
             return Result(S.MISSED_DEADLINE_PERSISTENT), None
@@ -202,7 +204,10 @@ class SamplePreparedModel(hal.IPreparedModel):
         err, job = self._launch(request, measure, deadline, loop_timeout, owned=owned)
         if err is not None:
             _notify_exec(notify, notify_name, err)
-            return err.status if err.status == S.INVALID_ARGUMENT else S.NONE
+            # NOTE: a request refused at launch returns its status too ("invoke the callback with the
+            # appropriate ErrorStatus and return with the same ErrorStatus"); a deadline already
+            # passed is the execution's outcome, told through the callback alone
+            return err.status if err.status == S.INVALID_ARGUMENT or isinstance(err, Refusal) else S.NONE
 
         def work() -> None:
             _notify_exec(notify, notify_name, job())
@@ -323,7 +328,7 @@ class SamplePreparedModel(hal.IPreparedModel):
             dl = deadline_ns(deadline)
         except ValidationError as e:
             log.error("executeFenced rejected: %s", e)
-            return S.INVALID_ARGUMENT, None, None
+            return e.status, None, None
         except Exception as e:  # malformed argument objects
             log.error("executeFenced rejected: malformed argument (%s: %s)", type(e).__name__, e)
             return S.INVALID_ARGUMENT, None, None
@@ -430,6 +435,7 @@ def _duration_ns(duration: Any) -> Optional[int]:
     return ns
 
 
+@hal_methods
 class _FencedCallback(hal.IFencedExecutionCallback):
     """Status and timing of one fenced execution, once its fence is signaled."""
 
