@@ -185,8 +185,8 @@ class ExecutionBurstServer(hal.IBurstContext):
         else:
             try:
                 packet = bp.decode_request(raw)
-            except bp.PacketError as e:
-                log.error("burst: malformed request packet (%s)", e)
+            except Exception as e:  # noqa: BLE001 - any failure to decode is a malformed packet, never the burst's end
+                log.error("burst: malformed request packet (%s: %s)", type(e).__name__, e)
                 return S.GENERAL_FAILURE, [], hal.Timing()
             self._last_raw, self._last_packet = raw, packet
         with self._lock:

@@ -347,6 +347,9 @@ def _read_model_file(fd: int) -> bytes:
 
 def _read_data_file(fd: int, size: int) -> np.ndarray:
     """Exactly ``size`` bytes (in a fresh aligned buffer); more or fewer in the file is a failure."""
+    have = os.fstat(fd).st_size
+    if have != size:  # NOTE: checked before allocating what the record claims
+        raise CacheError(S.GENERAL_FAILURE, f"the data cache has {have} bytes, the model cache says {size}")
     raw = np.empty(size + 1 + _ALIGN, np.uint8)
     skip = (-raw.ctypes.data) % _ALIGN  # NOTE: 64-byte aligned blobs, as freshly allocated arrays
     buf = raw[skip:skip + size + 1]
@@ -501,8 +504,9 @@ def verify(model_bytes: bytes, key: bytes, version: str, token: bytes) -> CacheR
         raise CacheError(S.GENERAL_FAILURE, f"model cache format {fmt} is not {FORMAT_VERSION}")
     try:
         record = _DECODER.decode(payload)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        raise CacheError(S.GENERAL_FAILURE, f"the model cache does not match its schema: {e}") from None
+    except Exception as e:  # noqa: BLE001 - any failure to decode (UnicodeDecodeError for invalid UTF-8 too)
+        raise CacheError(S.GENERAL_FAILURE, f"the model cache does not match its schema: {type(e).__name__}: "
+                                            f"{e}") from None
     if record.driver_version != version:
         raise CacheError(S.GENERAL_FAILURE, f"the cache was written by {record.driver_version!r}")
     return record
