@@ -1,6 +1,6 @@
 """Fuzzing the surfaces a hostile client reaches (issue 17).
 
-    python -m nnhal.tools.fuzz SURFACE [--minutes N | --seconds N] [--seed S] [--json FILE]
+    python -m nnhal.tools.fuzz_driver SURFACE [--minutes N | --seconds N] [--seed S] [--json FILE]
 
 Surfaces (``SURFACES``; another module adds its own with :func:`register`):
 
@@ -1330,7 +1330,7 @@ def fuzz_burst(rng: random.Random, end: float, report: Report) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nnhal.tools.fuzz", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nnhal.tools.fuzz_driver", description=__doc__.split("\n\n")[0])
     ap.add_argument("surface", choices=sorted(SURFACES) + ["all"])
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--minutes", type=float, help="how long per surface")

@@ -1,11 +1,11 @@
 """Fuzzing the hostile-input surfaces (issue 17): compilation cache files,
 wire frames and burst packets through a running service, HAL models and
-requests (``nnhal.tools.fuzz``).
+requests (``nnhal.tools.fuzz_driver``).
 
 The default run gives each surface a few seconds (all of them together
 well under a minute); ``python -m pytest -m fuzz`` runs each for
 ``NNHAL_FUZZ_MINUTES`` (default 10) minutes, as
-``python -m nnhal.tools.fuzz SURFACE --minutes 10`` does."""
+``python -m nnhal.tools.fuzz_driver SURFACE --minutes 10`` does."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from nnhal import hal
 from nnhal.driver.prepared_model import SamplePreparedModel
-from nnhal.tools import fuzz
+from nnhal.tools import fuzz_driver as fuzz
 
 # (surface, seconds in the default run, inputs it must at least try then)
 QUICK = [("hal", 12, 500), ("cache", 12, 300), ("wire", 8, 2000), ("burst", 6, 2000)]
