@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -202,35 +201,56 @@ class _Run:
 
     def run_graph(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
         """Runs subgraph ``g`` (0 the main one) and every subgraph its control
-        flow runs, from a stack of running subgraphs (generators of
-        :meth:`_graph`): an IF / WHILE step yields the subgraph it runs, which
-        is pushed, run, popped and its outputs sent back.  NOTE: the Python
-        stack stays a few frames deep whatever the nesting."""
-        stack = [self._graph(g, inputs)]
-        value: Any = None
+        flow runs, from a stack of suspended subgraphs (:class:`_Frame`): an IF
+        / WHILE step that runs a subgraph suspends its own (the operation's
+        generator kept), the subgraph is pushed, run, popped and its outputs
+        sent back.  NOTE: the Python stack stays a few frames deep whatever the
+        nesting; a model without control flow runs straight through."""
+        stack: list[_Frame] = []
+        frame = self._frame(g, inputs)
+        sent: Any = None
         while True:
-            try:
-                index, sub_inputs = stack[-1].send(value)
-            except StopIteration as stop:
-                stack.pop()
+            request = self._advance(frame, sent)
+            if request is None:
                 if not stack:
-                    return stop.value
-                value = stop.value
+                    return frame.result
+                sent = frame.result
+                frame = stack.pop()
                 continue
-            stack.append(self._graph(index + 1, sub_inputs))
-            value = None
+            index, sub_inputs = request
+            stack.append(frame)
+            frame = self._frame(index + 1, sub_inputs)
+            sent = None
 
-    def _graph(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> Generator[tuple[int, list], Any, list]:
-        """One running subgraph (see :meth:`run_graph`)."""
-        graph = self.executor.graphs[g]
-        sg = graph.sg
+    def _frame(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> "_Frame":
+        sg = self.executor.graphs[g].sg
         if len(inputs) != len(sg.inputIndexes):
             raise OpExecutionError(f"subgraph {g} takes {len(sg.inputIndexes)} inputs, got {len(inputs)}")
-        values: dict[int, Optional[np.ndarray]] = dict(graph.constants)
+        values: dict[int, Optional[np.ndarray]] = dict(self.executor.graphs[g].constants)
         for idx, v in zip(sg.inputIndexes, inputs):
             values[idx] = v
+        return _Frame(g, values)
+
+    def _advance(self, frame: "_Frame", sent: Any) -> Optional[tuple[int, list]]:
+        """Runs ``frame``'s subgraph from its next step: None once it is done
+        (its outputs in ``frame.result``), or the (subgraph, inputs) a
+        control-flow step asks to run (the frame is suspended; ``sent``, the
+        outputs of that subgraph, resumes it)."""
+        g = frame.g
+        graph = self.executor.graphs[g]
+        values = frame.values
+        steps = graph.steps
+        first = frame.k
+        if frame.gen is not None:
+            try:
+                return frame.gen.send(sent)
+            except StopIteration as stop:
+                frame.gen = None
+                _store(steps[first], stop.value, values)
+                first += 1
         relaxed = self.executor.relaxed
-        for step in graph.steps:
+        for k in range(first, len(steps)):  # NOTE: from the step to run next (0, or after a resumed one)
+            step = steps[k]
             self.check_deadline()
             op = step.operation
             ins = []
@@ -261,20 +281,19 @@ class _Run:
             # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
             # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
             # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure
-            steps = step.opdef.steps
-            if steps is None:
+            control = step.opdef.steps
+            if control is None:
                 outs = step.opdef.execute(ctx)
             else:
-                # NOTE: control flow: each subgraph it runs is yielded to run_graph's stack
-                gen = steps(ctx)
-                sent = None
-                while True:
-                    try:
-                        request = gen.send(sent)
-                    except StopIteration as stop:
-                        outs = stop.value
-                        break
-                    sent = yield request
+                # NOTE: control flow: the first subgraph it runs suspends this frame (run_graph's stack)
+                gen = control(ctx)
+                try:
+                    request = gen.send(None)
+                except StopIteration as stop:
+                    outs = stop.value
+                else:
+                    frame.k, frame.gen = k, gen
+                    return request
             if len(outs) != len(op.outputs):
                 raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
             for j, (i, arr) in enumerate(zip(op.outputs, outs)):
@@ -282,8 +301,31 @@ class _Run:
             for i in step.release:
                 values.pop(i, None)
         result = []
-        for i in sg.outputIndexes:
+        for i in graph.sg.outputIndexes:
             if i not in values or values[i] is None:
                 raise OpExecutionError(f"subgraph output operand {i} was not computed")
             result.append(values[i])
-        return result
+        frame.result = result
+        return None
+
+
+class _Frame:
+    """A running subgraph: its values, the step it is at, and the generator of
+    the control-flow operation it is suspended in (None when not)."""
+
+    __slots__ = ("g", "values", "k", "gen", "result")
+
+    def __init__(self, g: int, values: dict):
+        self.g, self.values, self.k, self.gen = g, values, 0, None
+        self.result: list = []
+
+
+def _store(step: _Step, outs: list, values: dict) -> None:
+    """A finished step's outputs into ``values`` (a resumed control-flow step)."""
+    op = step.operation
+    if len(outs) != len(op.outputs):
+        raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
+    for j, (i, arr) in enumerate(zip(op.outputs, outs)):
+        values[i] = _check_output(step.opdef, j, step.outputs[j], arr, step.out_dtypes[j])
+    for i in step.release:
+        values.pop(i, None)
