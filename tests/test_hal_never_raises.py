@@ -249,3 +249,20 @@ def test_prepared_model_methods_never_raise(monkeypatch: pytest.MonkeyPatch, mem
     monkeypatch.setattr(fence, "create", _boom)
     assert pm.executeFenced(req, [], hal.MeasureTiming.NO, None, None, None)[0] == S.GENERAL_FAILURE
     pools.close()
+
+
+def test_a_no_value_operand_where_an_operation_requires_one_is_refused_at_launch(mem: hal.Memory) -> None:
+    """Known from the model alone: ADD's activation given NO_VALUE.  The
+    model prepares (as Android's reference); every execution is refused at
+    launch with the status the execution would end in (GENERAL_FAILURE: ADD is
+    an operation of the reference's resolver)."""
+    b = Builder()
+    a, c = b.input(F32, [2]), b.input(F32, [2])
+    act = b.operand(T.INT32, [], hal.OperandLifeTime.NO_VALUE)
+    out = b.output(F32, [2])
+    b.op(OT.ADD, [a, c, act], [out])
+    pm = prepared_model(make_model(b))
+    req = hal.Request(inputs=_args([(0, 8), (8, 8)], [[], []]),
+                      outputs=[hal.RequestArgument(False, hal.DataLocation(0, 32, 8), [])],
+                      pools=[hal.MemoryPool(hidlMemory=mem)])
+    assert set(_every_path(pm, req).values()) == {S.GENERAL_FAILURE}

@@ -935,22 +935,26 @@ def _validate_request(request: hal.Request, model: hal.Model, allow_unspecified_
     _check_arguments(request.inputs, model.main.inputIndexes, model.main, sizes, False, "input", tokens)
     _check_arguments(request.outputs, model.main.outputIndexes, model.main, sizes, allow_unspecified_output,
                      "output", tokens)
-    if any(a.hasNoValue for a in request.inputs) or any(a.hasNoValue for a in request.outputs):
-        _check_omitted(request, model)
-
-
-def _check_omitted(request: hal.Request, model: hal.Model) -> None:
-    """A request that omits (hasNoValue) an operand some main-subgraph operation
-    requires (an input position its signature does not let be omitted, an
-    output it must write) is refused at launch, on every execution path, with
-    the status its execution would end in: INVALID_ARGUMENT for the operations
-    Android's CpuExecutor runs in its own switch (BAD_DATA), GENERAL_FAILURE
-    for the others (the reference's OP_FAILED; ``OpDef.bad_data_on_missing_operand``).
-    NOTE: every main-subgraph operation runs, so this is exactly what the
-    executor would find, in the same order."""
     main = model.main
     omitted_in = {main.inputIndexes[k] for k, a in enumerate(request.inputs) if a.hasNoValue}
     omitted_out = {main.outputIndexes[k] for k, a in enumerate(request.outputs) if a.hasNoValue}
+    # NOTE: a NO_VALUE operand of the model where an operation requires a value is the same failure
+    omitted_in.update(i for i, o in enumerate(main.operands) if o.lifetime == L.NO_VALUE)
+    if omitted_in or omitted_out:
+        _check_omitted(model, omitted_in, omitted_out)
+
+
+def _check_omitted(model: hal.Model, omitted_in: set, omitted_out: set) -> None:
+    """A request that omits (hasNoValue) an operand some main-subgraph operation
+    requires (an input position its signature does not let be omitted, an
+    output it must write), or a model that gives it NO_VALUE there, is refused
+    at launch, on every execution path, with the status its execution would
+    end in: INVALID_ARGUMENT for the operations Android's CpuExecutor runs in
+    its own switch (BAD_DATA), GENERAL_FAILURE for the others (the reference's
+    OP_FAILED; ``OpDef.bad_data_on_missing_operand``).  NOTE: every
+    main-subgraph operation runs, so this is exactly what the executor would
+    find, in the same order."""
+    main = model.main
     for op in main.operations:
         opdef = registry.find(op.type)
         if opdef is None:
@@ -959,7 +963,8 @@ def _check_omitted(request: hal.Request, model: hal.Model) -> None:
             else hal.ErrorStatus.GENERAL_FAILURE
         for n, i in enumerate(op.inputs):
             if i in omitted_in and n not in opdef.omittable_inputs:
-                raise _fail(f"{opdef.name} input {n} (operand {i}) is required, the request omits it", status)
+                raise _fail(f"{opdef.name} input {n} (operand {i}) is required, the request or the model gives it "
+                            "no value", status)
         if omitted_out and not opdef.omittable_inputs and not opdef.allow_omitted_outputs:
             for j, i in enumerate(op.outputs):
                 if i in omitted_out:
