@@ -17,9 +17,9 @@ from nnhal import hal
 from nnhal.driver.prepared_model import PreparedModel
 from nnhal.tools import fuzz_driver as fuzz
 
-# (surface, seconds in the default run, inputs it must at least try then)
-# NOTE: the floors say the harness ran (a tenth of what an idle 2-core machine does), not its speed under load
-QUICK = [("hal", 12, 50), ("cache", 12, 30), ("wire", 8, 200), ("burst", 6, 200)]
+# (surface, seconds in the default run, inputs it must at least try then: far fewer than an idle
+# machine does (hal ~3000, cache ~1300, wire ~8000, burst ~20000), so that a loaded CI machine passes)
+QUICK = [("hal", 10, 100), ("cache", 10, 50), ("wire", 7, 200), ("burst", 7, 200)]
 
 
 def _check(report: fuzz.Report, min_inputs: int) -> None:
