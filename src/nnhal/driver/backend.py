@@ -17,6 +17,10 @@ which only says
   and its constant pools into a :class:`Compiled` whose ``run`` computes the
   outputs of one execution (the front end reads the inputs from the request
   pools and writes the outputs back);
+* optionally, the vendor extensions it declares: :meth:`Backend.extensions`
+  (``nnhal.ops.extension.Extension`` s: names, operand types, operations as
+  data; ``getSupportedExtensions`` answers from them, and the shared
+  validation checks a model's extension types against them; default none);
 * optionally, how a compiled model is cached: :meth:`Backend.cache_encode` /
   :meth:`Backend.cache_load` (``prepareModel_1_3`` with cache handles,
   ``prepareModelFromCache_1_3``); ``caching = False`` makes the front end ask
@@ -37,6 +41,7 @@ from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from nnhal import hal
+from nnhal.ops.extension import Extension
 
 
 @runtime_checkable
@@ -77,6 +82,14 @@ class Backend:
         the shared validation accepted; ``defs`` its OpDefs); the reason says
         why not (empty when supported)."""
         raise NotImplementedError
+
+    def extensions(self) -> Sequence[Extension]:
+        """The vendor extensions this backend implements (called once per
+        device).  A model's operands and operations of these extensions reach
+        ``supported`` / ``compile`` with their types resolved
+        (``nnhal.ops.extension.ExtensionOperandType`` /
+        ``ExtensionOperationType``: ints that carry the declaration)."""
+        return ()
 
     def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> Compiled:
         """Compiles a validated model whose operations are all supported.

@@ -448,6 +448,8 @@ class Extension:
 
 
 Extension.OperandTypeInformation = OperandTypeInformation  # type: ignore[attr-defined]
+# NOTE: the name API.md gives it (``Extension::OperandTypeInformation`` in types.hal): the same class
+ExtensionOperandTypeInformation = OperandTypeInformation
 
 
 # --------------------------------------------------------------------------
