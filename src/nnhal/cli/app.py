@@ -65,7 +65,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
                   f"powerUsage {p.info.powerUsage:.3f}")
         print(f"  IF {caps.ifPerformance.execTime:.3f}, WHILE {caps.whilePerformance.execTime:.3f}")
         _, n_model, n_data = d.getNumberOfCacheFilesNeeded()
-        print(f"  cache files: model {n_model}, data {n_data}; extensions: {len(d.getSupportedExtensions()[1])}")
+        exts = ", ".join(e.name for e in d.getSupportedExtensions()[1]) or "none"
+        print(f"  cache files: model {n_model}, data {n_data}; extensions: {exts}")
     return 0
 
 
@@ -87,7 +88,12 @@ def cmd_ops(args: argparse.Namespace) -> int:
     from nnhal.tools import opsupport
 
     if args.device:
-        return opsupport.print_device(_device(args.device), args.device, sys.stdout)
+        from nnhal.tools.extensions import print_extensions
+
+        device = _device(args.device)
+        status = opsupport.print_device(device, args.device, sys.stdout)
+        print_extensions(device, args.device, sys.stdout)
+        return status
     return opsupport.print_registry(sys.stdout)
 
 
