@@ -117,6 +117,18 @@ class Extension:
             codes = [int(x.type) for x in items]
             if len(set(codes)) != len(codes) or not all(0 <= c <= LOW_MASK for c in codes):
                 raise ValueError(f"extension {self.name}: {what} codes {codes} are not distinct values in [0, 65535]")
+        for o in self.operand_types:
+            if np.dtype(o.dtype).itemsize != o.byte_size:
+                raise ValueError(f"extension {self.name}: {o.name} stores {np.dtype(o.dtype)} elements "
+                                 f"({np.dtype(o.dtype).itemsize} bytes), its byte_size is {o.byte_size}")
+        local = {o.type for o in self.operand_types}
+        for op in self.operations:
+            for sig in op.signatures:
+                for spec in (*sig.inputs, *sig.outputs, *sig.optional):
+                    for s in (spec if isinstance(spec, frozenset) else (spec,)):
+                        if isinstance(s, Local) and s.type not in local:
+                            raise ValueError(f"extension {self.name}: {op.name}'s signature names operand type "
+                                             f"{s.type}, which it does not declare")
         for code in self.custom_ops.values():
             if not any(op.type == code for op in self.operations):
                 raise ValueError(f"extension {self.name}: a custom operator maps to undeclared operation {code}")
