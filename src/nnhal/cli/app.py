@@ -84,17 +84,48 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
 
 
+def cmd_vts(args: argparse.Namespace) -> int:
+    import nnhal
+    from nnhal.conformance import command as conformance_command
+    from nnhal.conformance.vts import command
+
+    env = os.environ.get("NNHAL_VECTORS")
+    if env and not args.paths and not Path(env).is_dir():
+        raise UserError(conformance_command.missing_vectors_message(env))
+    args.default_vectors = _default_vectors()
+    try:
+        return command.run(args, nnhal.__version__)
+    except conformance_command.UserError as e:
+        raise UserError(str(e)) from None
+
+
 def cmd_ops(args: argparse.Namespace) -> int:
+    from nnhal.cli import conformance as command
     from nnhal.tools import opsupport
 
-    if args.device:
-        from nnhal.tools.extensions import print_extensions
+    if not args.device:
+        for option in ("json", "ops"):
+            if getattr(args, option):
+                raise UserError(f"nnhal ops: --{option} needs --device (without it the signatures are listed)")
+        return opsupport.print_registry(sys.stdout)
+    ops = None
+    try:
+        if args.ops:
+            ops = {o.strip().upper() for o in ",".join(args.ops).split(",") if o.strip()}
+            command.check_operations(ops)
+        command.check_writable(args.json, "--json")
+    except command.UserError as e:
+        raise UserError(str(e)) from None
+    device = _device(args.device)
+    try:
+        status = opsupport.run(device, args.device, sys.stdout, ops=ops, vectors_dir=_default_vectors(),
+                               json_path=args.json, verbose=getattr(args, "verbose", 0) > 0)
+    except OSError as e:
+        raise UserError(f"--json {args.json}: {e.strerror or e}") from None
+    from nnhal.tools.extensions import print_extensions
 
-        device = _device(args.device)
-        status = opsupport.print_device(device, args.device, sys.stdout)
-        print_extensions(device, args.device, sys.stdout)
-        return status
-    return opsupport.print_registry(sys.stdout)
+    print_extensions(device, args.device, sys.stdout)  # NOTE: what the device declares beyond the operations
+    return status
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -177,10 +208,19 @@ def build_parser() -> argparse.ArgumentParser:
     s = command("devices", "list the devices and their capabilities", "nnhal devices")
     s.set_defaults(fn=cmd_devices)
 
-    s = command("ops", "every operation with the data types and HAL versions a device supports",
-                "nnhal ops --device sample-all")
-    s.add_argument("--device", default="", help="ask this device (a one-operation model per signature through "
-                                                "getSupportedOperations_1_3); default: the operation signatures")
+    s = command("ops", "every operation with the data types and HAL versions a device supports, and why not",
+                "nnhal ops --device litert-cpu --ops CONV_2D,TRANSPOSE -v --json ops.json\n"
+                "  (with --device, -v also lists every vector form with the device's answer)")
+    s.add_argument("--device", default="", help="ask this device, in process or a service (every conformance "
+                                                "vector model using an operation, and one unknown-shape model per "
+                                                "signature, through getSupportedOperations_1_3, with the device's "
+                                                "reason for each refusal); default: list the operation signatures. "
+                                                "Example: --device litert-cpu")
+    s.add_argument("--ops", action="append", help="only these operations (comma-separated, repeatable); "
+                                                  "example: --ops CONV_2D,TRANSPOSE")
+    s.add_argument("--json", help="also write the answer as JSON here (per operation, per data type: vector forms "
+                                  "supported / refused, the reasons counted, the unknown-shape probe, every "
+                                  "form); example: --json ops.json")
     s.set_defaults(fn=cmd_ops)
 
     s = command("conformance", "run the conformance vectors through a driver",
@@ -214,6 +254,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plain", action="store_true", help="plain-text tables even on a terminal")
     s.add_argument("--allow-unsupported", action="store_true", help="exit 0 even if operations are unsupported")
     s.set_defaults(fn=cmd_conformance)
+
+    s = command("vts", "every VTS 1.3 functional section against a device: generated tests, model and request "
+                       "mutations, bursts, memory domains, compilation caching, deadlines and priorities",
+                "nnhal vts --device sample-all --sample 20 --jobs 2 --html vts.html")
+    from nnhal.conformance.vts.arguments import add_arguments
+
+    add_arguments(s)
+    s.set_defaults(fn=cmd_vts)
 
     s = command("serve", "run a driver as a service process (foreground, until SIGTERM / SIGINT)",
                 "nnhal serve --name nnhal-cpu --driver sample-all")

@@ -308,8 +308,10 @@ def write_junit(report: Report, path: str, settings: Optional[Settings] = None) 
                                  time=f"{c.seconds:.3f}")
             if c.status == "fail":
                 ET.SubElement(case, "failure", message=plain_message(c.message)[:500]).text = plain_message(c.message)
-            elif c.status in ("unsupported", "skip"):
-                ET.SubElement(case, "skipped", message=f"{c.status}: {plain_message(c.message)}"[:500])
+            elif c.status == "unsupported":  # NOTE: the runner's message starts "unsupported: OPS -- reason"
+                ET.SubElement(case, "skipped", message=f"{plain_message(c.message)} [{c.dtype}]"[:500])
+            elif c.status == "skip":
+                ET.SubElement(case, "skipped", message=f"skip: {plain_message(c.message)}"[:500])
     if settings is not None and settings.file_errors:
         suite = ET.SubElement(suites, "testsuite", name="vector files", tests=str(len(settings.file_errors)),
                               failures="0", errors=str(len(settings.file_errors)))

@@ -138,8 +138,9 @@ def _load_file(path: str) -> object:
     return module
 
 
-def _factory(target: str) -> Callable[[], Backend]:
-    """The backend factory named by ``module:Class`` or ``file.py:Class``."""
+def _factory(target: str, where: str = "") -> Callable[[], Backend]:
+    """The backend factory named by ``module:Class`` or ``file.py:Class`` (``where``: how errors name it)."""
+    where = where or target
     left, _, attr = target.rpartition(":")
     try:
         module = _load_file(left) if left.endswith(".py") else importlib.import_module(left)
@@ -147,13 +148,13 @@ def _factory(target: str) -> Callable[[], Backend]:
     except DriverLoadError:
         raise
     except AttributeError:
-        raise DriverLoadError(f"{target}: {left} has no attribute {attr!r}") from None
+        raise DriverLoadError(f"{where}: {left} has no attribute {attr!r}") from None
     except Exception as e:  # noqa: BLE001 - any import-time failure of a plugin is its error, reported
-        raise DriverLoadError(f"{target}: importing {left} failed: {e}") from e
+        raise DriverLoadError(f"{where}: importing {left} failed: {e}") from e
     if isinstance(obj, type) and not issubclass(obj, Backend):
-        raise DriverLoadError(f"{target}: {attr} is not a subclass of nnhal.driver.backend.Backend")
+        raise DriverLoadError(f"{where}: {attr} is not a subclass of nnhal.driver.backend.Backend")
     if not callable(obj):
-        raise DriverLoadError(f"{target}: {attr} is neither a Backend class nor a callable returning one")
+        raise DriverLoadError(f"{where}: {attr} is neither a Backend class nor a callable returning one")
     return obj  # type: ignore[return-value]
 
 
@@ -218,6 +219,7 @@ def get_device(name: str) -> Device:
             eps = [ep for ep in _entry_points() if ep.name == name]
             if not eps:
                 raise LookupError(f"no device named {name!r}; in-process devices: {', '.join(names())}")
-            device = _build(name, _factory(eps[0].value), f"plugin {name} ({eps[0].value})")
+            where = f"plugin {name} ({eps[0].value})"
+            device = _build(name, _factory(eps[0].value, where), where)
         _DEVICES[name] = device
         return device
