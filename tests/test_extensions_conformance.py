@@ -67,6 +67,16 @@ def test_conformance_counts_extension_operations_by_name(tmp_path: Path) -> None
     assert ops[f"{EXTENSION_NAME}:0"]["pass"] >= 2, ops
     assert ops["ADD"]["pass"] >= 1, ops
     assert f"{EXTENSION_NAME}:0" in r.stdout
+    assert doc["data_types"][f"{EXTENSION_NAME}:0"]["pass"] == 1, doc["data_types"]  # EXAMPLE_INT64's model
+
+
+def test_conformance_through_the_runtime(tmp_path: Path) -> None:
+    vectors = tmp_path / "fibonacci.json.gz"
+    write_vectors(vectors)
+    r = _nnhal("conformance", str(vectors), "--devices", "example-fibonacci,sample-all", "--mode", "sync",
+               "--jobs", "1", "--no-progress")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "models: 2 passed, 0 failed, 0 unsupported" in r.stdout
 
 
 def test_conformance_on_a_device_without_the_extension(tmp_path: Path) -> None:

@@ -107,6 +107,9 @@ class VectorModel:
         t = self.main.operands[ins[0]].type if ins else self.main.operands[op.outputs[0]].type
         if t in (hal.OperandType.TENSOR_FLOAT32, hal.OperandType.FLOAT32) and self.isRelaxed:
             return "relaxed"
+        prefixes = {int(e.prefix): e.name for e in self.extensionNameToPrefix}
+        if int(t) >> 16 and int(t) >> 16 in prefixes:  # NOTE: an extension operand type: extension:type
+            return f"{prefixes[int(t) >> 16]}:{int(t) & 0xFFFF}"
         return DATA_TYPE_NAMES.get(t, hal.OperandType(t).name.lower() if t in hal.OperandType._value2member_map_
                                    else str(t))
 
