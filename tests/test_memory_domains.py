@@ -661,7 +661,7 @@ def test_buffer_outlives_nothing_it_should_not() -> None:
     # NOTE: whether pm is collected at once depends on who else holds it (a scheduler's last task);
     # what matters is that nothing of the buffer does
     holders = gc.get_referrers(pm)
-    assert not any(isinstance(h, (buffers.DeviceBuffer, buffers.SampleBuffer, buffers.BufferRegistry)) or
+    assert not any(isinstance(h, (buffers.DeviceBuffer, buffers.Buffer, buffers.BufferRegistry)) or
                    (isinstance(h, tuple) and len(h) == 3 and h[1] in ("input", "output")) for h in holders)
     roles = list(dev().buffer_lookup(pm)(token).roles)
     assert all(isinstance(r[0], weakref.ref) and r[0]() is pm for r in roles)

@@ -210,7 +210,8 @@ def test_graph_marks_unsupported():
 
 
 def test_cli_bench_model(capsys):
-    rc = cli.main(["bench", str(model_path("vww_mobilenetv1_int8")), "--runs", "2"])
+    # NOTE: --block 2 with --runs 2: one round whatever the machine load (default blocks are about 50 ms of runs)
+    rc = cli.main(["bench", str(model_path("vww_mobilenetv1_int8")), "--runs", "2", "--block", "2"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "nnhal sample-all" in out and "LiteRT xnnpack" in out and "LiteRT builtin" in out and "nnhal / LiteRT" in out

@@ -86,8 +86,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
 def cmd_vts(args: argparse.Namespace) -> int:
     import nnhal
-    from nnhal.conformance import command as conformance_command
-    from nnhal.conformance.vts import command
+    from nnhal.cli import conformance as conformance_command
+    from nnhal.cli import vts as command
 
     env = os.environ.get("NNHAL_VECTORS")
     if env and not args.paths and not Path(env).is_dir():
@@ -106,7 +106,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
     if not args.device:
         for option in ("json", "ops"):
             if getattr(args, option):
-                raise UserError(f"nnhal ops: --{option} needs --device (without it the signatures are listed)")
+                raise UserError(f"--{option} needs --device (without it the signatures are listed)")
         return opsupport.print_registry(sys.stdout)
     ops = None
     try:
@@ -116,16 +116,25 @@ def cmd_ops(args: argparse.Namespace) -> int:
         command.check_writable(args.json, "--json")
     except command.UserError as e:
         raise UserError(str(e)) from None
+    # NOTE: a $NNHAL_VECTORS that is no folder is not passed over for another: the report says no vectors there
+    env = os.environ.get("NNHAL_VECTORS")
+    where = env if env and not Path(env).is_dir() else _default_vectors()
     device = _device(args.device)
     try:
-        status = opsupport.run(device, args.device, sys.stdout, ops=ops, vectors_dir=_default_vectors(),
-                               json_path=args.json, verbose=getattr(args, "verbose", 0) > 0)
-    except OSError as e:
-        raise UserError(f"--json {args.json}: {e.strerror or e}") from None
+        report = opsupport.run(device, args.device, sys.stdout, ops=ops, vectors_dir=where,
+                               verbose=getattr(args, "verbose", 0) > 0)
+    except opsupport.DeviceUnavailable as e:
+        print(f"nnhal ops: {args.device}: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        try:
+            opsupport.write_json(report, args.device, args.json)
+        except OSError as e:
+            raise UserError(f"--json {args.json}: {e.strerror or e}") from None
     from nnhal.tools.extensions import print_extensions
 
     print_extensions(device, args.device, sys.stdout)  # NOTE: what the device declares beyond the operations
-    return status
+    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

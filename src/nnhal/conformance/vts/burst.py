@@ -18,13 +18,13 @@ from __future__ import annotations
 import struct
 from typing import Any, Optional
 
-from nnhal import burst_packets as bp
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case, Recorder, name, sample_indexes
 from nnhal.conformance.vts.request import RequestPools, gate, model_id
-from nnhal.fmq import MessageQueue
+from nnhal.platform import burst_packets as bp
+from nnhal.platform import memory as hal_memory
+from nnhal.platform.fmq import MessageQueue
 
 SECTION = "burst"
 S = hal.ErrorStatus

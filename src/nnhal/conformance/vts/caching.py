@@ -32,8 +32,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance.vts.case import Case, Recorder, name
+from nnhal.platform import memory as hal_memory
 
 SECTION = "caching"
 S = hal.ErrorStatus

@@ -19,8 +19,8 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance.vts.case import Case, Recorder, name
+from nnhal.platform import memory as hal_memory
 
 SECTION = "memory"
 S = hal.ErrorStatus
@@ -397,7 +397,7 @@ def execute(pm: Any, request: hal.Request, executor: str) -> tuple[S, str]:
                 return status, "an error with a sync fence or a callback"
             return status, ""
         if fence is not None and fence.fds:
-            from nnhal import fence as hal_fence
+            from nnhal.platform import fence as hal_fence
 
             hal_fence.sync_wait(fence, WAIT_S)
         status, timing, _ = callback.getExecutionInfo()

@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case, Recorder, name, sample_indexes
+from nnhal.platform import memory as hal_memory
 
 SECTION = "model"
 

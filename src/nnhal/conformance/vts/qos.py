@@ -19,12 +19,12 @@ from typing import Any, Optional
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance.compare import compare
 from nnhal.conformance.runner import RequestPools, nbytes
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case, Recorder, name
 from nnhal.conformance.vts.request import gate, model_id
+from nnhal.platform import memory as hal_memory
 
 SECTION = "qos"
 S = hal.ErrorStatus

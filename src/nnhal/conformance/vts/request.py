@@ -22,9 +22,9 @@ from typing import Any, Optional
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case, Recorder, name, sample_indexes
+from nnhal.platform import memory as hal_memory
 
 SECTION = "request"
 S = hal.ErrorStatus
@@ -211,7 +211,7 @@ def planned_mutations(n_inputs: int, n_outputs: int) -> list[tuple[str, str, Any
 def run_model(device: hal.IDevice, vm: VectorModel, sample: Optional[int] = None) -> list[Case]:
     """The request cases of one model (nothing but an unsupported case when
     the device does not take it)."""
-    from nnhal.burst import BurstController
+    from nnhal.runtime.burst import BurstController
 
     rec = Recorder(SECTION, model_id(vm))
     model = vm.build_model()

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from nnhal.cli.conformance import Progress, UserError, check_operations, check_writable, missing_vectors_message
 from nnhal.conformance import vectors
-from nnhal.conformance.command import Progress, UserError, check_operations, check_writable, missing_vectors_message
 from nnhal.conformance.vts import report as rep
 from nnhal.conformance.vts.case import Case
 from nnhal.conformance.vts.sections import PER_MODEL, SECTIONS
