@@ -40,7 +40,7 @@ def print_extensions(device: Any, name: str, out: TextIO) -> int:
     if status != hal.ErrorStatus.NONE:
         out.write(f"\nextensions: getSupportedExtensions failed ({hal.ErrorStatus(status).name})\n")
         return 0
-    out.write(f"\nextensions declared by {name} (getSupportedExtensions): {len(exts) or 'none'}\n")
+    out.write(f"\nextensions declared (getSupportedExtensions): {len(exts) or 'none'}\n")
     declared = {e.name: e for e in device.extensions} if isinstance(device, Device) else {}
     for e in exts:
         out.write(f"{e.name}\n")
