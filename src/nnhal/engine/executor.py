@@ -32,6 +32,7 @@ from nnhal.ops.base import (
     OutputSpec,
     Tensor,
 )
+from nnhal.ops.extension import operand_type
 from nnhal.ops.operands import constant_value as constant_value  # noqa: F401  (re-exported)
 from nnhal.ops.operands import operand_info
 
@@ -109,13 +110,13 @@ class _Graph:
                 state = states[k]  # restored from the compilation cache
             else:
                 state = opdef.prepare(info) if opdef.prepare else None
-            specs = [OutputSpec(type=hal.OperandType(sg.operands[i].type), dimensions=tuple(sg.operands[i].dimensions),
+            specs = [OutputSpec(type=operand_type(sg.operands[i].type), dimensions=tuple(sg.operands[i].dimensions),
                                 scale=sg.operands[i].scale, zero_point=sg.operands[i].zeroPoint,
                                 channel_quant=sg.operands[i].extraParams.channelQuant) for i in op.outputs]
             tmpl: list = []
             for i in op.inputs:
                 o = sg.operands[i]
-                meta = (i, hal.OperandType(o.type), o.scale, o.zeroPoint, o.extraParams.channelQuant)
+                meta = (i, operand_type(o.type), o.scale, o.zeroPoint, o.extraParams.channelQuant)
                 tmpl.append(Tensor(type=meta[1], data=self.constants[i], scale=meta[2], zero_point=meta[3],
                                    channel_quant=meta[4]) if i in self.constants else meta)
             self.steps.append(_Step(op, opdef, state, specs, release.get(k, []), tmpl,
