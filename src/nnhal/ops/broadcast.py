@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnhal.hal import HalVersion, OperandType, OperationType
+from nnhal.ops import memo
 from nnhal.ops.base import (
     V1_0,
     V1_1,
@@ -140,12 +141,7 @@ def _add_sub_quant(ctx: ExecContext, a: Tensor, b: Tensor, act: int, negate_b: b
     lo, hi = activation_range(act, out.scale, out.zero_point, out.type)
     key = (a.data.dtype.str, float(a.scale), int(a.zero_point), float(b.scale), int(b.zero_point),
            float(out.scale), int(out.zero_point), out.dtype.str, lo, hi, negate_b)
-    table = _PAIR_TABLES.get(key)
-    if table is None:
-        table = _pair_table(ctx, a, b, lo, hi, negate_b)
-        if len(_PAIR_TABLES) >= 64:
-            _PAIR_TABLES.pop(next(iter(_PAIR_TABLES)))
-        _PAIR_TABLES[key] = table
+    table = _PAIR_TABLES.get_or_compute(key, lambda: _pair_table(ctx, a, b, lo, hi, negate_b))
     ca, cb = _codes(a.data), _codes(b.data)
     if ca.shape != cb.shape:
         ca, cb = np.broadcast_arrays(ca, cb)
@@ -158,7 +154,9 @@ def _add_sub_quant(ctx: ExecContext, a: Tensor, b: Tensor, act: int, negate_b: b
     return np.take(table, idx)
 
 
-_PAIR_TABLES: dict[tuple, np.ndarray] = {}
+# NOTE: keyed by quantization parameters (run-time for operands without a
+# prepared state); shared by concurrent executions, hence a locked memo
+_PAIR_TABLES = memo.Memo(64)
 
 
 def _pair_table(ctx: ExecContext, a: Tensor, b: Tensor, lo: int, hi: int, negate_b: bool) -> np.ndarray:

@@ -24,6 +24,7 @@ import numpy as np
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops import conv_kernels as ck
+from nnhal.ops import memo
 from nnhal.ops.base import (
     QUANT8_ASYMM_TYPES,
     V1_0,
@@ -187,11 +188,13 @@ class _State:
         self.mult: tuple | None = None  # (q[C], shift[C]) or None
         self.mult_error: str | None = None
         self.requant: dict = {}  # act -> Requant (constant bias only)
-        self.wt_cache: dict = {}  # depthwise tiled weights (constant filter only)
+        # NOTE: the memos below are filled by executions (shapes known only at
+        # run time); locked and bounded: executions share this state
+        self.wt_cache = memo.Memo(8)  # depthwise tiled weights (constant filter only)
         self.bias_const = False
-        self.bias_tiled: dict = {}  # float bias tiled over the output width (constant bias only)
+        self.bias_tiled = memo.Memo(8)  # float bias tiled over the output width (constant bias only)
         self.params_const = False  # every input after the bias is a constant
-        self.geometry: dict = {}  # (input, filter, bias shapes) -> padding, strides, output size...
+        self.geometry = memo.Memo(16)  # (input, filter, bias shapes) -> padding, strides, output size...
         # act -> Requant of the GEMM on raw input codes (CONV_2D): the input zero
         # point folded into the bias as -zp * sum(w - zw), see _fold_input_zp
         self.fold: dict = {}
@@ -308,6 +311,8 @@ def _prepare(info: OpInfo) -> _State:
             if form.groups_input is None or f.value.shape[0] % groups == 0:
                 m, mw = _build_filter(form, f.value, f.zero_point, is_q, groups)
                 st.filter = (_filter_key(form, groups), m, mw)
+                if is_q:
+                    st.l1 = _l1(m)  # NOTE: here, never by an execution (executions share the state)
         if is_q:
             nch = _out_channels(form, tuple(f.dimensions))
             if nch > 0:
@@ -543,10 +548,7 @@ class _Common:
     def _bias_row(self, width: int) -> np.ndarray:
         st = self.st
         if st is not None and st.bias_const:
-            row = st.bias_tiled.get(width)
-            if row is None:
-                row = st.bias_tiled[width] = np.tile(self.b.data.astype(np.float32), width)
-            return row
+            return st.bias_tiled.get_or_compute(width, lambda: np.tile(self.b.data.astype(np.float32), width))
         return np.tile(self.b.data.astype(np.float32), width)
 
     def gemm_block(self, k: int, mw: int, wm: np.ndarray | None = None) -> int | None:
@@ -561,8 +563,6 @@ class _Common:
             st = self.st
             const = st is not None and st.filter is not None and st.filter[1] is wm
             l1 = st.l1 if const and st.l1 is not None else _l1(wm)
-            if const:
-                st.l1 = l1
             if self.max_x * l1 <= ck.F32_EXACT:
                 return None
         return ck.exact_block(k, self.max_x, mw)
@@ -665,10 +665,7 @@ def _geometry(ctx: ExecContext, compute: Any) -> dict:
     if not (isinstance(st, _State) and st.params_const):
         return compute(ctx)
     key = (ctx.inputs[0].shape, ctx.inputs[1].shape, ctx.inputs[2].shape)
-    g = st.geometry.get(key)
-    if g is None:
-        g = st.geometry[key] = compute(ctx)
-    return g
+    return st.geometry.get_or_compute(key, lambda: compute(ctx))
 
 
 # --------------------------------------------------------------------------

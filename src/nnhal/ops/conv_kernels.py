@@ -283,7 +283,7 @@ def assign(dst: np.ndarray, src: np.ndarray) -> None:
 def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], sh: int, sw: int, dh: int,
                    dw: int, oh: int, ow: int, dt: Any = np.float32,
                    fill: Callable[[np.ndarray, np.ndarray], None] = assign,
-                   wt_cache: dict | None = None, out_temp: bool = False) -> np.ndarray:
+                   wt_cache: Any = None, out_temp: bool = False) -> np.ndarray:
     """Depthwise tap sum of an NHWC input ``x`` (unpadded, any dtype, possibly
     a strided view) with per-channel taps ``w`` [kh, kw, C] (C = channels of
     x): the sum over taps of shifted views times the tap's channel weights.
@@ -322,7 +322,7 @@ def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
         # [kh, ka, phase, ow*C]: tap j = a*s + phase
         wt = np.tile(wk.reshape(kh, ka, s, 1, c), (1, 1, 1, ow, 1)).reshape(kh, ka, s, ow * c)
         if wt_cache is not None:
-            wt_cache[key] = wt
+            wt = wt_cache.put(key, wt)
     wq = max(-(-wp // s), ow - 1 + ka)
     for b in range(n):
         # stride phases along the padded width: ph[p, :, k] = xpad[:, k*s + p]

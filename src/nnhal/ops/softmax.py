@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hal import OperandType, OperationType
+from nnhal.ops import memo
 from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
 from nnhal.ops.fixedpoint import exp_on_negative_values, one_over_one_plus_x_for_x_in_0_1
 from nnhal.ops.quant import (
@@ -42,25 +43,24 @@ def _count_leading_zeros_u32(v: np.ndarray) -> np.ndarray:
     return 32 - np.frexp(v.astype(np.float64))[1].astype(np.int64)
 
 
-_EXP_TABLES: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+# (multiplier, left shift, diff_min) -> tables; shared by concurrent executions
+_EXP_TABLES = memo.Memo(64)
 
 
 def _exp_table(multiplier: int, left_shift: int, diff_min: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(valid, exp, contribution to the sum) for every difference to the
     row maximum, -255 .. 0 (entry d + 255): they depend on nothing else."""
-    key = (multiplier, left_shift, diff_min)
-    t = _EXP_TABLES.get(key)
-    if t is None:
-        diff = np.arange(-255, 1, dtype=np.int64)
-        valid = diff >= diff_min
-        rescaled = multiply_by_quantized_multiplier_greater_than_one(np.where(valid, diff, 0), multiplier, left_shift)
-        exps = exp_on_negative_values(rescaled, _SCALED_DIFF_INTEGER_BITS)
-        contrib = np.where(valid, _rdbp(exps, _ACCUMULATION_INTEGER_BITS), 0)  # Rescale to Q12.19
-        t = (valid, exps, contrib)
-        if len(_EXP_TABLES) >= 64:
-            _EXP_TABLES.pop(next(iter(_EXP_TABLES)))
-        _EXP_TABLES[key] = t
-    return t
+    return _EXP_TABLES.get_or_compute((multiplier, left_shift, diff_min),
+                                      lambda: _build_exp_table(multiplier, left_shift, diff_min))
+
+
+def _build_exp_table(multiplier: int, left_shift: int, diff_min: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    diff = np.arange(-255, 1, dtype=np.int64)
+    valid = diff >= diff_min
+    rescaled = multiply_by_quantized_multiplier_greater_than_one(np.where(valid, diff, 0), multiplier, left_shift)
+    exps = exp_on_negative_values(rescaled, _SCALED_DIFF_INTEGER_BITS)
+    contrib = np.where(valid, _rdbp(exps, _ACCUMULATION_INTEGER_BITS), 0)  # Rescale to Q12.19
+    return valid, exps, contrib
 
 
 def _softmax_quant_rows(q: np.ndarray, beta: float, scale: float, type_: OperandType) -> np.ndarray:
