@@ -43,7 +43,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nnhal.ops import deadline
+from nnhal.ops import deadline, memo
 
 F32_EXACT = 1 << 24  # largest magnitude up to which every integer is a float32
 REQUANT_CHUNK = 65536  # values per requantization chunk (float64 temporaries stay in cache)
@@ -395,7 +395,9 @@ class Requant:
     lo: int
     hi: int
     out_dtype: np.dtype
-    tiled: dict = field(default_factory=dict)
+    # per output width: tiled constants; filled by executions, which share a
+    # prepared Requant: a locked, bounded memo (nnhal.ops.memo)
+    tiled: Any = field(default_factory=lambda: memo.Memo(16))
     fast32: bool = False  # look for the float32 path (once, at prepare: a few ms for wide layers)
 
     def __post_init__(self) -> None:
@@ -503,11 +505,7 @@ class Requant:
 
     def _tile(self, name: str, reps: int) -> np.ndarray:
         key = (name, reps)
-        t = self.tiled.get(key)
-        if t is None:
-            t = np.tile(getattr(self, name), reps)
-            self.tiled[key] = t
-        return t
+        return self.tiled.get_or_compute(key, lambda: np.tile(getattr(self, name), reps))
 
     def apply(self, acc: np.ndarray, rows: int, width: int) -> np.ndarray:
         """acc: exact integer accumulators, float32/float64 of size rows *
@@ -571,8 +569,8 @@ class Requant:
             ncorr = None
             if corr32 is not None:
                 ncorr = corr32[0] if np.all(corr32 == corr32[0]) else np.tile(corr32, width)
-            rowc = self.tiled[key] = (np.tile(m32, width), np.tile(c32, width),
-                                      bool(np.all(m32 == m32[0])), ncorr)
+            rowc = self.tiled.put(key, (np.tile(m32, width), np.tile(c32, width),
+                                        bool(np.all(m32 == m32[0])), ncorr))
         m_row, c_row, uniform, ncorr = rowc
         mul = m32[0] if uniform else m_row
         nv = a2.shape[1]
@@ -600,9 +598,8 @@ class Requant:
         parallel_rows(rows, rows * nv, part)
         if self.f32_fix is not None:
             chans, sub = self.f32_fix
-            cols = self.tiled.get(("fix", width))
-            if cols is None:
-                cols = self.tiled[("fix", width)] = (np.arange(width)[:, None] * self.q.shape[0] + chans).ravel()
+            cols = self.tiled.get_or_compute(
+                ("fix", width), lambda: (np.arange(width)[:, None] * self.q.shape[0] + chans).ravel())
             out[:, cols] = sub.apply(a2[:, cols], rows, width)
         return out
 

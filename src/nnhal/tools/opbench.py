@@ -126,7 +126,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         head += f" {'before':>9} {'ratio':>6}"
     print(head)
     fam: dict[str, list[tuple[float, Optional[float]]]] = defaultdict(list)
-    for family, op, dt, name, us, old in rows:
+    for family, op, dt, _name, us, old in rows:
         line = f"{family:<14} {op:<28} {dt:<20} {'-' if us is None else f'{us:.1f}':>9}"
         if before:
             line += f" {'-' if old is None else f'{old:.1f}':>9}"
