@@ -17,7 +17,11 @@ import numpy as np
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops import memo
 from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
-from nnhal.ops.fixedpoint import exp_on_negative_values, one_over_one_plus_x_for_x_in_0_1
+from nnhal.ops.fixedpoint import (
+    exp_on_negative_values,
+    one_over_one_plus_x_for_x_in_0_1,
+    one_over_one_plus_x_for_x_in_0_1_int,
+)
 from nnhal.ops.prepared import prepared
 from nnhal.ops.quant import (
     QUANT_RANGE,
@@ -37,6 +41,7 @@ _rdbp = rounding_divide_by_pot
 # Q5.26 input of exp(): 5 integer bits, as the reference
 _SCALED_DIFF_INTEGER_BITS = 5
 _ACCUMULATION_INTEGER_BITS = 12
+_FEW_ROWS = 16  # rows up to which the per-row reciprocal runs on Python ints
 
 
 def _count_leading_zeros_u32(v: np.ndarray) -> np.ndarray:
@@ -86,12 +91,23 @@ def _softmax_quant_rows(q: np.ndarray, tables: tuple, type_: OperandType) -> np.
     idx = x - x.max(axis=-1, keepdims=True)
     idx += 255
     sum_of_exps = np.sum(contrib_t[idx], axis=-1, keepdims=True)
-    headroom_plus_one = _count_leading_zeros_u32(sum_of_exps)
-    num_bits_over_unit = _ACCUMULATION_INTEGER_BITS - headroom_plus_one
-    shifted_sum_minus_one = ((sum_of_exps << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31)
-    shifted_scale = one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one)
-    qmin, qmax = QUANT_RANGE[type_]
     rows = q.size // q.shape[-1] if q.shape[-1] else 0
+    if rows <= _FEW_ROWS:
+        # NOTE: the reciprocal of each row's sum on Python ints: ~40 numpy calls
+        # on a handful of values cost more than the whole row
+        hs, ss = [], []
+        for v in sum_of_exps.ravel().tolist():
+            h = 32 - v.bit_length()
+            hs.append(_ACCUMULATION_INTEGER_BITS - h)
+            ss.append(one_over_one_plus_x_for_x_in_0_1_int(((v << h) & 0xFFFFFFFF) - (1 << 31)))
+        num_bits_over_unit = np.array(hs, np.int64).reshape(sum_of_exps.shape)
+        shifted_scale = np.array(ss, np.int64).reshape(sum_of_exps.shape)
+    else:
+        headroom_plus_one = _count_leading_zeros_u32(sum_of_exps)
+        num_bits_over_unit = _ACCUMULATION_INTEGER_BITS - headroom_plus_one
+        shifted_sum_minus_one = ((sum_of_exps << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31)
+        shifted_scale = one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one)
+    qmin, qmax = QUANT_RANGE[type_]
     if rows * 256 < q.size:
         # per row, the output of each of the 256 differences, then a lookup
         out_t = _rdbp(_srdhm(shifted_scale, exps_t), num_bits_over_unit + 31 - 8)
