@@ -160,12 +160,12 @@ def _pair_table(a: object, b: object, out: object, lo: int, hi: int, negate_b: b
     x1 = _rescale_table(a, m1, sh1, left_shift)
     x2 = _rescale_table(b, m2, sh2, left_shift)
     raw = multiply_by_quantized_multiplier_smaller_than_one(x1[:, None] + x2[None, :], mo, sho) + out.zero_point
-    return np.clip(raw, lo, hi).astype(NUMPY_DTYPE[out.type]).reshape(-1)
-
-
-def _codes(data: np.ndarray) -> np.ndarray:
-    """8-bit codes as table indexes: uint8 as is, int8 shifted by 128."""
-    return data if data.dtype == np.uint8 else data.view(np.uint8) ^ np.uint8(0x80)
+    table = np.clip(raw, lo, hi).astype(NUMPY_DTYPE[out.type])
+    if a.type != T.TENSOR_QUANT8_ASYMM:
+        # NOTE: rows / columns by the int8 values' bit patterns (value & 0xFF), so that
+        # an execution indexes with the raw bytes: code = value + 128 = bits ^ 0x80
+        table = np.roll(table, 128, axis=(0, 1))
+    return np.ascontiguousarray(table).reshape(-1)
 
 
 def _rescale_table(t: object, m: int, sh: int, left_shift: int) -> np.ndarray:
@@ -175,16 +175,16 @@ def _rescale_table(t: object, m: int, sh: int, left_shift: int) -> np.ndarray:
 
 
 def _add_sub_quant(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    ca, cb = _codes(a), _codes(b)
+    ca, cb = a.view(np.uint8), b.view(np.uint8)  # NOTE: the raw bytes (see _pair_table)
     if ca.shape != cb.shape:
         ca, cb = np.broadcast_arrays(ca, cb)
-    # NOTE: an output depends only on the pair of 8-bit codes: one lookup in a
+    # NOTE: an output depends only on the pair of 8-bit inputs: one lookup in a
     # 64K-entry table of the exact results (computed once per quantization
     # parameters) replaces the fixed-point passes.
     idx = ca.astype(np.uint16)  # NOTE: 16-bit indexes: faster than intp here
     idx <<= 8
     idx |= cb
-    return np.take(table, idx)
+    return table.take(idx)
 
 
 def _mul_params(a: object, b: object, out: object, act: int) -> tuple[int, int, int, int]:
@@ -276,7 +276,8 @@ def _execute_arith(ctx: ExecContext) -> list[np.ndarray]:
         if ctx.type == OperationType.MUL:
             res = _mul_quant(q, a, b, out)
         else:
-            res = _add_sub_quant(q, ad, bd)
+            res = _add_sub_quant(q, ad, bd)  # NOTE: already the output's shape and type
+            return [res]
     elif t == T.TENSOR_INT32:
         res = _int32_op(ctx.type, ad, bd)
     elif t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):

@@ -3,7 +3,7 @@
 Executions of one prepared model run concurrently and share only read-only
 prepared state.  Where ``prepare`` cannot decide something (shapes known only
 at run time, tables keyed by run-time quantization parameters), a kernel keeps
-it in a :class:`Memo`: a small LRU dict whose reads and writes hold a lock.
+it in a :class:`Memo`: a small dict whose writes (and evictions) hold a lock.
 The value is computed outside the lock (two threads may compute the same
 entry; both results are equal, one is kept), so a slow computation never
 blocks other executions, and an eviction never races another.
@@ -61,7 +61,8 @@ def current_limit(default: int) -> int:
 
 
 class Memo:
-    """A thread-safe LRU dict of at most ``size`` entries (see :func:`current_limit`)."""
+    """A thread-safe dict of at most ``size`` entries (see :func:`current_limit`),
+    the oldest evicted first; writes hold a lock."""
 
     __slots__ = ("size", "_d", "_lock")
 
@@ -71,12 +72,11 @@ class Memo:
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> Any:
-        """The value remembered for ``key``, or None."""
-        with self._lock:
-            v = self._d.get(key)
-            if v is not None:
-                self._d.move_to_end(key)
-            return v
+        """The value remembered for ``key``, or None.  No lock: one dict lookup
+        is atomic (the GIL), and a value once stored is never changed; entries
+        are evicted oldest first (a hit does not renew one: the memos are small
+        and their keys few, so recency buys nothing worth a lock per read)."""
+        return self._d.get(key)
 
     def put(self, key: Hashable, value: Any) -> Any:
         """Remembers ``value`` (evicting the least recently used beyond the
@@ -88,7 +88,7 @@ class Memo:
                 return old  # NOTE: another thread computed it first; keep one object
             self._d[key] = value
             while len(self._d) > bound:
-                self._d.popitem(last=False)
+                self._d.popitem(last=False)  # NOTE: a reader holding an evicted value keeps using it
         return value
 
     def get_or_compute(self, key: Hashable, compute: Callable[[], Any]) -> Any:
