@@ -33,6 +33,7 @@ from nnhal.ops.base import (
 from nnhal.ops.control_flow import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported for the drivers
 from nnhal.ops.operands import constant_value as constant_value  # noqa: F401  (re-exported)
 from nnhal.ops.operands import operand_info
+from nnhal.ops.prepared import Deferred
 
 log = logging.getLogger("nnhal.executor")
 
@@ -120,6 +121,11 @@ class _Graph:
             op_deadline.poll()  # NOTE: a preparation's deadline (set by the driver) ends it between operations
             if states is not None and states[k] is not PREPARE:
                 state = states[k]  # restored from the compilation cache
+                if isinstance(state, Deferred):
+                    try:
+                        state = state.resolve(info)  # NOTE: what the cache rebuilds from the model's constants
+                    except ValueError as e:
+                        raise OpExecutionError(f"{opdef.name}: cached state: {e}") from None
             else:
                 state = opdef.prepare(info) if opdef.prepare else None
             specs = [OutputSpec(type=hal.OperandType(sg.operands[i].type), dimensions=tuple(sg.operands[i].dimensions),

@@ -35,6 +35,7 @@ from nnhal.ops.base import (
     OpInfo,
     Signature,
 )
+from nnhal.ops.prepared import Deferred
 from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier
 
 log = logging.getLogger("nnhal.ops.conv")
@@ -185,6 +186,7 @@ class _State:
 
     def __init__(self) -> None:
         self.filter: tuple | None = None  # (key, matrix, max |w - zw|)
+        self.filter_derived = False  # the matrix is _build_filter of the constant filter (quantized)
         self.mult: tuple | None = None  # (q[C], shift[C]) or None
         self.mult_error: str | None = None
         self.requant: dict = {}  # act -> Requant (constant bias only)
@@ -277,12 +279,24 @@ def _filter_key(form: _Form, groups: int) -> tuple:
 
 def _build_filter(form: _Form, w: np.ndarray, zp: int, is_q: bool, groups: int = 1) -> tuple[np.ndarray, int]:
     """The filter re-laid-out for the kernel, float32 (quantized: minus its
-    zero point), and max |w - zp| (exactness bound of the integer GEMM)."""
+    zero point), and max |w - zp| (exactness bound of the integer GEMM).
+
+    Quantized CONV_2D / FULLY_CONNECTED: the [K, Cout] matrix is the transpose
+    of the C-ordered [Cout, K] weights, converted in one pass without a
+    re-layout copy (an exact integer GEMM gives the same sums whatever the
+    operand order BLAS reads): cheap enough to redo when a cached model loads
+    (see _load_state), so the cache keeps the weights in their stored width."""
+    m = _filter_matrix(form, w, zp, is_q, groups)
+    return m, (int(max(m.max(), -m.min())) if (is_q and m.size) else 0)
+
+
+def _filter_matrix(form: _Form, w: np.ndarray, zp: int, is_q: bool, groups: int) -> np.ndarray:
+    if is_q and form.name in ("conv", "fc"):
+        return np.subtract(w.reshape(w.shape[0], -1), np.float32(zp), dtype=np.float32).T
     wf = w.astype(np.float32)
     if is_q and zp:
         wf -= np.float32(zp)
-    mw = int(np.abs(wf).max()) if (is_q and wf.size) else 0
-    return np.ascontiguousarray(form.layout(wf, groups)), mw
+    return np.ascontiguousarray(form.layout(wf, groups))
 
 
 def _out_channels(form: _Form, f_dims: tuple) -> int:
@@ -311,6 +325,7 @@ def _prepare(info: OpInfo) -> _State:
             if form.groups_input is None or f.value.shape[0] % groups == 0:
                 m, mw = _build_filter(form, f.value, f.zero_point, is_q, groups)
                 st.filter = (_filter_key(form, groups), m, mw)
+                st.filter_derived = is_q  # NOTE: rebuilt from the constant when loaded from the cache
                 if is_q:
                     st.l1 = _l1(m)  # NOTE: here, never by an execution (executions share the state)
         if is_q:
@@ -401,7 +416,11 @@ def _save_state(st: _State, put: Any) -> dict:
     their verified float32 constants, the zero-point folds); the caches an
     execution fills (geometry, tiled weights and biases) start empty again."""
     return {
-        "filter": None if st.filter is None else [list(st.filter[0]), put(st.filter[1]), int(st.filter[2])],
+        # NOTE: a quantized filter is rebuilt from the model's own weights at load
+        # (blob None): the cache keeps them once, in their stored width
+        "filter": None if st.filter is None else [list(st.filter[0]),
+                                                  None if st.filter_derived else put(st.filter[1]),
+                                                  int(st.filter[2])],
         "mult": None if st.mult is None else [put(st.mult[0]), put(st.mult[1])],
         "mult_error": st.mult_error,
         "requant": [[int(a), _requant_to_wire(rq, put)] for a, rq in st.requant.items()],
@@ -412,11 +431,16 @@ def _save_state(st: _State, put: Any) -> dict:
     }
 
 
-def _load_state(d: dict, get: Any) -> _State:
+def _load_state(d: dict, get: Any) -> Any:
     st = _State()
+    derive = None
     if d["filter"] is not None:
         key, m, mw = d["filter"]
-        st.filter = ((str(key[0]), int(key[1])), get(m), int(mw))  # NOTE: _filter_key's (form name, groups)
+        key = (str(key[0]), int(key[1]))  # NOTE: _filter_key's (form name, groups)
+        if m is None:
+            derive = (key, int(mw))
+        else:
+            st.filter = (key, get(m), int(mw))
     if d["mult"] is not None:
         st.mult = (get(d["mult"][0]), get(d["mult"][1]))
     st.mult_error = d["mult_error"]
@@ -425,7 +449,20 @@ def _load_state(d: dict, get: Any) -> _State:
     st.bias_const, st.params_const = bool(d["bias_const"]), bool(d["params_const"])
     st.zrow = None if d["zrow"] is None else get(d["zrow"])
     st.l1 = None if d["l1"] is None else float(d["l1"])
-    return st
+    if derive is None:
+        return st
+
+    def rebuild(info: OpInfo) -> _State:
+        key, mw = derive
+        form, f = _FORMS[info.type], info.inputs[1]
+        if f.value is None or key != _filter_key(form, key[1]):
+            raise ValueError("the cached filter does not match the model's weights")
+        # NOTE: the weights are the authenticated cache's own: no check of max |w - zp| again
+        m = _filter_matrix(form, f.value, f.zero_point, info.inputs[0].type in QUANT8_ASYMM_TYPES, key[1])
+        st.filter, st.filter_derived = (key, m, mw), True
+        return st
+
+    return Deferred(rebuild)
 
 
 # --------------------------------------------------------------------------

@@ -53,3 +53,19 @@ def prepared(fn: Callable[..., Any], *args: Any) -> Optional[Any]:
         return Ready(fn(*args))
     except ValueError as e:
         return Failed(str(e))
+
+
+class Deferred:
+    """A prepared state restored from the compilation cache that still needs
+    the operation's constant operands (``resolve(info)``, run once when the
+    executor reads the model's constants): a cache keeps data once, in the
+    model's own pools, and a state derived from it is rebuilt at load.
+    ``resolve`` raises ValueError if the constants do not fit the state."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self._fn = fn
+
+    def resolve(self, info: Any) -> Any:
+        return self._fn(info)
