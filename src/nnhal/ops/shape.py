@@ -219,13 +219,30 @@ def _exec_concatenation(ctx: ExecContext) -> list[np.ndarray]:
         if len(s) != rank or any(s[d] != x0.shape[d] for d in range(rank) if d != axis):
             raise ctx.fail(f"input {i} has shape {list(s)}, incompatible with {list(x0.shape)} on axis {axis}")
     out = ctx.outputs[0]
+    luts = ctx.state.value(ctx) if ctx.state is not None else _concat_luts(tensors, out)
     parts = []
-    for t in tensors:
-        d = t.data
-        if t.type in (Q8, Q8S) and (t.scale != out.scale or t.zero_point != out.zero_point):
-            d = _requantize_concat(d, t.scale, t.zero_point, out.scale, out.zero_point, t.type == Q8S)
-        parts.append(d)
+    for t, lut in zip(tensors, luts):
+        parts.append(t.data if lut is None else lut.take(t.data.view(np.uint8)))
     return [np.concatenate(parts, axis=axis)]
+
+
+def _concat_luts(tensors: Sequence, out: object) -> tuple:
+    """Per input, None or the 256-entry table requantizing its 8-bit values to
+    the output's scale and zero point (entry i: the value whose byte is i),
+    made by the reference's own requantization (bit-identical)."""
+    luts = []
+    for t in tensors:
+        lut = None
+        if t.type in (Q8, Q8S) and (t.scale != out.scale or t.zero_point != out.zero_point):
+            codes = np.arange(256, dtype=np.uint8).view(np.int8 if t.type == Q8S else np.uint8)
+            lut = np.ascontiguousarray(_requantize_concat(codes, t.scale, t.zero_point, out.scale, out.zero_point,
+                                                          t.type == Q8S))
+        luts.append(lut)
+    return tuple(luts)
+
+
+def _prepare_concatenation(info: OpInfo) -> object:
+    return prepared(lambda: _concat_luts(info.inputs[:-1], info.outputs[0]))
 
 
 # --------------------------------------------------------------------------
@@ -435,7 +452,8 @@ OPS: list[OpDef] = [
     OpDef(OperationType.CONCATENATION,
           [Signature((t,), (t,), v, variadic_inputs=frozenset({t, T.INT32}), min_variadic_inputs=1)
            for t, v in _FQ_V1_0],
-          _exec_concatenation, validate=_validate_concatenation, allow_zero_sized=True),
+          _exec_concatenation, validate=_validate_concatenation, prepare=_prepare_concatenation,
+          allow_zero_sized=True),
     OpDef(OperationType.SPLIT,
           [Signature((t, T.INT32, T.INT32), (t,), v, variadic_outputs=t) for t, v in _FIQ_V1_2], _exec_split, bad_data_on_missing_operand=True),
     OpDef(OperationType.SLICE, _sigs(_FIQ_V1_2, lambda t: (I32, I32)), _exec_slice, allow_zero_sized=True),
