@@ -254,17 +254,32 @@ def _execute_elu(ctx: ExecContext) -> list[np.ndarray]:
     return [res.astype(out.dtype)]
 
 
+def _prelu_multipliers(x: object, alpha: object, out: object) -> tuple[int, int, int, int]:
+    # NOTE: both multipliers as the reference computes them: a float quotient for the
+    # positive side, the float product of the input scales over the output scale in double
+    real_pos = float(np.float32(x.scale) / np.float32(out.scale))
+    real_neg = float(np.float32(x.scale) * np.float32(alpha.scale)) / float(np.float32(out.scale))
+    return (*quantize_multiplier(real_pos), *quantize_multiplier(real_neg))
+
+
+def _prepare_prelu(info: OpInfo) -> object:
+    """The quantized multipliers (they depend only on the scales)."""
+    x = info.inputs[0]
+    if x.type not in Q8:
+        return None
+    try:
+        return _prelu_multipliers(x, info.inputs[1], info.outputs[0])
+    except (ValueError, ArithmeticError):
+        return None  # NOTE: scales the arithmetic refuses: every execution fails as it computes them
+
+
 def _execute_prelu(ctx: ExecContext) -> list[np.ndarray]:
     x, alpha = ctx.inputs[0], ctx.inputs[1]
     out = ctx.outputs[0]
     shape = broadcast_shape(ctx, x.shape, alpha.shape)
     if x.type in Q8:
-        # NOTE: both multipliers as the reference computes them: a float quotient for the
-        # positive side, the float product of the input scales over the output scale in double
-        real_pos = float(np.float32(x.scale) / np.float32(out.scale))
-        real_neg = float(np.float32(x.scale) * np.float32(alpha.scale)) / float(np.float32(out.scale))
-        q_pos, s_pos = quantize_multiplier(real_pos)
-        q_neg, s_neg = quantize_multiplier(real_neg)
+        st = ctx.state
+        q_pos, s_pos, q_neg, s_neg = st if st is not None else _prelu_multipliers(x, alpha, out)
         xv = np.broadcast_to(x.data.astype(np.int64) - x.zero_point, shape)
         av = np.broadcast_to(alpha.data.astype(np.int64) - alpha.zero_point, shape)
         pos = multiply_by_quantized_multiplier(xv, q_pos, s_pos)
@@ -345,5 +360,5 @@ OPS: list[OpDef] = [
           signatures=[Signature((t, t), (t,), v) for t, v in
                       [(T.TENSOR_FLOAT32, V1_2), (T.TENSOR_FLOAT16, V1_2), (T.TENSOR_QUANT8_ASYMM, V1_2),
                        (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3)]],
-          execute=_execute_prelu),
+          execute=_execute_prelu, prepare=_prepare_prelu),
 ]
