@@ -17,6 +17,7 @@ when the operands are constants.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -156,7 +157,7 @@ def _fc_shape_error(in_dims: tuple, w_dims: tuple, b_dims: tuple) -> str | None:
         return "weights must have rank 2"
     if len(b_dims) != 1:
         return "bias must have rank 1"
-    n_elem = int(np.prod(in_dims)) if in_dims else 0
+    n_elem = math.prod(in_dims) if in_dims else 0
     units, in_size = w_dims
     batch = 0 if in_size == 0 else n_elem // in_size
     if batch != 0 and in_size * batch != n_elem:
