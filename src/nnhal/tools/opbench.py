@@ -2,13 +2,15 @@
 conformance vectors' small tensors: what one executor step costs.
 
     python -m nnhal.tools.opbench [--ops ADD,SOFTMAX] [--types quant8_asymm,float32]
-                                  [--json F] [--before F] [--ms 10]
+                                  [--json F] [--before F] [--ms 10] [--clock cpu|wall]
 
 For each operation and data type, the first vector model made of that one
 operation (the smallest tensors the vectors have for it) is prepared once on
 the executor (``nnhal.executor.Executor``, no HAL around it) and executed in
 blocks of about ``--ms`` milliseconds; the figure is the best block's time per
-execution.  ``--json`` writes the figures, ``--before`` reads such a file and
+execution, in CPU time of the running thread (``--clock cpu``, the default:
+on a machine shared with other work, time spent waiting for a core is not
+the operation's) or wall time (``--clock wall``).  ``--json`` writes the figures, ``--before`` reads such a file and
 prints it beside the new ones (before / after / ratio), then the per-family
 medians.
 """
@@ -21,7 +23,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from typing import Optional
+from typing import Callable, Optional
 
 from nnhal import hal
 from nnhal.conformance import vectors
@@ -60,7 +62,8 @@ def pick_models(root: str, ops: Optional[set[str]], types: tuple[str, ...]) -> d
     return picked
 
 
-def time_model(vm: vectors.VectorModel, block_ms: float, blocks: int = 9) -> Optional[float]:
+def time_model(vm: vectors.VectorModel, block_ms: float, blocks: int = 9,
+               clock: Callable[[], float] = time.thread_time) -> Optional[float]:
     """Best block's microseconds per execution, or None if it does not run."""
     pools: list[bytearray] = []
 
@@ -75,16 +78,16 @@ def time_model(vm: vectors.VectorModel, block_ms: float, blocks: int = 9) -> Opt
         ex.run(inputs)
     except Exception:  # noqa: BLE001  (not timed: reported as a dash)
         return None
-    t0 = time.perf_counter()
+    t0 = clock()
     ex.run(inputs)
-    one = max(time.perf_counter() - t0, 1e-7)
+    one = max(clock() - t0, 1e-6)
     n = max(1, int(block_ms / 1000 / one))
     best = float("inf")
     for _ in range(blocks):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(n):
             ex.run(inputs)
-        best = min(best, (time.perf_counter() - t0) / n)
+        best = min(best, (clock() - t0) / n)
     return best * 1e6
 
 
@@ -94,8 +97,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--types", default=",".join(DEFAULT_TYPES), help="data types (as the conformance report names them)")
     ap.add_argument("--vectors", default=None, help="vector folder (default: $NNHAL_VECTORS or ../shared/conformance)")
     ap.add_argument("--ms", type=float, default=10.0, help="milliseconds per timed block (default 10)")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                    help="cpu: this thread's CPU time (default; steady on a loaded machine); wall: elapsed time")
     ap.add_argument("--json", help="write the figures to this file")
-    ap.add_argument("--before", help="a --json file of an earlier run, printed beside")
+    ap.add_argument("--before", nargs="+", metavar="F",
+                    help="--json files of earlier runs (the best of them), printed beside")
+    ap.add_argument("--figures", nargs="+", metavar="F",
+                    help="print the best of these --json files instead of timing (with --before: the comparison)")
     args = ap.parse_args(argv)
     ops = None
     if args.ops:
@@ -105,22 +113,40 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"opbench: unknown operation(s): {', '.join(unknown)}", file=sys.stderr)
             return 2
     before: dict[str, float] = {}
-    if args.before:
+    for path in args.before or ():
         try:
-            with open(args.before) as f:
-                before = {k: v for k, v in json.load(f).items() if v is not None}
+            with open(path) as f:
+                for k, v in json.load(f).items():
+                    if v is not None:
+                        before[k] = min(v, before.get(k, v))
         except (OSError, ValueError) as e:
-            print(f"opbench: cannot read {args.before}: {e}", file=sys.stderr)
+            print(f"opbench: cannot read {path}: {e}", file=sys.stderr)
             return 2
-    root = args.vectors or vectors.default_vectors()
-    picked = pick_models(root, ops, tuple(t.strip() for t in args.types.split(",")))
     figures: dict[str, Optional[float]] = {}
     rows = []
-    for (op, dt), vm in sorted(picked.items(), key=lambda kv: (_family(kv[0][0]), kv[0])):
-        us = time_model(vm, args.ms)
-        key = f"{op}/{dt}"
-        figures[key] = us
-        rows.append((_family(op), op, dt, vm.name, us, before.get(key)))
+    if args.figures:
+        # NOTE: no timing: the best of saved runs (each file a --json of this tool)
+        for path in args.figures:
+            try:
+                with open(path) as f:
+                    for k, v in json.load(f).items():
+                        if v is not None and (figures.get(k) is None or v < figures[k]):
+                            figures[k] = v
+                        figures.setdefault(k, v)
+            except (OSError, ValueError) as e:
+                print(f"opbench: cannot read {path}: {e}", file=sys.stderr)
+                return 2
+        for key in sorted(figures, key=lambda k: (_family(k.split("/")[0]), k)):
+            op, dt = key.split("/", 1)
+            rows.append((_family(op), op, dt, "", figures[key], before.get(key)))
+    else:
+        root = args.vectors or vectors.default_vectors()
+        picked = pick_models(root, ops, tuple(t.strip() for t in args.types.split(",")))
+        for (op, dt), vm in sorted(picked.items(), key=lambda kv: (_family(kv[0][0]), kv[0])):
+            us = time_model(vm, args.ms, clock=time.thread_time if args.clock == "cpu" else time.perf_counter)
+            key = f"{op}/{dt}"
+            figures[key] = us
+            rows.append((_family(op), op, dt, vm.name, us, before.get(key)))
     head = f"{'family':<14} {'operation':<28} {'type':<20} {'us/exec':>9}"
     if before:
         head += f" {'before':>9} {'ratio':>6}"
