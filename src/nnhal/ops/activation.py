@@ -286,9 +286,23 @@ def _execute_prelu(ctx: ExecContext) -> list[np.ndarray]:
         neg = multiply_by_quantized_multiplier(xv * av, q_neg, s_neg)
         lo, hi = QUANT_RANGE[out.type]
         return [np.clip(np.where(xv >= 0, pos, neg) + out.zero_point, lo, hi).astype(out.dtype)]
-    xf = x.data.astype(np.float32)
-    af = alpha.data.astype(np.float32)
-    res = np.where(xf >= 0, xf, xf * af)
+    # NOTE: float32 data as it is (no copy); float16 computes in float32
+    xf = x.data.astype(np.float32, copy=False)
+    af = alpha.data.astype(np.float32, copy=False)
+    res = xf * af
+    if res.shape == xf.shape and xf.flags.c_contiguous:
+        # NOTE: x >= 0 ? x : x * alpha by selecting bits: np.where on a random sign
+        # pattern branches per element (about twice the time of these five passes)
+        sel = np.greater_equal(xf, 0).view(np.int8).astype(np.int32)
+        np.negative(sel, out=sel)  # all ones where x is taken
+        rb = res.view(np.int32)
+        keep = np.bitwise_and(xf.view(np.int32), sel)
+        np.bitwise_and(rb, np.invert(sel, out=sel), out=rb)
+        np.bitwise_or(rb, keep, out=rb)
+    else:
+        res = np.where(xf >= 0, xf, res)
+    if res.shape == shape and res.dtype == out.dtype:
+        return [res]  # NOTE: a fresh array already
     return [np.broadcast_to(res, shape).astype(out.dtype)]
 
 
