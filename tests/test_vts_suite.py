@@ -206,3 +206,24 @@ def test_units_keep_the_order_whatever_the_batch(device: Any) -> None:
     b = [(u.section, [m.name for m in u.models]) for u in plan(["model", "basic"], models, 7)]
     assert flat == [(s, n) for s, ns in b for n in (ns or [None])]
     assert a[0] == ("basic", [])
+
+
+class _Bomb:
+    """A model whose arrival kills the worker process (as a driver that crashes it would)."""
+    spec, name = "crash", "bomb"
+
+    def __reduce__(self) -> tuple:
+        return os._exit, (3,)
+
+
+def test_a_worker_that_dies_fails_only_its_model() -> None:
+    from nnhal.conformance.vts.suite import Config, Unit, run_local
+
+    units = [Unit(0, "basic"), Unit(1, "model", (_Bomb(),)), Unit(2, "basic")]  # type: ignore[arg-type]
+    got: dict[int, list] = {}
+    run_local(units, Config("sample-all"), 2, lambda u, cases: got.setdefault(u.index, []).extend(cases))
+    assert sorted(got) == [0, 1, 2]
+    assert all(c.status == "pass" for k in (0, 2) for c in got[k]) and got[0]
+    [dead] = got[1]
+    assert dead.status == "fail" and dead.model == "crash/bomb" and "worker process died" in dead.message
+    assert "exit status 3" in dead.message or "unknown" in dead.message
