@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional, TextIO
 
 import msgspec
 
-from nnhal.conformance.report import _CSS, _JS, plain_message
+from nnhal.conformance.report import CSS, JS, plain_message
 from nnhal.conformance.vts.case import STATUSES, Case
 from nnhal.conformance.vts.sections import DESCRIPTIONS, SECTIONS
 
@@ -203,7 +203,7 @@ def write_html(report: Report, path: str, settings: Settings, limit: int = 5000)
     if unsupported:
         parts.append(f"<h2>Unsupported ({len(unsupported)} cases)</h2>" + _case_rows(unsupported, limit))
     doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>nnhal vts</title>"
-           f"<style>{_CSS}</style></head><body>{''.join(parts)}<script>{_JS}</script></body></html>")
+           f"<style>{CSS}</style></head><body>{''.join(parts)}<script>{JS}</script></body></html>")
     with open(path, "w", encoding="utf-8") as f:
         f.write(doc)
 
