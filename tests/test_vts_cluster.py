@@ -8,6 +8,10 @@ process behind."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -45,6 +49,23 @@ def test_a_sampled_sweep_on_a_two_node_cluster_is_the_one_process_sweep(ray_clus
     assert "runner:      Ray cluster" in r2.stdout and "(2 CPUs)" in r2.stdout
     assert keyed(here) == keyed(there) and len(keyed(here)) > 300
     assert summary(r1.stdout) == summary(r2.stdout)
+    # Ctrl-C: the tasks not finished are cancelled, what ran is reported
+    p = subprocess.Popen([sys.executable, "-m", "nnhal", "vts", "--device", "sample-all", "--section", "model",
+                          "--ops", "CONV_2D", "--cluster", ray_cluster, "--progress"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line, end = "", time.monotonic() + 300
+        while "units" not in line and time.monotonic() < end:
+            line = p.stderr.readline()
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and "interrupted" in out, out[-2000:]
+    passed, failed, _ = summary(out)
+    assert passed > 0 and failed == 0
 
 
 def test_no_cluster_at_the_address_is_one_line(vectors_dir: Path) -> None:

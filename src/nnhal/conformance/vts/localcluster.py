@@ -41,7 +41,7 @@ def _processes() -> dict[int, tuple[int, str]]:
         try:
             if p.stat().st_uid != os.getuid():
                 continue
-            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace") + " "
             ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except OSError:
             continue
@@ -64,6 +64,7 @@ class LocalCluster:
         self.nodes = nodes
         self.temp = ""
         self.address = ""
+        self.keys: list[str] = []  # what names this cluster's processes on their command lines
 
     def _node_args(self) -> list[str]:
         return ["--num-cpus", "1", "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats",
@@ -78,12 +79,14 @@ class LocalCluster:
             raise FileNotFoundError(f"no ray command at {ray} (pip install 'nnhal[cluster]')")
         # NOTE: a short path: Ray's unix sockets live under it (108 bytes at most)
         self.temp = tempfile.mkdtemp(prefix="nnhal-ray-", dir="/tmp")
-        port = free_port()
+        port, client_port = free_port(), free_port()
         self.address = f"127.0.0.1:{port}"
+        # NOTE: Ray may name the head by the machine's address instead of 127.0.0.1: the port tells it
+        self.keys = [self.temp, f":{port} ", f"--port={client_port} "]
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
         try:
             subprocess.run([str(ray), "start", "--head", "--port", str(port), "--include-dashboard", "false",
-                            "--ray-client-server-port", str(free_port()), *self._node_args()],
+                            "--ray-client-server-port", str(client_port), *self._node_args()],
                            check=True, capture_output=True, timeout=START_TIMEOUT_S, env=env)
             for _ in range(self.nodes - 1):
                 subprocess.run([str(ray), "start", "--address", self.address, *self._node_args()],
@@ -95,12 +98,11 @@ class LocalCluster:
 
     def pids(self) -> set[int]:
         """The processes of this cluster."""
-        keys = [k for k in (self.temp, self.address) if k]
-        if not keys:
+        if not self.keys:
             return set()
         procs = _processes()
         me = {os.getpid(), os.getppid()}
-        mine = {p for p, (_, cmd) in procs.items() if any(k in cmd for k in keys) and p not in me}
+        mine = {p for p, (_, cmd) in procs.items() if any(k in cmd for k in self.keys) and p not in me}
         while True:
             new = {p for p, (pp, _) in procs.items() if pp in mine} - mine
             if not new:
