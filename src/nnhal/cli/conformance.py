@@ -67,8 +67,10 @@ class Progress:
     """Models done, failures and an ETA: a rich progress bar on a terminal,
     else (with --progress) a plain line every few seconds."""
 
-    def __init__(self, total: int, enabled: bool, fancy: bool, stream: Any = None):
+    def __init__(self, total: int, enabled: bool, fancy: bool, stream: Any = None, title: str = "conformance",
+                 noun: str = "models"):
         self.total, self.enabled, self.n, self.fail = total, enabled, 0, 0
+        self.noun = noun
         self.t0 = self.last = time.perf_counter()
         self.stream = stream or sys.stderr
         self._rich: Any = None
@@ -85,7 +87,7 @@ class Progress:
             except ImportError:  # NOTE: rich is a dependency; a broken install still gets the plain lines
                 pass
             else:
-                self._rich = RichProgress(TextColumn("conformance"), BarColumn(), MofNCompleteColumn(),
+                self._rich = RichProgress(TextColumn(title), BarColumn(), MofNCompleteColumn(),
                                           TextColumn("fail {task.fields[fail]}"), TimeElapsedColumn(),
                                           TextColumn("ETA"), TimeRemainingColumn(),
                                           TextColumn("{task.fields[model]}"), transient=True)
@@ -107,7 +109,7 @@ class Progress:
         now = time.perf_counter()
         if now - self.last >= 5.0 or self.n in (1, self.total):
             self.last = now
-            self.stream.write(f"{self.n}/{self.total} models, {self.fail} failed, {now - self.t0:.0f} s, "
+            self.stream.write(f"{self.n}/{self.total} {self.noun}, {self.fail} failed, {now - self.t0:.0f} s, "
                               f"ETA {self.eta():.0f} s\n")
             self.stream.flush()
 
