@@ -376,6 +376,12 @@ class Device(hal.IDevice, hal.INnhalDevice):
             log.error("prepareModelFromCache: invalid callback")
             return S.INVALID_ARGUMENT
         notify = getattr(callback, notify_name)
+        if not self.backend.caching:
+            # NOTE: as Android's sample driver (and VTS's CompilationCachingTest when caching is not supported):
+            # a driver without a cache has nothing to prepare from, whatever the arguments
+            log.error("prepareModelFromCache: this driver does not support compilation caching")
+            _notify(notify, S.GENERAL_FAILURE, None, version)
+            return S.GENERAL_FAILURE
         files: Optional[driver_cache.CacheFiles] = None
         try:
             dl = deadline_ns(deadline)
