@@ -84,6 +84,7 @@ class IODescription:
     hal_operations: collections.Counter = field(default_factory=collections.Counter)
     rewrites: collections.Counter = field(default_factory=collections.Counter)  # rewrite name -> count
     hal_to_tflite: list[int] = field(default_factory=list)  # per HAL operation, its TFLite operator index
+    folded_outputs: dict[int, np.ndarray] = field(default_factory=dict)  # load_operators: outputs computed at load
     operator_names: list[str] = field(default_factory=list)  # per TFLite operator
     operator_inputs: list[list[int]] = field(default_factory=list)  # per TFLite operator, its input tensors
     operator_outputs: list[list[int]] = field(default_factory=list)  # per TFLite operator, its output tensors
@@ -133,9 +134,9 @@ class _Shared:
     """What every subgraph's loader shares: the parsed file, the failures, the referenced subgraphs
     (TFLite subgraph index -> position in ``Model.referenced``) and the constant layout."""
 
-    def __init__(self, data: bytes, batch: Optional[int]):
+    def __init__(self, data: bytes, batch: Optional[int], parsed: Any = None):
         self.data = data
-        self.m = sch.read_model(data)
+        self.m = parsed if parsed is not None else sch.read_model(data)
         if not self.m.subgraphs:
             raise ValueError("the model has no subgraph")
         self.batch = batch
@@ -1155,3 +1156,55 @@ class _Loader:
         p = self.producer.get(k, -1)
         return TensorDesc(self.tname(k), k, self.shape(k), dt, scales[0] if len(scales) == 1 else 0.0,
                           zps[0] if len(zps) == 1 else 0, p, self.io.operator_names[p] if p >= 0 else "")
+
+
+def load_operators(data: bytes, operators: list[int], inputs: list[int], outputs: list[int], *,
+                   batch: Optional[int] = 1, parsed: Any = None) -> tuple[hal.Model, IODescription]:
+    """A HAL model of some of the main subgraph's operators (indexes ``operators``): its inputs are the
+    TFLite tensors ``inputs`` (those the operators read; ``io.inputs`` lists the ones they do), its
+    outputs the tensors ``outputs`` (written by the operators; one computed at load, e.g. the shape a
+    SHAPE gives, is in ``io.folded_outputs`` instead).  ``parsed``: the file's ``ModelT``, read once
+    for many calls.  Raises :class:`UnsupportedModelError` naming only the operators of the subset
+    that have no HAL form."""
+    shared = _Shared(data, batch, parsed)
+    sub = _SubsetLoader(shared, set(operators), inputs, outputs)
+    sub.run()
+    return shared.finish(sub)
+
+
+def operator_failures(data: bytes, *, batch: Optional[int] = 1, parsed: Any = None) -> dict[int, str]:
+    """Per main-subgraph operator that has no HAL form of its own, the reason (each operator judged
+    alone: a tensor an unmapped operator writes is taken as given, so no knock-on refusals)."""
+    shared = _Shared(data, batch, parsed)
+    sub = _SubsetLoader(shared, None, [], [])
+    sub.run()
+    return {i: r for i, _, r in shared.failures if i >= 0}
+
+
+class _SubsetLoader(_Loader):
+    """The loader over a subset of the main subgraph (``only``; None: every operator, any tensor
+    written by no mapped operator taken as an input)."""
+
+    def __init__(self, shared: _Shared, only: Optional[set[int]], inputs: list[int], outputs: list[int]):
+        super().__init__(shared, 0, False, shared.io)
+        self.only = only
+        self.inputs, self.outputs = list(inputs), list(outputs)
+
+    def operand(self, k: int) -> int:
+        if self.only is None and k not in self.t2o and not self.is_const(k) and k not in self.inputs:
+            self.inputs.append(k)
+        return super().operand(k)
+
+    def run(self) -> None:
+        outputs, self.outputs = self.outputs, []  # NOTE: a boundary output may be computed at load
+        super().run()
+        self.outputs = outputs
+
+    def map_operator(self, op: Any, name: str, code: Any) -> None:
+        if self.only is None or self.cur in self.only:
+            super().map_operator(op, name, code)
+
+    def finish(self, values: bytearray, pool: bytearray) -> hal.Subgraph:
+        self.io.folded_outputs = {k: self.folded[k] for k in self.outputs if k in self.folded}
+        self.outputs = [k for k in self.outputs if k in self.t2o and k not in self.folded]
+        return super().finish(values, pool)
