@@ -224,3 +224,23 @@ def older_forms(model: hal.Model) -> None:
         for i in extra:
             sg.operands[i].numberOfConsumers -= 1
         op.inputs = op.inputs[:keep]
+
+
+def compact(model: hal.Model) -> None:
+    """Drops main-subgraph operands no operation or model input / output refers to (in place), e.g.
+    the inputs :func:`older_forms` dropped: they would carry a newer type into an older HAL version."""
+    sg = model.main
+    used = set(sg.inputIndexes) | set(sg.outputIndexes)
+    for op in sg.operations:
+        used.update(op.inputs)
+        used.update(op.outputs)
+    if len(used) == len(sg.operands):
+        return
+    keep = sorted(used)
+    new = {old: n for n, old in enumerate(keep)}
+    sg.operands = [sg.operands[i] for i in keep]
+    for op in sg.operations:
+        op.inputs = [new[i] for i in op.inputs]
+        op.outputs = [new[i] for i in op.outputs]
+    sg.inputIndexes = [new[i] for i in sg.inputIndexes]
+    sg.outputIndexes = [new[i] for i in sg.outputIndexes]

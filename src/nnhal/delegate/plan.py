@@ -260,6 +260,7 @@ class Planner:
             halmodel.decompose_hard_swish(model, io.hal_to_tflite)
             if self.o.hal_version < halmodel.VERSIONS[29]:
                 halmodel.older_forms(model)
+                halmodel.compact(model)
         else:
             io.unsigned = False
         return model, io
