@@ -116,6 +116,7 @@ class Plan:
     options: Options
     operators: list[OperatorPlan]
     partitions: list[PartitionPlan]
+    graph_path: str = ""  # how the commands name the model
 
     @property
     def nnapi(self) -> list[PartitionPlan]:
