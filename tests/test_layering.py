@@ -31,6 +31,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("public", ("nnhal", "nnhal.burst")),  # nnhal/__init__ (get_device, connect) and the burst client
     ("tools", ("nnhal.conformance", "nnhal.tflite", "nnhal.runtime", "nnhal.tools", "nnhal.demo",
                "nnhal.bench", "nnhal.bench_qos")),
+    # TFLite models as Android's NNAPI delegate runs them (uses runtime and tflite; nothing below uses it)
+    ("delegate", ("nnhal.delegate", "nnhal.tools.delegate_report")),
     ("cli", ("nnhal.cli", "nnhal.__main__")),
 ]
 

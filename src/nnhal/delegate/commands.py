@@ -173,9 +173,55 @@ def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs:
             op, k, df = first
             bad = True
             where = plan.operators[op.index]
-            print(f"  first operator beyond tolerance: operator {op.index} {op.name} (tensor {k}, "
+            print(f"  first operation beyond tolerance: operator {op.index} {op.name} (tensor {k}, "
                   f"{where.where} partition {where.partition}) {df}")
+            moved = [diff(np.asarray(runner.values[u]), got[u], tensor_desc(g, u)) for u in op.inputs
+                     if u in got and u in runner.values]
+            moved = [m for m in moved if m.steps or m.rel]
+            # NOTE: a difference within tolerance at an input can grow through the operation
+            print("  its inputs already differ: " + "; ".join(str(u) for u in moved) if moved else
+                  "  its inputs are identical: the difference is this operation's own")
+            if not getattr(args, "no_isolate", False) and ref.whole:
+                iso = isolated(plan, runner.device_of, ref)
+                over = [(i, n, d) for i, n, d in iso if not d.ok(args.rtol, args.steps)]
+                if iso:
+                    w = max(iso, key=lambda t: (t[2].steps, t[2].rel))
+                    print(f"  each operator alone on LiteRT's own inputs ({len(iso)} runs): worst operator {w[0]} "
+                          f"{w[1]}: {w[2]}; {len(over)} beyond tolerance" +
+                          (f", first: operator {over[0][0]} {over[0][1]}: {over[0][2]}" if over else ""))
+                    bad = bool(over)  # NOTE: drift inherited through the chain alone is not a failure
     return 1 if bad and args.strict else 0
+
+
+def isolated(plan: Plan, device_of: DeviceOf, ref: "Reference") -> list[tuple[int, str, Any]]:
+    """Each NNAPI operator's HAL form run alone on LiteRT's own input tensors (``ref`` made with
+    ``per_tensor``), compared with LiteRT's outputs: the error an operator adds by itself (CPU operators
+    are LiteRT's own kernels)."""
+    from nnhal.delegate.plan import PartitionPlan, Planner
+    from nnhal.delegate.runner import HalPartition
+
+    g = plan.graph
+    planner = Planner(g, plan.options, device_of)
+    res = []
+    for o in plan.operators:
+        if o.where != "nnapi" or o.index in g.folded or o.index in planner.fp16:
+            continue
+        op = g.operators[o.index]
+        weights = [planner.fp16_out[k] for k in op.inputs if k in planner.fp16_out]
+        ins = [k for k in dict.fromkeys(op.inputs) if k >= 0 and not g.is_const(k) and k not in planner.fp16_out]
+        outs = [k for k in op.outputs if k >= 0]
+        part = PartitionPlan(-1, "nnapi", [o.index], o.device, ins, outs, sorted([o.index] + weights))
+        e = HalPartition(planner, part, device_of)
+        e.want_int8 = {k: g.tensors[k].type == "int8" for k in e.outs}
+        try:
+            values = {k: ref.lite.tensor(k) for k in ins}
+            e.run(values)
+        finally:
+            e.close()
+        for k in outs:
+            if k in values:
+                res.append((o.index, o.name, diff(np.asarray(values[k]), ref.lite.tensor(k), tensor_desc(g, k))))
+    return res
 
 
 def tensor_desc(g: Graph, k: int) -> TensorDesc:
@@ -194,6 +240,7 @@ class Reference:
         self.per_tensor = per_tensor
         try:
             self.lite = LiteRT(g.data, threads=threads, kernels=kernels, preserve=per_tensor)
+            self.lite.it.allocate_tensors()
             self.tensors = list(g.outputs)
             return
         except (RuntimeError, ValueError) as e:
@@ -240,7 +287,7 @@ def _litert_has(g: Graph, i: int, kernels: str) -> bool:
     op = g.operators[i]
     ins = [k for k in dict.fromkeys(op.inputs) if k >= 0 and not g.is_const(k)]
     try:
-        LiteRT(cut.submodel(g, [i], ins, [k for k in op.outputs if k >= 0]), kernels=kernels)
+        LiteRT(cut.submodel(g, [i], ins, [k for k in op.outputs if k >= 0]), kernels=kernels).it.allocate_tensors()
     except (RuntimeError, ValueError) as e:
         return "unresolved" not in str(e).lower() and "didn't find op" not in str(e).lower()
     return True

@@ -63,7 +63,7 @@ def output_descs(g: Graph) -> list[TensorDesc]:
     return out
 
 
-class _Hal:
+class HalPartition:
     def __init__(self, planner: Planner, p: PartitionPlan, device_of: DeviceOf):
         o = planner.o
         self.model, io = planner.hal_model(p.load_ops, p.inputs, p.outputs)
@@ -120,7 +120,7 @@ def _as_u8(d: TensorDesc) -> TensorDesc:
 
 
 class _Cpu:
-    def __init__(self, g: Graph, p: PartitionPlan, kernels: str, threads: int):
+    def __init__(self, g: Graph, p: PartitionPlan, kernels: str, threads: int, plan: Plan):
         self.ins, self.outs = p.inputs, p.outputs
         self.lite = None
         if not p.load_ops or not p.outputs:
@@ -128,13 +128,18 @@ class _Cpu:
         data = cut.submodel(g, p.load_ops, p.inputs, p.outputs)
         try:
             self.lite = LiteRT(data, threads=threads, kernels=kernels)
+            self.lite.it.allocate_tensors()  # NOTE: LiteRT resolves custom operators here, not when loading
             self.ins = [int(d["index"]) for d in self.lite.inputs]
             self.outs = [int(d["index"]) for d in self.lite.outputs]
         except MissingDependency as e:
             raise PlanError(f"LiteRT is required for partition {p.index} on the CPU ({e})") from None
         except (RuntimeError, ValueError) as e:
-            raise PlanError(f"LiteRT cannot run partition {p.index} (operators {p.operators}): "
-                            f"{str(e).strip().splitlines()[0]}") from None
+            # NOTE: the root cause once: the custom operators LiteRT lacks, and why each is on the CPU
+            why = "; ".join(f"operator {i} {g.operators[i].name} is on the CPU: {plan.operators[i].reason}"
+                            for i in p.operators if g.operators[i].custom)
+            hint = " (--plan max maps it through the HAL)" if plan.options.plan == "delegate" else ""
+            raise PlanError(f"LiteRT cannot run CPU partition {p.index}: {str(e).strip().splitlines()[0]}"
+                            + (f"; {why}{hint}" if why else "")) from None
 
     def run(self, values: dict) -> None:
         if self.lite is None:
@@ -152,7 +157,7 @@ class Runner:
 
     def __init__(self, plan: Plan, device_of: DeviceOf, kernels: str = "builtin", threads: int = 1,
                  per_tensor: bool = False):
-        self.plan = plan
+        self.plan, self.device_of = plan, device_of
         g = plan.graph
         planner = Planner(g, plan.options, device_of)
         self.engines: list[Any] = []
@@ -165,10 +170,10 @@ class Runner:
                     written = sorted({k for i in p.load_ops for k in g.operators[i].outputs if k >= 0})
                     p = dataclasses.replace(p, outputs=written)
                 if p.where == "nnapi":
-                    e = _Hal(planner, p, device_of)
+                    e = HalPartition(planner, p, device_of)
                     e.want_int8 = {k: g.tensors[k].type == "int8" for k in e.outs}
                 else:
-                    e = _Cpu(g, p, kernels, threads)
+                    e = _Cpu(g, p, kernels, threads, plan)
                 self.engines.append(e)
         except Exception:
             self.close()
