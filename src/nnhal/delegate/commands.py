@@ -116,6 +116,10 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
         return 3
     if args.explain:
         print(plan.explain(runner.times))
+        for p, e in zip(plan.partitions, runner.engines):
+            if getattr(e, "runtime", None) is not None:  # NOTE: --devices: the client runtime's own placement
+                print(f"NNAPI partition {p.index} through the client runtime:")
+                print(e.runtime.placement())
     try:
         return _report(args, plan, runner, x, outs)
     finally:

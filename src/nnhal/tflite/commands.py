@@ -287,6 +287,7 @@ def _litert_engines(path: str, args: argparse.Namespace, x: list, engines: list)
     try:
         for kind in ("xnnpack", "builtin"):
             lr = LiteRT(path, threads=args.threads, kernels=kind)
+            lr.it.allocate_tensors()  # NOTE: an unresolved custom operator shows here, not when loading
             # NOTE: inputs set and outputs copied on every run, as nnhal's run writes and reads its pools
             engines.append((f"LiteRT {kind}", lambda lr=lr: lr.run(x)))
         if args.floor:
