@@ -119,12 +119,12 @@ def decompose_hard_swish(model: hal.Model, hal_to_tflite: list[int]) -> None:
                                                location=vals.append(raw)))
                 return len(sg.operands) - 1
 
-            def temp(dims: tuple = tuple(x.dimensions)) -> int:
+            def temp(consumers: int, dims: tuple = tuple(x.dimensions)) -> int:
                 sg.operands.append(hal.Operand(type=T.TENSOR_FLOAT32, dimensions=list(dims),
-                                               numberOfConsumers=2, lifetime=L.TEMPORARY_VARIABLE))
+                                               numberOfConsumers=consumers, lifetime=L.TEMPORARY_VARIABLE))
                 return len(sg.operands) - 1
 
-            s1, s2, s3 = temp(), temp(), temp()
+            s1, s2, s3 = temp(1), temp(2), temp(1)
             xi, y = op.inputs[0], op.outputs[0]
             x.numberOfConsumers += 1
             new = [hal.Operation(Op.MUL, [xi, const(1 / 3), const(2, T.INT32)], [s1]),  # RELU1 (code 2) of x / 3
