@@ -22,14 +22,15 @@ The delegate plan, step by step as the delegate takes them:
    (:mod:`nnhal.delegate.partition`).
 
 The max plan: every operator nnhal maps (its rewrites and custom operators
-included) on NNAPI at HAL 1.3, with no partition limit; a device refusal still
-moves an operator to the CPU.
+included) on NNAPI, with no partition limit; an operator whose HAL form the
+API level's HAL version lacks, or the device refuses, runs on the CPU.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -86,7 +87,7 @@ class Options:
 
     @property
     def hal_version(self) -> HalVersion:
-        return halmodel.VERSIONS[30 if self.plan == "max" else self.android_api]
+        return halmodel.VERSIONS[self.android_api]
 
 
 @dataclass
@@ -151,7 +152,7 @@ class Plan:
         """Partitions in order, the root causes of CPU placement with counts, the time per partition."""
         o = self.options
         head = (f"plan {o.plan}, Android API {o.android_api} (NNAPI partitions as HAL "
-                f"{'1.3' if o.plan == 'max' else HAL_VERSION[o.android_api]}), "
+                f"{HAL_VERSION[o.android_api]}), "
                 f"max partitions {o.max_partitions if o.plan == 'delegate' and o.max_partitions else 'no limit'}, "
                 f"NNAPI device {o.device_label}")
         lines = [head]
@@ -291,8 +292,8 @@ class Planner:
                 for j, why in halmodel.noncompliant(model, o.hal_version).items():
                     i = io.hal_to_tflite[j]
                     if i >= 0 and i not in self.fp16:
-                        self.reasons[i] = (f"nnhal's HAL form has no HAL {HAL_VERSION[o.android_api]} equivalent: "
-                                           f"{why}")
+                        self.reasons[i] = _noncompliant_reason(model.main.operations[j].type, why,
+                                                               HAL_VERSION[o.android_api])
                         out.add(i)
                 if query and not out:
                     out |= self.query(model, io)
@@ -316,7 +317,7 @@ class Planner:
                 refused = [n for n, a in answers if a is None or not a[j]]
                 self.reasons[i] = (f"{', '.join(refused)} does not support it "
                                    f"({hal.OperationType(model.main.operations[j].type).name}; "
-                                   f"getSupportedOperations at HAL {HAL_VERSION[30 if self.o.plan == 'max' else self.o.android_api]})")
+                                   f"getSupportedOperations at HAL {HAL_VERSION[self.o.android_api]})")
                 out.add(i)
         return out
 
@@ -365,7 +366,7 @@ class Planner:
             dev = o.device_label if s.delegated else None
             load = self.load_ops(s) if s.delegated else [i for i in s.nodes if i not in g.folded]
             # NOTE: a float16 weight DEQUANTIZE's output goes to CPU readers only: HAL partitions fold it
-            ins, outs = boundary(g, load, set(s.nodes), set(self.fp16_out), set() if s.delegated else cpu)
+            ins, outs = boundary(g, load, set(s.nodes), set(self.fp16_out), cpu)
             parts.append(PartitionPlan(k, where, list(s.nodes), dev, ins, outs, load))
             for i in s.nodes:
                 ops[i].where, ops[i].partition, ops[i].device = where, k, dev
@@ -374,6 +375,15 @@ class Planner:
                 elif not ops[i].reason:
                     ops[i].reason = "not delegated"
         return Plan(g, o, ops, parts)
+
+
+def _noncompliant_reason(op_type: int, why: str, version: str) -> str:
+    """Why an operation has no form at HAL ``version``, short: "PRELU: HAL 1.2 (this partition is HAL 1.0)"."""
+    m = re.search(r"before HAL V1_(\d)", why)
+    name = hal.OperationType(op_type).name if op_type in hal.OperationType._value2member_map_ else str(op_type)
+    if m:
+        return f"nnhal's HAL form ({name}) needs HAL 1.{m.group(1)}; this partition is HAL {version}"
+    return f"nnhal's HAL form ({name}) is not valid at HAL {version}: {why}"
 
 
 def boundary(g: Graph, load: list[int], members: set[int], weights: set[int],
