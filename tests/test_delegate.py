@@ -271,3 +271,21 @@ def test_runs_without_litert_when_no_cpu_partition(monkeypatch):
     np.testing.assert_array_equal(y[0], [2, 2])
     with pytest.raises(runner.PlanError, match="LiteRT is not installed"):
         runner.Runner(plan_of(_cumsum()), __import__("nnhal").get_device)
+
+
+def test_python_api():
+    """nnhal.delegate.plan / Runner: the same plan and results as the command line."""
+    from nnhal import delegate
+    from nnhal.tflite.run import LiteRT
+
+    data = _floor_mod()
+    p = delegate.plan(data, android_api=29)
+    assert [o.where for o in p.operators] == ["nnapi", "cpu", "nnapi"]
+    assert p.to_json()["partitions"][1] == {"index": 1, "where": "cpu", "operators": [1], "device": None}
+    x = [np.linspace(-3, 3, 8, dtype=np.float32).reshape(1, 8)]
+    with delegate.Runner(p) as r:
+        y = r.run(x)
+        assert len(r.times) == 3
+    np.testing.assert_allclose(y[0], LiteRT(data).run(x)[0], rtol=1e-6)
+    with pytest.raises(ValueError, match="android-api"):
+        delegate.plan(data, android_api=26)

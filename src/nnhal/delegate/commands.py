@@ -53,10 +53,11 @@ def plan_model(path: str, args: argparse.Namespace, device_of: DeviceOf) -> Plan
         device_of(name)  # NOTE: an unknown device is the user's mistake, said before any work
     try:
         g = Graph(path)
-    except (OSError, ValueError, ImportError, AttributeError, IndexError, TypeError) as e:
-        print(f"{path}: cannot read the model: {e}", file=sys.stderr)
+        return build_plan(g, opts, device_of)
+    except (OSError, ValueError, ImportError, AttributeError, IndexError, TypeError, KeyError) as e:
+        # NOTE: a file the schema cannot read, or whose graph is inconsistent (a tensor index out of range)
+        print(f"{path}: cannot read the model: {type(e).__name__}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    return build_plan(g, opts, device_of)
 
 
 def summary(plan: Plan) -> str:

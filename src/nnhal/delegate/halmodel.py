@@ -30,6 +30,9 @@ from nnhal.validation import ValidationError, validate_operation
 
 T, L, Op = hal.OperandType, hal.OperandLifeTime, hal.OperationType
 VERSIONS = {27: HalVersion.V1_0, 28: HalVersion.V1_1, 29: HalVersion.V1_2, 30: HalVersion.V1_3}
+_DTYPES = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_FLOAT16: np.float16, T.TENSOR_INT32: np.int32,
+           T.TENSOR_QUANT8_ASYMM: np.uint8, T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8, T.TENSOR_BOOL8: np.bool_,
+           T.TENSOR_QUANT16_SYMM: np.int16, T.TENSOR_QUANT8_SYMM: np.int8, T.TENSOR_QUANT16_ASYMM: np.uint16}
 _PREFERENCE = {"low_power": hal.ExecutionPreference.LOW_POWER,
                "fast_single_answer": hal.ExecutionPreference.FAST_SINGLE_ANSWER,
                "sustained_speed": hal.ExecutionPreference.SUSTAINED_SPEED}
@@ -244,3 +247,9 @@ def compact(model: hal.Model) -> None:
         op.outputs = [new[i] for i in op.outputs]
     sg.inputIndexes = [new[i] for i in sg.inputIndexes]
     sg.outputIndexes = [new[i] for i in sg.outputIndexes]
+
+
+def dtype_of(operand_type: int) -> Optional[np.dtype]:
+    """The numpy dtype of a HAL tensor operand type (None for others)."""
+    t = _DTYPES.get(operand_type)
+    return np.dtype(t) if t is not None else None

@@ -281,12 +281,16 @@ class Planner:
             try:
                 model, io = self.hal_model(nodes, ins, outs)
             except UnsupportedModelError as e:
+                moved = {i for i, _, _ in e.failures if i >= 0 and i not in self.fp16}
                 for i, _, r in e.failures:
-                    if i >= 0 and i not in self.fp16:
+                    if i in moved:
                         self.reasons[i] = f"nnhal has no HAL form for it here: {r}"
-                        out.add(i)
-                if not out:
-                    raise
+                if not moved:  # NOTE: a boundary tensor of no HAL type: the partition stays whole on the CPU
+                    why = "; ".join(r for _, _, r in e.failures)
+                    moved = set(s.nodes) - self.fp16
+                    for i in moved:
+                        self.reasons[i] = f"nnhal cannot map its NNAPI partition: {why}"
+                out |= moved
                 continue
             try:
                 for j, why in halmodel.noncompliant(model, o.hal_version).items():

@@ -71,6 +71,9 @@ class HalPartition:
         self.unsigned = bool(getattr(io, "unsigned", False))
         self.ins = [d.tensor for d in io.inputs]
         self.outs = [d.tensor for d in io.outputs]
+        sg = self.model.main
+        # NOTE: the dtype each HAL input holds (an int64 TFLite tensor is TENSOR_INT32 in the HAL)
+        self.in_dtypes = [halmodel.dtype_of(sg.operands[i].type) for i in sg.inputIndexes]
         self.runtime = None
         try:
             if o.devices:
@@ -98,6 +101,7 @@ class HalPartition:
         xs = [values[k] for k in self.ins]
         if self.unsigned:
             xs = [(a.astype(np.int16) + 128).astype(np.uint8) if a.dtype == np.int8 else a for a in xs]
+        xs = [np.asarray(a).astype(dt, copy=False) if dt is not None else a for a, dt in zip(xs, self.in_dtypes)]
         ys = self.run_hal(xs)
         for k, y in zip(self.outs, ys):
             values[k] = y
@@ -155,8 +159,10 @@ class Runner:
     """The plan's partitions ready to run (``per_tensor``: every tensor an operator writes kept in
     :attr:`values` after a run, not only the ones crossing partitions)."""
 
-    def __init__(self, plan: Plan, device_of: DeviceOf, kernels: str = "builtin", threads: int = 1,
+    def __init__(self, plan: Plan, device_of: DeviceOf | None = None, kernels: str = "builtin", threads: int = 1,
                  per_tensor: bool = False):
+        if device_of is None:
+            from nnhal.delegate import default_device as device_of
         self.plan, self.device_of = plan, device_of
         g = plan.graph
         planner = Planner(g, plan.options, device_of)
@@ -209,6 +215,12 @@ class Runner:
         for e in self.engines:
             e.close()
         self.engines = []
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def run_plan(plan: Plan, device_of: DeviceOf, inputs: Sequence[np.ndarray], **kw: Any) -> list[np.ndarray]:
