@@ -173,6 +173,21 @@ def test_sparse_weights_densified_at_load():
         assert _ok(run_and_compare(plan))
 
 
+def test_sparse_float16_weights_behind_densify():
+    """MediaPipe's sparse detectors: float16 weights, sparse, DENSIFY then DEQUANTIZE. The DEQUANTIZE reads
+    a computed tensor (not the float16-constant path): from API 30 the delegate takes both (2833, and
+    2805: a non-constant float16 DEQUANTIZE); at 29 both stay on the CPU, the FULLY_CONNECTED reads the
+    weights from it."""
+    from tests.test_delegate_densify import sparse_model
+
+    data, _ = sparse_model(block=False, dtype="float16")
+    plan = plan_of(data, 30)
+    assert where(plan) == ["nnapi"] * 3 and _ok(run_and_compare(plan))
+    plan = plan_of(data, 29)
+    assert where(plan) == ["cpu", "cpu", "nnapi"] and _ok(run_and_compare(plan))
+    assert "2835" in plan.operators[0].reason and "2815" in plan.operators[1].reason
+
+
 # --------------------------------------------------------------------------- the shared models
 
 @pytest.mark.parametrize("mode", ["delegate", "max"])

@@ -107,16 +107,21 @@ def test_densify_all_zero_and_bad_metadata():
 
 
 def sparse_model(block: bool = True, dtype: str = "float32") -> tuple[bytes, np.ndarray]:
-    """x[1,8] -> FULLY_CONNECTED with weights DENSIFY(sparse [4, 8]) -> y[1,4]; and the dense weights."""
+    """x[1,8] -> FULLY_CONNECTED with weights DENSIFY(sparse [4, 8]) -> y[1,4]; and the dense weights.
+    ``dtype`` float16: the weights are float16, DEQUANTIZEd after the DENSIFY (MediaPipe's sparse models)."""
     from nnhal.tflite.writer import Tensor, graph, options
 
-    w = _dense((4, 8), seed=3)
+    w = _dense((4, 8), seed=3).astype(dtype)
     args = ([0, 1, 2], [1], [4], [0, 1, 0]) if block else ([0, 1], [], [], [0, 1])
     values, sp = encode(w, *args)
-    ts = [Tensor([1, 8]), Tensor([values.size], data=values), Tensor([4, 8]), Tensor([4], data=np.ones(4, np.float32)),
-          Tensor([1, 4])]
-    data = graph(ts, [("DENSIFY", [1], [2], None),
-                      ("FULLY_CONNECTED", [0, 2, 3], [4], options("FullyConnectedOptions"))], inputs=[0], outputs=[4])
+    ts = [Tensor([1, 8]), Tensor([values.size], dtype, data=values), Tensor([4, 8], dtype),
+          Tensor([4], data=np.ones(4, np.float32)), Tensor([1, 4]), Tensor([4, 8])]
+    fc = options("FullyConnectedOptions")
+    if dtype == "float16":
+        ops = [("DENSIFY", [1], [2], None), ("DEQUANTIZE", [2], [5], None), ("FULLY_CONNECTED", [0, 5, 3], [4], fc)]
+    else:
+        ops = [("DENSIFY", [1], [2], None), ("FULLY_CONNECTED", [0, 2, 3], [4], fc)]
+    data = graph(ts, ops, inputs=[0], outputs=[4])
     m = sch.read_model(data)
     t = m.subgraphs[0].tensors[1]
     t.shape = np.asarray([4, 8], np.int32)

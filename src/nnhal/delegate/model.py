@@ -40,6 +40,12 @@ class TensorInfo:
     qdim: int = 0
     sparse: bool = False
     variable: bool = False
+    densified: bool = False  # a DENSIFY's output made constant at load (not a constant in the file)
+
+    @property
+    def stored(self) -> bool:
+        """A constant of the file itself (TFLite's kTfLiteMmapRo), as the delegate's checks see it."""
+        return self.const and not self.densified
 
     @property
     def rank(self) -> int:
@@ -165,6 +171,7 @@ class Graph:
         self.m.buffers.append(b)
         self.sg.tensors[out].buffer = len(self.m.buffers) - 1
         self.tensors[out] = self._info(out)
+        self.tensors[out].densified = True
         self.folded[op.index] = "DENSIFY of a constant: densified at load"
         self.densified += 1
 

@@ -194,8 +194,10 @@ class Planner:
     def __init__(self, g: Graph, opts: Options, device_of: DeviceOf):
         self.g, self.o, self.device_of = g, opts, device_of
         ops = g.operators
-        self.fp16 = {op.index for op in ops if op.builtin == "DEQUANTIZE" and op.inputs
-                     and g.tensors[op.inputs[0]].type == "float16" and g.is_const(op.inputs[0])}
+        # NOTE: IsDequantizeConstFloat16: a DEQUANTIZE of a float16 constant of the file (one behind a
+        # DENSIFY is computed in TFLite, so not one of these)
+        self.fp16 = {op.index for op in ops if op.builtin == "DEQUANTIZE" and op.inputs and op.inputs[0] >= 0
+                     and g.tensors[op.inputs[0]].type == "float16" and g.tensors[op.inputs[0]].stored}
         self.fp16_out = {ops[i].outputs[0]: i for i in self.fp16}
         self.reasons: dict[int, str] = {}
         self._nn_fail: Optional[dict[int, str]] = None

@@ -68,8 +68,9 @@ class Ctx:
         return t.rank if t is not None else 0
 
     def const(self, i: int) -> bool:
+        """``allocation_type == kTfLiteMmapRo``: a constant of the file (not one densified at load)."""
         t = self.it(i)
-        return t is not None and t.const
+        return t is not None and t.stored
 
     def opt(self, name: str, default: Any = 0) -> Any:
         o = self.op.options
