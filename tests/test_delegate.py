@@ -304,3 +304,11 @@ def test_python_api():
     np.testing.assert_allclose(y[0], LiteRT(data).run(x)[0], rtol=1e-6)
     with pytest.raises(ValueError, match="android-api"):
         delegate.plan(data, android_api=26)
+
+
+def test_devices_through_the_client_runtime():
+    """--devices: each NNAPI partition compiled by the client runtime over the devices; at API 29 the int8
+    model's partition is uint8 (HAL 1.2 types) and sample-quant takes it; results TFLite's reference's."""
+    plan = plan_of(_model("kws_mobilenetv2_int8"), 29, devices=["sample-quant", "sample-all"])
+    assert plan.nnapi and plan.nnapi[0].device == "runtime:sample-quant,sample-all"
+    assert _ok(run_and_compare(plan, "ref"))

@@ -154,7 +154,8 @@ class Graph:
         return a if info.sparse else a.reshape(info.shape)
 
     def is_const(self, k: int) -> bool:
-        return k >= 0 and self.tensors[k].const
+        """A tensor no partition passes to another: a constant, or a variable (state a kernel keeps)."""
+        return k >= 0 and (self.tensors[k].const or self.tensors[k].variable)
 
     # ------------------------------------------------------------------ DENSIFY
 

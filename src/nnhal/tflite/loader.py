@@ -1202,7 +1202,11 @@ class _SubsetLoader(_Loader):
 
     def map_operator(self, op: Any, name: str, code: Any) -> None:
         if self.only is None or self.cur in self.only:
-            super().map_operator(op, name, code)
+            try:
+                super().map_operator(op, name, code)
+            except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+                # NOTE: an operator the mapping did not foresee is this operator's refusal, not the model's
+                raise _Refuse(f"cannot be mapped ({type(e).__name__}: {e})") from None
 
     def finish(self, values: bytearray, pool: bytearray) -> hal.Subgraph:
         self.io.folded_outputs = {k: self.folded[k] for k in self.outputs if k in self.folded}
