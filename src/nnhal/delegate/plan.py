@@ -283,8 +283,11 @@ class Planner:
             try:
                 model, io = self.hal_model(nodes, ins, outs)
             except UnsupportedModelError as e:
-                moved = {i for i, _, _ in e.failures if i >= 0 and i not in self.fp16}
-                for i, _, r in e.failures:
+                # NOTE: the root causes only: an operator refused because a refused one feeds it is mapped
+                # again once its input crosses from the CPU
+                roots = [f for f in e.failures if "written by no mapped operator" not in f[2]] or e.failures
+                moved = {i for i, _, _ in roots if i >= 0 and i not in self.fp16}
+                for i, _, r in roots:
                     if i in moved:
                         self.reasons[i] = f"nnhal has no HAL form for it here: {r}"
                 if not moved:  # NOTE: a boundary tensor of no HAL type: the partition stays whole on the CPU
@@ -301,7 +304,7 @@ class Planner:
                         self.reasons[i] = _noncompliant_reason(model.main.operations[j].type, why,
                                                                HAL_VERSION[o.android_api])
                         out.add(i)
-                if query and not out:
+                if query and not out and model.main.operations:  # NOTE: all computed at load: nothing to ask
                     out |= self.query(model, io)
             finally:
                 free_model(model)
@@ -389,7 +392,7 @@ def _noncompliant_reason(op_type: int, why: str, version: str) -> str:
     name = hal.OperationType(op_type).name if op_type in hal.OperationType._value2member_map_ else str(op_type)
     if m:
         return f"nnhal's HAL form ({name}) needs HAL 1.{m.group(1)}; this partition is HAL {version}"
-    return f"nnhal's HAL form ({name}) is not valid at HAL {version}: {why}"
+    return f"nnhal's HAL form ({name}) is not valid at HAL {version}: {why.split('; accepted:')[0]}"
 
 
 def boundary(g: Graph, load: list[int], members: set[int], weights: set[int],

@@ -74,7 +74,10 @@ class HalPartition:
         sg = self.model.main
         # NOTE: the dtype each HAL input holds (an int64 TFLite tensor is TENSOR_INT32 in the HAL)
         self.in_dtypes = [halmodel.dtype_of(sg.operands[i].type) for i in sg.inputIndexes]
-        self.runtime = None
+        self.runtime = self.session = None
+        if not self.model.main.operations:  # NOTE: every output computed at load (SHAPE, DENSIFY, ...)
+            self.run_hal = lambda xs: []
+            return
         try:
             if o.devices:
                 from nnhal.runtime import Compilation
@@ -114,7 +117,7 @@ class HalPartition:
     def close(self) -> None:
         if self.runtime is not None:
             self.runtime.close()
-        else:
+        elif self.session is not None:
             self.session.close()
         free_model(self.model)
 

@@ -491,6 +491,9 @@ class _Loader:
                 v = float(v)
             else:
                 v = int(v)
+                if a.name == "axis" and v < 0 and self.op_is(op, "CONCATENATION"):
+                    # NOTE: NNAPI's CONCATENATION axis is in [0, rank): the delegate adds the rank (Map, as here)
+                    v += len(self.shape(int(op.inputs[0])))
             return [self.scalar(a.type, v)]
         return getattr(self, "d_" + a.name.rstrip("0123456789"))(op, a)
 
