@@ -312,3 +312,13 @@ def test_devices_through_the_client_runtime():
     plan = plan_of(_model("kws_mobilenetv2_int8"), 29, devices=["sample-quant", "sample-all"])
     assert plan.nnapi and plan.nnapi[0].device == "runtime:sample-quant,sample-all"
     assert _ok(run_and_compare(plan, "ref"))
+
+
+def test_float16_model_refused_by_the_device_is_not_delegated():
+    """DoPrepare: a model with float16 weights whose accelerator refuses some of its operators is not
+    delegated at all ("Only allow full model delegation for fp16 model")."""
+    plan = plan_of(_model("palm_detection_lite"), 30, accelerator="sample-minimal")
+    assert all(o.where == "cpu" for o in plan.operators)
+    reasons = {o.reason for o in plan.operators}
+    assert any("sample-minimal does not support it" in r for r in reasons)
+    assert any("Only allow full model delegation for fp16 model" in r for r in reasons)

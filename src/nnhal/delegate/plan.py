@@ -200,6 +200,7 @@ class Planner:
                      and g.tensors[op.inputs[0]].type == "float16" and g.tensors[op.inputs[0]].stored}
         self.fp16_out = {ops[i].outputs[0]: i for i in self.fp16}
         self.reasons: dict[int, str] = {}
+        self.device_refused = False
         self._nn_fail: Optional[dict[int, str]] = None
 
     @property
@@ -320,6 +321,7 @@ class Planner:
             if a is not None:
                 ok = [x or y for x, y in zip(ok, a)]
         out = set()
+        self.device_refused = True
         for j, good in enumerate(ok):
             i = io.hal_to_tflite[j]
             if not good and i >= 0 and i not in self.fp16:
@@ -336,14 +338,16 @@ class Planner:
         g, o = self.g, self.o
         supported = self.validated()
         query = o.plan == "max" or (o.accelerator_specified and o.android_api >= 29)
-        fp16_whole = bool(self.fp16) and self.fp16 <= supported
         for _ in range(len(g.operators) + 1):
+            self.device_refused = False
             leave = self.check(self.subsets(supported), query)
             if not leave:
                 break
             supported -= leave
-            if fp16_whole and o.plan == "delegate":
+            if self.fp16 and o.plan == "delegate" and self.device_refused and \
+                    any("does not support it" in self.reasons.get(i, "") for i in leave):
                 # NOTE: DoPrepare restores the graph and delegates nothing when the accelerator refused nodes
+                # of a model with float16 weights (should_prune_fp16_dequantize)
                 for i in supported:
                     self.reasons.setdefault(i, FP16_REFUSED)
                 for i in self.fp16:
