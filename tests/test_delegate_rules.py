@@ -131,6 +131,16 @@ def test_reshape_needs_a_constant_shape():
     assert accepted_from(const) == 27
 
 
+def test_reshape_shape_from_options():
+    """A one-input RESHAPE takes its shape from the options (new_shape); an empty one is a scalar
+    reshape the delegate refuses ("New shape rank should be > 0", nnapi_delegate.cc:2638)."""
+    opts = options("ReshapeOptions", newShape=np.array([1, -1, 2], np.int32))
+    data = one_op("RESHAPE", [Tensor([1, 4, 4, 2])], [Tensor([1, 16, 2])], opts)
+    assert lines(data, 27) == []
+    scalar = one_op("RESHAPE", [Tensor([1])], [Tensor([])], options("ReshapeOptions"))
+    assert lines(scalar, 30) == [2638]
+
+
 def test_restricted_scales_before_api_29():
     """uint8 CONV_2D with input_scale * filter_scale >= output_scale: refused before NNAPI 1.2
     (ExpectIsRestrictedScalesCompliant, nnapi_delegate.cc:2514)."""

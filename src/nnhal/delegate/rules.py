@@ -235,7 +235,8 @@ def _fill_int64(x: Ctx) -> bool:
 def _reshape_rank(x: Ctx) -> bool:
     if x.n_in != 1:
         return True
-    shape = list(x.opt("newShape", None) or [])
+    ns = x.opt("newShape", None)
+    shape = [] if ns is None else [int(v) for v in ns]
     return not (len(shape) == 0 or (len(shape) == 1 and shape[0] == 0))
 
 
@@ -265,6 +266,11 @@ def _output_types(allowed: frozenset) -> Callable[[Ctx], bool]:
 
 def _dilation_one(x: Ctx) -> bool:
     return int(x.opt("dilationWFactor", 1) or 1) == 1 and int(x.opt("dilationHFactor", 1) or 1) == 1
+
+
+def _count(a: Any) -> int:
+    """The length of an options vector (None, a list or a numpy array)."""
+    return 0 if a is None else len(a)
 
 
 def _lstm_basic(x: Ctx) -> bool:
@@ -348,7 +354,7 @@ RULES: dict[str, Rule] = {
           lambda x: x.api > NNAPI12 or not x.opt("halfPixelCenters")))),
     "SQUEEZE": Rule(2708, 1, version_line=2709, min_api=NNAPI11, api_line=2710, checks=(
         C(2714, "NNAPI 1.1 does not support null squeeze_dims properly.",
-          lambda x: x.api != NNAPI11 or len(x.opt("squeezeDims", None) or []) != 0),)),
+          lambda x: x.api != NNAPI11 or _count(x.opt("squeezeDims", None)) != 0),)),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": Rule(2720, 2, version_line=2721, min_api=NNAPI12, api_line=2722, checks=(
         C(2725, "Hybrid version of this op is not supported by NN API.", lambda x: not x.hybrid()),
         C(2729, "Supporting only operation with 20 or 24 inputs", lambda x: x.n_in in (20, 24)))),
@@ -575,9 +581,9 @@ def validate(op: OperatorInfo, g: Graph, api: int, accel: bool = False,
         fails.append(Failure(f"Android sdk version less than {rule.min_api}", rule.api_line))
     for c in rule.checks:
         try:
-            ok = c.ok(x)
-        except (IndexError, AttributeError, TypeError, ValueError):
-            ok = False  # NOTE: a malformed operator (missing input, option) fails the check it breaks
-        if not ok:
-            fails.append(Failure(c.message, c.line))
+            if not c.ok(x):
+                fails.append(Failure(c.message, c.line))
+        except (IndexError, AttributeError, TypeError, ValueError) as e:
+            # NOTE: a malformed operator (missing input, option) fails the check it breaks, said as such
+            fails.append(Failure(f"{c.message} (cannot be checked: {type(e).__name__}: {e})", c.line))
     return fails
