@@ -108,7 +108,16 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
             return 2
     print(f"{args.model}: {summary(plan)}")
     x = _inputs(args, plan.graph)
-    runner = open_runner(plan, device_of, kernels=args.kernels, threads=args.threads, per_tensor=bool(args.per_tensor))
+    ref = None
+    if args.compare or args.per_tensor:
+        try:
+            ref = Reference(plan.graph, args.kernels, args.threads, bool(args.per_tensor))
+        except MissingDependency as e:
+            print(f"--compare: {e}", file=sys.stderr)
+            return 3
+    # NOTE: when LiteRT cannot run the original, the tensors it can compute are compared: keep them all
+    keep = bool(args.per_tensor) or (ref is not None and not ref.whole)
+    runner = open_runner(plan, device_of, kernels=args.kernels, threads=args.threads, per_tensor=keep)
     try:
         outs = runner.run(x)
     except (ExecutionError, RuntimeError) as e:
@@ -122,12 +131,13 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
                 print(f"NNAPI partition {p.index} through the client runtime:")
                 print(e.runtime.placement())
     try:
-        return _report(args, plan, runner, x, outs)
+        return _report(args, plan, runner, x, outs, ref)
     finally:
         runner.close()
 
 
-def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs: list) -> int:
+def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs: list,
+            ref: Optional["Reference"]) -> int:
     g = plan.graph
     descs = output_descs(g)
     for k, (a, d) in enumerate(zip(outs, descs)):
@@ -138,13 +148,8 @@ def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs:
         for k, a in enumerate(outs):
             np.save(out_dir / f"output_{k}.npy", a, allow_pickle=False)
         print(f"wrote {len(outs)} output(s) to {out_dir}/output_<k>.npy")
-    if not (args.compare or args.per_tensor):
+    if ref is None:
         return 0
-    try:
-        ref = Reference(g, args.kernels, args.threads, bool(args.per_tensor))
-    except MissingDependency as e:
-        print(f"--compare: {e}", file=sys.stderr)
-        return 3
     got = ref.run(x)
     print(f"against LiteRT ({args.kernels} kernels):" if ref.whole else
           f"LiteRT cannot run the original ({ref.why}): comparing what it can compute without "
@@ -172,7 +177,9 @@ def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs:
                     if first is None and not df.ok(args.rtol, args.steps):
                         first = (op, k, df)
         print(f"  {n} tensors compared")
-        if first is None:
+        if n == 0:
+            print("  nothing to compare")
+        elif first is None:
             print(f"  every tensor within tolerance (float {args.rtol:g} of its range, quantized {args.steps} step)")
         else:
             op, k, df = first
