@@ -279,3 +279,13 @@ def test_every_rule_names_existing_lines():
     for name, r in RULES.items():
         for line in [r.line, r.version_line, r.api_line] + [c.line for c in r.checks]:
             assert line == 0 or 2358 <= line <= 3656, (name, line)
+
+
+@pytest.mark.parametrize("api", [27, 28, 29, 30])
+def test_uint8_conv_runs_at_every_hal_version(api):
+    """A uint8 CONV_2D whose scales the pre-1.2 rule accepts (2514) is delegated at every level; its HAL
+    1.0 / 1.1 form is the 7-input implicit-padding one; TFLite's reference kernels' result to the step."""
+    data = _conv("uint8", in_scale=0.5, w_scale=0.1, out_scale=0.25)
+    plan = plan_of(data, api)
+    assert where(plan) == ["nnapi"]
+    assert all(d.ok(1e-4, 1) for d in run_and_compare(plan, "ref"))
