@@ -224,7 +224,6 @@ def isolated(plan: Plan, device_of: DeviceOf, ref: "Reference") -> list[tuple[in
         outs = [k for k in op.outputs if k >= 0]
         part = PartitionPlan(-1, "nnapi", [o.index], o.device, ins, outs, sorted([o.index] + weights))
         e = HalPartition(planner, part, device_of)
-        e.want_int8 = {k: g.tensors[k].type == "int8" for k in e.outs}
         try:
             values = {k: ref.lite.tensor(k) for k in ins}
             e.run(values)

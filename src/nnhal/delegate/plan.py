@@ -256,19 +256,19 @@ class Planner:
         extra = {self.fp16_out[k] for i in s.nodes for k in g.operators[i].inputs if k in self.fp16_out}
         return sorted((set(s.nodes) | extra) - set(g.folded))
 
-    def hal_model(self, nodes: list[int], inputs: list[int], outputs: list[int]) -> tuple[hal.Model, Any]:
+    def hal_model(self, nodes: list[int], inputs: list[int], outputs: list[int]) -> tuple[hal.Model, Any, bool]:
         """The HAL model of some operators at the plan's HAL version (int8 as uint8 and HARD_SWISH
-        decomposed before 1.3)."""
+        decomposed before 1.3, pre-1.2 operation forms before 1.2), its io description, and whether its
+        int8 tensors became uint8."""
         model, io = load_operators(self.g.data, nodes, inputs, outputs, batch=self.o.batch, parsed=self.g.m)
+        unsigned = False
         if self.o.hal_version < halmodel.VERSIONS[30]:
-            io.unsigned = halmodel.to_unsigned(model)
+            unsigned = halmodel.to_unsigned(model)
             halmodel.decompose_hard_swish(model, io.hal_to_tflite)
             if self.o.hal_version < halmodel.VERSIONS[29]:
                 halmodel.older_forms(model)
                 halmodel.compact(model)
-        else:
-            io.unsigned = False
-        return model, io
+        return model, io, unsigned
 
     def check(self, subsets: list[Subset], query: bool) -> set[int]:
         """Operators of the delegated subsets that must leave NNAPI (reasons recorded)."""
@@ -282,7 +282,7 @@ class Planner:
                 continue
             ins, outs = boundary(g, nodes, set(nodes), set(self.fp16_out))
             try:
-                model, io = self.hal_model(nodes, ins, outs)
+                model, io, _ = self.hal_model(nodes, ins, outs)
             except UnsupportedModelError as e:
                 # NOTE: the root causes only: an operator refused because a refused one feeds it is mapped
                 # again once its input crosses from the CPU

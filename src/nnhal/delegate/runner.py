@@ -66,11 +66,11 @@ def output_descs(g: Graph) -> list[TensorDesc]:
 class HalPartition:
     def __init__(self, planner: Planner, p: PartitionPlan, device_of: DeviceOf):
         o = planner.o
-        self.model, io = planner.hal_model(p.load_ops, p.inputs, p.outputs)
+        self.model, io, self.unsigned = planner.hal_model(p.load_ops, p.inputs, p.outputs)
         self.folded = dict(io.folded_outputs)
-        self.unsigned = bool(getattr(io, "unsigned", False))
         self.ins = [d.tensor for d in io.inputs]
         self.outs = [d.tensor for d in io.outputs]
+        self.int8_out = {k for k in self.outs if planner.g.tensors[k].type == "int8"}
         sg = self.model.main
         # NOTE: the dtype each HAL input holds (an int64 TFLite tensor is TENSOR_INT32 in the HAL)
         self.in_dtypes = [halmodel.dtype_of(sg.operands[i].type) for i in sg.inputIndexes]
@@ -110,7 +110,7 @@ class HalPartition:
             values[k] = y
         if self.unsigned:
             for k in self.outs:
-                if self.want_int8.get(k):
+                if k in self.int8_out:
                     values[k] = (values[k].astype(np.int16) - 128).astype(np.int8)
         values.update(self.folded)
 
@@ -180,7 +180,6 @@ class Runner:
                     p = dataclasses.replace(p, outputs=written)
                 if p.where == "nnapi":
                     e = HalPartition(planner, p, device_of)
-                    e.want_int8 = {k: g.tensors[k].type == "int8" for k in e.outs}
                 else:
                     e = _Cpu(g, p, kernels, threads, plan)
                 self.engines.append(e)
