@@ -322,3 +322,21 @@ def test_float16_model_refused_by_the_device_is_not_delegated():
     reasons = {o.reason for o in plan.operators}
     assert any("sample-minimal does not support it" in r for r in reasons)
     assert any("Only allow full model delegation for fp16 model" in r for r in reasons)
+
+
+@pytest.mark.parametrize("api", [29, 30])
+def test_accelerator_as_a_service(service_process, api):
+    """--accelerator naming a running service: its getSupportedOperations (of the API level's HAL
+    version) and prepareModel over IPC; int8 crosses as uint8 at API 29."""
+    from nnhal import delegate
+
+    plan = delegate.plan(_model("kws_mobilenetv2_int8"), android_api=api, accelerator=service_process.name)
+    assert all(o.where == "nnapi" and o.device == service_process.name for o in plan.operators)
+    from nnhal.tflite.loader import IODescription
+    from nnhal.tflite.run import LiteRT, diff, make_inputs
+
+    x = make_inputs(IODescription(inputs=delegate.runner.input_descs(plan.graph)))
+    with delegate.Runner(plan) as r:
+        y = r.run(x)
+    ref = LiteRT(plan.graph.original, kernels="ref").run(x)
+    assert diff(y[0], ref[0], delegate.runner.output_descs(plan.graph)[0]).steps == 0
