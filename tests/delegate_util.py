@@ -11,9 +11,9 @@ import numpy as np
 import nnhal
 from nnhal.delegate.model import Graph
 from nnhal.delegate.plan import Options, Plan, build_plan
+from nnhal.delegate.run import LiteRT, diff, make_inputs
 from nnhal.delegate.runner import Runner, input_descs, output_descs
 from nnhal.tflite.loader import IODescription
-from nnhal.tflite.run import LiteRT, diff, make_inputs
 from nnhal.tflite.writer import Tensor, graph, options
 
 MODELS = Path(os.environ.get("NNHAL_MODELS") or Path(__file__).resolve().parents[1] / ".." / "shared" / "models")

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal import bench
+from nnhal.cli import bench as cli_bench
 from nnhal.hal import OperandType
 from nnhal.ops.quant import quantize
+from nnhal.tools import bench
 
 
 def test_bench_cli_tiny(capsys):
-    rc = bench.main(["--size", "32", "--alpha", "0.25", "--classes", "10", "--runs", "2", "--repeats", "1"])
+    rc = cli_bench.main(["--size", "32", "--alpha", "0.25", "--classes", "10", "--runs", "2", "--repeats", "1"])
     out = capsys.readouterr().out
     assert rc == 0
     for name in ("mobilenet_v1_0.25_32 float32", "mobilenet_v1_0.25_32 quant8", "mobilenet_v2_0.25_32 float32",

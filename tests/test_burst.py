@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nnhal import burst_packets as bp
 from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.burst import BurstController, BurstError
-from nnhal.fmq import MessageQueue
+from nnhal.platform import burst_packets as bp
+from nnhal.platform.fmq import MessageQueue
 from tests.driver_util import Pools, add_model, prepared_model
 
 S = hal.ErrorStatus

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from nnhal import burst_packets as bp
 from nnhal import hal
 from nnhal.burst import BurstController
+from nnhal.platform import burst_packets as bp
 from tests.driver_util import Pools, add_model, prepared_model
 from tests.test_burst import NO_TIMING, _add_pools, _bad_entries, _datums, _expected, _RawBurst
 

@@ -291,10 +291,10 @@ def test_runs_without_litert_when_no_cpu_partition(monkeypatch):
 def test_python_api():
     """nnhal.delegate.plan / Runner: the same plan and results as the command line."""
     from nnhal import delegate
-    from nnhal.tflite.run import LiteRT
+    from nnhal.delegate.run import LiteRT
 
     data = _floor_mod()
-    p = delegate.plan(data, android_api=29)
+    p = delegate.make_plan(data, android_api=29)
     assert [o.where for o in p.operators] == ["nnapi", "cpu", "nnapi"]
     assert p.to_json()["partitions"][1] == {"index": 1, "where": "cpu", "operators": [1], "device": None}
     x = [np.linspace(-3, 3, 8, dtype=np.float32).reshape(1, 8)]
@@ -303,7 +303,7 @@ def test_python_api():
         assert len(r.times) == 3
     np.testing.assert_allclose(y[0], LiteRT(data).run(x)[0], rtol=1e-6)
     with pytest.raises(ValueError, match="android-api"):
-        delegate.plan(data, android_api=26)
+        delegate.make_plan(data, android_api=26)
 
 
 def test_devices_through_the_client_runtime():
@@ -330,10 +330,10 @@ def test_accelerator_as_a_service(service_process, api):
     version) and prepareModel over IPC; int8 crosses as uint8 at API 29."""
     from nnhal import delegate
 
-    plan = delegate.plan(_model("kws_mobilenetv2_int8"), android_api=api, accelerator=service_process.name)
+    plan = delegate.make_plan(_model("kws_mobilenetv2_int8"), android_api=api, accelerator=service_process.name)
     assert all(o.where == "nnapi" and o.device == service_process.name for o in plan.operators)
+    from nnhal.delegate.run import LiteRT, diff, make_inputs
     from nnhal.tflite.loader import IODescription
-    from nnhal.tflite.run import LiteRT, diff, make_inputs
 
     x = make_inputs(IODescription(inputs=delegate.runner.input_descs(plan.graph)))
     with delegate.Runner(plan) as r:

@@ -133,7 +133,7 @@ def sparse_model(block: bool = True, dtype: str = "float32") -> tuple[bytes, np.
 def test_densify_matches_litert(block):
     """The dense weights nnhal computes at load are LiteRT's DENSIFY kernel's, bit for bit."""
     from nnhal.delegate.model import Graph
-    from nnhal.tflite.run import LiteRT
+    from nnhal.delegate.run import LiteRT
 
     data, w = sparse_model(block)
     g = Graph(data)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from nnhal import hal
-from nnhal.validation import MAX_SUBGRAPH_DEPTH, subgraph_depths
+from nnhal.engine.validation import MAX_SUBGRAPH_DEPTH, subgraph_depths
 from tests.driver_util import (
     OT,
     Builder,

@@ -15,8 +15,8 @@ import pytest
 import nnhal
 from nnhal import hal, memory
 from nnhal.driver import prepared_model
+from nnhal.engine.validation import request_from_key, request_key, validate_request
 from nnhal.tools import ipcbench
-from nnhal.validation import request_from_key, request_key, validate_request
 from tests.driver_util import float_output, ipc_pools, sync_status
 
 S = hal.ErrorStatus

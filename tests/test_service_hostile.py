@@ -245,8 +245,8 @@ def test_malformed_burst_packets_through_the_service(service: Any, service_proce
     service then still serves correctly."""
     import random
 
-    from nnhal import burst_packets as bp
-    from nnhal.fmq import MessageQueue
+    from nnhal.platform import burst_packets as bp
+    from nnhal.platform.fmq import MessageQueue
 
     pm = prepared_model(add_model(), service)
     pools = Pools([X, X], [16])

@@ -16,10 +16,11 @@ pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (p
 pytest.importorskip("flatbuffers", reason="flatbuffers is not installed")
 
 import nnhal  # noqa: E402
-from nnhal import cli, hal  # noqa: E402
+from nnhal import hal  # noqa: E402
+from nnhal.cli import app as cli  # noqa: E402
 from nnhal.conformance.vectors import default_vectors  # noqa: E402
+from nnhal.delegate.run import HalSession, LiteRT, diff, make_inputs  # noqa: E402
 from nnhal.tflite import load, table  # noqa: E402
-from nnhal.tflite.run import HalSession, LiteRT, diff, make_inputs  # noqa: E402
 from nnhal.tflite.writer import Tensor, graph, one_op, options  # noqa: E402
 
 MODELS = Path(os.environ.get("NNHAL_MODELS") or Path(__file__).resolve().parents[1] / ".." / "shared" / "models")
@@ -206,7 +207,7 @@ def test_cli_graph(tmp_path, capsys):
 
 
 def test_graph_marks_unsupported():
-    from nnhal.tflite import graph as g
+    from nnhal.tools import graph as g
 
     model, io = load(model_path("vww_mobilenetv1_int8"))
     sup = [True] * len(model.main.operations)
@@ -217,7 +218,8 @@ def test_graph_marks_unsupported():
 
 
 def test_cli_bench_model(capsys):
-    rc = cli.main(["bench", str(model_path("vww_mobilenetv1_int8")), "--runs", "2"])
+    # NOTE: --block 2 with --runs 2: one round whatever the machine load (default blocks are about 50 ms of runs)
+    rc = cli.main(["bench", str(model_path("vww_mobilenetv1_int8")), "--runs", "2", "--block", "2"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "nnhal sample-all" in out and "LiteRT xnnpack" in out and "LiteRT builtin" in out and "nnhal / LiteRT" in out
@@ -241,7 +243,7 @@ def test_cli_bench_model(capsys):
 
 
 def test_demo_trained_models(device, capsys):
-    from nnhal.demo import run_trained_models
+    from nnhal.cli.demo import run_trained_models
 
     assert run_trained_models(device, MODELS if MODELS.exists() else None) == 0
     out = capsys.readouterr().out
@@ -250,7 +252,7 @@ def test_demo_trained_models(device, capsys):
 
 def test_operators_alone_on_litert_inputs(device):
     """operator_model / isolated: each TFLite operator's HAL operations alone, fed LiteRT's tensors."""
-    from nnhal.tflite.run import isolated, operator_model
+    from nnhal.delegate.run import isolated, operator_model
 
     path = model_path("vww_mobilenetv1_int8")
     model, io = load(path)
@@ -286,7 +288,7 @@ def test_reshape_to_a_computed_shape(device):
 def test_data_path_floor_computes_the_model():
     """The bench's floor runs the model for real: its outputs, read back from the pool, are LiteRT's."""
     from nnhal import tflite
-    from nnhal.tflite.run import DataPathFloor, LiteRT, make_inputs
+    from nnhal.delegate.run import DataPathFloor, LiteRT, make_inputs
 
     path = str(model_path("vww_mobilenetv1_int8"))
     _, io = tflite.load(path)

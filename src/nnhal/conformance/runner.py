@@ -37,11 +37,12 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+import nnhal
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance import logs
 from nnhal.conformance.compare import compare
 from nnhal.conformance.vectors import VectorModel, VectorOperand
+from nnhal.platform import memory as hal_memory
 
 S = hal.ErrorStatus
 T = hal.OperandType
@@ -384,18 +385,16 @@ class Runner:
                 o = model.main.operands[i]
                 o.dimensions = [0] * len(o.dimensions)
         try:
-            status, supported = self.device.getSupportedOperations_1_3(model)
+            status, supported, reasons = nnhal.supported_operations(self.device, model)
             if status != S.NONE:
                 return status, None, f"getSupportedOperations_1_3 returned {S(status).name}"
             if not all(supported):
-                names = [hal.OperationType(op.type).name for op, s in zip(model.main.operations, supported) if not s]
-                # NOTE: an in-process driver says why (the reason its getSupportedOperations_1_3 logs):
-                # the report groups unsupported models by it
-                explain = getattr(self.device, "unsupported_reasons", None)
+                names = [hal.operation_name(op.type) for op, s in zip(model.main.operations, supported) if not s]
+                # NOTE: the device says why (nnhal's hal.INnhalDevice, in process or through a service): the
+                # report groups unsupported models by the first reason
                 why = next((r if r.startswith(n) else f"{n}: {r}" for n, r in
-                            ((hal.OperationType(op.type).name, r) for op, r in
-                             zip(model.main.operations, explain(model))) if r), "") if explain else ""
-                return S.GENERAL_FAILURE, None, f"unsupported: {','.join(names)}" + (f" -- {why}" if why else "")
+                            ((hal.operation_name(op.type), r) for op, r in zip(model.main.operations, reasons)) if r), "")
+                return S.GENERAL_FAILURE, None, f"unsupported: {','.join(names)} -- {why}"
             cb = hal.PreparedModelCallback()
             launch = self.device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER,
                                                   hal.Priority.MEDIUM, hal.OptionalTimePoint(), [], [],
@@ -430,7 +429,7 @@ class Runner:
         return status, shapes, timing
 
     def _execute_burst(self, prepared: Any, request: hal.Request, measure: hal.MeasureTiming) -> tuple:
-        from nnhal.burst import BurstController
+        from nnhal.runtime.burst import BurstController
 
         if self._burst[0] is not prepared:
             self.close_burst()
@@ -575,7 +574,7 @@ class Runner:
 def _execute_fenced(prepared: Any, request: hal.Request, measure: hal.MeasureTiming,
                     timeout: hal.OptionalTimeoutDuration) -> tuple:
     """(status, [], timingLaunched) of a fenced execution, as VTS runs it."""
-    from nnhal import fence
+    from nnhal.platform import fence
 
     status, sync_fence, callback = prepared.executeFenced(request, [], measure, hal.OptionalTimePoint(), timeout,
                                                           hal.OptionalTimeoutDuration())

@@ -94,7 +94,10 @@ class VectorModel:
         the first operation's first data input (after an IF condition and subgraph operands)."""
         if not self.main.operations:
             return "none"
-        op = self.main.operations[0]
+        return self.operation_data_type(self.main.operations[0])
+
+    def operation_data_type(self, op: hal.Operation) -> str:
+        """The data type one operation of the main subgraph computes in, named as :attr:`data_type`."""
         ins = list(op.inputs[1:] if op.type == hal.OperationType.IF else op.inputs)
         ins = [i for i in ins if self.main.operands[i].type != hal.OperandType.SUBGRAPH]
         t = self.main.operands[ins[0]].type if ins else self.main.operands[op.outputs[0]].type
@@ -163,7 +166,7 @@ class VectorModel:
         pools = []
         if pool:
             if memory_factory is None:
-                from nnhal import memory
+                from nnhal.platform import memory
 
                 memory_factory = memory.allocate_filled
             pools.append(memory_factory(bytes(pool)))
@@ -213,17 +216,19 @@ def _subgraph(d: dict) -> VectorSubgraph:
     )
 
 
+def parse_model(spec: str, m: dict) -> VectorModel:
+    """One model of a vector file's ``models`` list (``spec``: the file's spec name)."""
+    return VectorModel(
+        name=m["name"], spec=spec, minSupportedVersion=m.get("minSupportedVersion", "UNKNOWN"),
+        isRelaxed=bool(m.get("isRelaxed", False)), expectFailure=bool(m.get("expectFailure", False)),
+        multinomialTolerance=float(m.get("expectedMultinomialDistributionTolerance", 0) or 0),
+        main=_subgraph(m["main"]), referenced=[_subgraph(s) for s in m.get("referenced", [])])
+
+
 def load_file(path: str | Path) -> list[VectorModel]:
     with gzip.open(path, "rt") as f:
         doc = json.load(f)
-    out = []
-    for m in doc["models"]:
-        out.append(VectorModel(
-            name=m["name"], spec=doc["spec"], minSupportedVersion=m.get("minSupportedVersion", "UNKNOWN"),
-            isRelaxed=bool(m.get("isRelaxed", False)), expectFailure=bool(m.get("expectFailure", False)),
-            multinomialTolerance=float(m.get("expectedMultinomialDistributionTolerance", 0) or 0),
-            main=_subgraph(m["main"]), referenced=[_subgraph(s) for s in m.get("referenced", [])]))
-    return out
+    return [parse_model(doc["spec"], m) for m in doc["models"]]
 
 
 def find_files(paths: list[str | Path]) -> list[Path]:

@@ -8,7 +8,7 @@ HAL models on an nnhal device (or through the client runtime) and the CPU
 partitions are TFLite sub-models on LiteRT:
 
 >>> from nnhal import delegate
->>> plan = delegate.plan("model.tflite", android_api=29)          # doctest: +SKIP
+>>> plan = delegate.make_plan("model.tflite", android_api=29)          # doctest: +SKIP
 >>> print(plan.explain())                                          # doctest: +SKIP
 >>> with delegate.Runner(plan) as r:                               # doctest: +SKIP
 ...     outputs = r.run(inputs)
@@ -18,7 +18,10 @@ partitions are TFLite sub-models on LiteRT:
 - :mod:`~nnhal.delegate.plan`: the plan (``delegate`` or ``max``), its JSON and explanation;
 - :mod:`~nnhal.delegate.model`: the graph read once, sparse constants densified at load;
 - :mod:`~nnhal.delegate.halmodel`: NNAPI partitions at the API level's HAL version;
-- :mod:`~nnhal.delegate.cut` and :mod:`~nnhal.delegate.runner`: the sub-models and the runner.
+- :mod:`~nnhal.delegate.cut` and :mod:`~nnhal.delegate.runner`: the sub-models and the runner;
+- :mod:`~nnhal.delegate.run`: a HAL model run through a device (``HalSession``) beside LiteRT on the
+  original file (``LiteRT``), inputs made and outputs compared;
+- :mod:`~nnhal.delegate.picture`: the plan drawn (``nnhal graph``).
 """
 
 from __future__ import annotations
@@ -30,22 +33,20 @@ from nnhal.delegate.plan import Options, Plan, build_plan
 from nnhal.delegate.runner import PlanError, Runner, run_plan
 
 
-def plan(model: Any, device_of: Optional[Callable[[str], Any]] = None, **options: Any) -> Plan:
+def make_plan(model: Any, device_of: Optional[Callable[[str], Any]] = None, **options: Any) -> Plan:
     """The plan of a .tflite model (a path, its bytes or a :class:`Graph`); ``options`` are
     :class:`Options`' fields (``plan``, ``android_api``, ``max_partitions``, ``accelerator``, ``device``,
     ``devices``, ``allow_fp16``, ``allow_nnapi_cpu``, ``preference``, ``batch``); ``device_of``: how a
-    device name becomes an ``IDevice`` (default ``nnhal.get_device``, else ``nnhal.connect``)."""
+    device name becomes an ``IDevice`` (default ``nnhal.open_device``)."""
     return build_plan(model, Options(**options), device_of or default_device)
 
 
 def default_device(name: str) -> Any:
-    """An in-process device by name, else a running service."""
+    """An in-process device by name, else a running service (``nnhal.open_device``)."""
     import nnhal
 
-    if name in nnhal.IN_PROCESS_DEVICES:
-        return nnhal.get_device(name)
-    return nnhal.connect(name)
+    return nnhal.open_device(name)
 
 
-__all__ = ["Graph", "Options", "Plan", "PlanError", "Runner", "build_plan", "default_device", "densify", "plan",
+__all__ = ["Graph", "Options", "Plan", "PlanError", "Runner", "build_plan", "default_device", "densify", "make_plan",
            "run_plan"]

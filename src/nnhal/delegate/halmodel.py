@@ -23,10 +23,10 @@ from typing import Any, Optional
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.engine.validation import ValidationError, validate_operation
 from nnhal.hal import convert
 from nnhal.hal.types import HalVersion
-from nnhal.validation import ValidationError, validate_operation
+from nnhal.platform import memory as hal_memory
 
 T, L, Op = hal.OperandType, hal.OperandLifeTime, hal.OperationType
 VERSIONS = {27: HalVersion.V1_0, 28: HalVersion.V1_1, 29: HalVersion.V1_2, 30: HalVersion.V1_3}

@@ -25,8 +25,8 @@ import numpy as np
 from nnhal.delegate import cut, halmodel
 from nnhal.delegate.model import Graph
 from nnhal.delegate.plan import PartitionPlan, Plan, Planner
+from nnhal.delegate.run import HalSession, LiteRT
 from nnhal.tflite.loader import TensorDesc, free_model
-from nnhal.tflite.run import HalSession, LiteRT
 from nnhal.tflite.schema import MissingDependency
 
 DeviceOf = Callable[[str], Any]

@@ -51,10 +51,10 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.driver.hardware_buffer import ImageError, open_image
+from nnhal.engine.validation import ValidationError, is_tensor, operand_byte_size
 from nnhal.ops.base import NUMPY_DTYPE
-from nnhal.validation import ValidationError, is_tensor, operand_byte_size
+from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
 
@@ -189,7 +189,7 @@ class DeviceBuffer:
 # IBuffer
 
 
-class SampleBuffer(hal.IBuffer):
+class Buffer(hal.IBuffer):
     """``IBuffer`` of the sample driver.  Dropping it (or ``close()``) frees
     the buffer: its token is unknown from then on."""
 
@@ -396,7 +396,7 @@ class BufferRegistry:
         with self._lock:
             self._buffers[token] = buf
         log.debug("allocate: token %d, %s %s, %d role(s)", token, buf.type.name, dims, len(roles))
-        return S.NONE, SampleBuffer(buf, self), token
+        return S.NONE, Buffer(buf, self), token
 
 
 def _role_list(x: Any, what: str) -> list[hal.BufferRole]:

@@ -54,9 +54,9 @@ import msgspec
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
-from nnhal.executor import PREPARE, Executor
+from nnhal.engine.executor import PREPARE, Executor
 from nnhal.ops import registry
+from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
 

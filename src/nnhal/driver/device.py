@@ -2,7 +2,8 @@
 inherited 1.0-1.2 methods (which upgrade their arguments and delegate, as
 Android's sample driver does), over a backend (``nnhal.driver.backend``):
 the CPU reference driver ``sample-all`` is this front end over the sample
-backend (``nnhal.drivers.sample``), ``litert-cpu`` over ``nnhal.drivers.litert``."""
+backend (``nnhal.drivers.sample``), ``litert-cpu`` over ``nnhal.drivers.litert``,
+a user's driver over its own (``nnhal.drivers.registry``: plugins)."""
 
 from __future__ import annotations
 
@@ -15,49 +16,39 @@ from typing import Any, Optional
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.driver import cache as driver_cache
-from nnhal.driver.backend import Backend
+from nnhal.driver.backend import Backend, Compiled
 from nnhal.driver.buffers import BufferRegistry, TokenLookup
 from nnhal.driver.pool_cache import PoolCache
-from nnhal.driver.prepared_model import SamplePreparedModel, deadline_ns, deadline_passed, v1_0_status
+from nnhal.driver.prepared_model import PreparedModel, deadline_ns, deadline_passed, v1_0_status
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
-from nnhal.drivers.sample import VERSION_STRING, SampleBackend, supported_operations
-from nnhal.executor import DeadlineMissed
+from nnhal.engine.executor import DeadlineMissed
+from nnhal.engine.validation import ValidationError, own_copy, validate_model, validate_preference, validate_priority
 from nnhal.hal import HalVersion
 from nnhal.ops import deadline as op_deadline
 from nnhal.ops.base import OpExecutionError
-from nnhal.validation import (
-    ValidationError,
-    own_copy,
-    validate_model,
-    validate_preference,
-    validate_priority,
-)
+from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
 
 S = hal.ErrorStatus
-__all__ = ["SampleDevice", "get_sample_device", "supported_operations", "VERSION_STRING"]
+__all__ = ["Device"]
 
 
-class SampleDevice(hal.IDevice):
+class Device(hal.IDevice, hal.INnhalDevice):
     """The CPU reference driver.  Thread-safe: any number of threads may
     prepare and execute at once; prepared models share nothing mutable."""
 
-    def __init__(self, name: str = "sample-all", scheduler: Optional[Scheduler] = None,
-                 cache_key_dir: Optional[str] = None, version_string: Optional[str] = None,
-                 backend: Optional[Backend] = None):
-        """``scheduler``: the work queue (default: the process-wide one);
-        ``cache_key_dir``: where the compilation cache key lives (default
-        :func:`nnhal.driver.cache.key_dir`); ``version_string``: the driver
-        version, which a cache must have been written by (default: the
-        backend's); ``backend``: what supports, compiles and runs (default:
-        the CPU reference, :class:`nnhal.drivers.sample.SampleBackend`; see
-        nnhal.driver.backend)."""
-        if backend is None:
-            backend = SampleBackend(VERSION_STRING if version_string is None else version_string)
-        elif version_string is not None:
+    def __init__(self, name: str, backend: Backend, scheduler: Optional[Scheduler] = None,
+                 cache_key_dir: Optional[str] = None, version_string: Optional[str] = None):
+        """``name``: the device name; ``backend``: what supports, compiles and
+        runs (see nnhal.driver.backend); ``scheduler``: the work queue
+        (default: the process-wide one); ``cache_key_dir``: where the
+        compilation cache key lives (default :func:`nnhal.driver.cache.key_dir`);
+        ``version_string``: the driver version, which a cache must have been
+        written by (default: the backend's).  Devices by name come from the
+        device table (``nnhal.get_device``, ``nnhal.drivers.registry``)."""
+        if version_string is not None:
             backend.version_string = version_string
         self.backend = backend
         self.name = name
@@ -70,7 +61,7 @@ class SampleDevice(hal.IDevice):
         self.pool_cache = PoolCache()  # request memories of in-process calls, kept mapped (driver/pool_cache.py)
 
     # ------------------------------------------------------------------ helpers
-    def buffer_lookup(self, prepared: SamplePreparedModel) -> Any:
+    def buffer_lookup(self, prepared: PreparedModel) -> Any:
         """Resolves the memory tokens (driver-managed buffers) of ``prepared``'s requests."""
         return TokenLookup(self._buffers, prepared)
 
@@ -195,24 +186,29 @@ class SampleDevice(hal.IDevice):
         for k, (ok, reason) in enumerate(answers):
             if not ok:
                 log.info("%s: operation %d (%s) not supported: %s", self.name, k,
-                         _op_name(model13.main.operations[k].type), reason)
+                         hal.operation_name(model13.main.operations[k].type), reason)
             flags.append(bool(ok))
         return flags
 
-    def unsupported_reasons(self, model: Any) -> list[Optional[str]]:
-        """Why this driver refuses each main operation of ``model`` (None where
-        it takes it), the backend's reasons: not part of the HAL, which answers
-        one bool per operation; the client runtime's placement report reads it."""
+    def nnhal_getSupportedOperationsReasons(self, model: Any) -> tuple:
+        """Why this driver refuses each main operation of ``model`` ("" where it
+        takes it): the backend's reasons (hal.INnhalDevice, nnhal's addition;
+        the HAL answers one bool per operation)."""
         try:
             model13, pools, defs = self._validated(model, HalVersion.V1_3)
-        except ValidationError as e:
-            return [f"invalid model: {e}"] * len(getattr(getattr(model, "main", None), "operations", []))
+        except ValidationError:
+            return S.INVALID_ARGUMENT, []
+        except Exception:  # noqa: BLE001 - never an exception out of a device method
+            log.exception("%s: validating a model for its reasons failed", self.name)
+            return S.GENERAL_FAILURE, []
         for p in pools:
             p.close()
         try:
-            return [None if ok else reason for ok, reason in self.backend.supported(model13, defs)]
-        except Exception as e:  # noqa: BLE001 - a backend bug: no reason known
-            return [f"the backend's supported() failed: {type(e).__name__}"] * len(model13.main.operations)
+            return S.NONE, [("" if ok else reason or "unsupported (the backend gave no reason)")
+                            for ok, reason in self.backend.supported(model13, defs)]
+        except Exception as e:  # noqa: BLE001 - a backend bug: the operation is not supported, and this is why
+            log.exception("%s: the backend's supported() failed", self.name)
+            return S.NONE, [f"the backend's supported() failed: {e}"] * len(model13.main.operations)
 
     def getSupportedOperations_1_3(self, model: Any) -> tuple:
         return self._supported(model, HalVersion.V1_3)
@@ -291,11 +287,16 @@ class SampleDevice(hal.IDevice):
                 log.exception("prepareModel failed unexpectedly")
                 fail(S.GENERAL_FAILURE)
                 return
+            if not isinstance(executor, Compiled):
+                log.error("prepareModel: the backend's compile returned %s, not a nnhal.driver.backend.Compiled",
+                          type(executor).__name__)
+                fail(S.GENERAL_FAILURE)
+                return
             if deadline_passed(dl):
                 del executor
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
                 return
-            prepared = SamplePreparedModel(self, model13, pools, executor, int(version), priority=int(priority))
+            prepared = PreparedModel(self, model13, pools, executor, int(version), priority=int(priority))
             if save_to is not None:
                 self.save_to_cache(prepared, save_to)
                 save_to.close()
@@ -315,7 +316,7 @@ class SampleDevice(hal.IDevice):
             return status
         return S.NONE
 
-    def save_to_cache(self, prepared: SamplePreparedModel, files: driver_cache.CacheFiles) -> S:
+    def save_to_cache(self, prepared: PreparedModel, files: driver_cache.CacheFiles) -> S:
         """Writes ``prepared`` to the cache files; never raises (a cache problem is logged)."""
         if not self.backend.caching:
             return S.GENERAL_FAILURE
@@ -409,7 +410,7 @@ class SampleDevice(hal.IDevice):
                 return
             finally:
                 files.close()
-            _notify(notify, S.NONE, SamplePreparedModel(self, r.model, r.pools, r.executor, r.hal_version,
+            _notify(notify, S.NONE, PreparedModel(self, r.model, r.pools, r.executor, r.hal_version,
                                                         priority=r.priority), version)
 
         def expire(reason: str) -> None:
@@ -432,13 +433,6 @@ class SampleDevice(hal.IDevice):
         return self._buffers.allocate(self, desc, preparedModels, inputRoles, outputRoles)
 
 
-def _op_name(t: Any) -> str:
-    try:
-        return hal.OperationType(t).name
-    except ValueError:
-        return str(t)
-
-
 def _with_bytes_values(model: Any) -> Any:
     """``operandValues`` is a ``vec<uint8_t>``: accept a list of ints or a
     uint8 array as well as bytes (a copy of the model, the client's is left
@@ -454,44 +448,8 @@ def _with_bytes_values(model: Any) -> Any:
     return model
 
 
-def _notify(notify: Any, status: S, prepared: Optional[SamplePreparedModel], version: HalVersion) -> None:
+def _notify(notify: Any, status: S, prepared: Optional[PreparedModel], version: HalVersion) -> None:
     try:
         notify(status if version >= HalVersion.V1_3 else v1_0_status(status), prepared)
     except Exception:
         log.exception("prepare callback raised")
-
-
-_DEVICES: dict[str, SampleDevice] = {}
-_LOCK = threading.Lock()
-
-
-def get_sample_device(name: str = "sample-all") -> SampleDevice:
-    with _LOCK:
-        if name not in _DEVICES:
-            from nnhal.drivers import partial  # NOTE: the partial drivers: the sample backend behind a filter
-
-            _DEVICES[name] = SampleDevice(name, backend=partial.backend(name)) if name in partial.PARTIAL_DRIVERS \
-                else SampleDevice(name)
-        return _DEVICES[name]
-
-
-LITERT_DEVICE = "litert-cpu"
-
-
-def get_device_by_name(name: str) -> SampleDevice:
-    """The in-process driver ``name`` (the names ``nnhal.IN_PROCESS_DEVICES`` lists):
-    ``litert-cpu`` over LiteRT, the others over the sample backend."""
-    return get_litert_device(name) if name == LITERT_DEVICE else get_sample_device(name)
-
-
-def get_litert_device(name: str = LITERT_DEVICE) -> SampleDevice:
-    """The ``litert-cpu`` driver: this front end over the LiteRT backend
-    (nnhal.drivers.litert; ImportError without ai-edge-litert)."""
-    with _LOCK:
-        if name not in _DEVICES:
-            from nnhal.drivers import litert
-
-            if not litert.available():
-                raise ImportError("the litert-cpu driver needs ai-edge-litert (pip install 'nnhal[litert]')")
-            _DEVICES[name] = SampleDevice(name, backend=litert.LiteRTBackend())
-        return _DEVICES[name]

@@ -14,11 +14,11 @@ from typing import Any, Optional
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.driver import buffers, hardware_buffer
-from nnhal.executor import BadData, DeadlineMissed, Executor
+from nnhal.engine.executor import BadData, DeadlineMissed, Executor
+from nnhal.engine.validation import ValidationError, is_tensor, operand_byte_size
 from nnhal.ops.base import NUMPY_DTYPE, OpExecutionError
-from nnhal.validation import ValidationError, is_tensor, operand_byte_size
+from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
 
@@ -132,7 +132,7 @@ class RequestPlan:
     None, bytes needed, dims as a tuple, boolean)``; per output ``(hasNoValue, pool index, offset,
     length, the request's dimensions)``; the omitted outputs; the pools that
     receive outputs.  NOTE: a prepared model keeps the plan of each request
-    structure it validated (``SamplePreparedModel._validated_request``), so
+    structure it validated (``PreparedModel._validated_request``), so
     an execution of a known structure reads nothing twice."""
 
     __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens")
@@ -234,7 +234,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
     special = pools.buffers or pools.images  # NOTE: the common case has neither: one test per request
     # NOTE: a backend that reads its inputs itself (``reads_inputs``) is given PoolInputs: it copies
     # each straight into its own buffer (one copy, no array of ours in between)
-    direct = getattr(executor, "reads_inputs", False)
+    direct = executor.reads_inputs
     try:
         inputs: list[Optional[np.ndarray]] = []
         for k, spec in enumerate(plan.inputs):

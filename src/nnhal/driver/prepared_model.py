@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from nnhal import hal
+from nnhal.driver.backend import Compiled
 from nnhal.driver.execution import RequestPlan, RequestPools, Result, output_sizes_known, run_request
-from nnhal.driver.scheduler import Expired, QueueFull, get_scheduler, missed_deadline_status
-from nnhal.executor import Executor
-from nnhal.validation import (
+from nnhal.driver.pool_cache import PoolCache
+from nnhal.driver.scheduler import Expired, QueueFull, Scheduler, missed_deadline_status
+from nnhal.engine.validation import (
     ValidationError,
     operand_byte_size,
     own_request,
@@ -59,10 +60,22 @@ def _upgrade_request(request: Any) -> hal.Request:
     return own_request(request)
 
 
-class SamplePreparedModel(hal.IPreparedModel):
+class FrontEnd(Protocol):
+    """What a prepared model needs of the device that prepared it (``driver.device.Device``)."""
+
+    name: str
+    scheduler: Scheduler
+    pool_cache: PoolCache
+
+    def buffer_lookup(self, prepared: "PreparedModel") -> Any: ...
+
+    def save_to_cache(self, prepared: "PreparedModel", files: Any) -> hal.ErrorStatus: ...
+
+
+class PreparedModel(hal.IPreparedModel):
     """A model prepared by the CPU reference driver."""
 
-    def __init__(self, device: Any, model: hal.Model, pools: list, executor: Executor, version: int,
+    def __init__(self, device: FrontEnd, model: hal.Model, pools: list, executor: Compiled, version: int,
                  priority: int = hal.Priority.MEDIUM):
         self.device = device
         self.model = model
@@ -78,8 +91,8 @@ class SamplePreparedModel(hal.IPreparedModel):
         return [p.view for p in self._pools]
 
     @property
-    def scheduler(self) -> Any:
-        return getattr(self.device, "scheduler", None) or get_scheduler()
+    def scheduler(self) -> Scheduler:
+        return self.device.scheduler
 
     def run_job(self, job: Any) -> Result:
         """Runs a job of :meth:`_launch` through the driver's work queue in this
@@ -101,7 +114,7 @@ class SamplePreparedModel(hal.IPreparedModel):
                            allow_unspecified_output: bool) -> tuple[hal.Request, RequestPlan]:
         """The driver's own validated 1.3 copy of ``request`` and its plan
         (raises ValidationError).  NOTE: a request of the plain HAL classes is
-        read once into its exact key (:func:`nnhal.validation.request_key`); a
+        read once into its exact key (:func:`nnhal.engine.validation.request_key`); a
         key this model validated before is not validated again (validation is
         a function of the key and the model alone: the pools' file descriptors
         are checked when they are opened, every execution), and the copy is
@@ -151,8 +164,7 @@ class SamplePreparedModel(hal.IPreparedModel):
             lookup = self.device.buffer_lookup(self) if plan.tokens else None  # NOTE: only token pools need it
             if pool_cache is None and not owned:
                 # NOTE: the HAL methods called in process: the device keeps the memories mapped
-                pool_cache = getattr(self.device, "pool_cache", None)
-                pool_cache = pool_cache.lease if pool_cache is not None else None
+                pool_cache = self.device.pool_cache.lease
             pools = RequestPools(request, lookup, pool_cache, plan.out_pools)
         except ValidationError as e:
             log.error("execution rejected: %s", e)
@@ -258,11 +270,10 @@ class SamplePreparedModel(hal.IPreparedModel):
         except driver_cache.CacheError as e:
             log.error("saveToCache: %s", e)
             return e.status
-        save = getattr(self.device, "save_to_cache", None)
-        if args is None or save is None:
+        if args is None:
             return S.GENERAL_FAILURE
         try:
-            return save(self, args)
+            return self.device.save_to_cache(self, args)
         finally:
             args.close()
 
@@ -295,7 +306,7 @@ class SamplePreparedModel(hal.IPreparedModel):
         with an error if it failed (deadline, duration, a waitFor fence
         signaling an error, the execution itself); getExecutionInfo reports
         the status and timing then."""
-        from nnhal import fence
+        from nnhal.platform import fence
 
         start = time.monotonic_ns()
         try:

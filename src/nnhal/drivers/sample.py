@@ -1,4 +1,4 @@
-"""The sample backend: the numpy reference executor (``nnhal.executor``) under
+"""The sample backend: the numpy reference executor (``nnhal.engine.executor``) under
 the shared HAL front end -- the ``sample-all`` driver (Android's
 ``SampleDriverFull``).  Supports every registered operation; compiles by
 running every operation's prepare step; caches the prepared states
@@ -11,10 +11,11 @@ from typing import Any, Optional
 from nnhal import hal
 from nnhal.driver import cache as driver_cache
 from nnhal.driver.backend import Backend
-from nnhal.driver.capabilities import measure_capabilities
-from nnhal.executor import MAX_SUBGRAPH_DEPTH, Executor
+from nnhal.driver.device import Device
+from nnhal.engine.capabilities import measure_capabilities
+from nnhal.engine.executor import MAX_SUBGRAPH_DEPTH, Executor
+from nnhal.engine.validation import subgraph_depths, subgraph_references
 from nnhal.ops import registry
-from nnhal.validation import subgraph_depths, subgraph_references
 
 VERSION_STRING = "nnhal-sample-all 0.1 (CPU reference, numpy)"
 
@@ -23,7 +24,7 @@ def supported_operations(model: hal.Model, defs: list) -> list[bool]:
     """One bool per main operation of a validated model: the operation is
     implemented and, for IF / WHILE, so is every operation of the subgraphs
     it references, transitively (the spec of getSupportedOperations_1_3), and
-    they nest at most MAX_SUBGRAPH_DEPTH deep (see nnhal.validation)."""
+    they nest at most MAX_SUBGRAPH_DEPTH deep (see nnhal.engine.validation)."""
     refs = subgraph_references(model)
     depths = subgraph_depths(model, refs)
     nodes = [model.main, *model.referenced]
@@ -75,3 +76,10 @@ class SampleBackend(Backend):
 
     def cache_load(self, model_fd: int, data_fd: int, key: bytes, token: bytes) -> driver_cache.Restored:
         return driver_cache.load(model_fd, data_fd, key, self.version_string, token)
+
+
+def sample_device(name: str = "sample-all", **options: Any) -> Device:
+    """A new front end over a new sample backend, apart from the device table's
+    ``sample-all`` (its own scheduler, cache key directory or version string:
+    ``options`` are :class:`nnhal.driver.Device`'s)."""
+    return Device(name, SampleBackend(), **options)

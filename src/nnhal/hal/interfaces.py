@@ -97,6 +97,20 @@ class IDevice:
         raise NotImplementedError
 
 
+class INnhalDevice:
+    """nnhal's own addition beside ``IDevice``: NOT part of the Android HAL
+    (whose answers stay exactly the HAL's).  A device that implements it
+    (every nnhal front end, in process and through ``nnhal serve``) says why
+    it refuses an operation, which ``getSupportedOperations_1_3`` cannot."""
+
+    def nnhal_getSupportedOperationsReasons(self, model: Any) -> tuple:  # (ErrorStatus, list[str])
+        """For a 1.3 ``model``: ``(NONE, reasons)`` with one string per main
+        operation, empty where ``getSupportedOperations_1_3`` answers true,
+        else the driver's reason; ``(INVALID_ARGUMENT, [])`` for an invalid
+        model (as ``getSupportedOperations_1_3``)."""
+        raise NotImplementedError
+
+
 class IPreparedModel:
     """``android.hardware.neuralnetworks@1.3::IPreparedModel`` (and 1.0-1.2 methods)."""
 
@@ -250,7 +264,7 @@ class ExecutionCallback(_Once, IExecutionCallback):
 
 
 __all__ = [
-    "IDevice", "IPreparedModel", "IBuffer", "IPreparedModelCallback", "IExecutionCallback",
+    "IDevice", "INnhalDevice", "IPreparedModel", "IBuffer", "IPreparedModelCallback", "IExecutionCallback",
     "IFencedExecutionCallback", "IBurstCallback", "IBurstContext", "PreparedModelCallback",
     "ExecutionCallback", "OutputShape",
 ]

@@ -551,3 +551,8 @@ OPERAND_TYPE_BYTE_SIZE: dict[OperandType, int] = {
 def is_tensor_type(t: int) -> bool:
     """True for tensor operand types (extension types: not decided here)."""
     return t not in SCALAR_TYPES
+
+
+def operation_name(t: object) -> str:
+    """The ``OperationType`` name of ``t`` (its number for an OEM, extension or unknown type)."""
+    return OperationType(t).name if t in OperationType._value2member_map_ else str(t)

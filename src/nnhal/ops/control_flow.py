@@ -20,7 +20,7 @@ from nnhal.ops.deadline import DeadlineMissed
 # WHILE ...) this driver runs: run_subgraph recurses three Python frames a
 # level, so the limit keeps an execution ~200 frames deep at most, far below
 # Python's recursion limit (1000) even from a deep caller.  The driver reports
-# deeper control flow as unsupported (see nnhal.validation); the executor guards it too.
+# deeper control flow as unsupported (see nnhal.engine.validation); the executor guards it too.
 MAX_SUBGRAPH_DEPTH = 64
 
 T = OperandType

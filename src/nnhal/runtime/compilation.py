@@ -33,8 +33,9 @@ from typing import Any, Optional, Sequence, Union
 
 import msgspec
 
+import nnhal
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import memory as hal_memory
 from nnhal.runtime import discovery as rt_devices
 from nnhal.runtime.model import Model
 
@@ -135,10 +136,6 @@ def _perf(device: rt_devices.Device, model: hal.Model, op: hal.Operation,
         return float("inf")
     v = info.powerUsage if preference == hal.ExecutionPreference.LOW_POWER else info.execTime
     return float(v) if v > 0 else float("inf")
-
-
-def _op_name(t: int) -> str:
-    return OT(t).name if t in OT._value2member_map_ else str(t)
 
 
 def step_model(model: hal.Model, ops: Sequence[int], produced_elsewhere_used_here: Sequence[int],
@@ -282,7 +279,7 @@ class Compilation:
         capture = _LogCapture()
         logging.getLogger("nnhal").addHandler(capture)
         try:
-            status, supported = d.device.getSupportedOperations_1_3(model)
+            status, supported, reasons = nnhal.supported_operations(d.device, model)
         except Exception as e:  # noqa: BLE001 - a device that breaks takes nothing
             status, supported = S.GENERAL_FAILURE, []
             capture.lines.append(f"raised {type(e).__name__}: {e}")
@@ -293,15 +290,7 @@ class Compilation:
             why = f"getSupportedOperations_1_3 returned {S(status).name if status in S._value2member_map_ else status}" \
                   f"{log_line}"
             return [False] * n, [why] * n
-        reasons: list[Optional[str]] = [None] * n
-        explain = getattr(d.device, "unsupported_reasons", None)  # NOTE: in-process sample drivers only
-        if callable(explain):
-            try:
-                reasons = list(explain(model))
-            except Exception:  # noqa: BLE001 - no reason known
-                reasons = [None] * n
-        return [bool(s) for s in supported], [
-            r or "getSupportedOperations_1_3 answered false (the HAL gives no reason)" for r in reasons]
+        return supported, [r or None for r in reasons]
 
     def _place(self) -> list[rt_devices.Device]:
         model = self.hal_model
@@ -313,7 +302,7 @@ class Compilation:
             cands = [d for d in self.devices if answers[d.name][0][k]]
             if not cands:
                 if not self.cpu_fallback:
-                    raise CompilationError(f"operation {k} {_op_name(op.type)}: no device supports it ("
+                    raise CompilationError(f"operation {k} {hal.operation_name(op.type)}: no device supports it ("
                                            + "; ".join(f"{n}: {r}" for n, r in refused.items()) + ")",
                                            S.INVALID_ARGUMENT)
                 best = self.reference()
@@ -327,7 +316,7 @@ class Compilation:
                 why = f"{what} {low:g}, the best of " + ", ".join(f"{d.name} {p:g}" for p, d in perfs) \
                     if len(cands) > 1 else f"the only device that takes it ({what} {low:g})"
             chosen.append(best)
-            self.operations.append(OperationPlacement(k, _op_name(op.type), best.name, why, refused))
+            self.operations.append(OperationPlacement(k, hal.operation_name(op.type), best.name, why, refused))
         return chosen
 
     def _partition(self, chosen: list[rt_devices.Device]) -> list[tuple[rt_devices.Device, list[int]]]:
@@ -503,7 +492,7 @@ class Compilation:
         main = self.hal_model.main
         names = {i: n for i, n in zip(main.inputIndexes, self.input_names)}
         names.update({i: n for i, n in zip(main.outputIndexes, self.output_names)})
-        steps = [{"device": s.device.name, "operations": [f"{k} {_op_name(main.operations[k].type)}" for k in s.ops],
+        steps = [{"device": s.device.name, "operations": [f"{k} {hal.operation_name(main.operations[k].type)}" for k in s.ops],
                   "inputs": [names.get(i, f"#{i}") for i in s.inputs],
                   "outputs": [names.get(i, f"#{i}") for i in s.outputs], "fallback": s.fallback,
                   "token": s.token.hex()[:16]} for s in self.steps]

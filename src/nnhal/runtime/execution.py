@@ -26,9 +26,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from nnhal import fence as hal_fence
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import fence as hal_fence
+from nnhal.platform import memory as hal_memory
 from nnhal.runtime.compilation import Compilation, CompilationError, Step
 from nnhal.runtime.model import numpy_dtype
 
@@ -281,7 +281,7 @@ class Execution:
         prepared = step.prepared
         try:
             if mode == "burst":
-                from nnhal.burst import BurstController
+                from nnhal.runtime.burst import BurstController
 
                 with step.lock:
                     if step.burst is None:

@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import memory as hal_memory
 from nnhal.runtime.compilation import Compilation
 from nnhal.runtime.model import numpy_dtype
 

@@ -5,7 +5,7 @@ shapes and dtypes or numpy constants, operations by ``hal.OperationType``
 with scalars given as Python numbers, inputs and outputs by name.
 :meth:`Model.finish` gives a ``hal.Model`` (HAL 1.3 ``types.hal``) validated
 by the same code and with the same messages as the driver
-(:func:`nnhal.validation.validate_model`).
+(:func:`nnhal.engine.validation.validate_model`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from nnhal import hal
-from nnhal.validation import ValidationError, validate_model
+from nnhal.engine.validation import ValidationError, validate_model
 
 T = hal.OperandType
 L = hal.OperandLifeTime
@@ -225,7 +225,7 @@ class Model:
 
     def finish(self) -> hal.Model:
         """The validated ``hal.Model`` (the same object on later calls);
-        raises ``nnhal.validation.ValidationError`` with the driver's message."""
+        raises ``nnhal.engine.validation.ValidationError`` with the driver's message."""
         if self._finished is not None:
             return self._finished
         subgraphs: list[Model] = []  # referenced, in order of discovery

@@ -29,7 +29,7 @@ cannot block the reader.  Memories in requests are sent as descriptors with
 every call, as HIDL does, except on the synchronous path, where a thread's
 call channel caches them by slot in the service (:mod:`nnhal.service.slots`)
 and lets go of one as soon as the client frees or drops it.  A calling thread
-polls for its answer before it blocks (:mod:`nnhal.spin`).
+polls for its answer before it blocks (:mod:`nnhal.platform.spin`).
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from typing import Any, Optional
 import msgspec
 
 from nnhal import hal
+from nnhal.platform.spin import Spin, spin_limit_ns
 from nnhal.service import registry, wire
 from nnhal.service.slots import UNKNOWN_SLOT, ClientSlots
 from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
-from nnhal.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.service")
 
@@ -560,9 +560,9 @@ class _RemoteObject:
             self._conn.release_now(self._ref)
 
 
-def _method(iface: str, name: str) -> Any:
+def _method(cls: type, iface: str, name: str) -> Any:
     spec = wire.METHODS[iface][name]
-    sig = inspect.signature(getattr(getattr(hal, iface), name))
+    sig = inspect.signature(getattr(cls, name))  # NOTE: the interface's declaration (hal.IDevice, hal.INnhalDevice...)
     nparams = len(spec.args)
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -579,11 +579,11 @@ def _method(iface: str, name: str) -> Any:
 def _add_methods(cls: type, iface: str) -> type:
     for name in wire.METHODS[iface]:
         if name not in cls.__dict__:
-            setattr(cls, name, _method(iface, name))
+            setattr(cls, name, _method(cls, iface, name))
     return cls
 
 
-class RemoteDevice(_RemoteObject, hal.IDevice):
+class RemoteDevice(_RemoteObject, hal.IDevice, hal.INnhalDevice):
     """``IDevice`` of a service (``nnhal.connect(name)``)."""
 
     _iface = "IDevice"

@@ -33,7 +33,7 @@ the memories a synchronous execution sends by slot: the call channel keeps
 its own duplicates until the client lets go of them or the channel closes
 (:mod:`nnhal.service.slots`).  After an answer, a call channel's thread
 polls for the next call for :data:`SERVER_SPIN_US` before it blocks
-(:mod:`nnhal.spin`).
+(:mod:`nnhal.platform.spin`).
 
 When a client disconnects (or dies) everything it held is dropped: objects,
 buffer tokens, burst contexts (their ``close()``), pending callbacks (become
@@ -63,10 +63,10 @@ from typing import Any, Optional
 import msgspec
 
 from nnhal import hal
+from nnhal.platform.spin import Spin, spin_limit_ns
 from nnhal.service import registry, wire
 from nnhal.service.slots import ServiceSlots
 from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
-from nnhal.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.service")
 
@@ -816,9 +816,9 @@ class Service:
 
 def serve(name: str, driver: str = "sample-all") -> int:
     """Run ``driver`` as the service ``name`` in the foreground until SIGTERM / SIGINT."""
-    from nnhal.driver import get_device_by_name
+    from nnhal.drivers import registry
 
-    device = get_device_by_name(driver)  # NOTE: the name was checked by the caller (cli serve)
+    device = registry.get_device(driver)  # NOTE: LookupError for an unknown or unloadable driver (cli serve: exit 2)
     service = Service(name, device)
     service.bind()
 

@@ -287,13 +287,15 @@ _SPECS = [
        "notify_1_3"),
     _m("IDevice", "prepareModelFromCache_1_3", (OTP, HANDLES, HANDLES, bytes, PREPARE_CALLBACK), (S,), 4,
        "notify_1_3"),
+    # nnhal's addition (hal.INnhalDevice), not the HAL's: the reasons behind getSupportedOperations_1_3
+    _m("IDevice", "nnhal_getSupportedOperationsReasons", (hal.Model,), (S, list[str])),
     _m("IDevice", "allocate", (hal.BufferDesc, list[PREPARED_MODEL], list[hal.BufferRole], list[hal.BufferRole]),
        (S, BUFFER, int)),
     # IPreparedModel
     _m("IPreparedModel", "execute", (v1_0.Request, EXECUTION_CALLBACK), (S,), 1, "notify"),
     _m("IPreparedModel", "execute_1_2", (v1_0.Request, int, EXECUTION_CALLBACK), (S,), 2, "notify_1_2"),
     _m("IPreparedModel", "executeSynchronously", (v1_0.Request, int), EXEC_RESULT),
-    # the queue descriptors are hal.Handles (nnhal.fmq): shared memory and a socket end
+    # the queue descriptors are hal.Handles (nnhal.platform.fmq): shared memory and a socket end
     _m("IPreparedModel", "configureExecutionBurst", (BURST_CALLBACK, Optional[hal.Handle], Optional[hal.Handle]),
        (S, BURST_CONTEXT)),
     _m("IPreparedModel", "saveToCache", (Optional[hal.Handle], Optional[hal.Handle], bytes), (S,)),

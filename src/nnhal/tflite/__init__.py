@@ -1,8 +1,8 @@
 """TFLite models through the HAL: the TFLite <-> HAL 1.3 operator mapping
 (:mod:`nnhal.tflite.table`), the importer (``load``), a one-operator
 ``.tflite`` writer for tests, running a model on a device and comparing it with
-LiteRT (:mod:`nnhal.tflite.run`), and a picture of the HAL model
-(:mod:`nnhal.tflite.graph`).  Needs the optional ``ai-edge-litert`` and
+LiteRT (:mod:`nnhal.delegate.run`), and a picture of the HAL model
+(:mod:`nnhal.tools.graph`).  Needs the optional ``ai-edge-litert`` and
 ``flatbuffers`` packages (``pip install 'nnhal[litert]'``)."""
 
 from __future__ import annotations

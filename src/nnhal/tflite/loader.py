@@ -115,7 +115,7 @@ def load(path: Union[str, Path, bytes], *, batch: Optional[int] = 1,
 def free_model(model: hal.Model) -> None:
     """Release the shared-memory pools ``load`` made for the model's large constants (a driver keeps
     its own copy of what it needs once the model is prepared)."""
-    from nnhal import memory
+    from nnhal.platform import memory
 
     for m in model.pools:
         memory.free(m)
@@ -166,7 +166,7 @@ class _Shared:
         return self.ref_index[index]
 
     def finish(self, main: "_Loader") -> tuple[hal.Model, IODescription]:
-        from nnhal import memory
+        from nnhal.platform import memory
 
         if self.failures:
             raise UnsupportedModelError(self.failures)

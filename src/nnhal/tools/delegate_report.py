@@ -19,9 +19,9 @@ from pathlib import Path
 
 import nnhal
 from nnhal.delegate.plan import Options, build_plan
+from nnhal.delegate.run import LiteRT, diff, make_inputs
 from nnhal.delegate.runner import PlanError, Runner, input_descs, output_descs
 from nnhal.tflite.loader import IODescription
-from nnhal.tflite.run import LiteRT, diff, make_inputs
 
 
 def _default_models() -> list[str]:
