@@ -151,8 +151,9 @@ def test_cli_run_inputs_outputs_compare(tmp_path, capsys):
     assert "top-1 same" in out and "max |err| 0 " in out
     # a wrong input (dtype) is an error, not a crash
     np.save(tmp_path / "bad.npy", np.zeros((1, 96, 96, 3), np.int32))
-    with pytest.raises(SystemExit, match="must be float32"):
+    with pytest.raises(SystemExit) as e:
         cli.main(["run", str(path), "--input", str(tmp_path / "bad.npy")])
+    assert e.value.code == 2 and "must be float32" in capsys.readouterr().err
 
 
 def test_cli_run_per_tensor(capsys):

@@ -72,13 +72,17 @@ def summary(plan: Plan) -> str:
 
 
 def _inputs(args: argparse.Namespace, g: Graph) -> list[np.ndarray]:
+    from nnhal.cli.tflite import read_npy
+
     io = IODescription(inputs=input_descs(g))
     if not args.input:
         return make_inputs(io, batch=args.batch or 1, seed=args.seed)
+    arrays = [read_npy(f) for f in args.input]
     try:
-        return check_inputs(io, [np.load(f, allow_pickle=False) for f in args.input])
-    except (ValueError, OSError) as e:
-        raise SystemExit(f"--input: {e}") from None
+        return check_inputs(io, arrays)
+    except ValueError as e:
+        print(f"--input: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _short(a: np.ndarray) -> str:

@@ -4,18 +4,20 @@ passes a ``device_of(name) -> IDevice`` so these commands reach a device in
 process or a running service the same way every other command does.
 
 Exit status: 0 on success; 2 when the model cannot be converted (every
-unmapped operator is printed); 3 when the device refuses to prepare it or the
+unmapped operator is printed; an invalid file, one that cannot be read, or an
+``--input`` that is missing or not a ``.npy`` array is one line); 3 when the device refuses to prepare it or the
 execution fails; 1 with ``--strict`` when a comparison is beyond tolerance.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import numpy as np
 
@@ -30,19 +32,29 @@ from nnhal.delegate.run import (
     timed,
     topk,
 )
-from nnhal.tflite.loader import IODescription, UnsupportedModelError, free_model, load
+from nnhal.tflite.errors import InvalidModelError, UnsupportedModelError
+from nnhal.tflite.loader import IODescription, free_model, load
+from nnhal.tflite.schema import MissingDependency
 
 DeviceOf = Callable[[str], Any]
 
 
 def _load(path: str, batch: Optional[int], expose: bool = False) -> tuple[Any, IODescription]:
+    """``load``; a model that cannot be converted is printed (one line, or one per refused operator)
+    and exits with status 2."""
     try:
         return load(path, batch=batch, expose_intermediates=expose)
     except UnsupportedModelError as e:
         print(f"{path}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    except (OSError, ValueError, ImportError) as e:
-        print(f"{path}: cannot read the model: {e}", file=sys.stderr)
+    except InvalidModelError as e:
+        print(f"{path}: not a valid TFLite model: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as e:
+        print(f"{path}: cannot read the model: {e.strerror or e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except MissingDependency as e:
+        print(f"{path}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
@@ -63,19 +75,56 @@ def _short(a: np.ndarray) -> str:
 def _inputs(args: argparse.Namespace, io: IODescription) -> list[np.ndarray]:
     if not args.input:
         return make_inputs(io, batch=args.batch or 1, seed=args.seed)
-    arrays = []
-    for f in args.input:
-        a = np.load(f, allow_pickle=False)
-        arrays.append(a)
+    arrays = [_read_npy(f) for f in args.input]
     try:
         return check_inputs(io, arrays)
     except ValueError as e:
-        raise SystemExit(f"--input: {e}") from None
+        _user_error(f"--input: {e}")
+
+
+def _read_npy(path: str) -> np.ndarray:
+    """The array of a .npy file; a file that is not one, or whose header asks for more data than it
+    holds (checked before anything is allocated), is a user error."""
+    from numpy.lib import format as npy
+
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(4) == b"PK\x03\x04":
+                _user_error(f"--input {path}: a .npz archive, not a .npy array file")
+            fh.seek(0)
+            try:
+                version = npy.read_magic(fh)
+                header = npy.read_array_header_2_0 if version >= (2, 0) else npy.read_array_header_1_0
+                shape, _, dtype = header(fh)
+            except (ValueError, EOFError) as e:
+                _user_error(f"--input {path}: not a .npy array file ({e})")
+            need = math.prod(shape) * dtype.itemsize
+            have = os.fstat(fh.fileno()).st_size - fh.tell()
+            if need > have:
+                _user_error(f"--input {path}: .npy file truncated: its header says {need} bytes of data, it holds {have}")
+            fh.seek(0)
+            return np.load(fh, allow_pickle=False)
+    except OSError as e:
+        _user_error(f"--input {path}: {e.strerror or 'cannot read it'}")
+    except (ValueError, EOFError) as e:  # NOTE: e.g. an array of Python objects (pickled)
+        _user_error(f"--input {path}: not a .npy array file ({e})")
+
+
+
+# NOTE: public for the delegate plan's run command (cli/delegate.py), which reads --input the same way
+read_npy = _read_npy
+
+def _user_error(message: str) -> NoReturn:
+    """One line on stderr and exit status 2 (a mistake in what the user gave)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     """``nnhal run``."""
     expose = bool(args.per_tensor)
+    if args.batch < 0:
+        _user_error(f"--batch {args.batch}: give 1 or more")
     batch = None if args.keep_unknown else (args.batch or 1)
     model, io = _load(args.model, batch, expose)
     print(f"{args.model}: {summary(io)}")

@@ -40,7 +40,7 @@ from nnhal.delegate.model import Graph
 from nnhal.delegate.partition import Subset, largest, partition
 from nnhal.delegate.rules import API_LEVELS, HAL_VERSION, validate
 from nnhal.hal.types import HalVersion
-from nnhal.tflite.loader import UnsupportedModelError, free_model, load_operators, operator_failures
+from nnhal.tflite.loader import UnsupportedModelError, free_model, load_operators, operator_failures, verify
 
 DeviceOf = Callable[[str], Any]
 FP16_PARTIAL = ("float16 weights (constant DEQUANTIZE): in a partial delegation the delegate keeps these on the "
@@ -202,11 +202,19 @@ class Planner:
         self.reasons: dict[int, str] = {}
         self.device_refused = False
         self._nn_fail: Optional[dict[int, str]] = None
+        self._checked: Any = None
+
+    @property
+    def checked(self) -> Any:
+        """The file as the importer's reader checked it, once (``nnhal.tflite.loader.verify``)."""
+        if self._checked is None:
+            self._checked = verify(self.g.data, batch=self.o.batch)
+        return self._checked
 
     @property
     def nn_fail(self) -> dict[int, str]:
         if self._nn_fail is None:
-            self._nn_fail = operator_failures(self.g.data, batch=self.o.batch, parsed=self.g.m)
+            self._nn_fail = operator_failures(self.g.data, batch=self.o.batch, checked=self.checked)
         return self._nn_fail
 
     def subsets(self, delegated: set[int]) -> list[Subset]:
@@ -260,7 +268,7 @@ class Planner:
         """The HAL model of some operators at the plan's HAL version (int8 as uint8 and HARD_SWISH
         decomposed before 1.3, pre-1.2 operation forms before 1.2), its io description, and whether its
         int8 tensors became uint8."""
-        model, io = load_operators(self.g.data, nodes, inputs, outputs, batch=self.o.batch, parsed=self.g.m)
+        model, io = load_operators(self.g.data, nodes, inputs, outputs, batch=self.o.batch, checked=self.checked)
         unsigned = False
         if self.o.hal_version < halmodel.VERSIONS[30]:
             unsigned = halmodel.to_unsigned(model)

@@ -51,9 +51,10 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
+from nnhal.driver.guard import hal_methods
 from nnhal.driver.hardware_buffer import ImageError, open_image
 from nnhal.engine.validation import ValidationError, is_tensor, operand_byte_size
-from nnhal.ops.base import NUMPY_DTYPE
+from nnhal.ops.base import MAX_RANK, NUMPY_DTYPE
 from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
@@ -189,6 +190,7 @@ class DeviceBuffer:
 # IBuffer
 
 
+@hal_methods
 class Buffer(hal.IBuffer):
     """``IBuffer`` of the sample driver.  Dropping it (or ``close()``) frees
     the buffer: its token is unknown from then on."""
@@ -254,6 +256,10 @@ class Buffer(hal.IBuffer):
     def _copy_from(buf: DeviceBuffer, src: Any, dimensions: Any) -> S:
         try:
             dims = _u32_list(dimensions, "dimensions")
+            if len(dims) > MAX_RANK:
+                log.error("IBuffer.copyFrom: dimensions of rank %d; this driver holds tensors of rank up to %d",
+                          len(dims), MAX_RANK)
+                return S.GENERAL_FAILURE
             if not buf.tensor and dims:
                 raise ValidationError(f"a {buf.type.name} buffer takes no dimensions, got {dims}")
             if buf.tensor:
@@ -419,6 +425,9 @@ def validate_allocation(device: Any, desc: Any, preparedModels: Any, inputRoles:
         desc_dims = _u32_list(desc.dimensions, "desc.dimensions")
     except ValidationError as e:
         raise AllocateError(bad, str(e)) from None
+    if len(desc_dims) > MAX_RANK:
+        raise AllocateError(S.GENERAL_FAILURE, f"desc.dimensions of rank {len(desc_dims)}: this driver holds "
+                                               f"tensors of rank up to {MAX_RANK}")
     if not isinstance(preparedModels, (list, tuple)) or not preparedModels:
         raise AllocateError(bad, "no prepared models")
     for k, pm in enumerate(preparedModels):

@@ -34,6 +34,7 @@ import time
 from typing import Any, Callable
 
 from nnhal import hal
+from nnhal.driver.guard import hal_methods
 from nnhal.platform import burst_packets as bp
 from nnhal.platform import memory as hal_memory
 from nnhal.platform.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
@@ -73,6 +74,7 @@ class _MemoryUnavailable(Exception):
         self.status = status
 
 
+@hal_methods
 class ExecutionBurstServer(hal.IBurstContext):
     """An ``IBurstContext`` serving one burst; :meth:`close` (not in the HAL)
     stops it and frees everything it holds."""
@@ -183,8 +185,8 @@ class ExecutionBurstServer(hal.IBurstContext):
         else:
             try:
                 packet = bp.decode_request(raw)
-            except bp.PacketError as e:
-                log.error("burst: malformed request packet (%s)", e)
+            except Exception as e:  # noqa: BLE001 - any failure to decode is a malformed packet, never the burst's end
+                log.error("burst: malformed request packet (%s: %s)", type(e).__name__, e)
                 return S.GENERAL_FAILURE, [], hal.Timing()
             self._last_raw, self._last_packet = raw, packet
         with self._lock:

@@ -347,6 +347,9 @@ def _read_model_file(fd: int) -> bytes:
 
 def _read_data_file(fd: int, size: int) -> np.ndarray:
     """Exactly ``size`` bytes (in a fresh aligned buffer); more or fewer in the file is a failure."""
+    have = os.fstat(fd).st_size
+    if have != size:  # NOTE: checked before allocating what the record claims
+        raise CacheError(S.GENERAL_FAILURE, f"the data cache has {have} bytes, the model cache says {size}")
     raw = np.empty(size + 1 + _ALIGN, np.uint8)
     skip = (-raw.ctypes.data) % _ALIGN  # NOTE: 64-byte aligned blobs, as freshly allocated arrays
     buf = raw[skip:skip + size + 1]
@@ -407,7 +410,7 @@ def _small_integers(a: np.ndarray) -> bool:
                     and not np.any(np.signbit(a) & (a == 0)))
 
 
-def _mac(key: bytes, version: str, token: bytes, header: bytes, payload: bytes) -> bytes:
+def mac(key: bytes, version: str, token: bytes, header: bytes, payload: bytes) -> bytes:
     v = version.encode()
     msg = hmac.new(key, _DOMAIN, hashlib.sha256)
     msg.update(struct.pack("<I", len(v)))
@@ -445,7 +448,7 @@ def encode(model: hal.Model, pool_views: list, executor: Executor, hal_version: 
                          blobs=blobs.refs, data_size=blobs.size, data_sha256=digest.digest())
     payload = _ENCODER.encode(record)
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(payload))
-    return header + payload + _mac(key, version, token, header, payload), blobs.chunks, blobs.size
+    return header + payload + mac(key, version, token, header, payload), blobs.chunks, blobs.size
 
 
 def write_files(model_fd: int, data_fd: int, model_bytes: bytes, data_chunks: list) -> None:
@@ -494,15 +497,16 @@ def verify(model_bytes: bytes, key: bytes, version: str, token: bytes) -> CacheR
                                             f"{_HEADER.size + n + _TAG_SIZE}")
     payload = model_bytes[_HEADER.size:_HEADER.size + n]
     tag = model_bytes[_HEADER.size + n:]
-    if not hmac.compare_digest(tag, _mac(key, version, token, header, payload)):
+    if not hmac.compare_digest(tag, mac(key, version, token, header, payload)):
         raise CacheError(S.GENERAL_FAILURE, "the model cache failed authentication (modified, written for another "
                                             "token, or by another driver version or key)")
     if fmt != FORMAT_VERSION or reserved != 0:
         raise CacheError(S.GENERAL_FAILURE, f"model cache format {fmt} is not {FORMAT_VERSION}")
     try:
         record = _DECODER.decode(payload)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        raise CacheError(S.GENERAL_FAILURE, f"the model cache does not match its schema: {e}") from None
+    except Exception as e:  # noqa: BLE001 - any failure to decode (UnicodeDecodeError for invalid UTF-8 too)
+        raise CacheError(S.GENERAL_FAILURE, f"the model cache does not match its schema: {type(e).__name__}: "
+                                            f"{e}") from None
     if record.driver_version != version:
         raise CacheError(S.GENERAL_FAILURE, f"the cache was written by {record.driver_version!r}")
     return record
@@ -622,7 +626,7 @@ def encode_opaque(model: hal.Model, data: bytes, hal_version: int, priority: int
                          data_size=blobs.size, data_sha256=digest.digest())
     payload = _ENCODER.encode(record)
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(payload))
-    return header + payload + _mac(key, version, token, header, payload), blobs.chunks, blobs.size
+    return header + payload + mac(key, version, token, header, payload), blobs.chunks, blobs.size
 
 
 def load_opaque(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) -> OpaqueRestored:

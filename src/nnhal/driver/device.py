@@ -19,6 +19,7 @@ from nnhal import hal
 from nnhal.driver import cache as driver_cache
 from nnhal.driver.backend import Backend, Compiled
 from nnhal.driver.buffers import BufferRegistry, TokenLookup
+from nnhal.driver.guard import hal_methods
 from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.prepared_model import PreparedModel, deadline_ns, deadline_passed, v1_0_status
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
@@ -35,6 +36,7 @@ S = hal.ErrorStatus
 __all__ = ["Device"]
 
 
+@hal_methods
 class Device(hal.IDevice, hal.INnhalDevice):
     """The CPU reference driver.  Thread-safe: any number of threads may
     prepare and execute at once; prepared models share nothing mutable."""
@@ -244,8 +246,8 @@ class Device(hal.IDevice, hal.INnhalDevice):
             _notify(notify, S.INVALID_ARGUMENT, None, version)
             return S.INVALID_ARGUMENT
         if not all(self.supported_flags(model13, defs)):
-            log.error("prepareModel: the model has operations this driver does not support (OEM or extension, "
-                      "possibly inside an IF / WHILE subgraph)")
+            log.error("prepareModel: the model has operations this driver does not support (each one's reason "
+                      "is logged)")
             for p in pools:
                 p.close()
             _notify(notify, S.GENERAL_FAILURE, None, version)
@@ -341,8 +343,10 @@ class Device(hal.IDevice, hal.INnhalDevice):
         return v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify",
                                           HalVersion.V1_1))
 
-    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: list, dataCache: list, token: bytes,
-                         callback: Any) -> S:
+    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: Any = None, dataCache: Any = None,
+                         token: Any = None, callback: Any = None) -> S:
+        # NOTE: the seed's draft form (model, preference, callback) too (hal.prepare_model_1_2_args)
+        modelCache, dataCache, token, callback = hal.prepare_model_1_2_args(modelCache, dataCache, token, callback)
         return v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify_1_2",
                                           HalVersion.V1_2, modelCache, dataCache, token))
 

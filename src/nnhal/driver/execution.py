@@ -39,6 +39,11 @@ class Result:
         return self.status, self.outputShapes, self.timing
 
 
+class Refusal(Result):
+    """A request refused at launch by the checks every execution path shares
+    (the model and the request alone show it cannot run)."""
+
+
 class RequestPools:
     """The mapped pools of one request: shared memories (``views``),
     driver-managed buffers named by token (``buffers``, checked against
@@ -275,6 +280,9 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
     except (ValidationError, hal_memory.InvalidMemory) as e:  # NOTE: InvalidMemory: a pool shrunk since the launch
         log.error("execution rejected: %s", e)
         return Result(S.INVALID_ARGUMENT)
+    except Exception:  # NOTE: a driver bug reading the inputs: logged, never raised to the client
+        log.exception("reading the execution's inputs failed unexpectedly")
+        return Result(S.GENERAL_FAILURE)
 
     device_start = time.monotonic_ns()
     try:

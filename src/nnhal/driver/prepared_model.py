@@ -9,7 +9,8 @@ from typing import Any, Optional, Protocol
 
 from nnhal import hal
 from nnhal.driver.backend import Compiled
-from nnhal.driver.execution import RequestPlan, RequestPools, Result, output_sizes_known, run_request
+from nnhal.driver.execution import Refusal, RequestPlan, RequestPools, Result, output_sizes_known, run_request
+from nnhal.driver.guard import hal_methods
 from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.scheduler import Expired, QueueFull, Scheduler, missed_deadline_status
 from nnhal.engine.validation import (
@@ -72,6 +73,7 @@ class FrontEnd(Protocol):
     def save_to_cache(self, prepared: "PreparedModel", files: Any) -> hal.ErrorStatus: ...
 
 
+@hal_methods
 class PreparedModel(hal.IPreparedModel):
     """A model prepared by the CPU reference driver."""
 
@@ -168,10 +170,10 @@ class PreparedModel(hal.IPreparedModel):
             pools = RequestPools(request, lookup, pool_cache, plan.out_pools)
         except ValidationError as e:
             log.error("execution rejected: %s", e)
-            return Result(S.INVALID_ARGUMENT), None
+            return Refusal(e.status), None
         except Exception as e:  # malformed argument objects
             log.error("execution rejected: malformed argument (%s: %s)", type(e).__name__, e)
-            return Result(S.INVALID_ARGUMENT), None
+            return Refusal(S.INVALID_ARGUMENT), None
         if deadline_passed(dl):
             pools.close()
             return Result(S.MISSED_DEADLINE_PERSISTENT), None
@@ -214,7 +216,10 @@ class PreparedModel(hal.IPreparedModel):
         err, job = self._launch(request, measure, deadline, loop_timeout, owned=owned)
         if err is not None:
             _notify_exec(notify, notify_name, err)
-            return err.status if err.status == S.INVALID_ARGUMENT else S.NONE
+            # NOTE: a request refused at launch returns its status too ("invoke the callback with the
+            # appropriate ErrorStatus and return with the same ErrorStatus"); a deadline already
+            # passed is the execution's outcome, told through the callback alone
+            return err.status if err.status == S.INVALID_ARGUMENT or isinstance(err, Refusal) else S.NONE
 
         def work() -> None:
             _notify_exec(notify, notify_name, job())
@@ -334,7 +339,7 @@ class PreparedModel(hal.IPreparedModel):
             dl = deadline_ns(deadline)
         except ValidationError as e:
             log.error("executeFenced rejected: %s", e)
-            return S.INVALID_ARGUMENT, None, None
+            return e.status, None, None
         except Exception as e:  # malformed argument objects
             log.error("executeFenced rejected: malformed argument (%s: %s)", type(e).__name__, e)
             return S.INVALID_ARGUMENT, None, None
@@ -441,6 +446,7 @@ def _duration_ns(duration: Any) -> Optional[int]:
     return ns
 
 
+@hal_methods
 class _FencedCallback(hal.IFencedExecutionCallback):
     """Status and timing of one fenced execution, once its fence is signaled."""
 

@@ -13,9 +13,10 @@ from nnhal.driver import cache as driver_cache
 from nnhal.driver.backend import Backend
 from nnhal.driver.device import Device
 from nnhal.engine.capabilities import measure_capabilities
-from nnhal.engine.executor import MAX_SUBGRAPH_DEPTH, Executor
+from nnhal.engine.executor import Executor
 from nnhal.engine.validation import subgraph_depths, subgraph_references
 from nnhal.ops import registry
+from nnhal.ops.base import MAX_RANK
 
 VERSION_STRING = "nnhal-sample-all 0.1 (CPU reference, numpy)"
 
@@ -23,8 +24,9 @@ VERSION_STRING = "nnhal-sample-all 0.1 (CPU reference, numpy)"
 def supported_operations(model: hal.Model, defs: list) -> list[bool]:
     """One bool per main operation of a validated model: the operation is
     implemented and, for IF / WHILE, so is every operation of the subgraphs
-    it references, transitively (the spec of getSupportedOperations_1_3), and
-    they nest at most MAX_SUBGRAPH_DEPTH deep (see nnhal.engine.validation)."""
+    it references, transitively (the spec of getSupportedOperations_1_3), at
+    any nesting depth (the executor keeps its own stack of subgraphs); no
+    operand it (or they) use has a rank above ``MAX_RANK``."""
     refs = subgraph_references(model)
     depths = subgraph_depths(model, refs)
     nodes = [model.main, *model.referenced]
@@ -33,14 +35,18 @@ def supported_operations(model: hal.Model, defs: list) -> list[bool]:
     # depth settles every subgraph's answer once, after those it references.
     ok = [False] * len(nodes)
     for g in sorted((g for g in range(1, len(nodes)) if depths[g] >= 0), key=depths.__getitem__):
-        ok[g] = all(registry.find(op.type) is not None for op in nodes[g].operations) and all(ok[r] for r in refs[g])
+        ok[g] = all(registry.find(op.type) is not None for op in nodes[g].operations) and all(ok[r] for r in refs[g]) \
+            and all(len(o.dimensions) <= MAX_RANK for o in nodes[g].operands)
 
     def operation_ok(op: hal.Operation) -> bool:
+        main = model.main.operands
+        if any(len(main[i].dimensions) > MAX_RANK for i in (*op.inputs, *op.outputs)):
+            return False
         for i in op.inputs:
             o = model.main.operands[i]
             if o.lifetime == hal.OperandLifeTime.SUBGRAPH:
                 g = int(o.location.offset) + 1
-                if not ok[g] or depths[g] + 1 > MAX_SUBGRAPH_DEPTH:
+                if not ok[g]:
                     return False
         return True
 
@@ -61,8 +67,8 @@ class SampleBackend(Backend):
         return measure_capabilities()
 
     def supported(self, model: hal.Model, defs: list) -> list[tuple[bool, str]]:
-        return [(ok, "" if ok else "not implemented by the reference executor (OEM / extension operation, or an "
-                                   "IF / WHILE subgraph with one, or nested too deep)")
+        return [(ok, "" if ok else "not implemented by the reference executor (OEM / extension operation, an "
+                                   f"operand of rank above {MAX_RANK}, or an IF / WHILE subgraph with one)")
                 for ok in supported_operations(model, defs)]
 
     def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> Executor:

@@ -5,7 +5,9 @@ It follows the reference ``CpuExecutor``: operations run in the order of the
 each operation's ``prepare`` runs then; at execution the subgraph inputs are
 bound, each operation's ``execute`` computes its outputs (shapes known only
 at run time included), temporaries are released after their last reader, and
-IF / WHILE run referenced subgraphs through :meth:`Executor.run_subgraph`.
+IF / WHILE run referenced subgraphs from the execution's own stack of running
+subgraphs (``OpDef.steps``: no Python recursion, so any nesting depth that
+validation accepts runs; each level costs one frame object on the heap).
 Deadlines are checked before every operation, the loop timeout at every WHILE
 iteration (both end in MISSED_DEADLINE_TRANSIENT, as the reference does).
 """
@@ -30,7 +32,6 @@ from nnhal.ops.base import (
     OutputSpec,
     Tensor,
 )
-from nnhal.ops.control_flow import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported for the drivers
 from nnhal.ops.operands import constant_value as constant_value  # noqa: F401  (re-exported)
 from nnhal.ops.operands import operand_info
 
@@ -186,7 +187,6 @@ class _Run:
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = int(loop_timeout_ns)
         self.omitted: set[int] = set()  # omitted main-graph outputs (operand indexes)
-        self.depth = 0  # referenced subgraphs being run, one inside the other
 
     def check_deadline(self) -> None:
         op_deadline.yield_point()  # NOTE: queued higher-priority work may run first (driver scheduler)
@@ -194,30 +194,66 @@ class _Run:
             raise DeadlineMissed("the execution deadline passed")
 
     def run_subgraph(self, index: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
-        """Runs referenced subgraph ``index`` (as in SUBGRAPH operand values)."""
-        if self.depth >= MAX_SUBGRAPH_DEPTH:
-            # NOTE: the driver does not prepare deeper models; defensive only, never a RecursionError
-            raise OpExecutionError(f"control flow nested deeper than {MAX_SUBGRAPH_DEPTH} subgraphs")
-        self.depth += 1
-        try:
-            return self.run_graph(index + 1, inputs)
-        finally:
-            self.depth -= 1
+        """Runs referenced subgraph ``index`` (as in SUBGRAPH operand values):
+        the SubgraphRunner of an operation's plain ``execute``."""
+        return self.run_graph(index + 1, inputs)
 
     def subgraph_output_count(self, index: int) -> int:
         """The number of outputs of referenced subgraph ``index`` (ops.base.SubgraphRunner)."""
         return len(self.executor.graphs[index + 1].sg.outputIndexes)
 
     def run_graph(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
-        graph = self.executor.graphs[g]
-        sg = graph.sg
+        """Runs subgraph ``g`` (0 the main one) and every subgraph its control
+        flow runs, from a stack of suspended subgraphs (:class:`_Frame`): an IF
+        / WHILE step that runs a subgraph suspends its own (the operation's
+        generator kept), the subgraph is pushed, run, popped and its outputs
+        sent back.  NOTE: the Python stack stays a few frames deep whatever the
+        nesting; a model without control flow runs straight through."""
+        stack: list[_Frame] = []
+        frame = self._frame(g, inputs)
+        sent: Any = None
+        while True:
+            request = self._advance(frame, sent)
+            if request is None:
+                if not stack:
+                    return frame.result
+                sent = frame.result
+                frame = stack.pop()
+                continue
+            index, sub_inputs = request
+            stack.append(frame)
+            frame = self._frame(index + 1, sub_inputs)
+            sent = None
+
+    def _frame(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> "_Frame":
+        sg = self.executor.graphs[g].sg
         if len(inputs) != len(sg.inputIndexes):
             raise OpExecutionError(f"subgraph {g} takes {len(sg.inputIndexes)} inputs, got {len(inputs)}")
-        values: dict[int, Optional[np.ndarray]] = dict(graph.constants)
+        values: dict[int, Optional[np.ndarray]] = dict(self.executor.graphs[g].constants)
         for idx, v in zip(sg.inputIndexes, inputs):
             values[idx] = v
+        return _Frame(g, values)
+
+    def _advance(self, frame: "_Frame", sent: Any) -> Optional[tuple[int, list]]:
+        """Runs ``frame``'s subgraph from its next step: None once it is done
+        (its outputs in ``frame.result``), or the (subgraph, inputs) a
+        control-flow step asks to run (the frame is suspended; ``sent``, the
+        outputs of that subgraph, resumes it)."""
+        g = frame.g
+        graph = self.executor.graphs[g]
+        values = frame.values
+        steps = graph.steps
+        first = frame.k
+        if frame.gen is not None:
+            try:
+                return frame.gen.send(sent)
+            except StopIteration as stop:
+                frame.gen = None
+                _store(steps[first], stop.value, values)
+                first += 1
         relaxed = self.executor.relaxed
-        for step in graph.steps:
+        for k in range(first, len(steps)):  # NOTE: from the step to run next (0, or after a resumed one)
+            step = steps[k]
             self.check_deadline()
             op = step.operation
             ins = []
@@ -248,7 +284,19 @@ class _Run:
             # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
             # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
             # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure
-            outs = step.opdef.execute(ctx)
+            control = step.opdef.steps
+            if control is None:
+                outs = step.opdef.execute(ctx)
+            else:
+                # NOTE: control flow: the first subgraph it runs suspends this frame (run_graph's stack)
+                gen = control(ctx)
+                try:
+                    request = gen.send(None)
+                except StopIteration as stop:
+                    outs = stop.value
+                else:
+                    frame.k, frame.gen = k, gen
+                    return request
             if len(outs) != len(op.outputs):
                 raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
             for j, (i, arr) in enumerate(zip(op.outputs, outs)):
@@ -256,8 +304,31 @@ class _Run:
             for i in step.release:
                 values.pop(i, None)
         result = []
-        for i in sg.outputIndexes:
+        for i in graph.sg.outputIndexes:
             if i not in values or values[i] is None:
                 raise OpExecutionError(f"subgraph output operand {i} was not computed")
             result.append(values[i])
-        return result
+        frame.result = result
+        return None
+
+
+class _Frame:
+    """A running subgraph: its values, the step it is at, and the generator of
+    the control-flow operation it is suspended in (None when not)."""
+
+    __slots__ = ("g", "values", "k", "gen", "result")
+
+    def __init__(self, g: int, values: dict):
+        self.g, self.values, self.k, self.gen = g, values, 0, None
+        self.result: list = []
+
+
+def _store(step: _Step, outs: list, values: dict) -> None:
+    """A finished step's outputs into ``values`` (a resumed control-flow step)."""
+    op = step.operation
+    if len(outs) != len(op.outputs):
+        raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
+    for j, (i, arr) in enumerate(zip(op.outputs, outs)):
+        values[i] = _check_output(step.opdef, j, step.outputs[j], arr, step.out_dtypes[j])
+    for i in step.release:
+        values.pop(i, None)

@@ -8,17 +8,10 @@ at fault.  Operation signatures come from the operation registry
 messages share one declaration per operation.
 
 Control-flow nesting: types.hal sets no limit on how deeply IF / WHILE
-operations may nest referenced subgraphs, so a deep model is *valid*.  This
-driver runs at most :data:`MAX_SUBGRAPH_DEPTH` (64) nested levels (main ->
-referenced -> ... 64 subgraphs down): the executor runs a referenced subgraph
-by recursion (three Python frames a level, about 200 at the limit, far below
-Python's 1000 even on a deep caller's stack).  Validation itself never
-recurses (:func:`subgraph_depths` is an iterative search visiting each
-subgraph once), so the limit is a policy, not a crash guard: a deeper model
-passes validation, ``getSupportedOperations_1_3`` reports its outermost
-IF / WHILE as unsupported (NONE, ``false``: "the driver cannot perform this
-operation"), and ``prepareModel_1_3`` answers GENERAL_FAILURE, as for any
-model with an operation this driver does not support.  INVALID_ARGUMENT is
+operations may nest referenced subgraphs, so a deep model is *valid*, and
+this driver runs any depth: validation never recurses (:func:`subgraph_depths`
+is an iterative search visiting each subgraph once) and neither does the
+executor (it keeps its own stack of running subgraphs).  INVALID_ARGUMENT is
 kept for models the spec calls invalid (a circular reference among them).
 """
 
@@ -38,8 +31,7 @@ import numpy as np
 from nnhal import hal
 from nnhal.hal import HalVersion
 from nnhal.ops import registry
-from nnhal.ops.base import OpDef, OpInfo, OpValidationError, match_signature
-from nnhal.ops.control_flow import MAX_SUBGRAPH_DEPTH as MAX_SUBGRAPH_DEPTH  # NOTE: re-exported, documented here
+from nnhal.ops.base import MAX_RANK, OpDef, OpInfo, OpValidationError, match_signature
 from nnhal.ops.operands import constant_value, operand_info
 
 log = logging.getLogger("nnhal.engine.validation")
@@ -69,11 +61,17 @@ UINT32_MAX = 0xFFFFFFFF
 
 
 class ValidationError(ValueError):
-    """The model, request or argument is invalid: INVALID_ARGUMENT."""
+    """The model, request or argument is invalid: INVALID_ARGUMENT, or the
+    ``status`` given (a request refused at launch for what the execution would
+    answer anyway: a required operand omitted, a rank the kernels cannot hold)."""
+
+    def __init__(self, msg: str, status: hal.ErrorStatus = hal.ErrorStatus.INVALID_ARGUMENT):
+        super().__init__(msg)
+        self.status = status
 
 
-def _fail(msg: str) -> ValidationError:
-    return ValidationError(msg)
+def _fail(msg: str, status: hal.ErrorStatus = hal.ErrorStatus.INVALID_ARGUMENT) -> ValidationError:
+    return ValidationError(msg, status)
 
 
 def is_extension_type(t: int) -> bool:
@@ -649,6 +647,8 @@ def _safe_constant(model: hal.Model, o: hal.Operand, pools: Optional[Sequence[An
         return None
     if is_extension_type(o.type) or o.type in (T.OEM, T.TENSOR_OEM_BYTE):
         return None
+    if len(o.dimensions) > MAX_RANK:
+        return None  # NOTE: no array of that rank: the operation is unsupported (drivers/sample.py), not invalid
     return constant_value(model, o, pools or [])
 
 
@@ -863,8 +863,13 @@ def _check_arguments(args: Sequence[hal.RequestArgument], indexes: Sequence[int]
                 raise _fail(f"request {what} {k}: the model leaves the rank unspecified and the request "
                             "does not specify it")
         else:
+            if not tensor and not is_extension_type(o.type):
+                raise _fail(f"request {what} {k} gives dimensions {dims} to a scalar {T(o.type).name}")
             if model_rank and len(dims) != model_rank:
                 raise _fail(f"request {what} {k} has rank {len(dims)}, the model's is {model_rank}")
+            if len(dims) > MAX_RANK:
+                raise _fail(f"request {what} {k} has rank {len(dims)}; this driver runs tensors of rank up to "
+                            f"{MAX_RANK}", hal.ErrorStatus.GENERAL_FAILURE)
             for d in range(len(dims)):
                 if model_rank and o.dimensions[d] and dims[d] != o.dimensions[d]:
                     raise _fail(f"request {what} {k} has dimension {d} of {dims[d]}, the model's is "
@@ -926,6 +931,40 @@ def _validate_request(request: hal.Request, model: hal.Model, allow_unspecified_
     _check_arguments(request.inputs, model.main.inputIndexes, model.main, sizes, False, "input", tokens)
     _check_arguments(request.outputs, model.main.outputIndexes, model.main, sizes, allow_unspecified_output,
                      "output", tokens)
+    main = model.main
+    omitted_in = {main.inputIndexes[k] for k, a in enumerate(request.inputs) if a.hasNoValue}
+    omitted_out = {main.outputIndexes[k] for k, a in enumerate(request.outputs) if a.hasNoValue}
+    # NOTE: a NO_VALUE operand of the model where an operation requires a value is the same failure
+    omitted_in.update(i for i, o in enumerate(main.operands) if o.lifetime == L.NO_VALUE)
+    if omitted_in or omitted_out:
+        _check_omitted(model, omitted_in, omitted_out)
+
+
+def _check_omitted(model: hal.Model, omitted_in: set, omitted_out: set) -> None:
+    """A request that omits (hasNoValue) an operand some main-subgraph operation
+    requires (an input position its signature does not let be omitted, an
+    output it must write), or a model that gives it NO_VALUE there, is refused
+    at launch, on every execution path, with the status its execution would
+    end in: INVALID_ARGUMENT for the operations Android's CpuExecutor runs in
+    its own switch (BAD_DATA), GENERAL_FAILURE for the others (the reference's
+    OP_FAILED; ``OpDef.bad_data_on_missing_operand``).  NOTE: every
+    main-subgraph operation runs, so this is exactly what the executor would
+    find, in the same order."""
+    main = model.main
+    for op in main.operations:
+        opdef = registry.find(op.type)
+        if opdef is None:
+            continue
+        status = hal.ErrorStatus.INVALID_ARGUMENT if opdef.bad_data_on_missing_operand \
+            else hal.ErrorStatus.GENERAL_FAILURE
+        for n, i in enumerate(op.inputs):
+            if i in omitted_in and n not in opdef.omittable_inputs:
+                raise _fail(f"{opdef.name} input {n} (operand {i}) is required, the request or the model gives it "
+                            "no value", status)
+        if omitted_out and not opdef.omittable_inputs and not opdef.allow_omitted_outputs:
+            for j, i in enumerate(op.outputs):
+                if i in omitted_out:
+                    raise _fail(f"{opdef.name} output {j} (operand {i}) is required, the request omits it", status)
 
 
 _LOOP_DEFAULT_NS = int(hal.LoopTimeoutDurationNs.DEFAULT)

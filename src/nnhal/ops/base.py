@@ -66,6 +66,27 @@ NUMPY_DTYPE: dict[OperandType, np.dtype] = {
     T.TENSOR_OEM_BYTE: np.dtype(np.uint8),
 }
 
+
+
+def _numpy_max_dims() -> int:
+    for n in (64, 32):
+        try:
+            np.empty((1,) * n, np.uint8)
+            return n
+        except ValueError:
+            continue
+    return 32
+
+
+# NOTE: the highest operand rank the numpy kernels run (issue 17 item 3).  HAL dimensions are a
+# vec<uint32_t> of any length, but a numpy array has at most 64 axes (32 before numpy 2), and kernels
+# reshape a tensor into more axes than it has (SPACE_TO_BATCH_ND's 4 into 6, broadcasting, GATHER's
+# input rank + indices rank - 1...): half of numpy's limit leaves them that room.  A model operand of a
+# higher rank makes the operations that use it unsupported (getSupportedOperations false, preparation
+# GENERAL_FAILURE); request dimensions of a higher rank are refused at launch (GENERAL_FAILURE).
+NUMPY_MAX_DIMS = _numpy_max_dims()
+MAX_RANK = NUMPY_MAX_DIMS // 2
+
 FLOAT_TENSOR_TYPES = frozenset({T.TENSOR_FLOAT32, T.TENSOR_FLOAT16})
 QUANT8_ASYMM_TYPES = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED})
 # every fundamental operand type (for "any type" positions such as IF / WHILE operands)
@@ -305,6 +326,11 @@ class OpDef:
     # cached model runs ``prepare`` again when loaded.
     save_state: Optional[Callable[[Any, Callable[[np.ndarray], int]], Any]] = None
     load_state: Optional[Callable[[Any, Callable[[int], np.ndarray]], Any]] = None
+    # Control flow (IF / WHILE): the operation as a generator ``steps(ctx)`` that yields
+    # (referenced subgraph index, inputs) for each subgraph it runs, is sent that subgraph's
+    # outputs, and returns its own outputs; the executor runs it from its own stack (no
+    # recursion, any nesting depth).  ``execute`` stays the form for any other runner.
+    steps: Optional[Callable[[ExecContext], Any]] = None
     # Outputs may have unknown (0) dimensions in the model (dynamic shapes).  All
     # ops allow it since HAL 1.2; IF / WHILE / control flow handle their own.
     name: str = field(default="")

@@ -214,12 +214,16 @@ class Connection:
                 chan.send(body, fds)
                 while True:
                     rbody, rfds = chan.recv(spin.window())
-                    env = wire.ENVELOPE.decode(rbody)
+                    try:
+                        env = wire.ENVELOPE.decode(rbody)
+                    except wire.DECODE_ERRORS as e:
+                        close_fds(rfds)
+                        raise ProtocolError(f"undecodable answer: {type(e).__name__}: {e}") from None
                     if getattr(env, "cid", None) == cid:
                         break
                     close_fds(rfds)
                 spin.waited(_clock() - t0)
-            except (PeerClosed, ProtocolError, *wire.DECODE_ERRORS):
+            except (PeerClosed, ProtocolError):
                 # NOTE: a broken channel is dropped; the thread's next call opens a new one
                 # (refused, and answered DEVICE_UNAVAILABLE, if the service is gone)
                 chan.close()
@@ -601,6 +605,12 @@ class RemoteDevice(_RemoteObject, hal.IDevice, hal.INnhalDevice):
     def getSupportedOperations_1_3(self, model: Any) -> tuple:
         return self._conn.call(b"", _SUPPORTED_1_3, (_model_for_wire(model),))
 
+    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: Any = None, dataCache: Any = None,
+                         token: Any = None, callback: Any = None) -> S:
+        # NOTE: the draft form (model, preference, callback) travels as the final one
+        modelCache, dataCache, token, callback = hal.prepare_model_1_2_args(modelCache, dataCache, token, callback)
+        return self._conn.call(b"", _PREPARE_1_2, (model, preference, modelCache, dataCache, token, callback))
+
     def close(self) -> None:
         """Disconnect from the service."""
         self._conn.close()
@@ -661,6 +671,7 @@ _PROXIES = {"IPreparedModel": RemotePreparedModel, "IBuffer": RemoteBuffer, "IBu
             "IFencedExecutionCallback": RemoteFencedExecutionCallback}
 _PREPARE_1_3 = wire.METHODS["IDevice"]["prepareModel_1_3"]
 _SUPPORTED_1_3 = wire.METHODS["IDevice"]["getSupportedOperations_1_3"]
+_PREPARE_1_2 = wire.METHODS["IDevice"]["prepareModel_1_2"]
 _SYNC_1_3 = wire.METHODS["IPreparedModel"]["executeSynchronously_1_3"]
 _ASYNC_1_3 = wire.METHODS["IPreparedModel"]["execute_1_3"]
 _COPY_TO = wire.METHODS["IBuffer"]["copyTo"]

@@ -129,8 +129,11 @@ def _enc_hook(obj: Any) -> Any:
 
 ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 ENVELOPE = msgspec.msgpack.Decoder(Envelope)  # type: ignore[arg-type]
-# NOTE: msgspec raises RecursionError for hostile nesting (a million nested arrays)
-DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+# NOTE: what a decoder may raise on a hostile message is not only msgspec's own errors: RecursionError
+# for nesting bombs, UnicodeDecodeError for a string of invalid UTF-8, MemoryError, whatever a
+# dataclass's __post_init__ raises...  Every receiver treats any exception from decoding a message as
+# "malformed": the message's descriptors are closed and it is answered or dropped as the protocol says.
+DECODE_ERRORS: tuple[type[BaseException], ...] = (Exception,)
 
 
 # --------------------------------------------------------------------------
@@ -323,6 +326,14 @@ _SPECS = [
 METHODS: dict[str, dict[str, MethodSpec]] = {}
 for _s in _SPECS:
     METHODS.setdefault(_s.iface, {})[_s.name] = _s
+
+# NOTE: earlier forms of a method a raw client may send (the seed's draft IDevice 1.2, before caching:
+# prepareModel_1_2(model, preference, callback)): (the draft's spec, its arguments -> the final form's)
+DRAFT_FORMS: dict[tuple[str, str], tuple[MethodSpec, Any]] = {
+    ("IDevice", "prepareModel_1_2"): (
+        _m("IDevice", "prepareModel_1_2", (v1_2.Model, int, PREPARE_CALLBACK), (S,), 2, "notify_1_2"),
+        lambda a: [a[0], a[1], [], [], bytes(32), a[2]]),
+}
 
 
 # --------------------------------------------------------------------------

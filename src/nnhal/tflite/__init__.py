@@ -7,9 +7,10 @@ LiteRT (:mod:`nnhal.delegate.run`), and a picture of the HAL model
 
 from __future__ import annotations
 
-from nnhal.tflite.loader import IODescription, TensorDesc, UnsupportedModelError, free_model, load
+from nnhal.tflite.errors import InvalidModelError, ModelError, UnsupportedModelError
+from nnhal.tflite.loader import IODescription, TensorDesc, free_model, load
 from nnhal.tflite.schema import MissingDependency, available
 from nnhal.tflite.table import MAPPINGS, mapped_builtins
 
-__all__ = ["load", "free_model", "IODescription", "TensorDesc", "UnsupportedModelError", "MissingDependency", "available",
-           "MAPPINGS", "mapped_builtins"]
+__all__ = ["load", "free_model", "IODescription", "TensorDesc", "ModelError", "InvalidModelError",
+           "UnsupportedModelError", "MissingDependency", "available", "MAPPINGS", "mapped_builtins"]
