@@ -25,7 +25,8 @@ from nnhal.delegate.model import Graph
 from nnhal.delegate.plan import Options, Plan, build_plan
 from nnhal.delegate.run import ExecutionError, LiteRT, check_inputs, diff, make_inputs, topk
 from nnhal.delegate.runner import PlanError, Runner, input_descs, output_descs
-from nnhal.tflite.loader import IODescription, TensorDesc
+from nnhal.tflite.errors import ModelError
+from nnhal.tflite.loader import IODescription, TensorDesc, verify
 from nnhal.tflite.schema import MissingDependency
 
 DeviceOf = Callable[[str], Any]
@@ -52,11 +53,21 @@ def plan_model(path: str, args: argparse.Namespace, device_of: DeviceOf) -> Plan
     for name in opts.targets:
         device_of(name)  # NOTE: an unknown device is the user's mistake, said before any work
     try:
-        g = Graph(path)
-        return build_plan(g, opts, device_of)
-    except (OSError, ValueError, ImportError, AttributeError, IndexError, TypeError, KeyError) as e:
-        # NOTE: a file the schema cannot read, or whose graph is inconsistent (a tensor index out of range)
-        print(f"{path}: cannot read the model: {type(e).__name__}: {e}", file=sys.stderr)
+        raw = Path(path).read_bytes()
+        verify(raw, batch=opts.batch)  # NOTE: the whole flatbuffer checked before anything reads it
+        return build_plan(Graph(raw), opts, device_of)
+    except ModelError as e:
+        print(f"{path}: not a valid TFLite model: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as e:
+        print(f"{path}: cannot read the model: {e.strerror or e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except MissingDependency as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (ValueError, AttributeError, IndexError, TypeError, KeyError) as e:
+        # NOTE: a graph the reader passed but the plan finds inconsistent (a tensor index out of range)
+        print(f"{path}: cannot read the model: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

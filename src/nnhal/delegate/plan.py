@@ -71,6 +71,8 @@ class Options:
             raise ValueError(f"--android-api {self.android_api}: give one of {', '.join(map(str, API_LEVELS))}")
         if self.max_partitions < 0:
             raise ValueError("--max-partitions: give 0 (no limit) or more")
+        if self.batch is not None and self.batch < 1:
+            raise ValueError(f"--batch {self.batch}: give 1 or more")
 
     @property
     def targets(self) -> list[str]:

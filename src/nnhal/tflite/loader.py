@@ -1375,6 +1375,8 @@ class _SubsetLoader(_Loader):
         if self.only is None or self.cur in self.only:
             try:
                 super().map_operator(op, name, code)
+            except ModelError:
+                raise  # NOTE: a malformed or hostile file (a constant over the size limit) is the model's, not the operator's
             except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
                 # NOTE: an operator the mapping did not foresee is this operator's refusal, not the model's
                 raise _Refuse(f"cannot be mapped ({type(e).__name__}: {e})") from None
