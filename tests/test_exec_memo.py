@@ -1,5 +1,5 @@
 """The prepared model's memo of validated request structures
-(``SamplePreparedModel._validated_request``): a request equal, value and
+(``PreparedModel._validated_request``): a request equal, value and
 type, to one validated before skips validation and runs on the driver's own
 copy; anything changed after a good call is validated (and its pools
 checked) as if it were the first."""

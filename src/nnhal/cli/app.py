@@ -65,7 +65,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
                   f"powerUsage {p.info.powerUsage:.3f}")
         print(f"  IF {caps.ifPerformance.execTime:.3f}, WHILE {caps.whilePerformance.execTime:.3f}")
         _, n_model, n_data = d.getNumberOfCacheFilesNeeded()
-        print(f"  cache files: model {n_model}, data {n_data}; extensions: {len(d.getSupportedExtensions()[1])}")
+        exts = ", ".join(e.name for e in d.getSupportedExtensions()[1]) or "none"
+        print(f"  cache files: model {n_model}, data {n_data}; extensions: {exts}")
     return 0
 
 
@@ -118,8 +119,9 @@ def cmd_ops(args: argparse.Namespace) -> int:
     # NOTE: a $NNHAL_VECTORS that is no folder is not passed over for another: the report says no vectors there
     env = os.environ.get("NNHAL_VECTORS")
     where = env if env and not Path(env).is_dir() else _default_vectors()
+    device = _device(args.device)
     try:
-        report = opsupport.run(_device(args.device), args.device, sys.stdout, ops=ops, vectors_dir=where,
+        report = opsupport.run(device, args.device, sys.stdout, ops=ops, vectors_dir=where,
                                verbose=getattr(args, "verbose", 0) > 0)
     except opsupport.DeviceUnavailable as e:
         print(f"nnhal ops: {args.device}: {e}", file=sys.stderr)
@@ -129,6 +131,9 @@ def cmd_ops(args: argparse.Namespace) -> int:
             opsupport.write_json(report, args.device, args.json)
         except OSError as e:
             raise UserError(f"--json {args.json}: {e.strerror or e}") from None
+    from nnhal.tools.extensions import print_extensions
+
+    print_extensions(device, args.device, sys.stdout)  # NOTE: what the device declares beyond the operations
     return 0
 
 

@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tune-malloc", action="store_true",
                     help="glibc mallopt: keep freed pages for reuse (fewer page faults per execution)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--overhead", action="store_true",
+                    help="only the per-operation overhead line (a chain of 100 quantized ADDs, target < 10 us)")
     args = ap.parse_args(argv)
     builders = {"v1": mobilenet_v1, "v2": mobilenet_v2}
     if args.tune_malloc and not tune_malloc():
@@ -97,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"BLAS threads: {blas_threads() or 'unknown'}; kernel threads: {conv_kernels.THREADS}; "
           f"cpus: {os.cpu_count()}; load average: {os.getloadavg()[0]:.2f}")
+    from nnhal.tools.bench import overhead
+
+    per_op = overhead.report(sys.stdout)
+    if args.overhead:
+        return 1 if (args.strict and per_op["median_us"] >= overhead.TARGET_US) else 0
     results = []
     for name in [n.strip() for n in args.nets.split(",") if n.strip()]:
         if name not in builders:

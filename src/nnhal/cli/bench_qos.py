@@ -99,11 +99,42 @@ def _median_time(fn: Callable[[], Any], n: int) -> tuple[float, Any]:
     return statistics.median(ts), last
 
 
-def cache_bench(classes: int, prepares: int, loads: int, out: Any = None, size: int = 224) -> dict:
+def conv_chain(layers: int = 16, channels: int = 256, size: int = 8, seed: int = 0) -> bench.Graph:
+    """``layers`` quantized 3x3 CONV_2D (SAME, uint8, ``channels`` in and out) on a
+    ``size`` x ``size`` input: 16 x 256 x 256 x 9 = 9.4 MB of uint8 weights."""
+    from nnhal.hal import OperandType as OT
+    from nnhal.hal import OperationType
+    from nnhal.tools.bench.lowering import Graph, Opnd
+
+    rng = np.random.default_rng(seed)
+    g = Graph()
+    q8 = OT.TENSOR_QUANT8_ASYMM
+    cur = g.add(Opnd(q8, (1, size, size, channels), 0.05, 128))
+    g.inputs.append(cur)
+    for _ in range(layers):
+        w = g.add(Opnd(q8, (channels, 3, 3, channels), 0.002, 127,
+                       rng.integers(0, 256, (channels, 3, 3, channels)).astype(np.uint8)))
+        b = g.add(Opnd(OT.TENSOR_INT32, (channels,), g.operands[cur].scale * 0.002, 0,
+                       rng.integers(-2000, 2000, channels).astype(np.int32)))
+        y = g.add(Opnd(q8, (1, size, size, channels), 0.5, 128))
+        g.ops.append((OperationType.CONV_2D, [cur, w, b, g.i32(1), g.i32(1), g.i32(1), g.i32(0)], [y]))
+        cur = y
+    g.outputs.append(cur)
+    return g
+
+
+def cache_bench(classes: int, prepares: int, loads: int, out: Any = None, size: int = 224,
+                which: str = "mobilenet") -> dict:
     out = out or sys.stdout
-    net = bench.mobilenet_v1(size, 1.0, classes)
-    x = np.random.default_rng(0).random((1, size, size, 3), np.float32)
-    g = bench.lower(net, quant=True, ranges=bench.calibrate(net, x))
+    if which == "convchain":
+        g = conv_chain()
+        x = np.random.default_rng(0).integers(0, 256, g.operands[g.inputs[0]].dims).astype(np.uint8)
+        title = f"a chain of 16 quantized 3x3 CONV_2D layers (256 channels, {g.operands[g.inputs[0]].dims})"
+    else:
+        net = bench.mobilenet_v1(size, 1.0, classes)
+        x = np.random.default_rng(0).random((1, size, size, 3), np.float32)
+        g = bench.lower(net, quant=True, ranges=bench.calibrate(net, x))
+        title = f"{net.name} quant8, {classes} classes"
     model = bench.to_model(g)
     const_mb = (len(model.operandValues) + sum(p.size for p in model.pools)) / 1e6
     dev = nnhal.get_device("sample-all")
@@ -135,8 +166,7 @@ def cache_bench(classes: int, prepares: int, loads: int, out: Any = None, size: 
             for m in model.pools:
                 memory.free(m)
     ratio = t_prep / t_load
-    print(f"model: {net.name} quant8, {classes} classes, {len(g.ops)} operations, {const_mb:.1f} MB of constants",
-          file=out)
+    print(f"model: {title}, {len(g.ops)} operations, {const_mb:.1f} MB of constants", file=out)
     print(f"cache files: model {sizes[0] * 1000:.0f} KB, data {sizes[1]:.1f} MB", file=out)
     print(f"prepareModel_1_3            {t_prep * 1e3:8.1f} ms  (median of {prepares})", file=out)
     print(f"prepareModel_1_3 + save     {t_save * 1e3:8.1f} ms", file=out)
@@ -224,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="--cache: width of the fully connected head (default 7000: > 10 MB of constants)")
     ap.add_argument("--size", type=int, default=0,
                     help="input height and width (default 224 for --cache, 128 for --priority)")
+    ap.add_argument("--cache-models", default="convchain,mobilenet",
+                    help="--cache: convchain (16 quantized 3x3 CONV_2D, 9.4 MB of uint8 weights), mobilenet "
+                         "(MobileNet v1 quant8 with a --classes head); default both")
     ap.add_argument("--prepares", type=int, default=3, help="--cache: preparations timed (default 3)")
     ap.add_argument("--loads", type=int, default=7, help="--cache: loads from cache timed (default 7)")
     ap.add_argument("--samples", type=int, default=15, help="--priority: executions timed per case (default 15)")
@@ -239,9 +272,14 @@ def main(argv: list[str] | None = None) -> int:
           f"load average: {os.getloadavg()[0]:.2f}")
     rc = 0
     if args.cache:
-        r = cache_bench(args.classes, args.prepares, args.loads, size=args.size or 224)
-        if args.strict and (r["ratio"] < 10 or not r["same"]):
-            rc = 1
+        for k, which in enumerate(w.strip() for w in args.cache_models.split(",") if w.strip()):
+            if which not in ("convchain", "mobilenet"):
+                ap.error(f"unknown cache model {which!r}")
+            if k:
+                print()
+            r = cache_bench(args.classes, args.prepares, args.loads, size=args.size or 224, which=which)
+            if args.strict and (r["ratio"] < 10 or not r["same"]):
+                rc = 1
     if args.priority:
         if args.cache:
             print()

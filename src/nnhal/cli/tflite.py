@@ -39,11 +39,12 @@ from nnhal.tflite.schema import MissingDependency
 DeviceOf = Callable[[str], Any]
 
 
-def _load(path: str, batch: Optional[int], expose: bool = False) -> tuple[Any, IODescription]:
+def _load(path: str, batch: Optional[int], expose: bool = False,
+          custom_ops: Optional[dict] = None) -> tuple[Any, IODescription]:
     """``load``; a model that cannot be converted is printed (one line, or one per refused operator)
     and exits with status 2."""
     try:
-        return load(path, batch=batch, expose_intermediates=expose)
+        return load(path, batch=batch, expose_intermediates=expose, custom_ops=custom_ops)
     except UnsupportedModelError as e:
         print(f"{path}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -56,6 +57,20 @@ def _load(path: str, batch: Optional[int], expose: bool = False) -> tuple[Any, I
     except MissingDependency as e:
         print(f"{path}: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def custom_operators(devices: list) -> dict[str, tuple[str, int]]:
+    """``{custom code: (extension, operation type)}`` that in-process drivers among ``devices``
+    declare (``nnhal.ops.extension.Extension.custom_ops``; the HAL has no call for it, so a
+    service's are not known here); the first device declaring a code wins."""
+    from nnhal.driver import Device
+
+    out: dict[str, tuple[str, int]] = {}
+    for d in devices:
+        for ext in d.extensions if isinstance(d, Device) else ():
+            for code, op_type in ext.custom_ops.items():
+                out.setdefault(code, (ext.name, int(op_type)))
+    return out
 
 
 def summary(io: IODescription) -> str:
@@ -126,10 +141,12 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     if args.batch < 0:
         _user_error(f"--batch {args.batch}: give 1 or more")
     batch = None if args.keep_unknown else (args.batch or 1)
-    model, io = _load(args.model, batch, expose)
+    devices = [d.strip() for d in (getattr(args, "devices", "") or "").split(",") if d.strip()]
+    # NOTE: TFLite custom operators the target devices implement as extension operations
+    custom = custom_operators([device_of(n) for n in devices or [args.device]])
+    model, io = _load(args.model, batch, expose, custom)
     print(f"{args.model}: {summary(io)}")
     x = _inputs(args, io)
-    devices = [d.strip() for d in (getattr(args, "devices", "") or "").split(",") if d.strip()]
     try:
         device = device_of(devices[0] if devices else args.device)
         for name in devices[1:]:

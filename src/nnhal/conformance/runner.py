@@ -96,7 +96,7 @@ def has_quant8_coupled_operands(vm: VectorModel) -> bool:
     if vm.expectFailure or len(vm.main.operations) != 1 or vm.referenced:
         return False
     op = vm.main.operations[0]
-    if hal.OperationType(op.type).name in UNCOUPLED_OPS:
+    if hal.operation_name(op.type) in UNCOUPLED_OPS:
         return False
     return any(vm.main.operands[i].type == T.TENSOR_QUANT8_ASYMM for i in [*op.inputs, *op.outputs])
 
@@ -221,7 +221,7 @@ class RequestPools:
         return np.frombuffer(raw, dtype=dt, count=n).reshape(shape)
 
     def read_output(self, k: int, operand: VectorOperand, shape: Sequence[int]) -> np.ndarray:
-        return self.output(k, _dtype(operand.type), shape)
+        return self.output(k, operand_dtype(operand), shape)
 
     def close(self) -> None:
         hal_memory.free(self.in_mem)
@@ -319,7 +319,7 @@ class DevicePools:
         buf = self.out_buffers.get(k)
         if buf is None:
             return self.shared.read_output(k, operand, shape)
-        dt = np.dtype(_dtype(operand.type))
+        dt = np.dtype(operand_dtype(operand))
         n = int(np.prod(shape)) if len(shape) else 1
         if n == 0:  # NOTE: as VTS, a zero-sized output is not copied back (no memory of size 0)
             return np.zeros(shape, dt)
@@ -357,9 +357,16 @@ def _dtype(t: int) -> Any:
     return _DT[T(t)]
 
 
+def operand_dtype(o: VectorOperand) -> Any:
+    """An operand's element dtype: its HAL type's, or for an extension type the vector data's."""
+    if int(o.type) >> 16 and o.data is not None:
+        return o.data.dtype
+    return _dtype(o.type)
+
+
 def nbytes(o: VectorOperand) -> int:
-    return int(np.prod(o.dimensions)) * np.dtype(_dtype(o.type)).itemsize if o.dimensions else \
-        np.dtype(_dtype(o.type)).itemsize
+    return int(np.prod(o.dimensions)) * np.dtype(operand_dtype(o)).itemsize if o.dimensions else \
+        np.dtype(operand_dtype(o)).itemsize
 
 
 # --------------------------------------------------------------------------

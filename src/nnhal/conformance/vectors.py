@@ -29,6 +29,8 @@ DTYPES = {
     "int8": np.int8,
     "uint8": np.uint8,
     "bool8": np.bool_,
+    "int64": np.int64,  # NOTE: extension operand types (com.example.fibonacci's)
+    "uint64": np.uint64,
 }
 
 ALIGN = 8
@@ -61,6 +63,7 @@ class VectorOperand:
     channelQuant: Optional[hal.SymmPerChannelQuantParams]
     isIgnored: bool
     data: Optional[np.ndarray]  # None when the vector has no values
+    extension: Optional[bytes] = None  # extraParams.extension (extension operand types)
 
     @property
     def raw(self) -> bytes:
@@ -85,6 +88,7 @@ class VectorModel:
     multinomialTolerance: float
     main: VectorSubgraph
     referenced: list[VectorSubgraph] = field(default_factory=list)
+    extensionNameToPrefix: list[hal.ExtensionNameAndPrefix] = field(default_factory=list)
 
     # ------------------------------------------------------------------
     @property
@@ -103,16 +107,26 @@ class VectorModel:
         t = self.main.operands[ins[0]].type if ins else self.main.operands[op.outputs[0]].type
         if t in (hal.OperandType.TENSOR_FLOAT32, hal.OperandType.FLOAT32) and self.isRelaxed:
             return "relaxed"
+        prefixes = {int(e.prefix): e.name for e in self.extensionNameToPrefix}
+        if int(t) >> 16 and int(t) >> 16 in prefixes:  # NOTE: an extension operand type: extension:type
+            return f"{prefixes[int(t) >> 16]}:{int(t) & 0xFFFF}"
         return DATA_TYPE_NAMES.get(t, hal.OperandType(t).name.lower() if t in hal.OperandType._value2member_map_
                                    else str(t))
 
     @property
     def operation_types(self) -> set[str]:
+        """The operations the model uses, by name; an extension operation as ``extension:type``."""
         names = set()
+        prefixes = {int(e.prefix): e.name for e in self.extensionNameToPrefix}
         for sg in [self.main, *self.referenced]:
             for op in sg.operations:
-                names.add(hal.OperationType(op.type).name if op.type in hal.OperationType._value2member_map_
-                          else str(op.type))
+                t = int(op.type)
+                if t in hal.OperationType._value2member_map_:
+                    names.add(hal.OperationType(t).name)
+                elif t >> 16 and (t >> 16) in prefixes:
+                    names.add(f"{prefixes[t >> 16]}:{t & 0xFFFF}")
+                else:
+                    names.add(str(t))
         return names
 
     def input_values(self) -> list[Optional[np.ndarray]]:
@@ -154,7 +168,8 @@ class VectorModel:
                     loc = hal.DataLocation(poolIndex=0, offset=off, length=len(raw))
                 elif o.lifetime == hal.OperandLifeTime.SUBGRAPH:
                     loc = hal.DataLocation(poolIndex=0, offset=int(o.data.reshape(-1)[0]), length=0)
-                extra = hal.OperandExtraParams(channelQuant=o.channelQuant) if o.channelQuant else hal.OperandExtraParams()
+                extra = hal.OperandExtraParams(channelQuant=o.channelQuant) if o.channelQuant else \
+                    hal.OperandExtraParams(extension=o.extension) if o.extension is not None else hal.OperandExtraParams()
                 operands.append(hal.Operand(type=o.type, dimensions=list(o.dimensions),
                                             numberOfConsumers=o.numberOfConsumers, scale=o.scale,
                                             zeroPoint=o.zeroPoint, lifetime=o.lifetime, location=loc,
@@ -171,7 +186,9 @@ class VectorModel:
                 memory_factory = memory.allocate_filled
             pools.append(memory_factory(bytes(pool)))
         return hal.Model(main=subgraphs[0], referenced=subgraphs[1:], operandValues=bytes(values), pools=pools,
-                         relaxComputationFloat32toFloat16=self.isRelaxed)
+                         relaxComputationFloat32toFloat16=self.isRelaxed,
+                         extensionNameToPrefix=[hal.ExtensionNameAndPrefix(e.name, e.prefix)
+                                                for e in self.extensionNameToPrefix])
 
 
 def _operand(d: dict) -> VectorOperand:
@@ -202,6 +219,7 @@ def _operand(d: dict) -> VectorOperand:
         channelQuant=hal.SymmPerChannelQuantParams(scales=list(cq["scales"]), channelDim=cq["channelDim"]) if cq else None,
         isIgnored=bool(d.get("isIgnored", False)),
         data=arr,
+        extension=bytes.fromhex(d["extension"]) if d.get("extension") is not None else None,
     )
 
 
@@ -222,7 +240,9 @@ def parse_model(spec: str, m: dict) -> VectorModel:
         name=m["name"], spec=spec, minSupportedVersion=m.get("minSupportedVersion", "UNKNOWN"),
         isRelaxed=bool(m.get("isRelaxed", False)), expectFailure=bool(m.get("expectFailure", False)),
         multinomialTolerance=float(m.get("expectedMultinomialDistributionTolerance", 0) or 0),
-        main=_subgraph(m["main"]), referenced=[_subgraph(s) for s in m.get("referenced", [])])
+        main=_subgraph(m["main"]), referenced=[_subgraph(s) for s in m.get("referenced", [])],
+        extensionNameToPrefix=[hal.ExtensionNameAndPrefix(name=e["name"], prefix=int(e["prefix"]))
+                               for e in m.get("extensionNameToPrefix", [])])
 
 
 def load_file(path: str | Path) -> list[VectorModel]:

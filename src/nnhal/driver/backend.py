@@ -37,6 +37,12 @@ never lets an exception reach the client):
 * from ``supported``: anything -> every operation unsupported, the
   exception's message as the reason.
 
+Optionally, vendor extensions: :meth:`Backend.extensions` returns the
+``nnhal.ops.extension.Extension`` s it implements (names, operand types,
+operations as data; default none); ``getSupportedExtensions`` answers from
+them and the shared validation checks a model's extension types against them
+(docs/extensions.md).
+
 Optionally, the compilation cache: ``caching = True`` with
 :meth:`Backend.cache_encode` / :meth:`Backend.cache_load` (``nnhal.driver.cache``
 has the protocol: ``encode_opaque`` / ``load_opaque`` authenticate any bytes
@@ -55,6 +61,7 @@ import numpy as np
 from nnhal import hal
 from nnhal.engine.executor import BadData, DeadlineMissed
 from nnhal.ops.base import NUMPY_DTYPE, OpExecutionError
+from nnhal.ops.extension import Extension
 from nnhal.ops.operands import constant_value
 
 __all__ = ["Backend", "BadData", "Compiled", "DeadlineMissed", "NUMPY_DTYPE", "OpExecutionError", "constant_value",
@@ -115,6 +122,14 @@ class Backend:
         IF / WHILE are supported only with every operation of their
         subgraphs (``model.referenced``)."""
         raise NotImplementedError
+
+    def extensions(self) -> Sequence[Extension]:
+        """The vendor extensions this backend implements (called once per
+        device).  A model's operands and operations of these extensions reach
+        ``supported`` / ``compile`` with their types resolved
+        (``nnhal.ops.extension.ExtensionOperandType`` /
+        ``ExtensionOperationType``: ints that carry the declaration)."""
+        return ()
 
     def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> Compiled:
         """Compiles a validated model whose operations are all supported.

@@ -55,6 +55,7 @@ from nnhal.driver.guard import hal_methods
 from nnhal.driver.hardware_buffer import ImageError, open_image
 from nnhal.engine.validation import ValidationError, is_tensor, operand_byte_size
 from nnhal.ops.base import MAX_RANK, NUMPY_DTYPE
+from nnhal.ops.extension import ExtensionOperandType, operand_type, storage_dtype, type_name
 from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
@@ -121,8 +122,8 @@ class DeviceBuffer:
 
     def __init__(self, token: int, operand: hal.Operand, dims: list[int], roles: set):
         self.token = token
-        self.type = T(operand.type)
-        self.dtype = NUMPY_DTYPE[self.type]
+        self.type = operand_type(operand.type)  # NOTE: an extension type of the driver's stays resolved
+        self.dtype = storage_dtype(self.type)
         self.scale, self.zeroPoint = operand.scale, operand.zeroPoint
         self.tensor = is_tensor(operand)
         self.fixed_dims = tuple(dims)  # the combined dimensions of the descriptor and the roles
@@ -479,8 +480,9 @@ def validate_allocation(device: Any, desc: Any, preparedModels: Any, inputRoles:
             raise AllocateError(bad, f"{where}: dimensions {list(o.dimensions)} conflict with {dims} (the "
                                      "descriptor and the other roles)")
         dims = combined
-    if int(first.type) not in T._value2member_map_ or T(first.type) not in NUMPY_DTYPE \
-            or T(first.type) in (T.TENSOR_OEM_BYTE,):
+    if first.type.__class__ is not ExtensionOperandType and (
+            int(first.type) not in T._value2member_map_ or T(first.type) not in NUMPY_DTYPE
+            or T(first.type) in (T.TENSOR_OEM_BYTE,)):
         raise AllocateError(S.GENERAL_FAILURE, f"operand type {_type_name(first.type)} is not supported in "
                                                "driver-managed buffers")
     if not is_tensor(first) and dims:
@@ -496,10 +498,7 @@ def _is_u32(x: Any) -> bool:
 
 
 def _type_name(t: Any) -> str:
-    try:
-        return T(t).name
-    except ValueError:
-        return str(t)
+    return type_name(t)
 
 
 # --------------------------------------------------------------------------

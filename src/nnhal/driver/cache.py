@@ -48,7 +48,7 @@ import stat
 import struct
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import msgspec
 import numpy as np
@@ -56,6 +56,8 @@ import numpy as np
 from nnhal import hal
 from nnhal.engine.executor import PREPARE, Executor
 from nnhal.ops import registry
+from nnhal.ops.extension import Extension, plain_model
+from nnhal.ops.extension import resolve as resolve_extensions
 from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
@@ -442,7 +444,7 @@ def encode(model: hal.Model, pool_views: list, executor: Executor, hal_version: 
     digest = hashlib.sha256()
     for c in blobs.chunks:
         digest.update(c)
-    shell = dataclasses.replace(model, operandValues=b"", pools=[])
+    shell = dataclasses.replace(plain_model(model), operandValues=b"", pools=[])
     record = CacheRecord(driver_version=version, hal_version=int(hal_version), priority=int(priority), model=shell,
                          operand_values=values, pool_sizes=[len(v) for v in pool_views], pools=pools, states=states,
                          blobs=blobs.refs, data_size=blobs.size, data_sha256=digest.digest())
@@ -512,9 +514,10 @@ def verify(model_bytes: bytes, key: bytes, version: str, token: bytes) -> CacheR
     return record
 
 
-def restore(record: CacheRecord, data: np.ndarray) -> Restored:
+def restore(record: CacheRecord, data: np.ndarray, extensions: Sequence[Extension] = ()) -> Restored:
     """Rebuilds the prepared model from a verified record and data (no
-    validation, no prepare work: both are what the cache holds)."""
+    validation, no prepare work: both are what the cache holds);
+    ``extensions``: the driver's, whose types the model's resolve to."""
     if hashlib.sha256(data).digest() != record.data_sha256:
         raise CacheError(S.GENERAL_FAILURE, "the data cache does not match the model cache (modified or replaced)")
     data.flags.writeable = False
@@ -551,6 +554,8 @@ def restore(record: CacheRecord, data: np.ndarray) -> Restored:
         record.model, operandValues=get(record.operand_values).tobytes(),
         pools=[hal.Memory(name="nnhal-cache", size=n) for n in record.pool_sizes])
     pools = [BlobPool(memoryview(get(i)).cast("B")) for i in record.pools]
+    if extensions and model.extensionNameToPrefix:
+        model = resolve_extensions(model, extensions).apply(model)
     sgs = [model.main, *model.referenced]
     if len(record.states) != len(sgs):
         raise CacheError(S.GENERAL_FAILURE, "state table mismatch")
@@ -585,11 +590,12 @@ def _read_verified(model_fd: int, data_fd: int, key: bytes, version: str, token:
         raise CacheError(S.GENERAL_FAILURE, f"cannot read the cache files: {e}") from None
 
 
-def load(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) -> Restored:
+def load(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes,
+         extensions: Sequence[Extension] = ()) -> Restored:
     """Reads, authenticates and restores; CacheError on any problem."""
     record, data = _read_verified(model_fd, data_fd, key, version, token)
     try:
-        return restore(record, data)
+        return restore(record, data, extensions)
     except CacheError:
         raise
     except Exception as e:  # NOTE: an authentic cache that still does not rebuild (a driver bug): refused
@@ -620,7 +626,7 @@ def encode_opaque(model: hal.Model, data: bytes, hal_version: int, priority: int
     digest = hashlib.sha256()
     for c in blobs.chunks:
         digest.update(c)
-    shell = dataclasses.replace(model, operandValues=b"", pools=[])
+    shell = dataclasses.replace(plain_model(model), operandValues=b"", pools=[])
     record = CacheRecord(driver_version=version, hal_version=int(hal_version), priority=int(priority), model=shell,
                          operand_values=values, pool_sizes=[], pools=[], states=[], blobs=blobs.refs,
                          data_size=blobs.size, data_sha256=digest.digest())

@@ -28,6 +28,8 @@ from nnhal.engine.validation import ValidationError, own_copy, validate_model, v
 from nnhal.hal import HalVersion
 from nnhal.ops import deadline as op_deadline
 from nnhal.ops.base import OpExecutionError
+from nnhal.ops.extension import Extension
+from nnhal.ops.extension import resolve as resolve_extensions
 from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
@@ -60,6 +62,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
         self.cache_key_dir = cache_key_dir
         self.version_string = backend.version_string
         self._buffers = BufferRegistry()  # driver-managed buffers (memory domains), by token
+        self.extensions = _declared_extensions(name, backend)
         self.pool_cache = PoolCache()  # request memories of in-process calls, kept mapped (driver/pool_cache.py)
 
     # ------------------------------------------------------------------ helpers
@@ -106,7 +109,10 @@ class Device(hal.IDevice, hal.INnhalDevice):
         model13 = self._upgrade(model)
         pools = self._map_pools(model13) if isinstance(model13, hal.Model) else []
         try:
-            defs = validate_model(model13, [p.view for p in pools], version)
+            defs = validate_model(model13, [p.view for p in pools], version, self.extensions)
+            if self.extensions and model13.extensionNameToPrefix:
+                # NOTE: the types of the extensions this driver declares carry their declarations from here on
+                model13 = resolve_extensions(model13, self.extensions).apply(model13)
         except ValidationError:
             for p in pools:
                 p.close()
@@ -146,7 +152,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
         return S.NONE, self.backend.device_type
 
     def getSupportedExtensions(self) -> tuple:
-        return S.NONE, []
+        return S.NONE, [e.hal() for e in self.extensions]
 
     def getNumberOfCacheFilesNeeded(self) -> tuple:
         # NOTE: one security-sensitive model cache (graph, prepared states, HMAC) and one
@@ -435,6 +441,21 @@ class Device(hal.IDevice, hal.INnhalDevice):
     def allocate(self, desc: Any, preparedModels: list, inputRoles: list, outputRoles: list) -> tuple:
         # NOTE: the rules and the chosen semantics (unknown shapes, concurrency) are in driver/buffers.py
         return self._buffers.allocate(self, desc, preparedModels, inputRoles, outputRoles)
+
+
+def _declared_extensions(name: str, backend: Backend) -> tuple[Extension, ...]:
+    """The backend's extensions, checked once: each an ``Extension``, names distinct (a backend that
+    declares them wrongly declares none, logged, rather than failing the device)."""
+    try:
+        declared = tuple(backend.extensions())
+        if not all(isinstance(e, Extension) for e in declared):
+            raise TypeError("extensions() must return nnhal.ops.extension.Extension objects")
+        if len({e.name for e in declared}) != len(declared):
+            raise ValueError("two extensions of the same name")
+    except Exception:  # noqa: BLE001 - a plugin's broken declaration must not take the device down
+        log.exception("%s: the backend's extensions() failed: no extensions declared", name)
+        return ()
+    return declared
 
 
 def _with_bytes_values(model: Any) -> Any:

@@ -18,6 +18,7 @@ from nnhal.driver import buffers, hardware_buffer
 from nnhal.engine.executor import BadData, DeadlineMissed, Executor
 from nnhal.engine.validation import ValidationError, is_tensor, operand_byte_size
 from nnhal.ops.base import NUMPY_DTYPE, OpExecutionError
+from nnhal.ops.extension import ExtensionOperandType, operand_type, storage_dtype, type_name
 from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
@@ -153,7 +154,9 @@ class RequestPlan:
             loc = arg.location
             given = list(arg.dimensions)
             dims = given or list(o.dimensions)
-            dtype = NUMPY_DTYPE.get(o.type)  # NOTE: an IntEnum-keyed dict finds the plain int too (same hash)
+            # NOTE: an IntEnum-keyed dict finds the plain int too (same hash); an extension type of the
+            # driver's carries its own
+            dtype = NUMPY_DTYPE.get(o.type) if o.type.__class__ is not ExtensionOperandType else o.type.dtype
             # NOTE: math.prod: no numpy reduction per input
             need = math.prod(dims) * dtype.itemsize if dtype is not None else 0
             self.inputs.append((loc.poolIndex, loc.offset, loc.length, o, given, dims, dtype, need, tuple(dims),
@@ -217,7 +220,7 @@ def _special_input(pools: RequestPools, p: int, given: list, o: hal.Operand, k: 
         return arr
     img = pools.images[p]
     dims = list(given) if given else list(o.dimensions)
-    dtype = NUMPY_DTYPE[hal.OperandType(o.type)]
+    dtype = storage_dtype(operand_type(o.type))
     need = (int(np.prod(dims)) if dims else 1) * dtype.itemsize
     if need > img.capacity:
         raise ValidationError(f"request input {k}: {need} bytes needed, the hardware buffer {img.desc} holds "
@@ -254,9 +257,9 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
                 inputs.append(arr)
                 continue
             if dtype is None:
-                dtype = NUMPY_DTYPE[o.type]
+                dtype = storage_dtype(operand_type(o.type))
             if length < need:
-                raise ValidationError(f"request input {k}: {need} bytes needed for {hal.OperandType(o.type).name} "
+                raise ValidationError(f"request input {k}: {need} bytes needed for {type_name(o.type)} "
                                       f"{dims}, the location has {length}")
             view = views[p]
             if direct and not boolean:

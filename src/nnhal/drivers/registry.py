@@ -5,8 +5,9 @@ A driver is the HAL front end (:class:`nnhal.driver.Device`) over a backend
 
 * the built-in drivers: ``sample-all`` (the reference), Android's partial
   sample drivers (``sample-float-fast``, ``sample-float-slow``,
-  ``sample-quant``, ``sample-minimal``) and ``litert-cpu`` (with
-  ``ai-edge-litert`` installed);
+  ``sample-quant``, ``sample-minimal``), ``litert-cpu`` (with
+  ``ai-edge-litert`` installed) and ``example-fibonacci`` (the reference plus
+  Android's example extension ``com.example.fibonacci``);
 * installed plugins: a distribution declares ``name = "module:Class"`` in the
   entry-point group ``nnhal.drivers``; ``name`` is the device name;
 * a spec given where a device name is expected: ``module:Class`` or
@@ -68,6 +69,12 @@ def _partial(name: str) -> Callable[[], Backend]:
     return make
 
 
+def _fibonacci() -> Backend:
+    from nnhal.drivers.fibonacci import FibonacciBackend
+
+    return FibonacciBackend()
+
+
 def _litert() -> Backend:
     if importlib.util.find_spec("ai_edge_litert") is None:
         raise DriverLoadError("litert-cpu needs ai-edge-litert (pip install 'nnhal[litert]')")
@@ -89,6 +96,7 @@ BUILTIN: dict[str, Callable[[], Backend]] = {
     "sample-all": _sample,
     **{n: _partial(n) for n in ("sample-float-fast", "sample-float-slow", "sample-quant", "sample-minimal")},
     "litert-cpu": _litert,
+    "example-fibonacci": _fibonacci,
 }
 
 _DEVICES: dict[str, Device] = {}

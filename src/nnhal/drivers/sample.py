@@ -14,9 +14,10 @@ from nnhal.driver.backend import Backend
 from nnhal.driver.device import Device
 from nnhal.engine.capabilities import measure_capabilities
 from nnhal.engine.executor import Executor
-from nnhal.engine.validation import subgraph_depths, subgraph_references
+from nnhal.engine.validation import is_extension_type, subgraph_depths, subgraph_references
 from nnhal.ops import registry
 from nnhal.ops.base import MAX_RANK
+from nnhal.ops.extension import split_type
 
 VERSION_STRING = "nnhal-sample-all 0.1 (CPU reference, numpy)"
 
@@ -67,9 +68,9 @@ class SampleBackend(Backend):
         return measure_capabilities()
 
     def supported(self, model: hal.Model, defs: list) -> list[tuple[bool, str]]:
-        return [(ok, "" if ok else "not implemented by the reference executor (OEM / extension operation, an "
-                                   f"operand of rank above {MAX_RANK}, or an IF / WHILE subgraph with one)")
-                for ok in supported_operations(model, defs)]
+        declared = {e.name for e in self.extensions()}
+        return [(ok, "" if ok else _reason(model, op, declared))
+                for ok, op in zip(supported_operations(model, defs), model.main.operations)]
 
     def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> Executor:
         # NOTE: the operations' prepare steps poll the deadline scope the front end opened
@@ -81,7 +82,19 @@ class SampleBackend(Backend):
                                    token)
 
     def cache_load(self, model_fd: int, data_fd: int, key: bytes, token: bytes) -> driver_cache.Restored:
-        return driver_cache.load(model_fd, data_fd, key, self.version_string, token)
+        return driver_cache.load(model_fd, data_fd, key, self.version_string, token, self.extensions())
+
+
+def _reason(model: hal.Model, op: hal.Operation, declared: set) -> str:
+    """Why the reference executor does not run ``op``."""
+    if is_extension_type(op.type):
+        prefix, local = split_type(op.type)
+        name = next((e.name for e in model.extensionNameToPrefix if e.prefix == prefix), f"prefix {prefix}")
+        if name in declared:
+            return f"extension {name} has no operation {local}"
+        return f"extension {name} is not declared by this device (getSupportedExtensions)"
+    return ("not implemented by the reference executor (an OEM operation, an operand of rank above "
+            f"{MAX_RANK}, or an IF / WHILE subgraph with one or with an extension operation)")
 
 
 def sample_device(name: str = "sample-all", **options: Any) -> Device:

@@ -32,8 +32,10 @@ from nnhal.ops.base import (
     OutputSpec,
     Tensor,
 )
+from nnhal.ops.extension import operand_type
 from nnhal.ops.operands import constant_value as constant_value  # noqa: F401  (re-exported)
 from nnhal.ops.operands import operand_info
+from nnhal.ops.prepared import Deferred
 
 log = logging.getLogger("nnhal.engine.executor")
 
@@ -62,6 +64,8 @@ def _operand_error(opdef: OpDef, msg: str) -> OpExecutionError:
 
 @dataclass
 class _Step:
+    """One operation, resolved once at prepare into what its execution touches."""
+
     operation: hal.Operation
     opdef: OpDef
     state: Any
@@ -72,6 +76,18 @@ class _Step:
     # channelQuant) to bind at run time
     inputs: list = None  # type: ignore[assignment]
     out_dtypes: list = None  # type: ignore[assignment]
+    # the checks that can fail, found at prepare: run-time inputs that may be
+    # omitted (model inputs) or zero-sized (dimensions not all known), and a
+    # failure every execution reports (a constant omitted or zero-sized)
+    may_omit: tuple = ()  # (position, operand) of inputs a request may omit
+    may_be_empty: tuple = ()  # positions of inputs whose run-time shape may hold a 0
+    const_omitted: Optional[str] = None  # a required constant operand without a value
+    const_empty: Optional[str] = None  # a zero-sized constant the operation does not take
+    checks: bool = False  # any of the above
+    # per output: the declared shape when fully known (the kernel's result is
+    # checked by one comparison), else None (checked against the known part)
+    out_shapes: list = None  # type: ignore[assignment]
+    out_operands: tuple = ()
 
 
 class _Graph:
@@ -107,19 +123,57 @@ class _Graph:
             op_deadline.poll()  # NOTE: a preparation's deadline (set by the driver) ends it between operations
             if states is not None and states[k] is not PREPARE:
                 state = states[k]  # restored from the compilation cache
+                if isinstance(state, Deferred):
+                    try:
+                        state = state.resolve(info)  # NOTE: what the cache rebuilds from the model's constants
+                    except ValueError as e:
+                        raise OpExecutionError(f"{opdef.name}: cached state: {e}") from None
             else:
                 state = opdef.prepare(info) if opdef.prepare else None
-            specs = [OutputSpec(type=hal.OperandType(sg.operands[i].type), dimensions=tuple(sg.operands[i].dimensions),
+            specs = [OutputSpec(type=operand_type(sg.operands[i].type), dimensions=tuple(sg.operands[i].dimensions),
                                 scale=sg.operands[i].scale, zero_point=sg.operands[i].zeroPoint,
                                 channel_quant=sg.operands[i].extraParams.channelQuant) for i in op.outputs]
             tmpl: list = []
             for i in op.inputs:
                 o = sg.operands[i]
-                meta = (i, hal.OperandType(o.type), o.scale, o.zeroPoint, o.extraParams.channelQuant)
+                meta = (i, operand_type(o.type), o.scale, o.zeroPoint, o.extraParams.channelQuant)
                 tmpl.append(Tensor(type=meta[1], data=self.constants[i], scale=meta[2], zero_point=meta[3],
                                    channel_quant=meta[4]) if i in self.constants else meta)
-            self.steps.append(_Step(op, opdef, state, specs, release.get(k, []), tmpl,
-                                    [spec.dtype for spec in specs]))
+            step = _Step(op, opdef, state, specs, release.get(k, []), tmpl, [spec.dtype for spec in specs])
+            self._plan_checks(step)
+            self.steps.append(step)
+
+    def _plan_checks(self, step: _Step) -> None:
+        """Which of the generic run-time checks can fail for this step (the
+        reference's, in its order: a required operand without a value, a
+        zero-sized input the operation does not take), decided from lifetimes
+        and declared shapes; a constant that fails fails every execution."""
+        opdef, op, sg = step.opdef, step.operation, self.sg
+        may_omit, may_be_empty = [], []
+        omit_msg = empty_msg = None
+        for n, t in enumerate(step.inputs):
+            i = op.inputs[n]
+            if t.__class__ is Tensor:  # a constant (or NO_VALUE) operand
+                if t.data is None and n not in opdef.omittable_inputs and omit_msg is None:
+                    omit_msg = f"{opdef.name} input {n} (operand {i}) is required but has no value"
+                elif t.data is not None and not opdef.allow_zero_sized and t.data.ndim and t.data.size == 0 \
+                        and empty_msg is None:
+                    empty_msg = (f"{opdef.name} does not support zero-sized tensors, but input {n} has shape "
+                                 f"{list(t.data.shape)}")
+                continue
+            o = sg.operands[i]
+            if o.lifetime == L.SUBGRAPH_INPUT and n not in opdef.omittable_inputs:
+                may_omit.append((n, i))
+            dims = tuple(o.dimensions)
+            # NOTE: a temporary of fully known dimensions was checked against them when computed
+            if not opdef.allow_zero_sized and (o.lifetime != L.TEMPORARY_VARIABLE or not dims or 0 in dims):
+                may_be_empty.append(n)
+        step.may_omit, step.may_be_empty = tuple(may_omit), tuple(may_be_empty)
+        step.const_omitted, step.const_empty = omit_msg, empty_msg
+        step.checks = bool(may_omit or may_be_empty or omit_msg or empty_msg)
+        step.out_shapes = [spec.dimensions if (spec.dimensions and 0 not in spec.dimensions) else None
+                           for spec in step.outputs]
+        step.out_operands = tuple(op.outputs)
 
 
 def _check_output(opdef: OpDef, j: int, spec: OutputSpec, arr: Any, dtype: Any = None) -> np.ndarray:
@@ -202,6 +256,28 @@ class _Run:
         """The number of outputs of referenced subgraph ``index`` (ops.base.SubgraphRunner)."""
         return len(self.executor.graphs[index + 1].sg.outputIndexes)
 
+    def _check_operands(self, step: _Step, ins: list, omitted: Optional[set]) -> None:
+        """The generic checks that can fail for ``step`` (see _Graph._plan_checks), in the reference's order."""
+        opdef = step.opdef
+        op = step.operation
+        for n, i in step.may_omit:
+            if ins[n].data is None:
+                raise _operand_error(opdef, f"{opdef.name} input {n} (operand {i}) is required but has no value")
+        if step.const_omitted is not None:
+            raise _operand_error(opdef, step.const_omitted)
+        if omitted and not opdef.omittable_inputs and not opdef.allow_omitted_outputs:
+            for j, i in enumerate(op.outputs):
+                if i in omitted:
+                    raise _operand_error(opdef, f"{opdef.name} output {j} (operand {i}) is required "
+                                                f"but the request omits it")
+        for n in step.may_be_empty:
+            d = ins[n].data
+            if d is not None and d.ndim and d.size == 0:
+                raise _operand_error(opdef, f"{opdef.name} does not support zero-sized tensors, "
+                                            f"but input {n} has shape {list(d.shape)}")
+        if step.const_empty is not None:
+            raise _operand_error(opdef, step.const_empty)
+
     def run_graph(self, g: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
         """Runs subgraph ``g`` (0 the main one) and every subgraph its control
         flow runs, from a stack of suspended subgraphs (:class:`_Frame`): an IF
@@ -252,42 +328,31 @@ class _Run:
                 _store(steps[first], stop.value, values)
                 first += 1
         relaxed = self.executor.relaxed
+        check_deadline = self.check_deadline
+        omitted = self.omitted if g == 0 else None
         for k in range(first, len(steps)):  # NOTE: from the step to run next (0, or after a resumed one)
             step = steps[k]
-            self.check_deadline()
-            op = step.operation
+            check_deadline()
+            opdef = step.opdef
             ins = []
             for t in step.inputs:
-                if t.__class__ is not tuple:
+                if t.__class__ is Tensor:
                     ins.append(t)
                     continue
-                i = t[0]
-                if i not in values:
-                    raise OpExecutionError(f"{step.opdef.name}: input operand {i} has no value")
-                ins.append(Tensor(type=t[1], data=values[i], scale=t[2], zero_point=t[3], channel_quant=t[4]))
-            for n, t in enumerate(ins):
-                if t.data is None and n not in step.opdef.omittable_inputs:
-                    raise _operand_error(step.opdef, f"{step.opdef.name} input {n} (operand {op.inputs[n]}) is "
-                                                     f"required but has no value")
-            if g == 0 and self.omitted and not step.opdef.omittable_inputs and not step.opdef.allow_omitted_outputs:
-                for j, i in enumerate(op.outputs):
-                    if i in self.omitted:
-                        raise _operand_error(step.opdef, f"{step.opdef.name} output {j} (operand {i}) is required "
-                                                         f"but the request omits it")
-            if not step.opdef.allow_zero_sized:
-                for n, t in enumerate(ins):
-                    if t.data is not None and t.data.ndim and t.data.size == 0:
-                        raise _operand_error(step.opdef, f"{step.opdef.name} does not support zero-sized tensors, "
-                                                         f"but input {n} has shape {list(t.data.shape)}")
-            ctx = ExecContext(type=step.opdef.type, inputs=ins, outputs=step.outputs, relaxed=relaxed,
-                              state=step.state, executor=self)
+                try:
+                    data = values[t[0]]
+                except KeyError:
+                    raise OpExecutionError(f"{opdef.name}: input operand {t[0]} has no value") from None
+                ins.append(Tensor(t[1], data, t[2], t[3], t[4]))
+            if step.checks or omitted:
+                self._check_operands(step, ins, omitted)
+            ctx = ExecContext(opdef.type, ins, step.outputs, relaxed, step.state, self)
+            outs = opdef.execute(ctx) if opdef.steps is None else None
             # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
             # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
             # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure
-            control = step.opdef.steps
-            if control is None:
-                outs = step.opdef.execute(ctx)
-            else:
+            control = opdef.steps
+            if control is not None:
                 # NOTE: control flow: the first subgraph it runs suspends this frame (run_graph's stack)
                 gen = control(ctx)
                 try:
@@ -297,10 +362,15 @@ class _Run:
                 else:
                     frame.k, frame.gen = k, gen
                     return request
-            if len(outs) != len(op.outputs):
-                raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
-            for j, (i, arr) in enumerate(zip(op.outputs, outs)):
-                values[i] = _check_output(step.opdef, j, step.outputs[j], arr, step.out_dtypes[j])
+            if len(outs) != len(step.out_operands):
+                raise OpExecutionError(f"{opdef.name} produced {len(outs)} outputs, expected "
+                                       f"{len(step.out_operands)}")
+            for j, i in enumerate(step.out_operands):
+                arr = outs[j]
+                if arr.__class__ is not np.ndarray or arr.dtype != step.out_dtypes[j] or \
+                        arr.shape != step.out_shapes[j]:
+                    arr = _check_output(opdef, j, step.outputs[j], arr, step.out_dtypes[j])
+                values[i] = arr
             for i in step.release:
                 values.pop(i, None)
         result = []

@@ -32,6 +32,8 @@ from nnhal import hal
 from nnhal.hal import HalVersion
 from nnhal.ops import registry
 from nnhal.ops.base import MAX_RANK, OpDef, OpInfo, OpValidationError, match_signature
+from nnhal.ops.extension import Extension, ExtensionOperandType, ModelExtensions, check_params, type_name
+from nnhal.ops.extension import resolve as resolve_extensions
 from nnhal.ops.operands import constant_value, operand_info
 
 log = logging.getLogger("nnhal.engine.validation")
@@ -105,7 +107,13 @@ def _extension_prefix_known(t: int, model: hal.Model) -> bool:
 def operand_byte_size(operand: hal.Operand, dims: Optional[Sequence[int]] = None) -> int:
     """Bytes of a non-extension operand's value (0 if a dimension is unknown)."""
     dims = list(operand.dimensions if dims is None else dims)
-    size = hal.OPERAND_TYPE_BYTE_SIZE.get(T(operand.type), 0) if _fundamental_operand_type(operand.type) else 0
+    t = operand.type
+    if t.__class__ is ExtensionOperandType:  # NOTE: resolved against the device's declaration
+        size = t.byte_size
+        if not t.is_tensor:
+            return size
+    else:
+        size = hal.OPERAND_TYPE_BYTE_SIZE.get(T(t), 0) if _fundamental_operand_type(t) else 0
     for d in dims:
         size *= d
     return size
@@ -484,7 +492,37 @@ def _size_overflows_uint32(t: T, dims: Sequence[int]) -> bool:
     return False
 
 
-def _check_operand(model: hal.Model, sg: hal.Subgraph, index: int, version: HalVersion) -> None:
+def _check_extension_operand(o: hal.Operand, where: str, types: ModelExtensions) -> Optional[ExtensionOperandType]:
+    """The rules of an extension operand type: the HAL's (no scale, zeroPoint or
+    channelQuant), then, for an extension this device declares, the
+    declaration's (a declared type, a scalar of rank 0, a size that fits, the
+    parameters it accepts).  Returns the resolved type (None: not declared here)."""
+    if o.scale != 0.0 or o.zeroPoint != 0:
+        raise _fail(f"{where}: extension operand with a non-zero scale or zeroPoint")
+    if o.extraParams.channelQuant is not None:
+        raise _fail(f"{where}: extension operand with channelQuant params")
+    if not types.declares(o.type):
+        return None
+    t = types.operand_type(o.type)
+    if t is None:
+        raise _fail(f"{where}: extension {types.extension_name(o.type)} has no operand type "
+                    f"{int(o.type) & 0xFFFF}")
+    if not t.is_tensor and o.dimensions:
+        raise _fail(f"{where}: scalar {t.name} has dimensions of rank {len(o.dimensions)}")
+    size = t.byte_size
+    for d in o.dimensions if t.is_tensor else ():
+        size *= d
+        if size > UINT32_MAX:
+            raise _fail(f"{where}: {t.name} {list(o.dimensions)} is larger than 4 GiB")
+    try:
+        check_params(t, o.extraParams.extension)
+    except OpValidationError as e:
+        raise _fail(f"{where}: {e}") from None
+    return t
+
+
+def _check_operand(model: hal.Model, sg: hal.Subgraph, index: int, version: HalVersion,
+                   types: Optional[ModelExtensions] = None) -> None:
     o = sg.operands[index]
     where = f"operand {index}"
     t = int(o.type)
@@ -533,10 +571,10 @@ def _check_operand(model: hal.Model, sg: hal.Subgraph, index: int, version: HalV
             if not all(s > 0.0 for s in cq.scales):
                 raise _fail(f"{where}: channelQuant scales must be positive")
     else:
-        if o.scale != 0.0 or o.zeroPoint != 0:
-            raise _fail(f"{where}: extension operand with a non-zero scale or zeroPoint")
-        if o.extraParams.channelQuant is not None:
-            raise _fail(f"{where}: extension operand with channelQuant params")
+        ext_type = _check_extension_operand(o, where, types or resolve_extensions(model, ()))
+        if ext_type is not None and ext_type.is_tensor and not o.dimensions and o.lifetime in (
+                L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
+            raise _fail(f"{where}: tensor {ext_type.name} has dimensions of rank 0")
 
     loc = o.location
     life = o.lifetime
@@ -572,6 +610,11 @@ def _check_operand(model: hal.Model, sg: hal.Subgraph, index: int, version: HalV
         expected = operand_byte_size(o)
         if loc.length != expected:
             raise _fail(f"{where}: {t.name} {list(o.dimensions)} needs {expected} bytes, location has {loc.length}")
+    if life in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE) and ext and ext_type is not None:
+        expected = operand_byte_size(dataclasses.replace(o, type=ext_type))
+        if loc.length != expected:
+            raise _fail(f"{where}: {ext_type.name} {list(o.dimensions)} needs {expected} bytes, location has "
+                        f"{loc.length}")
 
 
 def _check_io_indexes(sg: hal.Subgraph, indexes: Sequence[int], life: L, what: str) -> None:
@@ -590,9 +633,13 @@ def _check_io_indexes(sg: hal.Subgraph, indexes: Sequence[int], life: L, what: s
 
 
 def validate_operation(model: hal.Model, sg: hal.Subgraph, op: hal.Operation, pools: Optional[Sequence[Any]],
-                       version: HalVersion = HalVersion.V1_3) -> Optional[OpDef]:
+                       version: HalVersion = HalVersion.V1_3,
+                       types: Optional[ModelExtensions] = None) -> Optional[OpDef]:
     """Checks one operation; returns its OpDef, or None for a valid operation
-    this driver has no implementation of (OEM / extension operations)."""
+    this driver has no implementation of (OEM operations, extension operations
+    of an extension it does not declare or that it does not know); ``types``:
+    the model's extensions resolved against the device's declarations, whose
+    operations are checked by their declared signatures and validate."""
     n = len(sg.operands)
     for what, idx in (("input", op.inputs), ("output", op.outputs)):
         for i in idx:
@@ -604,7 +651,13 @@ def validate_operation(model: hal.Model, sg: hal.Subgraph, op: hal.Operation, po
             raise _fail("extension operations need HAL 1.2")
         if not _extension_prefix_known(t, model):
             raise _fail(f"operation type {t}: extension prefix {t >> EXTENSION_TYPE_BITS} not in extensionNameToPrefix")
-        return None
+        opdef = types.operation(t) if types is not None else None
+        if opdef is None:
+            return None  # NOTE: valid (ValidateHal); not supported by this device
+        # NOTE: the operation's operands as the declaring device knows them (its extension types resolved)
+        ins = [_resolved(sg.operands[i], types) for i in op.inputs]
+        outs = [_resolved(sg.operands[i], types) for i in op.outputs]
+        return _check_signature(model, sg, op, opdef, ins, outs, pools, version)
     if t == hal.OperationType.OEM_OPERATION:
         return None
     if t not in hal.OperationType._value2member_map_:
@@ -614,11 +667,22 @@ def validate_operation(model: hal.Model, sg: hal.Subgraph, op: hal.Operation, po
         raise _fail(f"operation {hal.operation_name(t)} is not registered")
     ins = [sg.operands[i] for i in op.inputs]
     outs = [sg.operands[i] for i in op.outputs]
+    for o in ins + outs:
+        if is_extension_type(o.type):
+            raise _fail(f"{opdef.name} does not accept extension operand types")
+    return _check_signature(model, sg, op, opdef, ins, outs, pools, version)
+
+
+def _resolved(o: hal.Operand, types: ModelExtensions) -> hal.Operand:
+    t = types.operand_type(o.type) if is_extension_type(o.type) else None
+    return o if t is None else dataclasses.replace(o, type=t)
+
+
+def _check_signature(model: hal.Model, sg: hal.Subgraph, op: hal.Operation, opdef: OpDef, ins: list, outs: list,
+                     pools: Optional[Sequence[Any]], version: HalVersion) -> OpDef:
     try:
-        for o in ins + outs:
-            if is_extension_type(o.type):
-                raise OpValidationError(f"{opdef.name} does not accept extension operand types")
-        match_signature(opdef, [int(o.type) for o in ins], [int(o.type) for o in outs], version)
+        match_signature(opdef, [o.type if o.type.__class__ is ExtensionOperandType else int(o.type) for o in ins],
+                        [o.type if o.type.__class__ is ExtensionOperandType else int(o.type) for o in outs], version)
         if opdef.validate is not None:
             info = OpInfo(type=opdef.type,
                           inputs=[operand_info(o, _safe_constant(model, o, pools)) for o in ins],
@@ -645,6 +709,8 @@ def validate_operation(model: hal.Model, sg: hal.Subgraph, op: hal.Operation, po
 def _safe_constant(model: hal.Model, o: hal.Operand, pools: Optional[Sequence[Any]]) -> Any:
     if o.lifetime == L.CONSTANT_REFERENCE and pools is None:
         return None
+    if o.type.__class__ is ExtensionOperandType:
+        return constant_value(model, o, pools or [])  # NOTE: a declared extension type: its size was checked
     if is_extension_type(o.type) or o.type in (T.OEM, T.TENSOR_OEM_BYTE):
         return None
     if len(o.dimensions) > MAX_RANK:
@@ -761,10 +827,13 @@ def validate_memory_names(pools: Sequence[hal.Memory], version: HalVersion) -> N
 
 
 def validate_model(model: hal.Model, pools: Optional[Sequence[Any]] = None,
-                   version: HalVersion = HalVersion.V1_3) -> list[Optional[OpDef]]:
+                   version: HalVersion = HalVersion.V1_3,
+                   extensions: Sequence[Extension] = ()) -> list[Optional[OpDef]]:
     """Validates a (1.3 or upgraded) model.  ``pools`` are the mapped model
     pools (for constant values that operations inspect), or None to skip
-    those checks.  Returns the OpDef of every main-subgraph operation (None
+    those checks; ``extensions``: what the device declares
+    (``nnhal.ops.extension``), whose operand and operation types are checked
+    by their declarations.  Returns the OpDef of every main-subgraph operation (None
     for valid but unimplemented OEM / extension operations)."""
     if not isinstance(model, hal.Model):
         raise _fail(f"not a Model: {type(model).__name__}")
@@ -773,12 +842,13 @@ def validate_model(model: hal.Model, pools: Optional[Sequence[Any]] = None,
         raise _fail("invalid empty model")
     _check_extensions(model)
     validate_memory_names(model.pools, version)
+    types = resolve_extensions(model, extensions)
     result: list[Optional[OpDef]] = []
     for g, sg in enumerate([model.main, *model.referenced]):
         try:
             for i in range(len(sg.operands)):
-                _check_operand(model, sg, i, version)
-            defs = [validate_operation(model, sg, op, pools, version) for op in sg.operations]
+                _check_operand(model, sg, i, version, types)
+            defs = [validate_operation(model, sg, op, pools, version, types) for op in sg.operations]
             _check_io_indexes(sg, sg.inputIndexes, L.SUBGRAPH_INPUT, "input")
             _check_io_indexes(sg, sg.outputIndexes, L.SUBGRAPH_OUTPUT, "output")
             _check_graph(sg)
@@ -882,7 +952,7 @@ def _check_arguments(args: Sequence[hal.RequestArgument], indexes: Sequence[int]
             full = dims or list(o.dimensions)
             need = static_need if not dims else operand_byte_size(o, full) if not tensor or all(full) else -1
             if loc.length < need:
-                raise _fail(f"request input {k}: {need} bytes needed for {T(o.type).name} {full}, the "
+                raise _fail(f"request input {k}: {need} bytes needed for {type_name(o.type)} {full}, the "
                             f"location has {loc.length}")
 
 
@@ -894,6 +964,11 @@ _OPERAND_FACTS: dict[tuple, tuple[int, bool, bool, bool, int]] = {}
 def _operand_facts(o: hal.Operand) -> tuple[int, bool, bool, bool, int]:
     """(rank, a dimension unspecified, tensor, input size checked, bytes needed
     when the request gives no dimensions or -1 when unknown)."""
+    if o.type.__class__ is ExtensionOperandType:
+        # NOTE: never cached: the same number is another type in another model or device
+        dims = list(o.dimensions)
+        need = operand_byte_size(o, dims) if not o.type.is_tensor or (dims and all(dims)) else -1
+        return len(dims), any(d == 0 for d in dims), o.type.is_tensor, True, need
     key = (o.type, tuple(o.dimensions))
     facts = _OPERAND_FACTS.get(key)
     if facts is None:
@@ -909,6 +984,8 @@ def _operand_facts(o: hal.Operand) -> tuple[int, bool, bool, bool, int]:
 
 
 def is_tensor(o: hal.Operand) -> bool:
+    if o.type.__class__ is ExtensionOperandType:
+        return o.type.is_tensor
     return int(o.type) not in _SCALAR and not is_extension_type(o.type)
 
 

@@ -146,10 +146,18 @@ def _type_ok(spec: TypeSpec, t: OperandType) -> bool:
     return t in spec if isinstance(spec, frozenset) else t == spec
 
 
+def _type_name(t: Any) -> str:
+    # NOTE: OperandType members and resolved extension types (nnhal.ops.extension) have a name; others their number
+    name = getattr(t, "name", None)
+    if name is not None:
+        return name
+    return OperandType(t).name if t in OperandType._value2member_map_ else str(int(t))
+
+
 def _spec_name(spec: TypeSpec) -> str:
     if isinstance(spec, frozenset):
-        return "{" + ",".join(sorted(OperandType(s).name for s in spec)) + "}"
-    return OperandType(spec).name
+        return "{" + ",".join(sorted(_type_name(s) for s in spec)) + "}"
+    return _type_name(spec)
 
 
 def format_signature(sig: Signature) -> str:
@@ -170,6 +178,7 @@ class OperandInfo:
     channel_quant: Optional[SymmPerChannelQuantParams] = None
     lifetime: OperandLifeTime = OperandLifeTime.TEMPORARY_VARIABLE
     value: Optional[np.ndarray] = None  # constants only (CONSTANT_COPY / CONSTANT_REFERENCE)
+    extension: Optional[bytes] = None  # extraParams.extension (extension operand types)
 
     @property
     def is_constant(self) -> bool:
@@ -254,7 +263,8 @@ class OutputSpec:
 
     @property
     def dtype(self) -> np.dtype:
-        return NUMPY_DTYPE[self.type]
+        d = NUMPY_DTYPE.get(self.type)
+        return d if d is not None else self.type.dtype  # NOTE: a resolved extension type (nnhal.ops.extension)
 
 
 class SubgraphRunner(Protocol):
@@ -354,8 +364,7 @@ def match_signature(op: OpDef, in_types: Sequence[OperandType], out_types: Seque
             if sig.version <= version:
                 return sig
             candidates.append(sig)
-    got = f"({', '.join(OperandType(t).name if t in OperandType._value2member_map_ else str(t) for t in in_types)})"
-    got += f" -> ({', '.join(OperandType(t).name if t in OperandType._value2member_map_ else str(t) for t in out_types)})"
+    got = f"({', '.join(_type_name(t) for t in in_types)}) -> ({', '.join(_type_name(t) for t in out_types)})"
     if candidates:
         raise OpValidationError(
             f"{op.name} does not accept {got} before HAL {candidates[0].version.name} "

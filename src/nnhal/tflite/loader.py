@@ -108,7 +108,8 @@ class IODescription:
 
 
 def load(path: Union[str, Path, bytes], *, batch: Optional[int] = 1,
-         expose_intermediates: bool = False, max_bytes: Optional[int] = None) -> tuple[hal.Model, IODescription]:
+         expose_intermediates: bool = False, max_bytes: Optional[int] = None,
+         custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> tuple[hal.Model, IODescription]:
     """A HAL 1.3 model and its io description from a .tflite file (or its bytes).
 
     ``batch``: the value given to unknown (-1) dimensions; ``None`` keeps them unknown (0 in the
@@ -119,10 +120,14 @@ def load(path: Union[str, Path, bytes], *, batch: Optional[int] = 1,
     else a quarter of the memory, at most 4 GiB).  Raises :class:`InvalidModelError` naming the
     first problem of a malformed file, :class:`UnsupportedModelError` listing every operator that
     cannot be mapped (both :class:`ModelError`, a ``ValueError``), ``OSError`` when the file
-    cannot be read."""
+    cannot be read.  ``custom_ops``: TFLite custom operators a target device implements as
+    extension operations, ``{custom code: (extension name, operation type within the
+    extension)}``; each becomes that operation (its inputs and outputs the custom operator's, in
+    order), the model numbering the extensions it uses in ``extensionNameToPrefix``."""
     data = bytes(path) if isinstance(path, (bytes, bytearray)) else Path(path).read_bytes()
     checked = vfy.verify(data, max_bytes=max_bytes, batch=batch)
     shared = _Shared(data, batch, checked)
+    shared.custom_ops = dict(custom_ops or {})
     # NOTE: constants from the file may be NaN or huge; what they become is the HAL validation's to judge,
     # without numpy warnings on the way
     with np.errstate(all="ignore"):
@@ -206,6 +211,13 @@ class _Shared:
         self.io = IODescription()
         self.ref_index: dict[int, int] = {}
         self.loaders: list["_Loader"] = []
+        self.custom_ops: dict[str, tuple[str, int]] = {}
+        self.prefixes: dict[str, int] = {}  # extensions the model uses -> the model's prefixes (from 1)
+
+    def extension_type(self, extension: str, type_: int) -> int:
+        """``(prefix << 16) | type_``, numbering ``extension`` for this model on first use."""
+        prefix = self.prefixes.setdefault(extension, len(self.prefixes) + 1)
+        return (prefix << 16) | int(type_)
 
     def reserve(self, nbytes: int, what: str) -> None:
         """Count ``nbytes`` of a constant made at load from sizes the file gives; above ``max_bytes`` in
@@ -245,7 +257,9 @@ class _Shared:
             view[: len(pool)] = bytes(pool)
             view.release()
             pools.append(mem)
-        return hal.Model(main=sg, referenced=referenced, operandValues=bytes(values), pools=pools), self.io
+        return hal.Model(main=sg, referenced=referenced, operandValues=bytes(values), pools=pools,
+                         extensionNameToPrefix=[hal.ExtensionNameAndPrefix(name=n, prefix=p)
+                                                for n, p in self.prefixes.items()]), self.io
 
 
 class _Loader:
@@ -496,6 +510,10 @@ class _Loader:
         return name if self.index == 0 else f"{name} (subgraph {self.index})"
 
     def map_operator(self, op: Any, name: str, code: Any) -> None:
+        is_custom = self.names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode))) == "CUSTOM"
+        if is_custom and name in self.shared.custom_ops:
+            self.custom_extension_op(op, name, *self.shared.custom_ops[name])
+            return
         if name in REFUSED:
             raise _Refuse(REFUSED[name])
         mp = BY_BUILTIN.get(name)
@@ -544,6 +562,20 @@ class _Loader:
                     self.io.rewrites[mp.rewrite] += 1
                 return
         self.generic(op, mp)
+
+    def custom_extension_op(self, op: Any, name: str, extension: str, type_: int) -> None:
+        """A custom operator the target device implements as extension operation ``type_`` of
+        ``extension``: the operator's inputs and outputs, in order (an omitted input stays omitted)."""
+        if op.customOptions is not None and len(op.customOptions):
+            raise _Refuse(f"custom operator {name}: its custom options have no place in extension operation "
+                          f"{extension}:{type_}")
+        ins = [self.operand(int(k)) if int(k) >= 0 else self.no_value()
+               for k in (op.inputs if op.inputs is not None else [])]
+        outs = [self.out(int(k)) for k in (op.outputs if op.outputs is not None else [])]
+        self.ops.append(hal.Operation(self.shared.extension_type(extension, type_), ins, outs))
+        self.io.hal_to_tflite.append(self.cur)
+        self.io.hal_operations[f"{extension}:{type_}"] += 1
+        self.io.rewrites["custom_as_extension"] += 1
 
     def generic(self, op: Any, mp: Mapping, hal_type: Optional[Op] = None) -> None:
         ins: list[int] = []

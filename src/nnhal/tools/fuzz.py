@@ -2,6 +2,7 @@
 
     python -m nnhal.tools.fuzz tflite [--minutes 10 | --seconds S | --count N] [--seed 0] [--models DIR]
                                       [--large] [--max-bytes 64M] [--save DIR] [--json]
+    python -m nnhal.tools.fuzz cache|wire|burst|hal|all --minutes N    (nnhal.tools.fuzz_driver)
 
 Seeds: the real models of ``../shared/models`` (or ``$NNHAL_MODELS``; the two 14-17 MB MobileNets
 only with ``--large``) and small models written here (one per importer path: convolutions, per-channel
@@ -449,8 +450,17 @@ def _size(text: str) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nnhal.tools.fuzz", description=__doc__.split("\n\n")[0])
-    ap.add_argument("target", choices=["tflite"], help="what to fuzz (the .tflite importer)")
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] != "tflite" and not args[0].startswith("-"):
+        # NOTE: one command for every surface: the driver's (cache, wire, burst, hal, all) are fuzz_driver's
+        from nnhal.tools import fuzz_driver
+
+        return fuzz_driver.main(args)
+    ap = argparse.ArgumentParser(prog="python -m nnhal.tools.fuzz", description=__doc__.split("\n\n")[0],
+                                 epilog="The driver's surfaces: python -m nnhal.tools.fuzz {cache,wire,burst,hal,all} "
+                                        "--minutes N (nnhal.tools.fuzz_driver).")
+    ap.add_argument("target", choices=["tflite"], help="what to fuzz (the .tflite importer; cache, wire, burst, "
+                                                       "hal: the driver's surfaces)")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--minutes", type=float, help="run this long")
     g.add_argument("--seconds", type=float, help="run this long (default 15)")
