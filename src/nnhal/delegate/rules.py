@@ -433,7 +433,8 @@ RULES: dict[str, Rule] = {
                                                      else {"float32", "uint8"})))),
     "MEAN": Rule(3151, 2, version_line=3152, min_api=NNAPI11, api_line=3153, checks=(
         C(3156, "Expected Float32 or Quantized input",
-          lambda x: x.type(0) == "float32" or (x.api >= NNAPI12 and x.type(0) in QUANT)),
+          lambda x: x.api < NNAPI12 or x.type(0) == "float32" or x.type(0) in QUANT),
+        C(3161, "Expected Float32 input", lambda x: x.api >= NNAPI12 or x.type(0) == "float32"),
         C(3165, "NNAPI does not support generating a scalar as output for MEAN.",
           lambda x: x.ot(0) is not None and x.ot(0).rank > 0),
         C(3169, "NNAPI does not support mean of a tensor with rank > 4", lambda x: x.rank(0) <= 4))),
