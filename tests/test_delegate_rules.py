@@ -289,3 +289,9 @@ def test_uint8_conv_runs_at_every_hal_version(api):
     plan = plan_of(data, api)
     assert where(plan) == ["nnapi"]
     assert all(d.ok(1e-4, 1) for d in run_and_compare(plan, "ref"))
+
+
+def test_cast_of_int8_from_api_30():
+    """CAST from API 29 (nnapi_delegate.cc:3208); int8 only from 30 (3215; before: 3226)."""
+    data = one_op("CAST", [_q([4], "int8", 1.0)], [Tensor([4])])
+    assert lines(data, 28) == [3208, 3226] and lines(data, 29) == [3226] and lines(data, 30) == []

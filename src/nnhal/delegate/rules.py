@@ -443,12 +443,14 @@ RULES: dict[str, Rule] = {
     "HASHTABLE_LOOKUP": Rule(3179, 1, version_line=3180, checks=(
         C(3181, "NNAPI only support float32 output.", lambda x: x.ot(0) is not None and x.ot(0).type == "float32"),)),
     "CAST": Rule(3206, 1, version_line=3207, min_api=NNAPI12, api_line=3208, checks=(
-        C(3215, "Input type not in expected list kTfLiteFloat32, kTfLiteInt32, kTfLiteUInt8[, kTfLiteInt8]",
-          lambda x: x.type(0) in ({"float32", "int32", "uint8", "int8"} if x.api >= NNAPI13
-                                  else {"float32", "int32", "uint8"})),
-        C(3218, "Output type should be one of kTfLiteFloat32, kTfLiteInt32, kTfLiteUInt8[, kTfLiteInt8].",
-          lambda x: x.ot(0) is not None and x.ot(0).type in ({"float32", "int32", "uint8", "int8"}
-                                                             if x.api >= NNAPI13 else {"float32", "int32", "uint8"})))),
+        C(3215, "Input type not in expected list kTfLiteFloat32, kTfLiteInt32, kTfLiteUInt8, kTfLiteInt8",
+          lambda x: x.api < NNAPI13 or x.type(0) in F_Q_I32),
+        C(3218, "Output type should be one of kTfLiteFloat32, kTfLiteInt32, kTfLiteUInt8, kTfLiteInt8.",
+          lambda x: x.api < NNAPI13 or (x.ot(0) is not None and x.ot(0).type in F_Q_I32)),
+        C(3226, "Input type not in expected list kTfLiteFloat32, kTfLiteInt32, kTfLiteUInt8",
+          lambda x: x.api >= NNAPI13 or x.type(0) in {"float32", "int32", "uint8"}),
+        C(3229, "Output type should be one of kTfLiteFloat32, kTfLiteInt32, kTfLiteUInt8.",
+          lambda x: x.api >= NNAPI13 or (x.ot(0) is not None and x.ot(0).type in {"float32", "int32", "uint8"})))),
     "TILE": Rule(3246, 1, version_line=3247, min_api=NNAPI12, api_line=3248, checks=(
         types_in(3251, frozenset({"float32", "int8", "uint8", "int32"})),
         C(3255, "Multipliers should be Int32", lambda x: x.type(1) == "int32"))),
