@@ -164,9 +164,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     if any(a.endswith(".tflite") for a in args.rest):
-        from nnhal.cli.tflite import bench_main  # NOTE: one .tflite model against LiteRT
+        from nnhal.cli.delegate import run_engine
+        from nnhal.cli.tflite import bench_main  # NOTE: .tflite models (as the NNAPI delegate runs them) vs LiteRT
 
-        return bench_main(args.rest, _device)
+        return bench_main(args.rest, _device, engine=run_engine)
     if "--cache" in args.rest or "--priority" in args.rest:
         from nnhal.cli import bench_qos  # NOTE: compilation cache and priority figures (their own options)
 
@@ -177,12 +178,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from nnhal.cli.tflite import run_main
+    from nnhal.cli.delegate import run_main  # NOTE: planned as the NNAPI delegate (or --plan max) would
 
     return run_main(args, _device)
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
+    if args.model.endswith(".tflite") and not args.hal:
+        from nnhal.cli.delegate import graph_main as plan_graph  # NOTE: TFLite operators by partition
+
+        return plan_graph(args, _device)
     from nnhal.cli.tflite import graph_main
 
     return graph_main(args, _device)

@@ -125,6 +125,10 @@ def _read_npy(path: str) -> np.ndarray:
         _user_error(f"--input {path}: not a .npy array file ({e})")
 
 
+
+# NOTE: public for the delegate plan's run command (cli/delegate.py), which reads --input the same way
+read_npy = _read_npy
+
 def _user_error(message: str) -> NoReturn:
     """One line on stderr and exit status 2 (a mistake in what the user gave)."""
     print(message, file=sys.stderr)
@@ -243,8 +247,14 @@ def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, ou
     return 1 if (bad or op_bad) and args.strict else 0
 
 
-def bench_main(argv: list[str], device_of: DeviceOf) -> int:
-    """``nnhal bench MODEL.tflite [MODEL.tflite...] [--device D] [--baseline B]``."""
+# (path, parsed arguments, device_of, device, inputs or None) -> (summary, inputs, one run, close)
+Engine = Callable[[str, argparse.Namespace, DeviceOf, str, Optional[list]], tuple[str, list, Callable[[], Any],
+                                                                                  Callable[[], None]]]
+
+
+def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = None) -> int:
+    """``nnhal bench MODEL.tflite [MODEL.tflite...] [--device D] [--baseline B]``; ``engine``: how nnhal runs
+    a model on a device (default: the whole model through ``load`` and one HAL session)."""
     ap = argparse.ArgumentParser(prog="nnhal bench MODEL.tflite",
                                  description="median / p90 latency of .tflite models through nnhal and LiteRT "
                                              "(XNNPACK and builtin kernels), same input and thread count, one run; "
@@ -270,6 +280,8 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
                     help="also time LiteRT with only what any in-process HAL execution must do around it (the "
                          "request read by value, the pools checked, inputs and outputs through shared memory): "
                          "a lower bound for a HAL driver over LiteRT")
+    if engine is not None:
+        add_plan_arguments(ap)
     args = ap.parse_args(argv)
     from nnhal.tools.bench import blas_threads, set_blas_threads
 
@@ -280,13 +292,18 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
     baseline = args.baseline or ("sample-all" if args.device != "sample-all" else "none")
     status = 0
     for path in args.model:
-        status = max(status, _bench_one(path, args, device_of, None if baseline == "none" else baseline,
-                                        blas_threads))
+        try:
+            status = max(status, _bench_one(path, args, device_of, None if baseline == "none" else baseline,
+                                            blas_threads, engine))
+        except SystemExit as e:  # NOTE: this model could not run (said on stderr): the batch goes on
+            status = max(status, e.code if isinstance(e.code, int) else 2)
     return status
 
 
 def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baseline: Optional[str],
-               blas_threads: Callable[[], Any]) -> int:
+               blas_threads: Callable[[], Any], engine: Optional[Engine] = None) -> int:
+    if engine is not None:
+        return _bench_engines(path, args, device_of, baseline, blas_threads, engine)
     model, io = _load(path, 1)
     x = make_inputs(io, seed=args.seed)
     sessions = []
@@ -300,10 +317,43 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
     finally:
         free_model(model)
     engines: list[tuple[str, Callable[[], Any]]] = [("nnhal " + d, lambda s=s: s.run(x)) for d, s in sessions]
+    floor = _litert_engines(path, args, x, engines)
+    _time_engines(f"{Path(path).name}: {summary(io)}", engines, args, blas_threads)
+    for _, s in sessions:
+        s.close()
+    if floor is not None:
+        floor.close()
+    return 0
+
+
+def _bench_engines(path: str, args: argparse.Namespace, device_of: DeviceOf, baseline: Optional[str],
+                   blas_threads: Callable[[], Any], engine: Engine) -> int:
+    title, x, run, close = engine(path, args, device_of, args.device, None)
+    engines: list[tuple[str, Callable[[], Any]]] = [(f"nnhal {args.device}", run)]
+    closers = [close]
+    try:
+        if baseline:
+            _, _, run_b, close_b = engine(path, args, device_of, baseline, x)
+            engines.append((f"nnhal {baseline}", run_b))
+            closers.append(close_b)
+        floor = _litert_engines(path, args, x, engines)
+        if floor is not None:
+            closers.append(floor.close)
+        _time_engines(f"{Path(path).name}: {title}", engines, args, blas_threads)
+    finally:
+        for c in closers:
+            c()
+    return 0
+
+
+def _litert_engines(path: str, args: argparse.Namespace, x: list, engines: list) -> Any:
+    """LiteRT's engines on the original file appended to ``engines`` (none, said in one line, when LiteRT
+    is missing or cannot run the model); the data path floor with ``--floor``."""
     floor = None
     try:
         for kind in ("xnnpack", "builtin"):
             lr = LiteRT(path, threads=args.threads, kernels=kind)
+            lr.it.allocate_tensors()  # NOTE: an unresolved custom operator shows here, not when loading
             # NOTE: inputs set and outputs copied on every run, as nnhal's run writes and reads its pools
             engines.append((f"LiteRT {kind}", lambda lr=lr: lr.run(x)))
         if args.floor:
@@ -311,7 +361,15 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
             engines.append(("HAL data path floor", lambda: floor.run(x)))
     except ImportError as e:
         print(f"LiteRT not available: {e}", file=sys.stderr)
-    print(f"{Path(path).name}: {summary(io)}")
+    except (RuntimeError, ValueError) as e:
+        engines[:] = [e2 for e2 in engines if not e2[0].startswith("LiteRT")]
+        print(f"{Path(path).name}: LiteRT cannot run it ({str(e).strip().splitlines()[0]}): nnhal alone",
+              file=sys.stderr)
+    return floor
+
+
+def _time_engines(title: str, engines: list, args: argparse.Namespace, blas_threads: Callable[[], Any]) -> None:
+    print(title)
     # NOTE: a warm-up each, which also sizes each engine's default runs (about --seconds of it) and
     # blocks (about 50 ms of it): every engine gets the same number of rounds
     first = {name: max(min(timed(fn, 2, warmup=1)), 1e-6) for name, fn in engines}
@@ -340,10 +398,6 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
         med, p90 = statistics.median(t), t[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))]
         res[name] = med
         print(f"  {name:24s} median {med * 1e3:9.3f} ms   p90 {p90 * 1e3:9.3f} ms")
-    for _, s in sessions:
-        s.close()
-    if floor is not None:
-        floor.close()
     ours = res[engines[0][0]]
     for name, _ in engines[1:]:
         label = f"nnhal {args.device}" if name.startswith("nnhal") else "nnhal"
@@ -354,7 +408,6 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
         # NOTE: the same engine on the same graph: the difference is what a HAL execution costs
         # around it (request read and checked, pools checked, inputs and outputs through shared memory)
         print(f"  nnhal {args.device} - LiteRT xnnpack: {(ours - res['LiteRT xnnpack']) * 1e6:+.1f} us per execution")
-    return 0
 
 
 def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]]]:
@@ -420,8 +473,11 @@ def add_run_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--device", default="sample-all", help="the HAL device to run it on (nnhal devices lists them)")
     s.add_argument("--devices", default="", help="A,B,...: run through the client runtime, partitioned over these "
                                                 "devices (operations none takes on the CPU reference)")
-    s.add_argument("--explain", action="store_true", help="with --devices: print where each operation runs and "
-                                                         "why each refusing device refused it")
+    s.add_argument("--explain", action="store_true", help="print the plan: partitions in order (operators, where), "
+                                                         "one line per reason operators stay on the CPU, the time "
+                                                         "per partition")
+    add_plan_arguments(s)
+    s.add_argument("--plan-json", default="", help="write the plan as JSON (../shared/API.md) to this file")
     s.add_argument("--compare", action="store_true", help="run LiteRT on the same input; per output max / mean "
                                                           "error and top-k agreement")
     s.add_argument("--per-tensor", action="store_true", help="compare every intermediate tensor and print the first "
@@ -442,8 +498,33 @@ def add_run_arguments(s: argparse.ArgumentParser) -> None:
                         "whole-model comparison goes beyond tolerance")
 
 
+def add_plan_arguments(s: argparse.ArgumentParser) -> None:
+    """The NNAPI delegate's options (``nnhal run``, ``bench``, ``graph``)."""
+    s.add_argument("--plan", choices=["delegate", "max"], default="delegate",
+                   help="delegate (default): the operators Android's NNAPI delegate hands to NNAPI, rule for rule, "
+                        "the rest on LiteRT's CPU kernels; max: everything nnhal can express in the HAL on NNAPI")
+    s.add_argument("--android-api", type=int, default=30, choices=[27, 28, 29, 30],
+                   help="the device's Android API level (27-30; NNAPI partitions as HAL 1.0-1.3; default 30)")
+    s.add_argument("--max-partitions", type=int, default=3,
+                   help="the delegate's max_number_delegated_partitions: the largest N NNAPI partitions are "
+                        "delegated, the rest run on the CPU (default 3; 0: no limit)")
+    s.add_argument("--accelerator", default="",
+                   help="the delegate's accelerator_name: the one nnhal device (in process or a service) for the "
+                        "NNAPI partitions; its getSupportedOperations decides per operator")
+    s.add_argument("--allow-fp16", action="store_true", help="the delegate's allow_fp16: float32 partitions may "
+                                                             "compute in float16 (relaxComputationFloat32toFloat16)")
+    s.add_argument("--allow-nnapi-cpu", action="store_true",
+                   help="the inverse of the delegate's disallow_nnapi_cpu: from API 29 no device support query "
+                        "unless --accelerator is given")
+    s.add_argument("--preference", choices=["low_power", "fast_single_answer", "sustained_speed"],
+                   default="fast_single_answer", help="the delegate's execution_preference (prepareModel)")
+
+
 def add_graph_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("model", help="a .tflite file or a conformance vector file")
     s.add_argument("name", nargs="?", default="", help="the model's name inside a vector file")
     s.add_argument("-o", "--output", help="output .svg or .html (default: MODEL.html)")
     s.add_argument("--device", default="", help="colour each operation by whether this device supports it")
+    s.add_argument("--hal", action="store_true", help="a .tflite model: draw its whole HAL model (as before) instead "
+                                                     "of the TFLite operators grouped by the plan's partitions")
+    add_plan_arguments(s)

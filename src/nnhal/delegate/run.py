@@ -123,14 +123,15 @@ class HalSession:
     ``executeSynchronously_1_3`` on one shared memory pool (inputs written
     into it, outputs read from it), as an NNAPI client does."""
 
-    def __init__(self, device: Any, model: hal.Model, io: IODescription):
+    def __init__(self, device: Any, model: hal.Model, io: IODescription, prepared: Any = None):
         self.device, self.model, self.io = device, model, io
-        cb = hal.PreparedModelCallback()
-        st = device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
-                                     hal.OptionalTimePoint(), [], [], bytes(32), cb)
-        status, prepared = cb.wait()
-        if st != hal.ErrorStatus.NONE or status != hal.ErrorStatus.NONE or prepared is None:
-            raise ExecutionError(f"prepareModel_1_3: {hal.ErrorStatus(st if st else status).name}")
+        if prepared is None:  # NOTE: a caller may prepare it another way (an older HAL version's method)
+            cb = hal.PreparedModelCallback()
+            st = device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                         hal.OptionalTimePoint(), [], [], bytes(32), cb)
+            status, prepared = cb.wait()
+            if st != hal.ErrorStatus.NONE or status != hal.ErrorStatus.NONE or prepared is None:
+                raise ExecutionError(f"prepareModel_1_3: {hal.ErrorStatus(st if st else status).name}")
         self.prepared = prepared
         sg = model.main
         self.out_types = [sg.operands[i].type for i in sg.outputIndexes]
