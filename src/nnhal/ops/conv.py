@@ -666,15 +666,16 @@ def _spatial_params(ctx: ExecContext, form: _Form) -> dict:
 
 
 def _resolve_padding(ctx: ExecContext, p: dict, h: int, w: int, kh: int, kw: int) -> None:
+    # NOTE: strides and dilations first: implicit padding divides by the stride
+    if p["sw"] <= 0 or p["sh"] <= 0:
+        raise ctx.fail("strides must be positive")
+    if p["dw"] <= 0 or p["dh"] <= 0:
+        raise ctx.fail("dilation factors must be positive")
     if p["implicit"] is not None:
         p["pl"], p["pr"] = ck.explicit_padding(w, p["sw"], p["dw"], kw, p["implicit"])
         p["pt"], p["pb"] = ck.explicit_padding(h, p["sh"], p["dh"], kh, p["implicit"])
     if min(p["pl"], p["pr"], p["pt"], p["pb"]) < 0:
         raise ctx.fail("negative padding")
-    if p["sw"] <= 0 or p["sh"] <= 0:
-        raise ctx.fail("strides must be positive")
-    if p["dw"] <= 0 or p["dh"] <= 0:
-        raise ctx.fail("dilation factors must be positive")
     _check_act(ctx, p["act"])
 
 
