@@ -42,11 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-
-from nnhal.ops.base import OpExecutionError
 from numpy.lib.stride_tricks import as_strided
 
 from nnhal.ops import deadline, memo
+from nnhal.ops.base import OpExecutionError
 
 F32_EXACT = 1 << 24  # largest magnitude up to which every integer is a float32
 REQUANT_CHUNK = 65536  # values per requantization chunk (float64 temporaries stay in cache)
