@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnhal import bench
+from nnhal.cli import bench as cli_bench
 from nnhal.hal import OperandType
 from nnhal.ops.quant import quantize
+from nnhal.tools import bench
 
 
 def test_bench_cli_tiny(capsys):
-    rc = bench.main(["--size", "32", "--alpha", "0.25", "--classes", "10", "--runs", "2", "--repeats", "1"])
+    rc = cli_bench.main(["--size", "32", "--alpha", "0.25", "--classes", "10", "--runs", "2", "--repeats", "1"])
     out = capsys.readouterr().out
     assert rc == 0
     for name in ("mobilenet_v1_0.25_32 float32", "mobilenet_v1_0.25_32 quant8", "mobilenet_v2_0.25_32 float32",
@@ -46,3 +47,33 @@ def test_driver_matches_registry_and_quant_tracks_float():
     np.testing.assert_array_equal(yq, bench.RegistryRunner(gq).run(xq)[gq.outputs[0]])
     # the quantized probabilities (scale 1/256) follow the float ones
     assert np.abs(yq.astype(np.float64) / 256.0 - yf).max() < 0.1
+
+
+def test_per_operation_overhead_chain() -> None:
+    """The ADD chain of `nnhal bench`'s overhead line computes what the kernels do, and the figure is printed."""
+    import io
+
+    from nnhal.engine.executor import Executor
+    from nnhal.hal import OperandType, OperationType
+    from nnhal.ops.base import OutputSpec, Tensor
+    from nnhal.ops.run import run_operation
+    from nnhal.tools.bench import overhead
+    from nnhal.tools.bench.lowering import to_model
+
+    g = overhead.add_chain(3)
+    model = to_model(g)
+    x = np.arange(-8, 8, dtype=np.int8).reshape(1, 16)
+    (got,) = Executor(model, []).run([x])
+    c = g.operands[1]
+    want = x
+    for _ in range(3):
+        (want,) = run_operation(OperationType.ADD, [Tensor(OperandType.TENSOR_QUANT8_ASYMM_SIGNED, want, 0.05, -3),
+                                                     Tensor(c.type, c.value, c.scale, c.zp),
+                                                     Tensor(OperandType.INT32, np.array(0, np.int32))],
+                                [OutputSpec(OperandType.TENSOR_QUANT8_ASYMM_SIGNED, (1, 16), 0.05, -3)],
+                                constants=[False, True, True])
+    np.testing.assert_array_equal(got, want)
+    out = io.StringIO()
+    r = overhead.report(out, n=5, runs=5)
+    assert r["ops"] == 5 and r["chain_ms"] > 0
+    assert "per-operation overhead" in out.getvalue() and "chain of 5 quantized ADDs" in out.getvalue()

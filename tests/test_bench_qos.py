@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from nnhal import cli
+from nnhal.cli import app as cli
 
 
 def test_bench_cache_tiny(capsys, tmp_path, monkeypatch) -> None:  # noqa: ANN001

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from nnhal import hal
-from nnhal.executor import Executor
+from nnhal.engine.executor import Executor
 from nnhal.ops import registry
 from tests.driver_util import Pools, add_model, device, execute_sync, prepare, prepared_model
 

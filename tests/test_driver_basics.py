@@ -703,11 +703,11 @@ def test_launch_failure_notifies_once_with_same_status(monkeypatch) -> None:  # 
     bounded work queue is full) answers with a status and notifies the
     callback once with the same one; the 1.0-1.2 entry points see
     GENERAL_FAILURE (RESOURCE_EXHAUSTED_* is a 1.3 status)."""
-    from nnhal.driver import SampleDevice
     from nnhal.driver import scheduler as sched_mod
+    from nnhal.drivers.sample import sample_device
 
     sched = sched_mod.Scheduler(workers=1, max_queued=8, name="test-launch")
-    dev = SampleDevice("sample-launch", scheduler=sched)
+    dev = sample_device("sample-launch", scheduler=sched)
     release = threading.Event()
     busy = threading.Event()
     try:
@@ -744,7 +744,7 @@ def test_launch_failure_notifies_once_with_same_status(monkeypatch) -> None:  # 
     # no worker thread can start at all: the same answers
     monkeypatch.setattr(sched_mod.threading, "Thread", _NoThreads)
     sched2 = sched_mod.Scheduler(workers=1, max_queued=8, name="test-nothreads")
-    dev2 = SampleDevice("sample-nothreads", scheduler=sched2)
+    dev2 = sample_device("sample-nothreads", scheduler=sched2)
     cb = CountingPreparedCallback()
     launch = dev2.prepareModel_1_3(add_model(), hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
                                    hal.OptionalTimePoint(), [], [], bytes(32), cb)

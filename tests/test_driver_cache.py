@@ -19,10 +19,11 @@ import msgspec
 import numpy as np
 import pytest
 
-from nnhal import bench, hal
+from nnhal import hal
 from nnhal import memory as hal_memory
-from nnhal.driver import SampleDevice
 from nnhal.driver import cache as driver_cache
+from nnhal.drivers.sample import sample_device
+from nnhal.tools import bench
 from tests.conftest import ROOT
 from tests.driver_util import (
     WAIT_S,
@@ -44,8 +45,8 @@ def key_dir(tmp_path_factory) -> Path:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def dev(key_dir: Path) -> SampleDevice:
-    return SampleDevice("sample-cachetest", cache_key_dir=str(key_dir))
+def dev(key_dir: Path) -> Any:
+    return sample_device("sample-cachetest", cache_key_dir=str(key_dir))
 
 
 class Files:
@@ -187,8 +188,9 @@ def test_save_and_load_same_results(dev, net, files, version: str) -> None:  # n
     assert status == S.NONE
     np.testing.assert_array_equal(net.run(loaded), net.expected)
     # loading skips the prepare work: the restored states are the saved ones, verified float32 paths included
-    fresh_states = [s for s in prepared.executor.prepared_states()[0] if s is not None]
-    loaded_states = [s for s in loaded.executor.prepared_states()[0] if s is not None]
+    # (the convolutions' states: the ones saved; the other operations prepare again at load)
+    fresh_states = [s for s in prepared.executor.prepared_states()[0] if hasattr(s, "requant")]
+    loaded_states = [s for s in loaded.executor.prepared_states()[0] if hasattr(s, "requant")]
     assert len(fresh_states) == len(loaded_states) > 0
     for a, b in zip(fresh_states, loaded_states):
         assert (a.filter is None) == (b.filter is None)
@@ -553,22 +555,22 @@ def test_key_dir_default_location(monkeypatch, tmp_path) -> None:  # noqa: ANN00
 
 def test_fresh_device_same_key_loads_other_version_or_key_does_not(dev, key_dir, net, files, tmp_path) -> None:  # noqa: ANN001
     saved(dev, net, files)
-    again = SampleDevice("sample-cachetest", cache_key_dir=str(key_dir))
+    again = sample_device("sample-cachetest", cache_key_dir=str(key_dir))
     status, loaded = load(again, *files.handles())
     assert status == S.NONE
     np.testing.assert_array_equal(net.run(loaded), net.expected)
-    newer = SampleDevice("sample-cachetest", cache_key_dir=str(key_dir), version_string="nnhal-sample-all 0.2")
+    newer = sample_device("sample-cachetest", cache_key_dir=str(key_dir), version_string="nnhal-sample-all 0.2")
     assert load(newer, *files.handles()) == (S.GENERAL_FAILURE, None)
-    stranger = SampleDevice("sample-cachetest", cache_key_dir=str(tmp_path / "other-key"))
+    stranger = sample_device("sample-cachetest", cache_key_dir=str(tmp_path / "other-key"))
     assert load(stranger, *files.handles()) == (S.GENERAL_FAILURE, None)
 
 
 def test_a_key_others_can_read_is_not_used(net, files, tmp_path) -> None:  # noqa: ANN001
     kd = tmp_path / "lax"
-    d1 = SampleDevice("sample-lax", cache_key_dir=str(kd))
+    d1 = sample_device("sample-lax", cache_key_dir=str(kd))
     saved(d1, net, files)
     os.chmod(kd / driver_cache.KEY_FILE, 0o644)
-    d2 = SampleDevice("sample-lax", cache_key_dir=str(tmp_path / "lax2"))
+    d2 = sample_device("sample-lax", cache_key_dir=str(tmp_path / "lax2"))
     os.makedirs(tmp_path / "lax2", mode=0o700)
     (tmp_path / "lax2" / driver_cache.KEY_FILE).write_bytes((kd / driver_cache.KEY_FILE).read_bytes())
     os.chmod(tmp_path / "lax2" / driver_cache.KEY_FILE, 0o644)
@@ -586,9 +588,9 @@ _CHILD = r"""
 import os, sys
 import numpy as np
 from nnhal import hal
-from nnhal.driver import SampleDevice
+from nnhal.drivers.sample import sample_device
 model_path, data_path, key_dir, version = sys.argv[1:5]
-dev = SampleDevice("sample-child", cache_key_dir=key_dir, version_string=version)
+dev = sample_device("sample-child", cache_key_dir=key_dir, version_string=version)
 fds = [os.open(model_path, os.O_RDWR), os.open(data_path, os.O_RDWR)]
 cb = hal.PreparedModelCallback()
 dev.prepareModelFromCache_1_3(hal.OptionalTimePoint(), [hal.Handle(fds=[fds[0]])], [hal.Handle(fds=[fds[1]])],
@@ -761,3 +763,15 @@ def test_symlinked_or_foreign_key_is_refused(tmp_path) -> None:  # noqa: ANN001
     os.chmod(short / driver_cache.KEY_FILE, 0o600)
     with pytest.raises(PermissionError):
         driver_cache.load_key(short)
+
+
+def test_a_driver_without_caching_refuses_prepare_from_cache_with_general_failure() -> None:
+    """As Android's sample driver and VTS's CompilationCachingTest (caching not supported): GENERAL_FAILURE,
+    notified once, whatever the (empty) handles; found by running nnhal vts on the README's example driver."""
+    from nnhal.driver import Backend, Device
+
+    d = Device("no-cache", Backend())
+    assert d.getNumberOfCacheFilesNeeded() == (S.NONE, 0, 0)
+    cb = hal.PreparedModelCallback()
+    assert d.prepareModelFromCache_1_3(hal.OptionalTimePoint(), [], [], bytes(32), cb) == S.GENERAL_FAILURE
+    assert cb.wait(5) == (S.GENERAL_FAILURE, None)

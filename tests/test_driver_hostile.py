@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from nnhal import hal
-from nnhal.validation import MAX_SUBGRAPH_DEPTH, subgraph_depths
+from nnhal.engine.validation import subgraph_depths
 from tests.driver_util import (
     OT,
     Builder,
@@ -119,46 +119,37 @@ def test_depth_of_the_chains() -> None:
     assert subgraph_depths(if_chain(40, two_refs=True))[0] == 40
 
 
-@pytest.mark.parametrize("make, depth", [(if_chain, 200), (while_chain, 300), (if_chain, 1000),
-                                         (while_chain, MAX_SUBGRAPH_DEPTH + 1)])
-def test_too_deep_is_unsupported_not_a_crash(make: Any, depth: int) -> None:
-    """Deeper than MAX_SUBGRAPH_DEPTH: a valid model whose control-flow
-    operation this driver cannot run: getSupportedOperations says so (NONE,
-    false), prepareModel_1_3 answers GENERAL_FAILURE, notified exactly once."""
+@pytest.mark.parametrize("make, depth", [(if_chain, 100), (while_chain, 100), (if_chain, 1000),
+                                         (while_chain, 1000)])
+def test_deep_control_flow_runs(make: Any, depth: int) -> None:
+    """Issue 17 item 5: control flow nested deeper than the 64 levels the driver
+    once refused (IF 100 deep is valid and Android's reference runs it): the
+    executor keeps its own stack, so every depth validation accepts is
+    supported, prepared and run."""
     model = make(depth)
-    dev = device()
-    status, supported = dev.getSupportedOperations_1_3(model)
-    assert status == S.NONE
-    assert supported[0] is False and all(supported[1:])
-    launch, status, prepared = prepare(model)
-    assert status == S.GENERAL_FAILURE and prepared is None
-    assert launch in (S.NONE, S.GENERAL_FAILURE)
+    assert all(device().getSupportedOperations_1_3(model)[1])
+    if make is if_chain:
+        for cond in (True, False):
+            out = _run(model, [np.array([cond]), np.array([2.0], np.float32)])
+            assert out[0] == 2.0 + depth + 1
+    else:
+        assert _run(model, [np.array([0.0], np.float32)])[0] == depth
 
 
-def test_very_deep_model_validates_without_recursion() -> None:
-    model = if_chain(3 * sys.getrecursionlimit())  # deeper than any recursion could go
+def test_very_deep_model_validates_and_runs_without_recursion() -> None:
+    depth = 3 * sys.getrecursionlimit()  # deeper than any recursion could go
+    model = if_chain(depth)
     status, supported = _answers_within(lambda: device().getSupportedOperations_1_3(model), 30)
-    assert status == S.NONE and supported[0] is False
+    assert status == S.NONE and all(supported)
+    out = _answers_within(lambda: _run(model, [np.array([True]), np.array([0.0], np.float32)]), 120)
+    assert out[0] == depth + 1
 
 
-@pytest.mark.parametrize("cond", [True, False])
-def test_if_at_the_depth_limit_runs(cond: bool) -> None:
-    model = if_chain(MAX_SUBGRAPH_DEPTH)
-    assert all(device().getSupportedOperations_1_3(model)[1])
-    out = _run(model, [np.array([cond]), np.array([2.0], np.float32)])
-    assert out[0] == 2.0 + MAX_SUBGRAPH_DEPTH + 1
-
-
-def test_while_at_the_depth_limit_runs() -> None:
-    model = while_chain(MAX_SUBGRAPH_DEPTH)
-    assert all(device().getSupportedOperations_1_3(model)[1])
-    assert _run(model, [np.array([0.0], np.float32)])[0] == MAX_SUBGRAPH_DEPTH
-
-
-def test_deep_model_at_the_limit_in_a_deep_caller_stack() -> None:
-    """The executor's recursion stays well below Python's limit even when the
+def test_deep_model_in_a_deep_caller_stack() -> None:
+    """The executor does not recurse per level: a deep model runs even when the
     caller is itself deep in its stack."""
-    model = if_chain(MAX_SUBGRAPH_DEPTH)
+    depth = 500
+    model = if_chain(depth)
     pm = prepared_model(model)
 
     def nested(n: int) -> Any:
@@ -169,7 +160,7 @@ def test_deep_model_at_the_limit_in_a_deep_caller_stack() -> None:
                                                  hal.OptionalTimeoutDuration())[0]
             return status, p.output(0, np.float32, (1,))[0]
 
-    assert nested(sys.getrecursionlimit() // 2) == (S.NONE, MAX_SUBGRAPH_DEPTH + 1)
+    assert nested(sys.getrecursionlimit() - 100) == (S.NONE, depth + 1)
 
 
 def test_shared_subgraph_dag_is_checked_once() -> None:

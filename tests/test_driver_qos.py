@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nnhal import hal
-from nnhal.validation import ValidationError, validate_timeout
+from nnhal.engine.validation import ValidationError, validate_timeout
 from tests.driver_util import (
     INT64_MAX,
     NO_TIMING,
@@ -392,7 +392,7 @@ def test_missed_deadline_transient_or_persistent(rnn) -> None:  # noqa: ANN001
 def test_prepare_deadline_interrupts_a_long_preparation() -> None:
     """Preparing a quantized MobileNet takes about a second (verified float32
     requantization constants per layer): a 50 ms deadline ends it early."""
-    from nnhal import bench
+    from nnhal.tools import bench
 
     net = bench.mobilenet_v1(32, 1.0, 1000)
     x = np.random.default_rng(0).random((1, 32, 32, 3), np.float32)
@@ -428,11 +428,11 @@ class _Gate:
 @pytest.fixture
 def one_worker():  # noqa: ANN201
     """A device whose work queue has one worker and room for 4 tasks."""
-    from nnhal.driver import SampleDevice
     from nnhal.driver.scheduler import Scheduler
+    from nnhal.drivers.sample import sample_device
 
     sched = Scheduler(workers=1, max_queued=4, name="test-qos")
-    dev = SampleDevice("sample-qos", scheduler=sched)
+    dev = sample_device("sample-qos", scheduler=sched)
     yield dev, sched
     sched.shutdown()
 
@@ -548,13 +548,13 @@ def test_high_priority_latency_under_low_load() -> None:
     execution waits for at most the running ones, a LOW one for the backlog."""
     import threading
 
-    from nnhal import bench
-    from nnhal.driver import SampleDevice
     from nnhal.driver.scheduler import Scheduler
+    from nnhal.drivers.sample import sample_device
+    from nnhal.tools import bench
     from tests.driver_util import CountingExecutionCallback
 
     sched = Scheduler(workers=2, max_queued=64, name="test-latency")
-    dev = SampleDevice("sample-latency", scheduler=sched)
+    dev = sample_device("sample-latency", scheduler=sched)
     try:
         net = bench.mobilenet_v1(64, 0.25, 10)
         g = bench.lower(net, quant=False)

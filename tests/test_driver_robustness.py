@@ -21,7 +21,7 @@ import pytest
 
 from nnhal import hal
 from nnhal import memory as hal_memory
-from tests.vts_models import if_model
+from nnhal.conformance.vts.basic import if_model
 
 S = hal.ErrorStatus
 T = hal.OperandType

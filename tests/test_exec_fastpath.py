@@ -13,8 +13,8 @@ import pytest
 
 import nnhal
 from nnhal import hal, memory
+from nnhal.engine.validation import ValidationError, own_copy, own_request, request_from_key, request_key
 from nnhal.tools import ipcbench
-from nnhal.validation import ValidationError, own_copy, own_request, request_from_key, request_key
 
 S = hal.ErrorStatus
 NO = hal.MeasureTiming.NO

@@ -1,5 +1,5 @@
 """The prepared model's memo of validated request structures
-(``SamplePreparedModel._validated_request``): a request equal, value and
+(``PreparedModel._validated_request``): a request equal, value and
 type, to one validated before skips validation and runs on the driver's own
 copy; anything changed after a good call is validated (and its pools
 checked) as if it were the first."""
@@ -15,8 +15,8 @@ import pytest
 import nnhal
 from nnhal import hal, memory
 from nnhal.driver import prepared_model
+from nnhal.engine.validation import request_from_key, request_key, validate_request
 from nnhal.tools import ipcbench
-from nnhal.validation import request_from_key, request_key, validate_request
 from tests.driver_util import float_output, ipc_pools, sync_status
 
 S = hal.ErrorStatus

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nnhal import hal
-from nnhal.executor import DeadlineMissed, Executor
+from nnhal.engine.executor import DeadlineMissed, Executor
 from nnhal.ops.base import OpExecutionError
 from tests.driver_util import (
     NO_TIMING,

@@ -1,4 +1,4 @@
-"""The fast message queue (nnhal.fmq): whole-packet writes and reads, blocking
+"""The fast message queue (nnhal.platform.fmq): whole-packet writes and reads, blocking
 with wake-ups and timeouts, peer death, another process, and descriptors or
 headers that a hostile peer corrupted."""
 
@@ -16,7 +16,7 @@ import time
 import pytest
 
 from nnhal import hal
-from nnhal.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
+from nnhal.platform.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
 
 ES = 24
 
@@ -146,7 +146,7 @@ def test_close_is_idempotent_and_frees_fds() -> None:
 _CHILD = r"""
 import sys
 from nnhal import hal
-from nnhal.fmq import MessageQueue
+from nnhal.platform.fmq import MessageQueue
 req = MessageQueue.open(hal.Handle(fds=[int(sys.argv[1]), int(sys.argv[2])], ints=[int(v) for v in sys.argv[3:7]]),
                         24, "reader")
 res = MessageQueue.open(hal.Handle(fds=[int(sys.argv[7]), int(sys.argv[8])], ints=[int(v) for v in sys.argv[9:13]]),
@@ -329,7 +329,7 @@ def test_stress_two_threads_whole_packets_in_order() -> None:
 
 
 # ---------------------------------------------------------------------------
-# polling before blocking (nnhal.spin)
+# polling before blocking (nnhal.platform.spin)
 
 
 def test_polling_read_gets_a_packet_written_during_the_window(pair) -> None:  # noqa: ANN001
@@ -380,7 +380,7 @@ def test_created_elsewhere_tells_processes_apart(pair) -> None:  # noqa: ANN001
     assert not w.created_elsewhere() and not r.created_elsewhere()  # both ends made in this process
     q = MessageQueue.create(ES, 4, "writer")
     h = q.descriptor()
-    code = ("import sys; from nnhal import hal; from nnhal.fmq import MessageQueue; "
+    code = ("import sys; from nnhal import hal; from nnhal.platform.fmq import MessageQueue; "
             "fds = [int(v) for v in sys.argv[1:3]]; ints = [int(v) for v in sys.argv[3:]]; "
             f"q = MessageQueue.open(hal.Handle(fds=fds, ints=ints), {ES}, 'reader'); print(q.created_elsewhere())")
     try:

@@ -1,11 +1,13 @@
-"""Dependencies point one way (../shared/STYLE.md, RULES.md "Layers point one
-way"): every module's imports (module level and inside functions) are read with
-ast and checked against the layer table below; no module imports another
-module's private (_underscore) name."""
+"""The folder tree is the layer map (../shared/STYLE.md): each top-level package
+of ``src/nnhal`` is one layer; every module's imports (module level and inside
+functions) point to its own package or a lower layer; no two top-level
+packages import each other, directly or round a cycle; no module imports
+another module's private (_underscore) name."""
 
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -13,29 +15,30 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Lowest layer first; a module may import its own layer or a lower one.  The
-# longest matching prefix gives a module's layer.
+# longest matching prefix gives a module's layer.  One layer, one package (the
+# public API module ``nnhal/__init__`` and the public aliases are the two exceptions, named as such).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("hal", ("nnhal.hal",)),
-    # low-level beside hal: shared memory, sync fences, fast message queues, burst packets, polling
-    ("low", ("nnhal.memory", "nnhal.fence", "nnhal.fmq", "nnhal.burst_packets", "nnhal.spin")),
-    ("ops", ("nnhal.ops",)),
-    # executor and validation are peers (checked below: neither imports the other)
-    ("executor", ("nnhal.executor", "nnhal.validation", "nnhal.reference_check")),
-    # what driver backends build on: the backend interface, the compilation cache, the
-    # capability measurement, and the TFLite flatbuffer tables/lowering the litert backend uses
-    ("backend-support", ("nnhal.driver.backend", "nnhal.driver.cache", "nnhal.driver.capabilities",
-                         "nnhal.tflite.lower", "nnhal.tflite.schema", "nnhal.tflite.table")),
-    ("drivers", ("nnhal.drivers",)),  # the backends (sample, partial sample, litert-cpu)
-    ("driver", ("nnhal.driver",)),  # the HAL front end every backend shares
-    ("service", ("nnhal.service",)),
-    ("public", ("nnhal", "nnhal.burst")),  # nnhal/__init__ (get_device, connect) and the burst client
-    ("tools", ("nnhal.conformance", "nnhal.tflite", "nnhal.runtime", "nnhal.tools", "nnhal.demo",
-               "nnhal.bench", "nnhal.bench_qos")),
-    ("cli", ("nnhal.cli", "nnhal.__main__")),
+    ("hal", ("nnhal.hal",)),  # HAL types and interfaces; imports nothing else of nnhal
+    ("platform", ("nnhal.platform",)),  # shared memory, fences, FMQ, burst packets, polling
+    ("ops", ("nnhal.ops",)),  # the operations, declared as data; registry; quantization helpers
+    ("tflite", ("nnhal.tflite",)),  # the TFLite format: schema, table, reader, writer (beside ops: see PEERS_APART)
+    ("engine", ("nnhal.engine",)),  # validation, executor, capability timing
+    ("driver", ("nnhal.driver",)),  # the HAL front end every driver shares; the backend interface
+    ("drivers", ("nnhal.drivers",)),  # the backends and the device table (plugins)
+    ("service", ("nnhal.service",)),  # the driver as a service: server, wire, client proxies
+    ("api", ("nnhal",)),  # nnhal/__init__: get_device, open_device, connect, list_devices
+    ("runtime", ("nnhal.runtime",)),  # the client runtime (model, compilation, partitions, burst controller)
+    ("delegate", ("nnhal.delegate",)),  # TFLite models as Android's NNAPI delegate runs them
+    ("conformance", ("nnhal.conformance",)),  # vectors, runners, VTS sections, reports
+    ("tools", ("nnhal.tools",)),  # benches and developer tools
+    ("cli", ("nnhal.cli", "nnhal.__main__")),  # the command line
+    # API.md's public paths of moved modules (nnhal.memory, nnhal.fence, nnhal.burst): for users, never imported
+    # by nnhal itself (checked below)
+    ("aliases", ("nnhal.memory", "nnhal.fence", "nnhal.burst")),
 ]
 
-# pairs in one layer that must not import each other either way
-PEERS_APART = [("nnhal.executor", "nnhal.validation")]
+# layers side by side that must not import each other either way
+PEERS_APART = [("nnhal.ops", "nnhal.tflite"), ("nnhal.delegate", "nnhal.conformance")]
 
 # NOTE: known upward imports, each with its reason; remove an entry once fixed
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
@@ -98,11 +101,70 @@ def test_imports_point_down():
             if target not in MODULES:
                 continue  # e.g. a name of a module not present in this checkout
             up = _layer(target) > _layer(m)
-            peers = any({m, target} == {a, b} or (m.startswith(a + ".") and target == b) for a, b in PEERS_APART)
+            peers = any((_under(m, a) and _under(target, b)) or (_under(m, b) and _under(target, a))
+                        for a, b in PEERS_APART)
             if (up or peers) and (m, target) not in ALLOWED_UPWARD:
                 bad.append(f"{path.relative_to(SRC)}:{line}: {m} ({LAYERS[_layer(m)][0]}) imports "
                            f"{target} ({LAYERS[_layer(target)][0]})")
     assert not bad, "imports against the layer order:\n" + "\n".join(bad)
+
+
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _package_graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for m, path in MODULES.items():
+        for target, _, _ in _imports(m, path):
+            a, b = _package(m), _package(target)
+            if a != b:
+                edges[a].add(b)
+    return edges
+
+
+def test_no_cycle_between_packages():
+    """Counting every import (inside functions too), the top-level packages form a DAG."""
+    edges = _package_graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(n: str) -> None:  # NOTE: a few dozen packages: recursion is fine here
+        state[n] = 1
+        stack.append(n)
+        for t in sorted(edges.get(n, ())):
+            if state.get(t) == 1:
+                cycles.append(" -> ".join(stack[stack.index(t):] + [t]))
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(edges):
+        if n not in state:
+            visit(n)
+    assert not cycles, "import cycles between top-level packages:\n" + "\n".join(cycles)
+
+
+def test_aliases_are_for_users_only():
+    aliases = LAYERS[-1][1]
+    bad = [f"{m} imports {t}" for m, path in MODULES.items() for t, _, _ in _imports(m, path)
+           if any(_under(t, a) for a in aliases) and not any(_under(m, a) for a in aliases)]
+    assert not bad, "nnhal imports its public aliases instead of the modules:\n" + "\n".join(bad)
+
+
+def test_front_end_builds_no_driver():
+    """The front end is a library: it never imports a backend (drivers plug in, as SampleDriverFull includes
+    SampleDriver.h)."""
+    bad = [f"{m} imports {t}" for m, path in MODULES.items() if _under(m, "nnhal.driver")
+           for t, _, _ in _imports(m, path) if _under(t, "nnhal.drivers")]
+    assert not bad, "\n".join(bad)
 
 
 def test_no_private_names_across_modules():
@@ -132,12 +194,14 @@ def test_no_private_names_across_modules():
 
 
 @pytest.mark.parametrize("source,target,ok", [
-    ("nnhal.ops.control_flow", "nnhal.executor", False),
-    ("nnhal.executor", "nnhal.ops.base", True),
+    ("nnhal.ops.control_flow", "nnhal.engine.executor", False),
+    ("nnhal.engine.executor", "nnhal.ops.base", True),
     ("nnhal.drivers.sample", "nnhal.driver.backend", True),
-    ("nnhal.drivers.sample", "nnhal.driver.device", False),
-    ("nnhal.hal.types", "nnhal.memory", False),
-    ("nnhal.cli", "nnhal.conformance.runner", True),
+    ("nnhal.driver.device", "nnhal.drivers.sample", False),
+    ("nnhal.hal.types", "nnhal.platform.memory", False),
+    ("nnhal.cli.app", "nnhal.conformance.runner", True),
+    ("nnhal.runtime.burst", "nnhal.service.client", True),
+    ("nnhal.service.server", "nnhal.runtime", False),
 ])
 def test_layer_table_orders(source, target, ok):
     assert (_layer(target) <= _layer(source)) == ok

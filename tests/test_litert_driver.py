@@ -1,5 +1,5 @@
 """The ``litert-cpu`` driver (issue 10): HAL models lowered to TFLite
-(nnhal.tflite.lower, the importer's table read the other way) and run by
+(nnhal.drivers.litert.lower, the importer's table read the other way) and run by
 LiteRT with XNNPACK under the shared HAL front end.  Skipped, with the
 reason, when ai-edge-litert is not installed."""
 
@@ -23,7 +23,8 @@ from nnhal import hal  # noqa: E402
 from nnhal import memory as hal_memory  # noqa: E402
 from nnhal.conformance import vectors  # noqa: E402
 from nnhal.conformance.runner import Runner  # noqa: E402
-from nnhal.tflite import loader, lower  # noqa: E402
+from nnhal.drivers.litert import lower
+from nnhal.tflite import loader
 from nnhal.tflite import writer as w  # noqa: E402
 from nnhal.tflite.schema import interpreter_module  # noqa: E402
 from tests.conftest import vectors_root  # noqa: E402
@@ -160,7 +161,7 @@ def test_shared_model_round_trip(name: str) -> None:
 
 
 def test_listed_and_described(dev: Any) -> None:
-    assert "litert-cpu" in nnhal.IN_PROCESS_DEVICES and "litert-cpu" in nnhal.list_devices()
+    assert "litert-cpu" in nnhal.in_process_devices() and "litert-cpu" in nnhal.list_devices()
     assert dev.getVersionString() == (S.NONE, litert_backend.VERSION_STRING)
     assert dev.getType() == (S.NONE, hal.DeviceType.CPU)
     status, caps = dev.getCapabilities_1_3()
@@ -252,10 +253,9 @@ def _fd(path: Path) -> hal.Handle:
 def test_compilation_cache_is_the_flatbuffer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """prepareModel_1_3 with cache handles writes the lowered flatbuffer as the data cache;
     prepareModelFromCache_1_3 rebuilds the interpreter from it; a modified data cache is refused."""
-    from nnhal.driver import SampleDevice
+    from nnhal.driver import Device
 
-    d = SampleDevice("litert-cachetest", cache_key_dir=str(tmp_path / "key"),
-                     backend=litert_backend.LiteRTBackend())
+    d = Device("litert-cachetest", litert_backend.LiteRTBackend(), cache_key_dir=str(tmp_path / "key"))
     files = sorted(vectors_root().rglob("conv2d_dilation.json*"))
     if not files:
         pytest.skip("no conv2d_dilation.json")

@@ -23,7 +23,7 @@ import nnhal  # noqa: E402
 from nnhal import hal  # noqa: E402
 from nnhal.conformance import vectors  # noqa: E402
 from nnhal.conformance.vectors import VectorModel, VectorOperand, VectorSubgraph  # noqa: E402
-from nnhal.reference_check import certain_operations, execution_gate, reference_rejection  # noqa: E402
+from nnhal.engine.reference_check import certain_operations, execution_gate, reference_rejection  # noqa: E402
 from nnhal.tools import status_diff  # noqa: E402
 from tests.conftest import vectors_root  # noqa: E402
 
@@ -250,7 +250,7 @@ def test_what_litert_cannot_prepare_is_not_claimed(devices: tuple[Any, Any]) -> 
            operand(T.TENSOR_QUANT8_ASYMM, [4], L.SUBGRAPH_OUTPUT, np.zeros(4, np.uint8), 1.0)]
     vm = one_op("hashtable", ops, OT.HASHTABLE_LOOKUP, False)
     assert status_diff.outcome(devices[0], vm).refused
-    reasons = devices[0].unsupported_reasons(vm.build_model())
+    _, _, reasons = nnhal.supported_operations(devices[0], vm.build_model())
     assert reasons[0] and "LiteRT refuses it when it prepares the lowered model" in reasons[0]
 
 

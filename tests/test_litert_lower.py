@@ -1,4 +1,4 @@
-"""The HAL -> TFLite lowering of the ``litert-cpu`` driver (nnhal.tflite.lower): the rewrites
+"""The HAL -> TFLite lowering of the ``litert-cpu`` driver (nnhal.drivers.litert.lower): the rewrites
 into operators with a direct TFLite form, float16 models computed in float32 between CASTs,
 the refusals and their reasons (what getSupportedOperations_1_3 logs), and the coverage
 command.  The results themselves are checked against the conformance vectors in
@@ -20,7 +20,7 @@ if not litert_backend.available():  # pragma: no cover - only without the option
 from nnhal import hal  # noqa: E402
 from nnhal import memory as hal_memory  # noqa: E402
 from nnhal.conformance import vectors  # noqa: E402
-from nnhal.tflite import lower  # noqa: E402
+from nnhal.drivers.litert import lower  # noqa: E402
 from nnhal.tflite.schema import schema  # noqa: E402
 from nnhal.tools import litert_coverage  # noqa: E402
 from tests.conftest import vectors_root  # noqa: E402

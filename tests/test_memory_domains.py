@@ -19,7 +19,7 @@ import pytest
 import nnhal
 from nnhal import hal
 from nnhal import memory as M
-from nnhal.driver import SampleDevice
+from nnhal.drivers.sample import sample_device
 from tests.driver_util import Builder, execute_async, execute_sync, make_model, prepared_model
 
 S = hal.ErrorStatus
@@ -205,7 +205,7 @@ def test_allocate_refuses_what_vts_refuses(t: T, caplog: pytest.LogCaptureFixtur
     pm = twice(t)
     pm2 = twice(t, n=2)
     desc = hal.BufferDesc()
-    other_device_pm = prepared_model(twice_model(t), SampleDevice("another-device"))
+    other_device_pm = prepared_model(twice_model(t), sample_device("another-device"))
     cases = {
         "no roles": (desc, [pm], [], []),
         "no prepared models": (desc, [], [role()], []),
@@ -640,7 +640,7 @@ def test_freed_buffer_token_is_invalid() -> None:
 def test_live_buffers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     from nnhal.driver import buffers
 
-    d = SampleDevice("bounded")
+    d = sample_device("bounded")
     pm = prepared_model(twice_model(), d)
     monkeypatch.setattr(buffers, "MAX_LIVE_BUFFERS", 2)
     first = [allocate(pm, device=d) for _ in range(2)]
@@ -661,7 +661,7 @@ def test_buffer_outlives_nothing_it_should_not() -> None:
     # NOTE: whether pm is collected at once depends on who else holds it (a scheduler's last task);
     # what matters is that nothing of the buffer does
     holders = gc.get_referrers(pm)
-    assert not any(isinstance(h, (buffers.DeviceBuffer, buffers.SampleBuffer, buffers.BufferRegistry)) or
+    assert not any(isinstance(h, (buffers.DeviceBuffer, buffers.Buffer, buffers.BufferRegistry)) or
                    (isinstance(h, tuple) and len(h) == 3 and h[1] in ("input", "output")) for h in holders)
     roles = list(dev().buffer_lookup(pm)(token).roles)
     assert all(isinstance(r[0], weakref.ref) and r[0]() is pm for r in roles)

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from nnhal import hal, memory
-from nnhal.driver.device import SampleDevice
+from nnhal.driver import Device
 from nnhal.driver.pool_cache import PoolCache
+from nnhal.drivers.sample import sample_device
 from nnhal.tools import ipcbench
 from tests.driver_util import float_output, ipc_pools, sync_status
 
@@ -25,17 +26,17 @@ NO = hal.MeasureTiming.NO
 
 
 @pytest.fixture(scope="module")
-def device() -> SampleDevice:
-    return SampleDevice()
+def device() -> Device:
+    return sample_device()
 
 
 @pytest.fixture(scope="module")
-def add_pm(device: SampleDevice) -> Any:
+def add_pm(device: Device) -> Any:
     return ipcbench.prepare(device, ipcbench.add_model())
 
 
 @pytest.fixture
-def pools(device: SampleDevice) -> Iterator[ipcbench.Pools]:
+def pools(device: Device) -> Iterator[ipcbench.Pools]:
     device.pool_cache.clear()
     with ipc_pools() as p:
         yield p
@@ -48,7 +49,7 @@ def _out(p: ipcbench.Pools) -> np.ndarray:
     return float_output(p.out)
 
 
-def test_a_memory_is_mapped_once_and_reused(device: SampleDevice, add_pm: Any, pools: ipcbench.Pools,
+def test_a_memory_is_mapped_once_and_reused(device: Device, add_pm: Any, pools: ipcbench.Pools,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[Any] = []
     real = memory.open_pool
@@ -65,7 +66,7 @@ def test_a_memory_is_mapped_once_and_reused(device: SampleDevice, add_pm: Any, p
     assert len(device.pool_cache) == 2
 
 
-def test_input_only_pools_are_mapped_read_only(device: SampleDevice, add_pm: Any, pools: ipcbench.Pools) -> None:
+def test_input_only_pools_are_mapped_read_only(device: Device, add_pm: Any, pools: ipcbench.Pools) -> None:
     assert _run(add_pm, pools.request) == S.NONE
     fd = pools.inp.handle.fds[0]
     st = os.fstat(fd)
@@ -107,7 +108,7 @@ def test_a_closed_descriptor_is_invalid_argument(add_pm: Any, pools: ipcbench.Po
     assert _run(add_pm, pools.request) == S.NONE
 
 
-def test_free_drops_the_mapping(device: SampleDevice, add_pm: Any) -> None:
+def test_free_drops_the_mapping(device: Device, add_pm: Any) -> None:
     device.pool_cache.clear()
     p = ipcbench.Pools()
     assert _run(add_pm, p.request) == S.NONE
@@ -116,7 +117,7 @@ def test_free_drops_the_mapping(device: SampleDevice, add_pm: Any) -> None:
     assert len(device.pool_cache) == 0
 
 
-def test_unsealed_memories_are_not_kept(device: SampleDevice, add_pm: Any, tmp_path: Any) -> None:
+def test_unsealed_memories_are_not_kept(device: Device, add_pm: Any, tmp_path: Any) -> None:
     device.pool_cache.clear()
     path = tmp_path / "pool"
     path.write_bytes(np.arange(8, dtype=np.float32).tobytes() + bytes(16))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from nnhal import cli
+from nnhal.cli import app as cli
+from nnhal.cli.conformance import Progress
 from nnhal.conformance import report as rep
-from nnhal.conformance.command import Progress
 from nnhal.conformance.runner import CaseResult, Report
 from tests.conftest import vectors_root
 

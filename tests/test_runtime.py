@@ -13,8 +13,8 @@ import pytest
 
 import nnhal
 from nnhal import hal, runtime
+from nnhal.engine.validation import ValidationError
 from nnhal.runtime import Compilation, CompilationError, ExecutionError, Model
-from nnhal.validation import ValidationError
 
 OT = hal.OperationType
 S = hal.ErrorStatus
@@ -63,7 +63,7 @@ def test_model_finish_gives_the_drivers_validation_message():
     with pytest.raises(ValidationError) as e:
         m.finish()
     raw = _raw(m)
-    from nnhal.validation import validate_model
+    from nnhal.engine.validation import validate_model
 
     with pytest.raises(ValidationError) as e2:
         validate_model(raw, [])
@@ -120,7 +120,7 @@ def test_per_channel_quantized_conv():
 
 def test_partial_drivers_are_registered_with_androids_capabilities():
     for name in PARTIAL + ["sample-float-slow"]:
-        assert name in nnhal.IN_PROCESS_DEVICES and name in nnhal.list_devices()
+        assert name in nnhal.in_process_devices() and name in nnhal.list_devices()
     caps = nnhal.get_device("sample-minimal").getCapabilities_1_3()[1]
     f32 = next(p.info for p in caps.operandPerformance if p.type == hal.OperandType.TENSOR_FLOAT32)
     assert (f32.execTime, f32.powerUsage) == (0.4, 0.5)
@@ -370,7 +370,7 @@ def test_device_memory_keeps_state_on_the_device():
 
 def test_discovery_lists_in_process_devices():
     names = runtime.names()
-    assert names[: len(nnhal.IN_PROCESS_DEVICES)] == list(nnhal.IN_PROCESS_DEVICES)
+    assert names[: len(nnhal.in_process_devices())] == list(nnhal.in_process_devices())
     d = runtime.discovery.get("sample-quant")
     assert d.in_process and d.capabilities.ifPerformance.execTime == 50.0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnhal import cli
+from nnhal.cli import app as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORS = ROOT / ".." / "shared" / "conformance"
@@ -82,8 +82,9 @@ def test_discovery_and_partitions_across_a_service_and_in_process_drivers(quant_
             out = c.run(inputs(), mode=mode)
             np.testing.assert_array_equal(out["r"], ref["r"])
         p = c.placement()
-    # a service answers one bool per operation: no reason crosses the boundary, and the report says so
-    assert p.operations[0].refused["h9-quant"] == "getSupportedOperations_1_3 answered false (the HAL gives no reason)"
+    # the reason crosses the boundary (hal.INnhalDevice through the service), the same as in process
+    assert p.operations[0].refused["h9-quant"] == \
+        "sample-quant takes operations whose first input is TENSOR_QUANT8_ASYMM(_SIGNED), not TENSOR_FLOAT32"
     assert hal.OperationType.RELU.name == p.operations[4].type and p.operations[4].device == "h9-quant"
 
 

@@ -199,8 +199,8 @@ def test_service_bounded_queue(dirs, tmp_path) -> None:  # noqa: ANN001
 def test_service_high_priority_ahead_of_low_backlog(remote) -> None:  # noqa: ANN001
     """Priorities hold across the process boundary: with a backlog of LOW
     executions queued in the service, a HIGH execution answers before a LOW one."""
-    from nnhal import bench
     from nnhal.conformance.runner import RequestPools
+    from nnhal.tools import bench
 
     # NOTE: each LOW execution (~10-20 ms) must outlast the 16 launch round trips
     # (~1 ms each), or on a loaded machine the backlog drains before HIGH arrives

@@ -245,8 +245,8 @@ def test_malformed_burst_packets_through_the_service(service: Any, service_proce
     service then still serves correctly."""
     import random
 
-    from nnhal import burst_packets as bp
-    from nnhal.fmq import MessageQueue
+    from nnhal.platform import burst_packets as bp
+    from nnhal.platform.fmq import MessageQueue
 
     pm = prepared_model(add_model(), service)
     pools = Pools([X, X], [16])
@@ -289,3 +289,68 @@ def test_malformed_burst_packets_through_the_service(service: Any, service_proce
         results.close()
         pools.close()
     still_serving(service)
+
+
+def _memfds(n: int = 3) -> list[int]:
+    return [os.memfd_create(f"junk{k}", os.MFD_CLOEXEC) for k in range(n)]
+
+
+def _undecodable_frames() -> list[tuple[str, bytes, bool]]:
+    """(kind, body, answered): each way a frame can fail to decode.  ``answered``:
+    the frame names a call id (INVALID_ARGUMENT for it), else the connection ends."""
+    enc = msgspec.msgpack.encode
+    bad_str = b"\xa2\xff\xfe"  # a msgpack str of invalid UTF-8
+    call = enc([0, 7, b"", "getStatus", []])
+    return [
+        ("invalid UTF-8 in the method name", b"\x95\x00\x07\xc4\x00" + bad_str + b"\x90", True),
+        ("invalid UTF-8 in a Fail message", b"\x93\x02\x07\x00" + bad_str, False),
+        ("invalid UTF-8 in the arguments", b"\x95\x00\x07\xc4\x00\xb9getSupportedOperations_1_3\x91\x81"
+         + bad_str + b"\x01", True),
+        ("not msgpack", b"\xc1\xc1\xc1", False),
+        ("truncated", call[:-2], True),
+        ("trailing bytes", call + b"\x00", True),
+        ("unknown tag", enc([9, 7]), False),
+        ("wrong field types", enc([0, 7, "not bytes", 5, []]), True),
+        ("nesting bomb", b"\x95\x00\x07\xc4\x00\xa9getStatus" + b"\x91" * 100_000 + b"\xc0", True),
+        ("a huge announced array", b"\x95\x00\x07\xc4\x00\xa9getStatus\xdd\xff\xff\xff\xff", True),
+        ("a Release with an invalid UTF-8 ref list", b"\x92\x03" + bad_str, False),
+    ]
+
+
+@pytest.mark.parametrize("channel", ["main", "call channel"])
+def test_undecodable_frames_close_their_descriptors(path: str, baseline: int, service_process: Any,
+                                                     channel: str) -> None:
+    """Issue 17 item 2: every kind of undecodable frame, sent with 3 memfds,
+    20 times: INVALID_ARGUMENT when a call id can be read, else the
+    connection closed; every descriptor closed in the service either way."""
+    for kind, body, answered in _undecodable_frames():
+        for _ in range(20):
+            c = RawClient(path)
+            if channel == "call channel":
+                c.close()
+                c = RawClient(path, hello=False)
+                c.send(wire.ENCODER.encode(wire.Hello()))
+                session = c.recv().session
+                chan = RawClient(path, hello=False)
+                chan.send(wire.ENCODER.encode(wire.Attach(session)))
+                assert type(chan.recv()) is wire.Reply
+                target, owner = chan, c
+            else:
+                target, owner = c, None
+            fds = _memfds()
+            try:
+                target.send(body, fds)
+            finally:
+                transport.close_fds(fds)
+            if answered:
+                env = target.recv()
+                assert type(env) is wire.Fail and env.cid == 7 and env.status == S.INVALID_ARGUMENT, (kind, env)
+                # the channel keeps serving
+                env = target.call(8, "getStatus", [])
+                assert type(env) is wire.Reply, kind
+            else:
+                assert target.closed_by_peer(), kind
+            target.close()
+            if owner is not None:
+                owner.close()
+        assert settled_fds(service_process.pid, baseline) <= baseline, f"descriptors leaked: {kind}"

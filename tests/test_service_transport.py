@@ -110,11 +110,11 @@ def test_every_method_has_a_decoder() -> None:
 
 
 # ---------------------------------------------------------------------------
-# polling before blocking (nnhal.spin)
+# polling before blocking (nnhal.platform.spin)
 
 
 def test_spin_window_adapts_to_the_waits() -> None:
-    from nnhal.spin import Spin
+    from nnhal.platform.spin import Spin
 
     s = Spin(100_000)
     assert s.window() == 100_000
@@ -128,7 +128,7 @@ def test_spin_window_adapts_to_the_waits() -> None:
 
 
 def test_spin_limit_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nnhal.spin import MAX_SPIN_US, spin_limit_ns
+    from nnhal.platform.spin import MAX_SPIN_US, spin_limit_ns
 
     monkeypatch.delenv("NNHAL_IPC_SPIN_US", raising=False)
     assert spin_limit_ns(250) == 250_000

@@ -16,10 +16,11 @@ pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (p
 pytest.importorskip("flatbuffers", reason="flatbuffers is not installed")
 
 import nnhal  # noqa: E402
-from nnhal import cli, hal  # noqa: E402
+from nnhal import hal  # noqa: E402
+from nnhal.cli import app as cli  # noqa: E402
 from nnhal.conformance.vectors import default_vectors  # noqa: E402
+from nnhal.delegate.run import HalSession, LiteRT, diff, make_inputs  # noqa: E402
 from nnhal.tflite import load, table  # noqa: E402
-from nnhal.tflite.run import HalSession, LiteRT, diff, make_inputs  # noqa: E402
 from nnhal.tflite.writer import Tensor, graph, one_op, options  # noqa: E402
 
 MODELS = Path(os.environ.get("NNHAL_MODELS") or Path(__file__).resolve().parents[1] / ".." / "shared" / "models")
@@ -150,8 +151,9 @@ def test_cli_run_inputs_outputs_compare(tmp_path, capsys):
     assert "top-1 same" in out and "max |err| 0 " in out
     # a wrong input (dtype) is an error, not a crash
     np.save(tmp_path / "bad.npy", np.zeros((1, 96, 96, 3), np.int32))
-    with pytest.raises(SystemExit, match="must be float32"):
+    with pytest.raises(SystemExit) as e:
         cli.main(["run", str(path), "--input", str(tmp_path / "bad.npy")])
+    assert e.value.code == 2 and "must be float32" in capsys.readouterr().err
 
 
 def test_cli_run_per_tensor(capsys):
@@ -161,13 +163,20 @@ def test_cli_run_per_tensor(capsys):
 
 
 def test_cli_run_conversion_failure(tmp_path, capsys):
-    bad = tmp_path / "bmm.tflite"
-    bad.write_bytes(one_op("BATCH_MATMUL", [Tensor([2, 3]), Tensor([3, 4])], [Tensor([2, 4])],
+    # NOTE: an operator with no HAL form runs on LiteRT's CPU kernels, as on a phone
+    bmm = tmp_path / "bmm.tflite"
+    bmm.write_bytes(one_op("BATCH_MATMUL", [Tensor([2, 3]), Tensor([3, 4])], [Tensor([2, 4])],
                            options("BatchMatMulOptions")))
+    assert cli.main(["run", str(bmm), "--compare", "--strict"]) == 0
+    assert "1 on the CPU (LiteRT)" in capsys.readouterr().out
+    # a model nothing can run (a custom operator neither LiteRT nor nnhal knows): its root cause, once
+    bad = tmp_path / "custom.tflite"
+    bad.write_bytes(one_op("NoSuchCustomOp", [Tensor([2])], [Tensor([2])], custom_options=b""))
     with pytest.raises(SystemExit) as e:
         cli.main(["run", str(bad)])
     assert e.value.code == 2
-    assert "operator 0 BATCH_MATMUL" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "operator 0 NoSuchCustomOp is on the CPU" in err
 
 
 class _Html(html.parser.HTMLParser):
@@ -181,13 +190,14 @@ class _Html(html.parser.HTMLParser):
 
 def test_cli_graph(tmp_path, capsys):
     svg = tmp_path / "palm.svg"
-    assert cli.main(["graph", str(model_path("palm_detection_lite")), "-o", str(svg), "--device", "sample-all"]) == 0
+    assert cli.main(["graph", str(model_path("palm_detection_lite")), "-o", str(svg), "--device", "sample-all",
+                     "--hal"]) == 0
     root = ET.parse(svg).getroot()
     texts = "".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
     assert "CONV_2D" in texts and "f32[1x96x96x32]" in texts and "119/119 supported" in texts
     assert "(TFLite op 231 CONCATENATION)" in texts  # each HAL operation names its TFLite operator
     page = tmp_path / "kws.html"
-    assert cli.main(["graph", str(model_path("kws_mobilenetv2_int8")), "-o", str(page)]) == 0
+    assert cli.main(["graph", str(model_path("kws_mobilenetv2_int8")), "-o", str(page), "--hal"]) == 0
     p = _Html()
     p.feed(page.read_text())
     assert {"html", "svg", "rect", "text"} <= set(p.tags)
@@ -198,7 +208,7 @@ def test_cli_graph(tmp_path, capsys):
 
 
 def test_graph_marks_unsupported():
-    from nnhal.tflite import graph as g
+    from nnhal.tools import graph as g
 
     model, io = load(model_path("vww_mobilenetv1_int8"))
     sup = [True] * len(model.main.operations)
@@ -209,7 +219,8 @@ def test_graph_marks_unsupported():
 
 
 def test_cli_bench_model(capsys):
-    rc = cli.main(["bench", str(model_path("vww_mobilenetv1_int8")), "--runs", "2"])
+    # NOTE: --block 2 with --runs 2: one round whatever the machine load (default blocks are about 50 ms of runs)
+    rc = cli.main(["bench", str(model_path("vww_mobilenetv1_int8")), "--runs", "2", "--block", "2"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "nnhal sample-all" in out and "LiteRT xnnpack" in out and "LiteRT builtin" in out and "nnhal / LiteRT" in out
@@ -232,7 +243,7 @@ def test_cli_bench_model(capsys):
 
 
 def test_demo_trained_models(device, capsys):
-    from nnhal.demo import run_trained_models
+    from nnhal.cli.demo import run_trained_models
 
     assert run_trained_models(device, MODELS if MODELS.exists() else None) == 0
     out = capsys.readouterr().out
@@ -241,7 +252,7 @@ def test_demo_trained_models(device, capsys):
 
 def test_operators_alone_on_litert_inputs(device):
     """operator_model / isolated: each TFLite operator's HAL operations alone, fed LiteRT's tensors."""
-    from nnhal.tflite.run import isolated, operator_model
+    from nnhal.delegate.run import isolated, operator_model
 
     path = model_path("vww_mobilenetv1_int8")
     model, io = load(path)
@@ -277,7 +288,7 @@ def test_reshape_to_a_computed_shape(device):
 def test_data_path_floor_computes_the_model():
     """The bench's floor runs the model for real: its outputs, read back from the pool, are LiteRT's."""
     from nnhal import tflite
-    from nnhal.tflite.run import DataPathFloor, LiteRT, make_inputs
+    from nnhal.delegate.run import DataPathFloor, LiteRT, make_inputs
 
     path = str(model_path("vww_mobilenetv1_int8"))
     _, io = tflite.load(path)

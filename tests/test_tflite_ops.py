@@ -14,8 +14,8 @@ pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (p
 pytest.importorskip("flatbuffers", reason="flatbuffers is not installed")
 
 import nnhal  # noqa: E402
+from nnhal.delegate.run import HalSession, LiteRT, diff  # noqa: E402
 from nnhal.tflite import UnsupportedModelError, load, mapped_builtins  # noqa: E402
-from nnhal.tflite.run import HalSession, LiteRT, diff  # noqa: E402
 from nnhal.tflite.writer import Tensor, one_op, options  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -551,7 +551,7 @@ def test_control_flow_if_while(device):
     np.testing.assert_array_equal(ours[1], ref[1])
     import xml.etree.ElementTree as ET
 
-    from nnhal.tflite import graph as g
+    from nnhal.tools import graph as g
 
     text = g.svg(model, "while")  # the picture shows the referenced subgraphs below the main one
     ET.fromstring(text)

@@ -5,9 +5,7 @@ deterministic, varied sample that keeps the default run short."""
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 
-from nnhal import hal
 from nnhal.conformance.vectors import VectorModel, load
 from tests.conftest import vectors_root
 
@@ -72,40 +70,3 @@ def sample_models() -> tuple[VectorModel, ...]:
 
 def model_id(vm: VectorModel) -> str:
     return f"{vm.spec}:{vm.name}"
-
-
-T = hal.OperandType
-L = hal.OperandLifeTime
-Op = hal.OperationType
-
-
-def _float_tensor(lifetime: hal.OperandLifeTime, consumers: int) -> hal.Operand:
-    return hal.Operand(type=T.TENSOR_FLOAT32, dimensions=[1], numberOfConsumers=consumers,
-                       lifetime=lifetime)
-
-
-def if_model(then_index: int, else_index: int) -> hal.Model:
-    """Every subgraph maps (cond, x) to y.  main: y = IF(cond, ref0, ref1, cond, x);
-    referenced 0: y = IF(cond, ref[then_index], ref[else_index], cond, x);
-    referenced 1: y = ADD(x, x, NONE)."""
-    def cond() -> hal.Operand:
-        return hal.Operand(type=T.TENSOR_BOOL8, dimensions=[1], numberOfConsumers=2, lifetime=L.SUBGRAPH_INPUT)
-
-    def ref(k: int) -> hal.Operand:
-        return hal.Operand(type=T.SUBGRAPH, numberOfConsumers=1, lifetime=L.SUBGRAPH,
-                           location=hal.DataLocation(0, k, 0))
-
-    def caller(then_k: int, else_k: int) -> hal.Subgraph:
-        return hal.Subgraph(
-            operands=[cond(), ref(then_k), ref(else_k), _float_tensor(L.SUBGRAPH_INPUT, 1),
-                      _float_tensor(L.SUBGRAPH_OUTPUT, 0)],
-            operations=[hal.Operation(Op.IF, [0, 1, 2, 0, 3], [4])], inputIndexes=[0, 3], outputIndexes=[4])
-
-    passthrough = hal.Subgraph(
-        operands=[replace(cond(), numberOfConsumers=0), _float_tensor(L.SUBGRAPH_INPUT, 2),
-                  hal.Operand(type=T.INT32, numberOfConsumers=1, lifetime=L.CONSTANT_COPY,
-                              location=hal.DataLocation(0, 0, 4)),
-                  _float_tensor(L.SUBGRAPH_OUTPUT, 0)],
-        operations=[hal.Operation(Op.ADD, [1, 1, 2], [3])], inputIndexes=[0, 1], outputIndexes=[3])
-    return hal.Model(main=caller(0, 1), referenced=[caller(then_index, else_index), passthrough],
-                     operandValues=bytes(4))

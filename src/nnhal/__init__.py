@@ -1,9 +1,10 @@
 """nnhal: the Android Neural Networks HAL 1.3 in Python.
 
 ``nnhal.hal`` holds the HAL types and interfaces; ``get_device(name)`` gives
-an in-process driver (the CPU reference driver is ``sample-all``);
-``connect(name)`` a proxy ``IDevice`` of a driver running as a service
-(``nnhal serve --name NAME``); ``list_devices()`` names both.
+an in-process driver (the CPU reference driver is ``sample-all``; plugins and
+``module:Class`` backends too); ``connect(name)`` a proxy ``IDevice`` of a
+driver running as a service (``nnhal serve --name NAME``); ``open_device(name)``
+either; ``list_devices()`` names both.
 """
 
 from __future__ import annotations
@@ -12,31 +13,65 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# NOTE: the partial sample drivers: the sample backend behind Android's operation filters (nnhal.drivers.partial)
-IN_PROCESS_DEVICES = ("sample-all", "sample-float-fast", "sample-float-slow", "sample-quant", "sample-minimal")
+def in_process_devices() -> list[str]:
+    """The in-process device names of the device table (``nnhal.drivers.registry``):
+    the built-in drivers (``litert-cpu`` with LiteRT installed) and installed
+    plugins (entry-point group ``nnhal.drivers``)."""
+    from nnhal.drivers import registry
 
-
-
-def _optional_devices() -> tuple[str, ...]:
-    # NOTE: litert-cpu exists only where its engine does (find_spec: no import of LiteRT here)
-    import importlib.util
-
-    try:
-        return ("litert-cpu",) if importlib.util.find_spec("ai_edge_litert") is not None else ()
-    except (ImportError, ValueError):
-        return ()
-
-
-IN_PROCESS_DEVICES = IN_PROCESS_DEVICES + _optional_devices()
+    return registry.names()
 
 
 def get_device(name: str = "sample-all") -> Any:
-    """An ``IDevice`` (1.3) running in this process."""
-    if name not in IN_PROCESS_DEVICES:
-        raise LookupError(f"no in-process device named {name!r}; available: {', '.join(IN_PROCESS_DEVICES)}")
-    from nnhal.driver import get_device_by_name
+    """An ``IDevice`` (1.3) running in this process: a name of the device
+    table, or a backend given as ``module:Class`` / ``path/to/file.py:Class``.
+    Raises LookupError (``DriverLoadError`` when it exists but cannot load)."""
+    from nnhal.drivers import registry
 
-    return get_device_by_name(name)
+    return registry.get_device(name)
+
+
+def open_device(name: str) -> Any:
+    """The device ``name`` as a user names it on the command line: an
+    in-process driver (a name of the device table or a ``module:Class`` spec),
+    else a connection to the running service of that name.  Raises
+    LookupError if neither exists."""
+    from nnhal.drivers import registry
+
+    if registry.knows(name):
+        return registry.get_device(name)
+    return connect(name)
+
+
+def is_in_process(name: str) -> bool:
+    """Whether :func:`open_device` gives ``name`` in process (a name of the device table or a spec) rather than
+    as a service connection."""
+    from nnhal.drivers import registry
+
+    return registry.knows(name)
+
+
+NO_REASON = "getSupportedOperations_1_3 answered false (the device gives no reason)"
+
+
+def supported_operations(device: Any, model: Any) -> tuple[Any, list[bool], list[str]]:
+    """``(status, supported, reasons)`` for a 1.3 ``model``: the device's
+    ``getSupportedOperations_1_3`` answer and, per main operation, why it is
+    refused ("" where supported), asked through nnhal's addition
+    ``hal.INnhalDevice`` where the device has it (nnhal's front end, in process
+    or through a service), else :data:`NO_REASON`."""
+    from nnhal import hal
+
+    status, flags = device.getSupportedOperations_1_3(model)
+    flags = [bool(f) for f in flags]
+    if status != hal.ErrorStatus.NONE or all(flags):
+        return status, flags, [""] * len(flags)
+    reasons = [""] * len(flags)
+    if isinstance(device, hal.INnhalDevice):
+        st, got = device.nnhal_getSupportedOperationsReasons(model)
+        if st == hal.ErrorStatus.NONE and len(got) == len(flags):
+            reasons = list(got)
+    return status, flags, [("" if ok else r or NO_REASON) for ok, r in zip(flags, reasons)]
 
 
 def connect(name: str) -> Any:
@@ -57,14 +92,15 @@ def list_services() -> list[str]:
 
 def list_devices() -> list[str]:
     """Names of the devices that can be had: the in-process drivers, then the
-    running services (a name in both is the in-process one for ``get_device``)."""
-    return list(IN_PROCESS_DEVICES) + [n for n in list_services() if n not in IN_PROCESS_DEVICES]
+    running services (a name in both is the in-process one for ``open_device``)."""
+    local = in_process_devices()
+    return local + [n for n in list_services() if n not in local]
 
 
 # NOTE: the public submodules API.md names (nnhal.hal, nnhal.memory, nnhal.fence, nnhal.burst...) load on first
 # use, so ``import nnhal`` is enough and stays light (PEP 562 module __getattr__)
-_SUBMODULES = frozenset({"hal", "memory", "fence", "burst", "burst_packets", "fmq", "validation", "executor",
-                         "conformance", "service", "driver", "ops", "tflite", "runtime", "drivers"})
+_SUBMODULES = frozenset({"hal", "memory", "fence", "burst", "platform", "engine", "conformance", "service", "driver",
+                         "ops", "tflite", "runtime", "drivers", "delegate", "tools", "cli"})
 
 
 def __getattr__(name: str) -> Any:

@@ -13,7 +13,6 @@ from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_0,
     V1_2,
-    ExecContext,
     OperandInfo,
     OpExecutionError,
     OpInfo,
@@ -23,6 +22,11 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute;
+# a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
+PHASES = {"scalar_constants": True, "validate": True}
 
 T = OperandType
 Op = OperationType
@@ -36,8 +40,7 @@ def tensor(t: OperandType, data, scale: float = 0.0, zp: int = 0) -> Tensor:
 
 
 def run(op: OperationType, inputs: list[Tensor], out_type: OperandType, scale: float = 0.0, zp: int = 0):
-    ctx = ExecContext(type=op, inputs=inputs, outputs=[OutputSpec(out_type, (), scale, zp)])
-    return REGISTRY[op].execute(ctx)[0]
+    return run_operation(op, inputs, [OutputSpec(out_type, (), scale, zp)], **PHASES)[0]
 
 
 def all_values(t: OperandType) -> np.ndarray:
@@ -171,7 +174,7 @@ def test_prelu_quant_within_one(t):
     assert out.shape == (q.size, 2) and np.abs(out.astype(int) - want).max() <= 1
 
 
-def test_signatures_and_validation():
+def test_signatures_and_validation(kernel_only):
     f32, f16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
     match_signature(REGISTRY[Op.LOGISTIC], [Q8], [Q8], V1_0)
     with pytest.raises(OpValidationError, match="before HAL"):

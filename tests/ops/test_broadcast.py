@@ -13,7 +13,6 @@ from nnhal.ops.base import (
     V1_0,
     V1_1,
     V1_2,
-    ExecContext,
     OperandInfo,
     OpExecutionError,
     OpInfo,
@@ -23,6 +22,11 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute;
+# a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
+PHASES = {"scalar_constants": True, "validate": True}
 
 T = OperandType
 Op = OperationType
@@ -33,8 +37,7 @@ def tensor(t: OperandType, data, scale: float = 0.0, zp: int = 0) -> Tensor:
 
 
 def run(op: OperationType, inputs: list[Tensor], out_type: OperandType, scale: float = 0.0, zp: int = 0):
-    ctx = ExecContext(type=op, inputs=inputs, outputs=[OutputSpec(out_type, (), scale, zp)])
-    return REGISTRY[op].execute(ctx)[0]
+    return run_operation(op, inputs, [OutputSpec(out_type, (), scale, zp)], **PHASES)[0]
 
 
 def act(v: int) -> Tensor:
@@ -117,7 +120,7 @@ def test_int32_requires_no_activation():
         run(Op.ADD, [a, a, act(1)], T.TENSOR_INT32)
 
 
-def test_zero_sized_and_incompatible_shapes():
+def test_zero_sized_and_incompatible_shapes(kernel_only):
     z = tensor(T.TENSOR_FLOAT32, np.zeros((0, 2)))
     one = tensor(T.TENSOR_FLOAT32, np.ones((1, 2)))
     assert run(Op.ADD, [z, one, act(0)], T.TENSOR_FLOAT32).shape == (0, 2)

@@ -11,7 +11,6 @@ from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_2,
-    ExecContext,
     OpExecutionError,
     OpValidationError,
     OutputSpec,
@@ -19,6 +18,10 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute
+PHASES = {"scalar_constants": True, "validate": True}
 
 T = OperandType
 Op = OperationType
@@ -30,8 +33,7 @@ def tensor(t: OperandType, data, scale: float = 0.0, zp: int = 0) -> Tensor:
 
 
 def run(op: OperationType, inputs: list[Tensor], out_type: OperandType = B, scale: float = 0.0, zp: int = 0):
-    ctx = ExecContext(type=op, inputs=inputs, outputs=[OutputSpec(out_type, (), scale, zp)])
-    return REGISTRY[op].execute(ctx)[0]
+    return run_operation(op, inputs, [OutputSpec(out_type, (), scale, zp)], **PHASES)[0]
 
 
 COMPARE = {Op.EQUAL: np.equal, Op.NOT_EQUAL: np.not_equal, Op.GREATER: np.greater,

@@ -862,3 +862,25 @@ def test_quant_fc_l1_bound_exact(nonzero):
     q, shift = quantize_multiplier(0.25 / so)
     want = np.clip(multiply_by_quantized_multiplier(acc, q, shift) + 100, 0, 255)
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_padding_far_larger_than_the_tensors_is_refused_not_allocated():
+    """Found by fuzzing .tflite files through nnhal run: a huge dilation with padding to match asks the
+    depthwise kernel for a padded copy of terabytes; it is GENERAL_FAILURE with the size, at once."""
+    x = rng.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    w = rng.standard_normal((1, 2, 2, 2)).astype(np.float32)
+    b = np.zeros(2, np.float32)
+    big = 1 << 20
+    ops = dw_operands(x, w, b, (big, big, big, big), (1, 1), (2 * big, 2 * big), 1, 0, False, F32, F32, F32)
+    with pytest.raises(OpExecutionError, match="GiB"):
+        run(Op.DEPTHWISE_CONV_2D, ops, F32)
+
+
+def test_a_zero_stride_with_implicit_padding_fails_as_a_bad_stride():
+    """SAME padding divides by the stride: the stride is checked first (was a ZeroDivisionError)."""
+    x = rng.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    w = rng.standard_normal((2, 2, 2, 2)).astype(np.float32)
+    ops = [Operand(F32, x), Operand(F32, w), Operand(F32, np.zeros(2, np.float32)), scalar(1), scalar(0), scalar(1),
+           scalar(0)]
+    with pytest.raises((OpExecutionError, OpValidationError), match="strides must be positive"):
+        run(Op.CONV_2D, ops, F32)

@@ -11,7 +11,6 @@ from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_0,
     V1_2,
-    ExecContext,
     OperandInfo,
     OpExecutionError,
     OpInfo,
@@ -21,14 +20,18 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute;
+# a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
+PHASES = {"scalar_constants": True, "validate": True}
 
 T = OperandType
 Op = OperationType
 
 
 def run(op: OperationType, x: Tensor, out_type: OperandType, scale: float = 0.0, zp: int = 0) -> np.ndarray:
-    ctx = ExecContext(type=op, inputs=[x], outputs=[OutputSpec(out_type, (), scale, zp)])
-    return REGISTRY[op].execute(ctx)[0]
+    return run_operation(op, [x], [OutputSpec(out_type, (), scale, zp)], **PHASES)[0]
 
 
 def tensor(t: OperandType, data, scale: float = 0.0, zp: int = 0, cq=None) -> Tensor:
@@ -104,7 +107,7 @@ def test_dequantize():
     np.testing.assert_array_equal(run(Op.DEQUANTIZE, signed, T.TENSOR_FLOAT32), [-127.0, 128.0])
 
 
-def test_dequantize_per_channel():
+def test_dequantize_per_channel(kernel_only):
     cq = SymmPerChannelQuantParams(scales=[0.5, 2.0, 1.0], channelDim=1)
     data = np.array([[1, 2, 3], [-4, -5, -6]])
     out = run(Op.DEQUANTIZE, tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, data, cq=cq), T.TENSOR_FLOAT32)
@@ -118,7 +121,7 @@ def test_dequantize_per_channel():
         REGISTRY[Op.DEQUANTIZE].validate(info)
 
 
-def test_dequantize_signatures_and_rank():
+def test_dequantize_signatures_and_rank(kernel_only):
     q8, f32, f16 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
     match_signature(REGISTRY[Op.DEQUANTIZE], [q8], [f32], V1_0)
     with pytest.raises(OpValidationError, match="before HAL"):

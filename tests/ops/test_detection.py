@@ -13,7 +13,6 @@ from nnhal.ops import detection_kernels as K
 from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_2,
-    ExecContext,
     OpExecutionError,
     OpValidationError,
     OutputSpec,
@@ -21,6 +20,10 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute
+PHASES = {"scalar_constants": True, "validate": True}
 
 F32, F16, Q8, Q8S, Q16A = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, \
     T.TENSOR_QUANT16_ASYMM
@@ -53,7 +56,7 @@ def boolean(v: bool) -> Tensor:
 
 
 def run(op, inputs, outputs):
-    return REGISTRY[op].execute(ExecContext(type=op, inputs=inputs, outputs=outputs))
+    return run_operation(op, inputs, outputs, **PHASES)
 
 
 def out(type_, scale=0.0, zp=0) -> OutputSpec:

@@ -13,7 +13,6 @@ from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_0,
     V1_2,
-    ExecContext,
     OperandInfo,
     OpExecutionError,
     OpInfo,
@@ -23,6 +22,11 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute;
+# a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
+PHASES = {"scalar_constants": True, "validate": True}
 
 T = OperandType
 Op = OperationType
@@ -30,7 +34,7 @@ Op = OperationType
 
 def run(op: OperationType, t: OperandType, data) -> np.ndarray:
     x = Tensor(t, np.asarray(data, NUMPY_DTYPE[t]))
-    return REGISTRY[op].execute(ExecContext(type=op, inputs=[x], outputs=[OutputSpec(t, ())]))[0]
+    return run_operation(op, [x], [OutputSpec(t, ())], **PHASES)[0]
 
 
 REFS = {
@@ -78,7 +82,7 @@ def test_signatures():
         match_signature(REGISTRY[Op.SQRT], [T.TENSOR_QUANT8_ASYMM], [T.TENSOR_QUANT8_ASYMM])
 
 
-def test_floor_rank_limit():
+def test_floor_rank_limit(kernel_only):
     info = OpInfo(Op.FLOOR, [OperandInfo(T.TENSOR_FLOAT32, (1, 1, 1, 1, 2))], [OperandInfo(T.TENSOR_FLOAT32, ())])
     with pytest.raises(OpValidationError):
         REGISTRY[Op.FLOOR].validate(info)

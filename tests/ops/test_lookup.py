@@ -12,7 +12,6 @@ from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import (
     V1_0,
     V1_2,
-    ExecContext,
     OpExecutionError,
     OpValidationError,
     OutputSpec,
@@ -21,12 +20,16 @@ from nnhal.ops.base import (
 )
 from nnhal.ops.lookup import fingerprint64
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute
+PHASES = {"scalar_constants": True, "validate": True}
 
 T = OperandType
 
 
 def run(op: OperationType, inputs: list[Tensor], out_types: list[OperandType]) -> list[np.ndarray]:
-    return REGISTRY[op].execute(ExecContext(op, inputs, [OutputSpec(t, ()) for t in out_types]))
+    return run_operation(op, inputs, [OutputSpec(t, ()) for t in out_types], **PHASES)
 
 
 def i32(v) -> Tensor:

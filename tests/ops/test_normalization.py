@@ -13,7 +13,6 @@ from nnhal.ops.base import (
     V1_1,
     V1_2,
     V1_3,
-    ExecContext,
     OperandInfo,
     OpExecutionError,
     OpInfo,
@@ -24,6 +23,11 @@ from nnhal.ops.base import (
 )
 from nnhal.ops.fixedpoint import inv_sqrt_multiplier
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute;
+# a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
+PHASES = {"scalar_constants": True, "validate": True}
 
 
 def tensor(values, type_=T.TENSOR_FLOAT32, scale=0.0, zp=0) -> Tensor:
@@ -37,7 +41,7 @@ def scalar(v, type_) -> Tensor:
 def run(op, inputs, scale=0.0, zp=0) -> np.ndarray:
     x = inputs[0]
     out = OutputSpec(x.type, (), scale, zp)
-    (res,) = REGISTRY[op].execute(ExecContext(type=op, inputs=inputs, outputs=[out]))
+    (res,) = run_operation(op, inputs, [out], **PHASES)
     assert res.dtype == NUMPY_DTYPE[x.type] and res.shape == x.data.shape
     return res
 
@@ -98,7 +102,7 @@ def test_l2_quant_zeros_and_output_scale_rule():
             1 / 128, 128)
 
 
-def test_l2_bad_axis():
+def test_l2_bad_axis(kernel_only):
     with pytest.raises(OpExecutionError, match="axis"):
         run(Op.L2_NORMALIZATION, [tensor(np.ones((2, 2))), scalar(2, T.INT32)])
     with pytest.raises(OpExecutionError, match="rank"):

@@ -12,7 +12,6 @@ from nnhal.ops.base import (
     V1_0,
     V1_1,
     V1_2,
-    ExecContext,
     OpExecutionError,
     OpValidationError,
     OutputSpec,
@@ -21,6 +20,10 @@ from nnhal.ops.base import (
 )
 from nnhal.ops.pooling import explicit_padding
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute
+PHASES = {"scalar_constants": True, "validate": True}
 
 
 def tensor(values, type_=T.TENSOR_FLOAT32, scale=0.0, zp=0) -> Tensor:
@@ -38,7 +41,7 @@ def boolean(v: bool) -> Tensor:
 def run(op, inputs, scale=None, zp=None) -> np.ndarray:
     x = inputs[0]
     out = OutputSpec(x.type, (), x.scale if scale is None else scale, x.zero_point if zp is None else zp)
-    (res,) = REGISTRY[op].execute(ExecContext(type=op, inputs=inputs, outputs=[out]))
+    (res,) = run_operation(op, inputs, [out], **PHASES)
     assert res.dtype == NUMPY_DTYPE[x.type]
     return res
 

@@ -11,7 +11,6 @@ from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import (
     V1_1,
     V1_2,
-    ExecContext,
     OpExecutionError,
     OpValidationError,
     OutputSpec,
@@ -20,14 +19,17 @@ from nnhal.ops.base import (
 )
 from nnhal.ops.random import philox4x32, uniform_doubles
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute
+PHASES = {"scalar_constants": True, "validate": True}
 
 T = OperandType
 
 
 def sample(logits: np.ndarray, n: int, seeds=(37, 42), t: OperandType = T.TENSOR_FLOAT32) -> np.ndarray:
     ins = [Tensor(t, logits), Tensor(T.INT32, np.array(n, np.int32)), Tensor(T.TENSOR_INT32, np.array(seeds, np.int32))]
-    ctx = ExecContext(OperationType.RANDOM_MULTINOMIAL, ins, [OutputSpec(T.TENSOR_INT32, ())])
-    return REGISTRY[OperationType.RANDOM_MULTINOMIAL].execute(ctx)[0]
+    return run_operation(OperationType.RANDOM_MULTINOMIAL, ins, [OutputSpec(T.TENSOR_INT32, ())], **PHASES)[0]
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -21,7 +21,6 @@ from nnhal.ops.base import (
     V1_1,
     V1_2,
     V1_3,
-    ExecContext,
     OpExecutionError,
     OpValidationError,
     OutputSpec,
@@ -29,6 +28,10 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute
+PHASES = {"scalar_constants": True, "validate": True}
 
 T = OperandType
 OP = OperationType
@@ -58,8 +61,8 @@ def tensor(v, float_type: T = T.TENSOR_FLOAT32) -> Tensor:
 
 
 def run(op: OperationType, inputs: list, out_types: list, float_type: T = T.TENSOR_FLOAT32) -> list[np.ndarray]:
-    ctx = ExecContext(op, [tensor(v, float_type) for v in inputs], [OutputSpec(t, ()) for t in out_types])
-    return REGISTRY[op].execute(ctx)
+    return run_operation(op, [tensor(v, float_type) for v in inputs], [OutputSpec(t, ()) for t in out_types],
+                         **PHASES)
 
 
 # ----------------------------------------------------------------------------
@@ -454,8 +457,7 @@ def q16_inputs(batch=2, n_in=2, n_out=4, in_scale=1 / 128, cell_scale=2.0 ** -11
 
 
 def run_q(op, ins, outs):
-    ctx = ExecContext(op, ins, [OutputSpec(t, ()) for t in outs])
-    return REGISTRY[op].execute(ctx)
+    return run_operation(op, ins, [OutputSpec(t, ()) for t in outs], **PHASES)
 
 
 Q16_OUT = [T.TENSOR_QUANT16_SYMM, T.TENSOR_QUANT8_ASYMM]

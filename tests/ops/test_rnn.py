@@ -10,7 +10,6 @@ from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import (
     V1_0,
     V1_2,
-    ExecContext,
     OpExecutionError,
     OpValidationError,
     OutputSpec,
@@ -18,6 +17,11 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute;
+# a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
+PHASES = {"scalar_constants": True, "validate": True}
 
 T = OperandType
 RNG = np.random.default_rng(7)
@@ -37,8 +41,7 @@ def run(op: OperationType, inputs: list, out_types: list) -> list[np.ndarray]:
         else:
             v = np.asarray(v)
             ins.append(Tensor(T.TENSOR_FLOAT16 if v.dtype == np.float16 else T.TENSOR_FLOAT32, v))
-    ctx = ExecContext(op, ins, [OutputSpec(t, ()) for t in out_types])
-    return REGISTRY[op].execute(ctx)
+    return run_operation(op, ins, [OutputSpec(t, ()) for t in out_types], **PHASES)
 
 
 def f32(*shape: int) -> np.ndarray:
@@ -131,7 +134,7 @@ def test_svdf_matches_reference(rank, with_bias, act):
     assert np.all(st.reshape(batch, n_filters, memory)[:, :, -1] == 0)
 
 
-def test_svdf_float16_and_errors():
+def test_svdf_float16_and_errors(kernel_only):
     x, wf, wt, state = (a.astype(np.float16) for a in (f32(1, 3), f32(2, 3), f32(2, 4), f32(1, 8)))
     st, out = run(OperationType.SVDF, [x, wf, wt, None, state, 1, 0], [T.TENSOR_FLOAT16] * 2)
     assert st.dtype == out.dtype == np.float16 and out.shape == (1, 2) and st.shape == (1, 8)

@@ -14,7 +14,6 @@ from nnhal.ops.base import (
     V1_1,
     V1_2,
     V1_3,
-    ExecContext,
     OperandInfo,
     OpExecutionError,
     OpInfo,
@@ -24,6 +23,10 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute
+PHASES = {"scalar_constants": True, "validate": True}
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -49,7 +52,7 @@ def run(op, inputs, outputs=None, n_out=1) -> list[np.ndarray]:
     x = inputs[0]
     if outputs is None:
         outputs = [OutputSpec(x.type, (), x.scale, x.zero_point) for _ in range(n_out)]
-    res = REGISTRY[op].execute(ExecContext(type=op, inputs=inputs, outputs=outputs))
+    res = run_operation(op, inputs, outputs, **PHASES)
     for r, o in zip(res, outputs, strict=True):
         assert r.dtype == o.dtype
     return res

@@ -15,7 +15,6 @@ from nnhal.ops.base import (
     V1_1,
     V1_2,
     V1_3,
-    ExecContext,
     OperandInfo,
     OpExecutionError,
     OpInfo,
@@ -25,6 +24,11 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
+from nnhal.ops.run import run_operation
+
+# every kernel test through validate, prepare (scalars as the model's constants) and execute;
+# a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
+PHASES = {"scalar_constants": True, "validate": True}
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
 Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -41,7 +45,7 @@ def scalar(v, type_=T.FLOAT32) -> Tensor:
 def run(op, inputs, scale=0.0, zp=0) -> np.ndarray:
     x = inputs[0]
     out = OutputSpec(x.type, (), scale, zp)
-    (res,) = REGISTRY[op].execute(ExecContext(type=op, inputs=inputs, outputs=[out]))
+    (res,) = run_operation(op, inputs, [out], **PHASES)
     assert res.dtype == NUMPY_DTYPE[x.type]
     return res
 
@@ -91,7 +95,7 @@ def test_softmax_zero_sized():
     assert run(Op.SOFTMAX, [tensor(np.zeros((0, 3), np.float32)), scalar(1.0)]).shape == (0, 3)
 
 
-def test_softmax_runtime_errors():
+def test_softmax_runtime_errors(kernel_only):
     x = tensor(np.zeros((2, 3), np.float32))
     with pytest.raises(OpExecutionError):
         run(Op.SOFTMAX, [x, scalar(0.0)])  # beta must be > 0

@@ -86,12 +86,11 @@ def make_runner(device: Any, modes: Sequence[str], variants: Sequence[str], memo
 
 
 def open_device(name: str) -> Any:
-    """The device ``name``: an in-process driver, else a connection to the service of that name."""
+    """The device ``name``: an in-process driver (a plugin or ``module:Class`` too), else a connection to the
+    service of that name (``nnhal.open_device``)."""
     import nnhal
 
-    if name in nnhal.IN_PROCESS_DEVICES:
-        return nnhal.get_device(name)
-    return nnhal.connect(name)
+    return nnhal.open_device(name)
 
 
 # --------------------------------------------------------------------------

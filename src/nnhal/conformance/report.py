@@ -308,8 +308,10 @@ def write_junit(report: Report, path: str, settings: Optional[Settings] = None) 
                                  time=f"{c.seconds:.3f}")
             if c.status == "fail":
                 ET.SubElement(case, "failure", message=plain_message(c.message)[:500]).text = plain_message(c.message)
-            elif c.status in ("unsupported", "skip"):
-                ET.SubElement(case, "skipped", message=f"{c.status}: {plain_message(c.message)}"[:500])
+            elif c.status == "unsupported":  # NOTE: the runner's message starts "unsupported: OPS -- reason"
+                ET.SubElement(case, "skipped", message=f"{plain_message(c.message)} [{c.dtype}]"[:500])
+            elif c.status == "skip":
+                ET.SubElement(case, "skipped", message=f"skip: {plain_message(c.message)}"[:500])
     if settings is not None and settings.file_errors:
         suite = ET.SubElement(suites, "testsuite", name="vector files", tests=str(len(settings.file_errors)),
                               failures="0", errors=str(len(settings.file_errors)))
@@ -322,14 +324,14 @@ def write_junit(report: Report, path: str, settings: Optional[Settings] = None) 
 # --------------------------------------------------------------------------
 # HTML
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+PAGE_CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 8px}
 th{background:#eee;cursor:pointer;user-select:none}th.num,td.num{text-align:right}
 tr.fail td{background:#fdd}tr.unsupported td{background:#ffd}
 .sum span{display:inline-block;margin-right:1.5em;font-size:1.2em}.pass{color:#070}.failc{color:#b00}
 details{margin:.3em 0}summary{cursor:pointer}code{white-space:pre-wrap}"""
 
-_JS = """function sortBy(th){const t=th.closest('table'),b=t.tBodies[0],i=[...th.parentNode.children].indexOf(th);
+PAGE_JS = """function sortBy(th){const t=th.closest('table'),b=t.tBodies[0],i=[...th.parentNode.children].indexOf(th);
 const num=th.classList.contains('num'),dir=th.dataset.dir==='a'?-1:1;th.dataset.dir=dir===1?'a':'d';
 [...b.rows].sort((x,y)=>{const p=x.cells[i].textContent,q=y.cells[i].textContent;
 return dir*(num?(parseFloat(p)-parseFloat(q)):p.localeCompare(q));}).forEach(r=>b.appendChild(r));}
@@ -417,6 +419,6 @@ def write_html(report: Report, path: str, settings: Optional[Settings] = None) -
                         f"{html.escape(plain_message(m.runs[0].message))}</li>" for m in unsupported)
         parts.append(f"<h2>Unsupported ({len(unsupported)} models)</h2><ul>{items}</ul>")
     doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>nnhal conformance</title>"
-           f"<style>{_CSS}</style></head><body>{''.join(parts)}<script>{_JS}</script></body></html>")
+           f"<style>{PAGE_CSS}</style></head><body>{''.join(parts)}<script>{PAGE_JS}</script></body></html>")
     with open(path, "w", encoding="utf-8") as f:
         f.write(doc)

@@ -37,11 +37,12 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+import nnhal
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance import logs
 from nnhal.conformance.compare import compare
 from nnhal.conformance.vectors import VectorModel, VectorOperand
+from nnhal.platform import memory as hal_memory
 
 S = hal.ErrorStatus
 T = hal.OperandType
@@ -95,7 +96,7 @@ def has_quant8_coupled_operands(vm: VectorModel) -> bool:
     if vm.expectFailure or len(vm.main.operations) != 1 or vm.referenced:
         return False
     op = vm.main.operations[0]
-    if hal.OperationType(op.type).name in UNCOUPLED_OPS:
+    if hal.operation_name(op.type) in UNCOUPLED_OPS:
         return False
     return any(vm.main.operands[i].type == T.TENSOR_QUANT8_ASYMM for i in [*op.inputs, *op.outputs])
 
@@ -220,7 +221,7 @@ class RequestPools:
         return np.frombuffer(raw, dtype=dt, count=n).reshape(shape)
 
     def read_output(self, k: int, operand: VectorOperand, shape: Sequence[int]) -> np.ndarray:
-        return self.output(k, _dtype(operand.type), shape)
+        return self.output(k, operand_dtype(operand), shape)
 
     def close(self) -> None:
         hal_memory.free(self.in_mem)
@@ -318,7 +319,7 @@ class DevicePools:
         buf = self.out_buffers.get(k)
         if buf is None:
             return self.shared.read_output(k, operand, shape)
-        dt = np.dtype(_dtype(operand.type))
+        dt = np.dtype(operand_dtype(operand))
         n = int(np.prod(shape)) if len(shape) else 1
         if n == 0:  # NOTE: as VTS, a zero-sized output is not copied back (no memory of size 0)
             return np.zeros(shape, dt)
@@ -356,9 +357,16 @@ def _dtype(t: int) -> Any:
     return _DT[T(t)]
 
 
+def operand_dtype(o: VectorOperand) -> Any:
+    """An operand's element dtype: its HAL type's, or for an extension type the vector data's."""
+    if int(o.type) >> 16 and o.data is not None:
+        return o.data.dtype
+    return _dtype(o.type)
+
+
 def nbytes(o: VectorOperand) -> int:
-    return int(np.prod(o.dimensions)) * np.dtype(_dtype(o.type)).itemsize if o.dimensions else \
-        np.dtype(_dtype(o.type)).itemsize
+    return int(np.prod(o.dimensions)) * np.dtype(operand_dtype(o)).itemsize if o.dimensions else \
+        np.dtype(operand_dtype(o)).itemsize
 
 
 # --------------------------------------------------------------------------
@@ -384,18 +392,16 @@ class Runner:
                 o = model.main.operands[i]
                 o.dimensions = [0] * len(o.dimensions)
         try:
-            status, supported = self.device.getSupportedOperations_1_3(model)
+            status, supported, reasons = nnhal.supported_operations(self.device, model)
             if status != S.NONE:
                 return status, None, f"getSupportedOperations_1_3 returned {S(status).name}"
             if not all(supported):
-                names = [hal.OperationType(op.type).name for op, s in zip(model.main.operations, supported) if not s]
-                # NOTE: an in-process driver says why (the reason its getSupportedOperations_1_3 logs):
-                # the report groups unsupported models by it
-                explain = getattr(self.device, "unsupported_reasons", None)
+                names = [hal.operation_name(op.type) for op, s in zip(model.main.operations, supported) if not s]
+                # NOTE: the device says why (nnhal's hal.INnhalDevice, in process or through a service): the
+                # report groups unsupported models by the first reason
                 why = next((r if r.startswith(n) else f"{n}: {r}" for n, r in
-                            ((hal.OperationType(op.type).name, r) for op, r in
-                             zip(model.main.operations, explain(model))) if r), "") if explain else ""
-                return S.GENERAL_FAILURE, None, f"unsupported: {','.join(names)}" + (f" -- {why}" if why else "")
+                            ((hal.operation_name(op.type), r) for op, r in zip(model.main.operations, reasons)) if r), "")
+                return S.GENERAL_FAILURE, None, f"unsupported: {','.join(names)} -- {why}"
             cb = hal.PreparedModelCallback()
             launch = self.device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER,
                                                   hal.Priority.MEDIUM, hal.OptionalTimePoint(), [], [],
@@ -430,7 +436,7 @@ class Runner:
         return status, shapes, timing
 
     def _execute_burst(self, prepared: Any, request: hal.Request, measure: hal.MeasureTiming) -> tuple:
-        from nnhal.burst import BurstController
+        from nnhal.runtime.burst import BurstController
 
         if self._burst[0] is not prepared:
             self.close_burst()
@@ -575,7 +581,7 @@ class Runner:
 def _execute_fenced(prepared: Any, request: hal.Request, measure: hal.MeasureTiming,
                     timeout: hal.OptionalTimeoutDuration) -> tuple:
     """(status, [], timingLaunched) of a fenced execution, as VTS runs it."""
-    from nnhal import fence
+    from nnhal.platform import fence
 
     status, sync_fence, callback = prepared.executeFenced(request, [], measure, hal.OptionalTimePoint(), timeout,
                                                           hal.OptionalTimeoutDuration())

@@ -20,7 +20,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance.compare import compare
 from nnhal.conformance.runner import (
     BASIC_MODES,
@@ -30,6 +29,7 @@ from nnhal.conformance.runner import (
     run_variants,
 )
 from nnhal.conformance.vectors import VectorModel
+from nnhal.platform import memory as hal_memory
 from nnhal.runtime import Compilation, CompilationError, ExecutionError
 
 S = hal.ErrorStatus

@@ -29,6 +29,8 @@ DTYPES = {
     "int8": np.int8,
     "uint8": np.uint8,
     "bool8": np.bool_,
+    "int64": np.int64,  # NOTE: extension operand types (com.example.fibonacci's)
+    "uint64": np.uint64,
 }
 
 ALIGN = 8
@@ -61,6 +63,7 @@ class VectorOperand:
     channelQuant: Optional[hal.SymmPerChannelQuantParams]
     isIgnored: bool
     data: Optional[np.ndarray]  # None when the vector has no values
+    extension: Optional[bytes] = None  # extraParams.extension (extension operand types)
 
     @property
     def raw(self) -> bytes:
@@ -85,6 +88,7 @@ class VectorModel:
     multinomialTolerance: float
     main: VectorSubgraph
     referenced: list[VectorSubgraph] = field(default_factory=list)
+    extensionNameToPrefix: list[hal.ExtensionNameAndPrefix] = field(default_factory=list)
 
     # ------------------------------------------------------------------
     @property
@@ -94,22 +98,35 @@ class VectorModel:
         the first operation's first data input (after an IF condition and subgraph operands)."""
         if not self.main.operations:
             return "none"
-        op = self.main.operations[0]
+        return self.operation_data_type(self.main.operations[0])
+
+    def operation_data_type(self, op: hal.Operation) -> str:
+        """The data type one operation of the main subgraph computes in, named as :attr:`data_type`."""
         ins = list(op.inputs[1:] if op.type == hal.OperationType.IF else op.inputs)
         ins = [i for i in ins if self.main.operands[i].type != hal.OperandType.SUBGRAPH]
         t = self.main.operands[ins[0]].type if ins else self.main.operands[op.outputs[0]].type
         if t in (hal.OperandType.TENSOR_FLOAT32, hal.OperandType.FLOAT32) and self.isRelaxed:
             return "relaxed"
+        prefixes = {int(e.prefix): e.name for e in self.extensionNameToPrefix}
+        if int(t) >> 16 and int(t) >> 16 in prefixes:  # NOTE: an extension operand type: extension:type
+            return f"{prefixes[int(t) >> 16]}:{int(t) & 0xFFFF}"
         return DATA_TYPE_NAMES.get(t, hal.OperandType(t).name.lower() if t in hal.OperandType._value2member_map_
                                    else str(t))
 
     @property
     def operation_types(self) -> set[str]:
+        """The operations the model uses, by name; an extension operation as ``extension:type``."""
         names = set()
+        prefixes = {int(e.prefix): e.name for e in self.extensionNameToPrefix}
         for sg in [self.main, *self.referenced]:
             for op in sg.operations:
-                names.add(hal.OperationType(op.type).name if op.type in hal.OperationType._value2member_map_
-                          else str(op.type))
+                t = int(op.type)
+                if t in hal.OperationType._value2member_map_:
+                    names.add(hal.OperationType(t).name)
+                elif t >> 16 and (t >> 16) in prefixes:
+                    names.add(f"{prefixes[t >> 16]}:{t & 0xFFFF}")
+                else:
+                    names.add(str(t))
         return names
 
     def input_values(self) -> list[Optional[np.ndarray]]:
@@ -151,7 +168,8 @@ class VectorModel:
                     loc = hal.DataLocation(poolIndex=0, offset=off, length=len(raw))
                 elif o.lifetime == hal.OperandLifeTime.SUBGRAPH:
                     loc = hal.DataLocation(poolIndex=0, offset=int(o.data.reshape(-1)[0]), length=0)
-                extra = hal.OperandExtraParams(channelQuant=o.channelQuant) if o.channelQuant else hal.OperandExtraParams()
+                extra = hal.OperandExtraParams(channelQuant=o.channelQuant) if o.channelQuant else \
+                    hal.OperandExtraParams(extension=o.extension) if o.extension is not None else hal.OperandExtraParams()
                 operands.append(hal.Operand(type=o.type, dimensions=list(o.dimensions),
                                             numberOfConsumers=o.numberOfConsumers, scale=o.scale,
                                             zeroPoint=o.zeroPoint, lifetime=o.lifetime, location=loc,
@@ -163,12 +181,14 @@ class VectorModel:
         pools = []
         if pool:
             if memory_factory is None:
-                from nnhal import memory
+                from nnhal.platform import memory
 
                 memory_factory = memory.allocate_filled
             pools.append(memory_factory(bytes(pool)))
         return hal.Model(main=subgraphs[0], referenced=subgraphs[1:], operandValues=bytes(values), pools=pools,
-                         relaxComputationFloat32toFloat16=self.isRelaxed)
+                         relaxComputationFloat32toFloat16=self.isRelaxed,
+                         extensionNameToPrefix=[hal.ExtensionNameAndPrefix(e.name, e.prefix)
+                                                for e in self.extensionNameToPrefix])
 
 
 def _operand(d: dict) -> VectorOperand:
@@ -199,6 +219,7 @@ def _operand(d: dict) -> VectorOperand:
         channelQuant=hal.SymmPerChannelQuantParams(scales=list(cq["scales"]), channelDim=cq["channelDim"]) if cq else None,
         isIgnored=bool(d.get("isIgnored", False)),
         data=arr,
+        extension=bytes.fromhex(d["extension"]) if d.get("extension") is not None else None,
     )
 
 
@@ -213,17 +234,21 @@ def _subgraph(d: dict) -> VectorSubgraph:
     )
 
 
+def parse_model(spec: str, m: dict) -> VectorModel:
+    """One model of a vector file's ``models`` list (``spec``: the file's spec name)."""
+    return VectorModel(
+        name=m["name"], spec=spec, minSupportedVersion=m.get("minSupportedVersion", "UNKNOWN"),
+        isRelaxed=bool(m.get("isRelaxed", False)), expectFailure=bool(m.get("expectFailure", False)),
+        multinomialTolerance=float(m.get("expectedMultinomialDistributionTolerance", 0) or 0),
+        main=_subgraph(m["main"]), referenced=[_subgraph(s) for s in m.get("referenced", [])],
+        extensionNameToPrefix=[hal.ExtensionNameAndPrefix(name=e["name"], prefix=int(e["prefix"]))
+                               for e in m.get("extensionNameToPrefix", [])])
+
+
 def load_file(path: str | Path) -> list[VectorModel]:
     with gzip.open(path, "rt") as f:
         doc = json.load(f)
-    out = []
-    for m in doc["models"]:
-        out.append(VectorModel(
-            name=m["name"], spec=doc["spec"], minSupportedVersion=m.get("minSupportedVersion", "UNKNOWN"),
-            isRelaxed=bool(m.get("isRelaxed", False)), expectFailure=bool(m.get("expectFailure", False)),
-            multinomialTolerance=float(m.get("expectedMultinomialDistributionTolerance", 0) or 0),
-            main=_subgraph(m["main"]), referenced=[_subgraph(s) for s in m.get("referenced", [])]))
-    return out
+    return [parse_model(doc["spec"], m) for m in doc["models"]]
 
 
 def find_files(paths: list[str | Path]) -> list[Path]:

@@ -51,10 +51,12 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.driver.guard import hal_methods
 from nnhal.driver.hardware_buffer import ImageError, open_image
-from nnhal.ops.base import NUMPY_DTYPE
-from nnhal.validation import ValidationError, is_tensor, operand_byte_size
+from nnhal.engine.validation import ValidationError, is_tensor, operand_byte_size
+from nnhal.ops.base import MAX_RANK, NUMPY_DTYPE
+from nnhal.ops.extension import ExtensionOperandType, operand_type, storage_dtype, type_name
+from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
 
@@ -120,8 +122,8 @@ class DeviceBuffer:
 
     def __init__(self, token: int, operand: hal.Operand, dims: list[int], roles: set):
         self.token = token
-        self.type = T(operand.type)
-        self.dtype = NUMPY_DTYPE[self.type]
+        self.type = operand_type(operand.type)  # NOTE: an extension type of the driver's stays resolved
+        self.dtype = storage_dtype(self.type)
         self.scale, self.zeroPoint = operand.scale, operand.zeroPoint
         self.tensor = is_tensor(operand)
         self.fixed_dims = tuple(dims)  # the combined dimensions of the descriptor and the roles
@@ -189,7 +191,8 @@ class DeviceBuffer:
 # IBuffer
 
 
-class SampleBuffer(hal.IBuffer):
+@hal_methods
+class Buffer(hal.IBuffer):
     """``IBuffer`` of the sample driver.  Dropping it (or ``close()``) frees
     the buffer: its token is unknown from then on."""
 
@@ -254,6 +257,10 @@ class SampleBuffer(hal.IBuffer):
     def _copy_from(buf: DeviceBuffer, src: Any, dimensions: Any) -> S:
         try:
             dims = _u32_list(dimensions, "dimensions")
+            if len(dims) > MAX_RANK:
+                log.error("IBuffer.copyFrom: dimensions of rank %d; this driver holds tensors of rank up to %d",
+                          len(dims), MAX_RANK)
+                return S.GENERAL_FAILURE
             if not buf.tensor and dims:
                 raise ValidationError(f"a {buf.type.name} buffer takes no dimensions, got {dims}")
             if buf.tensor:
@@ -396,7 +403,7 @@ class BufferRegistry:
         with self._lock:
             self._buffers[token] = buf
         log.debug("allocate: token %d, %s %s, %d role(s)", token, buf.type.name, dims, len(roles))
-        return S.NONE, SampleBuffer(buf, self), token
+        return S.NONE, Buffer(buf, self), token
 
 
 def _role_list(x: Any, what: str) -> list[hal.BufferRole]:
@@ -419,6 +426,9 @@ def validate_allocation(device: Any, desc: Any, preparedModels: Any, inputRoles:
         desc_dims = _u32_list(desc.dimensions, "desc.dimensions")
     except ValidationError as e:
         raise AllocateError(bad, str(e)) from None
+    if len(desc_dims) > MAX_RANK:
+        raise AllocateError(S.GENERAL_FAILURE, f"desc.dimensions of rank {len(desc_dims)}: this driver holds "
+                                               f"tensors of rank up to {MAX_RANK}")
     if not isinstance(preparedModels, (list, tuple)) or not preparedModels:
         raise AllocateError(bad, "no prepared models")
     for k, pm in enumerate(preparedModels):
@@ -470,8 +480,9 @@ def validate_allocation(device: Any, desc: Any, preparedModels: Any, inputRoles:
             raise AllocateError(bad, f"{where}: dimensions {list(o.dimensions)} conflict with {dims} (the "
                                      "descriptor and the other roles)")
         dims = combined
-    if int(first.type) not in T._value2member_map_ or T(first.type) not in NUMPY_DTYPE \
-            or T(first.type) in (T.TENSOR_OEM_BYTE,):
+    if first.type.__class__ is not ExtensionOperandType and (
+            int(first.type) not in T._value2member_map_ or T(first.type) not in NUMPY_DTYPE
+            or T(first.type) in (T.TENSOR_OEM_BYTE,)):
         raise AllocateError(S.GENERAL_FAILURE, f"operand type {_type_name(first.type)} is not supported in "
                                                "driver-managed buffers")
     if not is_tensor(first) and dims:
@@ -487,10 +498,7 @@ def _is_u32(x: Any) -> bool:
 
 
 def _type_name(t: Any) -> str:
-    try:
-        return T(t).name
-    except ValueError:
-        return str(t)
+    return type_name(t)
 
 
 # --------------------------------------------------------------------------

@@ -17,7 +17,7 @@ What the server guarantees, whatever the client does:
   the execution then fails with the callback's error status (INVALID_ARGUMENT
   when it says a slot is unknown) or GENERAL_FAILURE, never an exception;
 - an idle burst blocks in ``poll`` on the queue's socket (after polling the
-  queue for up to :data:`SPIN_US` following each result: :mod:`nnhal.spin`); the
+  queue for up to :data:`SPIN_US` following each result: :mod:`nnhal.platform.spin`); the
   thread ends, and every fd is closed, when the client closes its queues or
   dies (end of file), when a queue turns out corrupt, or on :meth:`close`.
 
@@ -33,11 +33,12 @@ import threading
 import time
 from typing import Any, Callable
 
-from nnhal import burst_packets as bp
 from nnhal import hal
-from nnhal import memory as hal_memory
-from nnhal.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
-from nnhal.spin import Spin, spin_limit_ns
+from nnhal.driver.guard import hal_methods
+from nnhal.platform import burst_packets as bp
+from nnhal.platform import memory as hal_memory
+from nnhal.platform.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
+from nnhal.platform.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.driver")
 
@@ -51,7 +52,7 @@ MAX_QUEUE_CAPACITY = 1 << 16
 RESULT_WRITE_TIMEOUT_S = 5.0
 _IDLE_WAIT_S = 60.0
 _JOIN_TIMEOUT_S = 5.0
-# NOTE: after a result, the server polls the request queue this long before it blocks (nnhal.spin),
+# NOTE: after a result, the server polls the request queue this long before it blocks (nnhal.platform.spin),
 # as the reference's ExecutionBurstServer does: a client executing in a loop is not woken each time
 SPIN_US = 200
 
@@ -73,6 +74,7 @@ class _MemoryUnavailable(Exception):
         self.status = status
 
 
+@hal_methods
 class ExecutionBurstServer(hal.IBurstContext):
     """An ``IBurstContext`` serving one burst; :meth:`close` (not in the HAL)
     stops it and frees everything it holds."""
@@ -183,8 +185,8 @@ class ExecutionBurstServer(hal.IBurstContext):
         else:
             try:
                 packet = bp.decode_request(raw)
-            except bp.PacketError as e:
-                log.error("burst: malformed request packet (%s)", e)
+            except Exception as e:  # noqa: BLE001 - any failure to decode is a malformed packet, never the burst's end
+                log.error("burst: malformed request packet (%s: %s)", type(e).__name__, e)
                 return S.GENERAL_FAILURE, [], hal.Timing()
             self._last_raw, self._last_packet = raw, packet
         with self._lock:

@@ -48,15 +48,17 @@ import stat
 import struct
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import msgspec
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
-from nnhal.executor import PREPARE, Executor
+from nnhal.engine.executor import PREPARE, Executor
 from nnhal.ops import registry
+from nnhal.ops.extension import Extension, plain_model
+from nnhal.ops.extension import resolve as resolve_extensions
+from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
 
@@ -347,6 +349,9 @@ def _read_model_file(fd: int) -> bytes:
 
 def _read_data_file(fd: int, size: int) -> np.ndarray:
     """Exactly ``size`` bytes (in a fresh aligned buffer); more or fewer in the file is a failure."""
+    have = os.fstat(fd).st_size
+    if have != size:  # NOTE: checked before allocating what the record claims
+        raise CacheError(S.GENERAL_FAILURE, f"the data cache has {have} bytes, the model cache says {size}")
     raw = np.empty(size + 1 + _ALIGN, np.uint8)
     skip = (-raw.ctypes.data) % _ALIGN  # NOTE: 64-byte aligned blobs, as freshly allocated arrays
     buf = raw[skip:skip + size + 1]
@@ -407,7 +412,7 @@ def _small_integers(a: np.ndarray) -> bool:
                     and not np.any(np.signbit(a) & (a == 0)))
 
 
-def _mac(key: bytes, version: str, token: bytes, header: bytes, payload: bytes) -> bytes:
+def mac(key: bytes, version: str, token: bytes, header: bytes, payload: bytes) -> bytes:
     v = version.encode()
     msg = hmac.new(key, _DOMAIN, hashlib.sha256)
     msg.update(struct.pack("<I", len(v)))
@@ -439,13 +444,13 @@ def encode(model: hal.Model, pool_views: list, executor: Executor, hal_version: 
     digest = hashlib.sha256()
     for c in blobs.chunks:
         digest.update(c)
-    shell = dataclasses.replace(model, operandValues=b"", pools=[])
+    shell = dataclasses.replace(plain_model(model), operandValues=b"", pools=[])
     record = CacheRecord(driver_version=version, hal_version=int(hal_version), priority=int(priority), model=shell,
                          operand_values=values, pool_sizes=[len(v) for v in pool_views], pools=pools, states=states,
                          blobs=blobs.refs, data_size=blobs.size, data_sha256=digest.digest())
     payload = _ENCODER.encode(record)
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(payload))
-    return header + payload + _mac(key, version, token, header, payload), blobs.chunks, blobs.size
+    return header + payload + mac(key, version, token, header, payload), blobs.chunks, blobs.size
 
 
 def write_files(model_fd: int, data_fd: int, model_bytes: bytes, data_chunks: list) -> None:
@@ -494,23 +499,25 @@ def verify(model_bytes: bytes, key: bytes, version: str, token: bytes) -> CacheR
                                             f"{_HEADER.size + n + _TAG_SIZE}")
     payload = model_bytes[_HEADER.size:_HEADER.size + n]
     tag = model_bytes[_HEADER.size + n:]
-    if not hmac.compare_digest(tag, _mac(key, version, token, header, payload)):
+    if not hmac.compare_digest(tag, mac(key, version, token, header, payload)):
         raise CacheError(S.GENERAL_FAILURE, "the model cache failed authentication (modified, written for another "
                                             "token, or by another driver version or key)")
     if fmt != FORMAT_VERSION or reserved != 0:
         raise CacheError(S.GENERAL_FAILURE, f"model cache format {fmt} is not {FORMAT_VERSION}")
     try:
         record = _DECODER.decode(payload)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        raise CacheError(S.GENERAL_FAILURE, f"the model cache does not match its schema: {e}") from None
+    except Exception as e:  # noqa: BLE001 - any failure to decode (UnicodeDecodeError for invalid UTF-8 too)
+        raise CacheError(S.GENERAL_FAILURE, f"the model cache does not match its schema: {type(e).__name__}: "
+                                            f"{e}") from None
     if record.driver_version != version:
         raise CacheError(S.GENERAL_FAILURE, f"the cache was written by {record.driver_version!r}")
     return record
 
 
-def restore(record: CacheRecord, data: np.ndarray) -> Restored:
+def restore(record: CacheRecord, data: np.ndarray, extensions: Sequence[Extension] = ()) -> Restored:
     """Rebuilds the prepared model from a verified record and data (no
-    validation, no prepare work: both are what the cache holds)."""
+    validation, no prepare work: both are what the cache holds);
+    ``extensions``: the driver's, whose types the model's resolve to."""
     if hashlib.sha256(data).digest() != record.data_sha256:
         raise CacheError(S.GENERAL_FAILURE, "the data cache does not match the model cache (modified or replaced)")
     data.flags.writeable = False
@@ -547,6 +554,8 @@ def restore(record: CacheRecord, data: np.ndarray) -> Restored:
         record.model, operandValues=get(record.operand_values).tobytes(),
         pools=[hal.Memory(name="nnhal-cache", size=n) for n in record.pool_sizes])
     pools = [BlobPool(memoryview(get(i)).cast("B")) for i in record.pools]
+    if extensions and model.extensionNameToPrefix:
+        model = resolve_extensions(model, extensions).apply(model)
     sgs = [model.main, *model.referenced]
     if len(record.states) != len(sgs):
         raise CacheError(S.GENERAL_FAILURE, "state table mismatch")
@@ -581,11 +590,12 @@ def _read_verified(model_fd: int, data_fd: int, key: bytes, version: str, token:
         raise CacheError(S.GENERAL_FAILURE, f"cannot read the cache files: {e}") from None
 
 
-def load(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) -> Restored:
+def load(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes,
+         extensions: Sequence[Extension] = ()) -> Restored:
     """Reads, authenticates and restores; CacheError on any problem."""
     record, data = _read_verified(model_fd, data_fd, key, version, token)
     try:
-        return restore(record, data)
+        return restore(record, data, extensions)
     except CacheError:
         raise
     except Exception as e:  # NOTE: an authentic cache that still does not rebuild (a driver bug): refused
@@ -616,13 +626,13 @@ def encode_opaque(model: hal.Model, data: bytes, hal_version: int, priority: int
     digest = hashlib.sha256()
     for c in blobs.chunks:
         digest.update(c)
-    shell = dataclasses.replace(model, operandValues=b"", pools=[])
+    shell = dataclasses.replace(plain_model(model), operandValues=b"", pools=[])
     record = CacheRecord(driver_version=version, hal_version=int(hal_version), priority=int(priority), model=shell,
                          operand_values=values, pool_sizes=[], pools=[], states=[], blobs=blobs.refs,
                          data_size=blobs.size, data_sha256=digest.digest())
     payload = _ENCODER.encode(record)
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(payload))
-    return header + payload + _mac(key, version, token, header, payload), blobs.chunks, blobs.size
+    return header + payload + mac(key, version, token, header, payload), blobs.chunks, blobs.size
 
 
 def load_opaque(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) -> OpaqueRestored:

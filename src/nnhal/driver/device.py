@@ -2,7 +2,8 @@
 inherited 1.0-1.2 methods (which upgrade their arguments and delegate, as
 Android's sample driver does), over a backend (``nnhal.driver.backend``):
 the CPU reference driver ``sample-all`` is this front end over the sample
-backend (``nnhal.drivers.sample``), ``litert-cpu`` over ``nnhal.drivers.litert``."""
+backend (``nnhal.drivers.sample``), ``litert-cpu`` over ``nnhal.drivers.litert``,
+a user's driver over its own (``nnhal.drivers.registry``: plugins)."""
 
 from __future__ import annotations
 
@@ -15,50 +16,44 @@ from typing import Any, Optional
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.driver import cache as driver_cache
-from nnhal.driver.backend import Backend
+from nnhal.driver.backend import Backend, Compiled
 from nnhal.driver.buffers import BufferRegistry, TokenLookup
+from nnhal.driver.guard import hal_methods
 from nnhal.driver.pool_cache import PoolCache
-from nnhal.driver.prepared_model import SamplePreparedModel, deadline_ns, deadline_passed, v1_0_status
+from nnhal.driver.prepared_model import PreparedModel, deadline_ns, deadline_passed, v1_0_status
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
-from nnhal.drivers.sample import VERSION_STRING, SampleBackend, supported_operations
-from nnhal.executor import DeadlineMissed
+from nnhal.engine.executor import DeadlineMissed
+from nnhal.engine.reference_check import Unchecked, held_to_reference, unheld_operations
+from nnhal.engine.validation import ValidationError, own_copy, validate_model, validate_preference, validate_priority
 from nnhal.hal import HalVersion
 from nnhal.ops import deadline as op_deadline
 from nnhal.ops.base import OpExecutionError
-from nnhal.reference_check import Unchecked, held_to_reference, unheld_operations
-from nnhal.validation import (
-    ValidationError,
-    own_copy,
-    validate_model,
-    validate_preference,
-    validate_priority,
-)
+from nnhal.ops.extension import Extension
+from nnhal.ops.extension import resolve as resolve_extensions
+from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
 
 S = hal.ErrorStatus
-__all__ = ["SampleDevice", "get_sample_device", "supported_operations", "VERSION_STRING"]
+__all__ = ["Device"]
 
 
-class SampleDevice(hal.IDevice):
+@hal_methods
+class Device(hal.IDevice, hal.INnhalDevice):
     """The CPU reference driver.  Thread-safe: any number of threads may
     prepare and execute at once; prepared models share nothing mutable."""
 
-    def __init__(self, name: str = "sample-all", scheduler: Optional[Scheduler] = None,
-                 cache_key_dir: Optional[str] = None, version_string: Optional[str] = None,
-                 backend: Optional[Backend] = None):
-        """``scheduler``: the work queue (default: the process-wide one);
-        ``cache_key_dir``: where the compilation cache key lives (default
-        :func:`nnhal.driver.cache.key_dir`); ``version_string``: the driver
-        version, which a cache must have been written by (default: the
-        backend's); ``backend``: what supports, compiles and runs (default:
-        the CPU reference, :class:`nnhal.drivers.sample.SampleBackend`; see
-        nnhal.driver.backend)."""
-        if backend is None:
-            backend = SampleBackend(VERSION_STRING if version_string is None else version_string)
-        elif version_string is not None:
+    def __init__(self, name: str, backend: Backend, scheduler: Optional[Scheduler] = None,
+                 cache_key_dir: Optional[str] = None, version_string: Optional[str] = None):
+        """``name``: the device name; ``backend``: what supports, compiles and
+        runs (see nnhal.driver.backend); ``scheduler``: the work queue
+        (default: the process-wide one); ``cache_key_dir``: where the
+        compilation cache key lives (default :func:`nnhal.driver.cache.key_dir`);
+        ``version_string``: the driver version, which a cache must have been
+        written by (default: the backend's).  Devices by name come from the
+        device table (``nnhal.get_device``, ``nnhal.drivers.registry``)."""
+        if version_string is not None:
             backend.version_string = version_string
         self.backend = backend
         self.name = name
@@ -68,10 +63,11 @@ class SampleDevice(hal.IDevice):
         self.cache_key_dir = cache_key_dir
         self.version_string = backend.version_string
         self._buffers = BufferRegistry()  # driver-managed buffers (memory domains), by token
+        self.extensions = _declared_extensions(name, backend)
         self.pool_cache = PoolCache()  # request memories of in-process calls, kept mapped (driver/pool_cache.py)
 
     # ------------------------------------------------------------------ helpers
-    def buffer_lookup(self, prepared: SamplePreparedModel) -> Any:
+    def buffer_lookup(self, prepared: PreparedModel) -> Any:
         """Resolves the memory tokens (driver-managed buffers) of ``prepared``'s requests."""
         return TokenLookup(self._buffers, prepared)
 
@@ -114,7 +110,10 @@ class SampleDevice(hal.IDevice):
         model13 = self._upgrade(model)
         pools = self._map_pools(model13) if isinstance(model13, hal.Model) else []
         try:
-            defs = validate_model(model13, [p.view for p in pools], version)
+            defs = validate_model(model13, [p.view for p in pools], version, self.extensions)
+            if self.extensions and model13.extensionNameToPrefix:
+                # NOTE: the types of the extensions this driver declares carry their declarations from here on
+                model13 = resolve_extensions(model13, self.extensions).apply(model13)
         except ValidationError:
             for p in pools:
                 p.close()
@@ -154,7 +153,7 @@ class SampleDevice(hal.IDevice):
         return S.NONE, self.backend.device_type
 
     def getSupportedExtensions(self) -> tuple:
-        return S.NONE, []
+        return S.NONE, [e.hal() for e in self.extensions]
 
     def getNumberOfCacheFilesNeeded(self) -> tuple:
         # NOTE: one security-sensitive model cache (graph, prepared states, HMAC) and one
@@ -196,33 +195,38 @@ class SampleDevice(hal.IDevice):
         for k, (ok, reason) in enumerate(answers):
             if not ok:
                 log.info("%s: operation %d (%s) not supported: %s", self.name, k,
-                         _op_name(model13.main.operations[k].type), reason)
+                         hal.operation_name(model13.main.operations[k].type), reason)
             flags.append(bool(ok))
         return flags
 
     def _answers(self, model13: hal.Model, defs: list) -> list[tuple[bool, str]]:
         """The backend's (supported, reason) per main operation; for a backend held to the reference,
-        false too where it cannot be (nnhal.reference_check.unheld_operations)."""
+        false too where it cannot be (nnhal.engine.reference_check.unheld_operations)."""
         answers = self.backend.supported(model13, defs)
         if not self.backend.reference_checked:
             return answers
         return [(ok, reason) if (not ok or not why) else (False, why)
                 for (ok, reason), why in zip(answers, unheld_operations(model13))]
 
-    def unsupported_reasons(self, model: Any) -> list[Optional[str]]:
-        """Why this driver refuses each main operation of ``model`` (None where
-        it takes it), the backend's reasons: not part of the HAL, which answers
-        one bool per operation; the client runtime's placement report reads it."""
+    def nnhal_getSupportedOperationsReasons(self, model: Any) -> tuple:
+        """Why this driver refuses each main operation of ``model`` ("" where it
+        takes it): the backend's reasons (hal.INnhalDevice, nnhal's addition;
+        the HAL answers one bool per operation)."""
         try:
             model13, pools, defs = self._validated(model, HalVersion.V1_3)
-        except ValidationError as e:
-            return [f"invalid model: {e}"] * len(getattr(getattr(model, "main", None), "operations", []))
+        except ValidationError:
+            return S.INVALID_ARGUMENT, []
+        except Exception:  # noqa: BLE001 - never an exception out of a device method
+            log.exception("%s: validating a model for its reasons failed", self.name)
+            return S.GENERAL_FAILURE, []
         for p in pools:
             p.close()
         try:
-            return [None if ok else reason for ok, reason in self._answers(model13, defs)]
-        except Exception as e:  # noqa: BLE001 - a backend bug: no reason known
-            return [f"the backend's supported() failed: {type(e).__name__}"] * len(model13.main.operations)
+            return S.NONE, [("" if ok else reason or "unsupported (the backend gave no reason)")
+                            for ok, reason in self._answers(model13, defs)]
+        except Exception as e:  # noqa: BLE001 - a backend bug: the operation is not supported, and this is why
+            log.exception("%s: the backend's supported() failed", self.name)
+            return S.NONE, [f"the backend's supported() failed: {e}"] * len(model13.main.operations)
 
     def getSupportedOperations_1_3(self, model: Any) -> tuple:
         return self._supported(model, HalVersion.V1_3)
@@ -258,8 +262,8 @@ class SampleDevice(hal.IDevice):
             _notify(notify, S.INVALID_ARGUMENT, None, version)
             return S.INVALID_ARGUMENT
         if not all(self.supported_flags(model13, defs)):
-            log.error("prepareModel: the model has operations this driver does not support (OEM or extension, "
-                      "possibly inside an IF / WHILE subgraph)")
+            log.error("prepareModel: the model has operations this driver does not support (each one's reason "
+                      "is logged)")
             for p in pools:
                 p.close()
             _notify(notify, S.GENERAL_FAILURE, None, version)
@@ -290,7 +294,7 @@ class SampleDevice(hal.IDevice):
                 with op_deadline.scope(dl):  # NOTE: polled between operations' prepare steps
                     views = [p.view for p in pools]
                     if self.backend.reference_checked:
-                        # NOTE: never accept what the reference rejects (nnhal.reference_check)
+                        # NOTE: never accept what the reference rejects (nnhal.engine.reference_check)
                         executor, cacheable = held_to_reference(
                             model13, views, dl, lambda: self.backend.compile(model13, views, dl))
                     else:
@@ -311,11 +315,16 @@ class SampleDevice(hal.IDevice):
                 log.exception("prepareModel failed unexpectedly")
                 fail(S.GENERAL_FAILURE)
                 return
+            if not isinstance(executor, Compiled):
+                log.error("prepareModel: the backend's compile returned %s, not a nnhal.driver.backend.Compiled",
+                          type(executor).__name__)
+                fail(S.GENERAL_FAILURE)
+                return
             if deadline_passed(dl):
                 del executor
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
                 return
-            prepared = SamplePreparedModel(self, model13, pools, executor, int(version), priority=int(priority))
+            prepared = PreparedModel(self, model13, pools, executor, int(version), priority=int(priority))
             if save_to is not None and not cacheable:
                 # NOTE: the reference's checks need the model's constants, which a backend's cache need not keep
                 log.info("prepareModel: not saving to the compilation cache a model the reference rejects or "
@@ -340,7 +349,7 @@ class SampleDevice(hal.IDevice):
             return status
         return S.NONE
 
-    def save_to_cache(self, prepared: SamplePreparedModel, files: driver_cache.CacheFiles) -> S:
+    def save_to_cache(self, prepared: PreparedModel, files: driver_cache.CacheFiles) -> S:
         """Writes ``prepared`` to the cache files; never raises (a cache problem is logged)."""
         if not self.backend.caching:
             return S.GENERAL_FAILURE
@@ -365,8 +374,10 @@ class SampleDevice(hal.IDevice):
         return v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify",
                                           HalVersion.V1_1))
 
-    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: list, dataCache: list, token: bytes,
-                         callback: Any) -> S:
+    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: Any = None, dataCache: Any = None,
+                         token: Any = None, callback: Any = None) -> S:
+        # NOTE: the seed's draft form (model, preference, callback) too (hal.prepare_model_1_2_args)
+        modelCache, dataCache, token, callback = hal.prepare_model_1_2_args(modelCache, dataCache, token, callback)
         return v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify_1_2",
                                           HalVersion.V1_2, modelCache, dataCache, token))
 
@@ -390,6 +401,12 @@ class SampleDevice(hal.IDevice):
             log.error("prepareModelFromCache: invalid callback")
             return S.INVALID_ARGUMENT
         notify = getattr(callback, notify_name)
+        if not self.backend.caching:
+            # NOTE: as Android's sample driver (and VTS's CompilationCachingTest when caching is not supported):
+            # a driver without a cache has nothing to prepare from, whatever the arguments
+            log.error("prepareModelFromCache: this driver does not support compilation caching")
+            _notify(notify, S.GENERAL_FAILURE, None, version)
+            return S.GENERAL_FAILURE
         files: Optional[driver_cache.CacheFiles] = None
         try:
             dl = deadline_ns(deadline)
@@ -434,7 +451,7 @@ class SampleDevice(hal.IDevice):
                 return
             finally:
                 files.close()
-            _notify(notify, S.NONE, SamplePreparedModel(self, r.model, r.pools, r.executor, r.hal_version,
+            _notify(notify, S.NONE, PreparedModel(self, r.model, r.pools, r.executor, r.hal_version,
                                                         priority=r.priority), version)
 
         def expire(reason: str) -> None:
@@ -457,11 +474,19 @@ class SampleDevice(hal.IDevice):
         return self._buffers.allocate(self, desc, preparedModels, inputRoles, outputRoles)
 
 
-def _op_name(t: Any) -> str:
+def _declared_extensions(name: str, backend: Backend) -> tuple[Extension, ...]:
+    """The backend's extensions, checked once: each an ``Extension``, names distinct (a backend that
+    declares them wrongly declares none, logged, rather than failing the device)."""
     try:
-        return hal.OperationType(t).name
-    except ValueError:
-        return str(t)
+        declared = tuple(backend.extensions())
+        if not all(isinstance(e, Extension) for e in declared):
+            raise TypeError("extensions() must return nnhal.ops.extension.Extension objects")
+        if len({e.name for e in declared}) != len(declared):
+            raise ValueError("two extensions of the same name")
+    except Exception:  # noqa: BLE001 - a plugin's broken declaration must not take the device down
+        log.exception("%s: the backend's extensions() failed: no extensions declared", name)
+        return ()
+    return declared
 
 
 def _with_bytes_values(model: Any) -> Any:
@@ -479,44 +504,8 @@ def _with_bytes_values(model: Any) -> Any:
     return model
 
 
-def _notify(notify: Any, status: S, prepared: Optional[SamplePreparedModel], version: HalVersion) -> None:
+def _notify(notify: Any, status: S, prepared: Optional[PreparedModel], version: HalVersion) -> None:
     try:
         notify(status if version >= HalVersion.V1_3 else v1_0_status(status), prepared)
     except Exception:
         log.exception("prepare callback raised")
-
-
-_DEVICES: dict[str, SampleDevice] = {}
-_LOCK = threading.Lock()
-
-
-def get_sample_device(name: str = "sample-all") -> SampleDevice:
-    with _LOCK:
-        if name not in _DEVICES:
-            from nnhal.drivers import partial  # NOTE: the partial drivers: the sample backend behind a filter
-
-            _DEVICES[name] = SampleDevice(name, backend=partial.backend(name)) if name in partial.PARTIAL_DRIVERS \
-                else SampleDevice(name)
-        return _DEVICES[name]
-
-
-LITERT_DEVICE = "litert-cpu"
-
-
-def get_device_by_name(name: str) -> SampleDevice:
-    """The in-process driver ``name`` (the names ``nnhal.IN_PROCESS_DEVICES`` lists):
-    ``litert-cpu`` over LiteRT, the others over the sample backend."""
-    return get_litert_device(name) if name == LITERT_DEVICE else get_sample_device(name)
-
-
-def get_litert_device(name: str = LITERT_DEVICE) -> SampleDevice:
-    """The ``litert-cpu`` driver: this front end over the LiteRT backend
-    (nnhal.drivers.litert; ImportError without ai-edge-litert)."""
-    with _LOCK:
-        if name not in _DEVICES:
-            from nnhal.drivers import litert
-
-            if not litert.available():
-                raise ImportError("the litert-cpu driver needs ai-edge-litert (pip install 'nnhal[litert]')")
-            _DEVICES[name] = SampleDevice(name, backend=litert.LiteRTBackend())
-        return _DEVICES[name]

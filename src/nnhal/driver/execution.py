@@ -14,11 +14,12 @@ from typing import Any, Optional
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.driver import buffers, hardware_buffer
-from nnhal.executor import BadData, DeadlineMissed, Executor
+from nnhal.engine.executor import BadData, DeadlineMissed, Executor
+from nnhal.engine.validation import ValidationError, is_tensor, operand_byte_size
 from nnhal.ops.base import NUMPY_DTYPE, OpExecutionError
-from nnhal.validation import ValidationError, is_tensor, operand_byte_size
+from nnhal.ops.extension import ExtensionOperandType, operand_type, storage_dtype, type_name
+from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
 
@@ -37,6 +38,11 @@ class Result:
 
     def as_tuple(self) -> tuple:
         return self.status, self.outputShapes, self.timing
+
+
+class Refusal(Result):
+    """A request refused at launch by the checks every execution path shares
+    (the model and the request alone show it cannot run)."""
 
 
 class RequestPools:
@@ -132,7 +138,7 @@ class RequestPlan:
     None, bytes needed, dims as a tuple, boolean)``; per output ``(hasNoValue, pool index, offset,
     length, the request's dimensions)``; the omitted outputs; the pools that
     receive outputs.  NOTE: a prepared model keeps the plan of each request
-    structure it validated (``SamplePreparedModel._validated_request``), so
+    structure it validated (``PreparedModel._validated_request``), so
     an execution of a known structure reads nothing twice."""
 
     __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens")
@@ -148,7 +154,9 @@ class RequestPlan:
             loc = arg.location
             given = list(arg.dimensions)
             dims = given or list(o.dimensions)
-            dtype = NUMPY_DTYPE.get(o.type)  # NOTE: an IntEnum-keyed dict finds the plain int too (same hash)
+            # NOTE: an IntEnum-keyed dict finds the plain int too (same hash); an extension type of the
+            # driver's carries its own
+            dtype = NUMPY_DTYPE.get(o.type) if o.type.__class__ is not ExtensionOperandType else o.type.dtype
             # NOTE: math.prod: no numpy reduction per input
             need = math.prod(dims) * dtype.itemsize if dtype is not None else 0
             self.inputs.append((loc.poolIndex, loc.offset, loc.length, o, given, dims, dtype, need, tuple(dims),
@@ -212,7 +220,7 @@ def _special_input(pools: RequestPools, p: int, given: list, o: hal.Operand, k: 
         return arr
     img = pools.images[p]
     dims = list(given) if given else list(o.dimensions)
-    dtype = NUMPY_DTYPE[hal.OperandType(o.type)]
+    dtype = storage_dtype(operand_type(o.type))
     need = (int(np.prod(dims)) if dims else 1) * dtype.itemsize
     if need > img.capacity:
         raise ValidationError(f"request input {k}: {need} bytes needed, the hardware buffer {img.desc} holds "
@@ -234,7 +242,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
     special = pools.buffers or pools.images  # NOTE: the common case has neither: one test per request
     # NOTE: a backend that reads its inputs itself (``reads_inputs``) is given PoolInputs: it copies
     # each straight into its own buffer (one copy, no array of ours in between)
-    direct = getattr(executor, "reads_inputs", False)
+    direct = executor.reads_inputs
     try:
         inputs: list[Optional[np.ndarray]] = []
         for k, spec in enumerate(plan.inputs):
@@ -249,9 +257,9 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
                 inputs.append(arr)
                 continue
             if dtype is None:
-                dtype = NUMPY_DTYPE[o.type]
+                dtype = storage_dtype(operand_type(o.type))
             if length < need:
-                raise ValidationError(f"request input {k}: {need} bytes needed for {hal.OperandType(o.type).name} "
+                raise ValidationError(f"request input {k}: {need} bytes needed for {type_name(o.type)} "
                                       f"{dims}, the location has {length}")
             view = views[p]
             if direct and not boolean:
@@ -275,6 +283,9 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
     except (ValidationError, hal_memory.InvalidMemory) as e:  # NOTE: InvalidMemory: a pool shrunk since the launch
         log.error("execution rejected: %s", e)
         return Result(S.INVALID_ARGUMENT)
+    except Exception:  # NOTE: a driver bug reading the inputs: logged, never raised to the client
+        log.exception("reading the execution's inputs failed unexpectedly")
+        return Result(S.GENERAL_FAILURE)
 
     device_start = time.monotonic_ns()
     try:

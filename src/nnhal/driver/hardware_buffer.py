@@ -35,7 +35,7 @@ import stat
 from typing import Optional
 
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import memory as hal_memory
 
 # NOTE: AHardwareBuffer formats (android/hardware_buffer.h) with one plane of
 # whole-byte pixels: bytes per pixel.

@@ -39,7 +39,7 @@ import weakref
 from typing import Any, Optional
 
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import memory as hal_memory
 
 MAX_ENTRIES = 64
 MAX_BYTES = 256 * 1024 * 1024

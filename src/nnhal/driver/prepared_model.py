@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from nnhal import hal
-from nnhal.driver.execution import RequestPlan, RequestPools, Result, output_sizes_known, run_request
-from nnhal.driver.scheduler import Expired, QueueFull, get_scheduler, missed_deadline_status
-from nnhal.executor import Executor
-from nnhal.validation import (
+from nnhal.driver.backend import Compiled
+from nnhal.driver.execution import Refusal, RequestPlan, RequestPools, Result, output_sizes_known, run_request
+from nnhal.driver.guard import hal_methods
+from nnhal.driver.pool_cache import PoolCache
+from nnhal.driver.scheduler import Expired, QueueFull, Scheduler, missed_deadline_status
+from nnhal.engine.validation import (
     ValidationError,
     operand_byte_size,
     own_request,
@@ -59,10 +61,23 @@ def _upgrade_request(request: Any) -> hal.Request:
     return own_request(request)
 
 
-class SamplePreparedModel(hal.IPreparedModel):
+class FrontEnd(Protocol):
+    """What a prepared model needs of the device that prepared it (``driver.device.Device``)."""
+
+    name: str
+    scheduler: Scheduler
+    pool_cache: PoolCache
+
+    def buffer_lookup(self, prepared: "PreparedModel") -> Any: ...
+
+    def save_to_cache(self, prepared: "PreparedModel", files: Any) -> hal.ErrorStatus: ...
+
+
+@hal_methods
+class PreparedModel(hal.IPreparedModel):
     """A model prepared by the CPU reference driver."""
 
-    def __init__(self, device: Any, model: hal.Model, pools: list, executor: Executor, version: int,
+    def __init__(self, device: FrontEnd, model: hal.Model, pools: list, executor: Compiled, version: int,
                  priority: int = hal.Priority.MEDIUM):
         self.device = device
         self.model = model
@@ -78,8 +93,8 @@ class SamplePreparedModel(hal.IPreparedModel):
         return [p.view for p in self._pools]
 
     @property
-    def scheduler(self) -> Any:
-        return getattr(self.device, "scheduler", None) or get_scheduler()
+    def scheduler(self) -> Scheduler:
+        return self.device.scheduler
 
     def run_job(self, job: Any) -> Result:
         """Runs a job of :meth:`_launch` through the driver's work queue in this
@@ -101,7 +116,7 @@ class SamplePreparedModel(hal.IPreparedModel):
                            allow_unspecified_output: bool) -> tuple[hal.Request, RequestPlan]:
         """The driver's own validated 1.3 copy of ``request`` and its plan
         (raises ValidationError).  NOTE: a request of the plain HAL classes is
-        read once into its exact key (:func:`nnhal.validation.request_key`); a
+        read once into its exact key (:func:`nnhal.engine.validation.request_key`); a
         key this model validated before is not validated again (validation is
         a function of the key and the model alone: the pools' file descriptors
         are checked when they are opened, every execution), and the copy is
@@ -151,15 +166,14 @@ class SamplePreparedModel(hal.IPreparedModel):
             lookup = self.device.buffer_lookup(self) if plan.tokens else None  # NOTE: only token pools need it
             if pool_cache is None and not owned:
                 # NOTE: the HAL methods called in process: the device keeps the memories mapped
-                pool_cache = getattr(self.device, "pool_cache", None)
-                pool_cache = pool_cache.lease if pool_cache is not None else None
+                pool_cache = self.device.pool_cache.lease
             pools = RequestPools(request, lookup, pool_cache, plan.out_pools)
         except ValidationError as e:
             log.error("execution rejected: %s", e)
-            return Result(S.INVALID_ARGUMENT), None
+            return Refusal(e.status), None
         except Exception as e:  # malformed argument objects
             log.error("execution rejected: malformed argument (%s: %s)", type(e).__name__, e)
-            return Result(S.INVALID_ARGUMENT), None
+            return Refusal(S.INVALID_ARGUMENT), None
         if deadline_passed(dl):
             pools.close()
             return Result(S.MISSED_DEADLINE_PERSISTENT), None
@@ -202,7 +216,10 @@ class SamplePreparedModel(hal.IPreparedModel):
         err, job = self._launch(request, measure, deadline, loop_timeout, owned=owned)
         if err is not None:
             _notify_exec(notify, notify_name, err)
-            return err.status if err.status == S.INVALID_ARGUMENT else S.NONE
+            # NOTE: a request refused at launch returns its status too ("invoke the callback with the
+            # appropriate ErrorStatus and return with the same ErrorStatus"); a deadline already
+            # passed is the execution's outcome, told through the callback alone
+            return err.status if err.status == S.INVALID_ARGUMENT or isinstance(err, Refusal) else S.NONE
 
         def work() -> None:
             _notify_exec(notify, notify_name, job())
@@ -258,11 +275,10 @@ class SamplePreparedModel(hal.IPreparedModel):
         except driver_cache.CacheError as e:
             log.error("saveToCache: %s", e)
             return e.status
-        save = getattr(self.device, "save_to_cache", None)
-        if args is None or save is None:
+        if args is None:
             return S.GENERAL_FAILURE
         try:
-            return save(self, args)
+            return self.device.save_to_cache(self, args)
         finally:
             args.close()
 
@@ -295,7 +311,7 @@ class SamplePreparedModel(hal.IPreparedModel):
         with an error if it failed (deadline, duration, a waitFor fence
         signaling an error, the execution itself); getExecutionInfo reports
         the status and timing then."""
-        from nnhal import fence
+        from nnhal.platform import fence
 
         start = time.monotonic_ns()
         try:
@@ -323,7 +339,7 @@ class SamplePreparedModel(hal.IPreparedModel):
             dl = deadline_ns(deadline)
         except ValidationError as e:
             log.error("executeFenced rejected: %s", e)
-            return S.INVALID_ARGUMENT, None, None
+            return e.status, None, None
         except Exception as e:  # malformed argument objects
             log.error("executeFenced rejected: malformed argument (%s: %s)", type(e).__name__, e)
             return S.INVALID_ARGUMENT, None, None
@@ -430,6 +446,7 @@ def _duration_ns(duration: Any) -> Optional[int]:
     return ns
 
 
+@hal_methods
 class _FencedCallback(hal.IFencedExecutionCallback):
     """Status and timing of one fenced execution, once its fence is signaled."""
 

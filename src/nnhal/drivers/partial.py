@@ -1,7 +1,7 @@
 """The partial sample drivers Android ships beside ``sample-all``
 (``nn/driver/sample/SampleDriverFloatFast.cpp``, ``...FloatSlow``,
 ``...Quant``, ``...Minimal`` in Android 11): the same CPU reference driver
-(the shared front end, :class:`nnhal.driver.device.SampleDevice`, over
+(the shared front end, :class:`nnhal.driver.device.Device`, over
 the sample backend, :class:`nnhal.drivers.sample.SampleBackend`) with an
 operation filter in the backend's ``supported`` (so
 ``getSupportedOperations_1_3`` and ``prepareModel*`` apply it, and each

@@ -1,4 +1,4 @@
-"""The sample backend: the numpy reference executor (``nnhal.executor``) under
+"""The sample backend: the numpy reference executor (``nnhal.engine.executor``) under
 the shared HAL front end -- the ``sample-all`` driver (Android's
 ``SampleDriverFull``).  Supports every registered operation; compiles by
 running every operation's prepare step; caches the prepared states
@@ -11,10 +11,13 @@ from typing import Any, Optional
 from nnhal import hal
 from nnhal.driver import cache as driver_cache
 from nnhal.driver.backend import Backend
-from nnhal.driver.capabilities import measure_capabilities
-from nnhal.executor import MAX_SUBGRAPH_DEPTH, Executor
+from nnhal.driver.device import Device
+from nnhal.engine.capabilities import measure_capabilities
+from nnhal.engine.executor import Executor
+from nnhal.engine.validation import is_extension_type, subgraph_depths, subgraph_references
 from nnhal.ops import registry
-from nnhal.validation import subgraph_depths, subgraph_references
+from nnhal.ops.base import MAX_RANK
+from nnhal.ops.extension import split_type
 
 VERSION_STRING = "nnhal-sample-all 0.1 (CPU reference, numpy)"
 
@@ -22,8 +25,9 @@ VERSION_STRING = "nnhal-sample-all 0.1 (CPU reference, numpy)"
 def supported_operations(model: hal.Model, defs: list) -> list[bool]:
     """One bool per main operation of a validated model: the operation is
     implemented and, for IF / WHILE, so is every operation of the subgraphs
-    it references, transitively (the spec of getSupportedOperations_1_3), and
-    they nest at most MAX_SUBGRAPH_DEPTH deep (see nnhal.validation)."""
+    it references, transitively (the spec of getSupportedOperations_1_3), at
+    any nesting depth (the executor keeps its own stack of subgraphs); no
+    operand it (or they) use has a rank above ``MAX_RANK``."""
     refs = subgraph_references(model)
     depths = subgraph_depths(model, refs)
     nodes = [model.main, *model.referenced]
@@ -32,14 +36,18 @@ def supported_operations(model: hal.Model, defs: list) -> list[bool]:
     # depth settles every subgraph's answer once, after those it references.
     ok = [False] * len(nodes)
     for g in sorted((g for g in range(1, len(nodes)) if depths[g] >= 0), key=depths.__getitem__):
-        ok[g] = all(registry.find(op.type) is not None for op in nodes[g].operations) and all(ok[r] for r in refs[g])
+        ok[g] = all(registry.find(op.type) is not None for op in nodes[g].operations) and all(ok[r] for r in refs[g]) \
+            and all(len(o.dimensions) <= MAX_RANK for o in nodes[g].operands)
 
     def operation_ok(op: hal.Operation) -> bool:
+        main = model.main.operands
+        if any(len(main[i].dimensions) > MAX_RANK for i in (*op.inputs, *op.outputs)):
+            return False
         for i in op.inputs:
             o = model.main.operands[i]
             if o.lifetime == hal.OperandLifeTime.SUBGRAPH:
                 g = int(o.location.offset) + 1
-                if not ok[g] or depths[g] + 1 > MAX_SUBGRAPH_DEPTH:
+                if not ok[g]:
                     return False
         return True
 
@@ -61,9 +69,9 @@ class SampleBackend(Backend):
         return measure_capabilities()
 
     def supported(self, model: hal.Model, defs: list) -> list[tuple[bool, str]]:
-        return [(ok, "" if ok else "not implemented by the reference executor (OEM / extension operation, or an "
-                                   "IF / WHILE subgraph with one, or nested too deep)")
-                for ok in supported_operations(model, defs)]
+        declared = {e.name for e in self.extensions()}
+        return [(ok, "" if ok else _reason(model, op, declared))
+                for ok, op in zip(supported_operations(model, defs), model.main.operations)]
 
     def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> Executor:
         # NOTE: the operations' prepare steps poll the deadline scope the front end opened
@@ -75,4 +83,23 @@ class SampleBackend(Backend):
                                    token)
 
     def cache_load(self, model_fd: int, data_fd: int, key: bytes, token: bytes) -> driver_cache.Restored:
-        return driver_cache.load(model_fd, data_fd, key, self.version_string, token)
+        return driver_cache.load(model_fd, data_fd, key, self.version_string, token, self.extensions())
+
+
+def _reason(model: hal.Model, op: hal.Operation, declared: set) -> str:
+    """Why the reference executor does not run ``op``."""
+    if is_extension_type(op.type):
+        prefix, local = split_type(op.type)
+        name = next((e.name for e in model.extensionNameToPrefix if e.prefix == prefix), f"prefix {prefix}")
+        if name in declared:
+            return f"extension {name} has no operation {local}"
+        return f"extension {name} is not declared by this device (getSupportedExtensions)"
+    return ("not implemented by the reference executor (an OEM operation, an operand of rank above "
+            f"{MAX_RANK}, or an IF / WHILE subgraph with one or with an extension operation)")
+
+
+def sample_device(name: str = "sample-all", **options: Any) -> Device:
+    """A new front end over a new sample backend, apart from the device table's
+    ``sample-all`` (its own scheduler, cache key directory or version string:
+    ``options`` are :class:`nnhal.driver.Device`'s)."""
+    return Device(name, SampleBackend(), **options)

@@ -14,6 +14,7 @@ from nnhal.hal.types import (  # noqa: F401
     SCALAR_TYPES,
     UINT64_MAX,
     is_tensor_type,
+    operation_name,
     safe_union_discriminator,
 )
 

@@ -65,8 +65,11 @@ class IDevice:
     def getNumberOfCacheFilesNeeded(self) -> tuple:  # (ErrorStatus, numModelCache, numDataCache)
         raise NotImplementedError
 
-    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: list, dataCache: list, token: bytes,
-                         callback: "IPreparedModelCallback") -> ErrorStatus:
+    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: Any = None, dataCache: Any = None,
+                         token: Any = None, callback: Any = None) -> ErrorStatus:
+        """The final 1.2 form ``(model, preference, modelCache, dataCache, token,
+        callback)``, or the draft's (before caching) ``(model, preference,
+        callback)``: see :func:`prepare_model_1_2_args`."""
         raise NotImplementedError
 
     def prepareModelFromCache(self, modelCache: list, dataCache: list, token: bytes,
@@ -95,6 +98,32 @@ class IDevice:
     def allocate(self, desc: Any, preparedModels: list, inputRoles: list, outputRoles: list) -> tuple:
         """-> (ErrorStatus, IBuffer or None, token: int)"""
         raise NotImplementedError
+
+
+class INnhalDevice:
+    """nnhal's own addition beside ``IDevice``: NOT part of the Android HAL
+    (whose answers stay exactly the HAL's).  A device that implements it
+    (every nnhal front end, in process and through ``nnhal serve``) says why
+    it refuses an operation, which ``getSupportedOperations_1_3`` cannot."""
+
+    def nnhal_getSupportedOperationsReasons(self, model: Any) -> tuple:  # (ErrorStatus, list[str])
+        """For a 1.3 ``model``: ``(NONE, reasons)`` with one string per main
+        operation, empty where ``getSupportedOperations_1_3`` answers true,
+        else the driver's reason; ``(INVALID_ARGUMENT, [])`` for an invalid
+        model (as ``getSupportedOperations_1_3``)."""
+        raise NotImplementedError
+def prepare_model_1_2_args(modelCache: Any, dataCache: Any, token: Any, callback: Any) -> tuple:
+    """``(modelCache, dataCache, token, callback)`` of a ``prepareModel_1_2``
+    call in either of its forms: the final six-argument one, or the draft's
+    ``prepareModel_1_2(Model model, ExecutionPreference preference,
+    IPreparedModelCallback callback)`` (the seed IDevice 1.2 before caching),
+    which is the final form with no cache handles and a zero token."""
+    if dataCache is None and token is None:
+        if callback is None and modelCache is not None and not isinstance(modelCache, (list, tuple)):
+            return [], [], bytes(32), modelCache  # the draft, positionally: the callback third
+        if callback is not None and modelCache is None:
+            return [], [], bytes(32), callback  # the draft, callback= by keyword
+    return modelCache, dataCache, token, callback
 
 
 class IPreparedModel:
@@ -250,7 +279,7 @@ class ExecutionCallback(_Once, IExecutionCallback):
 
 
 __all__ = [
-    "IDevice", "IPreparedModel", "IBuffer", "IPreparedModelCallback", "IExecutionCallback",
+    "IDevice", "INnhalDevice", "prepare_model_1_2_args", "IPreparedModel", "IBuffer", "IPreparedModelCallback", "IExecutionCallback",
     "IFencedExecutionCallback", "IBurstCallback", "IBurstContext", "PreparedModelCallback",
     "ExecutionCallback", "OutputShape",
 ]

@@ -320,7 +320,7 @@ class OperandExtraParams:
 
 @dataclass
 class Operand:
-    type: OperandType = OperandType.FLOAT32
+    type: int = OperandType.FLOAT32  # NOTE: an int: extension types ((prefix << 16) | type) are outside the enum (the wire decodes by these annotations)
     dimensions: list[int] = field(default_factory=list)
     numberOfConsumers: int = 0
     scale: float = 0.0
@@ -335,7 +335,7 @@ Operand.ExtraParams = OperandExtraParams  # type: ignore[attr-defined]
 
 @dataclass
 class Operation:
-    type: OperationType = OperationType.ADD
+    type: int = OperationType.ADD  # NOTE: an int: extension operation types are outside the enum
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
 
@@ -448,6 +448,8 @@ class Extension:
 
 
 Extension.OperandTypeInformation = OperandTypeInformation  # type: ignore[attr-defined]
+# NOTE: the name API.md gives it (``Extension::OperandTypeInformation`` in types.hal): the same class
+ExtensionOperandTypeInformation = OperandTypeInformation
 
 
 # --------------------------------------------------------------------------
@@ -551,3 +553,8 @@ OPERAND_TYPE_BYTE_SIZE: dict[OperandType, int] = {
 def is_tensor_type(t: int) -> bool:
     """True for tensor operand types (extension types: not decided here)."""
     return t not in SCALAR_TYPES
+
+
+def operation_name(t: object) -> str:
+    """The ``OperationType`` name of ``t`` (its number for an OEM, extension or unknown type)."""
+    return OperationType(t).name if t in OperationType._value2member_map_ else str(t)

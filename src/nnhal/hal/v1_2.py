@@ -159,14 +159,14 @@ Capabilities.OperandPerformance = OperandPerformance  # type: ignore[attr-define
 
 @dataclass
 class Operation:
-    type: OperationType = OperationType.ADD  # type: ignore[valid-type]
+    type: int = OperationType.ADD  # NOTE: an int: extension operation types are outside the enum
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
 
 
 @dataclass
 class Operand:
-    type: OperandType = OperandType.FLOAT32
+    type: int = OperandType.FLOAT32  # NOTE: an int: extension types are outside the enum
     dimensions: list[int] = field(default_factory=list)
     numberOfConsumers: int = 0
     scale: float = 0.0

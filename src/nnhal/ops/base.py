@@ -66,6 +66,27 @@ NUMPY_DTYPE: dict[OperandType, np.dtype] = {
     T.TENSOR_OEM_BYTE: np.dtype(np.uint8),
 }
 
+
+
+def _numpy_max_dims() -> int:
+    for n in (64, 32):
+        try:
+            np.empty((1,) * n, np.uint8)
+            return n
+        except ValueError:
+            continue
+    return 32
+
+
+# NOTE: the highest operand rank the numpy kernels run (issue 17 item 3).  HAL dimensions are a
+# vec<uint32_t> of any length, but a numpy array has at most 64 axes (32 before numpy 2), and kernels
+# reshape a tensor into more axes than it has (SPACE_TO_BATCH_ND's 4 into 6, broadcasting, GATHER's
+# input rank + indices rank - 1...): half of numpy's limit leaves them that room.  A model operand of a
+# higher rank makes the operations that use it unsupported (getSupportedOperations false, preparation
+# GENERAL_FAILURE); request dimensions of a higher rank are refused at launch (GENERAL_FAILURE).
+NUMPY_MAX_DIMS = _numpy_max_dims()
+MAX_RANK = NUMPY_MAX_DIMS // 2
+
 FLOAT_TENSOR_TYPES = frozenset({T.TENSOR_FLOAT32, T.TENSOR_FLOAT16})
 QUANT8_ASYMM_TYPES = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED})
 # every fundamental operand type (for "any type" positions such as IF / WHILE operands)
@@ -125,10 +146,18 @@ def _type_ok(spec: TypeSpec, t: OperandType) -> bool:
     return t in spec if isinstance(spec, frozenset) else t == spec
 
 
+def _type_name(t: Any) -> str:
+    # NOTE: OperandType members and resolved extension types (nnhal.ops.extension) have a name; others their number
+    name = getattr(t, "name", None)
+    if name is not None:
+        return name
+    return OperandType(t).name if t in OperandType._value2member_map_ else str(int(t))
+
+
 def _spec_name(spec: TypeSpec) -> str:
     if isinstance(spec, frozenset):
-        return "{" + ",".join(sorted(OperandType(s).name for s in spec)) + "}"
-    return OperandType(spec).name
+        return "{" + ",".join(sorted(_type_name(s) for s in spec)) + "}"
+    return _type_name(spec)
 
 
 def format_signature(sig: Signature) -> str:
@@ -149,6 +178,7 @@ class OperandInfo:
     channel_quant: Optional[SymmPerChannelQuantParams] = None
     lifetime: OperandLifeTime = OperandLifeTime.TEMPORARY_VARIABLE
     value: Optional[np.ndarray] = None  # constants only (CONSTANT_COPY / CONSTANT_REFERENCE)
+    extension: Optional[bytes] = None  # extraParams.extension (extension operand types)
 
     @property
     def is_constant(self) -> bool:
@@ -233,7 +263,8 @@ class OutputSpec:
 
     @property
     def dtype(self) -> np.dtype:
-        return NUMPY_DTYPE[self.type]
+        d = NUMPY_DTYPE.get(self.type)
+        return d if d is not None else self.type.dtype  # NOTE: a resolved extension type (nnhal.ops.extension)
 
 
 class SubgraphRunner(Protocol):
@@ -305,6 +336,11 @@ class OpDef:
     # cached model runs ``prepare`` again when loaded.
     save_state: Optional[Callable[[Any, Callable[[np.ndarray], int]], Any]] = None
     load_state: Optional[Callable[[Any, Callable[[int], np.ndarray]], Any]] = None
+    # Control flow (IF / WHILE): the operation as a generator ``steps(ctx)`` that yields
+    # (referenced subgraph index, inputs) for each subgraph it runs, is sent that subgraph's
+    # outputs, and returns its own outputs; the executor runs it from its own stack (no
+    # recursion, any nesting depth).  ``execute`` stays the form for any other runner.
+    steps: Optional[Callable[[ExecContext], Any]] = None
     # Outputs may have unknown (0) dimensions in the model (dynamic shapes).  All
     # ops allow it since HAL 1.2; IF / WHILE / control flow handle their own.
     name: str = field(default="")
@@ -328,8 +364,7 @@ def match_signature(op: OpDef, in_types: Sequence[OperandType], out_types: Seque
             if sig.version <= version:
                 return sig
             candidates.append(sig)
-    got = f"({', '.join(OperandType(t).name if t in OperandType._value2member_map_ else str(t) for t in in_types)})"
-    got += f" -> ({', '.join(OperandType(t).name if t in OperandType._value2member_map_ else str(t) for t in out_types)})"
+    got = f"({', '.join(_type_name(t) for t in in_types)}) -> ({', '.join(_type_name(t) for t in out_types)})"
     if candidates:
         raise OpValidationError(
             f"{op.name} does not accept {got} before HAL {candidates[0].version.name} "

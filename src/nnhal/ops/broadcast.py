@@ -19,7 +19,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnhal.hal import HalVersion, OperandType, OperationType
+from nnhal.ops import memo
 from nnhal.ops.base import (
+    NUMPY_DTYPE,
     V1_0,
     V1_1,
     V1_2,
@@ -32,6 +34,7 @@ from nnhal.ops.base import (
     fused_activation,
 )
 from nnhal.ops.fixedpoint import round_half_away
+from nnhal.ops.prepared import prepared
 from nnhal.ops.quant import (
     QUANT_RANGE,
     activation_range,
@@ -128,77 +131,105 @@ def _multiplier_below_one(real: float) -> tuple[int, int]:
     return q, shift
 
 
-def _multiplier(ctx: ExecContext, real: float) -> tuple[int, int]:
-    try:
-        return _multiplier_below_one(real)
-    except ValueError as e:
-        raise ctx.fail(str(e)) from None
-
-
-def _add_sub_quant(ctx: ExecContext, a: Tensor, b: Tensor, act: int, negate_b: bool) -> np.ndarray:
-    out = ctx.outputs[0]
+def _add_sub_table(a: object, b: object, out: object, act: int, negate_b: bool) -> np.ndarray:
+    """The exact ADD / SUB result for every pair of 8-bit codes (entry a*256 + b),
+    shared through a memo by operations of equal quantization.  ``a``, ``b``,
+    ``out``: anything with type, scale and zero_point (operand infos or tensors);
+    ValueError where the reference fails."""
     lo, hi = activation_range(act, out.scale, out.zero_point, out.type)
-    key = (a.data.dtype.str, float(a.scale), int(a.zero_point), float(b.scale), int(b.zero_point),
-           float(out.scale), int(out.zero_point), out.dtype.str, lo, hi, negate_b)
-    table = _PAIR_TABLES.get(key)
-    if table is None:
-        table = _pair_table(ctx, a, b, lo, hi, negate_b)
-        if len(_PAIR_TABLES) >= 64:
-            _PAIR_TABLES.pop(next(iter(_PAIR_TABLES)))
-        _PAIR_TABLES[key] = table
-    ca, cb = _codes(a.data), _codes(b.data)
-    if ca.shape != cb.shape:
-        ca, cb = np.broadcast_arrays(ca, cb)
-    # NOTE: an output depends only on the pair of 8-bit codes: one lookup in a
-    # 64K-entry table of the exact results (computed once per quantization
-    # parameters) replaces the fixed-point passes.
-    idx = ca.astype(np.uint16)  # NOTE: 16-bit indexes: faster than intp here
-    idx <<= 8
-    idx |= cb
-    return np.take(table, idx)
+    key = (int(a.type), float(a.scale), int(a.zero_point), float(b.scale), int(b.zero_point),
+           float(out.scale), int(out.zero_point), int(out.type), lo, hi, negate_b)
+    return _PAIR_TABLES.get_or_compute(key, lambda: _pair_table(a, b, out, lo, hi, negate_b))
 
 
-_PAIR_TABLES: dict[tuple, np.ndarray] = {}
+# NOTE: keyed by quantization parameters; filled at prepare (or by executions of
+# operations without a prepared state) and shared: a locked memo
+_PAIR_TABLES = memo.Memo(64)
 
 
-def _pair_table(ctx: ExecContext, a: Tensor, b: Tensor, lo: int, hi: int, negate_b: bool) -> np.ndarray:
-    """The exact ADD / SUB result for every (code a, code b): entry a*256 + b."""
-    out = ctx.outputs[0]
+def _pair_table(a: object, b: object, out: object, lo: int, hi: int, negate_b: bool) -> np.ndarray:
     left_shift = 20
     # NOTE: the reference computes these in double from float scales
     s1, s2, so = float(np.float32(a.scale)), float(np.float32(b.scale)), float(np.float32(out.scale))
     twice_max = 2.0 * max(s1, s2)
-    m1, sh1 = _multiplier(ctx, s1 / twice_max)
-    m2, sh2 = _multiplier(ctx, s2 / twice_max)
-    mo, sho = _multiplier(ctx, twice_max / ((1 << left_shift) * so))
+    m1, sh1 = _multiplier_below_one(s1 / twice_max)
+    m2, sh2 = _multiplier_below_one(s2 / twice_max)
+    mo, sho = _multiplier_below_one(twice_max / ((1 << left_shift) * so))
     if negate_b:
         m2 = -m2  # SUB: the reference negates input 2's multiplier and adds
     x1 = _rescale_table(a, m1, sh1, left_shift)
     x2 = _rescale_table(b, m2, sh2, left_shift)
     raw = multiply_by_quantized_multiplier_smaller_than_one(x1[:, None] + x2[None, :], mo, sho) + out.zero_point
-    return np.clip(raw, lo, hi).astype(out.dtype).reshape(-1)
+    table = np.clip(raw, lo, hi).astype(NUMPY_DTYPE[out.type])
+    if a.type != T.TENSOR_QUANT8_ASYMM:
+        # NOTE: rows / columns by the int8 values' bit patterns (value & 0xFF), so that
+        # an execution indexes with the raw bytes: code = value + 128 = bits ^ 0x80
+        table = np.roll(table, 128, axis=(0, 1))
+    return np.ascontiguousarray(table).reshape(-1)
 
 
-def _codes(data: np.ndarray) -> np.ndarray:
-    """8-bit codes as table indexes: uint8 as is, int8 shifted by 128."""
-    return data if data.dtype == np.uint8 else data.view(np.uint8) ^ np.uint8(0x80)
-
-
-def _rescale_table(t: Tensor, m: int, sh: int, left_shift: int) -> np.ndarray:
+def _rescale_table(t: object, m: int, sh: int, left_shift: int) -> np.ndarray:
     """(code - zeroPoint) << left_shift, rescaled by (m, sh), for all 256 codes."""
-    codes = np.arange(256, dtype=np.int64) if t.data.dtype == np.uint8 else np.arange(-128, 128, dtype=np.int64)
+    codes = np.arange(256, dtype=np.int64) if t.type == T.TENSOR_QUANT8_ASYMM else np.arange(-128, 128, dtype=np.int64)
     return multiply_by_quantized_multiplier_smaller_than_one((codes - t.zero_point) << left_shift, m, sh)
 
 
-def _mul_quant(ctx: ExecContext, a: Tensor, b: Tensor, act: int) -> np.ndarray:
-    out = ctx.outputs[0]
+def _add_sub_quant(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    ca, cb = a.view(np.uint8), b.view(np.uint8)  # NOTE: the raw bytes (see _pair_table)
+    if ca.shape != cb.shape:
+        ca, cb = np.broadcast_arrays(ca, cb)
+    # NOTE: an output depends only on the pair of 8-bit inputs: one lookup in a
+    # 64K-entry table of the exact results (computed once per quantization
+    # parameters) replaces the fixed-point passes.
+    idx = ca.astype(np.uint16)  # NOTE: 16-bit indexes: faster than intp here
+    idx <<= 8
+    idx |= cb
+    return table.take(idx)
+
+
+def _mul_params(a: object, b: object, out: object, act: int) -> tuple[int, int, int, int]:
     # NOTE: the reference multiplies the input scales in float, then divides in double
     real = float(np.float32(a.scale) * np.float32(b.scale)) / float(np.float32(out.scale))
-    m, sh = _multiplier(ctx, real)
+    m, sh = _multiplier_below_one(real)
+    lo, hi = activation_range(act, out.scale, out.zero_point, out.type)
+    return m, sh, lo, hi
+
+
+def _mul_quant(params: tuple, a: Tensor, b: Tensor, out: object) -> np.ndarray:
+    m, sh, lo, hi = params
     prod = (a.data.astype(np.int64) - a.zero_point) * (b.data.astype(np.int64) - b.zero_point)
     raw = multiply_by_quantized_multiplier_smaller_than_one(prod, m, sh) + out.zero_point
-    lo, hi = activation_range(act, out.scale, out.zero_point, out.type)
     return np.clip(raw, lo, hi).astype(out.dtype)
+
+
+def _quant_params(op: OperationType, a: object, b: object, out: object, act: int) -> object:
+    """The prepared arithmetic of a quantized ADD / SUB (pair table) or MUL
+    (multiplier, range), or the reference's refusal as a string (raised after
+    the shape checks, as the reference does)."""
+    try:
+        if op == OperationType.MUL:
+            return _mul_params(a, b, out, act)
+        return _add_sub_table(a, b, out, act, op == OperationType.SUB)
+    except ValueError as e:
+        return str(e)
+
+
+def _arith_params(op: OperationType, a: object, b: object, out: object, act: int) -> tuple:
+    """(activation, quantized parameters or None); ValueError for a bad activation."""
+    if act not in (0, 1, 2, 3):
+        raise ValueError(f"unsupported fused activation {act}")
+    if a.type == T.TENSOR_INT32 and act != 0:
+        raise ValueError("the fused activation must be NONE for TENSOR_INT32")
+    q = None
+    if a.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED) and op != OperationType.DIV:
+        q = _quant_params(op, a, b, out, act)
+    return act, q
+
+
+def _prepare_arith(info: OpInfo) -> object:
+    """Activation and quantized tables / multipliers, when the activation is a constant."""
+    a, b, out = info.inputs[0], info.inputs[1], info.outputs[0]
+    return prepared(lambda v: _arith_params(info.type, a, b, out, int(v)), info.constant(2))
 
 
 def _int32_op(op: OperationType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -227,25 +258,30 @@ def _float_op(op: OperationType, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _execute_arith(ctx: ExecContext) -> list[np.ndarray]:
     a, b = ctx.inputs[0], ctx.inputs[1]
-    act = int(ctx.scalar(2))
     out = ctx.outputs[0]
-    check_max_rank(ctx, 4, 0, 1)
-    shape = broadcast_shape(ctx, a.shape, b.shape)
-    if act not in (0, 1, 2, 3):
-        raise ctx.fail(f"unsupported fused activation {act}")
-    if a.type == T.TENSOR_INT32 and act != 0:
-        raise ctx.fail("the fused activation must be NONE for TENSOR_INT32")
+    ad, bd = a.data, b.data
+    if ad.ndim > 4 or bd.ndim > 4:
+        check_max_rank(ctx, 4, 0, 1)
+    shape = ad.shape if ad.shape == bd.shape else broadcast_shape(ctx, ad.shape, bd.shape)
+    st = ctx.state
+    if st is None:
+        st = prepared(lambda: _arith_params(ctx.type, a, b, out, int(ctx.scalar(2))))
+    act, q = st.value(ctx)
     if 0 in shape:
         return [np.zeros(shape, dtype=out.dtype)]
     t = a.type
-    if t == T.TENSOR_INT32:
-        res = _int32_op(ctx.type, a.data, b.data)
+    if q is not None:
+        if q.__class__ is str:
+            raise ctx.fail(q)
+        if ctx.type == OperationType.MUL:
+            res = _mul_quant(q, a, b, out)
+        else:
+            res = _add_sub_quant(q, ad, bd)  # NOTE: already the output's shape and type
+            return [res]
+    elif t == T.TENSOR_INT32:
+        res = _int32_op(ctx.type, ad, bd)
     elif t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
         res = fused_activation(_float_op(ctx.type, as_float(a), as_float(b)), act)
-    elif ctx.type == OperationType.MUL:
-        res = _mul_quant(ctx, a, b, act)
-    elif ctx.type in (OperationType.ADD, OperationType.SUB):
-        res = _add_sub_quant(ctx, a, b, act, negate_b=ctx.type == OperationType.SUB)
     else:
         raise ctx.fail(f"unsupported type {t.name}")
     if res.shape == shape:
@@ -292,7 +328,7 @@ _MAX_MIN_TYPES = [(T.TENSOR_FLOAT32, V1_2), (T.TENSOR_FLOAT16, V1_2), (T.TENSOR_
 OPS: list[OpDef] = [
     *[
         OpDef(type=op, signatures=_arith_signatures(op), execute=_execute_arith, validate=_validate_arith,
-              allow_zero_sized=True)
+              prepare=_prepare_arith, allow_zero_sized=True)
         for op in _ARITH_OPS
     ],
     OpDef(type=OperationType.POW, signatures=_binary_signatures([(T.TENSOR_FLOAT32, V1_2), (T.TENSOR_FLOAT16, V1_2)]),

@@ -9,6 +9,7 @@ condition evaluation, as the reference does.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Generator
 
 import numpy as np
 
@@ -16,12 +17,12 @@ from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import ANY_TYPE, V1_3, ExecContext, OpDef, OpInfo, Signature, SubgraphRunner
 from nnhal.ops.deadline import DeadlineMissed
 
-# NOTE: the deepest nesting of referenced subgraphs (IF / WHILE inside IF /
-# WHILE ...) this driver runs: run_subgraph recurses three Python frames a
-# level, so the limit keeps an execution ~200 frames deep at most, far below
-# Python's recursion limit (1000) even from a deep caller.  The driver reports
-# deeper control flow as unsupported (see nnhal.validation); the executor guards it too.
-MAX_SUBGRAPH_DEPTH = 64
+# NOTE: IF / WHILE are written as generators (``OpDef.steps``): they yield each
+# referenced subgraph they run as (subgraph index, inputs) and receive its
+# outputs, so the executor runs nested control flow from its own stack, without
+# recursion: any nesting depth validation accepts runs (issue 17 item 5).
+# ``execute`` drives the same generator through ``SubgraphRunner.run_subgraph``
+# for a runner that offers only that.
 
 T = OperandType
 
@@ -40,16 +41,16 @@ def _runner(ctx: ExecContext) -> SubgraphRunner:
     return ctx.executor
 
 
-def execute_if(ctx: ExecContext) -> list:
+def if_steps(ctx: ExecContext) -> Generator[tuple[int, list], list, list]:
     cond = ctx.inputs[0].data
     if cond is None or cond.size != 1:
         raise ctx.fail("the condition must be a TENSOR_BOOL8 of shape [1]")
     branch = _subgraph_index(ctx, 1 if bool(cond.reshape(-1)[0]) else 2)
-    outs = _runner(ctx).run_subgraph(branch, [t.data for t in ctx.inputs[3:]])
+    outs = yield branch, [t.data for t in ctx.inputs[3:]]
     return _outer(ctx, outs)
 
 
-def execute_while(ctx: ExecContext) -> list:
+def while_steps(ctx: ExecContext) -> Generator[tuple[int, list], list, list]:
     run = _runner(ctx)
     cond_g, body_g = _subgraph_index(ctx, 0), _subgraph_index(ctx, 1)
     m = len(ctx.outputs)
@@ -57,16 +58,37 @@ def execute_while(ctx: ExecContext) -> list:
     values = [t.data for t in ctx.inputs[2:]]
     start = time.monotonic_ns()
     while True:
-        cond = run.run_subgraph(cond_g, values)[0]
+        cond = (yield cond_g, values)[0]
         if not bool(np.asarray(cond).reshape(-1)[0]):
             break
         elapsed = time.monotonic_ns() - start
         if elapsed > run.loop_timeout_ns:
             raise DeadlineMissed(f"WHILE loop timed out after {elapsed / 1e6:.1f} ms "
                                  f"(loop timeout {run.loop_timeout_ns / 1e6:.1f} ms)")
-        outs = run.run_subgraph(body_g, values)
+        outs = yield body_g, values
         values = list(outs[: m + k]) + values[m + k:]
     return _outer(ctx, values[:m])
+
+
+def _driven(steps: Callable[[ExecContext], Generator]) -> Callable[[ExecContext], list]:
+    """``steps`` as a plain ``execute``: each subgraph run by ``run_subgraph``."""
+
+    def execute(ctx: ExecContext) -> list:
+        run = _runner(ctx)
+        gen = steps(ctx)
+        sent = None
+        while True:
+            try:
+                index, inputs = gen.send(sent)
+            except StopIteration as stop:
+                return stop.value
+            sent = run.run_subgraph(index, inputs)
+
+    return execute
+
+
+execute_if = _driven(if_steps)
+execute_while = _driven(while_steps)
 
 
 def _check_subgraph_io(info: OpInfo, sg_index: int, operands: list, outputs: list | None, what: str) -> None:
@@ -143,9 +165,10 @@ OPS = [
     OpDef(OperationType.IF,
           [Signature((T.TENSOR_BOOL8, T.SUBGRAPH, T.SUBGRAPH), (), V1_3, variadic_inputs=ANY_TYPE,
                      variadic_outputs=ANY_TYPE, min_variadic_outputs=1)],
-          execute_if, validate=validate_if, allow_zero_sized=True, allow_omitted_outputs=True),
+          execute_if, validate=validate_if, allow_zero_sized=True, allow_omitted_outputs=True, steps=if_steps),
     OpDef(OperationType.WHILE,
           [Signature((T.SUBGRAPH, T.SUBGRAPH), (), V1_3, variadic_inputs=ANY_TYPE, min_variadic_inputs=1,
                      variadic_outputs=ANY_TYPE, min_variadic_outputs=1)],
-          execute_while, validate=validate_while, allow_zero_sized=True, allow_omitted_outputs=True),
+          execute_while, validate=validate_while, allow_zero_sized=True, allow_omitted_outputs=True,
+          steps=while_steps),
 ]

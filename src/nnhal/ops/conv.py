@@ -17,6 +17,7 @@ when the operands are constants.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops import conv_kernels as ck
+from nnhal.ops import memo
 from nnhal.ops.base import (
     QUANT8_ASYMM_TYPES,
     V1_0,
@@ -34,6 +36,7 @@ from nnhal.ops.base import (
     OpInfo,
     Signature,
 )
+from nnhal.ops.prepared import Deferred
 from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier
 
 log = logging.getLogger("nnhal.ops.conv")
@@ -154,7 +157,7 @@ def _fc_shape_error(in_dims: tuple, w_dims: tuple, b_dims: tuple) -> str | None:
         return "weights must have rank 2"
     if len(b_dims) != 1:
         return "bias must have rank 1"
-    n_elem = int(np.prod(in_dims)) if in_dims else 0
+    n_elem = math.prod(in_dims) if in_dims else 0
     units, in_size = w_dims
     batch = 0 if in_size == 0 else n_elem // in_size
     if batch != 0 and in_size * batch != n_elem:
@@ -184,14 +187,17 @@ class _State:
 
     def __init__(self) -> None:
         self.filter: tuple | None = None  # (key, matrix, max |w - zw|)
+        self.filter_derived = False  # the matrix is _build_filter of the constant filter (quantized)
         self.mult: tuple | None = None  # (q[C], shift[C]) or None
         self.mult_error: str | None = None
         self.requant: dict = {}  # act -> Requant (constant bias only)
-        self.wt_cache: dict = {}  # depthwise tiled weights (constant filter only)
+        # NOTE: the memos below are filled by executions (shapes known only at
+        # run time); locked and bounded: executions share this state
+        self.wt_cache = memo.Memo(8)  # depthwise tiled weights (constant filter only)
         self.bias_const = False
-        self.bias_tiled: dict = {}  # float bias tiled over the output width (constant bias only)
+        self.bias_tiled = memo.Memo(8)  # float bias tiled over the output width (constant bias only)
         self.params_const = False  # every input after the bias is a constant
-        self.geometry: dict = {}  # (input, filter, bias shapes) -> padding, strides, output size...
+        self.geometry = memo.Memo(16)  # (input, filter, bias shapes) -> padding, strides, output size...
         # act -> Requant of the GEMM on raw input codes (CONV_2D): the input zero
         # point folded into the bias as -zp * sum(w - zw), see _fold_input_zp
         self.fold: dict = {}
@@ -274,12 +280,24 @@ def _filter_key(form: _Form, groups: int) -> tuple:
 
 def _build_filter(form: _Form, w: np.ndarray, zp: int, is_q: bool, groups: int = 1) -> tuple[np.ndarray, int]:
     """The filter re-laid-out for the kernel, float32 (quantized: minus its
-    zero point), and max |w - zp| (exactness bound of the integer GEMM)."""
+    zero point), and max |w - zp| (exactness bound of the integer GEMM).
+
+    Quantized CONV_2D / FULLY_CONNECTED: the [K, Cout] matrix is the transpose
+    of the C-ordered [Cout, K] weights, converted in one pass without a
+    re-layout copy (an exact integer GEMM gives the same sums whatever the
+    operand order BLAS reads): cheap enough to redo when a cached model loads
+    (see _load_state), so the cache keeps the weights in their stored width."""
+    m = _filter_matrix(form, w, zp, is_q, groups)
+    return m, (int(max(m.max(), -m.min())) if (is_q and m.size) else 0)
+
+
+def _filter_matrix(form: _Form, w: np.ndarray, zp: int, is_q: bool, groups: int) -> np.ndarray:
+    if is_q and form.name in ("conv", "fc"):
+        return np.subtract(w.reshape(w.shape[0], -1), np.float32(zp), dtype=np.float32).T
     wf = w.astype(np.float32)
     if is_q and zp:
         wf -= np.float32(zp)
-    mw = int(np.abs(wf).max()) if (is_q and wf.size) else 0
-    return np.ascontiguousarray(form.layout(wf, groups)), mw
+    return np.ascontiguousarray(form.layout(wf, groups))
 
 
 def _out_channels(form: _Form, f_dims: tuple) -> int:
@@ -308,6 +326,9 @@ def _prepare(info: OpInfo) -> _State:
             if form.groups_input is None or f.value.shape[0] % groups == 0:
                 m, mw = _build_filter(form, f.value, f.zero_point, is_q, groups)
                 st.filter = (_filter_key(form, groups), m, mw)
+                st.filter_derived = is_q  # NOTE: rebuilt from the constant when loaded from the cache
+                if is_q:
+                    st.l1 = _l1(m)  # NOTE: here, never by an execution (executions share the state)
         if is_q:
             nch = _out_channels(form, tuple(f.dimensions))
             if nch > 0:
@@ -396,7 +417,11 @@ def _save_state(st: _State, put: Any) -> dict:
     their verified float32 constants, the zero-point folds); the caches an
     execution fills (geometry, tiled weights and biases) start empty again."""
     return {
-        "filter": None if st.filter is None else [list(st.filter[0]), put(st.filter[1]), int(st.filter[2])],
+        # NOTE: a quantized filter is rebuilt from the model's own weights at load
+        # (blob None): the cache keeps them once, in their stored width
+        "filter": None if st.filter is None else [list(st.filter[0]),
+                                                  None if st.filter_derived else put(st.filter[1]),
+                                                  int(st.filter[2])],
         "mult": None if st.mult is None else [put(st.mult[0]), put(st.mult[1])],
         "mult_error": st.mult_error,
         "requant": [[int(a), _requant_to_wire(rq, put)] for a, rq in st.requant.items()],
@@ -407,11 +432,16 @@ def _save_state(st: _State, put: Any) -> dict:
     }
 
 
-def _load_state(d: dict, get: Any) -> _State:
+def _load_state(d: dict, get: Any) -> Any:
     st = _State()
+    derive = None
     if d["filter"] is not None:
         key, m, mw = d["filter"]
-        st.filter = ((str(key[0]), int(key[1])), get(m), int(mw))  # NOTE: _filter_key's (form name, groups)
+        key = (str(key[0]), int(key[1]))  # NOTE: _filter_key's (form name, groups)
+        if m is None:
+            derive = (key, int(mw))
+        else:
+            st.filter = (key, get(m), int(mw))
     if d["mult"] is not None:
         st.mult = (get(d["mult"][0]), get(d["mult"][1]))
     st.mult_error = d["mult_error"]
@@ -420,7 +450,20 @@ def _load_state(d: dict, get: Any) -> _State:
     st.bias_const, st.params_const = bool(d["bias_const"]), bool(d["params_const"])
     st.zrow = None if d["zrow"] is None else get(d["zrow"])
     st.l1 = None if d["l1"] is None else float(d["l1"])
-    return st
+    if derive is None:
+        return st
+
+    def rebuild(info: OpInfo) -> _State:
+        key, mw = derive
+        form, f = _FORMS[info.type], info.inputs[1]
+        if f.value is None or key != _filter_key(form, key[1]):
+            raise ValueError("the cached filter does not match the model's weights")
+        # NOTE: the weights are the authenticated cache's own: no check of max |w - zp| again
+        m = _filter_matrix(form, f.value, f.zero_point, info.inputs[0].type in QUANT8_ASYMM_TYPES, key[1])
+        st.filter, st.filter_derived = (key, m, mw), True
+        return st
+
+    return Deferred(rebuild)
 
 
 # --------------------------------------------------------------------------
@@ -543,10 +586,7 @@ class _Common:
     def _bias_row(self, width: int) -> np.ndarray:
         st = self.st
         if st is not None and st.bias_const:
-            row = st.bias_tiled.get(width)
-            if row is None:
-                row = st.bias_tiled[width] = np.tile(self.b.data.astype(np.float32), width)
-            return row
+            return st.bias_tiled.get_or_compute(width, lambda: np.tile(self.b.data.astype(np.float32), width))
         return np.tile(self.b.data.astype(np.float32), width)
 
     def gemm_block(self, k: int, mw: int, wm: np.ndarray | None = None) -> int | None:
@@ -561,15 +601,13 @@ class _Common:
             st = self.st
             const = st is not None and st.filter is not None and st.filter[1] is wm
             l1 = st.l1 if const and st.l1 is not None else _l1(wm)
-            if const:
-                st.l1 = l1
             if self.max_x * l1 <= ck.F32_EXACT:
                 return None
         return ck.exact_block(k, self.max_x, mw)
 
 
 def _dry_run(ctx: ExecContext, c: "_Common", out_shape: tuple, act: int, nch: int) -> Optional[list[np.ndarray]]:
-    """In a dry run of the reference (``nnhal.reference_check``: only the verdict matters), the
+    """In a dry run of the reference (``nnhal.engine.reference_check``: only the verdict matters), the
     checks the arithmetic below would still make (activation, requantization), then zeros of the
     output's shape: None in a real execution."""
     if not getattr(ctx.executor, "dry_run", False):
@@ -641,7 +679,7 @@ def _spatial_params(ctx: ExecContext, form: _Form) -> dict:
 
 
 def _resolve_padding(ctx: ExecContext, p: dict, h: int, w: int, kh: int, kw: int) -> None:
-    # NOTE: strides and dilations first: implicit padding divides by the stride (a zero stride crashed here)
+    # NOTE: strides and dilations first: implicit padding divides by the stride
     if p["sw"] <= 0 or p["sh"] <= 0:
         raise ctx.fail("strides must be positive")
     if p["dw"] <= 0 or p["dh"] <= 0:
@@ -679,10 +717,7 @@ def _geometry(ctx: ExecContext, compute: Any) -> dict:
     if not (isinstance(st, _State) and st.params_const):
         return compute(ctx)
     key = (ctx.inputs[0].shape, ctx.inputs[1].shape, ctx.inputs[2].shape)
-    g = st.geometry.get(key)
-    if g is None:
-        g = st.geometry[key] = compute(ctx)
-    return g
+    return st.geometry.get_or_compute(key, lambda: compute(ctx))
 
 
 # --------------------------------------------------------------------------

@@ -32,6 +32,7 @@ already overloaded.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -43,7 +44,8 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from nnhal.ops import deadline
+from nnhal.ops import deadline, memo
+from nnhal.ops.base import OpExecutionError
 
 F32_EXACT = 1 << 24  # largest magnitude up to which every integer is a float32
 REQUANT_CHUNK = 65536  # values per requantization chunk (float64 temporaries stay in cache)
@@ -56,6 +58,19 @@ SCRATCH_BYTES = 128 << 20  # per-thread cap of reusable temporaries
 _tls = threading.local()
 
 
+def _max_temporary_bytes() -> int:
+    env = os.environ.get("NNHAL_MAX_TEMPORARY_BYTES", "")
+    if env.isdigit():
+        return int(env)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError):
+        return 4 << 30
+
+
+MAX_TEMPORARY_BYTES = _max_temporary_bytes()
+
+
 def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False, fill: float = 0) -> np.ndarray:
     """A per-thread temporary reused across executions (fresh large arrays
     cost page faults on every execution).  ``zero=True`` gives a buffer that
@@ -63,6 +78,13 @@ def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False, fill: floa
     write the same positions on every use (the geometry is part of ``tag``)
     so the rest keeps that value.  Never return a scratch array as an
     operation's output."""
+    need = math.prod(shape) * np.dtype(dtype).itemsize
+    if need > MAX_TEMPORARY_BYTES:
+        # NOTE: a model's strides, dilations and paddings (e.g. SAME padding of a huge dilation) can ask for a
+        # padded copy far larger than its tensors: refused with a reason, never an allocation that takes the
+        # machine down (GENERAL_FAILURE at execution)
+        raise OpExecutionError(f"a temporary of {need / 2**30:.1f} GiB ({list(shape)}) exceeds the "
+                               f"{MAX_TEMPORARY_BYTES / 2**30:.1f} GiB this driver allows (NNHAL_MAX_TEMPORARY_BYTES)")
     cache = getattr(_tls, "cache", None)
     if cache is None:
         cache = _tls.cache = OrderedDict()
@@ -72,7 +94,7 @@ def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False, fill: floa
         # layers then reuse the same memory, still in cache from the layer
         # before (a buffer per shape is cold on every use in a network)
         dt = np.dtype(dtype)
-        n = int(np.prod(shape)) * dt.itemsize
+        n = math.prod(shape) * dt.itemsize  # NOTE: not np.prod: ~20x its cost on a short tuple
         key = (tag, "flat")
         a = cache.get(key)
         if a is None or a.nbytes < n:
@@ -155,6 +177,9 @@ def parallel_rows(rows: int, work: int, fn: Callable[[int, int], None]) -> None:
     """``fn(start, stop)`` over row ranges splitting [0, rows) among up to
     THREADS threads (the caller runs one part), when ``work`` (values
     touched) is large enough to pay for it and the cores are not overloaded."""
+    if THREADS == 1:
+        fn(0, rows)  # NOTE: the default: no split to decide
+        return
     n = min(THREADS, rows, work // PARALLEL_MIN)
     if n <= 1 or threading.current_thread().name.startswith(_POOL_PREFIX) or not _cores_free():
         fn(0, rows)
@@ -170,6 +195,9 @@ def parallel_rows(rows: int, work: int, fn: Callable[[int, int], None]) -> None:
 
 def fill_rows(dst: np.ndarray, src: np.ndarray, fill: Callable[[np.ndarray, np.ndarray], None]) -> None:
     """fill(dst, src) on 4-D NHWC arrays, split along H among threads."""
+    if THREADS == 1 or dst.size < 2 * PARALLEL_MIN:
+        fill(dst, src)
+        return
     def part(a: int, b: int) -> None:
         fill(dst[:, a:b], src[:, a:b])
     parallel_rows(dst.shape[1], dst.size, part)
@@ -283,7 +311,7 @@ def assign(dst: np.ndarray, src: np.ndarray) -> None:
 def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int], sh: int, sw: int, dh: int,
                    dw: int, oh: int, ow: int, dt: Any = np.float32,
                    fill: Callable[[np.ndarray, np.ndarray], None] = assign,
-                   wt_cache: dict | None = None, out_temp: bool = False) -> np.ndarray:
+                   wt_cache: Any = None, out_temp: bool = False) -> np.ndarray:
     """Depthwise tap sum of an NHWC input ``x`` (unpadded, any dtype, possibly
     a strided view) with per-channel taps ``w`` [kh, kw, C] (C = channels of
     x): the sum over taps of shifted views times the tap's channel weights.
@@ -322,7 +350,7 @@ def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
         # [kh, ka, phase, ow*C]: tap j = a*s + phase
         wt = np.tile(wk.reshape(kh, ka, s, 1, c), (1, 1, 1, ow, 1)).reshape(kh, ka, s, ow * c)
         if wt_cache is not None:
-            wt_cache[key] = wt
+            wt = wt_cache.put(key, wt)
     wq = max(-(-wp // s), ow - 1 + ka)
     for b in range(n):
         # stride phases along the padded width: ph[p, :, k] = xpad[:, k*s + p]
@@ -395,7 +423,9 @@ class Requant:
     lo: int
     hi: int
     out_dtype: np.dtype
-    tiled: dict = field(default_factory=dict)
+    # per output width: tiled constants; filled by executions, which share a
+    # prepared Requant: a locked, bounded memo (nnhal.ops.memo)
+    tiled: Any = field(default_factory=lambda: memo.Memo(16))
     fast32: bool = False  # look for the float32 path (once, at prepare: a few ms for wide layers)
 
     def __post_init__(self) -> None:
@@ -503,11 +533,7 @@ class Requant:
 
     def _tile(self, name: str, reps: int) -> np.ndarray:
         key = (name, reps)
-        t = self.tiled.get(key)
-        if t is None:
-            t = np.tile(getattr(self, name), reps)
-            self.tiled[key] = t
-        return t
+        return self.tiled.get_or_compute(key, lambda: np.tile(getattr(self, name), reps))
 
     def apply(self, acc: np.ndarray, rows: int, width: int) -> np.ndarray:
         """acc: exact integer accumulators, float32/float64 of size rows *
@@ -571,8 +597,8 @@ class Requant:
             ncorr = None
             if corr32 is not None:
                 ncorr = corr32[0] if np.all(corr32 == corr32[0]) else np.tile(corr32, width)
-            rowc = self.tiled[key] = (np.tile(m32, width), np.tile(c32, width),
-                                      bool(np.all(m32 == m32[0])), ncorr)
+            rowc = self.tiled.put(key, (np.tile(m32, width), np.tile(c32, width),
+                                        bool(np.all(m32 == m32[0])), ncorr))
         m_row, c_row, uniform, ncorr = rowc
         mul = m32[0] if uniform else m_row
         nv = a2.shape[1]
@@ -600,9 +626,8 @@ class Requant:
         parallel_rows(rows, rows * nv, part)
         if self.f32_fix is not None:
             chans, sub = self.f32_fix
-            cols = self.tiled.get(("fix", width))
-            if cols is None:
-                cols = self.tiled[("fix", width)] = (np.arange(width)[:, None] * self.q.shape[0] + chans).ravel()
+            cols = self.tiled.get_or_compute(
+                ("fix", width), lambda: (np.arange(width)[:, None] * self.q.shape[0] + chans).ravel())
             out[:, cols] = sub.apply(a2[:, cols], rows, width)
         return out
 

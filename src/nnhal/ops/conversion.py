@@ -66,8 +66,11 @@ def _execute_quantize(ctx: ExecContext) -> list[np.ndarray]:
     lo, hi = QUANT_RANGE[out.type]
     with np.errstate(all="ignore"):
         # NOTE: input / scale in float, then zeroPoint + std::round(...) in float, clamped
-        v = np.float32(out.zero_point) + round_half_away(x.data.astype(np.float32) / np.float32(out.scale))
-    v = np.clip(np.nan_to_num(v, nan=lo), lo, hi)
+        v = round_half_away(x.data.astype(np.float32) / np.float32(out.scale))
+        v += np.float32(out.zero_point)
+    # NOTE: fmax / fmin take the number where one side is NaN: NaN -> lo, as nan_to_num then clip
+    np.fmax(v, np.float32(lo), out=v)
+    np.fmin(v, np.float32(hi), out=v)
     return [v.astype(out.dtype)]
 
 

@@ -217,3 +217,44 @@ def inv_sqrt_multiplier(value: np.ndarray | int, reverse_shift: int) -> tuple[np
     r = np.where(neg, wrap32(r << np.where(neg, -shift, 0)), r)
     shift = np.where(neg, 0, shift)
     return np.where(small, INT32_MAX, r), np.where(small, 0, shift * reverse_shift)
+
+
+# --------------------------------------------------------------------------
+# the same primitives on one Python int (a few values: no numpy call per step)
+
+
+def srdhm_int(a: int, b: int) -> int:
+    """saturating_rounding_doubling_high_mul on one int32 pair."""
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    ab = a * b
+    s = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
+    return s >> 31 if s >= 0 else -((-s) >> 31)  # NOTE: C++ division truncates toward zero
+
+
+def rounding_divide_by_pot_int(x: int, e: int) -> int:
+    """rounding_divide_by_pot on one int."""
+    mask = (1 << e) - 1
+    return (x >> e) + ((x & mask) > (mask >> 1) + (x < 0))
+
+
+def saturating_rounding_multiply_by_pot_int(x: int, e: int) -> int:
+    """saturating_rounding_multiply_by_pot (32 bits) on one int."""
+    if e == 0:
+        return x
+    if e < 0:
+        return rounding_divide_by_pot_int(x, -e)
+    t = (1 << (31 - e)) - 1
+    return INT32_MAX if x > t else INT32_MIN if x < -t else x << e
+
+
+def one_over_one_plus_x_for_x_in_0_1_int(a: int) -> int:
+    """one_over_one_plus_x_for_x_in_0_1 on one int (see newton_reciprocal)."""
+    s = a + INT32_MAX
+    s += 1 if s >= 0 else -1
+    hd = s >> 1 if s >= 0 else -((-s) >> 1)  # rounding_half_sum
+    x = 1515870810 + srdhm_int(hd, -1010580540)
+    for _ in range(3):
+        one_minus = (1 << 29) - srdhm_int(hd, x)
+        x = x + saturating_rounding_multiply_by_pot_int(srdhm_int(x, one_minus), 2)
+    return saturating_rounding_multiply_by_pot_int(x, 1)

@@ -13,17 +13,18 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal.ops.base import NUMPY_DTYPE, OperandInfo
+from nnhal.ops.base import OperandInfo
+from nnhal.ops.extension import operand_type, storage_dtype
 
 L = hal.OperandLifeTime
 
 
 def operand_array(operand: hal.Operand, raw: bytes | memoryview) -> np.ndarray:
     """The value of an operand stored in ``raw`` as a numpy array of its shape."""
-    t = hal.OperandType(operand.type)
+    t = operand_type(operand.type)
     if t == hal.OperandType.SUBGRAPH:
         return np.array(operand.location.offset, dtype=np.uint32)
-    dtype = NUMPY_DTYPE[t]
+    dtype = storage_dtype(t)
     if dtype == np.bool_:
         arr = np.frombuffer(raw, dtype=np.uint8) != 0
     else:
@@ -47,6 +48,7 @@ def constant_value(model: hal.Model, operand: hal.Operand, pools: Sequence[Any])
 
 def operand_info(operand: hal.Operand, value: Optional[np.ndarray]) -> OperandInfo:
     """What an operation's validate / prepare sees of an operand (``value`` for constants)."""
-    return OperandInfo(type=hal.OperandType(operand.type), dimensions=tuple(operand.dimensions), scale=operand.scale,
+    return OperandInfo(type=operand_type(operand.type), dimensions=tuple(operand.dimensions), scale=operand.scale,
                        zero_point=operand.zeroPoint, channel_quant=operand.extraParams.channelQuant,
-                       lifetime=hal.OperandLifeTime(operand.lifetime), value=value)
+                       lifetime=hal.OperandLifeTime(operand.lifetime), value=value,
+                       extension=operand.extraParams.extension)

@@ -21,9 +21,11 @@ from nnhal.ops.base import (
     V1_3,
     ExecContext,
     OpDef,
+    OpInfo,
     Signature,
     fused_activation,
 )
+from nnhal.ops.prepared import Ready, prepared
 from nnhal.ops.quant import QUANT_RANGE, activation_range
 
 T = OperandType
@@ -65,102 +67,148 @@ class PoolParams:
     nchw: bool
 
 
-def _params(ctx: ExecContext) -> PoolParams:
-    n = len(ctx.inputs)
-    x = ctx.inputs[0].data
-    if x.ndim != 4:
-        raise ctx.fail(f"input must be 4-D, got rank {x.ndim}")
+def _params(n: int, s: list, shape: tuple) -> PoolParams:
+    """The padding, strides, filter and activation from the scalar inputs
+    ``s`` (s[i] is input i's value, None if omitted); ValueError where the
+    reference fails."""
+    if len(shape) != 4:
+        raise ValueError(f"input must be 4-D, got rank {len(shape)}")
     if n >= 10:
-        vals = [int(ctx.scalar(i)) for i in range(1, 10)]
-        nchw = bool(ctx.scalar(10, False))
+        vals = [int(s[i]) for i in range(1, 10)]
+        nchw = bool(s[10]) if n > 10 and s[10] is not None else False
         p = PoolParams(*vals, nchw=nchw)
     else:
-        scheme, sw, sh, fw, fh, act = (int(ctx.scalar(i)) for i in range(1, 7))
-        nchw = bool(ctx.scalar(7, False))
-        h, w = (x.shape[2], x.shape[3]) if nchw else (x.shape[1], x.shape[2])
+        scheme, sw, sh, fw, fh, act = (int(s[i]) for i in range(1, 7))
+        nchw = bool(s[7]) if n > 7 and s[7] is not None else False
+        h, w = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
         # NOTE: the reference divides by the strides below only after checking them
         if sw <= 0 or sh <= 0:
-            raise ctx.fail("strides must be positive")
+            raise ValueError("strides must be positive")
         pl, pr = explicit_padding(w, sw, fw, scheme)
         pt, pb = explicit_padding(h, sh, fh, scheme)
         p = PoolParams(pl, pr, pt, pb, sw, sh, fw, fh, act, nchw)
     if min(p.pad_left, p.pad_right, p.pad_top, p.pad_bottom) < 0:
-        raise ctx.fail("padding must be non-negative")
+        raise ValueError("padding must be non-negative")
     if p.stride_w <= 0 or p.stride_h <= 0 or p.filter_w <= 0 or p.filter_h <= 0:
-        raise ctx.fail("strides and filter sizes must be positive")
+        raise ValueError("strides and filter sizes must be positive")
     if p.activation < 0 or p.activation > 3:
-        raise ctx.fail(f"unsupported fused activation {p.activation}")
+        raise ValueError(f"unsupported fused activation {p.activation}")
     # NOTE: a window lying wholly in the padding would have no element to pool
     if not (p.filter_w > p.pad_left and p.filter_w > p.pad_right and p.filter_h > p.pad_top
             and p.filter_h > p.pad_bottom):
-        raise ctx.fail("padding must be smaller than the filter")
+        raise ValueError("padding must be smaller than the filter")
     return p
 
 
-def _check_same_quant(ctx: ExecContext) -> None:
-    """The reference gives the output the input's scale and zero point and
-    refuses a model output declared otherwise."""
-    inp, out = ctx.inputs[0], ctx.outputs[0]
+@dataclass(frozen=True)
+class _Plan:
+    """Everything a pooling execution needs but the values: computed at
+    prepare for the declared input shape (an input of another shape gets
+    its own plan, per execution)."""
+
+    shape: tuple
+    p: PoolParams
+    oh: int
+    ow: int
+    empty: bool
+    pads: tuple  # (top, bottom, left, right)
+    count: object  # average: window element counts [1, oh, ow, 1]
+    lo: object
+    hi: object
+
+
+def _plan(kind: str, n: int, s: list, shape: tuple, inp: object, out: object) -> _Plan:
+    p = _params(n, s, shape)
+    # NOTE: the reference gives the output the input's scale and zero point and
+    # refuses a model output declared otherwise
     if inp.type in QUANT_RANGE and (out.scale != inp.scale or out.zero_point != inp.zero_point):
-        raise ctx.fail("output scale and zero point must equal the input's")
-
-
-def _pool(ctx: ExecContext, kind: str) -> list[np.ndarray]:
-    p = _params(ctx)
-    _check_same_quant(ctx)
-    inp = ctx.inputs[0]
-    x = inp.data
-    if p.nchw:
-        x = x.transpose(0, 2, 3, 1)
-    b, h, w, c = x.shape
+        raise ValueError("output scale and zero point must equal the input's")
+    b, h, w, c = (shape[0], shape[2], shape[3], shape[1]) if p.nchw else shape
     if h == 0 or w == 0 or c == 0:
-        raise ctx.fail("only the batch dimension may be zero")
+        raise ValueError("only the batch dimension may be zero")
     oh = out_size(h, p.filter_h, p.stride_h, p.pad_top, p.pad_bottom)
     ow = out_size(w, p.filter_w, p.stride_w, p.pad_left, p.pad_right)
     if oh < 0 or ow < 0:
-        raise ctx.fail("filter larger than the padded input")
+        raise ValueError("filter larger than the padded input")
+    pads = (p.pad_top, p.pad_bottom, p.pad_left, p.pad_right)
+    empty = b == 0 or oh == 0 or ow == 0
+    count = lo = hi = None
+    if not empty and kind != "max":
+        valid = np.ones((h, w), np.int32)
+        if any(pads):
+            valid = np.pad(valid, ((pads[0], pads[1]), (pads[2], pads[3])))
+        vwin = sliding_window_view(valid, (p.filter_h, p.filter_w))
+        count = vwin[:: p.stride_h, :: p.stride_w][:oh, :ow].sum(axis=(-2, -1))[None, :, :, None]
+        if inp.type not in QUANT_RANGE:
+            count = count.astype(np.float32)
+    if inp.type in QUANT_RANGE:
+        lo, hi = activation_range(p.activation, inp.scale, inp.zero_point, inp.type)
+    return _Plan(tuple(shape), p, oh, ow, empty, pads, count, lo, hi)
+
+
+def _prepare_pool(info: OpInfo) -> object:
+    """The plan for the declared input shape, when it and every parameter are known."""
+    dims = info.inputs[0].dimensions
+    if len(dims) != 4 or 0 in dims or any(i.value is None for i in info.inputs[1:]):
+        return None
+    vals = [None] + [i.value.item() for i in info.inputs[1:]]
+    kind = {OperationType.MAX_POOL_2D: "max", OperationType.L2_POOL_2D: "l2"}.get(info.type, "average")
+    return prepared(lambda: _plan(kind, len(info.inputs), vals, tuple(dims), info.inputs[0], info.outputs[0]))
+
+
+def _pool(ctx: ExecContext, kind: str) -> list[np.ndarray]:
+    inp = ctx.inputs[0]
+    x = inp.data
+    st = ctx.state
+    if st is None or (st.__class__ is Ready and st.value(ctx).shape != x.shape):
+        s = [None] + [ctx.scalar(i) for i in range(1, len(ctx.inputs))]
+        st = prepared(lambda: _plan(kind, len(ctx.inputs), s, x.shape, inp, ctx.outputs[0]))
+    plan = st.value(ctx)
+    p, oh, ow = plan.p, plan.oh, plan.ow
+    if p.nchw:
+        x = x.transpose(0, 2, 3, 1)
+    b, h, w, c = x.shape
     out_dtype = ctx.outputs[0].dtype
-    if b == 0 or oh == 0 or ow == 0:
+    if plan.empty:
         res = np.zeros((b, oh, ow, c), out_dtype)
         return [res.transpose(0, 3, 1, 2) if p.nchw else res]
 
     quantized = inp.type in QUANT_RANGE
     if quantized:
-        vals = x.astype(np.int32)
-        fill = np.iinfo(np.int32).min if kind == "max" else 0
+        # NOTE: max of the stored values as they are; sums in int64
+        vals = x
+        fill = np.iinfo(x.dtype).min if kind == "max" else 0
     else:
         vals = x.astype(np.float32, copy=False)
         if kind == "l2":
             vals = vals * vals
         fill = -np.inf if kind == "max" else 0.0
     # NOTE: the last window ends inside the tail padding by construction of oh / ow
-    pad = ((0, 0), (p.pad_top, p.pad_bottom), (p.pad_left, p.pad_right), (0, 0))
-    no_pad = p.pad_top == p.pad_bottom == p.pad_left == p.pad_right == 0
-    padded = vals if no_pad else np.pad(vals, pad, constant_values=fill)
+    pt, pb, pl, pr = plan.pads
+    if pt or pb or pl or pr:
+        padded = np.full((b, h + pt + pb, w + pl + pr, c), fill, vals.dtype)
+        padded[:, pt:pt + h, pl:pl + w, :] = vals
+    else:
+        padded = vals
     win = sliding_window_view(padded, (p.filter_h, p.filter_w), axis=(1, 2))
     win = win[:, : (oh - 1) * p.stride_h + 1 : p.stride_h, : (ow - 1) * p.stride_w + 1 : p.stride_w]
 
     if kind == "max":
         res = win.max(axis=(-2, -1))
     else:
-        valid = np.ones((h, w), np.int32)
-        if not no_pad:
-            valid = np.pad(valid, pad[1:3])
-        vwin = sliding_window_view(valid, (p.filter_h, p.filter_w))
-        count = vwin[:: p.stride_h, :: p.stride_w][:oh, :ow].sum(axis=(-2, -1))[None, :, :, None]
+        count = plan.count
         if quantized:
             # NOTE: TFLite averages the stored values (not q - zeroPoint) and
             # rounds half away from zero with integer division
             acc = win.sum(axis=(-2, -1), dtype=np.int64)
             res = np.sign(acc) * ((np.abs(acc) + count // 2) // count)
         else:
-            res = win.sum(axis=(-2, -1), dtype=np.float32) / count.astype(np.float32)
+            res = win.sum(axis=(-2, -1), dtype=np.float32) / count
             if kind == "l2":
                 res = np.sqrt(res)
 
     if quantized:
-        lo, hi = activation_range(p.activation, inp.scale, inp.zero_point, inp.type)
-        res = np.clip(res, lo, hi)
+        res = np.clip(res, plan.lo, plan.hi)
     else:
         res = fused_activation(res.astype(np.float32), p.activation)
     res = res.astype(out_dtype)
@@ -204,9 +252,9 @@ _FLOAT_TYPES = [(T.TENSOR_FLOAT32, V1_0), (T.TENSOR_FLOAT16, V1_2)]
 
 OPS: list[OpDef] = [
     OpDef(type=OperationType.AVERAGE_POOL_2D, signatures=_signatures(_ALL_TYPES), execute=_execute_average,
-          allow_zero_sized=True),
+          prepare=_prepare_pool, allow_zero_sized=True),
     OpDef(type=OperationType.MAX_POOL_2D, signatures=_signatures(_ALL_TYPES), execute=_execute_max,
-          allow_zero_sized=True),
+          prepare=_prepare_pool, allow_zero_sized=True),
     OpDef(type=OperationType.L2_POOL_2D, signatures=_signatures(_FLOAT_TYPES), execute=_execute_l2,
-          allow_zero_sized=True),
+          prepare=_prepare_pool, allow_zero_sized=True),
 ]

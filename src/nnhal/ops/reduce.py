@@ -16,6 +16,7 @@ import numpy as np
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import V1_1, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
+from nnhal.ops.prepared import prepared
 
 T = OperandType
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
@@ -40,14 +41,28 @@ def _reduce_axes(ctx: ExecContext) -> tuple[np.ndarray, tuple[int, ...], list[in
     rank = x.ndim
     if rank > 4:
         raise ctx.fail(f"input rank {rank} > 4")
-    axes_t = ctx.inputs[1].data
-    if axes_t.ndim != 1:
-        raise ctx.fail(f"axes must be a 1-D tensor, got shape {list(axes_t.shape)}")
-    axes = tuple(sorted({_axis(ctx, int(a), rank) for a in axes_t.tolist()}))
-    # NOTE: MEAN's keep_dims is an INT32 ("if positive"), the others' a BOOL
-    keep = ctx.scalar(2) > 0
+    st = ctx.state
+    if st is None:
+        st = prepared(_axes_param, ctx.inputs[1].data, ctx.inputs[2].data)
+        if st is None:
+            raise ctx.fail("axes and keep_dims must have values")
+    raw, keep = st.value(ctx)
+    axes = tuple(sorted({_axis(ctx, a, rank) for a in raw}))
     out = [1 if d in axes else s for d, s in enumerate(x.shape) if keep or d not in axes]
     return x, axes, out or [1]
+
+
+def _axes_param(axes_t: np.ndarray, keep: np.ndarray) -> tuple[tuple[int, ...], bool]:
+    """(the axes as given, keep_dims); ValueError where the reference fails."""
+    if axes_t.ndim != 1:
+        raise ValueError(f"axes must be a 1-D tensor, got shape {list(axes_t.shape)}")
+    # NOTE: MEAN's keep_dims is an INT32 ("if positive"), the others' a BOOL
+    return tuple(int(a) for a in axes_t.tolist()), bool(keep.item() > 0)
+
+
+def _prepare_reduce(info: OpInfo) -> object:
+    """The axes and keep_dims, when constants (normalized against the rank at execute)."""
+    return prepared(_axes_param, info.constant(1), info.constant(2))
 
 
 def _float_reduce(ctx: ExecContext, fn) -> list[np.ndarray]:
@@ -144,13 +159,13 @@ def _reduce_sigs(table) -> list[Signature]:
 
 
 def _reduce_op(op: OperationType, table, execute) -> OpDef:
-    return OpDef(op, _reduce_sigs(table), execute, validate=_validate_rank_le4)
+    return OpDef(op, _reduce_sigs(table), execute, validate=_validate_rank_le4, prepare=_prepare_reduce)
 
 
 OPS: list[OpDef] = [
     OpDef(OperationType.MEAN,
           [Signature((t, I32, T.INT32), (t,), v) for t, v in ((F32, V1_1), (Q8, V1_1), (F16, V1_2), (Q8S, V1_3))],
-          _exec_mean, validate=_validate_rank_le4, bad_data_on_missing_operand=True),
+          _exec_mean, validate=_validate_rank_le4, prepare=_prepare_reduce, bad_data_on_missing_operand=True),
     _reduce_op(OperationType.REDUCE_ALL, ((B8, V1_2),), _stored_reduce(np.all)),
     _reduce_op(OperationType.REDUCE_ANY, ((B8, V1_2),), _stored_reduce(np.any)),
     _reduce_op(OperationType.REDUCE_MAX, _MAXMIN, _stored_reduce(np.max)),

@@ -11,6 +11,7 @@ from typing import Optional
 
 from nnhal.hal import OperationType
 from nnhal.ops.base import OpDef
+from nnhal.ops.extension import ExtensionOperationType
 
 # The family modules, each with its ``OPS`` list (nnhal/ops/<family>.py).
 FAMILY_NAMES = (
@@ -35,7 +36,10 @@ REGISTRY: dict[OperationType, OpDef] = _build()
 
 
 def find(op_type: int) -> Optional[OpDef]:
-    """The OpDef of an operation type, or None if the type is unknown or not implemented."""
+    """The OpDef of an operation type, or None if the type is unknown or not implemented.  A resolved
+    extension operation type (``nnhal.ops.extension.ExtensionOperationType``) carries its own."""
+    if op_type.__class__ is ExtensionOperationType:
+        return op_type.opdef  # type: ignore[attr-defined]
     try:
         return REGISTRY.get(OperationType(op_type))
     except ValueError:

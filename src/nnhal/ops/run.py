@@ -88,11 +88,21 @@ def prepare_operation(op_type: Union[OperationType, int], inputs: Sequence[Union
 
 def run_operation(op_type: Union[OperationType, int], inputs: Sequence[Tensor], outputs: Sequence[OutputSpec], *,
                   constants: Optional[Sequence[bool]] = None, version: HalVersion = HalVersion.V1_3,
-                  relaxed: bool = False, validate: bool = True) -> list[np.ndarray]:
+                  relaxed: bool = False, validate: bool = True,
+                  scalar_constants: bool = False) -> list[np.ndarray]:
     """Validates, prepares and executes one operation on ``inputs``;
     ``constants[i]`` marks input i as a constant operand (its value seen by
-    validate / prepare, as for a model's CONSTANT_COPY operand)."""
-    flags = list(constants) if constants is not None else [False] * len(inputs)
+    validate / prepare, as for a model's CONSTANT_COPY operand);
+    ``scalar_constants``: every scalar (0-d) input is one, as a model's
+    parameters usually are.  ``validate=False`` runs the kernel on what a
+    model validation would refuse (a test of the kernel's own run-time
+    checks): prepare and execute only."""
+    if constants is not None:
+        flags = list(constants)
+    elif scalar_constants:
+        flags = [t.data is not None and t.data.ndim == 0 for t in inputs]
+    else:
+        flags = [False] * len(inputs)
     infos = [tensor_info(t, c) for t, c in zip(inputs, flags)]
     prepared = prepare_operation(op_type, infos, outputs, version=version, relaxed=relaxed, validate=validate)
     return prepared.run(inputs)

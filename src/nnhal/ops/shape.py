@@ -19,6 +19,7 @@ import numpy as np
 
 from nnhal.hal import HalVersion, OperandType, OperationType
 from nnhal.ops.base import (
+    NUMPY_DTYPE,
     V1_0,
     V1_1,
     V1_2,
@@ -29,6 +30,7 @@ from nnhal.ops.base import (
     Signature,
 )
 from nnhal.ops.fixedpoint import round_half_away
+from nnhal.ops.prepared import prepared
 
 T = OperandType
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
@@ -75,25 +77,42 @@ def _axis(ctx: ExecContext, axis: int, rank: int) -> int:
 # RESHAPE
 
 
-def _exec_reshape(ctx: ExecContext) -> list[np.ndarray]:
-    x = ctx.inputs[0].data
-    target = ctx.inputs[1].data.reshape(-1).astype(np.int64)
+def _reshape_target(shape: np.ndarray) -> tuple:
+    """(target, position of -1 or None, product of the other components) of a
+    RESHAPE shape operand; ValueError where the reference fails."""
+    target = shape.reshape(-1).astype(np.int64)
     stretch = np.flatnonzero(target == -1)
     if len(stretch) > 1:
-        raise ctx.fail("at most one component of the shape may be -1")
+        raise ValueError("at most one component of the shape may be -1")
     fixed = target[target != -1]
     if np.any(fixed < 0):
-        raise ctx.fail(f"invalid target shape {target.tolist()}")
-    dims = target.copy()
+        raise ValueError(f"invalid target shape {target.tolist()}")
     count = int(np.prod(fixed)) if len(fixed) else 1
-    if len(stretch):
-        if count == 0:
-            raise ctx.fail(f"cannot infer the -1 dimension of {target.tolist()}")
-        dims[stretch[0]] = x.size // count
-        count *= int(dims[stretch[0]])
+    if len(stretch) and count == 0:
+        raise ValueError(f"cannot infer the -1 dimension of {target.tolist()}")
+    return tuple(int(d) for d in target), (int(stretch[0]) if len(stretch) else None), count
+
+
+def _prepare_reshape(info: OpInfo) -> object:
+    """The parsed target shape when it is a constant (or the reason every execution fails)."""
+    return prepared(_reshape_target, info.constant(1))
+
+
+def _exec_reshape(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    st = ctx.state
+    if st is None:
+        st = prepared(_reshape_target, ctx.inputs[1].data)
+    target, stretch, count = st.value(ctx)
+    if stretch is not None:
+        d = x.size // count
+        dims = target[:stretch] + (d,) + target[stretch + 1:]
+        count *= d
+    else:
+        dims = target
     if count != x.size:
-        raise ctx.fail(f"cannot reshape {list(x.shape)} ({x.size} elements) to {target.tolist()}")
-    return [x.reshape(tuple(int(d) for d in dims))]
+        raise ctx.fail(f"cannot reshape {list(x.shape)} ({x.size} elements) to {list(target)}")
+    return [x.reshape(dims)]
 
 
 # --------------------------------------------------------------------------
@@ -200,13 +219,30 @@ def _exec_concatenation(ctx: ExecContext) -> list[np.ndarray]:
         if len(s) != rank or any(s[d] != x0.shape[d] for d in range(rank) if d != axis):
             raise ctx.fail(f"input {i} has shape {list(s)}, incompatible with {list(x0.shape)} on axis {axis}")
     out = ctx.outputs[0]
+    luts = ctx.state.value(ctx) if ctx.state is not None else _concat_luts(tensors, out)
     parts = []
-    for t in tensors:
-        d = t.data
-        if t.type in (Q8, Q8S) and (t.scale != out.scale or t.zero_point != out.zero_point):
-            d = _requantize_concat(d, t.scale, t.zero_point, out.scale, out.zero_point, t.type == Q8S)
-        parts.append(d)
+    for t, lut in zip(tensors, luts):
+        parts.append(t.data if lut is None else lut.take(t.data.view(np.uint8)))
     return [np.concatenate(parts, axis=axis)]
+
+
+def _concat_luts(tensors: Sequence, out: object) -> tuple:
+    """Per input, None or the 256-entry table requantizing its 8-bit values to
+    the output's scale and zero point (entry i: the value whose byte is i),
+    made by the reference's own requantization (bit-identical)."""
+    luts = []
+    for t in tensors:
+        lut = None
+        if t.type in (Q8, Q8S) and (t.scale != out.scale or t.zero_point != out.zero_point):
+            codes = np.arange(256, dtype=np.uint8).view(np.int8 if t.type == Q8S else np.uint8)
+            lut = np.ascontiguousarray(_requantize_concat(codes, t.scale, t.zero_point, out.scale, out.zero_point,
+                                                          t.type == Q8S))
+        luts.append(lut)
+    return tuple(luts)
+
+
+def _prepare_concatenation(info: OpInfo) -> object:
+    return prepared(lambda: _concat_luts(info.inputs[:-1], info.outputs[0]))
 
 
 # --------------------------------------------------------------------------
@@ -349,38 +385,63 @@ def _validate_pad(info: OpInfo) -> None:
         raise info.fail("quant8 input with a nonzero zeroPoint needs HAL 1.2")
 
 
-def _pad(ctx: ExecContext, value) -> list[np.ndarray]:
-    x = ctx.inputs[0].data
-    p = ctx.inputs[1].data
-    if p.ndim != 2 or p.shape != (x.ndim, 2):
-        raise ctx.fail(f"paddings must have shape [{x.ndim}, 2], got {list(p.shape)}")
+def _pad_amounts(p: np.ndarray) -> tuple:
+    """((before, after) per dimension) of a paddings operand; ValueError where the reference fails."""
+    if p.ndim != 2 or p.shape[1] != 2:
+        raise ValueError(f"paddings must have shape [rank, 2], got {list(p.shape)}")
     if np.any(p < 0):
-        raise ctx.fail("paddings must be >= 0")
-    return [np.pad(x, p.astype(np.int64).tolist(), mode="constant", constant_values=value)]
+        raise ValueError("paddings must be >= 0")
+    return tuple((int(a), int(b)) for a, b in p.astype(np.int64).tolist())
+
+
+def _pad_value(t: OperandType, zero_point: int, dtype: np.dtype, v: object) -> np.ndarray:
+    """PAD (``v`` None): the reference pads quantized tensors with the zero
+    point it gives the output, which it copies from the input (the spec
+    requires them equal).  PAD_V2: the reference reads the INT32 pad value's
+    low byte as the element type."""
+    if v is None:
+        v = zero_point if t in (Q8, Q8S) else 0
+    elif t in (Q8, Q8S):
+        b = int(v) & 0xFF
+        v = b - 256 if t == Q8S and b >= 128 else b
+    return np.array(v).astype(dtype)
+
+
+def _prepare_pad(info: OpInfo) -> object:
+    """Paddings and pad value, when constants: (amounts, value) or why every execution fails."""
+    x = info.inputs[0]
+    v = None
+    if info.type == OperationType.PAD_V2:
+        v = info.constant(2)
+        if v is None:
+            return None
+        v = v.item()
+    p = info.constant(1)
+    if p is None:
+        return None
+    return prepared(lambda: (_pad_amounts(p), _pad_value(x.type, x.zero_point, NUMPY_DTYPE[x.type], v)))
 
 
 def _exec_pad(ctx: ExecContext) -> list[np.ndarray]:
-    x = ctx.inputs[0]
-    # NOTE: the reference pads quantized tensors with the zero point it gives the
-    # output, which it copies from the input (the spec requires them equal)
-    value = x.zero_point if x.type in (Q8, Q8S) else 0
-    return _pad(ctx, np.array(value).astype(x.data.dtype))
-
-
-def _exec_pad_v2(ctx: ExecContext) -> list[np.ndarray]:
-    x = ctx.inputs[0]
-    v = ctx.scalar(2)
-    if x.type in (Q8, Q8S):
-        # NOTE: the reference reads the INT32 pad value's low byte as the element type
-        b = int(v) & 0xFF
-        v = b - 256 if x.type == Q8S and b >= 128 else b
-    return _pad(ctx, np.array(v).astype(x.data.dtype))
+    xt = ctx.inputs[0]
+    x = xt.data
+    st = ctx.state
+    if st is None:
+        v = ctx.scalar(2) if ctx.type == OperationType.PAD_V2 else None
+        st = prepared(lambda: (_pad_amounts(ctx.inputs[1].data), _pad_value(xt.type, xt.zero_point, x.dtype, v)))
+    amounts, value = st.value(ctx)
+    if len(amounts) != x.ndim:
+        raise ctx.fail(f"paddings must have shape [{x.ndim}, 2], got [{len(amounts)}, 2]")
+    out = np.full(tuple(d + a + b for d, (a, b) in zip(x.shape, amounts)), value, x.dtype)
+    out[tuple(slice(a, a + d) for d, (a, _) in zip(x.shape, amounts))] = x
+    return [out]
 
 
 # --------------------------------------------------------------------------
 
 OPS: list[OpDef] = [
-    OpDef(OperationType.RESHAPE, _sigs(_FQ_V1_0, lambda t: (I32,)), _exec_reshape, validate=_validate_rank_le4, bad_data_on_missing_operand=True),
+    OpDef(OperationType.RESHAPE, _sigs(_FQ_V1_0, lambda t: (I32,)), _exec_reshape, validate=_validate_rank_le4,
+          prepare=_prepare_reshape, bad_data_on_missing_operand=True),
     OpDef(OperationType.SQUEEZE, _sigs(_FQ_V1_1, lambda t: (I32,)), _exec_squeeze, validate=_validate_rank_le4,
           omittable_inputs=frozenset({1})),
     OpDef(OperationType.EXPAND_DIMS, _sigs(_FIQ_V1_2, lambda t: (T.INT32,)), _exec_expand_dims, bad_data_on_missing_operand=True),
@@ -391,7 +452,8 @@ OPS: list[OpDef] = [
     OpDef(OperationType.CONCATENATION,
           [Signature((t,), (t,), v, variadic_inputs=frozenset({t, T.INT32}), min_variadic_inputs=1)
            for t, v in _FQ_V1_0],
-          _exec_concatenation, validate=_validate_concatenation, allow_zero_sized=True),
+          _exec_concatenation, validate=_validate_concatenation, prepare=_prepare_concatenation,
+          allow_zero_sized=True),
     OpDef(OperationType.SPLIT,
           [Signature((t, T.INT32, T.INT32), (t,), v, variadic_outputs=t) for t, v in _FIQ_V1_2], _exec_split, bad_data_on_missing_operand=True),
     OpDef(OperationType.SLICE, _sigs(_FIQ_V1_2, lambda t: (I32, I32)), _exec_slice, allow_zero_sized=True),
@@ -403,9 +465,10 @@ OPS: list[OpDef] = [
           [Signature((I32, s), (t,), V1_3) for t, s in ((F16, T.FLOAT16), (F32, T.FLOAT32), (I32, T.INT32))],
           _exec_fill),
     OpDef(OperationType.RANK, [Signature((frozenset(_RANK_TYPES),), (T.INT32,), V1_3)], _exec_rank),
-    OpDef(OperationType.PAD, _sigs(_FQ_V1_1, lambda t: (I32,)), _exec_pad, validate=_validate_pad, bad_data_on_missing_operand=True),
+    OpDef(OperationType.PAD, _sigs(_FQ_V1_1, lambda t: (I32,)), _exec_pad, validate=_validate_pad, prepare=_prepare_pad,
+          bad_data_on_missing_operand=True),
     OpDef(OperationType.PAD_V2,
           _sigs(((F32, V1_2), (F16, V1_2), (Q8, V1_2), (Q8S, V1_3)),
                 lambda t: (I32, {F32: T.FLOAT32, F16: T.FLOAT16}.get(t, T.INT32))),
-          _exec_pad_v2, validate=_validate_rank_le4, bad_data_on_missing_operand=True),
+          _exec_pad, validate=_validate_rank_le4, prepare=_prepare_pad, bad_data_on_missing_operand=True),
 ]

@@ -8,7 +8,7 @@ deadlines, loop timeouts, dynamic output shapes) and keep state on a device
 (:class:`Memory`).  Uses only the public API: ``nnhal.hal``,
 ``nnhal.memory``, ``nnhal.fence``, ``nnhal.burst``, ``nnhal.get_device`` /
 ``connect`` / ``list_devices`` and, for :meth:`Model.finish`, the driver's
-own validation (``nnhal.validation``).
+own validation (``nnhal.engine.validation``).
 
 >>> import numpy as np
 >>> from nnhal import hal, runtime

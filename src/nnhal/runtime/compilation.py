@@ -33,10 +33,12 @@ from typing import Any, Optional, Sequence, Union
 
 import msgspec
 
+import nnhal
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import memory as hal_memory
 from nnhal.runtime import discovery as rt_devices
-from nnhal.runtime.model import Model
+from nnhal.runtime import extensions as rt_extensions
+from nnhal.runtime.model import Model, numpy_dtype
 
 S = hal.ErrorStatus
 L = hal.OperandLifeTime
@@ -135,10 +137,6 @@ def _perf(device: rt_devices.Device, model: hal.Model, op: hal.Operation,
         return float("inf")
     v = info.powerUsage if preference == hal.ExecutionPreference.LOW_POWER else info.execTime
     return float(v) if v > 0 else float("inf")
-
-
-def _op_name(t: int) -> str:
-    return OT(t).name if t in OT._value2member_map_ else str(t)
 
 
 def step_model(model: hal.Model, ops: Sequence[int], produced_elsewhere_used_here: Sequence[int],
@@ -251,8 +249,10 @@ class Compilation:
         if isinstance(model, Model):
             self.hal_model = model.finish()
             self.input_names, self.output_names = model.input_names(), model.output_names()
+            self.extension_dtypes = {**rt_extensions.model_dtypes(self.hal_model), **model.extension_dtypes()}
         else:
             self.hal_model = model
+            self.extension_dtypes = rt_extensions.model_dtypes(model)
             self.input_names = [f"input{k}" for k in range(len(model.main.inputIndexes))]
             self.output_names = [f"output{k}" for k in range(len(model.main.outputIndexes))]
         self.devices = [rt_devices.get(d) for d in (devices if devices is not None else rt_devices.names())]
@@ -270,6 +270,28 @@ class Compilation:
         self.lock = threading.Lock()  # NOTE: one execution at a time: the step memories are shared
         self.finished = False
 
+    def numpy_dtype(self, t: int) -> Any:
+        """How the elements of operand type ``t`` of this model are given and read."""
+        return numpy_dtype(t, self.extension_dtypes)
+
+    def extension_name(self, op_type: int) -> Optional[str]:
+        """The extension an operation type belongs to (None: not an extension operation)."""
+        prefix = int(op_type) >> 16
+        if not prefix:
+            return None
+        return next((e.name for e in self.hal_model.extensionNameToPrefix if e.prefix == prefix), f"prefix {prefix}")
+
+    def _has_extension_op(self, ops: Sequence[int]) -> Optional[str]:
+        main = self.hal_model.main
+        return next((f"operation {k} ({self.operation_name(k)})" for k in ops
+                     if self.extension_name(main.operations[k].type)), None)
+
+    def operation_name(self, k: int) -> str:
+        """A main operation's name; an extension operation's as ``extension:type``."""
+        t = self.hal_model.main.operations[k].type
+        ext = self.extension_name(t)
+        return f"{ext}:{int(t) & 0xFFFF}" if ext else hal.operation_name(t)
+
     # ------------------------------------------------------------------ placement
     def reference(self) -> rt_devices.Device:
         if self._reference is None:
@@ -282,7 +304,7 @@ class Compilation:
         capture = _LogCapture()
         logging.getLogger("nnhal").addHandler(capture)
         try:
-            status, supported = d.device.getSupportedOperations_1_3(model)
+            status, supported, reasons = nnhal.supported_operations(d.device, model)
         except Exception as e:  # noqa: BLE001 - a device that breaks takes nothing
             status, supported = S.GENERAL_FAILURE, []
             capture.lines.append(f"raised {type(e).__name__}: {e}")
@@ -293,15 +315,7 @@ class Compilation:
             why = f"getSupportedOperations_1_3 returned {S(status).name if status in S._value2member_map_ else status}" \
                   f"{log_line}"
             return [False] * n, [why] * n
-        reasons: list[Optional[str]] = [None] * n
-        explain = getattr(d.device, "unsupported_reasons", None)  # NOTE: in-process sample drivers only
-        if callable(explain):
-            try:
-                reasons = list(explain(model))
-            except Exception:  # noqa: BLE001 - no reason known
-                reasons = [None] * n
-        return [bool(s) for s in supported], [
-            r or "getSupportedOperations_1_3 answered false (the HAL gives no reason)" for r in reasons]
+        return supported, [r or None for r in reasons]
 
     def _place(self) -> list[rt_devices.Device]:
         model = self.hal_model
@@ -311,9 +325,16 @@ class Compilation:
         for k, op in enumerate(ops):
             refused = {d.name: answers[d.name][1][k] for d in self.devices if not answers[d.name][0][k]}
             cands = [d for d in self.devices if answers[d.name][0][k]]
+            ext = self.extension_name(op.type)
+            if not cands and ext:
+                # NOTE: as Android: an extension operation never falls back to the CPU (BAD_DATA there)
+                raise CompilationError(f"operation {k} {self.operation_name(k)}: no listed device takes this "
+                                       f"extension operation and the CPU reference cannot run it ("
+                                       + "; ".join(f"{n}: {r}" for n, r in refused.items()) + ")",
+                                       S.INVALID_ARGUMENT)
             if not cands:
                 if not self.cpu_fallback:
-                    raise CompilationError(f"operation {k} {_op_name(op.type)}: no device supports it ("
+                    raise CompilationError(f"operation {k} {hal.operation_name(op.type)}: no device supports it ("
                                            + "; ".join(f"{n}: {r}" for n, r in refused.items()) + ")",
                                            S.INVALID_ARGUMENT)
                 best = self.reference()
@@ -326,8 +347,13 @@ class Compilation:
                 what = "powerUsage" if self.preference == hal.ExecutionPreference.LOW_POWER else "execTime"
                 why = f"{what} {low:g}, the best of " + ", ".join(f"{d.name} {p:g}" for p, d in perfs) \
                     if len(cands) > 1 else f"the only device that takes it ({what} {low:g})"
+                if len(best_list) > 1 and best.name == rt_devices.REFERENCE:
+                    why += " (a tie goes to the CPU reference)"
+                if ext and len(cands) == 1:
+                    why = f"the only listed device that takes this {ext} operation (getSupportedExtensions, " \
+                          "getSupportedOperations_1_3)"
             chosen.append(best)
-            self.operations.append(OperationPlacement(k, _op_name(op.type), best.name, why, refused))
+            self.operations.append(OperationPlacement(k, self.operation_name(k), best.name, why, refused))
         return chosen
 
     def _partition(self, chosen: list[rt_devices.Device]) -> list[tuple[rt_devices.Device, list[int]]]:
@@ -451,6 +477,12 @@ class Compilation:
                 raise CompilationError(f"partition {s} on {d.name}: {status.name}", status)
             if status != S.NONE or prepared is None:
                 ref = self.reference()
+                ext_op = self._has_extension_op(ops)
+                if ext_op is not None:
+                    self.close()
+                    raise CompilationError(f"partition {s} on {d.name}: prepareModel_1_3 gave {status.name}, and its "
+                                           f"{ext_op} cannot run on the CPU reference",
+                                           status if status != S.NONE else S.GENERAL_FAILURE)
                 if not self.cpu_fallback or d.name == ref.name:
                     self.close()
                     raise CompilationError(f"partition {s} on {d.name}: prepareModel_1_3 gave {status.name}",
@@ -469,6 +501,9 @@ class Compilation:
 
     def fall_back(self, step: Step, why: str) -> None:
         """Prepares ``step`` on the CPU reference after it failed to execute (kept for later executions)."""
+        ext_op = self._has_extension_op(step.ops)
+        if ext_op is not None:
+            raise CompilationError(f"{why}; its {ext_op} cannot run on the CPU reference")
         ref = self.reference()
         token = cache_token(step.model, ref.name)
         status, prepared = self._prepare_on(ref, step.model, token, hal.OptionalTimePoint())
@@ -485,6 +520,10 @@ class Compilation:
         back to running the whole model on its CPU path)."""
         if self._whole is None:
             main = self.hal_model.main
+            ext_op = self._has_extension_op(range(len(main.operations)))
+            if ext_op is not None:
+                raise CompilationError(f"a zero-sized temporary between partitions, and the {ext_op} cannot run "
+                                       "on the CPU reference", S.GENERAL_FAILURE)
             ref = self.reference()
             token = cache_token(self.hal_model, ref.name)
             step = Step(ref, list(range(len(main.operations))), self.hal_model, list(main.inputIndexes),
@@ -503,7 +542,7 @@ class Compilation:
         main = self.hal_model.main
         names = {i: n for i, n in zip(main.inputIndexes, self.input_names)}
         names.update({i: n for i, n in zip(main.outputIndexes, self.output_names)})
-        steps = [{"device": s.device.name, "operations": [f"{k} {_op_name(main.operations[k].type)}" for k in s.ops],
+        steps = [{"device": s.device.name, "operations": [f"{k} {self.operation_name(k)}" for k in s.ops],
                   "inputs": [names.get(i, f"#{i}") for i in s.inputs],
                   "outputs": [names.get(i, f"#{i}") for i in s.outputs], "fallback": s.fallback,
                   "token": s.token.hex()[:16]} for s in self.steps]

@@ -49,9 +49,7 @@ def get(name: Any) -> Device:
         return name
     if not isinstance(name, str):
         return Device(getattr(name, "name", type(name).__name__), name, True)
-    if name in nnhal.IN_PROCESS_DEVICES:
-        return Device(name, nnhal.get_device(name), True)
-    return Device(name, nnhal.connect(name), False)
+    return Device(name, nnhal.open_device(name), nnhal.is_in_process(name))
 
 
 def devices() -> list[Device]:

@@ -26,9 +26,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from nnhal import fence as hal_fence
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import fence as hal_fence
+from nnhal.platform import memory as hal_memory
 from nnhal.runtime.compilation import Compilation, CompilationError, Step
 from nnhal.runtime.model import numpy_dtype
 
@@ -85,9 +85,9 @@ def _release_all(memories: dict) -> None:
     memories.clear()
 
 
-def _nbytes(o: hal.Operand, dims: list[int]) -> int:
+def _nbytes(o: hal.Operand, dims: list[int], extension_dtypes: Optional[dict] = None) -> int:
     n = int(np.prod(dims)) if dims else 1
-    return n * np.dtype(numpy_dtype(o.type)).itemsize
+    return n * np.dtype(numpy_dtype(o.type, extension_dtypes)).itemsize
 
 
 class Event:
@@ -175,7 +175,7 @@ class Execution:
             if v is None or hasattr(v, "token"):
                 out[i] = v
                 continue
-            arr = np.ascontiguousarray(v, dtype=numpy_dtype(o.type))
+            arr = np.ascontiguousarray(v, dtype=comp.numpy_dtype(o.type))
             if o.type not in hal.SCALAR_TYPES and arr.ndim != len(o.dimensions) and o.dimensions:
                 raise ValueError(f"input {comp.input_names[main.inputIndexes.index(i)]}: rank {arr.ndim}, the "
                                  f"model says {len(o.dimensions)}")
@@ -213,9 +213,9 @@ class Execution:
                 continue
             o = main.operands[i]
             d = dims[i]
-            n = _nbytes(o, d)
+            n = _nbytes(o, d, comp.extension_dtypes)
             mem, view = arena.get(i, n)
-            result[name] = np.frombuffer(bytes(view[:n]), dtype=numpy_dtype(o.type)).reshape(d).copy()
+            result[name] = np.frombuffer(bytes(view[:n]), dtype=comp.numpy_dtype(o.type)).reshape(d).copy()
         return result
 
     def _run_plan(self, values: dict[int, Any], dims: dict[int, list[int]], mode: str, deadline_ns: Optional[int],
@@ -258,7 +258,7 @@ class Execution:
                 pools.append(hal.MemoryPool(token=v.token))
                 ins.append(hal.RequestArgument(location=hal.DataLocation(len(pools) - 1, 0, 0), dimensions=[]))
                 continue
-            n = _nbytes(main.operands[i], dims[i])
+            n = _nbytes(main.operands[i], dims[i], self.compilation.extension_dtypes)
             mem, _ = arena.get(i, n)
             pools.append(hal.MemoryPool(hidlMemory=mem))
             ins.append(hal.RequestArgument(location=hal.DataLocation(len(pools) - 1, 0, n), dimensions=list(dims[i])))
@@ -269,7 +269,7 @@ class Execution:
                 continue
             o = main.operands[i]
             known = all(d > 0 for d in o.dimensions)
-            n = capacity.get(i, _nbytes(o, list(o.dimensions)) if known else UNKNOWN_SIZE_GUESS)
+            n = capacity.get(i, _nbytes(o, list(o.dimensions), self.compilation.extension_dtypes) if known else UNKNOWN_SIZE_GUESS)
             capacity[i] = n
             mem, _ = arena.get(i, n)
             pools.append(hal.MemoryPool(hidlMemory=mem))
@@ -281,7 +281,7 @@ class Execution:
         prepared = step.prepared
         try:
             if mode == "burst":
-                from nnhal.burst import BurstController
+                from nnhal.runtime.burst import BurstController
 
                 with step.lock:
                     if step.burst is None:
@@ -324,7 +324,7 @@ class Execution:
                 grew = False
                 for i, s in zip(step.outputs, shapes):
                     if not s.isSufficient:
-                        need = _nbytes(comp.hal_model.main.operands[i], list(s.dimensions))
+                        need = _nbytes(comp.hal_model.main.operands[i], list(s.dimensions), comp.extension_dtypes)
                         if i in memories or need <= capacity.get(i, 0) or not all(d > 0 for d in s.dimensions):
                             continue
                         capacity[i] = need

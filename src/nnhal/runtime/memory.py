@@ -11,9 +11,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import memory as hal_memory
 from nnhal.runtime.compilation import Compilation
-from nnhal.runtime.model import numpy_dtype
 
 S = hal.ErrorStatus
 
@@ -65,7 +64,7 @@ class Memory:
         if status != S.NONE or buffer is None:
             raise MemoryError_(f"IDevice.allocate on {device.name} gave {S(status).name}", S(status))
         self.device, self.buffer, self.token, self.operand = device, buffer, token, operand
-        self.dtype = numpy_dtype(operand.type)
+        self.dtype = comp.numpy_dtype(operand.type)
         self.dimensions = list(dimensions) if dimensions is not None else list(operand.dimensions)
 
     def copy_from(self, array: Any) -> None:

@@ -5,17 +5,20 @@ shapes and dtypes or numpy constants, operations by ``hal.OperationType``
 with scalars given as Python numbers, inputs and outputs by name.
 :meth:`Model.finish` gives a ``hal.Model`` (HAL 1.3 ``types.hal``) validated
 by the same code and with the same messages as the driver
-(:func:`nnhal.validation.validate_model`).
+(:func:`nnhal.engine.validation.validate_model`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
 from nnhal import hal
-from nnhal.validation import ValidationError, validate_model
+from nnhal.engine.validation import ValidationError, validate_model
+from nnhal.ops.extension import MAX_PREFIX, valid_extension_name
+from nnhal.runtime import extensions as rt_extensions
 
 T = hal.OperandType
 L = hal.OperandLifeTime
@@ -36,9 +39,32 @@ NUMPY_DTYPES: dict[T, Any] = {
 }
 
 
-def operand_type(t: Any) -> T:
-    """A ``hal.OperandType`` from itself, its name, or a numpy dtype (tensor types)."""
-    if isinstance(t, T):
+@dataclasses.dataclass(frozen=True)
+class ExtensionType:
+    """An extension operand type as one model numbers it
+    (``ANeuralNetworksModel_getExtensionOperandType``): ``code`` is
+    ``(prefix << 16) | type``; ``is_tensor`` / ``byte_size`` as the devices
+    declare it; ``dtype`` how its elements are read and written."""
+
+    code: int
+    extension: str
+    type: int
+    is_tensor: bool
+    byte_size: int
+    dtype: Any
+
+    def __int__(self) -> int:
+        return self.code
+
+    @property
+    def name(self) -> str:
+        return f"{self.extension}:{self.type}"
+
+
+def operand_type(t: Any) -> Any:
+    """A ``hal.OperandType`` from itself, its name, or a numpy dtype (tensor
+    types); an :class:`ExtensionType` as it is."""
+    if isinstance(t, (T, ExtensionType)):
         return t
     if isinstance(t, str) and t.upper() in T.__members__:
         return T[t.upper()]
@@ -48,17 +74,27 @@ def operand_type(t: Any) -> T:
         raise ValueError(f"no operand type for {t!r}") from None
 
 
-def numpy_dtype(t: Any) -> Any:
-    """The numpy dtype of an operand type's elements."""
+def numpy_dtype(t: Any, extension_dtypes: Optional[dict] = None) -> Any:
+    """The numpy dtype of an operand type's elements (``extension_dtypes``: those of a model's extension types)."""
+    if isinstance(t, ExtensionType):
+        return t.dtype
+    if extension_dtypes and int(t) in extension_dtypes:
+        return extension_dtypes[int(t)]
     return NUMPY_DTYPES[T(t)]
+
+
+def _is_scalar(t: Any) -> bool:
+    return (not t.is_tensor) if isinstance(t, ExtensionType) else t in hal.SCALAR_TYPES
 
 
 class Operand:
     """One operand of a :class:`Model` (its index in the subgraph, as NNAPI's)."""
 
-    def __init__(self, model: "Model", index: int, type: T, dimensions: list[int], scale: float, zero_point: int,
-                 channel_quant: Optional[hal.SymmPerChannelQuantParams], name: str):
+    def __init__(self, model: "Model", index: int, type: Any, dimensions: list[int], scale: float, zero_point: int,
+                 channel_quant: Optional[hal.SymmPerChannelQuantParams], name: str,
+                 extension_params: Optional[bytes] = None):
         self.model, self.index, self.type, self.dimensions = model, index, type, dimensions
+        self.extension_params = extension_params  # extraParams.extension
         self.scale, self.zero_point, self.channel_quant, self.name = scale, zero_point, channel_quant, name
         self.lifetime = L.TEMPORARY_VARIABLE
         self.value: Optional[bytes] = None  # constants
@@ -87,6 +123,41 @@ class Model:
         self.outputs: list[Operand] = []
         self.relaxed = False
         self._finished: Optional[hal.Model] = None
+        self.extension_prefixes: dict[str, int] = {}  # NOTE: this model's own numbering, as the NDK's
+
+    # ------------------------------------------------------------------ extensions
+    def _prefix(self, extension: str) -> int:
+        if not valid_extension_name(extension):
+            raise ValueError(f"invalid extension name {extension!r} ([a-z0-9_.] with a '.')")
+        if extension not in self.extension_prefixes:
+            if len(self.extension_prefixes) >= MAX_PREFIX:
+                raise ValueError("too many extensions in one model")
+            self.extension_prefixes[extension] = len(self.extension_prefixes) + 1
+        return self.extension_prefixes[extension]
+
+    def extension_operand_type(self, extension: str, type: int, dtype: Any = None) -> ExtensionType:
+        """``ANeuralNetworksModel_getExtensionOperandType``: operand type
+        ``type`` of ``extension`` as this model numbers it, with what the
+        devices declare of it (ValueError when none declares it); ``dtype``:
+        how its elements are given and read (default: an unsigned integer of
+        its byteSize)."""
+        self._check_open()
+        if not 0 <= int(type) <= 0xFFFF:
+            raise ValueError(f"extension operand type {type} out of range")
+        info = rt_extensions.operand_info(extension, int(type))
+        code = (self._prefix(extension) << 16) | int(type)
+        dt = np.dtype(dtype) if dtype is not None else rt_extensions.default_dtype(info.byteSize)
+        if dt.itemsize != info.byteSize:
+            raise ValueError(f"dtype {dt} has {dt.itemsize} bytes, {extension} type {type} has {info.byteSize}")
+        return ExtensionType(code, extension, int(type), bool(info.isTensor), int(info.byteSize), dt)
+
+    def extension_operation_type(self, extension: str, type: int) -> int:
+        """``ANeuralNetworksModel_getExtensionOperationType``: operation
+        ``type`` of ``extension`` as this model numbers it (give it to :meth:`operation`)."""
+        self._check_open()
+        if not 0 <= int(type) <= 0xFFFF:
+            raise ValueError(f"extension operation type {type} out of range")
+        return (self._prefix(extension) << 16) | int(type)
 
     # ------------------------------------------------------------------ operands
     def _check_open(self) -> None:
@@ -94,28 +165,37 @@ class Model:
             raise ValueError("the model is finished: it cannot change any more")
 
     def tensor(self, type: Any, shape: Sequence[int] = (), scale: float = 0.0, zero_point: int = 0,
-               channel_quant: Optional[tuple[Sequence[float], int]] = None, name: str = "") -> Operand:
+               channel_quant: Optional[tuple[Sequence[float], int]] = None, name: str = "",
+               extension_params: Optional[bytes] = None) -> Operand:
         """A new temporary operand (an operation's output): ``type`` a
-        ``hal.OperandType`` (scalar or tensor) or a numpy dtype; ``shape``
-        with 0 for unknown dimensions; ``channel_quant`` (scales, channelDim)
-        for TENSOR_QUANT8_SYMM_PER_CHANNEL."""
+        ``hal.OperandType`` (scalar or tensor), a numpy dtype or an
+        :class:`ExtensionType`; ``shape`` with 0 for unknown dimensions;
+        ``channel_quant`` (scales, channelDim) for
+        TENSOR_QUANT8_SYMM_PER_CHANNEL; ``extension_params``: an extension
+        operand's ``extraParams.extension`` bytes
+        (``ANeuralNetworksModel_setOperandExtensionData``)."""
         self._check_open()
         t = operand_type(type)
         cq = None
         if channel_quant is not None:
             cq = hal.SymmPerChannelQuantParams(scales=[float(s) for s in channel_quant[0]],
                                                channelDim=int(channel_quant[1]))
+        if isinstance(t, ExtensionType) and t.code >> 16 not in self.extension_prefixes.values():
+            raise ValueError(f"{t.name} was numbered by another model")
+        if extension_params is not None and not isinstance(t, ExtensionType):
+            raise ValueError("extension_params are for extension operand types")
         o = Operand(self, len(self.operands), t, [int(d) for d in shape], float(scale), int(zero_point), cq,
-                    name)
+                    name, None if extension_params is None else bytes(extension_params))
         self.operands.append(o)
         return o
 
     def input(self, name: str, type: Any, shape: Sequence[int] = (), scale: float = 0.0, zero_point: int = 0,
-              channel_quant: Optional[tuple[Sequence[float], int]] = None) -> Operand:
+              channel_quant: Optional[tuple[Sequence[float], int]] = None,
+              extension_params: Optional[bytes] = None) -> Operand:
         """A model input named ``name`` (the name executions give its value by)."""
         if any(o.name == name for o in self.inputs):
             raise ValueError(f"two inputs named {name!r}")
-        o = self.tensor(type, shape, scale, zero_point, channel_quant, name)
+        o = self.tensor(type, shape, scale, zero_point, channel_quant, name, extension_params)
         o.lifetime = L.SUBGRAPH_INPUT
         self.inputs.append(o)
         return o
@@ -138,7 +218,7 @@ class Model:
                 raise ValueError(f"no operand type for the constant {value!r}: give type=")
         t = operand_type(type)
         arr = np.asarray(value, dtype=numpy_dtype(t))
-        shape = [] if t in hal.SCALAR_TYPES else list(arr.shape)
+        shape = [] if _is_scalar(t) else list(arr.shape)
         o = self.tensor(t, shape, scale, zero_point, channel_quant, name)
         o.lifetime = L.CONSTANT_COPY
         o.value = np.ascontiguousarray(arr).tobytes()
@@ -179,8 +259,7 @@ class Model:
         ``outputs``: an operand, a ``(type, shape[, scale, zero_point])``
         tuple, or a list of them.  Returns the output operand (or a list)."""
         self._check_open()
-        first_tensor = next((x.type for x in inputs if isinstance(x, Operand) and x.type not in hal.SCALAR_TYPES),
-                            None)
+        first_tensor = next((x.type for x in inputs if isinstance(x, Operand) and not _is_scalar(x.type)), None)
         float_type = T.FLOAT16 if first_tensor == T.TENSOR_FLOAT16 else T.FLOAT32
         ins = [self._arg(x, float_type) for x in inputs]
         single = isinstance(outputs, (Operand, tuple))
@@ -192,7 +271,11 @@ class Model:
                 outs.append(spec)
             else:
                 outs.append(self.tensor(*spec))
-        self.operations.append(hal.Operation(type=hal.OperationType(type), inputs=[o.index for o in ins],
+        if int(type) >> 16 and int(type) >> 16 not in self.extension_prefixes.values():
+            raise ValueError(f"operation type {int(type)}: an extension type not numbered by this model "
+                             "(extension_operation_type)")
+        op_type = int(type) if int(type) >> 16 else hal.OperationType(type)
+        self.operations.append(hal.Operation(type=op_type, inputs=[o.index for o in ins],
                                              outputs=[o.index for o in outs]))
         return outs[0] if single else outs
 
@@ -223,9 +306,24 @@ class Model:
     def output_names(self) -> list[str]:
         return [o.name for o in self.outputs]
 
+    def extension_dtypes(self) -> dict[int, Any]:
+        """The dtype of every extension operand type this model (and its subgraphs) uses, by code."""
+        out: dict[int, Any] = {}
+        seen: list[Model] = []
+
+        def walk(m: Model) -> None:
+            seen.append(m)
+            for o in m.operands:
+                if isinstance(o.type, ExtensionType):
+                    out[o.type.code] = o.type.dtype
+                if o.subgraph is not None and o.subgraph not in seen:
+                    walk(o.subgraph)
+        walk(self)
+        return out
+
     def finish(self) -> hal.Model:
         """The validated ``hal.Model`` (the same object on later calls);
-        raises ``nnhal.validation.ValidationError`` with the driver's message."""
+        raises ``nnhal.engine.validation.ValidationError`` with the driver's message."""
         if self._finished is not None:
             return self._finished
         subgraphs: list[Model] = []  # referenced, in order of discovery
@@ -258,8 +356,10 @@ class Model:
                         raise ValidationError("a subgraph refers to the main model")
                     loc = hal.DataLocation(offset=subgraphs.index(o.subgraph))
                 extra = hal.OperandExtraParams(channelQuant=o.channel_quant) if o.channel_quant else \
+                    hal.OperandExtraParams(extension=o.extension_params) if o.extension_params is not None else \
                     hal.OperandExtraParams()
-                operands.append(hal.Operand(type=o.type, dimensions=list(o.dimensions),
+                operands.append(hal.Operand(type=int(o.type) if isinstance(o.type, ExtensionType) else o.type,
+                                            dimensions=list(o.dimensions),
                                             numberOfConsumers=consumers[o.index], scale=o.scale,
                                             zeroPoint=o.zero_point, lifetime=o.lifetime, location=loc,
                                             extraParams=extra))
@@ -268,10 +368,18 @@ class Model:
                                                                for op in m.operations],
                                 inputIndexes=[o.index for o in m.inputs], outputIndexes=[o.index for o in m.outputs])
 
+        prefixes = dict(self.extension_prefixes)
+        for m in subgraphs:  # NOTE: one numbering per model: a subgraph's must agree with the main model's
+            for name, p in m.extension_prefixes.items():
+                if prefixes.setdefault(name, p) != p or list(prefixes.values()).count(p) > 1:
+                    raise ValidationError(f"subgraph {m.name or '?'} numbers extension {name} as {p}, the model "
+                                          f"as {prefixes[name]}: number it through the main model")
         main = build(self)
         referenced = [build(m) for m in subgraphs]
         model = hal.Model(main=main, referenced=referenced, operandValues=bytes(values),
-                          relaxComputationFloat32toFloat16=self.relaxed)
+                          relaxComputationFloat32toFloat16=self.relaxed,
+                          extensionNameToPrefix=[hal.ExtensionNameAndPrefix(name=n, prefix=p)
+                                                 for n, p in sorted(prefixes.items(), key=lambda kv: kv[1])])
         validate_model(model, [])
         self._finished = model
         return model

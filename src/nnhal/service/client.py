@@ -29,7 +29,7 @@ cannot block the reader.  Memories in requests are sent as descriptors with
 every call, as HIDL does, except on the synchronous path, where a thread's
 call channel caches them by slot in the service (:mod:`nnhal.service.slots`)
 and lets go of one as soon as the client frees or drops it.  A calling thread
-polls for its answer before it blocks (:mod:`nnhal.spin`).
+polls for its answer before it blocks (:mod:`nnhal.platform.spin`).
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from typing import Any, Optional
 import msgspec
 
 from nnhal import hal
+from nnhal.platform.spin import Spin, spin_limit_ns
 from nnhal.service import registry, wire
 from nnhal.service.slots import UNKNOWN_SLOT, ClientSlots
 from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
-from nnhal.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.service")
 
@@ -214,12 +214,16 @@ class Connection:
                 chan.send(body, fds)
                 while True:
                     rbody, rfds = chan.recv(spin.window())
-                    env = wire.ENVELOPE.decode(rbody)
+                    try:
+                        env = wire.ENVELOPE.decode(rbody)
+                    except wire.DECODE_ERRORS as e:
+                        close_fds(rfds)
+                        raise ProtocolError(f"undecodable answer: {type(e).__name__}: {e}") from None
                     if getattr(env, "cid", None) == cid:
                         break
                     close_fds(rfds)
                 spin.waited(_clock() - t0)
-            except (PeerClosed, ProtocolError, *wire.DECODE_ERRORS):
+            except (PeerClosed, ProtocolError):
                 # NOTE: a broken channel is dropped; the thread's next call opens a new one
                 # (refused, and answered DEVICE_UNAVAILABLE, if the service is gone)
                 chan.close()
@@ -560,9 +564,9 @@ class _RemoteObject:
             self._conn.release_now(self._ref)
 
 
-def _method(iface: str, name: str) -> Any:
+def _method(cls: type, iface: str, name: str) -> Any:
     spec = wire.METHODS[iface][name]
-    sig = inspect.signature(getattr(getattr(hal, iface), name))
+    sig = inspect.signature(getattr(cls, name))  # NOTE: the interface's declaration (hal.IDevice, hal.INnhalDevice...)
     nparams = len(spec.args)
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -579,11 +583,11 @@ def _method(iface: str, name: str) -> Any:
 def _add_methods(cls: type, iface: str) -> type:
     for name in wire.METHODS[iface]:
         if name not in cls.__dict__:
-            setattr(cls, name, _method(iface, name))
+            setattr(cls, name, _method(cls, iface, name))
     return cls
 
 
-class RemoteDevice(_RemoteObject, hal.IDevice):
+class RemoteDevice(_RemoteObject, hal.IDevice, hal.INnhalDevice):
     """``IDevice`` of a service (``nnhal.connect(name)``)."""
 
     _iface = "IDevice"
@@ -600,6 +604,12 @@ class RemoteDevice(_RemoteObject, hal.IDevice):
 
     def getSupportedOperations_1_3(self, model: Any) -> tuple:
         return self._conn.call(b"", _SUPPORTED_1_3, (_model_for_wire(model),))
+
+    def prepareModel_1_2(self, model: Any, preference: Any, modelCache: Any = None, dataCache: Any = None,
+                         token: Any = None, callback: Any = None) -> S:
+        # NOTE: the draft form (model, preference, callback) travels as the final one
+        modelCache, dataCache, token, callback = hal.prepare_model_1_2_args(modelCache, dataCache, token, callback)
+        return self._conn.call(b"", _PREPARE_1_2, (model, preference, modelCache, dataCache, token, callback))
 
     def close(self) -> None:
         """Disconnect from the service."""
@@ -661,6 +671,7 @@ _PROXIES = {"IPreparedModel": RemotePreparedModel, "IBuffer": RemoteBuffer, "IBu
             "IFencedExecutionCallback": RemoteFencedExecutionCallback}
 _PREPARE_1_3 = wire.METHODS["IDevice"]["prepareModel_1_3"]
 _SUPPORTED_1_3 = wire.METHODS["IDevice"]["getSupportedOperations_1_3"]
+_PREPARE_1_2 = wire.METHODS["IDevice"]["prepareModel_1_2"]
 _SYNC_1_3 = wire.METHODS["IPreparedModel"]["executeSynchronously_1_3"]
 _ASYNC_1_3 = wire.METHODS["IPreparedModel"]["execute_1_3"]
 _COPY_TO = wire.METHODS["IBuffer"]["copyTo"]

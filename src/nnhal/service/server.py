@@ -33,7 +33,7 @@ the memories a synchronous execution sends by slot: the call channel keeps
 its own duplicates until the client lets go of them or the channel closes
 (:mod:`nnhal.service.slots`).  After an answer, a call channel's thread
 polls for the next call for :data:`SERVER_SPIN_US` before it blocks
-(:mod:`nnhal.spin`).
+(:mod:`nnhal.platform.spin`).
 
 When a client disconnects (or dies) everything it held is dropped: objects,
 buffer tokens, burst contexts (their ``close()``), pending callbacks (become
@@ -63,10 +63,10 @@ from typing import Any, Optional
 import msgspec
 
 from nnhal import hal
+from nnhal.platform.spin import Spin, spin_limit_ns
 from nnhal.service import registry, wire
 from nnhal.service.slots import ServiceSlots
 from nnhal.service.transport import Channel, PeerClosed, Pending, ProtocolError, close_fds
-from nnhal.spin import Spin, spin_limit_ns
 
 log = logging.getLogger("nnhal.service")
 
@@ -423,7 +423,7 @@ class Connection:
 
     def _undecodable(self, body: bytes, err: Exception, send: Any) -> None:
         """A frame that is not an envelope: INVALID_ARGUMENT if it names a call id, else disconnect."""
-        cid = _peek_call_id(body)
+        cid = peek_call_id(body)
         if cid:
             log.error("client %d: malformed call %d: %s", self.pid, cid, err)
             self._fail(cid, S.INVALID_ARGUMENT, f"malformed call: {err}", send)
@@ -467,7 +467,11 @@ class Connection:
                 self._run_call(call, spec, iface, obj, args, [], slots.pool, send)
                 return
         try:
-            args = list(spec.arg_decoder.decode(call.args))
+            draft = wire.DRAFT_FORMS.get((iface, spec.name))
+            if draft is not None and len(draft[0].args) == _array_len(call.args):
+                args = draft[1](list(draft[0].arg_decoder.decode(call.args)))
+            else:
+                args = list(spec.arg_decoder.decode(call.args))
         except wire.DECODE_ERRORS as e:
             log.error("%s.%s: malformed arguments: %s", iface, spec.name, e)
             self._fail(call.cid, S.INVALID_ARGUMENT, f"malformed arguments: {e}", send)
@@ -615,7 +619,7 @@ class Connection:
         self.service.forget(self)
 
 
-def _peek_call_id(body: bytes) -> int:
+def peek_call_id(body: bytes) -> int:
     """The call id of a message that starts as a call (an array of 5 to 7:
     tag 0, then a positive msgpack int), however malformed the rest; else 0."""
     if len(body) < 3 or body[0] not in (0x95, 0x96, 0x97) or body[1] != 0:
@@ -628,6 +632,18 @@ def _peek_call_id(body: bytes) -> int:
     if n is None or len(body) < 3 + n:
         return 0
     return int.from_bytes(body[3:3 + n], "big")
+
+
+def _array_len(raw: Any) -> int:
+    """The element count of a msgpack array (fixarray, array 16 / 32), else -1."""
+    b = bytes(memoryview(raw)[:5])
+    if b and 0x90 <= b[0] <= 0x9F:
+        return b[0] & 0x0F
+    if len(b) >= 3 and b[0] == 0xDC:
+        return int.from_bytes(b[1:3], "big")
+    if len(b) >= 5 and b[0] == 0xDD:
+        return int.from_bytes(b[1:5], "big")
+    return -1
 
 
 def _close_object(entry: tuple[str, Any, list]) -> None:
@@ -816,9 +832,9 @@ class Service:
 
 def serve(name: str, driver: str = "sample-all") -> int:
     """Run ``driver`` as the service ``name`` in the foreground until SIGTERM / SIGINT."""
-    from nnhal.driver import get_device_by_name
+    from nnhal.drivers import registry
 
-    device = get_device_by_name(driver)  # NOTE: the name was checked by the caller (cli serve)
+    device = registry.get_device(driver)  # NOTE: LookupError for an unknown or unloadable driver (cli serve: exit 2)
     service = Service(name, device)
     service.bind()
 

@@ -42,7 +42,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.service")
 

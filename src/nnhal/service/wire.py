@@ -129,8 +129,11 @@ def _enc_hook(obj: Any) -> Any:
 
 ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 ENVELOPE = msgspec.msgpack.Decoder(Envelope)  # type: ignore[arg-type]
-# NOTE: msgspec raises RecursionError for hostile nesting (a million nested arrays)
-DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+# NOTE: what a decoder may raise on a hostile message is not only msgspec's own errors: RecursionError
+# for nesting bombs, UnicodeDecodeError for a string of invalid UTF-8, MemoryError, whatever a
+# dataclass's __post_init__ raises...  Every receiver treats any exception from decoding a message as
+# "malformed": the message's descriptors are closed and it is answered or dropped as the protocol says.
+DECODE_ERRORS: tuple[type[BaseException], ...] = (Exception,)
 
 
 # --------------------------------------------------------------------------
@@ -287,13 +290,15 @@ _SPECS = [
        "notify_1_3"),
     _m("IDevice", "prepareModelFromCache_1_3", (OTP, HANDLES, HANDLES, bytes, PREPARE_CALLBACK), (S,), 4,
        "notify_1_3"),
+    # nnhal's addition (hal.INnhalDevice), not the HAL's: the reasons behind getSupportedOperations_1_3
+    _m("IDevice", "nnhal_getSupportedOperationsReasons", (hal.Model,), (S, list[str])),
     _m("IDevice", "allocate", (hal.BufferDesc, list[PREPARED_MODEL], list[hal.BufferRole], list[hal.BufferRole]),
        (S, BUFFER, int)),
     # IPreparedModel
     _m("IPreparedModel", "execute", (v1_0.Request, EXECUTION_CALLBACK), (S,), 1, "notify"),
     _m("IPreparedModel", "execute_1_2", (v1_0.Request, int, EXECUTION_CALLBACK), (S,), 2, "notify_1_2"),
     _m("IPreparedModel", "executeSynchronously", (v1_0.Request, int), EXEC_RESULT),
-    # the queue descriptors are hal.Handles (nnhal.fmq): shared memory and a socket end
+    # the queue descriptors are hal.Handles (nnhal.platform.fmq): shared memory and a socket end
     _m("IPreparedModel", "configureExecutionBurst", (BURST_CALLBACK, Optional[hal.Handle], Optional[hal.Handle]),
        (S, BURST_CONTEXT)),
     _m("IPreparedModel", "saveToCache", (Optional[hal.Handle], Optional[hal.Handle], bytes), (S,)),
@@ -321,6 +326,14 @@ _SPECS = [
 METHODS: dict[str, dict[str, MethodSpec]] = {}
 for _s in _SPECS:
     METHODS.setdefault(_s.iface, {})[_s.name] = _s
+
+# NOTE: earlier forms of a method a raw client may send (the seed's draft IDevice 1.2, before caching:
+# prepareModel_1_2(model, preference, callback)): (the draft's spec, its arguments -> the final form's)
+DRAFT_FORMS: dict[tuple[str, str], tuple[MethodSpec, Any]] = {
+    ("IDevice", "prepareModel_1_2"): (
+        _m("IDevice", "prepareModel_1_2", (v1_2.Model, int, PREPARE_CALLBACK), (S,), 2, "notify_1_2"),
+        lambda a: [a[0], a[1], [], [], bytes(32), a[2]]),
+}
 
 
 # --------------------------------------------------------------------------

@@ -16,11 +16,23 @@ interpreter does.
 
 Every operator that cannot be mapped exactly is collected with its index and
 the reason; :class:`UnsupportedModelError` lists them all.  Nothing is skipped.
+
+The file is not trusted: :func:`nnhal.tflite.verify.verify` checks the whole
+flatbuffer (offsets, lengths, indexes, shapes, quantization arrays, sizes, IF /
+WHILE references) before the schema module reads it, and
+:class:`~nnhal.tflite.errors.InvalidModelError` names the first problem.  Each
+operator's arity (from the table) and options type are checked before it is
+mapped; constants folded at load (RANGE, ZEROS_LIKE, REVERSE_V2, MIRROR_PAD, zero
+biases, ...) count against ``max_bytes``; referenced subgraphs are mapped callees
+first, without recursion.  ``load`` raises only
+:class:`~nnhal.tflite.errors.ModelError` (``InvalidModelError`` or
+``UnsupportedModelError``) for a bad model, ``OSError`` for a file it cannot read.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +45,12 @@ from nnhal.hal import OperandLifeTime as L
 from nnhal.hal import OperandType as T
 from nnhal.hal import OperationType as Op
 from nnhal.tflite import schema as sch
-from nnhal.tflite.table import ACTIVATIONS, BY_BUILTIN, PADDING, REFUSED, Arg, Mapping
+from nnhal.tflite import verify as vfy
+from nnhal.tflite.errors import InvalidModelError, ModelError, UnsupportedModelError
+from nnhal.tflite.table import ACTIVATIONS, BY_BUILTIN, PADDING, READ_OPTIONS, REFUSED, Arg, Mapping, arity
+
+__all__ = ["load", "free_model", "IODescription", "TensorDesc", "UnsupportedModelError", "InvalidModelError",
+           "ModelError"]
 
 # schema TensorType -> (class name used by the table, numpy dtype)
 _TFL_TYPES = {0: ("f32", np.float32), 1: ("f16", np.float16), 2: ("i32", np.int32), 3: ("u8", np.uint8),
@@ -41,17 +58,11 @@ _TFL_TYPES = {0: ("f32", np.float32), 1: ("f16", np.float16), 2: ("i32", np.int3
 _INLINE_LIMIT = 128
 
 
-class UnsupportedModelError(ValueError):
-    """Operators with no exact HAL 1.3 form; ``failures`` lists (operator index, name, reason)."""
-
-    def __init__(self, failures: list[tuple[int, str, str]]):
-        self.failures = failures
-        lines = [f"  operator {i} {n}: {r}" for i, n, r in failures]
-        super().__init__(f"{len(failures)} operator(s) cannot be mapped to HAL 1.3:\n" + "\n".join(lines))
-
-
 class _Refuse(Exception):
     pass
+
+
+_REQUIRED = object()
 
 
 @dataclass
@@ -84,6 +95,7 @@ class IODescription:
     hal_operations: collections.Counter = field(default_factory=collections.Counter)
     rewrites: collections.Counter = field(default_factory=collections.Counter)  # rewrite name -> count
     hal_to_tflite: list[int] = field(default_factory=list)  # per HAL operation, its TFLite operator index
+    folded_outputs: dict[int, np.ndarray] = field(default_factory=dict)  # load_operators: outputs computed at load
     operator_names: list[str] = field(default_factory=list)  # per TFLite operator
     operator_inputs: list[list[int]] = field(default_factory=list)  # per TFLite operator, its input tensors
     operator_outputs: list[list[int]] = field(default_factory=list)  # per TFLite operator, its output tensors
@@ -96,29 +108,84 @@ class IODescription:
 
 
 def load(path: Union[str, Path, bytes], *, batch: Optional[int] = 1,
-         expose_intermediates: bool = False) -> tuple[hal.Model, IODescription]:
+         expose_intermediates: bool = False, max_bytes: Optional[int] = None,
+         custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> tuple[hal.Model, IODescription]:
     """A HAL 1.3 model and its io description from a .tflite file (or its bytes).
 
     ``batch``: the value given to unknown (-1) dimensions; ``None`` keeps them unknown (0 in the
     HAL model, the shapes then come at execution).  ``expose_intermediates``: every tensor an
     operator writes also becomes a model output (after the model's own outputs), for per-tensor
-    comparisons.  Raises :class:`UnsupportedModelError` listing every operator that cannot be
-    mapped, ``ValueError`` for a file that is not a TFLite model."""
+    comparisons.  ``max_bytes``: the most any tensor, all tensors together, or the constants folded
+    at load may take (default :func:`nnhal.tflite.verify.default_max_bytes`: ``$NNHAL_TFLITE_MAX_BYTES``,
+    else a quarter of the memory, at most 4 GiB).  Raises :class:`InvalidModelError` naming the
+    first problem of a malformed file, :class:`UnsupportedModelError` listing every operator that
+    cannot be mapped (both :class:`ModelError`, a ``ValueError``), ``OSError`` when the file
+    cannot be read.  ``custom_ops``: TFLite custom operators a target device implements as
+    extension operations, ``{custom code: (extension name, operation type within the
+    extension)}``; each becomes that operation (its inputs and outputs the custom operator's, in
+    order), the model numbering the extensions it uses in ``extensionNameToPrefix``."""
     data = bytes(path) if isinstance(path, (bytes, bytearray)) else Path(path).read_bytes()
-    shared = _Shared(data, batch)
-    main = _Loader(shared, 0, expose_intermediates, shared.io)
-    main.run()
-    return shared.finish(main)
+    checked = vfy.verify(data, max_bytes=max_bytes, batch=batch)
+    shared = _Shared(data, batch, checked)
+    shared.custom_ops = dict(custom_ops or {})
+    # NOTE: constants from the file may be NaN or huge; what they become is the HAL validation's to judge,
+    # without numpy warnings on the way
+    with np.errstate(all="ignore"):
+        for g in checked.order:  # NOTE: callees before callers: no recursion however deep IF / WHILE nest
+            shared.map_subgraph(g)
+        main = _Loader(shared, 0, expose_intermediates, shared.io)
+        main.run()
+        return shared.finish(main)
 
 
 def free_model(model: hal.Model) -> None:
     """Release the shared-memory pools ``load`` made for the model's large constants (a driver keeps
     its own copy of what it needs once the model is prepared)."""
-    from nnhal import memory
+    from nnhal.platform import memory
 
     for m in model.pools:
         memory.free(m)
     model.pools = []
+
+
+def _flex_scalars(raw: bytes, wanted: dict[str, Any]) -> dict[str, Any]:
+    """The scalar entries ``wanted`` (name -> default, whose type says the kind) of a flexbuffer map of
+    custom options.  Read by key, lazily: a hostile buffer (a huge length, entries sharing one nested
+    vector many times) is never expanded as ``flexbuffers.Loads`` would."""
+    if not raw:
+        return dict(wanted)
+    from flatbuffers import flexbuffers  # type: ignore[import-not-found]
+
+    out = {}
+    try:
+        root = flexbuffers.GetRoot(raw)
+        if not root.IsMap:
+            raise _Refuse("custom options are not a map")
+        m = root.AsMap
+        if len(m) * m.ByteWidth > len(raw):
+            raise _Refuse(f"custom options map of {len(m)} entries in {len(raw)} bytes")
+        for key, default in wanted.items():
+            try:
+                r = m[key]
+            except KeyError:
+                out[key] = default
+                continue
+            if isinstance(default, bool) and (r.IsBool or r.IsInt):
+                out[key] = bool(r.AsInt if r.IsInt else r.AsBool)
+            elif isinstance(default, int) and not isinstance(default, bool) and r.IsInt:
+                v = int(r.AsInt)
+                if not -2**31 <= v < 2**31:
+                    raise _Refuse(f"custom option {key} is {v}")
+                out[key] = v
+            elif isinstance(default, float) and r.IsNumeric:
+                out[key] = float(r.AsFloat if r.IsFloat else r.AsInt)
+            else:
+                raise _Refuse(f"custom option {key} is not a {type(default).__name__}")
+    except _Refuse:
+        raise
+    except Exception as e:  # noqa: BLE001 - a malformed flexbuffer is a refusal, whatever the parser trips on
+        raise _Refuse(f"unreadable custom options ({e})") from None
+    return out
 
 
 def _quant(t: Any) -> tuple[list[float], list[int], int]:
@@ -133,39 +200,50 @@ class _Shared:
     """What every subgraph's loader shares: the parsed file, the failures, the referenced subgraphs
     (TFLite subgraph index -> position in ``Model.referenced``) and the constant layout."""
 
-    def __init__(self, data: bytes, batch: Optional[int]):
+    def __init__(self, data: bytes, batch: Optional[int], checked: vfy.Verified):
         self.data = data
-        self.m = sch.read_model(data)
-        if not self.m.subgraphs:
-            raise ValueError("the model has no subgraph")
+        self.m = checked.model
+        self.max_bytes = checked.max_bytes
+        self.folded_bytes = 0
         self.batch = batch
         self.names = sch.builtin_names()
         self.failures: list[tuple[int, str, str]] = []
         self.io = IODescription()
         self.ref_index: dict[int, int] = {}
         self.loaders: list["_Loader"] = []
-        self.building: set[int] = {0}
+        self.custom_ops: dict[str, tuple[str, int]] = {}
+        self.prefixes: dict[str, int] = {}  # extensions the model uses -> the model's prefixes (from 1)
 
-    def subgraph(self, index: int) -> int:
-        """The ``Model.referenced`` position of TFLite subgraph ``index`` (mapped on first use)."""
-        if index in self.ref_index:
-            return self.ref_index[index]
-        if index in self.building:
-            raise _Refuse(f"subgraph {index} refers to itself (recursion has no HAL form)")
-        if not 0 < index < len(self.m.subgraphs):
-            raise _Refuse(f"no subgraph {index}")
-        self.building.add(index)
+    def extension_type(self, extension: str, type_: int) -> int:
+        """``(prefix << 16) | type_``, numbering ``extension`` for this model on first use."""
+        prefix = self.prefixes.setdefault(extension, len(self.prefixes) + 1)
+        return (prefix << 16) | int(type_)
+
+    def reserve(self, nbytes: int, what: str) -> None:
+        """Count ``nbytes`` of a constant made at load from sizes the file gives; above ``max_bytes`` in
+        all, the model is refused before anything is allocated."""
+        self.folded_bytes += int(nbytes)
+        if self.folded_bytes > self.max_bytes:
+            raise InvalidModelError(f"{what}: the constants made at load need {self.folded_bytes} bytes, above the "
+                                    f"limit of {self.max_bytes} (NNHAL_TFLITE_MAX_BYTES)")
+
+    def map_subgraph(self, index: int) -> None:
+        """Map TFLite subgraph ``index`` (every subgraph it refers to is already mapped)."""
         sub = _Loader(self, index, False, IODescription())
         sub.run()
-        self.building.discard(index)
         self.ref_index[index] = len(self.loaders)
         self.loaders.append(sub)
         for k in ("operators", "hal_operations", "rewrites"):
             getattr(self.io, k).update(getattr(sub.io, k))
+
+    def subgraph(self, index: int) -> int:
+        """The ``Model.referenced`` position of TFLite subgraph ``index``."""
+        if index not in self.ref_index:  # pragma: no cover - the verifier maps every reachable subgraph first
+            raise _Refuse(f"subgraph {index} is not mapped")
         return self.ref_index[index]
 
     def finish(self, main: "_Loader") -> tuple[hal.Model, IODescription]:
-        from nnhal import memory
+        from nnhal.platform import memory
 
         if self.failures:
             raise UnsupportedModelError(self.failures)
@@ -179,7 +257,9 @@ class _Shared:
             view[: len(pool)] = bytes(pool)
             view.release()
             pools.append(mem)
-        return hal.Model(main=sg, referenced=referenced, operandValues=bytes(values), pools=pools), self.io
+        return hal.Model(main=sg, referenced=referenced, operandValues=bytes(values), pools=pools,
+                         extensionNameToPrefix=[hal.ExtensionNameAndPrefix(name=n, prefix=p)
+                                                for n, p in self.prefixes.items()]), self.io
 
 
 class _Loader:
@@ -202,13 +282,36 @@ class _Loader:
     # ------------------------------------------------------------------ tensors
 
     def tensor(self, k: int) -> Any:
-        return self.sg.tensors[k]
+        if k < 0:
+            raise _Refuse("a required input is omitted (-1)")
+        return self.sg.tensors[k]  # NOTE: the verifier checked every index against the tensors
 
     def tclass(self, k: int) -> str:
         t = self.tensor(k)
         if t.type not in _TFL_TYPES:
             raise _Refuse(f"tensor {k} has TFLite type {t.type} with no HAL operand type")
         return _TFL_TYPES[t.type][0]
+
+    def np_type(self, k: int) -> Any:
+        """The numpy dtype of tensor ``k`` (refused for a type with no HAL operand type)."""
+        self.tclass(k)
+        return _TFL_TYPES[self.tensor(k).type][1]
+
+    def rank_at_least(self, k: int, n: int, what: str) -> list[int]:
+        s = self.shape(k)
+        if len(s) < n:
+            raise _Refuse(f"{what} needs rank {n} or more, tensor {k} has shape {s}")
+        return s
+
+    def const_scalar(self, op: Any, i: int) -> Any:
+        """The first element of constant input ``i`` (refused when empty or not finite)."""
+        a = self.const_input(op, i).reshape(-1)
+        if a.size == 0:
+            raise _Refuse(f"input {i} is an empty constant")
+        v = a[0]
+        if a.dtype.kind == "f" and not np.isfinite(v):
+            raise _Refuse(f"input {i} is {v}")
+        return v.item()
 
     def shape(self, k: int) -> list[int]:
         """TFLite shape with -1 where the signature says unknown."""
@@ -230,7 +333,8 @@ class _Loader:
         t = self.tensor(k)
         if t.isVariable:
             return True
-        buf = self.m.buffers[t.buffer] if t.buffer < len(self.m.buffers) else None
+        buffers = self.m.buffers or []
+        buf = buffers[t.buffer] if t.buffer < len(buffers) else None
         return buf is not None and ((buf.data is not None and len(buf.data) > 0) or buf.offset > 1)
 
     def array(self, k: int) -> np.ndarray:
@@ -241,7 +345,10 @@ class _Loader:
         if t.type not in _TFL_TYPES:
             raise _Refuse(f"constant tensor {k} has unsupported type {t.type}")
         dt = np.dtype(_TFL_TYPES[t.type][1])
-        buf = self.m.buffers[t.buffer]
+        buffers = self.m.buffers or []
+        buf = buffers[t.buffer] if t.buffer < len(buffers) else None
+        if buf is None:
+            raise _Refuse(f"tensor {k} is not a constant")
         if buf.data is not None and len(buf.data) > 0:
             raw = np.asarray(buf.data, dtype=np.uint8).tobytes()
         elif buf.offset > 1:
@@ -296,6 +403,8 @@ class _Loader:
 
     def scalar(self, type_: T, v: Any) -> int:
         dt = {T.INT32: np.int32, T.FLOAT32: np.float32, T.BOOL: np.bool_, T.FLOAT16: np.float16}[type_]
+        if type_ == T.INT32 and not -2**31 <= int(v) < 2**31:
+            raise _Refuse(f"scalar {v} does not fit in int32")
         return self.add(type_, [], value=np.array(v, dtype=dt))
 
     def const(self, arr: np.ndarray, type_: T, scale: float = 0.0, zp: int = 0,
@@ -366,6 +475,7 @@ class _Loader:
 
     def run(self) -> None:
         self.producer: dict[int, int] = {}
+        refused_outputs: set[int] = set()
         for k in self.inputs:
             try:
                 if not self.is_const(k):
@@ -389,16 +499,21 @@ class _Loader:
                 del self.ops[n_ops:]
                 del self.io.hal_to_tflite[n_ops:]
                 self.failures.append((i, self.where(name), str(e)))
+                refused_outputs.update(self.io.operator_outputs[-1])
         for k in self.outputs:
-            if k not in self.t2o:
-                if not any(k in list(op.outputs) for op in self.sg.operators or []) or k in self.folded:
-                    self.failures.append((-1, self.where("OUTPUT"),
-                                          f"model output {self.tname(k)} is a constant or an input"))
+            if k not in self.t2o and k not in refused_outputs:
+                self.failures.append((-1, self.where("OUTPUT"),
+                                      f"model output {self.tname(k)} is a constant, an input, or written by no "
+                                      "mapped operator"))
 
     def where(self, name: str) -> str:
         return name if self.index == 0 else f"{name} (subgraph {self.index})"
 
     def map_operator(self, op: Any, name: str, code: Any) -> None:
+        is_custom = self.names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode))) == "CUSTOM"
+        if is_custom and name in self.shared.custom_ops:
+            self.custom_extension_op(op, name, *self.shared.custom_ops[name])
+            return
         if name in REFUSED:
             raise _Refuse(REFUSED[name])
         mp = BY_BUILTIN.get(name)
@@ -407,6 +522,19 @@ class _Loader:
                 == "CUSTOM" else "operator"
             raise _Refuse(f"{kind} {name} has no NNAPI 1.3 mapping")
         ins = [int(i) for i in (op.inputs if op.inputs is not None else [])]
+        outs = [int(i) for i in (op.outputs if op.outputs is not None else [])]
+        n_in, min_out, max_out = arity(mp)
+        if len(ins) < n_in:
+            raise _Refuse(f"{name} needs {n_in} inputs, the operator has {len(ins)}")
+        if len(outs) < min_out or (max_out is not None and len(outs) > max_out):
+            want = f"{min_out}" if min_out == max_out else f"{min_out} or more" if max_out is None \
+                else f"{min_out} to {max_out}"
+            raise _Refuse(f"{name} needs {want} output(s), the operator has {len(outs)}")
+        if any(k < 0 for k in outs):
+            raise _Refuse("an output is omitted (-1)")
+        # NOTE: every later read of op.inputs / op.outputs indexes these lists
+        op.inputs, op.outputs = ins, outs
+        self.cur_name = name
         ti = mp.type_input
         if ti < len(ins) and ins[ti] >= 0:
             c = self.tclass(ins[ti])
@@ -435,6 +563,20 @@ class _Loader:
                 return
         self.generic(op, mp)
 
+    def custom_extension_op(self, op: Any, name: str, extension: str, type_: int) -> None:
+        """A custom operator the target device implements as extension operation ``type_`` of
+        ``extension``: the operator's inputs and outputs, in order (an omitted input stays omitted)."""
+        if op.customOptions is not None and len(op.customOptions):
+            raise _Refuse(f"custom operator {name}: its custom options have no place in extension operation "
+                          f"{extension}:{type_}")
+        ins = [self.operand(int(k)) if int(k) >= 0 else self.no_value()
+               for k in (op.inputs if op.inputs is not None else [])]
+        outs = [self.out(int(k)) for k in (op.outputs if op.outputs is not None else [])]
+        self.ops.append(hal.Operation(self.shared.extension_type(extension, type_), ins, outs))
+        self.io.hal_to_tflite.append(self.cur)
+        self.io.hal_operations[f"{extension}:{type_}"] += 1
+        self.io.rewrites["custom_as_extension"] += 1
+
     def generic(self, op: Any, mp: Mapping, hal_type: Optional[Op] = None) -> None:
         ins: list[int] = []
         for a in mp.inputs:
@@ -447,11 +589,20 @@ class _Loader:
     # ------------------------------------------------------------------ HAL inputs
 
     def options(self, op: Any) -> Any:
-        return op.builtinOptions
-
-    def option(self, op: Any, name: str) -> Any:
+        """The operator's builtin options (None when absent); refused when of another operator's type."""
         o = op.builtinOptions
-        if o is None or not hasattr(o, name):
+        want = READ_OPTIONS.get(getattr(self, "cur_name", ""))
+        if o is not None and want is not None and type(o).__name__ != want + "T":
+            raise _Refuse(f"options of type {type(o).__name__[:-1]}, not {want}")
+        return o
+
+    def option(self, op: Any, name: str, default: Any = _REQUIRED) -> Any:
+        """Field ``name`` of the operator's options; ``default`` when the options are absent or lack it
+        (refused without a default)."""
+        o = self.options(op)
+        if o is None or getattr(o, name, None) is None:
+            if default is not _REQUIRED:
+                return default
             raise _Refuse(f"missing option {name}")
         return getattr(o, name)
 
@@ -490,6 +641,9 @@ class _Loader:
                 v = float(v)
             else:
                 v = int(v)
+                if a.name == "axis" and v < 0 and self.op_is(op, "CONCATENATION"):
+                    # NOTE: NNAPI's CONCATENATION axis is in [0, rank): the delegate adds the rank (Map, as here)
+                    v += len(self.shape(int(op.inputs[0])))
             return [self.scalar(a.type, v)]
         return getattr(self, "d_" + a.name.rstrip("0123456789"))(op, a)
 
@@ -499,8 +653,12 @@ class _Loader:
         return idx
 
     def const_input(self, op: Any, i: int) -> np.ndarray:
+        if i >= len(op.inputs):
+            raise _Refuse(f"input {i} missing")
         k = int(op.inputs[i])
-        if k < 0 or not self.is_const(k):
+        if k < 0:
+            raise _Refuse(f"input {i} is omitted (-1)")
+        if not self.is_const(k):
             raise _Refuse(f"input {i} must be a constant")
         return self.array(k)
 
@@ -514,8 +672,11 @@ class _Loader:
                 return [self.operand(k)]
             if not self.is_const(k):
                 raise _Refuse("a quantized bias must be a constant")
+            if self.tclass(k) not in ("i32", "i64"):
+                raise _Refuse(f"a quantized bias must be int32, not {self.tclass(k)}")
             b = self.array(k).astype(np.int32).reshape(-1)
         else:
+            self.shared.reserve(4 * n, "a zero bias")
             b = np.zeros(n, np.float32 if x_type == T.TENSOR_FLOAT32 else np.int32)
             if x_type == T.TENSOR_FLOAT32:
                 return [self.const(b, T.TENSOR_FLOAT32)]
@@ -526,19 +687,19 @@ class _Loader:
         return [self.const(b, T.TENSOR_INT32, s, 0)]
 
     def d_bias(self, op: Any, a: Arg) -> list[int]:
-        w = self.shape(int(op.inputs[1]))
+        w = self.rank_at_least(int(op.inputs[1]), 1, "the filter")
         n = w[0] if self.op_is(op, "CONV_2D", "FULLY_CONNECTED") else w[-1]
         return self._bias(op, 2, 0, 1, n)
 
     def d_tconv_bias(self, op: Any, a: Arg) -> list[int]:
-        return self._bias(op, 3, 2, 1, self.shape(int(op.inputs[1]))[0])
+        return self._bias(op, 3, 2, 1, self.rank_at_least(int(op.inputs[1]), 1, "the filter")[0])
 
     def op_is(self, op: Any, *names: str) -> bool:
         return self.op_name(op)[0] in names
 
     def d_depth_multiplier(self, op: Any, a: Arg) -> list[int]:
-        cin = self.shape(int(op.inputs[0]))[-1]
-        cout = self.shape(int(op.inputs[1]))[-1]
+        cin = self.rank_at_least(int(op.inputs[0]), 1, "DEPTHWISE_CONV_2D")[-1]
+        cout = self.rank_at_least(int(op.inputs[1]), 1, "DEPTHWISE_CONV_2D")[-1]
         if cin <= 0 or cout % cin:
             raise _Refuse(f"depthwise output channels {cout} not a multiple of input channels {cin}")
         return [self.scalar(T.INT32, cout // cin)]
@@ -550,7 +711,10 @@ class _Loader:
         return [self.scalar(T.INT32, s[2])]
 
     def d_out_h(self, op: Any, a: Arg) -> list[int]:
-        return [self.scalar(T.INT32, self.shape(int(op.outputs[0]))[1])]
+        s = self.shape(int(op.outputs[0]))
+        if len(s) != 4 or s[1] < 0:
+            raise _Refuse("resize needs a static rank-4 output")
+        return [self.scalar(T.INT32, s[1])]
 
     def d_all_inputs(self, op: Any, a: Arg) -> list[int]:
         return [self.operand(int(k)) for k in op.inputs]
@@ -565,8 +729,8 @@ class _Loader:
             if any(d < 0 for d in out_shape):
                 raise _Refuse("the new shape is computed and the output's shape is not static")
             shape = np.asarray(out_shape)
-        elif op.builtinOptions is not None and op.builtinOptions.newShape is not None:
-            shape = np.asarray(op.builtinOptions.newShape)
+        elif self.option(op, "newShape", None) is not None:
+            shape = np.asarray(self.option(op, "newShape"))
         else:
             shape = np.asarray(out_shape)
         shape = np.asarray(shape, dtype=np.int64)  # NOTE: a -1 in it still infers that dimension
@@ -575,7 +739,7 @@ class _Loader:
         return [self.i32(shape)]
 
     def d_squeeze_dims(self, op: Any, a: Arg) -> list[int]:
-        dims = op.builtinOptions.squeezeDims if op.builtinOptions is not None else None
+        dims = self.option(op, "squeezeDims", None)
         if dims is None or len(dims) == 0:
             idx = self.add(T.TENSOR_INT32, [])
             self.operands[idx].lifetime = L.NO_VALUE
@@ -583,13 +747,13 @@ class _Loader:
         return [self.i32(np.asarray(dims))]
 
     def d_axis_scalar(self, op: Any, a: Arg) -> list[int]:
-        return [self.scalar(T.INT32, int(self.const_input(op, 1).reshape(-1)[0]))]
+        return [self.scalar(T.INT32, int(self.const_scalar(op, 1)))]
 
     def d_k_scalar(self, op: Any, a: Arg) -> list[int]:
         return self.d_axis_scalar(op, a)
 
     def d_split_axis(self, op: Any, a: Arg) -> list[int]:
-        return [self.scalar(T.INT32, int(self.const_input(op, 0).reshape(-1)[0]))]
+        return [self.scalar(T.INT32, int(self.const_scalar(op, 0)))]
 
     def d_int32_const(self, op: Any, a: Arg) -> list[int]:
         i = int(a.name[len("int32_const"):])
@@ -603,20 +767,20 @@ class _Loader:
         return [self.operand(k)]
 
     def d_pad_value(self, op: Any, a: Arg) -> list[int]:
-        v = self.const_input(op, 2).reshape(-1)[0]
+        v = self.const_scalar(op, 2)
         t = self.hal_type(int(op.inputs[0]))[0]
         if t == T.TENSOR_FLOAT32:
             return [self.scalar(T.FLOAT32, float(v))]
         return [self.scalar(T.INT32, int(v))]
 
     def d_scalar(self, op: Any, a: Arg) -> list[int]:
-        v = self.const_input(op, 1).reshape(-1)[0]
+        v = self.const_scalar(op, 1)
         if self.tclass(int(op.inputs[1])) == "f32":
             return [self.scalar(T.FLOAT32, float(v))]
         return [self.scalar(T.INT32, int(v))]
 
     def d_leaky_alpha(self, op: Any, a: Arg) -> list[int]:
-        alpha = float(op.builtinOptions.alpha)
+        alpha = float(self.option(op, "alpha"))
         t, s, z, _ = self.hal_type(int(op.inputs[0]))
         if t == T.TENSOR_FLOAT32:
             return [self.const(np.array([alpha], np.float32), T.TENSOR_FLOAT32)]
@@ -644,7 +808,7 @@ class _Loader:
     # ------------------------------------------------------------------ checks
 
     def act_of(self, op: Any) -> int:
-        o = op.builtinOptions
+        o = self.options(op)
         return int(getattr(o, "fusedActivationFunction", 0) or 0) if o is not None else 0
 
     def check_int_no_act(self, op: Any, mp: Mapping) -> None:
@@ -678,8 +842,7 @@ class _Loader:
         self._check_filter(op, 1, 0 if mp.builtin == "CONV_2D" else 3)
 
     def check_fc(self, op: Any, mp: Mapping) -> None:
-        o = op.builtinOptions
-        if o is not None and int(o.weightsFormat) != 0:
+        if int(self.option(op, "weightsFormat", 0)) != 0:
             raise _Refuse("shuffled FULLY_CONNECTED weights")
         self._check_filter(op, 1, 0)
 
@@ -697,16 +860,15 @@ class _Loader:
             raise _Refuse("SELECT inputs of different shapes (use SELECT_V2 broadcasting)")
 
     def check_arg_int32(self, op: Any, mp: Mapping) -> None:
-        if int(op.builtinOptions.outputType) != 2:
+        if int(self.option(op, "outputType")) != 2:
             raise _Refuse("ARG_MAX / ARG_MIN output must be int32")
 
     def check_strided_slice(self, op: Any, mp: Mapping) -> None:
-        o = op.builtinOptions
-        if o.ellipsisMask or o.newAxisMask or getattr(o, "offset", False):
+        if self.option(op, "ellipsisMask", 0) or self.option(op, "newAxisMask", 0) or self.option(op, "offset", False):
             raise _Refuse("STRIDED_SLICE ellipsis / new-axis masks or offset have no NNAPI form")
 
     def check_gather(self, op: Any, mp: Mapping) -> None:
-        if int(getattr(op.builtinOptions, "batchDims", 0) or 0):
+        if int(self.option(op, "batchDims", 0)):
             raise _Refuse("GATHER with batch_dims")
 
     def check_zero_crops(self, op: Any, mp: Mapping) -> None:
@@ -740,7 +902,7 @@ class _Loader:
         n = len(op.inputs)
         if n not in (20, 24):
             raise _Refuse(f"LSTM with {n} inputs (the basic 5-input kernel has no NNAPI 1.3 float form)")
-        if getattr(op.builtinOptions, "kernelType", 0):
+        if self.option(op, "kernelType", 0):
             raise _Refuse("basic LSTM kernel")
         if self.tclass(int(op.inputs[4])) != "f32":
             raise _Refuse("hybrid / quantized LSTM weights")
@@ -784,7 +946,7 @@ class _Loader:
         if tx[0] == T.TENSOR_FLOAT32 or tx[1:3] == ty[1:3]:
             return False  # one MEAN
         axes = self.i32(self.const_input(op, 1).reshape(-1))
-        keep = self.scalar(T.INT32, int(bool(op.builtinOptions.keepDims)))
+        keep = self.scalar(T.INT32, int(bool(self.option(op, "keepDims"))))
         xf = self.temp(T.TENSOR_FLOAT32, self.dims(x))
         yf = self.temp(T.TENSOR_FLOAT32, self.dims(o))
         self.emit(Op.DEQUANTIZE, [self.operand(x)], [xf])
@@ -797,8 +959,10 @@ class _Loader:
         x, w, o = ins[0], ins[1], int(op.outputs[0])
         scales, _, _ = _quant(self.tensor(w))
         out_dims = self.dims(o)
+        if len(self.shape(w)) != 2:
+            raise _Refuse(f"FULLY_CONNECTED weights of shape {self.shape(w)} (needs rank 2)")
         units, k_in = self.shape(w)
-        keep = bool(getattr(op.builtinOptions, "keepNumDims", False))
+        keep = bool(self.option(op, "keepNumDims", False))
         batch = int(np.prod(self.dims(x))) // k_in if k_in else 0
         if len(scales) > 1:
             # NOTE: NNAPI's FULLY_CONNECTED has no per-channel form; the same sums and per-channel
@@ -843,29 +1007,27 @@ class _Loader:
         return True
 
     def rw_detection_postprocess(self, op: Any, mp: Mapping) -> bool:
-        from flatbuffers import flexbuffers  # type: ignore[import-not-found]
-
         raw = bytes(np.asarray(op.customOptions, np.uint8)) if op.customOptions is not None else b""
-        try:
-            o = flexbuffers.Loads(raw) if raw else {}
-        except Exception as e:  # noqa: BLE001 - any malformed options is a refusal, not a crash
-            raise _Refuse(f"unreadable custom options: {e}") from None
+        o = _flex_scalars(raw, {"num_classes": 0, "y_scale": 0.0, "x_scale": 0.0, "h_scale": 0.0, "w_scale": 0.0,
+                                "use_regular_nms": False, "max_detections": 0, "max_classes_per_detection": 1,
+                                "detections_per_class": 100, "nms_score_threshold": 0.0, "nms_iou_threshold": 0.0})
+
         ins = [int(k) for k in op.inputs]
         outs = [int(k) for k in op.outputs]
         if len(ins) != 3 or len(outs) != 4:
             raise _Refuse("TFLite_Detection_PostProcess needs 3 inputs and 4 outputs")
         if any(self.tclass(k) != "f32" for k in ins):
             raise _Refuse("quantized inputs: NNAPI's DETECTION_POSTPROCESSING takes float scores and boxes")
-        n_cls = int(o.get("num_classes", 0))
-        if self.shape(ins[1])[-1] != n_cls + 1:
+        n_cls = o["num_classes"]
+        if self.rank_at_least(ins[1], 1, "class predictions")[-1] != n_cls + 1:
             raise _Refuse("class predictions without a background column (NNAPI always drops class 0)")
-        sc = [self.scalar(T.FLOAT32, float(o.get(k, 0.0))) for k in ("y_scale", "x_scale", "h_scale", "w_scale")]
-        args = sc + [self.scalar(T.BOOL, bool(o.get("use_regular_nms", False))),
-                     self.scalar(T.INT32, int(o.get("max_detections", 0))),
-                     self.scalar(T.INT32, int(o.get("max_classes_per_detection", 1))),
-                     self.scalar(T.INT32, int(o.get("detections_per_class", 100))),
-                     self.scalar(T.FLOAT32, float(o.get("nms_score_threshold", 0.0))),
-                     self.scalar(T.FLOAT32, float(o.get("nms_iou_threshold", 0.0))),
+        sc = [self.scalar(T.FLOAT32, o[k]) for k in ("y_scale", "x_scale", "h_scale", "w_scale")]
+        args = sc + [self.scalar(T.BOOL, o["use_regular_nms"]),
+                     self.scalar(T.INT32, o["max_detections"]),
+                     self.scalar(T.INT32, o["max_classes_per_detection"]),
+                     self.scalar(T.INT32, o["detections_per_class"]),
+                     self.scalar(T.FLOAT32, o["nms_score_threshold"]),
+                     self.scalar(T.FLOAT32, o["nms_iou_threshold"]),
                      self.scalar(T.BOOL, False)]
         n = self.dims(outs[2])[-1]
         batch = self.dims(ins[0])[0]
@@ -892,21 +1054,20 @@ class _Loader:
             raise _Refuse(f"subgraph {index} has {n_in} inputs / {n_out} outputs for {len(ins)} / {len(outs)}")
 
     def rw_if(self, op: Any, mp: Mapping) -> bool:
-        o = op.builtinOptions
+        then, else_ = int(self.option(op, "thenSubgraphIndex")), int(self.option(op, "elseSubgraphIndex"))
         ins = [int(k) for k in op.inputs]
         outs = [int(k) for k in op.outputs]
-        for b in (int(o.thenSubgraphIndex), int(o.elseSubgraphIndex)):
+        for b in (then, else_):
             self._check_branch(b, ins[1:], outs)
-        branches = [self.subgraph_operand(int(o.thenSubgraphIndex)), self.subgraph_operand(int(o.elseSubgraphIndex))]
+        branches = [self.subgraph_operand(then), self.subgraph_operand(else_)]
         args = [self.operand(k) for k in ins]
         self.emit(Op.IF, [args[0]] + branches + args[1:], [self.out(k) for k in outs])
         return True
 
     def rw_while(self, op: Any, mp: Mapping) -> bool:
-        o = op.builtinOptions
         ins = [int(k) for k in op.inputs]
         outs = [int(k) for k in op.outputs]
-        cond, body = int(o.condSubgraphIndex), int(o.bodySubgraphIndex)
+        cond, body = int(self.option(op, "condSubgraphIndex")), int(self.option(op, "bodySubgraphIndex"))
         self._check_branch(body, ins, outs)
         self._check_branch(cond, ins, [0])
         # NOTE: every TFLite loop variable is loop-carried (HAL WHILE's m inputs, no state-only or
@@ -921,7 +1082,7 @@ class _Loader:
             raise _Refuse("SHAPE of a tensor with an unknown dimension")
         s = [self.batch if d < 0 else d for d in s]
         o = int(op.outputs[0])
-        self.folded[o] = np.asarray(s, dtype=_TFL_TYPES[self.tensor(o).type][1])
+        self.folded[o] = np.asarray(s, dtype=self.np_type(o))
         return True
 
     def rw_rank(self, op: Any, mp: Mapping) -> bool:
@@ -933,7 +1094,9 @@ class _Loader:
         o = int(op.outputs[0])
         if any(d < 0 for d in self.shape(o)) and self.batch is None:
             raise _Refuse("ZEROS_LIKE of a tensor with an unknown dimension")
-        self.folded[o] = np.zeros(self.dims(o), _TFL_TYPES[self.tensor(o).type][1])
+        dt = np.dtype(self.np_type(o))
+        self.shared.reserve(math.prod(self.dims(o)) * dt.itemsize, "ZEROS_LIKE")
+        self.folded[o] = np.zeros(self.dims(o), dt)
         return True
 
     def rw_pack(self, op: Any, mp: Mapping) -> bool:
@@ -941,8 +1104,10 @@ class _Loader:
         o = int(op.outputs[0])
         s = self.dims(ins[0])
         rank = len(self.shape(ins[0]))
-        axis = int(op.builtinOptions.axis)
+        axis = int(self.option(op, "axis", 0))
         axis = axis + rank + 1 if axis < 0 else axis
+        if not 0 <= axis <= rank:
+            raise _Refuse(f"PACK axis {axis} of rank-{rank} inputs")
         parts = [self.operand(k) for k in ins]
         if axis == rank:
             # NOTE: concatenating along a new last axis needs each input reshaped to [..., 1] first
@@ -964,8 +1129,10 @@ class _Loader:
     def rw_unpack(self, op: Any, mp: Mapping) -> bool:
         x = int(op.inputs[0])
         s = self.dims(x)
-        axis = int(op.builtinOptions.axis)
+        axis = int(self.option(op, "axis", 0))
         axis = axis + len(s) if axis < 0 else axis
+        if not 0 <= axis < len(s):
+            raise _Refuse(f"UNPACK axis {axis} of a rank-{len(s)} input")
         outs = [int(k) for k in op.outputs]
         piece = list(s)
         piece[axis] = 1
@@ -977,9 +1144,13 @@ class _Loader:
 
     def rw_mirror_pad(self, op: Any, mp: Mapping) -> bool:
         x, o = int(op.inputs[0]), int(op.outputs[0])
-        pads = self.const_input(op, 1).reshape(-1, 2)
-        mode = int(op.builtinOptions.mode)  # 0 REFLECT, 1 SYMMETRIC
-        cur, dims = self.operand(x), list(self.dims(x))
+        dims = list(self.dims(x))
+        pads = self.const_input(op, 1)
+        if pads.size != 2 * len(dims) or pads.dtype.kind not in "iu":
+            raise _Refuse(f"MIRROR_PAD paddings of shape {list(pads.shape)} for a rank-{len(dims)} input")
+        pads = pads.reshape(-1, 2).astype(np.int64)
+        mode = int(self.option(op, "mode", 0))  # 0 REFLECT, 1 SYMMETRIC
+        cur = self.operand(x)
         axes = [a for a in range(len(dims)) if pads[a].any()]
         if not axes:
             self.emit(Op.RESHAPE, [cur, self.i32(self.dims(o))], [self.out(o)])
@@ -987,9 +1158,11 @@ class _Loader:
         for n, a in enumerate(axes):
             d, (p, q) = dims[a], (int(pads[a][0]), int(pads[a][1]))
             off = 0 if mode == 1 else 1
-            if p > d - off or q > d - off:
+            if p > d - off or q > d - off or p < 0 or q < 0:
                 raise _Refuse(f"MIRROR_PAD of {p}/{q} on an axis of {d}")
-            idx = list(range(p - 1 + off, off - 1, -1)) + list(range(d)) + list(range(d - 1 - off, d - 1 - off - q, -1))
+            self.shared.reserve(8 * (d + p + q), "MIRROR_PAD indices")
+            idx = np.concatenate([np.arange(p - 1 + off, off - 1, -1), np.arange(d),
+                                  np.arange(d - 1 - off, d - 1 - off - q, -1)])
             dims[a] = d + p + q
             last = n == len(axes) - 1
             nxt = self.out(o) if last else self.like(x, list(dims))
@@ -1012,6 +1185,7 @@ class _Loader:
                 # NOTE: TILE has no TENSOR_BOOL8 form; LOGICAL_AND with a constant all-true tensor of the
                 # output shape broadcasts the condition exactly
                 full_c = self.temp(T.TENSOR_BOOL8, od)
+                self.shared.reserve(math.prod(od), "SELECT_V2's broadcast condition")
                 self.emit(Op.LOGICAL_AND, [src, self.const(np.ones(od, np.bool_), T.TENSOR_BOOL8)], [full_c])
                 parts.append(full_c)
                 continue
@@ -1041,11 +1215,15 @@ class _Loader:
     def rw_split_v(self, op: Any, mp: Mapping) -> bool:
         x = int(op.inputs[0])
         sizes = [int(v) for v in self.const_input(op, 1).reshape(-1)]
-        axis = int(self.const_input(op, 2).reshape(-1)[0])
+        axis = int(self.const_scalar(op, 2))
         dims = self.dims(x)
         axis = axis + len(dims) if axis < 0 else axis
+        if not 0 <= axis < len(dims):
+            raise _Refuse(f"SPLIT_V axis {axis} of a rank-{len(dims)} input")
         if sizes.count(-1) == 1:
             sizes[sizes.index(-1)] = dims[axis] - sum(v for v in sizes if v >= 0)
+        if len(sizes) != len(op.outputs) or any(v < 0 for v in sizes) or sum(sizes) != dims[axis]:
+            raise _Refuse(f"SPLIT_V sizes {sizes} for {len(op.outputs)} outputs of an axis of {dims[axis]}")
         begin = 0
         for k, n in zip([int(t) for t in op.outputs], sizes):
             b = [0] * len(dims)
@@ -1061,7 +1239,7 @@ class _Loader:
         od, d = self.dims(o), self.dims(x) if self.shape(x) else []
         src = self.operand(x)
         full = [1] * (len(od) - len(d)) + d
-        if any(f not in (1, t) for f, t in zip(full, od)):
+        if len(full) != len(od) or any(f not in (1, t) or f == 0 for f, t in zip(full, od)):
             raise _Refuse(f"BROADCAST_TO cannot broadcast {d} to {od}")
         if full != d:
             r = self.like(x, full)
@@ -1074,6 +1252,9 @@ class _Loader:
         x, o = int(op.inputs[0]), int(op.outputs[0])
         dims = self.dims(x)
         axes = sorted({int(a) + len(dims) if int(a) < 0 else int(a) for a in self.const_input(op, 1).reshape(-1)})
+        if any(not 0 <= a < len(dims) for a in axes):
+            raise _Refuse(f"REVERSE_V2 axes {axes} of a rank-{len(dims)} input")
+        self.shared.reserve(8 * sum(dims[a] for a in axes), "REVERSE_V2 indices")
         cur = self.operand(x)
         if not axes:
             self.emit(Op.RESHAPE, [cur, self.i32(self.dims(o))], [self.out(o)])
@@ -1085,9 +1266,14 @@ class _Loader:
         return True
 
     def rw_range(self, op: Any, mp: Mapping) -> bool:
-        start, limit, delta = (self.const_input(op, i).reshape(-1)[0] for i in range(3))
+        start, limit, delta = (self.const_scalar(op, i) for i in range(3))
         o = int(op.outputs[0])
-        self.folded[o] = np.arange(start, limit, delta).astype(_TFL_TYPES[self.tensor(o).type][1])
+        dt = np.dtype(self.np_type(o))
+        if delta == 0:
+            raise _Refuse("RANGE with delta 0")
+        n = max(0, math.ceil((limit - start) / delta))
+        self.shared.reserve(n * max(8, dt.itemsize), "RANGE")
+        self.folded[o] = np.arange(start, limit, delta).astype(dt)
         return True
 
     def rw_add_n(self, op: Any, mp: Mapping) -> bool:
@@ -1151,7 +1337,83 @@ class _Loader:
 
     def desc(self, k: int) -> TensorDesc:
         scales, zps, _ = _quant(self.tensor(k))
-        dt = np.dtype(_TFL_TYPES[self.tensor(k).type][1]).name
+        dt = np.dtype(_TFL_TYPES[self.tensor(k).type][1]).name  # NOTE: every described tensor has a HAL type
         p = self.producer.get(k, -1)
         return TensorDesc(self.tname(k), k, self.shape(k), dt, scales[0] if len(scales) == 1 else 0.0,
                           zps[0] if len(zps) == 1 else 0, p, self.io.operator_names[p] if p >= 0 else "")
+
+
+def verify(data: bytes, *, batch: Optional[int] = 1, max_bytes: Optional[int] = None) -> vfy.Verified:
+    """The file checked once (:func:`nnhal.tflite.verify.verify`), for many :func:`load_operators` /
+    :func:`operator_failures` calls (``checked=``)."""
+    return vfy.verify(data, max_bytes=max_bytes, batch=batch)
+
+
+def _subset_shared(data: bytes, batch: Optional[int], checked: Optional[vfy.Verified]) -> _Shared:
+    checked = checked if checked is not None else verify(data, batch=batch)
+    shared = _Shared(data, batch, checked)
+    for g in checked.order:  # NOTE: the IF / WHILE bodies first, as load does
+        shared.map_subgraph(g)
+    return shared
+
+
+def load_operators(data: bytes, operators: list[int], inputs: list[int], outputs: list[int], *,
+                   batch: Optional[int] = 1, checked: Optional[vfy.Verified] = None) -> tuple[hal.Model, IODescription]:
+    """A HAL model of some of the main subgraph's operators (indexes ``operators``): its inputs are the
+    TFLite tensors ``inputs`` (those the operators read; ``io.inputs`` lists the ones they do), its
+    outputs the tensors ``outputs`` (written by the operators; one computed at load, e.g. the shape a
+    SHAPE gives, is in ``io.folded_outputs`` instead).  ``checked``: :func:`verify`'s result, for many
+    calls on one file.  Raises :class:`UnsupportedModelError` naming only the operators of the subset
+    that have no HAL form (or those of a referenced subgraph they need)."""
+    shared = _subset_shared(data, batch, checked)
+    with np.errstate(all="ignore"):
+        sub = _SubsetLoader(shared, set(operators), inputs, outputs)
+        sub.run()
+        return shared.finish(sub)
+
+
+def operator_failures(data: bytes, *, batch: Optional[int] = 1,
+                      checked: Optional[vfy.Verified] = None) -> dict[int, str]:
+    """Per main-subgraph operator that has no HAL form of its own, the reason (each operator judged
+    alone: a tensor an unmapped operator writes is taken as given, so no knock-on refusals)."""
+    shared = _subset_shared(data, batch, checked)
+    with np.errstate(all="ignore"):
+        sub = _SubsetLoader(shared, None, [], [])
+        sub.run()
+    # NOTE: failures inside a referenced subgraph are named "(subgraph N)": they are not main operators
+    return {i: r for i, n, r in shared.failures if i >= 0 and "(subgraph" not in n}
+
+
+class _SubsetLoader(_Loader):
+    """The loader over a subset of the main subgraph (``only``; None: every operator, any tensor
+    written by no mapped operator taken as an input)."""
+
+    def __init__(self, shared: _Shared, only: Optional[set[int]], inputs: list[int], outputs: list[int]):
+        super().__init__(shared, 0, False, shared.io)
+        self.only = only
+        self.inputs, self.outputs = list(inputs), list(outputs)
+
+    def operand(self, k: int) -> int:
+        if self.only is None and k not in self.t2o and not self.is_const(k) and k not in self.inputs:
+            self.inputs.append(k)
+        return super().operand(k)
+
+    def run(self) -> None:
+        outputs, self.outputs = self.outputs, []  # NOTE: a boundary output may be computed at load
+        super().run()
+        self.outputs = outputs
+
+    def map_operator(self, op: Any, name: str, code: Any) -> None:
+        if self.only is None or self.cur in self.only:
+            try:
+                super().map_operator(op, name, code)
+            except ModelError:
+                raise  # NOTE: a malformed or hostile file (a constant over the size limit) is the model's, not the operator's
+            except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+                # NOTE: an operator the mapping did not foresee is this operator's refusal, not the model's
+                raise _Refuse(f"cannot be mapped ({type(e).__name__}: {e})") from None
+
+    def finish(self, values: bytearray, pool: bytearray) -> hal.Subgraph:
+        self.io.folded_outputs = {k: self.folded[k] for k in self.outputs if k in self.folded}
+        self.outputs = [k for k in self.outputs if k in self.t2o and k not in self.folded]
+        return super().finish(values, pool)

@@ -403,5 +403,48 @@ OPTIONS: dict[str, str] = {
     "REDUCE_MAX": "ReducerOptions", "REDUCE_MIN": "ReducerOptions", "REDUCE_ANY": "ReducerOptions",
     "REDUCE_ALL": "ReducerOptions", "GATHER": "GatherOptions", "LSH_PROJECTION": "LSHProjectionOptions",
 }
+# The options table the importer reads for each operator (an operator carrying another type of options
+# is refused rather than read through a field of the same name)
+READ_OPTIONS: dict[str, str] = {
+    **OPTIONS, "IF": "IfOptions", "WHILE": "WhileOptions", "PACK": "PackOptions", "UNPACK": "UnpackOptions",
+    "MIRROR_PAD": "MirrorPadOptions", "LEAKY_RELU": "LeakyReluOptions", "RNN": "RNNOptions",
+    "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions", "SVDF": "SVDFOptions", "LSTM": "LSTMOptions",
+    "BIDIRECTIONAL_SEQUENCE_RNN": "BidirectionalSequenceRNNOptions",
+    "BIDIRECTIONAL_SEQUENCE_LSTM": "BidirectionalSequenceLSTMOptions",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": "UnidirectionalSequenceLSTMOptions",
+}
+
+# (inputs at least, outputs at least, outputs at most or None) where the Args alone do not say it
+_ARITY: dict[str, tuple[int, int, Optional[int]]] = {
+    "SQUARED_DIFFERENCE": (2, 1, 1), "SELECT_V2": (3, 1, 1), "Convolution2DTransposeBias": (3, 1, 1),
+    "TFLite_Detection_PostProcess": (3, 4, 4), "MIRROR_PAD": (2, 1, 1), "PACK": (1, 1, 1), "UNPACK": (1, 1, None),
+    "SHAPE": (1, 1, 1), "RANK": (1, 1, 1), "ZEROS_LIKE": (1, 1, 1), "IF": (1, 1, None), "WHILE": (1, 1, None),
+    "SPLIT": (2, 1, None), "TOPK_V2": (2, 2, 2), "HASHTABLE_LOOKUP": (3, 2, 2), "BIDIRECTIONAL_SEQUENCE_RNN": (9, 1, 2),
+    "BIDIRECTIONAL_SEQUENCE_LSTM": (48, 1, 2), "SPLIT_V": (3, 1, None), "BROADCAST_TO": (2, 1, 1),
+    "REVERSE_V2": (2, 1, 1), "RANGE": (3, 1, 1), "ADD_N": (1, 1, 1), "QUANTIZE": (1, 1, 1), "DEQUANTIZE": (1, 1, 1),
+    "BATCH_TO_SPACE_ND": (3, 1, 1),
+}
+# derived HAL inputs: how many TFLite inputs each reads (a trailing digit n: input n)
+_DERIVED_INPUTS = {"bias": 2, "tconv_bias": 3, "depth_multiplier": 2, "all_inputs": 1, "reshape_shape": 1,
+                   "squeeze_dims": 1, "axis_scalar": 2, "k_scalar": 2, "split_axis": 2, "pad_value": 3,
+                   "leaky_alpha": 1}
+
+
+def arity(mp: Mapping) -> tuple[int, int, Optional[int]]:
+    """(TFLite inputs at least, outputs at least, outputs at most or None) an operator needs for ``mp``."""
+    if mp.builtin in _ARITY:
+        return _ARITY[mp.builtin]
+    n_in = 0
+    for a in mp.inputs:
+        if a.kind == "tensor" and not a.optional:
+            n_in = max(n_in, a.index + 1)
+        elif a.kind == "derived":
+            base = a.name.rstrip("0123456789")
+            n_in = max(n_in, _DERIVED_INPUTS.get(base, 0), int(a.name[len(base):]) + 1 if base != a.name else 0)
+    if mp.outputs is not None:
+        return n_in, max(mp.outputs) + 1, None
+    return n_in, 1, 1
+
+
 PADDING_TO_TFLITE = {v: k for k, v in PADDING.items()}
 ACTIVATIONS_TO_TFLITE = {v: k for k, v in ACTIVATIONS.items()}

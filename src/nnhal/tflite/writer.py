@@ -17,7 +17,8 @@ import numpy as np
 
 from nnhal.tflite.schema import builtin_code, interpreter_module, schema, write_model
 
-_TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9}
+_TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "complex64": 8,
+          "int8": 9}
 
 
 @dataclass

@@ -19,8 +19,8 @@ import numpy as np
 
 import nnhal
 from nnhal import hal
-from nnhal import memory as hal_memory
-from nnhal.burst import BurstController
+from nnhal.platform import memory as hal_memory
+from nnhal.runtime.burst import BurstController
 
 S = hal.ErrorStatus
 T = hal.OperandType

@@ -9,7 +9,7 @@
   written with ``pwrite``); the median time per execution of each and the
   difference.
 - By-value copies: the driver's own copy of a MobileNet v1 model
-  (:func:`nnhal.validation.own_copy`) next to ``copy.deepcopy``, and the
+  (:func:`nnhal.engine.validation.own_copy`) next to ``copy.deepcopy``, and the
   private copy of a model pool of the same size as MobileNet v1's weights
   (:class:`nnhal.memory.PrivateCopy`).
 """
@@ -26,8 +26,9 @@ from typing import Any, Callable
 import numpy as np
 
 import nnhal
-from nnhal import hal, memory
-from nnhal.validation import own_copy
+from nnhal import hal
+from nnhal.engine.validation import own_copy
+from nnhal.platform import memory
 
 T = hal.OperandType
 L = hal.OperandLifeTime
@@ -96,7 +97,7 @@ def pool_cost(mb: float, runs: int) -> tuple[float, float]:
 
 
 def copy_cost(runs: int) -> dict[str, float]:
-    from nnhal import bench
+    from nnhal.tools import bench
 
     model = bench.to_model(bench.lower(bench.mobilenet_v1(), quant=False))
     weights = sum(m.size for m in model.pools) + len(model.operandValues)

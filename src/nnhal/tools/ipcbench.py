@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
+from nnhal.platform import memory as hal_memory
 
 T = hal.OperandType
 L = hal.OperandLifeTime
@@ -111,7 +111,7 @@ def _ok(status: Any, what: str) -> None:
 
 
 def modes(local: Any, remote: Any, request: hal.Request, echo: Callable[[], None]) -> dict[str, Optional[Callable]]:
-    from nnhal import fence
+    from nnhal.platform import fence
 
     NO = hal.MeasureTiming.NO
 
@@ -137,7 +137,7 @@ def modes(local: Any, remote: Any, request: hal.Request, echo: Callable[[], None
     out: dict[str, Optional[Callable]] = {"bare socket round trip": echo, "in process (sync)": sync_local,
                                           "service sync": sync_remote, "service async": async_remote}
     try:
-        from nnhal.burst import BurstController
+        from nnhal.runtime.burst import BurstController
 
         burst = BurstController(remote)
 

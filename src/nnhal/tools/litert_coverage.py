@@ -4,20 +4,24 @@ not the rest: ``python -m nnhal.tools.litert_coverage [VECTORS_DIR]``.
 Prints the coverage (models whose every operation the driver supports / all
 models, the quant8-signed copies the conformance runner adds not counted),
 then the largest groups of unsupported models by the first reason
-the driver gives (``unsupported_reasons``: the ones ``getSupportedOperations_1_3``
-logs; numbers stripped, so one reason groups every operand index)."""
+the driver gives (``nnhal.supported_operations``: the reasons ``getSupportedOperations_1_3``
+logs; numbers stripped, so one reason groups every operand index); ``--operations``: per operation and
+data type, what :func:`nnhal.drivers.litert.lower.check_operation` gives."""
 
 from __future__ import annotations
 
 import argparse
 import collections
+import gzip
 import re
 import sys
 from pathlib import Path
 
 import nnhal
-from nnhal import memory as hal_memory
+from nnhal import hal
 from nnhal.conformance import vectors
+from nnhal.drivers.litert import lower
+from nnhal.platform import memory as hal_memory
 
 
 def _reason(text: str) -> str:
@@ -25,12 +29,65 @@ def _reason(text: str) -> str:
     return re.sub(r"(?<![A-Za-z_\d])-?\d+(\.\d+)?(?![A-Za-z_\d])", "N", text)
 
 
+def operation_support(root: str, ops: set[str] | None = None) -> dict[str, dict[str, list[int]]]:
+    """Per operation (of ``ops``, all: None), per data type: [instances the lowering takes, instances] over
+    every operation instance in every vector model's main subgraph under ``root``, the quant8-signed copies
+    the conformance runner makes included -- the lowering's own check, no HAL front end in between."""
+    from nnhal.conformance.runner import has_quant8_coupled_operands, to_signed
+
+    out: dict[str, dict[str, list[int]]] = collections.defaultdict(dict)
+    for f in sorted(Path(root).rglob("*.json*")):
+        try:
+            if ops is not None:
+                with gzip.open(f, "rt") as fh:
+                    text = fh.read()
+                if not any(f'"{name}"' in text for name in ops):
+                    continue
+            models = vectors.load_file(str(f))
+        except (OSError, EOFError, ValueError) as e:
+            print(f"{f}: {e}", file=sys.stderr)
+            continue
+        for vm in models:
+            for v in [vm, to_signed(vm)] if has_quant8_coupled_operands(vm) else [vm]:
+                if ops is not None and not ops & {hal.operation_name(o.type) for o in v.main.operations}:
+                    continue
+                model = v.build_model()
+                try:
+                    views = [hal_memory.PrivateCopy(m).view for m in model.pools]
+                    for op in model.main.operations:
+                        name = hal.operation_name(op.type)
+                        if ops is None or name in ops:
+                            counts = out[name].setdefault(v.operation_data_type(op), [0, 0])
+                            counts[0] += not lower.check_operation(model, views, op)
+                            counts[1] += 1
+                finally:
+                    for m in model.pools:
+                        hal_memory.free(m)
+    return dict(out)
+
+
+def print_operations(support: dict[str, dict[str, list[int]]]) -> None:
+    taken = sorted(op for op, types in support.items() if any(k for k, _ in types.values()))
+    print(f"operations litert-cpu supports in at least one vector model ({len(taken)} of {len(support)} used "
+          f"by the vectors): {', '.join(taken)}")
+    for op in sorted(support):
+        print(f"  {op:30s} " + ", ".join(f"{t} {k}/{n}" for t, (k, n) in sorted(support[op].items())))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m nnhal.tools.litert_coverage")
     ap.add_argument("vectors", nargs="?", default=str(Path(__file__).resolve().parents[3] / ".." / "shared" /
                                                       "conformance"))
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--operations", action="store_true",
+                    help="instead: per operation and data type, the operation instances of the vector models "
+                         "the lowering takes (the list nnhal ops --device litert-cpu must agree with)")
+    ap.add_argument("--ops", help="with --operations: only these operations (comma-separated)")
     args = ap.parse_args(argv)
+    if args.operations:
+        ops = {o.strip().upper() for o in args.ops.split(",")} if args.ops else None
+        print_operations(operation_support(args.vectors, ops))
+        return 0
     device = nnhal.get_device("litert-cpu")
     files = sorted(p for p in Path(args.vectors).rglob("*.json*"))
     total = supported = 0
@@ -52,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 # NOTE: the driver's own answer (validation, the operation checks, LiteRT preparing the
                 # lowered model, the operations no backend can be held to the reference on)
-                reasons = [r or "" for r in device.unsupported_reasons(model)]
+                status, _, reasons = nnhal.supported_operations(device, model)
+                if status != hal.ErrorStatus.NONE:
+                    reasons = [f"invalid model ({hal.ErrorStatus(status).name})"] * len(model.main.operations)
             finally:
                 for m in model.pools:
                     hal_memory.free(m)

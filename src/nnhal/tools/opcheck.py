@@ -21,7 +21,7 @@ import numpy as np
 from nnhal import hal
 from nnhal.conformance import vectors
 from nnhal.conformance.compare import compare
-from nnhal.executor import Executor
+from nnhal.engine.executor import Executor
 from nnhal.ops import registry
 from nnhal.ops.base import OpValidationError
 from nnhal.ops.operands import constant_value, operand_info

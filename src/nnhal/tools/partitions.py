@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from nnhal import memory as hal_memory
 from nnhal.conformance import vectors
+from nnhal.platform import memory as hal_memory
 from nnhal.runtime import Compilation, CompilationError
 
 DEFAULT_DEVICES = "sample-float-fast,sample-quant,sample-minimal"

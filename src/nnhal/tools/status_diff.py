@@ -24,10 +24,10 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
-from nnhal import memory as hal_memory
 from nnhal.conformance import vectors
 from nnhal.conformance.compare import compare
 from nnhal.conformance.runner import RequestPools, nbytes
+from nnhal.platform import memory as hal_memory
 
 S = hal.ErrorStatus
 T = hal.OperandType

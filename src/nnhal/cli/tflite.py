@@ -1,0 +1,530 @@
+"""``nnhal run``, ``nnhal bench MODEL.tflite`` and ``nnhal graph``: TFLite
+models through a HAL device, against LiteRT.  The command line (``cli.py``)
+passes a ``device_of(name) -> IDevice`` so these commands reach a device in
+process or a running service the same way every other command does.
+
+Exit status: 0 on success; 2 when the model cannot be converted (every
+unmapped operator is printed; an invalid file, one that cannot be read, or an
+``--input`` that is missing or not a ``.npy`` array is one line); 3 when the device refuses to prepare it or the
+execution fails; 1 with ``--strict`` when a comparison is beyond tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Optional
+
+import numpy as np
+
+from nnhal.delegate.run import (
+    DataPathFloor,
+    ExecutionError,
+    HalSession,
+    LiteRT,
+    check_inputs,
+    diff,
+    make_inputs,
+    timed,
+    topk,
+)
+from nnhal.tflite.errors import InvalidModelError, UnsupportedModelError
+from nnhal.tflite.loader import IODescription, free_model, load
+from nnhal.tflite.schema import MissingDependency
+
+DeviceOf = Callable[[str], Any]
+
+
+def _load(path: str, batch: Optional[int], expose: bool = False,
+          custom_ops: Optional[dict] = None) -> tuple[Any, IODescription]:
+    """``load``; a model that cannot be converted is printed (one line, or one per refused operator)
+    and exits with status 2."""
+    try:
+        return load(path, batch=batch, expose_intermediates=expose, custom_ops=custom_ops)
+    except UnsupportedModelError as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except InvalidModelError as e:
+        print(f"{path}: not a valid TFLite model: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as e:
+        print(f"{path}: cannot read the model: {e.strerror or e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except MissingDependency as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def custom_operators(devices: list) -> dict[str, tuple[str, int]]:
+    """``{custom code: (extension, operation type)}`` that in-process drivers among ``devices``
+    declare (``nnhal.ops.extension.Extension.custom_ops``; the HAL has no call for it, so a
+    service's are not known here); the first device declaring a code wins."""
+    from nnhal.driver import Device
+
+    out: dict[str, tuple[str, int]] = {}
+    for d in devices:
+        for ext in d.extensions if isinstance(d, Device) else ():
+            for code, op_type in ext.custom_ops.items():
+                out.setdefault(code, (ext.name, int(op_type)))
+    return out
+
+
+def summary(io: IODescription) -> str:
+    ops = ", ".join(f"{k} {v}" for k, v in io.operators.most_common())
+    rw = ", ".join(f"{k} {v}" for k, v in io.rewrites.most_common()) or "none"
+    hal_ops = sum(io.hal_operations.values())
+    return (f"{sum(io.operators.values())} TFLite operators ({ops}); rewrites: {rw}; "
+            f"{hal_ops} HAL operations")
+
+
+def _short(a: np.ndarray) -> str:
+    flat = a.reshape(-1)
+    head = ", ".join(f"{v:.4g}" if a.dtype.kind == "f" else str(v) for v in flat[:6])
+    return f"{a.dtype}{list(a.shape)} [{head}{', ...' if flat.size > 6 else ''}]"
+
+
+def _inputs(args: argparse.Namespace, io: IODescription) -> list[np.ndarray]:
+    if not args.input:
+        return make_inputs(io, batch=args.batch or 1, seed=args.seed)
+    arrays = [_read_npy(f) for f in args.input]
+    try:
+        return check_inputs(io, arrays)
+    except ValueError as e:
+        _user_error(f"--input: {e}")
+
+
+def _read_npy(path: str) -> np.ndarray:
+    """The array of a .npy file; a file that is not one, or whose header asks for more data than it
+    holds (checked before anything is allocated), is a user error."""
+    from numpy.lib import format as npy
+
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(4) == b"PK\x03\x04":
+                _user_error(f"--input {path}: a .npz archive, not a .npy array file")
+            fh.seek(0)
+            try:
+                version = npy.read_magic(fh)
+                header = npy.read_array_header_2_0 if version >= (2, 0) else npy.read_array_header_1_0
+                shape, _, dtype = header(fh)
+            except (ValueError, EOFError) as e:
+                _user_error(f"--input {path}: not a .npy array file ({e})")
+            need = math.prod(shape) * dtype.itemsize
+            have = os.fstat(fh.fileno()).st_size - fh.tell()
+            if need > have:
+                _user_error(f"--input {path}: .npy file truncated: its header says {need} bytes of data, it holds {have}")
+            fh.seek(0)
+            return np.load(fh, allow_pickle=False)
+    except OSError as e:
+        _user_error(f"--input {path}: {e.strerror or 'cannot read it'}")
+    except (ValueError, EOFError) as e:  # NOTE: e.g. an array of Python objects (pickled)
+        _user_error(f"--input {path}: not a .npy array file ({e})")
+
+
+
+# NOTE: public for the delegate plan's run command (cli/delegate.py), which reads --input the same way
+read_npy = _read_npy
+
+def _user_error(message: str) -> NoReturn:
+    """One line on stderr and exit status 2 (a mistake in what the user gave)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
+    """``nnhal run``."""
+    expose = bool(args.per_tensor)
+    if args.batch < 0:
+        _user_error(f"--batch {args.batch}: give 1 or more")
+    batch = None if args.keep_unknown else (args.batch or 1)
+    devices = [d.strip() for d in (getattr(args, "devices", "") or "").split(",") if d.strip()]
+    # NOTE: TFLite custom operators the target devices implement as extension operations
+    custom = custom_operators([device_of(n) for n in devices or [args.device]])
+    model, io = _load(args.model, batch, expose, custom)
+    print(f"{args.model}: {summary(io)}")
+    x = _inputs(args, io)
+    try:
+        device = device_of(devices[0] if devices else args.device)
+        for name in devices[1:]:
+            device_of(name)  # NOTE: an unknown name is refused (with the closest names) before compiling
+        if devices:
+            outs = _run_partitioned(args, model, x, devices)
+        else:
+            session = HalSession(device, model, io)
+            outs = session.run(x)
+            session.close()
+    except ExecutionError as e:
+        print(f"{args.model}: {e}", file=sys.stderr)
+        return 3
+    try:
+        return _report(args, model, io, x, outs, device)
+    finally:
+        free_model(model)
+
+
+def _run_partitioned(args: argparse.Namespace, model: Any, x: list, devices: list[str]) -> list:
+    """``--devices A,B``: through the client runtime, partitioned over the devices (``--explain``: the placement)."""
+    from nnhal.runtime import Compilation, CompilationError
+    from nnhal.runtime import ExecutionError as RuntimeExecutionError
+
+    try:
+        with Compilation(model, devices) as comp:
+            if args.explain:
+                print(comp.placement())
+            out = comp.run(x)
+            return [out[n] for n in comp.output_names]
+    except (CompilationError, RuntimeExecutionError) as e:
+        raise ExecutionError(f"through the runtime over {', '.join(devices)}: {e}") from None
+
+
+def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, outs: list, device: Any) -> int:
+    n_out = len(io.outputs)
+    for k, (a, d) in enumerate(zip(outs, io.outputs)):
+        print(f"output {k} {d.name}: {_short(a)}")
+    if args.output:
+        out_dir = Path(args.output)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for k, a in enumerate(outs[:n_out]):
+            np.save(out_dir / f"output_{k}.npy", a, allow_pickle=False)
+        print(f"wrote {n_out} output(s) to {out_dir}/output_<k>.npy")
+    if not (args.compare or args.per_tensor):
+        return 0
+    try:
+        lr = LiteRT(args.model, threads=args.threads, kernels=args.kernels, preserve=bool(args.per_tensor))
+        ref = lr.run(x)
+    except ImportError as e:
+        print(f"--compare: {e}", file=sys.stderr)
+        return 3
+    bad = False
+    print(f"against LiteRT ({args.kernels} kernels):")
+    for k, (a, r, d) in enumerate(zip(outs, ref, io.outputs)):
+        df = diff(a, r, d)
+        bad |= not df.ok(args.rtol, args.steps)
+        line = f"  output {k} {df}"
+        tk = topk(a.astype(np.float64), r.astype(np.float64))
+        if tk is not None:
+            line += f"; top-1 {'same' if tk[0] else 'DIFFERENT'}, top-5 overlap {tk[1]:.0%}"
+        print(line)
+    op_bad = False
+    if args.per_tensor:
+        first, worst, diffs = None, None, {}
+        for a, d in zip(outs[n_out:] + outs[:n_out], io.intermediates + io.outputs):
+            df = diffs[d.tensor] = diff(a, lr.tensor(d.tensor), d)
+            if first is None and not df.ok(args.rtol, args.steps):
+                first = (d, df)
+            if worst is None or (df.steps, df.rel) > (worst[1].steps, worst[1].rel):
+                worst = (d, df)
+        print(f"  {len(io.intermediates) + n_out} tensors compared; worst: operator {worst[0].producer} "
+              f"{worst[0].producer_name}: {worst[1]}" if worst else "  no tensors")
+        if first is None:
+            print(f"  every tensor within tolerance (float {args.rtol:g} of its range, quantized {args.steps} step)")
+        else:
+            d, df = first
+            op_bad = True
+            print(f"  first operation beyond tolerance: operator {d.producer} {d.producer_name} "
+                  f"(tensor {d.tensor}) {df}")
+            upstream = [diffs[k] for k in io.operator_inputs[d.producer] if k in diffs]
+            moved = [u for u in upstream if u.steps or u.rel]
+            if moved:
+                # NOTE: a difference within tolerance at an input can grow through the operation
+                print("  its inputs already differ: " + "; ".join(str(u) for u in moved))
+            else:
+                print("  its inputs are identical: the difference is this operation's own")
+            if not args.no_isolate:
+                from nnhal.delegate.run import isolated
+
+                iso = isolated(device, model, io, lr)
+                over = [(i, n, df) for i, n, df in iso if not df.ok(args.rtol, args.steps)]
+                w = max(iso, key=lambda t: (t[2].steps, t[2].rel))
+                print(f"  each operator alone on LiteRT's own inputs ({len(iso)} runs): worst operator {w[0]} {w[1]}: "
+                      f"{w[2]}; {len(over)} beyond tolerance" +
+                      (f", first: operator {over[0][0]} {over[0][1]}: {over[0][2]}" if over else ""))
+                op_bad = bool(over)  # NOTE: drift inherited through the chain alone is not a failure
+    return 1 if (bad or op_bad) and args.strict else 0
+
+
+# (path, parsed arguments, device_of, device, inputs or None) -> (summary, inputs, one run, close)
+Engine = Callable[[str, argparse.Namespace, DeviceOf, str, Optional[list]], tuple[str, list, Callable[[], Any],
+                                                                                  Callable[[], None]]]
+
+
+def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = None) -> int:
+    """``nnhal bench MODEL.tflite [MODEL.tflite...] [--device D] [--baseline B]``; ``engine``: how nnhal runs
+    a model on a device (default: the whole model through ``load`` and one HAL session)."""
+    ap = argparse.ArgumentParser(prog="nnhal bench MODEL.tflite",
+                                 description="median / p90 latency of .tflite models through nnhal and LiteRT "
+                                             "(XNNPACK and builtin kernels), same input and thread count, one run; "
+                                             "with --baseline, the same model on that device too")
+    ap.add_argument("model", nargs="+")
+    ap.add_argument("--device", default="sample-all")
+    ap.add_argument("--baseline", default="",
+                    help="another device timed on the same models, its ratio to --device printed beside "
+                         "(default: sample-all when --device is another one; 'none' for none)")
+    ap.add_argument("--threads", type=int, default=1, help="threads for every engine (BLAS for nnhal; default 1)")
+    ap.add_argument("--runs", type=int, default=0,
+                    help="timed executions per engine (default: at least 10, more for fast models, about "
+                         "--seconds of each engine)")
+    ap.add_argument("--seconds", type=float, default=1.0,
+                    help="with the default --runs: about how long each engine runs in all (default 1)")
+    ap.add_argument("--block", type=int, default=0,
+                    help="executions of one engine in a row before the next engine's (every one timed; default: "
+                         "about 50 ms of each engine, at least 1): the model run repeatedly, as TFLite's "
+                         "benchmark_model does; 1 alternates engines every execution, so each starts with caches "
+                         "the others filled")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--floor", action="store_true",
+                    help="also time LiteRT with only what any in-process HAL execution must do around it (the "
+                         "request read by value, the pools checked, inputs and outputs through shared memory): "
+                         "a lower bound for a HAL driver over LiteRT")
+    if engine is not None:
+        add_plan_arguments(ap)
+    args = ap.parse_args(argv)
+    from nnhal.tools.bench import blas_threads, set_blas_threads
+
+    if not set_blas_threads(args.threads):
+        print("cannot set the BLAS thread count", file=sys.stderr)
+    if args.device.startswith("litert-"):
+        os.environ.setdefault("NNHAL_LITERT_THREADS", str(args.threads))  # NOTE: read when the driver is created
+    baseline = args.baseline or ("sample-all" if args.device != "sample-all" else "none")
+    status = 0
+    for path in args.model:
+        try:
+            status = max(status, _bench_one(path, args, device_of, None if baseline == "none" else baseline,
+                                            blas_threads, engine))
+        except SystemExit as e:  # NOTE: this model could not run (said on stderr): the batch goes on
+            status = max(status, e.code if isinstance(e.code, int) else 2)
+    return status
+
+
+def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baseline: Optional[str],
+               blas_threads: Callable[[], Any], engine: Optional[Engine] = None) -> int:
+    if engine is not None:
+        return _bench_engines(path, args, device_of, baseline, blas_threads, engine)
+    model, io = _load(path, 1)
+    x = make_inputs(io, seed=args.seed)
+    sessions = []
+    try:
+        for dev in [args.device] + ([baseline] if baseline else []):
+            sessions.append((dev, HalSession(device_of(dev), model, io)))
+    except ExecutionError as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        if not sessions:
+            return 3
+    finally:
+        free_model(model)
+    engines: list[tuple[str, Callable[[], Any]]] = [("nnhal " + d, lambda s=s: s.run(x)) for d, s in sessions]
+    floor = _litert_engines(path, args, x, engines)
+    _time_engines(f"{Path(path).name}: {summary(io)}", engines, args, blas_threads)
+    for _, s in sessions:
+        s.close()
+    if floor is not None:
+        floor.close()
+    return 0
+
+
+def _bench_engines(path: str, args: argparse.Namespace, device_of: DeviceOf, baseline: Optional[str],
+                   blas_threads: Callable[[], Any], engine: Engine) -> int:
+    title, x, run, close = engine(path, args, device_of, args.device, None)
+    engines: list[tuple[str, Callable[[], Any]]] = [(f"nnhal {args.device}", run)]
+    closers = [close]
+    try:
+        if baseline:
+            _, _, run_b, close_b = engine(path, args, device_of, baseline, x)
+            engines.append((f"nnhal {baseline}", run_b))
+            closers.append(close_b)
+        floor = _litert_engines(path, args, x, engines)
+        if floor is not None:
+            closers.append(floor.close)
+        _time_engines(f"{Path(path).name}: {title}", engines, args, blas_threads)
+    finally:
+        for c in closers:
+            c()
+    return 0
+
+
+def _litert_engines(path: str, args: argparse.Namespace, x: list, engines: list) -> Any:
+    """LiteRT's engines on the original file appended to ``engines`` (none, said in one line, when LiteRT
+    is missing or cannot run the model); the data path floor with ``--floor``."""
+    floor = None
+    try:
+        for kind in ("xnnpack", "builtin"):
+            lr = LiteRT(path, threads=args.threads, kernels=kind)
+            lr.it.allocate_tensors()  # NOTE: an unresolved custom operator shows here, not when loading
+            # NOTE: inputs set and outputs copied on every run, as nnhal's run writes and reads its pools
+            engines.append((f"LiteRT {kind}", lambda lr=lr: lr.run(x)))
+        if args.floor:
+            floor = DataPathFloor(path, x, threads=args.threads)
+            engines.append(("HAL data path floor", lambda: floor.run(x)))
+    except ImportError as e:
+        print(f"LiteRT not available: {e}", file=sys.stderr)
+    except (RuntimeError, ValueError) as e:
+        engines[:] = [e2 for e2 in engines if not e2[0].startswith("LiteRT")]
+        print(f"{Path(path).name}: LiteRT cannot run it ({str(e).strip().splitlines()[0]}): nnhal alone",
+              file=sys.stderr)
+    return floor
+
+
+def _time_engines(title: str, engines: list, args: argparse.Namespace, blas_threads: Callable[[], Any]) -> None:
+    print(title)
+    # NOTE: a warm-up each, which also sizes each engine's default runs (about --seconds of it) and
+    # blocks (about 50 ms of it): every engine gets the same number of rounds
+    first = {name: max(min(timed(fn, 2, warmup=1)), 1e-6) for name, fn in engines}
+    runs = {name: args.runs if args.runs > 0 else max(10, min(20000, int(args.seconds / t)))
+            for name, t in first.items()}
+    if args.runs > 0 or args.block > 0:
+        want = {name: args.block if args.block > 0 else max(1, int(0.05 / t)) for name, t in first.items()}
+        rounds = max(-(-runs[name] // want[name]) for name in runs)
+    else:
+        rounds = max(1, int(args.seconds / 0.05))
+    blocks = {name: -(-n // rounds) for name, n in runs.items()}  # NOTE: spread over the same rounds
+    print(f"threads {args.threads} (BLAS {blas_threads() or '?'}); load average {os.getloadavg()[0]:.2f}; "
+          f"{rounds} rounds of each engine in turn; runs (per round): "
+          + ", ".join(f"{name} {runs[name]} ({blocks[name]})" for name, _ in engines))
+    res = {}
+    # NOTE: interleaved (a block of runs of each engine in turn), so a change of machine load touches
+    # every engine alike and the ratios hold on a shared machine; every run of a block is timed
+    times: dict[str, list[float]] = {name: [] for name, _ in engines}
+    for _ in range(rounds):
+        for name, fn in engines:
+            n = min(blocks[name], runs[name] - len(times[name]))
+            if n > 0:
+                times[name] += timed(fn, n, warmup=0)
+    for name, _ in engines:
+        t = sorted(times[name])
+        med, p90 = statistics.median(t), t[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))]
+        res[name] = med
+        print(f"  {name:24s} median {med * 1e3:9.3f} ms   p90 {p90 * 1e3:9.3f} ms")
+    ours = res[engines[0][0]]
+    for name, _ in engines[1:]:
+        label = f"nnhal {args.device}" if name.startswith("nnhal") else "nnhal"
+        print(f"  {label} / {name}: {ours / res[name]:.2f}x")
+    if "HAL data path floor" in res and "LiteRT xnnpack" in res:
+        print(f"  HAL data path floor / LiteRT xnnpack: {res['HAL data path floor'] / res['LiteRT xnnpack']:.2f}x")
+    if args.device.startswith("litert-") and "LiteRT xnnpack" in res:
+        # NOTE: the same engine on the same graph: the difference is what a HAL execution costs
+        # around it (request read and checked, pools checked, inputs and outputs through shared memory)
+        print(f"  nnhal {args.device} - LiteRT xnnpack: {(ours - res['LiteRT xnnpack']) * 1e6:+.1f} us per execution")
+
+
+def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]]]:
+    path = args.model
+    if path.endswith(".tflite"):
+        model, io = _load(path, 1)
+        names = [f"TFLite op {i} {io.operator_names[i]}" if i >= 0 else "" for i in io.hal_to_tflite]
+        return model, f"{Path(path).name}: {summary(io)}", names
+    from nnhal.conformance import vectors
+
+    models = vectors.load_file(path)
+    pick = [m for m in models if not args.name or m.name == args.name] or \
+        [m for m in models if args.name and args.name in m.name]
+    if not pick:
+        raise SystemExit(f"{path}: no model named {args.name!r}; models: {', '.join(m.name for m in models)}")
+    return pick[0].build_model(), f"{Path(path).name}: {pick[0].name}", None
+
+
+def graph_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
+    """``nnhal graph``."""
+    from nnhal import hal
+    from nnhal.tools import graph
+
+    model, title, names = _graph_model(args)
+    supported, reasons = None, {}
+    if args.device:
+        dev = device_of(args.device)
+        status, supported = dev.getSupportedOperations_1_3(model)
+        if status != hal.ErrorStatus.NONE:
+            print(f"{args.device} rejects the model: {hal.ErrorStatus(status).name}", file=sys.stderr)
+            supported = [False] * len(model.main.operations)
+            reasons = dict.fromkeys(range(len(supported)), f"model rejected ({hal.ErrorStatus(status).name})")
+        else:
+            sg = model.main
+            _, caps = dev.getCapabilities_1_3()
+            listed = {int(p.type) for p in caps.operandPerformance}
+            for k, ok in enumerate(supported):
+                if not ok:
+                    op = sg.operations[k]
+                    types = ",".join(graph.operand_label(sg.operands[i]).split("[")[0] for i in op.inputs)
+                    missing = sorted({hal.OperandType(sg.operands[i].type).name for i in op.inputs + op.outputs
+                                      if int(sg.operands[i].type) not in listed})
+                    # NOTE: the HAL says only yes or no; an operand type absent from the device's
+                    # capabilities is the likeliest reason, and is named when it is the case
+                    reasons[k] = (f"operand type {', '.join(missing)} not in {args.device}'s capabilities" if missing
+                                  else f"{args.device} does not support {hal.OperationType(op.type).name}({types})")
+        title += f" -- on {args.device}: {sum(map(bool, supported))}/{len(supported)} supported"
+    out = args.output or (Path(args.model).name.split(".")[0] + ".html")
+    text = graph.html_page(model, title, supported=supported, reasons=reasons, names=names) \
+        if out.endswith((".html", ".htm")) else graph.svg(model, title, supported=supported, reasons=reasons,
+                                                           names=names)
+    Path(out).write_text(text)
+    print(f"wrote {out} ({len(model.main.operations)} operations)")
+    return 0
+
+
+def add_run_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("model", help="a .tflite file")
+    s.add_argument("--input", action="append",
+                   help="a .npy per model input, in the model's input order (default: generated, seeded: float "
+                        "uniform [-1, 1), uint8/int8 uniform over their range, int32 uniform [0, 10))")
+    s.add_argument("-o", "--output", help="write DIR/output_<k>.npy per model output")
+    s.add_argument("--device", default="sample-all", help="the HAL device to run it on (nnhal devices lists them)")
+    s.add_argument("--devices", default="", help="A,B,...: run through the client runtime, partitioned over these "
+                                                "devices (operations none takes on the CPU reference)")
+    s.add_argument("--explain", action="store_true", help="print the plan: partitions in order (operators, where), "
+                                                         "one line per reason operators stay on the CPU, the time "
+                                                         "per partition")
+    add_plan_arguments(s)
+    s.add_argument("--plan-json", default="", help="write the plan as JSON (../shared/API.md) to this file")
+    s.add_argument("--compare", action="store_true", help="run LiteRT on the same input; per output max / mean "
+                                                          "error and top-k agreement")
+    s.add_argument("--per-tensor", action="store_true", help="compare every intermediate tensor and print the first "
+                                                             "operation beyond tolerance")
+    s.add_argument("--kernels", choices=["builtin", "ref", "xnnpack"], default="builtin",
+                   help="LiteRT kernels to compare with (builtin: BUILTIN_WITHOUT_DEFAULT_DELEGATES; ref: "
+                        "TFLite's reference kernels)")
+    s.add_argument("--threads", type=int, default=1, help="LiteRT threads")
+    s.add_argument("--batch", type=int, default=0, help="value of unknown (-1) dimensions (default 1)")
+    s.add_argument("--keep-unknown", action="store_true", help="keep unknown dimensions unknown in the HAL model")
+    s.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    s.add_argument("--rtol", type=float, default=1e-4, help="float tolerance relative to the tensor's range")
+    s.add_argument("--steps", type=int, default=1, help="quantized tolerance in steps")
+    s.add_argument("--strict", action="store_true",
+                   help="exit 1 when an output, or with --per-tensor an operator run alone, is beyond tolerance")
+    s.add_argument("--no-isolate", action="store_true",
+                   help="with --per-tensor, skip re-running each operator alone on LiteRT's inputs when the "
+                        "whole-model comparison goes beyond tolerance")
+
+
+def add_plan_arguments(s: argparse.ArgumentParser) -> None:
+    """The NNAPI delegate's options (``nnhal run``, ``bench``, ``graph``)."""
+    s.add_argument("--plan", choices=["delegate", "max"], default="delegate",
+                   help="delegate (default): the operators Android's NNAPI delegate hands to NNAPI, rule for rule, "
+                        "the rest on LiteRT's CPU kernels; max: everything nnhal can express in the HAL on NNAPI")
+    s.add_argument("--android-api", type=int, default=30, choices=[27, 28, 29, 30],
+                   help="the device's Android API level (27-30; NNAPI partitions as HAL 1.0-1.3; default 30)")
+    s.add_argument("--max-partitions", type=int, default=3,
+                   help="the delegate's max_number_delegated_partitions: the largest N NNAPI partitions are "
+                        "delegated, the rest run on the CPU (default 3; 0: no limit)")
+    s.add_argument("--accelerator", default="",
+                   help="the delegate's accelerator_name: the one nnhal device (in process or a service) for the "
+                        "NNAPI partitions; its getSupportedOperations decides per operator")
+    s.add_argument("--allow-fp16", action="store_true", help="the delegate's allow_fp16: float32 partitions may "
+                                                             "compute in float16 (relaxComputationFloat32toFloat16)")
+    s.add_argument("--allow-nnapi-cpu", action="store_true",
+                   help="the inverse of the delegate's disallow_nnapi_cpu: from API 29 no device support query "
+                        "unless --accelerator is given")
+    s.add_argument("--preference", choices=["low_power", "fast_single_answer", "sustained_speed"],
+                   default="fast_single_answer", help="the delegate's execution_preference (prepareModel)")
+
+
+def add_graph_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("model", help="a .tflite file or a conformance vector file")
+    s.add_argument("name", nargs="?", default="", help="the model's name inside a vector file")
+    s.add_argument("-o", "--output", help="output .svg or .html (default: MODEL.html)")
+    s.add_argument("--device", default="", help="colour each operation by whether this device supports it")
+    s.add_argument("--hal", action="store_true", help="a .tflite model: draw its whole HAL model (as before) instead "
+                                                     "of the TFLite operators grouped by the plan's partitions")
+    add_plan_arguments(s)

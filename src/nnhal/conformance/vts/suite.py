@@ -1,0 +1,222 @@
+"""The VTS suite: which sections run on which models, cut into units of
+work (one section over a batch of models, or one whole fixed section), and
+the units run here, in local worker processes
+(:class:`concurrent.futures.ProcessPoolExecutor`) or as Ray tasks
+(:mod:`nnhal.conformance.vts.cluster`).  However they run, the cases come
+back in unit order, so every way gives the same cases in the same order.
+
+Each worker process or task opens its own device (or service connection)
+with :func:`nnhal.conformance.vts.device.open_device`, once, and keeps it for
+every unit it runs.  A worker process that dies (a driver that crashes)
+fails only the unit it was running: the units that had started are rerun one
+at a time in a fresh process, and the one that kills it again is recorded as
+a failure naming its exit; the others go on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import multiprocessing
+import signal
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from nnhal.conformance.vectors import VectorModel
+from nnhal.conformance.vts.case import Case
+from nnhal.conformance.vts.sections import DESCRIPTIONS, PER_MODEL, SECTIONS  # noqa: F401 - re-exported
+
+
+@dataclass(frozen=True)
+class Config:
+    """What every worker needs (plain data: it crosses processes and machines)."""
+    device: str
+    sample: Optional[int] = None
+    log_level: int = logging.CRITICAL + 10
+
+
+@dataclass
+class Unit:
+    """One section over a batch of models (none for a fixed section)."""
+    index: int
+    section: str
+    models: tuple[VectorModel, ...] = ()
+
+    @property
+    def label(self) -> str:
+        if not self.models:
+            return self.section
+        first = self.models[0]
+        more = f" +{len(self.models) - 1}" if len(self.models) > 1 else ""
+        return f"{self.section} {first.spec}/{first.name}{more}"
+
+
+def plan(sections: Sequence[str], models: Sequence[VectorModel], batch: int) -> list[Unit]:
+    """The units of a run, in the order their cases are reported."""
+    units: list[Unit] = []
+    for section in SECTIONS:
+        if section not in sections:
+            continue
+        if section not in PER_MODEL:
+            units.append(Unit(len(units), section))
+            continue
+        for k in range(0, len(models), batch):
+            units.append(Unit(len(units), section, tuple(models[k:k + batch])))
+    return units
+
+
+def batch_size(n_models: int, workers: int) -> int:
+    """Models per unit: about 8 units per worker (so the work balances), at
+    most 64 models (so a unit takes seconds, and Ctrl-C loses little)."""
+    if workers <= 1:
+        return 16
+    return max(1, min(64, math.ceil(n_models / (8 * workers))))
+
+
+# --------------------------------------------------------------------------
+# running one unit (in this process, a worker process or a Ray task)
+
+_DEVICE: dict[str, Any] = {}
+
+
+def device_for(config: Config) -> Any:
+    """The device of this process (opened once, kept for its units)."""
+    if config.device not in _DEVICE:
+        from nnhal.conformance import logs
+        from nnhal.conformance.vts.device import open_device
+
+        logs.install(config.log_level)
+        _DEVICE[config.device] = open_device(config.device)
+    return _DEVICE[config.device]
+
+
+def forget_device(config: Config) -> None:
+    from nnhal.conformance.vts.device import close_device
+
+    device = _DEVICE.pop(config.device, None)
+    if device is not None:
+        close_device(device)
+
+
+def _failure(unit: Unit, vm: Optional[VectorModel], message: str) -> Case:
+    model = f"{vm.spec}/{vm.name}" if vm is not None else ""
+    return Case(unit.section, unit.section, model, "", "the section runs", "raised", "fail", message)
+
+
+def run_unit(config: Config, unit: Unit) -> list[Case]:
+    """Every case of ``unit`` on this process's device; a section that raises
+    (a driver that raises out of a HAL method) is a failed case naming it."""
+    device = device_for(config)
+    module = importlib.import_module(f"nnhal.conformance.vts.{unit.section}")
+    if not unit.models:
+        try:
+            return module.run(device, config.device) if unit.section == "basic" else module.run(device)
+        except Exception as e:  # noqa: BLE001
+            return [_failure(unit, None, f"{type(e).__name__}: {e}")]
+    out: list[Case] = []
+    for vm in unit.models:
+        try:
+            out += module.run_model(device, vm, config.sample)
+        except Exception as e:  # noqa: BLE001
+            out.append(_failure(unit, vm, f"{type(e).__name__}: {e}"))
+    return out
+
+
+# --------------------------------------------------------------------------
+# local worker processes
+
+_STARTED: Any = None
+
+
+def _init_worker(config: Config, started: Any) -> None:
+    global _STARTED
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # NOTE: the parent decides what Ctrl-C stops
+    _STARTED = started
+    device_for(config)
+
+
+def _run_in_worker(config: Config, unit: Unit) -> list[Case]:
+    if _STARTED is not None:
+        _STARTED.put(unit.index)
+    return run_unit(config, unit)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    # NOTE: shutdown() waits for the units running; on Ctrl-C or a broken pool the workers are ended now
+    # (the pool keeps its processes in a private attribute: there is no public way)
+    for p in list(getattr(pool, "_processes", {}).values()):
+        if p.is_alive():
+            p.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run_local(units: Sequence[Unit], config: Config, jobs: int,
+              on_done: Callable[[Unit, list[Case]], None]) -> None:
+    """Runs ``units`` in ``jobs`` worker processes (spawned: the parent may
+    hold driver threads), calling ``on_done(unit, cases)`` as each ends.
+    KeyboardInterrupt ends the workers and is re-raised."""
+    ctx = multiprocessing.get_context("spawn")
+    todo = list(units)
+    isolated: list[Unit] = []
+    while todo or isolated:
+        if isolated:
+            unit = isolated.pop(0)
+            _run_pool([unit], config, 1, on_done, ctx, lone=True)
+            continue
+        todo, suspects = _run_pool(todo, config, jobs, on_done, ctx)
+        # NOTE: a unit that was running when a worker died is rerun model by model, each alone (same index:
+        # its cases still come in order)
+        isolated += [Unit(u.index, u.section, (vm,)) for u in suspects for vm in u.models] + \
+            [u for u in suspects if not u.models]
+
+
+def _run_pool(units: list[Unit], config: Config, jobs: int, on_done: Callable[[Unit, list[Case]], None],
+              ctx: Any, lone: bool = False) -> tuple[list[Unit], list[Unit]]:
+    """One pool over ``units``: ([], []) when all ran, else (the units not
+    started, the units running) when a worker died."""
+    started = ctx.SimpleQueue()
+    pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(units))), mp_context=ctx,
+                               initializer=_init_worker, initargs=(config, started))
+    futures: dict[Future, Unit] = {pool.submit(_run_in_worker, config, u): u for u in units}
+    done_ids: set[int] = set()
+    try:
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                unit = futures[f]
+                try:
+                    cases = f.result()
+                except BrokenProcessPool:
+                    continue
+                except Exception as e:  # noqa: BLE001 - e.g. the device could not be opened in the worker
+                    cases = [_failure(unit, None, f"{type(e).__name__}: {e}")]
+                done_ids.add(unit.index)
+                on_done(unit, cases)
+            if any(isinstance(f.exception(), BrokenProcessPool) for f in finished if not f.cancelled()):
+                break
+        else:
+            pool.shutdown(wait=True)
+            return [], []
+    except BaseException:
+        _terminate(pool)
+        raise
+    codes = sorted({p.exitcode for p in getattr(pool, "_processes", {}).values() if p.exitcode})
+    _terminate(pool)
+    ran = set()
+    while not started.empty():
+        ran.add(started.get())
+    left = [u for u in units if u.index not in done_ids]
+    if lone:
+        for u in left:
+            on_done(u, [_failure(u, u.models[0] if u.models else None, f"the worker process died running it "
+                                 f"(exit status {', '.join(map(str, codes)) or 'unknown'})")])
+        return [], []
+    if not ran & {u.index for u in left}:
+        # NOTE: a worker died before a unit could say it started (e.g. receiving it): the suspects are
+        # the first units handed out (the pool hands them out in order, at most one more than its workers)
+        ran = {u.index for u in left[:jobs + 1]}
+    return [u for u in left if u.index not in ran], [u for u in left if u.index in ran]

@@ -1,0 +1,382 @@
+"""Running an imported TFLite model through a HAL device (public API only:
+``prepareModel_1_3`` + ``executeSynchronously_1_3`` on ``nnhal.memory`` pools,
+as an NNAPI client does), LiteRT as the reference, and the comparisons
+``nnhal run --compare / --per-tensor`` print.
+
+Generated inputs (when none are given) are seeded (``seed``, default 0) and
+documented here: float inputs uniform in [-1, 1); uint8 / int8 inputs
+uniform over their whole integer range; int32 inputs uniform in [0, 10);
+bool inputs fair coin flips.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from nnhal import hal
+from nnhal.engine.validation import request_key
+from nnhal.platform import memory as hal_memory
+from nnhal.tflite.loader import IODescription, TensorDesc
+from nnhal.tflite.schema import interpreter_module
+
+_HAL_DTYPES = {hal.OperandType.TENSOR_FLOAT32: np.float32, hal.OperandType.TENSOR_FLOAT16: np.float16,
+               hal.OperandType.TENSOR_INT32: np.int32, hal.OperandType.TENSOR_QUANT8_ASYMM: np.uint8,
+               hal.OperandType.TENSOR_QUANT8_ASYMM_SIGNED: np.int8, hal.OperandType.TENSOR_BOOL8: np.bool_,
+               hal.OperandType.TENSOR_QUANT16_SYMM: np.int16}
+
+
+class ExecutionError(RuntimeError):
+    """The device refused to prepare or failed to execute the model."""
+
+
+def make_inputs(io: IODescription, batch: int = 1, seed: int = 0) -> list[np.ndarray]:
+    """Inputs from the documented distribution (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for d in io.inputs:
+        shape = [batch if s < 0 else s for s in d.shape]
+        dt = np.dtype(d.dtype)
+        if dt.kind == "f":
+            a = rng.uniform(-1.0, 1.0, shape).astype(dt)
+        elif dt == np.bool_:
+            a = rng.integers(0, 2, shape).astype(np.bool_)
+        elif dt in (np.uint8, np.int8, np.int16):
+            info = np.iinfo(dt)
+            a = rng.integers(int(info.min), int(info.max) + 1, shape).astype(dt)
+        else:
+            a = rng.integers(0, 10, shape).astype(dt)
+        out.append(a)
+    return out
+
+
+def check_inputs(io: IODescription, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The given arrays as the model's inputs (count, dtype, shape checked; unknown dims free)."""
+    if len(inputs) != len(io.inputs):
+        raise ValueError(f"the model has {len(io.inputs)} input(s), {len(inputs)} given")
+    res = []
+    for k, (a, d) in enumerate(zip(inputs, io.inputs)):
+        a = np.asarray(a)
+        if a.dtype != np.dtype(d.dtype):
+            raise ValueError(f"input {k} ({d.name}) must be {d.dtype}, got {a.dtype}")
+        if len(a.shape) != len(d.shape) or any(s >= 0 and s != x for s, x in zip(d.shape, a.shape)):
+            raise ValueError(f"input {k} ({d.name}) must have shape {d.shape}, got {list(a.shape)}")
+        res.append(np.ascontiguousarray(a))
+    return res
+
+
+class PoolLayout:
+    """One shared memory pool holding a run's inputs, then its outputs (each at a
+    64-byte aligned offset), mapped once, the request naming them, and numpy
+    views of each input's and output's bytes in the mapping."""
+
+    def __init__(self, inputs: Sequence[np.ndarray], out_dims: list[list[int]], out_dtypes: list[np.dtype]):
+        self.shapes = tuple(a.shape for a in inputs)
+        self.out_dims = out_dims
+        places, off = [], 0
+        for a in inputs:
+            places.append((off, a.nbytes))
+            off = (off + a.nbytes + 63) // 64 * 64
+        in_args = [hal.RequestArgument(location=hal.DataLocation(0, o, n),
+                                       # NOTE: the actual dimensions, for a model that leaves some unknown
+                                       dimensions=[int(d) for d in a.shape] if a.ndim else [1])
+                   for a, (o, n) in zip(inputs, places)]
+        self.out_places = []
+        for d, dt in zip(out_dims, out_dtypes):
+            n = max(math.prod(d) * dt.itemsize, 1)
+            self.out_places.append((off, n))
+            off = (off + n + 63) // 64 * 64
+        self.memory = hal_memory.allocate(max(off, 64))
+        self.request = hal.Request(inputs=in_args,
+                                   outputs=[hal.RequestArgument(location=hal.DataLocation(0, o, n))
+                                            for o, n in self.out_places],
+                                   pools=[hal.MemoryPool(hidlMemory=self.memory)])
+        # NOTE: mapped once per layout, not per run (the client's side of an execution: what a user
+        # keeps between runs), so the timings measure the driver and not this session's mmap calls
+        self.view = hal_memory.map(self.memory)
+        self.in_views = [np.frombuffer(self.view, a.dtype, a.size, o).reshape(a.shape)
+                         for a, (o, _) in zip(inputs, places)]
+        self.out_views = [self.out_view(k, d, dt) for k, (d, dt) in enumerate(zip(out_dims, out_dtypes))]
+
+    def out_view(self, k: int, dims: list[int], dt: np.dtype) -> np.ndarray:
+        return np.frombuffer(self.view, dt, math.prod(dims), self.out_places[k][0]).reshape(dims)
+
+    def close(self) -> None:
+        self.in_views, self.out_views = [], []  # NOTE: views of the mapping first, then the mapping
+        try:
+            self.view.release()
+        except BufferError:
+            pass  # NOTE: a caller still holds a view: the mapping goes with the last one
+        hal_memory.free(self.memory)
+
+
+class HalSession:
+    """A model prepared on ``device``; ``run(inputs)`` executes it synchronously:
+    ``executeSynchronously_1_3`` on one shared memory pool (inputs written
+    into it, outputs read from it), as an NNAPI client does."""
+
+    def __init__(self, device: Any, model: hal.Model, io: IODescription, prepared: Any = None):
+        self.device, self.model, self.io = device, model, io
+        if prepared is None:  # NOTE: a caller may prepare it another way (an older HAL version's method)
+            cb = hal.PreparedModelCallback()
+            st = device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                         hal.OptionalTimePoint(), [], [], bytes(32), cb)
+            status, prepared = cb.wait()
+            if st != hal.ErrorStatus.NONE or status != hal.ErrorStatus.NONE or prepared is None:
+                raise ExecutionError(f"prepareModel_1_3: {hal.ErrorStatus(st if st else status).name}")
+        self.prepared = prepared
+        sg = model.main
+        self.out_types = [sg.operands[i].type for i in sg.outputIndexes]
+        self.out_dtypes = [np.dtype(_HAL_DTYPES[t]) for t in self.out_types]
+        self.out_dims = [list(sg.operands[i].dimensions) for i in sg.outputIndexes]
+        # NOTE: (the output's own rank: a TFLite scalar is [1] in the HAL model, its dtype)
+        self.out_desc = [(bool(d.shape), np.dtype(d.dtype)) for d in io.all_outputs]
+        self._layout: Optional[PoolLayout] = None
+        self._no_deadline, self._no_timeout = hal.OptionalTimePoint(), hal.OptionalTimeoutDuration()
+
+    def _layout_for(self, inputs: Sequence[np.ndarray], dims: Optional[list[list[int]]]) -> PoolLayout:
+        lay = self._layout
+        shapes = tuple(a.shape for a in inputs)
+        if lay is not None and lay.shapes == shapes and (dims is None or dims == lay.out_dims):
+            return lay
+        if dims is None:
+            batch = int(inputs[0].shape[0]) if inputs and inputs[0].ndim else 1
+            dims = [[batch if d == 0 else d for d in ds] for ds in self.out_dims]
+        self.close_pools()
+        self._layout = lay = PoolLayout(inputs, dims, self.out_dtypes)
+        return lay
+
+    def close_pools(self) -> None:
+        if self._layout is not None:
+            self._layout.close()
+            self._layout = None
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The outputs (model outputs, then exposed intermediates) with their actual shapes."""
+        dims: Optional[list[list[int]]] = None
+        for _ in range(3):
+            lay = self._layout_for(inputs, dims)
+            for dst, a in zip(lay.in_views, inputs):
+                np.copyto(dst, a)
+            status, shapes, _ = self.prepared.executeSynchronously_1_3(
+                lay.request, hal.MeasureTiming.NO, self._no_deadline, self._no_timeout)
+            if status == hal.ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+                dims = [list(s.dimensions) for s in shapes]
+                continue
+            if status != hal.ErrorStatus.NONE:
+                raise ExecutionError(f"executeSynchronously_1_3: {hal.ErrorStatus(status).name}")
+            res = []
+            for k, (v, (ranked, dt)) in enumerate(zip(lay.out_views, self.out_desc)):
+                got = shapes[k].dimensions if k < len(shapes) else None
+                if got and got != lay.out_dims[k]:  # NOTE: a shape known only once run
+                    v = lay.out_view(k, got, self.out_dtypes[k])
+                # NOTE: a copy (astype), the pool is overwritten by the next run; a TFLite
+                # scalar is [1] in the HAL model: given back its own rank
+                res.append(v.astype(dt) if ranked else v.reshape(()).astype(dt))
+            return res
+        raise ExecutionError("output sizes kept growing")
+
+    def close(self) -> None:
+        self.close_pools()
+
+
+class LiteRT:
+    """LiteRT's interpreter on the same file: ``kernels`` "builtin" (the optimized builtin kernels,
+    no default delegate), "ref" (TFLite's reference kernels) or "xnnpack" (the default delegate)."""
+
+    def __init__(self, path: str | Path | bytes, threads: int = 1, kernels: str = "builtin", preserve: bool = False):
+        mod = interpreter_module()
+        rt = {"builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "ref": mod.OpResolverType.BUILTIN_REF,
+              "xnnpack": mod.OpResolverType.AUTO}[kernels]
+        src = {"model_content": bytes(path)} if isinstance(path, (bytes, bytearray)) else {"model_path": str(path)}
+        self.it = mod.Interpreter(**src, num_threads=threads, experimental_op_resolver_type=rt,
+                                  experimental_preserve_all_tensors=preserve)
+        self.inputs = self.it.get_input_details()
+        self.outputs = self.it.get_output_details()
+        self.shapes: Optional[list] = None
+
+    def set_inputs(self, inputs: Sequence[np.ndarray]) -> None:
+        shapes = [list(a.shape) for a in inputs]
+        if shapes != self.shapes:
+            for d, s in zip(self.inputs, shapes):
+                if list(d["shape"]) != s:
+                    self.it.resize_tensor_input(d["index"], s)
+            self.it.allocate_tensors()
+            self.shapes = shapes
+        for d, a in zip(self.inputs, inputs):
+            self.it.set_tensor(d["index"], a)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.set_inputs(inputs)
+        self.it.invoke()
+        return [self.it.get_tensor(d["index"]).copy() for d in self.outputs]
+
+    def tensor(self, k: int) -> np.ndarray:
+        return self.it.get_tensor(k).copy()
+
+
+class DataPathFloor:
+    """LiteRT (XNNPACK) on the original file with the least an in-process
+    HAL execution must do around it, by value and through shared memory, and
+    nothing else: the client writes its inputs into a pool; the request is
+    read (:func:`nnhal.engine.validation.request_key`: every value, as a driver that
+    keeps nothing of the caller's must); each pool's descriptor is checked to
+    be the memory validated before (``fstat``, ``F_GETFL``); the inputs are
+    set from the pool, the outputs written into it, and the client reads them
+    back.  No scheduler, deadline, argument checks or result objects: a lower
+    bound for a HAL driver over the same engine (``nnhal bench --floor``)."""
+
+    def __init__(self, path: str | Path, inputs: Sequence[np.ndarray], threads: int = 1):
+        self.lr = LiteRT(path, threads=threads, kernels="xnnpack")
+        outs = self.lr.run(inputs)
+        self.layout = PoolLayout(inputs, [list(o.shape) for o in outs], [o.dtype for o in outs])
+        self._fds = [p.hidlMemory.handle.fds[0] for p in self.layout.request.pools]
+        self._in = [d["index"] for d in self.lr.inputs]
+        self._out = [d["index"] for d in self.lr.outputs]
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        lay, it = self.layout, self.lr.it
+        for dst, a in zip(lay.in_views, inputs):
+            np.copyto(dst, a)
+        request_key(lay.request)
+        for fd in self._fds:
+            os.fstat(fd)
+            fcntl.fcntl(fd, fcntl.F_GETFL)
+        for idx, v in zip(self._in, lay.in_views):
+            it.set_tensor(idx, v)
+        it.invoke()
+        for idx, v in zip(self._out, lay.out_views):
+            np.copyto(v, it.get_tensor(idx))
+        return [v.copy() for v in lay.out_views]
+
+    def close(self) -> None:
+        self.layout.close()
+
+
+@dataclass
+class Diff:
+    """How one nnhal tensor differs from LiteRT's."""
+
+    name: str
+    max_abs: float
+    mean_abs: float
+    rel: float  # max_abs / the reference's range (float tensors)
+    steps: int  # max difference in quantization steps (quantized tensors; 0 for float)
+    quantized: bool
+    shape_ok: bool = True
+
+    def ok(self, rtol: float = 1e-4, steps: int = 1) -> bool:
+        if not self.shape_ok:
+            return False
+        return self.steps <= steps if self.quantized else self.rel <= rtol
+
+    def __str__(self) -> str:
+        name = self.name if len(self.name) <= 48 else "..." + self.name[-45:]
+        if not self.shape_ok:
+            return f"{name}: shape differs"
+        if self.quantized:
+            return f"{name}: max {self.steps} step(s), mean {self.mean_abs:.3g} steps"
+        return f"{name}: max |err| {self.max_abs:.3g} (rel. to range {self.rel:.2e}), mean {self.mean_abs:.3g}"
+
+
+def diff(ours: np.ndarray, ref: np.ndarray, desc: TensorDesc) -> Diff:
+    if list(ours.shape) != list(ref.shape):
+        return Diff(desc.name, np.inf, np.inf, np.inf, 1 << 30, desc.quantized, False)
+    if ours.dtype.kind in "iub" and ref.dtype.kind in "iub":
+        d = np.abs(ours.astype(np.int64) - ref.astype(np.int64))
+        m = int(d.max()) if d.size else 0
+        return Diff(desc.name, float(m), float(d.mean()) if d.size else 0.0, 0.0, m, True)
+    a, b = ours.astype(np.float64), ref.astype(np.float64)
+    d = np.abs(a - b)
+    d = np.where(np.isnan(a) & np.isnan(b), 0.0, d)
+    rng = float(b.max() - b.min()) if b.size else 0.0
+    if rng == 0.0:
+        rng = max(float(np.abs(b).max()) if b.size else 0.0, 1e-30)
+    m = float(d.max()) if d.size else 0.0
+    return Diff(desc.name, m, float(d.mean()) if d.size else 0.0, m / rng, 0, False)
+
+
+def topk(ours: np.ndarray, ref: np.ndarray, k: int = 5) -> Optional[tuple[bool, float]]:
+    """(top-1 equal, top-k overlap) for a classifier output [batch, classes]; None otherwise."""
+    if ours.ndim != 2 or ours.shape[1] < 2 or ours.shape != ref.shape:
+        return None
+    k = min(k, ours.shape[1])
+    t1 = bool(np.all(np.argmax(ours, 1) == np.argmax(ref, 1)))
+    over = np.mean([len(set(np.argsort(-o)[:k]) & set(np.argsort(-r)[:k])) / k for o, r in zip(ours, ref)])
+    return t1, float(over)
+
+
+def timed(fn: Any, repeats: int, warmup: int = 2) -> list[float]:
+    """Wall-clock seconds of ``repeats`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def operator_model(model: hal.Model, io: IODescription, index: int) -> Optional[tuple[hal.Model, IODescription]]:
+    """The HAL operations TFLite operator ``index`` became, alone: a model whose inputs are the
+    operator's non-constant input tensors and whose outputs are its output tensors (constants
+    shared with ``model``); None for an operator folded at load."""
+    sg = model.main
+    ops = [sg.operations[j] for j, t in enumerate(io.hal_to_tflite) if t == index]
+    if not ops:
+        return None
+    L = hal.OperandLifeTime
+    made = {o for op in ops for o in op.outputs}
+    in_t = [k for k in dict.fromkeys(io.operator_inputs[index]) if k >= 0 and k in io.tensors]
+    out_t = [k for k in io.operator_outputs[index] if k in io.tensor_operand]
+    ins = [io.tensor_operand[k] for k in in_t]
+    outs = [io.tensor_operand[k] for k in out_t]
+    used = list(dict.fromkeys([i for op in ops for i in op.inputs] + [o for op in ops for o in op.outputs]))
+    remap = {old: new for new, old in enumerate(used)}
+    operands = []
+    for old in used:
+        o = dataclasses.replace(sg.operands[old])
+        if old in ins and old not in made:
+            o.lifetime = L.SUBGRAPH_INPUT
+        elif old in outs:
+            o.lifetime = L.SUBGRAPH_OUTPUT
+        elif o.lifetime in (L.SUBGRAPH_INPUT, L.SUBGRAPH_OUTPUT, L.TEMPORARY_VARIABLE):  # NOTE: not SUBGRAPH
+            if old not in made:
+                return None  # NOTE: an input with no TFLite tensor behind it; cannot be fed
+            o.lifetime = L.TEMPORARY_VARIABLE
+        o.numberOfConsumers = sum(op.inputs.count(old) for op in ops)
+        operands.append(o)
+    new_ops = [hal.Operation(op.type, [remap[i] for i in op.inputs], [remap[o] for o in op.outputs]) for op in ops]
+    sub = hal.Subgraph(operands=operands, operations=new_ops, inputIndexes=[remap[i] for i in ins if i in remap],
+                       outputIndexes=[remap[o] for o in outs])
+    sub_io = IODescription(inputs=[io.tensors[k] for k in in_t if io.tensor_operand[k] in remap],
+                           outputs=[io.tensors[k] for k in out_t])
+    return hal.Model(main=sub, referenced=model.referenced, operandValues=model.operandValues,
+                     pools=model.pools), sub_io
+
+
+def isolated(device: Any, model: hal.Model, io: IODescription, lite: "LiteRT") -> list[tuple[int, str, Diff]]:
+    """Each TFLite operator's HAL operations run alone on LiteRT's own input tensors (after
+    ``lite.run``, made with ``preserve=True``), compared with LiteRT's output tensors: the error an
+    operation adds by itself, without what it inherits from earlier ones."""
+    res = []
+    for i, name in enumerate(io.operator_names):
+        sub = operator_model(model, io, i)
+        if sub is None:
+            continue
+        m, sub_io = sub
+        session = HalSession(device, m, sub_io)
+        outs = session.run([lite.tensor(d.tensor) for d in sub_io.inputs])
+        session.close()
+        for a, d in zip(outs, sub_io.outputs):
+            res.append((i, name, diff(a, lite.tensor(d.tensor), d)))
+    return res
