@@ -183,22 +183,27 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--start", type=int, default=0, help="skip the first N mutants (resume a run)")
     ap.add_argument("--progress", action="store_true", help="name each mutant on stderr before running it")
     args = ap.parse_args(argv)
-    logging.getLogger("nnhal").setLevel(logging.CRITICAL)  # NOTE: the mutants' rejections are expected
+    logger = logging.getLogger("nnhal")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)  # NOTE: the mutants' rejections are expected; restored after (in process)
     try:
-        device = nnhal.get_device(args.device)
-        files = vectors.find_files(args.paths or [vectors.default_vectors()])
-    except (LookupError, ValueError, OSError) as e:
-        print(f"status_diff: {e}", file=sys.stderr)
-        return 2
-    ops = {s.strip() for s in args.ops.split(",") if s.strip()}
-    models = [vm for vm in vectors.load(files, ops or None) if not vm.expectFailure][::max(1, args.every)]
-    def progress(n: int, line: str) -> None:
-        print(f"[{n}] {line}", file=sys.stderr, flush=True)
+        try:
+            device = nnhal.get_device(args.device)
+            files = vectors.find_files(args.paths or [vectors.default_vectors()])
+        except (LookupError, ValueError, OSError) as e:
+            print(f"status_diff: {e}", file=sys.stderr)
+            return 2
+        ops = {s.strip() for s in args.ops.split(",") if s.strip()}
+        models = [vm for vm in vectors.load(files, ops or None) if not vm.expectFailure][::max(1, args.every)]
+        def progress(n: int, line: str) -> None:
+            print(f"[{n}] {line}", file=sys.stderr, flush=True)
 
-    counts, problems = run(device, nnhal.get_device("sample-all"), models, args.start,
-                           progress if args.progress else None, lambda line: print(line, flush=True))
-    print(f"{args.device} vs sample-all: {counts['mutants']} mutants of {len(models)} vector models: "
-          f"{counts['agree']} agree, {counts['refused']} refused, {counts['disagree']} disagree")
+        counts, problems = run(device, nnhal.get_device("sample-all"), models, args.start,
+                               progress if args.progress else None, lambda line: print(line, flush=True))
+        print(f"{args.device} vs sample-all: {counts['mutants']} mutants of {len(models)} vector models: "
+              f"{counts['agree']} agree, {counts['refused']} refused, {counts['disagree']} disagree")
+    finally:
+        logger.setLevel(level)
     return 1 if problems else 0
 
 
