@@ -14,11 +14,13 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
 
+from nnhal.cli.app import UserError
 from nnhal.delegate.run import (
     DataPathFloor,
     ExecutionError,
@@ -63,34 +65,131 @@ def _short(a: np.ndarray) -> str:
 def _inputs(args: argparse.Namespace, io: IODescription) -> list[np.ndarray]:
     if not args.input:
         return make_inputs(io, batch=args.batch or 1, seed=args.seed)
-    arrays = []
-    for f in args.input:
-        a = np.load(f, allow_pickle=False)
-        arrays.append(a)
+    arrays = [load_npy(f, "--input") for f in args.input]
     try:
         return check_inputs(io, arrays)
     except ValueError as e:
-        raise SystemExit(f"--input: {e}") from None
+        raise UserError(f"--input: {e}") from None
+
+
+def load_npy(path: str, option: str) -> np.ndarray:
+    """A .npy file's array; a missing file or one that is no .npy array is a one-line user error."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":  # NOTE: np.load would take any other file for a pickle
+                raise UserError(f"{option} {path}: not a .npy file (save arrays with numpy.save)")
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise UserError(f"{option} {path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{option} {path}: is a folder, not a .npy file") from None
+    except OSError as e:
+        raise UserError(f"{option} {path}: {e.strerror or 'cannot be read'}") from None
+    except (ValueError, EOFError) as e:  # NOTE: not a .npy (or a pickled object array, which is refused)
+        why = "an object array (pickled), which is refused" if "pickle" in str(e) else "not a .npy array file"
+        raise UserError(f"{option} {path}: {why}") from None
+
+
+def tensor_line(d: Any, a: Optional[np.ndarray] = None) -> str:
+    """``NAME: int8[1, 96, 96, 3] (scale 0.0078, zero point -1)`` for a model input or output."""
+    shape = list(a.shape) if a is not None else list(d.shape)
+    q = f" (scale {d.scale:.6g}, zero point {d.zero_point})" if getattr(d, "quantized", False) else ""
+    return f"{d.name}: {np.dtype(d.dtype)}{shape}{q}"
+
+
+def check_run_flags(args: argparse.Namespace) -> None:
+    """Flags that contradict one another: refused in one line before anything is loaded."""
+    devices = (getattr(args, "devices", "") or "").strip()
+    if devices and args.device:
+        raise UserError(f"--device {args.device} and --devices {devices}: give one (--devices runs through the "
+                        "client runtime, partitioned over several devices)")
+    plan = getattr(args, "plan", None)
+    if getattr(args, "explain", False) and not devices and not plan:
+        raise UserError("--explain explains a placement: give --devices A,B,... (or a delegate plan)")
+    if args.per_tensor and getattr(args, "keep_unknown", False):
+        raise UserError("--per-tensor needs known shapes: leave out --keep-unknown")
+
+
+def print_inputs(io: IODescription, x: list[np.ndarray], args: argparse.Namespace) -> None:
+    """The model's inputs, each with name, type, shape and quantization, and where its values came from."""
+    for k, (a, d) in enumerate(zip(x, io.inputs)):
+        where = (f"from {args.input[k]}" if args.input else
+                 f"RANDOM (seed {args.seed}: {_distribution(a.dtype)}; --input x.npy for real data)")
+        print(f"input {k} {tensor_line(d, a)} {where}")
+
+
+def _distribution(dt: np.dtype) -> str:
+    if dt.kind == "f":
+        return "uniform [-1, 1)"
+    if dt == np.bool_:
+        return "coin flips"
+    if dt in (np.uint8, np.int8, np.int16):
+        return "uniform over the whole range"
+    return "uniform [0, 10)"
+
+
+def save_arrays(out_dir: Path, prefix: str, arrays: list[np.ndarray]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for k, a in enumerate(arrays):
+        np.save(out_dir / f"{prefix}_{k}.npy", a, allow_pickle=False)
+
+
+def verdict(args: argparse.Namespace, io: IODescription, failures: list[str], drift: str = "") -> int:
+    """One line saying whether nnhal matches LiteRT within the tolerance (named), the hint for int8
+    against LiteRT's optimized kernels, and the exit status (1 only with ``--strict``)."""
+    tol = f"tolerance: float {args.rtol:g} of the tensor's range, quantized {args.steps} step(s)"
+    int8 = any(d.quantized for d in io.outputs + io.intermediates)
+    if not failures:
+        if drift:
+            print(f"verdict: MATCH per operation ({tol}; LiteRT {args.kernels} kernels): every operator alone "
+                  f"is within tolerance; {drift} differs beyond it through drift along the chain")
+        else:
+            print(f"verdict: MATCH, every compared tensor within tolerance ({tol}; LiteRT {args.kernels} kernels)")
+        if not (drift and int8 and args.kernels != "ref"):
+            return 0
+    else:
+        print(f"verdict: BEYOND TOLERANCE ({tol}): " + "; ".join(failures))
+    if int8 and args.kernels != "ref":
+        print(f"  hint: LiteRT's optimized {args.kernels} int8 kernels round each requantization once, nnhal "
+              "(as NNAPI's reference) twice, and the differences grow through deep networks; --kernels ref "
+              "compares with TFLite's reference kernels, which nnhal matches bit for bit")
+    if failures and args.strict:
+        print("  --strict: exit status 1")
+        return 1
+    return 0
 
 
 def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     """``nnhal run``."""
+    check_run_flags(args)
     expose = bool(args.per_tensor)
     batch = None if args.keep_unknown else (args.batch or 1)
     model, io = _load(args.model, batch, expose)
     print(f"{args.model}: {summary(io)}")
     x = _inputs(args, io)
+    print_inputs(io, x, args)
     devices = [d.strip() for d in (getattr(args, "devices", "") or "").split(",") if d.strip()]
+    name = args.device or "sample-all"
     try:
-        device = device_of(devices[0] if devices else args.device)
-        for name in devices[1:]:
-            device_of(name)  # NOTE: an unknown name is refused (with the closest names) before compiling
+        device = device_of(devices[0] if devices else name)
+        for other in devices[1:]:
+            device_of(other)  # NOTE: an unknown name is refused (with the closest names) before compiling
         if devices:
+            print(f"devices: {', '.join(devices)} (through the client runtime, partitioned)")
+            t0 = time.perf_counter()
             outs = _run_partitioned(args, model, x, devices)
+            print(f"compiled and ran in {(time.perf_counter() - t0) * 1e3:.1f} ms")
         else:
+            _, version = device.getVersionString()
+            print(f"device: {name} ({version})")
+            t0 = time.perf_counter()
             session = HalSession(device, model, io)
+            t1 = time.perf_counter()
             outs = session.run(x)
+            t2 = time.perf_counter()
             session.close()
+            print(f"latency: prepare {(t1 - t0) * 1e3:.1f} ms, execute {(t2 - t1) * 1e3:.1f} ms (first execution; "
+                  f"nnhal bench {Path(args.model).name} for steady-state figures)")
     except ExecutionError as e:
         print(f"{args.model}: {e}", file=sys.stderr)
         return 3
@@ -121,10 +220,13 @@ def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, ou
         print(f"output {k} {d.name}: {_short(a)}")
     if args.output:
         out_dir = Path(args.output)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for k, a in enumerate(outs[:n_out]):
-            np.save(out_dir / f"output_{k}.npy", a, allow_pickle=False)
-        print(f"wrote {n_out} output(s) to {out_dir}/output_<k>.npy")
+        try:
+            save_arrays(out_dir, "input", x)
+            save_arrays(out_dir, "output", outs[:n_out])
+        except OSError as e:
+            raise UserError(f"-o {out_dir}: {e.strerror or e}") from None
+        print(f"wrote {len(x)} input(s) and {n_out} output(s) to {out_dir}/input_<k>.npy, output_<k>.npy "
+              "(--input DIR/input_0.npy ... runs the same again)")
     if not (args.compare or args.per_tensor):
         return 0
     try:
@@ -133,17 +235,20 @@ def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, ou
     except ImportError as e:
         print(f"--compare: {e}", file=sys.stderr)
         return 3
-    bad = False
+    failures: list[str] = []
+    drift = ""
     print(f"against LiteRT ({args.kernels} kernels):")
     for k, (a, r, d) in enumerate(zip(outs, ref, io.outputs)):
         df = diff(a, r, d)
-        bad |= not df.ok(args.rtol, args.steps)
+        if not df.ok(args.rtol, args.steps):
+            failures.append(f"output {k} {df}")
         line = f"  output {k} {df}"
         tk = topk(a.astype(np.float64), r.astype(np.float64))
         if tk is not None:
-            line += f"; top-1 {'same' if tk[0] else 'DIFFERENT'}, top-5 overlap {tk[1]:.0%}"
+            line += f"; top-1 {'same' if tk[0] else 'DIFFERENT'}"
+            if a.shape[1] > 5:  # NOTE: with 5 classes or fewer every class is in the top 5
+                line += f", top-5 overlap {tk[1]:.0%}"
         print(line)
-    op_bad = False
     if args.per_tensor:
         first, worst, diffs = None, None, {}
         for a, d in zip(outs[n_out:] + outs[:n_out], io.intermediates + io.outputs):
@@ -158,7 +263,7 @@ def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, ou
             print(f"  every tensor within tolerance (float {args.rtol:g} of its range, quantized {args.steps} step)")
         else:
             d, df = first
-            op_bad = True
+            failures.append(f"first operation beyond tolerance: operator {d.producer} {d.producer_name}")
             print(f"  first operation beyond tolerance: operator {d.producer} {d.producer_name} "
                   f"(tensor {d.tensor}) {df}")
             upstream = [diffs[k] for k in io.operator_inputs[d.producer] if k in diffs]
@@ -177,8 +282,10 @@ def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, ou
                 print(f"  each operator alone on LiteRT's own inputs ({len(iso)} runs): worst operator {w[0]} {w[1]}: "
                       f"{w[2]}; {len(over)} beyond tolerance" +
                       (f", first: operator {over[0][0]} {over[0][1]}: {over[0][2]}" if over else ""))
-                op_bad = bool(over)  # NOTE: drift inherited through the chain alone is not a failure
-    return 1 if (bad or op_bad) and args.strict else 0
+                if not over:  # NOTE: drift inherited through the chain alone is not a failure
+                    failures.remove(f"first operation beyond tolerance: operator {d.producer} {d.producer_name}")
+                    drift = f"operator {d.producer} {d.producer_name} onwards"
+    return verdict(args, io, failures, drift)
 
 
 def bench_main(argv: list[str], device_of: DeviceOf) -> int:
@@ -303,11 +410,16 @@ def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]
         return model, f"{Path(path).name}: {summary(io)}", names
     from nnhal.conformance import vectors
 
-    models = vectors.load_file(path)
+    try:
+        models = vectors.load_file(path)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (OSError, ValueError, EOFError, KeyError, TypeError) as e:
+        raise UserError(f"{path}: neither a .tflite model nor a conformance vector file ({e})") from None
     pick = [m for m in models if not args.name or m.name == args.name] or \
         [m for m in models if args.name and args.name in m.name]
     if not pick:
-        raise SystemExit(f"{path}: no model named {args.name!r}; models: {', '.join(m.name for m in models)}")
+        raise UserError(f"{path}: no model named {args.name!r}; models: {', '.join(m.name for m in models)}")
     return pick[0].build_model(), f"{Path(path).name}: {pick[0].name}", None
 
 
@@ -354,8 +466,10 @@ def add_run_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--input", action="append",
                    help="a .npy per model input, in the model's input order (default: generated, seeded: float "
                         "uniform [-1, 1), uint8/int8 uniform over their range, int32 uniform [0, 10))")
-    s.add_argument("-o", "--output", help="write DIR/output_<k>.npy per model output")
-    s.add_argument("--device", default="sample-all", help="the HAL device to run it on (nnhal devices lists them)")
+    s.add_argument("-o", "--output", help="write DIR/input_<k>.npy per model input (the inputs used, generated or "
+                                          "given) and DIR/output_<k>.npy per model output")
+    s.add_argument("--device", default="", help="the HAL device to run it on (default sample-all; nnhal devices "
+                                                "lists them)")
     s.add_argument("--devices", default="", help="A,B,...: run through the client runtime, partitioned over these "
                                                 "devices (operations none takes on the CPU reference)")
     s.add_argument("--explain", action="store_true", help="with --devices: print where each operation runs and "
