@@ -212,6 +212,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if any(a in ("-h", "--help") for a in args.rest) and "--ipc" not in args.rest:
+        from nnhal.cli.tflite import bench_main  # NOTE: one help showing every form of the command
+
+        return bench_main(["--help"], _device)
     if any(a.endswith(".tflite") for a in args.rest):
         from nnhal.cli.tflite import bench_main  # NOTE: one .tflite model against LiteRT
 

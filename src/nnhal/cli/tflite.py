@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -294,8 +293,9 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
                                  description="median / p90 latency of .tflite models through nnhal and LiteRT "
                                              "(XNNPACK and builtin kernels), same input and thread count, one run; "
                                              "with --baseline, the same model on that device too")
-    ap.add_argument("model", nargs="+")
-    ap.add_argument("--device", default="sample-all")
+    ap.add_argument("model", nargs="+", help="one or more .tflite files, each converted to a HAL model and timed")
+    ap.add_argument("--device", default="sample-all",
+                    help="the HAL device timed (in process or a service; nnhal devices lists them; default sample-all)")
     ap.add_argument("--baseline", default="",
                     help="another device timed on the same models, its ratio to --device printed beside "
                          "(default: sample-all when --device is another one; 'none' for none)")
@@ -310,11 +310,20 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
                          "about 50 ms of each engine, at least 1): the model run repeatedly, as TFLite's "
                          "benchmark_model does; 1 alternates engines every execution, so each starts with caches "
                          "the others filled")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the generated input (as nnhal run's; default 0)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also time each HAL operation and each operation type (a profiling executor of the "
+                         "sample backend on the same model and input), the top --top of each")
+    ap.add_argument("--top", type=int, default=10, help="with --profile: how many operations / types (default 10)")
+    ap.add_argument("--json", default="", help="also write every figure (phases, steady state, memory, profile) as "
+                                               "JSON to this file")
     ap.add_argument("--floor", action="store_true",
                     help="also time LiteRT with only what any in-process HAL execution must do around it (the "
                          "request read by value, the pools checked, inputs and outputs through shared memory): "
                          "a lower bound for a HAL driver over LiteRT")
+    if any(a in ("-h", "--help") for a in argv):
+        print_bench_help(ap)
+        return 0
     args = ap.parse_args(argv)
     from nnhal.tools.bench import blas_threads, set_blas_threads
 
@@ -323,43 +332,101 @@ def bench_main(argv: list[str], device_of: DeviceOf) -> int:
     if args.device.startswith("litert-"):
         os.environ.setdefault("NNHAL_LITERT_THREADS", str(args.threads))  # NOTE: read when the driver is created
     baseline = args.baseline or ("sample-all" if args.device != "sample-all" else "none")
+    if args.json:
+        from nnhal.cli.conformance import UserError as ReportPathError
+        from nnhal.cli.conformance import check_writable
+
+        try:
+            check_writable(args.json, "--json")
+        except ReportPathError as e:
+            raise UserError(str(e)) from None
     status = 0
+    args.results = []
     for path in args.model:
         status = max(status, _bench_one(path, args, device_of, None if baseline == "none" else baseline,
                                         blas_threads))
+    if args.json:
+        from nnhal.tools.bench.modelbench import write_json
+
+        write_json(args.json, {"device": args.device, "threads": args.threads, "models": args.results})
+        print(f"wrote {args.json}")
     return status
+
+
+def print_bench_help(model_parser: argparse.ArgumentParser) -> None:
+    """``nnhal bench --help``: every form of the command with its options."""
+    import contextlib
+    import io
+
+    from nnhal.cli import bench, bench_qos
+
+    def captured(fn: Callable[[], Any]) -> str:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):
+            fn()
+        return buf.getvalue()
+
+    print("nnhal bench has three forms (-v / -q anywhere):\n"
+          "  nnhal bench [--nets v1,v2 ...]          MobileNet v1/v2 latency, per-layer GFLOP/s vs numpy matmul\n"
+          "  nnhal bench --cache [--priority ...]     compilation cache and priority figures\n"
+          "  nnhal bench MODEL.tflite [...]           a .tflite model: nnhal vs LiteRT, as benchmark_model\n"
+          "  (and nnhal bench --ipc: service round trips, nnhal bench --ipc --help)\n")
+    print("== nnhal bench MODEL.tflite ==")
+    print(model_parser.format_help())
+    print("== nnhal bench (MobileNet) ==")
+    print(captured(lambda: bench.main(["--help"])))
+    print("== nnhal bench --cache / --priority ==")
+    print(captured(lambda: bench_qos.main(["--help"])))
 
 
 def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baseline: Optional[str],
                blas_threads: Callable[[], Any]) -> int:
+    from nnhal.tools.bench import modelbench as mb
+
+    start_rss = mb.peak_rss_mb()
+    t_load = time.perf_counter()
     model, io = _load(path, 1)
+    load_ms = (time.perf_counter() - t_load) * 1e3
     x = make_inputs(io, seed=args.seed)
     sessions = []
+    figs: list[Any] = []
     try:
         for dev in [args.device] + ([baseline] if baseline else []):
-            sessions.append((dev, HalSession(device_of(dev), model, io)))
+            device = device_of(dev)
+            fig, session = mb.measure_start("nnhal " + dev, lambda d=device: HalSession(d, model, io),
+                                            lambda s: s.run(x))
+            sessions.append((dev, session))
+            figs.append(fig)
     except ExecutionError as e:
         print(f"{path}: {e}", file=sys.stderr)
         if not sessions:
+            free_model(model)
             return 3
-    finally:
-        free_model(model)
+    profile = None
+    if args.profile:
+        names = [f"TFLite op {i} {io.operator_names[i]}" if i >= 0 else "" for i in io.hal_to_tflite]
+        profile = mb.hal_profile(model, x, max(3, min(args.runs or 10, 50)), names)
+    free_model(model)
     engines: list[tuple[str, Callable[[], Any]]] = [("nnhal " + d, lambda s=s: s.run(x)) for d, s in sessions]
     floor = None
     try:
         for kind in ("xnnpack", "builtin"):
-            lr = LiteRT(path, threads=args.threads, kernels=kind)
+            fig, lr = mb.measure_start(f"LiteRT {kind}", lambda k=kind: LiteRT(path, threads=args.threads, kernels=k),
+                                       lambda lr: lr.run(x))
+            figs.append(fig)
             # NOTE: inputs set and outputs copied on every run, as nnhal's run writes and reads its pools
             engines.append((f"LiteRT {kind}", lambda lr=lr: lr.run(x)))
         if args.floor:
             floor = DataPathFloor(path, x, threads=args.threads)
             engines.append(("HAL data path floor", lambda: floor.run(x)))
+            figs.append(mb.EngineFigures("HAL data path floor"))
     except ImportError as e:
         print(f"LiteRT not available: {e}", file=sys.stderr)
-    print(f"{Path(path).name}: {summary(io)}")
-    # NOTE: a warm-up each, which also sizes each engine's default runs (about --seconds of it) and
-    # blocks (about 50 ms of it): every engine gets the same number of rounds
-    first = {name: max(min(timed(fn, 2, warmup=1)), 1e-6) for name, fn in engines}
+    print(f"{Path(path).name}: {summary(io)}; loaded and converted in {load_ms:.0f} ms")
+    # NOTE: a warm-up each (two runs after the first inference), which also sizes each engine's default
+    # runs (about --seconds of it) and blocks (about 50 ms of it): every engine gets the same number of rounds
+    warm = {name: timed(fn, 2, warmup=0) for name, fn in engines}
+    first = {name: max(min(t), 1e-6) for name, t in warm.items()}
     runs = {name: args.runs if args.runs > 0 else max(10, min(20000, int(args.seconds / t)))
             for name, t in first.items()}
     if args.runs > 0 or args.block > 0:
@@ -380,11 +447,10 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
             n = min(blocks[name], runs[name] - len(times[name]))
             if n > 0:
                 times[name] += timed(fn, n, warmup=0)
-    for name, _ in engines:
-        t = sorted(times[name])
-        med, p90 = statistics.median(t), t[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))]
-        res[name] = med
-        print(f"  {name:24s} median {med * 1e3:9.3f} ms   p90 {p90 * 1e3:9.3f} ms")
+    for (name, _), fig in zip(engines, figs):
+        fig.warmup, fig.steady = mb.steady(warm[name]), mb.steady(times[name])
+        res[name] = fig.steady["median_ms"] / 1e3
+    mb.print_figures(figs, start_rss)
     for _, s in sessions:
         s.close()
     if floor is not None:
@@ -399,6 +465,11 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
         # NOTE: the same engine on the same graph: the difference is what a HAL execution costs
         # around it (request read and checked, pools checked, inputs and outputs through shared memory)
         print(f"  nnhal {args.device} - LiteRT xnnpack: {(ours - res['LiteRT xnnpack']) * 1e6:+.1f} us per execution")
+    if profile is not None:
+        mb.print_profile(profile, args.top)
+        print(f"  {mb.LITERT_PROFILER_NOTE}")
+    args.results.append({"model": path, "load_ms": load_ms, "engines": figs, "profile": profile,
+                         "load_average": os.getloadavg()[0]})
     return 0
 
 

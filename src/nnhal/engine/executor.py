@@ -155,6 +155,9 @@ class Executor:
             raise OpExecutionError("prepared states do not match the model's operations")
         self.graphs = [_Graph(model, sg, pools, self.relaxed, None if states is None else states[g])
                        for g, sg in enumerate(sgs)]
+        # NOTE: a profiling executor's own (nnhal bench --profile makes a private one): seconds per
+        # (subgraph, operation index), added up over runs; None (every driver's) times nothing
+        self.profile: Optional[dict[tuple[int, int], float]] = None
 
     def prepared_states(self) -> list[list[Any]]:
         """Per subgraph (main first), per operation, the state its prepare
@@ -217,7 +220,8 @@ class _Run:
         for idx, v in zip(sg.inputIndexes, inputs):
             values[idx] = v
         relaxed = self.executor.relaxed
-        for step in graph.steps:
+        profile = self.executor.profile
+        for k, step in enumerate(graph.steps):
             self.check_deadline()
             op = step.operation
             ins = []
@@ -248,7 +252,12 @@ class _Run:
             # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
             # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
             # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure
-            outs = step.opdef.execute(ctx)
+            if profile is None:
+                outs = step.opdef.execute(ctx)
+            else:
+                t0 = time.perf_counter()
+                outs = step.opdef.execute(ctx)
+                profile[(g, k)] = profile.get((g, k), 0.0) + time.perf_counter() - t0
             if len(outs) != len(op.outputs):
                 raise OpExecutionError(f"{step.opdef.name} produced {len(outs)} outputs, expected {len(op.outputs)}")
             for j, (i, arr) in enumerate(zip(op.outputs, outs)):
