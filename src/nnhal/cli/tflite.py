@@ -473,12 +473,17 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
     return 0
 
 
-def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]]]:
+def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]], dict[int, str]]:
+    """(HAL model, title, a label per main operation, tensor name per main operand)."""
     path = args.model
     if path.endswith(".tflite"):
         model, io = _load(path, 1)
         names = [f"TFLite op {i} {io.operator_names[i]}" if i >= 0 else "" for i in io.hal_to_tflite]
-        return model, f"{Path(path).name}: {summary(io)}", names
+        operand_names = {io.tensor_operand[t]: d.name for t, d in io.tensors.items() if t in io.tensor_operand}
+        for d in io.inputs + io.outputs:
+            if d.tensor in io.tensor_operand:
+                operand_names[io.tensor_operand[d.tensor]] = d.name
+        return model, f"{Path(path).name}: {summary(io)}", names, operand_names
     from nnhal.conformance import vectors
 
     try:
@@ -491,44 +496,95 @@ def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]
         [m for m in models if args.name and args.name in m.name]
     if not pick:
         raise UserError(f"{path}: no model named {args.name!r}; models: {', '.join(m.name for m in models)}")
-    return pick[0].build_model(), f"{Path(path).name}: {pick[0].name}", None
+    return pick[0].build_model(), f"{Path(path).name}: {pick[0].name}", None, {}
 
 
-def graph_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
-    """``nnhal graph``."""
-    from nnhal import hal
-    from nnhal.tools import graph
+def graph_output(args: argparse.Namespace) -> tuple[str, str]:
+    """(output path, format) from ``-o``'s extension; an unknown extension is refused."""
+    from nnhal.tools.graphview import FORMATS
 
-    model, title, names = _graph_model(args)
-    supported, reasons = None, {}
-    if args.device:
-        dev = device_of(args.device)
-        status, supported = dev.getSupportedOperations_1_3(model)
-        if status != hal.ErrorStatus.NONE:
-            print(f"{args.device} rejects the model: {hal.ErrorStatus(status).name}", file=sys.stderr)
-            supported = [False] * len(model.main.operations)
-            reasons = dict.fromkeys(range(len(supported)), f"model rejected ({hal.ErrorStatus(status).name})")
-        else:
-            sg = model.main
-            _, caps = dev.getCapabilities_1_3()
-            listed = {int(p.type) for p in caps.operandPerformance}
-            for k, ok in enumerate(supported):
-                if not ok:
-                    op = sg.operations[k]
-                    types = ",".join(graph.operand_label(sg.operands[i]).split("[")[0] for i in op.inputs)
-                    missing = sorted({hal.OperandType(sg.operands[i].type).name for i in op.inputs + op.outputs
-                                      if int(sg.operands[i].type) not in listed})
-                    # NOTE: the HAL says only yes or no; an operand type absent from the device's
-                    # capabilities is the likeliest reason, and is named when it is the case
-                    reasons[k] = (f"operand type {', '.join(missing)} not in {args.device}'s capabilities" if missing
-                                  else f"{args.device} does not support {hal.OperationType(op.type).name}({types})")
-        title += f" -- on {args.device}: {sum(map(bool, supported))}/{len(supported)} supported"
     out = args.output or (Path(args.model).name.split(".")[0] + ".html")
-    text = graph.html_page(model, title, supported=supported, reasons=reasons, names=names) \
-        if out.endswith((".html", ".htm")) else graph.svg(model, title, supported=supported, reasons=reasons,
-                                                           names=names)
-    Path(out).write_text(text)
-    print(f"wrote {out} ({len(model.main.operations)} operations)")
+    fmt = Path(out).suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise UserError(f"-o {out}: unknown picture format {fmt or '(no extension)'!r}; give "
+                        + ", ".join("." + f for f in FORMATS if f != "htm"))
+    return out, {"htm": "html", "gv": "dot"}.get(fmt, fmt)
+
+
+def device_colouring(model: Any, device_name: str, device_of: DeviceOf) -> tuple[list[bool], dict[int, str]]:
+    """A device's answer per main operation and its reasons (nnhal.supported_operations)."""
+    import nnhal
+    from nnhal import hal
+
+    status, supported, reasons = nnhal.supported_operations(device_of(device_name), model)
+    n = len(model.main.operations)
+    if status != hal.ErrorStatus.NONE:
+        return [False] * n, dict.fromkeys(range(n), f"model rejected ({hal.ErrorStatus(status).name})")
+    return supported, {k: r for k, r in enumerate(reasons) if r}
+
+
+def partition_groups(model: Any, devices: list[str]) -> dict[int, tuple[str, str]]:
+    """The client runtime's partitions over ``devices`` (without preparing) as graph groups:
+    operation index -> ("partition N: DEVICE", the device's colour)."""
+    from nnhal.runtime import Compilation, CompilationError
+    from nnhal.tools.graphview import PALETTE
+
+    try:
+        with Compilation(model, devices) as comp:
+            plan = comp.plan()
+    except CompilationError as e:
+        raise ExecutionError(f"through the runtime over {', '.join(devices)}: {e}") from None
+    colour: dict[str, str] = {}
+    groups = {}
+    for n, (dev, ops) in enumerate(plan):
+        c = colour.setdefault(dev, PALETTE[len(colour) % len(PALETTE)])
+        for k in ops:
+            groups[k] = (f"partition {n}: {dev}", c)
+    return groups
+
+
+def graph_main(args: argparse.Namespace, device_of: DeviceOf,
+               groups: Optional[dict[int, tuple[str, str]]] = None) -> int:
+    """``nnhal graph``.  ``groups``: operation index -> (group label, colour), e.g. a delegate plan's
+    placement; ``--devices A,B`` gives the client runtime's partitions."""
+    from nnhal.tools import graphview
+
+    out, fmt = graph_output(args)
+    devices = [d.strip() for d in (getattr(args, "devices", "") or "").split(",") if d.strip()]
+    if devices and args.device:
+        raise UserError(f"--device {args.device} and --devices: give one (--device colours what one device takes, "
+                        "--devices the runtime's partitions)")
+    model, title, names, operand_names = _graph_model(args)
+    info = graphview.GraphInfo(title=title, op_labels=names, operand_names=operand_names, groups=groups,
+                               device=args.device)
+    try:
+        if args.device:
+            info.supported, info.reasons = device_colouring(model, args.device, device_of)
+            info.title += (f" -- on {args.device}: {sum(map(bool, info.supported))}/{len(info.supported)} "
+                           "supported")
+        elif devices:
+            for d in devices:
+                device_of(d)
+            info.groups = partition_groups(model, devices)
+            info.title += f" -- partitioned over {', '.join(devices)}"
+    except ExecutionError as e:
+        print(f"{args.model}: {e}", file=sys.stderr)
+        return 3
+    source, details = graphview.dot_source(model, info)
+    try:
+        if fmt == "dot":
+            data = source.encode()
+        elif fmt == "html":
+            data = graphview.html_page(graphview.render(source, "svg").decode(), details, info).encode()
+        else:
+            data = graphview.render(source, fmt)
+    except graphview.GraphError as e:
+        raise UserError(str(e)) from None
+    try:
+        Path(out).write_bytes(data)
+    except OSError as e:
+        raise UserError(f"-o {out}: {e.strerror or e}") from None
+    print(f"wrote {out} ({len(model.main.operations)} operations, {fmt})")
     return 0
 
 
@@ -568,5 +624,9 @@ def add_run_arguments(s: argparse.ArgumentParser) -> None:
 def add_graph_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("model", help="a .tflite file or a conformance vector file")
     s.add_argument("name", nargs="?", default="", help="the model's name inside a vector file")
-    s.add_argument("-o", "--output", help="output .svg or .html (default: MODEL.html)")
-    s.add_argument("--device", default="", help="colour each operation by whether this device supports it")
+    s.add_argument("-o", "--output", help="the picture, its format from the extension: .html (interactive: zoom, "
+                                          "pan, search, details), .svg, .png, .pdf, .dot (default: MODEL.html)")
+    s.add_argument("--device", default="", help="colour each operation by whether this device supports it (and "
+                                                "why not)")
+    s.add_argument("--devices", default="", help="A,B,...: colour the client runtime's partitions over these "
+                                                 "devices (one box per partition)")
