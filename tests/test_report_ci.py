@@ -55,6 +55,7 @@ def test_unsupported_entries_name_their_data_type(tmp_path: Path) -> None:
     page = path.read_text()
     assert "V1_3 / hard_swish [float16]: unsupported: HARD_SWISH" in page
     assert "<details class='model fail'><summary><span class='status'>FAIL</span> V1_0 / mul" in page
+    assert "<details class='model fail' open>" in page  # NOTE: the failures section opens them
 
 
 def test_unwritable_report_path_refused_before_the_run(capsys: pytest.CaptureFixture) -> None:

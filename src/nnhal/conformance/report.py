@@ -455,7 +455,7 @@ def write_html(report: Report, path: str, settings: Optional[Settings] = None) -
                            f"<td>{r.status}</td><td><code>{html.escape(plain_message(r.message))}</code></td></tr>"
                            for r in m.runs)
             n_fail = sum(r.status == "fail" for r in m.runs)
-            items.append(f"<details class='model fail'><summary>{html.escape(m.spec)} / {html.escape(m.model)} "
+            items.append(f"<details class='model fail' open><summary>{html.escape(m.spec)} / {html.escape(m.model)} "
                          f"({html.escape(', '.join(m.ops))}; {html.escape(m.dtype)}): {n_fail} of {len(m.runs)} "
                          f"runs failed</summary><table><thead><tr><th>mode</th><th>variant</th><th>status</th>"
                          f"<th>message</th></tr></thead><tbody>{runs}</tbody></table></details>")

@@ -374,7 +374,7 @@ text-overflow:ellipsis;max-width:45%}#q{width:260px}#count{color:#555}
 #view.drag{cursor:grabbing}#view svg{position:absolute;left:0;top:0;transform-origin:0 0}
 #side{position:fixed;top:39px;right:0;width:360px;bottom:0;overflow:auto;border-left:1px solid #ccc;padding:8px;
 box-sizing:border-box;background:#fafafa}#side table{border-collapse:collapse;width:100%;font-size:12px}
-#side td,#side th{border:1px solid #ddd;padding:2px 4px;text-align:left;vertical-align:top}
+#side td,#side th{border:1px solid #ddd;padding:2px 4px;text-align:left;vertical-align:top;word-break:break-all}
 .legend span{display:inline-block;padding:1px 6px;margin:2px;border:1px solid #999;border-radius:3px}
 g.node.hit>*{filter:drop-shadow(0 0 4px #f0a)}g.node.dim{opacity:.25}g.node.sel>*{filter:drop-shadow(0 0 5px #06f)}
 .refused{color:#a00}button{font-size:12px}"""
