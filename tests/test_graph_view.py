@@ -127,3 +127,16 @@ def test_groups_from_a_plan_mapping(tmp_path):
     src, details = dot_source(model, GraphInfo(title="t", groups=groups))
     assert src.count("subgraph cluster_g") == 2 and 'label="CPU fallback"' in src
     assert details[3]["group"] == "NNAPI: litert-cpu"
+
+
+def test_control_flow_names_its_subgraphs():
+    from nnhal.conformance import vectors
+    from nnhal.conformance.vectors import default_vectors
+    from nnhal.tools.graphview import GraphInfo, dot_source
+
+    vec = Path(default_vectors()) / "V1_3" / "while_sum_of_powers_quant8.json.gz"
+    if not vec.exists():
+        pytest.skip("no vectors")
+    model = vectors.load_file(vec)[0].build_model()
+    src, details = dot_source(model, GraphInfo(title="w"))
+    assert "cond=subgraph 0 body=subgraph 1" in src and "cluster_ref0" in src and "r0_op0" in src

@@ -100,6 +100,8 @@ PARAMS: dict[str, list[tuple[str | None, ...]]] = {
     "PRELU": [(None, "alpha")], "HARD_SWISH": [(None,)], "LOGISTIC": [(None,)], "TANH": [(None,)],
     "QUANTIZE": [(None,)], "DEQUANTIZE": [(None,)],
 }
+# NOTE: control flow: the named operands come first, then any number of data operands
+_VARIADIC: dict[str, tuple[str | None, ...]] = {"WHILE": ("cond", "body"), "IF": ("condition", "then", "else")}
 _PADDING = {1: "SAME", 2: "VALID"}
 _WEIGHTS = {"filter", "bias", "weights", "alpha"}  # NOTE: tensors summarized as constants, never values
 _ACTS = {0: "NONE", 1: "RELU", 2: "RELU1", 3: "RELU6"}
@@ -139,7 +141,7 @@ def named_params(model: hal.Model, sg: hal.Subgraph, op: hal.Operation) -> tuple
     paddings are folded (``stride=2x2``), padding codes and fused activations spelled (SAME, RELU6)."""
     name = hal.operation_name(op.type)
     forms = [f for f in PARAMS.get(name, []) if len(f) >= len(op.inputs)]
-    names = min(forms, key=len) if forms else ()
+    names = min(forms, key=len) if forms else _VARIADIC.get(name, ())
     params: dict[str, str] = {}
     consts: list[str] = []
     for pos, i in enumerate(op.inputs):
