@@ -76,3 +76,25 @@ def test_settings_printed_before_the_run(tmp_path: Path, capsys: pytest.CaptureF
     assert out.index("device:") < out.index("operation ") and out.count("device:") == 1
     assert "started:" in out and "host:" in out
     assert "Models and runs" in html_path.read_text()
+
+
+def test_model_list_filters_in_a_browser(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    browser = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
+                   None)
+    if browser is None:
+        pytest.skip("no headless browser (Debian: apt-get install chromium; .ci/run installs it)")
+    path = tmp_path / "r.html"
+    rep.write_html(_report(), str(path), _settings())
+    r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom",
+                        path.as_uri() + "#filter=conv_q8"], capture_output=True, text=True, timeout=120)
+    dom = r.stdout
+    assert 'data-ready="1"' in dom, r.stderr[-2000:]
+    shown = re.findall(r'<details class="model (\w+)"( style="display: none;")?><summary><span class="status">\w+'
+                       r'</span> (\S+ / \S+)', dom)
+    visible = {name for _, hidden, name in shown if not hidden}
+    assert visible == {"V1_0 / conv_q8"} and len(shown) == 4  # every model listed, only the match shown
+    assert "<span id=\"shown\">1</span>" in dom
