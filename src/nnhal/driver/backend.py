@@ -108,6 +108,9 @@ class Backend:
     version_string: str = "nnhal backend"
     device_type: hal.DeviceType = hal.DeviceType.CPU
     caching: bool = False  # NOTE: True only with cache_encode / cache_load implemented
+    # NOTE: True when capabilities() times something: the figures are then measured once per machine
+    # and driver version and kept (nnhal.driver.capcache; ``nnhal devices --remeasure`` measures again)
+    measured_capabilities: bool = False
 
     def capabilities(self) -> hal.Capabilities:
         """The measured ``Capabilities`` (called once per device, lazily).
