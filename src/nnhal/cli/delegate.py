@@ -15,11 +15,13 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
 
+from nnhal.cli.app import UserError
 from nnhal.delegate import cut
 from nnhal.delegate.model import Graph
 from nnhal.delegate.plan import Options, Plan, build_plan
@@ -92,8 +94,7 @@ def _inputs(args: argparse.Namespace, g: Graph) -> list[np.ndarray]:
     try:
         return check_inputs(io, arrays)
     except ValueError as e:
-        print(f"--input: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise UserError(f"--input: {e}") from None
 
 
 def _short(a: np.ndarray) -> str:
@@ -111,8 +112,30 @@ def open_runner(plan: Plan, device_of: DeviceOf, **kw: Any) -> Runner:
         raise SystemExit(e.status) from None
 
 
+def print_inputs(io: IODescription, x: list, args: argparse.Namespace) -> None:
+    from nnhal.cli.tflite import print_inputs as show
+
+    show(io, x, args)
+
+
+def save_arrays(out_dir: Path, prefix: str, arrays: list) -> None:
+    from nnhal.cli.tflite import save_arrays as save
+
+    save(out_dir, prefix, arrays)
+
+
+def verdict(args: argparse.Namespace, io: IODescription, failures: list[str], drift: str = "") -> int:
+    from nnhal.cli.tflite import verdict as say
+
+    return say(args, io, failures, drift)
+
+
 def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     """``nnhal run``."""
+    from nnhal.cli.tflite import check_run_flags
+
+    check_run_flags(args)
+    args.device = args.device or "sample-all"
     plan = plan_model(args.model, args, device_of)
     plan.graph_path = args.model
     if args.plan_json:
@@ -123,6 +146,7 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
             return 2
     print(f"{args.model}: {summary(plan)}")
     x = _inputs(args, plan.graph)
+    print_inputs(IODescription(inputs=input_descs(plan.graph)), x, args)
     ref = None
     if args.compare or args.per_tensor:
         try:
@@ -132,13 +156,32 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
             return 3
     # NOTE: when LiteRT cannot run the original, the tensors it can compute are compared: keep them all
     keep = bool(args.per_tensor) or (ref is not None and not ref.whole)
+    devices = [d.strip() for d in (getattr(args, "devices", "") or "").split(",") if d.strip()]
+    if devices:
+        print(f"devices: {', '.join(devices)} (NNAPI partitions through the client runtime)")
+    elif plan.nnapi:
+        named = sorted({p.device or args.device for p in plan.nnapi})
+        versions = []
+        for n in named:
+            try:
+                versions.append(f"{n} ({device_of(n).getVersionString()[1]})")
+            except Exception:  # NOTE: the name alone (the runner says why it cannot open it)
+                versions.append(n)
+        print(f"device: {', '.join(versions)} (NNAPI partitions; the CPU partitions on LiteRT)")
+    else:
+        print("device: none (every operator on the CPU, LiteRT)")
+    t0 = time.perf_counter()
     runner = open_runner(plan, device_of, kernels=args.kernels, threads=args.threads, per_tensor=keep)
+    t1 = time.perf_counter()
     try:
         outs = runner.run(x)
     except (ExecutionError, RuntimeError) as e:
         print(f"{args.model}: {e}", file=sys.stderr)
         runner.close()
         return 3
+    t2 = time.perf_counter()
+    print(f"latency: prepare {(t1 - t0) * 1e3:.1f} ms, execute {(t2 - t1) * 1e3:.1f} ms (first execution; "
+          f"nnhal bench {Path(args.model).name} for steady-state figures)")
     if args.explain:
         print(plan.explain(runner.times))
         for p, e in zip(plan.partitions, runner.engines):
@@ -159,27 +202,35 @@ def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs:
         print(f"output {k} {d.name}: {_short(a)}")
     if args.output:
         out_dir = Path(args.output)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for k, a in enumerate(outs):
-            np.save(out_dir / f"output_{k}.npy", a, allow_pickle=False)
-        print(f"wrote {len(outs)} output(s) to {out_dir}/output_<k>.npy")
+        try:
+            save_arrays(out_dir, "input", x)
+            save_arrays(out_dir, "output", outs)
+        except OSError as e:
+            raise UserError(f"-o {out_dir}: {e.strerror or e}") from None
+        print(f"wrote {len(x)} input(s) and {len(outs)} output(s) to {out_dir}/input_<k>.npy, output_<k>.npy "
+              "(--input DIR/input_0.npy ... runs the same again)")
     if ref is None:
         return 0
+    failures: list[str] = []
+    drift = ""
+    quantized = list(descs)
     got = ref.run(x)
     print(f"against LiteRT ({args.kernels} kernels):" if ref.whole else
           f"LiteRT cannot run the original ({ref.why}): comparing what it can compute without "
           f"{', '.join(sorted(ref.lacking_names))} ({len(got)} tensors)")
-    bad = False
     for k, (a, d) in enumerate(zip(outs, descs)):
         if d.tensor not in got:
             print(f"  output {k} {d.name}: not compared (depends on an operator LiteRT lacks)")
             continue
         df = diff(a, got[d.tensor], d)
-        bad |= not df.ok(args.rtol, args.steps)
+        if not df.ok(args.rtol, args.steps):
+            failures.append(f"output {k} {df}")
         line = f"  output {k} {df}"
         tk = topk(a.astype(np.float64), got[d.tensor].astype(np.float64))
         if tk is not None:
-            line += f"; top-1 {'same' if tk[0] else 'DIFFERENT'}, top-5 overlap {tk[1]:.0%}"
+            line += f"; top-1 {'same' if tk[0] else 'DIFFERENT'}"
+            if a.shape[1] > 5:  # NOTE: with 5 classes or fewer every class is in the top 5
+                line += f", top-5 overlap {tk[1]:.0%}"
         print(line)
     if args.per_tensor or not ref.whole:
         first, n = None, 0
@@ -198,7 +249,9 @@ def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs:
             print(f"  every tensor within tolerance (float {args.rtol:g} of its range, quantized {args.steps} step)")
         else:
             op, k, df = first
-            bad = True
+            beyond = f"first operation beyond tolerance: operator {op.index} {op.name}"
+            failures.append(beyond)
+            quantized.append(tensor_desc(g, k))
             where = plan.operators[op.index]
             print(f"  first operation beyond tolerance: operator {op.index} {op.name} (tensor {k}, "
                   f"{where.where} partition {where.partition}) {df}")
@@ -216,8 +269,10 @@ def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs:
                     print(f"  each operator alone on LiteRT's own inputs ({len(iso)} runs): worst operator {w[0]} "
                           f"{w[1]}: {w[2]}; {len(over)} beyond tolerance" +
                           (f", first: operator {over[0][0]} {over[0][1]}: {over[0][2]}" if over else ""))
-                    bad = bool(over)  # NOTE: drift inherited through the chain alone is not a failure
-    return 1 if bad and args.strict else 0
+                    if not over:  # NOTE: drift inherited through the chain alone is not a failure
+                        failures.remove(beyond)
+                        drift = f"operator {op.index} {op.name} onwards"
+    return verdict(args, IODescription(outputs=quantized), failures, drift)
 
 
 def isolated(plan: Plan, device_of: DeviceOf, ref: "Reference") -> list[tuple[int, str, Any]]:
@@ -331,14 +386,35 @@ def run_engine(path: str, args: argparse.Namespace, device_of: DeviceOf, device:
     return summary(plan), x, lambda: runner.run(x), runner.close
 
 
+def plan_groups(args: argparse.Namespace, device_of: DeviceOf) -> tuple[dict[int, tuple[str, str]], str]:
+    """For ``nnhal graph MODEL.tflite`` (tools/graphview): {TFLite operator: (partition label, colour)} of the
+    plan, NNAPI partitions in the palette's colours, CPU partitions grey, and a title note."""
+    from nnhal.tools.graphview import PALETTE
+
+    ns = argparse.Namespace(**{**vars(args), "device": args.device or "sample-all"})
+    plan = plan_model(args.model, ns, device_of)
+    cpu = "#d9d9d9"
+    colours = [c for c in PALETTE if c != cpu]
+    groups: dict[int, tuple[str, str]] = {}
+    for n, p in enumerate(plan.partitions):
+        label = (f"partition {p.index}: {p.where} {p.device or 'LiteRT'}, {len(p.operators)} operators")
+        colour = colours[n % len(colours)] if p.where == "nnapi" else cpu
+        for i in p.operators:
+            groups[i] = (label, colour)
+    return groups, summary(plan)
+
+
 def graph_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
-    """``nnhal graph MODEL.tflite``: the TFLite operators grouped by the plan's partitions."""
+    """``nnhal graph MODEL.tflite`` when nnhal cannot convert the whole model to one HAL model: the TFLite
+    operators grouped by the plan's partitions."""
     from nnhal.delegate import picture
 
     ns = argparse.Namespace(**{**vars(args), "device": args.device or "sample-all"})
     plan = plan_model(args.model, ns, device_of)
     title = f"{Path(args.model).name}: {summary(plan)}"
     out = args.output or (Path(args.model).name.split(".")[0] + ".html")
+    if not out.endswith((".html", ".htm", ".svg")):
+        raise UserError(f"-o {out}: the plan's picture of a model nnhal cannot convert whole is .svg or .html")
     text = picture.html_page(plan, title, plan.explain()) if out.endswith((".html", ".htm")) else \
         picture.svg(plan, title)
     try:

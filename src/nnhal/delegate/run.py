@@ -26,7 +26,7 @@ from nnhal import hal
 from nnhal.engine.validation import request_key
 from nnhal.platform import memory as hal_memory
 from nnhal.tflite.loader import IODescription, TensorDesc
-from nnhal.tflite.schema import interpreter_module
+from nnhal.tflite.schema import interpreter_module, make_interpreter
 
 _HAL_DTYPES = {hal.OperandType.TENSOR_FLOAT32: np.float32, hal.OperandType.TENSOR_FLOAT16: np.float16,
                hal.OperandType.TENSOR_INT32: np.int32, hal.OperandType.TENSOR_QUANT8_ASYMM: np.uint8,
@@ -197,8 +197,8 @@ class LiteRT:
         rt = {"builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "ref": mod.OpResolverType.BUILTIN_REF,
               "xnnpack": mod.OpResolverType.AUTO}[kernels]
         src = {"model_content": bytes(path)} if isinstance(path, (bytes, bytearray)) else {"model_path": str(path)}
-        self.it = mod.Interpreter(**src, num_threads=threads, experimental_op_resolver_type=rt,
-                                  experimental_preserve_all_tensors=preserve)
+        self.it = make_interpreter(**src, num_threads=threads, experimental_op_resolver_type=rt,
+                                   experimental_preserve_all_tensors=preserve)
         self.inputs = self.it.get_input_details()
         self.outputs = self.it.get_output_details()
         self.shapes: Optional[list] = None

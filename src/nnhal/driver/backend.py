@@ -118,6 +118,9 @@ class Backend:
     # is never compiled, its executions are the reference's.  False only for the
     # reference itself (it fails such executions on its own).
     reference_checked: bool = True
+    # NOTE: True when capabilities() times something: the figures are then measured once per machine
+    # and driver version and kept (nnhal.driver.capcache; ``nnhal devices --remeasure`` measures again)
+    measured_capabilities: bool = False
 
     def capabilities(self) -> hal.Capabilities:
         """The measured ``Capabilities`` (called once per device, lazily).

@@ -128,7 +128,12 @@ class Device(hal.IDevice, hal.INnhalDevice):
     def getCapabilities_1_3(self) -> tuple:
         with self._caps_lock:
             if self._caps is None:
-                self._caps = self.backend.capabilities()
+                if getattr(self.backend, "measured_capabilities", False):
+                    from nnhal.driver import capcache
+
+                    self._caps = capcache.cached(self.name, self.version_string, self.backend.capabilities)
+                else:
+                    self._caps = self.backend.capabilities()
         return S.NONE, own_copy(self._caps)  # NOTE: by value: a client editing its copy changes no one else's
 
     def getCapabilities_1_2(self) -> tuple:

@@ -65,6 +65,8 @@ class SampleBackend(Backend):
     def __init__(self, version_string: str = VERSION_STRING):
         self.version_string = version_string
 
+    measured_capabilities = True  # NOTE: timed: kept per machine (nnhal.driver.capcache)
+
     def capabilities(self) -> hal.Capabilities:
         return measure_capabilities()
 

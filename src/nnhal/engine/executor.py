@@ -210,6 +210,9 @@ class Executor:
             raise OpExecutionError("prepared states do not match the model's operations")
         self.graphs = [_Graph(model, sg, pools, self.relaxed, None if states is None else states[g])
                        for g, sg in enumerate(sgs)]
+        # NOTE: a profiling executor's own (nnhal bench --profile makes a private one): seconds per
+        # (subgraph, operation index), added up over runs; None (every driver's) times nothing
+        self.profile: Optional[dict[tuple[int, int], float]] = None
 
     def prepared_states(self) -> list[list[Any]]:
         """Per subgraph (main first), per operation, the state its prepare
@@ -346,6 +349,7 @@ class _Run:
         relaxed = self.executor.relaxed
         check_deadline = self.check_deadline
         omitted = self.omitted if g == 0 else None
+        profile = self.executor.profile
         for k in range(first, len(steps)):  # NOTE: from the step to run next (0, or after a resumed one)
             frame.at = k
             step = steps[k]
@@ -364,7 +368,14 @@ class _Run:
             if step.checks or omitted:
                 self._check_operands(step, ins, omitted)
             ctx = ExecContext(opdef.type, ins, step.outputs, relaxed, step.state, self)
-            outs = opdef.execute(ctx) if opdef.steps is None else None
+            if opdef.steps is not None:
+                outs = None
+            elif profile is None:
+                outs = opdef.execute(ctx)
+            else:
+                t0 = time.perf_counter()
+                outs = opdef.execute(ctx)
+                profile[(g, k)] = profile.get((g, k), 0.0) + time.perf_counter() - t0
             # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
             # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
             # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure

@@ -119,10 +119,10 @@ class LiteRTCompiled:
 
     def _interpreter(self, lrt: Any, num_threads: int, builtin_only: bool) -> Any:
         kind = lrt.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_only else lrt.OpResolverType.AUTO
-        it = lrt.Interpreter(model_content=self.flatbuffer, num_threads=num_threads,
-                             experimental_op_resolver_type=kind)
-        it.allocate_tensors()
-        return it
+        from nnhal.tflite.schema import make_interpreter
+
+        return make_interpreter(model_content=self.flatbuffer, num_threads=num_threads,
+                                experimental_op_resolver_type=kind)
 
     def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
             loop_timeout_ns: int = 0, omitted: Sequence[int] = ()) -> list[np.ndarray]:
@@ -196,6 +196,8 @@ class LiteRTBackend(Backend):
         self.version_string = version_string
         self._trial_lock = threading.Lock()
         self._trial_kept: Optional[tuple[hal.Model, LiteRTCompiled]] = None
+
+    measured_capabilities = True  # NOTE: timed: kept per machine (nnhal.driver.capcache)
 
     def capabilities(self) -> hal.Capabilities:
         from nnhal.drivers.litert.caps import measure
