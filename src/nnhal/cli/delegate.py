@@ -42,7 +42,25 @@ def options(args: argparse.Namespace) -> Options:
                    device=getattr(args, "device", "") or "sample-all", devices=devices,
                    allow_fp16=getattr(args, "allow_fp16", False), allow_nnapi_cpu=getattr(args, "allow_nnapi_cpu", False),
                    preference=getattr(args, "preference", "fast_single_answer"),
-                   batch=None if getattr(args, "keep_unknown", False) else (getattr(args, "batch", 0) or 1))
+                   batch=None if getattr(args, "keep_unknown", False) else (getattr(args, "batch", 0) or 1),
+                   custom_ops=_custom_ops(args, devices))
+
+
+def _custom_ops(args: argparse.Namespace, devices: list[str]) -> dict:
+    """The custom operators the plan's in-process target devices implement (``--plan max`` maps them)."""
+    if getattr(args, "plan", "delegate") != "max":
+        return {}
+    import nnhal
+    from nnhal.cli.tflite import custom_operators
+
+    names = devices or [getattr(args, "accelerator", "") or getattr(args, "device", "") or "sample-all"]
+    found = []
+    for n in names:
+        try:
+            found.append(nnhal.open_device(n))
+        except (LookupError, OSError):  # NOTE: reported when the plan opens it
+            continue
+    return custom_operators(found)
 
 
 def plan_model(path: str, args: argparse.Namespace, device_of: DeviceOf) -> Plan:

@@ -63,6 +63,9 @@ class Options:
     allow_nnapi_cpu: bool = False  # the inverse of the delegate's disallow_nnapi_cpu
     preference: str = "fast_single_answer"
     batch: Optional[int] = 1
+    # the TFLite custom operators the target devices implement as extension operations (code -> (extension,
+    # operation type)): the max plan maps them through the HAL; the delegate's own rules never delegate one
+    custom_ops: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.plan not in ("delegate", "max"):
@@ -214,9 +217,14 @@ class Planner:
         return self._checked
 
     @property
+    def _custom_ops(self) -> dict:
+        return self.o.custom_ops if self.o.plan == "max" else {}
+
+    @property
     def nn_fail(self) -> dict[int, str]:
         if self._nn_fail is None:
-            self._nn_fail = operator_failures(self.g.data, batch=self.o.batch, checked=self.checked)
+            self._nn_fail = operator_failures(self.g.data, batch=self.o.batch, checked=self.checked,
+                                              custom_ops=self._custom_ops)
         return self._nn_fail
 
     def subsets(self, delegated: set[int]) -> list[Subset]:
@@ -270,7 +278,8 @@ class Planner:
         """The HAL model of some operators at the plan's HAL version (int8 as uint8 and HARD_SWISH
         decomposed before 1.3, pre-1.2 operation forms before 1.2), its io description, and whether its
         int8 tensors became uint8."""
-        model, io = load_operators(self.g.data, nodes, inputs, outputs, batch=self.o.batch, checked=self.checked)
+        model, io = load_operators(self.g.data, nodes, inputs, outputs, batch=self.o.batch, checked=self.checked,
+                                   custom_ops=self._custom_ops)
         unsigned = False
         if self.o.hal_version < halmodel.VERSIONS[30]:
             unsigned = halmodel.to_unsigned(model)

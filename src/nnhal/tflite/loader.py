@@ -1349,34 +1349,38 @@ def verify(data: bytes, *, batch: Optional[int] = 1, max_bytes: Optional[int] = 
     return vfy.verify(data, max_bytes=max_bytes, batch=batch)
 
 
-def _subset_shared(data: bytes, batch: Optional[int], checked: Optional[vfy.Verified]) -> _Shared:
+def _subset_shared(data: bytes, batch: Optional[int], checked: Optional[vfy.Verified],
+                   custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> _Shared:
     checked = checked if checked is not None else verify(data, batch=batch)
     shared = _Shared(data, batch, checked)
+    shared.custom_ops = dict(custom_ops or {})  # NOTE: as load(): custom operators a target device implements
     for g in checked.order:  # NOTE: the IF / WHILE bodies first, as load does
         shared.map_subgraph(g)
     return shared
 
 
 def load_operators(data: bytes, operators: list[int], inputs: list[int], outputs: list[int], *,
-                   batch: Optional[int] = 1, checked: Optional[vfy.Verified] = None) -> tuple[hal.Model, IODescription]:
+                   batch: Optional[int] = 1, checked: Optional[vfy.Verified] = None,
+                   custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> tuple[hal.Model, IODescription]:
     """A HAL model of some of the main subgraph's operators (indexes ``operators``): its inputs are the
     TFLite tensors ``inputs`` (those the operators read; ``io.inputs`` lists the ones they do), its
     outputs the tensors ``outputs`` (written by the operators; one computed at load, e.g. the shape a
     SHAPE gives, is in ``io.folded_outputs`` instead).  ``checked``: :func:`verify`'s result, for many
     calls on one file.  Raises :class:`UnsupportedModelError` naming only the operators of the subset
-    that have no HAL form (or those of a referenced subgraph they need)."""
-    shared = _subset_shared(data, batch, checked)
+    that have no HAL form (or those of a referenced subgraph they need).  ``custom_ops``: as :func:`load`."""
+    shared = _subset_shared(data, batch, checked, custom_ops)
     with np.errstate(all="ignore"):
         sub = _SubsetLoader(shared, set(operators), inputs, outputs)
         sub.run()
         return shared.finish(sub)
 
 
-def operator_failures(data: bytes, *, batch: Optional[int] = 1,
-                      checked: Optional[vfy.Verified] = None) -> dict[int, str]:
+def operator_failures(data: bytes, *, batch: Optional[int] = 1, checked: Optional[vfy.Verified] = None,
+                      custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> dict[int, str]:
     """Per main-subgraph operator that has no HAL form of its own, the reason (each operator judged
-    alone: a tensor an unmapped operator writes is taken as given, so no knock-on refusals)."""
-    shared = _subset_shared(data, batch, checked)
+    alone: a tensor an unmapped operator writes is taken as given, so no knock-on refusals).
+    ``custom_ops``: as :func:`load`."""
+    shared = _subset_shared(data, batch, checked, custom_ops)
     with np.errstate(all="ignore"):
         sub = _SubsetLoader(shared, None, [], [])
         sub.run()

@@ -500,26 +500,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     import logging
 
     logging.disable(logging.CRITICAL)  # NOTE: with --run the driver logs every refusal; the counts say it
-    if args.rlimit_mb:
-        lim = args.rlimit_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-    seconds = args.minutes * 60 if args.minutes else (args.seconds or 15.0)
-    res = fuzz(seconds=seconds, count=args.count or 0, seed=args.seed, max_bytes=args.max_bytes,
-               timeout=args.timeout or (60.0 if args.run else 10.0), models=args.models, large=args.large, real=not args.no_real, save=args.save,
-               progress=None if args.json else (lambda s: print(s, file=sys.stderr)), run=args.run)
-    if args.json:
-        print(json.dumps(res))
-    else:
-        print(f"{res['inputs']} mutated inputs in {res['seconds']} s: {res['per_second']} per second; "
-              f"peak RSS {res['peak_rss_mb']} MB")
-        print("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(res["outcomes"].items())))
-        for kind, c in sorted(res["by_mutation"].items()):
-            print(f"  {kind:9s} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
-        print(f"seeds: {len(res['seeds'])} ({', '.join(res['seeds'])})")
-        print(f"findings: {len(res['findings'])}")
-        for f in res["findings"][:20]:
-            print(f"  {f['seed']} {f['mutation']}: {f['outcome']}: {f['error']}")
-    return 1 if res["findings"] else 0
+    try:
+        if args.rlimit_mb:
+            lim = args.rlimit_mb << 20
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        seconds = args.minutes * 60 if args.minutes else (args.seconds or 15.0)
+        res = fuzz(seconds=seconds, count=args.count or 0, seed=args.seed, max_bytes=args.max_bytes,
+                   timeout=args.timeout or (60.0 if args.run else 10.0), models=args.models, large=args.large, real=not args.no_real, save=args.save,
+                   progress=None if args.json else (lambda s: print(s, file=sys.stderr)), run=args.run)
+        if args.json:
+            print(json.dumps(res))
+        else:
+            print(f"{res['inputs']} mutated inputs in {res['seconds']} s: {res['per_second']} per second; "
+                  f"peak RSS {res['peak_rss_mb']} MB")
+            print("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(res["outcomes"].items())))
+            for kind, c in sorted(res["by_mutation"].items()):
+                print(f"  {kind:9s} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+            print(f"seeds: {len(res['seeds'])} ({', '.join(res['seeds'])})")
+            print(f"findings: {len(res['findings'])}")
+            for f in res["findings"][:20]:
+                print(f"  {f['seed']} {f['mutation']}: {f['outcome']}: {f['error']}")
+        return 1 if res["findings"] else 0
+    finally:
+        logging.disable(logging.NOTSET)  # NOTE: main() may run in a caller's process (tests)
 
 
 if __name__ == "__main__":
