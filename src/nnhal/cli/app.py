@@ -105,7 +105,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         if not verbose:
             figures = ", ".join(f"{k.replace('TENSOR_', '').lower()} {v:.2f}" for k, v in p.items()
                                 if k.startswith("TENSOR_"))
-            print(f"{i['name']} ({i['kind']}): {i['version']}, {i['type']}, {i['status']}; execTime {figures}")
+            exts = f"; extensions: {', '.join(i['extensions'])}" if i["extensions"] else ""
+            print(f"{i['name']} ({i['kind']}): {i['version']}, {i['type']}, {i['status']}; execTime {figures}{exts}")
             continue
         print(f"{i['name']} ({i['kind']}): {i['version']}, type {i['type']}, status {i['status']}")
         print(f"  relaxed float32: scalar {p['relaxedFloat32toFloat16Scalar']:.3f}, "

@@ -722,6 +722,8 @@ def graph_main(args: argparse.Namespace, device_of: DeviceOf,
     if fallback is not None and args.model.endswith(".tflite"):
         try:
             free_model(load(args.model, batch=1)[0])
+        except InvalidModelError as e:
+            raise UserError(f"{args.model}: not a valid TFLite model: {e}") from None
         except UnsupportedModelError as e:
             why = "; ".join(line.strip() for line in str(e).strip().splitlines()[1:3]) or str(e).strip()
             print(f"{args.model}: not one HAL model ({why}): the plan's TFLite operators drawn instead",
