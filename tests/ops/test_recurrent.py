@@ -411,6 +411,17 @@ def test_fixed_point_logistic_tanh_accuracy(int_bits):
     assert np.diff(K.tanh16(raw, int_bits)).min() >= -16  # monotonic up to fixed-point noise
 
 
+@pytest.mark.parametrize("int_bits", [0, 3, 6])
+def test_activation_tables_equal_the_fixed_point_functions(int_bits):
+    """The 65536-entry tables the LSTM kernels index are the functions
+    themselves, on shapes and integer dtypes the kernels pass."""
+    rng = np.random.default_rng(int_bits)
+    for a in (rng.integers(-32768, 32768, (3, 7)), np.array([-32768, -1, 0, 1, 32767], np.int16)):
+        np.testing.assert_array_equal(K.logistic16_lut(a, int_bits), K.logistic16(a.astype(np.int64), int_bits))
+        np.testing.assert_array_equal(K.tanh16_lut(a, int_bits), K.tanh16(a.astype(np.int64), int_bits))
+    assert K.activation_table("tanh", int_bits) is K.activation_table("tanh", int_bits)  # built once
+
+
 def test_fixed_point_primitives():
     assert FP.saturating_rounding_doubling_high_mul16(np.array([-32768]), -32768)[0] == 32767
     assert FP.saturating_rounding_doubling_high_mul16(np.array([16384]), 16384)[0] == 8192

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnhal.ops import deadline
+from nnhal.ops import deadline, memo
 from nnhal.ops.fixedpoint import (
     EXP_BARREL,
     EXP_MINUS_ONE_EIGHTH,
@@ -298,34 +298,68 @@ def tanh16(a: np.ndarray, int_bits: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------
+# the int16 activations as tables: every gate input is an int16 value, so
+# logistic16 / tanh16 of a given number of integer bits are functions of
+# 65536 inputs, evaluated once per process (bit-identical by construction)
+
+_INT16_ALL = np.arange(INT16_MIN, INT16_MAX + 1, dtype=np.int64)
+_TABLES = memo.Memo(16)
+
+
+def activation_table(kind: str, int_bits: int) -> np.ndarray:
+    """logistic16 ("logistic") or tanh16 ("tanh") of every int16 value with
+    ``int_bits`` integer bits, as int64 indexed by value + 32768."""
+    fn = logistic16 if kind == "logistic" else tanh16
+    return _TABLES.get_or_compute((kind, int_bits), lambda: np.ascontiguousarray(fn(_INT16_ALL, int_bits)))
+
+
+def logistic16_lut(a: np.ndarray, int_bits: int) -> np.ndarray:
+    """logistic16 of int16 values (held in any integer array)."""
+    return activation_table("logistic", int_bits)[np.asarray(a, np.int64) + 32768]
+
+
+def tanh16_lut(a: np.ndarray, int_bits: int) -> np.ndarray:
+    """tanh16 of int16 values (held in any integer array)."""
+    return activation_table("tanh", int_bits)[np.asarray(a, np.int64) + 32768]
+
+
+# ----------------------------------------------------------------------------
 # QUANTIZED_16BIT_LSTM
 
 
-def quantized_16bit_lstm_step(x: np.ndarray, prev_out: np.ndarray, weights: np.ndarray, weights_zp: int,
-                              bias: np.ndarray, prev_cell: np.ndarray, accum_q: int, accum_shift: int
+def q16_weights(weights: np.ndarray, weights_zp: int) -> np.ndarray:
+    """The QUANTIZED_16BIT_LSTM weight matrix as the step multiplies it:
+    (w - zp) transposed, in float64 (every product and partial sum of the
+    matrix product is an integer below 2^53: exact)."""
+    return np.ascontiguousarray((weights.astype(np.float64) - weights_zp).T)
+
+
+def quantized_16bit_lstm_step(x: np.ndarray, prev_out: np.ndarray, weights_t: np.ndarray, bias: np.ndarray,
+                              prev_cell: np.ndarray, accum_q: int, accum_shift: int
                               ) -> tuple[np.ndarray, np.ndarray]:
     """One QUANTIZED_16BIT_LSTM step.
 
-    ``weights`` is the reference's concatenated (4*n_out, n_out + n_in)
-    uint8 matrix (gate blocks input, cell, forget, output; columns recurrent
-    then input) and ``bias`` the concatenated int32 biases.  Returns
-    (new cell state int16, output uint8)."""
+    ``weights_t`` is :func:`q16_weights` of the reference's concatenated
+    (4*n_out, n_out + n_in) uint8 matrix (gate blocks input, cell, forget,
+    output; columns recurrent then input) and ``bias`` the concatenated int32
+    biases as int64.  Returns (new cell state int16, output uint8)."""
     n_out = prev_out.shape[1]
     # NOTE: the reference concatenates [input, prev_output] but lays the
     # weight columns out as [recurrent, input]; the two are paired by index,
     # exactly as the reference does.
-    concat = np.concatenate([x, prev_out], axis=1).astype(np.int64) - 128
-    acc = bias.astype(np.int64)[None, :] + concat @ (weights.astype(np.int64) - weights_zp).T
+    concat = np.concatenate([x, prev_out], axis=1).astype(np.float64)
+    concat -= 128
+    acc = bias[None, :] + (concat @ weights_t).astype(np.int64)
     acc = np.clip(mbqm32(wrap32(acc), accum_q, accum_shift), INT16_MIN, INT16_MAX)
     acc = acc.reshape(acc.shape[0], 4, n_out)
-    in_gate = logistic16(acc[:, 0], 3)
-    mod_gate = tanh16(acc[:, 1], 3)
-    forget_gate = logistic16(acc[:, 2], 3)
-    out_gate = logistic16(acc[:, 3], 3)
+    in_gate = logistic16_lut(acc[:, 0], 3)
+    mod_gate = tanh16_lut(acc[:, 1], 3)
+    forget_gate = logistic16_lut(acc[:, 2], 3)
+    out_gate = logistic16_lut(acc[:, 3], 3)
     in_times_mod = srdhm16(in_gate, mod_gate)  # F0
     prev_times_forget = srdhm16(forget_gate, prev_cell.astype(np.int64))  # F0 * F4 -> F4
     new_state = sat_add16(rescale16(in_times_mod, 0, 4), prev_times_forget)
-    out_f0 = srdhm16(out_gate, tanh16(rescale16(new_state, 4, 3), 3))
+    out_f0 = srdhm16(out_gate, tanh16_lut(rescale16(new_state, 4, 3), 3))
     out8 = np.clip(rounding_divide_by_pot(out_f0, 8), -128, 127) + 128
     return new_state.astype(np.int16), out8.astype(np.uint8)
 

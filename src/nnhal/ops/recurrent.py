@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nnhal.hal import OperationType
-from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, Signature, Tensor
+from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, OpInfo, Signature, Tensor
 from nnhal.ops.base import T as OT
 from nnhal.ops.lstm_kernels import (
     GATE_CELL,
@@ -28,8 +28,10 @@ from nnhal.ops.lstm_kernels import (
     GATE_OUTPUT,
     FloatLstmWeights,
     QlstmTensors,
+    activation_table,
     checked_log2,
     float_lstm_sequence,
+    q16_weights,
     qlstm_step,
     quantized_16bit_lstm_step,
 )
@@ -360,16 +362,17 @@ def _bidirectional_signatures() -> list[Signature]:
 def _execute_quantized_16bit(ctx: ExecContext) -> list[np.ndarray]:
     t: list[Tensor] = ctx.inputs
 
-    def need(cond: bool, msg: str) -> None:
+    def need(cond: bool, msg: Callable[[], str] | str) -> None:
+        # NOTE: a message is formatted only on failure (f-strings per check cost more than the step)
         if not cond:
-            raise ctx.fail(msg)
+            raise ctx.fail(msg() if callable(msg) else msg)
 
     x, prev_out, prev_cell = t[0], t[14], t[13]
-    need(x.data.ndim == 2, f"input must be 2-D, got shape {list(x.shape)}")
+    need(x.data.ndim == 2, lambda: f"input must be 2-D, got shape {list(x.shape)}")
     need(x.scale == 1.0 / 128.0 and x.zero_point == 128, "input must have scale 1/128 and zeroPoint 128")
     n_batch, n_input = x.shape
     need(prev_out.data.ndim == 2 and prev_out.shape[0] == n_batch,
-         f"previous output must have shape [{n_batch}, outputSize], got {list(prev_out.shape)}")
+         lambda: f"previous output must have shape [{n_batch}, outputSize], got {list(prev_out.shape)}")
     need(prev_out.scale == 1.0 / 128.0 and prev_out.zero_point == 128,
          "previous output must have scale 1/128 and zeroPoint 128")
     n_output = prev_out.shape[1]
@@ -377,30 +380,85 @@ def _execute_quantized_16bit(ctx: ExecContext) -> list[np.ndarray]:
     need(w_scale != 0, "weights scale must not be 0")
     for i in range(1, 9):
         cols = n_input if i <= 4 else n_output
-        need(t[i].shape == (n_output, cols), f"weights (input {i}) must have shape [{n_output}, {cols}]")
+        need(t[i].shape == (n_output, cols), lambda i=i, cols=cols: f"weights (input {i}) must have shape [{n_output}, {cols}]")
         need(t[i].scale == w_scale and t[i].zero_point == w_zp,
-             f"weights (input {i}) must share the scale and zeroPoint of input 1")
+             lambda i=i: f"weights (input {i}) must share the scale and zeroPoint of input 1")
     b_scale = t[9].scale
     need(float(np.float32(b_scale)) == float(np.float32(w_scale)) / 128.0,
          "bias scale must be weights scale / 128")
     need(t[9].zero_point == 0, "bias zeroPoint must be 0")
     for i in range(9, 13):
-        need(t[i].shape == (n_output,), f"bias (input {i}) must have shape [{n_output}]")
-        need(t[i].scale == b_scale and t[i].zero_point == 0, f"bias (input {i}) must share the bias scale")
-    need(prev_cell.shape == (n_batch, n_output), f"cell state must have shape [{n_batch}, {n_output}]")
+        need(t[i].shape == (n_output,), lambda i=i: f"bias (input {i}) must have shape [{n_output}]")
+        need(t[i].scale == b_scale and t[i].zero_point == 0, lambda i=i: f"bias (input {i}) must share the bias scale")
+    need(prev_cell.shape == (n_batch, n_output), lambda: f"cell state must have shape [{n_batch}, {n_output}]")
     need(prev_cell.zero_point == 0, "cell state zeroPoint must be 0")
-    ok, log2 = checked_log2(prev_cell.scale)
+    st = ctx.state if isinstance(ctx.state, _Q16State) else _Q16State()
+    ok, log2 = st.cell_log2 if st.cell_log2 is not None else checked_log2(prev_cell.scale)
     need(ok and log2 + 15 == 4, "cell state scale must be 2^-11 (4 integer bits)")
 
-    # reference layout: gate rows input, cell, forget, output; columns recurrent, input
-    order_in = (1, 3, 2, 4)
-    order_rec = (5, 7, 6, 8)
-    weights = np.concatenate(
-        [np.concatenate([t[r].data, t[i].data], axis=1) for i, r in zip(order_in, order_rec, strict=True)], axis=0)
-    bias = np.concatenate([t[i].data for i in (9, 11, 10, 12)])
-    q, shift = quantize_multiplier(float(np.float32(4096) * np.float32(b_scale)))
-    cell, out = quantized_16bit_lstm_step(x.data, prev_out.data, weights, w_zp, bias, prev_cell.data, q, shift)
+    weights_t = st.weights_t if st.weights_t is not None else _q16_weights([t[i].data for i in range(1, 9)], w_zp)
+    bias = st.bias if st.bias is not None else _q16_bias([t[i].data for i in range(9, 13)])
+    q, shift = st.mult if st.mult is not None else _q16_multiplier(b_scale)
+    cell, out = quantized_16bit_lstm_step(x.data, prev_out.data, weights_t, bias, prev_cell.data, q, shift)
     return [cell, out]
+
+
+class _Q16State:
+    """QUANTIZED_16BIT_LSTM's prepared weights, bias and multiplier (None
+    where an operand is not a constant: the execution builds it).  The
+    execution still checks every shape and scale first, as the reference."""
+
+    __slots__ = ("weights_t", "bias", "mult", "cell_log2")
+
+    def __init__(self) -> None:
+        self.weights_t: np.ndarray | None = None
+        self.bias: np.ndarray | None = None
+        self.mult: tuple[int, int] | None = None
+        self.cell_log2: tuple[bool, int] | None = None  # checked_log2 of the cell state's scale
+
+
+def _q16_weights(w: list, zp: int) -> np.ndarray:
+    """w = inputs 1..8; reference layout: gate rows input, cell, forget,
+    output; columns recurrent, input."""
+    order_in, order_rec = (0, 2, 1, 3), (4, 6, 5, 7)
+    weights = np.concatenate(
+        [np.concatenate([w[r], w[i]], axis=1) for i, r in zip(order_in, order_rec, strict=True)], axis=0)
+    return q16_weights(weights, zp)
+
+
+def _q16_bias(b: list) -> np.ndarray:
+    """b = inputs 9..12, in the gate order input, cell, forget, output."""
+    return np.concatenate([b[0], b[2], b[1], b[3]]).astype(np.int64)
+
+
+def _q16_multiplier(b_scale: float) -> tuple[int, int]:
+    q, shift = quantize_multiplier(float(np.float32(4096) * np.float32(b_scale)))
+    return int(q), int(shift)
+
+
+def _prepare_quantized_16bit(info: OpInfo) -> _Q16State:
+    st = _Q16State()
+    ins = info.inputs
+    w = [ins[i].value for i in range(1, 9)]
+    b = [ins[i].value for i in range(9, 13)]
+    try:
+        # NOTE: only when the shapes are those the execution checks for (else it fails first)
+        if all(v is not None and v.ndim == 2 and v.shape[0] == w[0].shape[0] for v in w) \
+                and len({v.shape[1] for v in w[:4]}) == 1 and len({v.shape[1] for v in w[4:]}) == 1:
+            st.weights_t = _q16_weights(w, ins[1].zero_point)
+        if all(v is not None and v.ndim == 1 for v in b):
+            st.bias = _q16_bias(b)
+        st.mult = _q16_multiplier(ins[9].scale)
+    except ValueError:
+        st.mult = None  # NOTE: the execution fails where the reference does
+    try:
+        with np.errstate(all="ignore"):
+            st.cell_log2 = checked_log2(ins[13].scale)
+    except (ValueError, OverflowError):
+        st.cell_log2 = None  # NOTE: a scale the execution refuses its own way (as before)
+    activation_table("logistic", 3)
+    activation_table("tanh", 3)
+    return st
 
 
 _Q16_IN = ((OT.TENSOR_QUANT8_ASYMM,) * 9 + (OT.TENSOR_INT32,) * 4 + (OT.TENSOR_QUANT16_SYMM, OT.TENSOR_QUANT8_ASYMM))
@@ -539,7 +597,8 @@ OPS: list[OpDef] = [
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 24, 25, 26, 27})),
     OpDef(type=OperationType.QUANTIZED_16BIT_LSTM, signatures=[Signature(_Q16_IN, (OT.TENSOR_QUANT16_SYMM,
                                                                                      OT.TENSOR_QUANT8_ASYMM), V1_2)],
-          execute=_guard(_execute_quantized_16bit), bad_data_on_missing_operand=True),
+          execute=_guard(_execute_quantized_16bit), prepare=_prepare_quantized_16bit,
+          bad_data_on_missing_operand=True),
     OpDef(type=OperationType.QUANTIZED_LSTM, signatures=[Signature(_QLSTM_IN, _QLSTM_OUT, V1_3)],
           execute=_guard(_execute_qlstm),
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 20, 21, 22, 23, 24, 25})),
