@@ -28,7 +28,7 @@ from nnhal.ops.fixedpoint import (
     INT16_MAX,
     INT16_MIN,
     ONE_THIRD,
-    inv_sqrt_multiplier,
+    inv_sqrt_multiplier_int,
     round_half_away_int,
     saturating_rounding_multiply_by_pot,
     trunc_div,
@@ -376,15 +376,6 @@ def mbqm32(x: np.ndarray, q: int, shift: int) -> np.ndarray:
     return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(v, q), right)
 
 
-def matmul_accumulate(x: np.ndarray, eff_bias: np.ndarray, w: np.ndarray, q: int, shift: int,
-                      out_zp: int, acc_in: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """QuantUtils MatrixBatchVectorMultiplyAccumulate: out = clamp(MBQM(bias +
-    x.W^T) + zp + out)."""
-    acc = wrap32(eff_bias[None, :] + x.astype(np.int64) @ w.astype(np.int64).T)
-    acc = mbqm32(acc, q, shift) + out_zp + acc_in
-    return np.clip(acc, lo, hi)
-
-
 def layer_norm_int16(v: np.ndarray, weight: np.ndarray, bias: np.ndarray, scale_q: int, scale_shift: int,
                      variance_limit: int) -> np.ndarray:
     """QuantUtils ApplyLayerNorm on (B, n) int16 values."""
@@ -401,7 +392,7 @@ def layer_norm_int16(v: np.ndarray, weight: np.ndarray, bias: np.ndarray, scale_
         variance2 = int(wrap32(np.int64(_c_div(variance, guard))))
         if variance2 < 1:
             variance2 = variance_limit
-        inv_q, inv_shift = (int(v) for v in inv_sqrt_multiplier(variance2, -1))
+        inv_q, inv_shift = inv_sqrt_multiplier_int(variance2, -1)
         shifted = wrap32(1024 * row - mean)
         rescaled = mbqm32(shifted, inv_q, inv_shift)
         val3 = wrap32(rescaled * weight.astype(np.int64) + bias.astype(np.int64))
@@ -460,42 +451,110 @@ def _f32(v: float) -> np.float32:
     return np.float32(v)
 
 
-def qlstm_step(p: QlstmTensors) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One QUANTIZED_LSTM step; returns (output state, cell state, output)."""
-    batch = p.x.shape[0]
-    n_units = p.input_w[GATE_FORGET].shape[0]
-    n_out = p.recurrent_w[GATE_FORGET].shape[1]
-    cifg = p.input_w[GATE_INPUT] is None
-    x = p.x.astype(np.int64)
-    h_prev = p.prev_out.astype(np.int64)
-    c_prev = p.prev_cell.astype(np.int64)
+def _eff_scale(w_scale: float, in_scale: float, inter: float) -> tuple[int, int]:
+    # NOTE: the reference multiplies and divides the scales in single precision
+    return quantize_multiplier(float(_f32(_f32(w_scale) * _f32(in_scale)) / _f32(inter)))
 
-    def eff_scale(w_scale: float, in_scale: float, inter: float) -> tuple[int, int]:
-        # NOTE: the reference multiplies and divides the scales in single precision
-        return quantize_multiplier(float(_f32(_f32(w_scale) * _f32(in_scale)) / _f32(inter)))
 
-    def zp_bias(zp: int, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-        acc = np.zeros(w.shape[0], np.int64) if bias is None else bias.astype(np.int64)
-        return wrap32(acc + zp * w.astype(np.int64).sum(axis=1))
+def _zp_bias(zp: int, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    acc = np.zeros(w.shape[0], np.int64) if bias is None else bias.astype(np.int64)
+    return wrap32(acc + zp * w.astype(np.int64).sum(axis=1))
 
-    def gate_pre(g: int, cell: np.ndarray) -> np.ndarray:
-        inter = p.intermediate_scale[g]
-        buf = np.zeros((batch, n_units), np.int64)
+
+def _t64(w: np.ndarray) -> np.ndarray:
+    """A weight matrix transposed, as float64: its product with int8 / int16
+    values is exact (integers below 2^53), and a BLAS product."""
+    return np.ascontiguousarray(w.astype(np.float64).T)
+
+
+@dataclass(frozen=True)
+class QlstmPlan:
+    """Everything of a QUANTIZED_LSTM step that depends only on the weights,
+    biases, scales and scalars (TFLite computes it in Prepare): per gate
+    (input, forget, cell, output; None for the CIFG input gate) the
+    transposed weights, zero-point row sums folded into the biases,
+    multipliers, peephole and layer-norm parameters; then the cell clip,
+    hidden and projection parameters."""
+
+    gates: tuple
+    qclip: int
+    hidden_mult: tuple[int, int]
+    proj: tuple | None  # (w_t, bias with hidden zp row sums, q, shift, clip)
+
+
+def qlstm_plan(p: QlstmTensors) -> QlstmPlan:
+    """The :class:`QlstmPlan` of ``p`` (which needs no run-time tensor: x,
+    prev_out and prev_cell are not read).  Raises ValueError where a
+    multiplier cannot be formed."""
+    gates = []
+    for g in range(4):
         wx, wh = p.input_w[g], p.recurrent_w[g]
-        q, s = eff_scale(p.input_w_scale[g], p.x_scale, inter)
-        buf = matmul_accumulate(x, zp_bias(-p.x_zp, wx), wx, q, s, 0, buf, INT16_MIN, INT16_MAX)
-        q, s = eff_scale(p.recurrent_w_scale[g], p.prev_out_scale, inter)
-        buf = matmul_accumulate(h_prev, zp_bias(-p.prev_out_zp, wh), wh, q, s, 0, buf, INT16_MIN, INT16_MAX)
+        if wx is None:
+            gates.append(None)
+            continue
+        inter = p.intermediate_scale[g]
+        xq, xs = _eff_scale(p.input_w_scale[g], p.x_scale, inter)
+        hq, hs = _eff_scale(p.recurrent_w_scale[g], p.prev_out_scale, inter)
+        peep = None
         if p.peephole[g] is not None:
             real = float(_f32((2.0 ** p.cell_shift) * float(_f32(p.peephole_scale[g])) / float(_f32(inter))))
-            q, s = quantize_multiplier(real)
-            prod = mbqm32(p.peephole[g].astype(np.int64)[None, :] * cell, q, s)
-            buf = np.clip(prod + buf, INT16_MIN, INT16_MAX)
+            peep = (p.peephole[g].astype(np.int64)[None, :], *quantize_multiplier(real))
+        ln = None
         if p.layer_norm[g] is not None:
             ln_scale = p.layer_norm_scale[g]
-            q, s = quantize_multiplier(float(_f32(ln_scale)))
-            limit = min(1, int(_f32(10000) * _f32(ln_scale)))
-            buf = layer_norm_int16(buf, p.layer_norm[g], p.bias[g], q, s, limit)
+            q, sh = quantize_multiplier(float(_f32(ln_scale)))
+            ln = (p.layer_norm[g], p.bias[g], q, sh, min(1, int(_f32(10000) * _f32(ln_scale))))
+        gates.append((_t64(wx), _zp_bias(-p.x_zp, wx), xq, xs, _t64(wh), _zp_bias(-p.prev_out_zp, wh), hq, hs,
+                      peep, ln))
+    qclip = 0
+    if p.cell_clip > 0:
+        qclip = int(wrap16(np.int64(int(min(max(float(_f32(p.cell_clip) / _f32(p.cell_scale)), -32768.0),
+                                             32767.0)))))
+    hidden_mult = quantize_multiplier(float(_f32(2.0 ** -15 / float(_f32(p.hidden_scale)) * 2.0 ** -15)))
+    proj = None
+    if p.proj_w is not None:
+        pq, ps = quantize_multiplier(float(_f32(_f32(p.proj_w_scale) * _f32(p.hidden_scale)) / _f32(p.prev_out_scale)))
+        qpc = 0
+        if p.proj_clip > 0 and p.proj_w_scale > 0:
+            qpc = int(min(max(float(_f32(p.proj_clip) / _f32(p.proj_w_scale)), -128.0), 127.0))
+            qpc = ((qpc + 128) & 0xFF) - 128
+        # NOTE: the reference adds hidden_zp * row sums to the projection bias
+        proj = (_t64(p.proj_w), _zp_bias(p.hidden_zp, p.proj_w, p.proj_b), pq, ps, qpc)
+    return QlstmPlan(tuple(gates), qclip, hidden_mult, proj)
+
+
+def _accumulate(x: np.ndarray, eff_bias: np.ndarray, w_t: np.ndarray, q: int, shift: int, out_zp: int,
+                acc_in: np.ndarray | None, lo: int, hi: int) -> np.ndarray:
+    """QuantUtils MatrixBatchVectorMultiplyAccumulate: clamp(MBQM(bias + x.W^T) + zp (+ acc_in)),
+    with the plan's float64 transposed weights ``w_t`` and ``x`` as float64."""
+    acc = wrap32(eff_bias[None, :] + (x @ w_t).astype(np.int64))
+    acc = mbqm32(acc, q, shift) + out_zp
+    if acc_in is not None:
+        acc += acc_in
+    return np.clip(acc, lo, hi)
+
+
+def qlstm_step(p: QlstmTensors, plan: QlstmPlan | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One QUANTIZED_LSTM step; returns (output state, cell state, output).
+    ``plan``: :func:`qlstm_plan` of ``p``'s constants, computed once (else here)."""
+    if plan is None:
+        plan = qlstm_plan(p)
+    batch = p.x.shape[0]
+    n_out = p.recurrent_w[GATE_FORGET].shape[1]
+    cifg = p.input_w[GATE_INPUT] is None
+    x = p.x.astype(np.float64)
+    h_prev = p.prev_out.astype(np.float64)
+    c_prev = p.prev_cell.astype(np.int64)
+
+    def gate_pre(g: int, cell: np.ndarray) -> np.ndarray:
+        wx_t, x_bias, xq, xs, wh_t, h_bias, hq, hs, peep, ln = plan.gates[g]
+        buf = _accumulate(x, x_bias, wx_t, xq, xs, 0, None, INT16_MIN, INT16_MAX)
+        buf = _accumulate(h_prev, h_bias, wh_t, hq, hs, 0, buf, INT16_MIN, INT16_MAX)
+        if peep is not None:
+            w, q, s = peep
+            buf = np.clip(mbqm32(w * cell, q, s) + buf, INT16_MIN, INT16_MAX)
+        if ln is not None:
+            buf = layer_norm_int16(buf, *ln)
         return buf
 
     # NOTE: the reference reads the peephole cell state of the input and forget
@@ -503,36 +562,28 @@ def qlstm_step(p: QlstmTensors) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     # product by output_size); its contents are undefined there, so this
     # follows TFLite's integer LSTM, which uses the previous cell state and
     # num_units.
-    forget = logistic16(gate_pre(GATE_FORGET, c_prev), 3)
-    cell_gate = tanh16(gate_pre(GATE_CELL, c_prev), 3)
+    forget = logistic16_lut(gate_pre(GATE_FORGET, c_prev), 3)
+    cell_gate = tanh16_lut(gate_pre(GATE_CELL, c_prev), 3)
     if cifg:
         in_gate = INT16_MAX - forget
     else:
-        in_gate = logistic16(gate_pre(GATE_INPUT, c_prev), 3)
+        in_gate = logistic16_lut(gate_pre(GATE_INPUT, c_prev), 3)
     c_new = sat_add16(wrap16(rounding_divide_by_pot(forget * c_prev, 15)),
                       wrap16(rounding_divide_by_pot(in_gate * cell_gate, 30 + p.cell_shift)))
-    if p.cell_clip > 0:
-        qclip = int(wrap16(np.int64(int(min(max(float(_f32(p.cell_clip) / _f32(p.cell_scale)), -32768.0),
-                                             32767.0)))))
-        if qclip > 0:
-            c_new = np.clip(c_new, -qclip, qclip)
-    out_gate = logistic16(gate_pre(GATE_OUTPUT, c_new), 3)
+    if plan.qclip > 0:
+        c_new = np.clip(c_new, -plan.qclip, plan.qclip)
+    out_gate = logistic16_lut(gate_pre(GATE_OUTPUT, c_new), 3)
     int_bits = p.cell_shift + 15
     # NOTE: the reference's tanh dispatch handles 0..6 integer bits; otherwise
     # it leaves its destination (the input gate buffer) untouched.
-    cell_act = tanh16(c_new, int_bits) if 0 <= int_bits <= 6 else in_gate
-    hq, hs = quantize_multiplier(float(_f32(2.0 ** -15 / float(_f32(p.hidden_scale)) * 2.0 ** -15)))
+    cell_act = tanh16_lut(c_new, int_bits) if 0 <= int_bits <= 6 else in_gate
+    hq, hs = plan.hidden_mult
     hidden = np.clip(mbqm32(out_gate * cell_act, hq, hs) - p.hidden_zp, -128, 127)
-    if p.proj_w is not None:
-        pq, ps = quantize_multiplier(float(_f32(_f32(p.proj_w_scale) * _f32(p.hidden_scale)) / _f32(p.prev_out_scale)))
-        # NOTE: the reference adds hidden_zp * row sums to the projection bias
-        out = matmul_accumulate(hidden, zp_bias(p.hidden_zp, p.proj_w, p.proj_b), p.proj_w, pq, ps,
-                                p.prev_out_zp, np.zeros((batch, n_out), np.int64), -128, 127)
-        if p.proj_clip > 0 and p.proj_w_scale > 0:
-            qpc = int(min(max(float(_f32(p.proj_clip) / _f32(p.proj_w_scale)), -128.0), 127.0))
-            qpc = ((qpc + 128) & 0xFF) - 128
-            if qpc > 0:
-                out = np.clip(out, -qpc, qpc)
+    if plan.proj is not None:
+        w_t, bias, pq, ps, qpc = plan.proj
+        out = _accumulate(hidden.astype(np.float64), bias, w_t, pq, ps, p.prev_out_zp, None, -128, 127)
+        if qpc > 0:
+            out = np.clip(out, -qpc, qpc)
     else:
         # NOTE: a flat copy of batch * output_size values, as the reference does
         out = hidden.reshape(-1)[: batch * n_out].reshape(batch, n_out)

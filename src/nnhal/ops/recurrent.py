@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnhal.hal import OperationType
+from nnhal.hal import OperandLifeTime, OperationType
 from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, OpInfo, Signature, Tensor
 from nnhal.ops.base import T as OT
 from nnhal.ops.lstm_kernels import (
@@ -27,11 +27,13 @@ from nnhal.ops.lstm_kernels import (
     GATE_INPUT,
     GATE_OUTPUT,
     FloatLstmWeights,
+    QlstmPlan,
     QlstmTensors,
     activation_table,
     checked_log2,
     float_lstm_sequence,
     q16_weights,
+    qlstm_plan,
     qlstm_step,
     quantized_16bit_lstm_step,
 )
@@ -471,25 +473,26 @@ _Q16_IN = ((OT.TENSOR_QUANT8_ASYMM,) * 9 + (OT.TENSOR_INT32,) * 4 + (OT.TENSOR_Q
 def _execute_qlstm(ctx: ExecContext) -> list[np.ndarray]:
     t: list[Tensor] = ctx.inputs
 
-    def need(cond: bool, msg: str) -> None:
+    def need(cond: bool, msg: Callable[[], str] | str) -> None:
+        # NOTE: a message is formatted only on failure
         if not cond:
-            raise ctx.fail(msg)
+            raise ctx.fail(msg() if callable(msg) else msg)
 
     def arr(i: int) -> np.ndarray | None:
         return t[i].data if ctx.has(i) else None
 
     x = t[0]
-    need(x.data.ndim == 2, f"input must be 2-D, got shape {list(x.shape)}")
+    need(x.data.ndim == 2, lambda: f"input must be 2-D, got shape {list(x.shape)}")
     n_batch, n_input = x.shape
     wo, ro = t[4].data, t[8].data
-    need(wo.ndim == 2 and wo.shape[1] == n_input, f"input-to-output weights must be [numUnits, {n_input}]")
+    need(wo.ndim == 2 and wo.shape[1] == n_input, lambda: f"input-to-output weights must be [numUnits, {n_input}]")
     n_units = wo.shape[0]
-    need(ro.ndim == 2 and ro.shape[0] == n_units, f"recurrent-to-output weights must be [{n_units}, outputSize]")
+    need(ro.ndim == 2 and ro.shape[0] == n_units, lambda: f"recurrent-to-output weights must be [{n_units}, outputSize]")
     n_output = ro.shape[1]
 
     def shape_is(i: int, shape: tuple) -> None:
         need(arr(i) is not None and arr(i).shape == shape,
-             f"input {i} must have shape {list(shape)}, got {None if arr(i) is None else list(arr(i).shape)}")
+             lambda: f"input {i} must have shape {list(shape)}, got {None if arr(i) is None else list(arr(i).shape)}")
 
     def present(i: int) -> bool:
         return arr(i) is not None
@@ -528,37 +531,103 @@ def _execute_qlstm(ctx: ExecContext) -> list[np.ndarray]:
         need(all(ln[1:]) or not any(ln[1:]), "layer normalization weights must be all present or all omitted")
     else:
         need(all(ln) or not any(ln), "layer normalization weights must be all present or all omitted")
-    ok, cell_shift = checked_log2(t[19].scale)
-    need(ok and cell_shift <= -9, f"cell state scale {t[19].scale} must be a power of two <= 2^-9")
+    st = ctx.state if isinstance(ctx.state, _QlstmState) else None
+    ok, cell_shift = st.cell_log2 if st is not None and st.cell_log2 is not None else checked_log2(t[19].scale)
+    need(ok and cell_shift <= -9, lambda: f"cell state scale {t[19].scale} must be a power of two <= 2^-9")
+
+    if st is not None and st.checks is not None:
+        inter_zero, hidden_zero = st.checks
+    else:
+        inter_zero = [ctx.has(1 + g) and float(ctx.scalar(26 + g, 0.0)) == 0 for g in range(4)]
+        hidden_zero = float(ctx.scalar(31, 0.0)) == 0
+    for g in range(4):
+        if inter_zero[g]:
+            raise ctx.fail(f"intermediate scale of gate {g} must not be 0")
+    if hidden_zero:
+        raise ctx.fail("hidden state scale must not be 0")
+    p = _qlstm_tensors(arr, lambda i: t[i].scale, lambda i: t[i].zero_point, ctx.scalar, cell_shift)
+    p.x, p.prev_out, p.prev_cell = x.data, t[18].data, t[19].data
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        plan = st.plan if st is not None and st.plan is not None else None
+        return list(qlstm_step(p, plan))
+
+
+def _qlstm_tensors(arr: Callable[[int], np.ndarray | None], scale: Callable[[int], float], zp: Callable[[int], int],
+                   scalar: Callable[[int, object], object], cell_shift: int) -> QlstmTensors:
+    """The QUANTIZED_LSTM operands (x, prev_out and prev_cell left None: the
+    execution sets them) from accessors of values, scales and scalars."""
 
     def gates(idx: tuple) -> list:
         return [arr(i) for i in idx]
 
     def scales(idx: tuple) -> list:
-        return [t[i].scale for i in idx]
+        return [scale(i) for i in idx]
 
-    hidden_zp = int(ctx.scalar(30, 0))
+    hidden_zp = int(scalar(30, 0))
     hidden_zp = ((hidden_zp + 128) & 0xFF) - 128  # NOTE: the reference reads this INT32 as int8_t
-    p = QlstmTensors(
-        x=x.data, x_scale=x.scale, x_zp=x.zero_point,
-        prev_out=t[18].data, prev_out_scale=t[18].scale, prev_out_zp=t[18].zero_point,
-        prev_cell=t[19].data, cell_scale=t[19].scale, cell_shift=cell_shift,
+    return QlstmTensors(
+        x=None, x_scale=scale(0), x_zp=zp(0),
+        prev_out=None, prev_out_scale=scale(18), prev_out_zp=zp(18),
+        prev_cell=None, cell_scale=scale(19), cell_shift=cell_shift,
         input_w=gates((1, 2, 3, 4)), input_w_scale=scales((1, 2, 3, 4)),
         recurrent_w=gates((5, 6, 7, 8)), recurrent_w_scale=scales((5, 6, 7, 8)),
-        peephole=[arr(9), arr(10), None, arr(11)], peephole_scale=[t[9].scale, t[10].scale, 0.0, t[11].scale],
+        peephole=[arr(9), arr(10), None, arr(11)], peephole_scale=[scale(9), scale(10), 0.0, scale(11)],
         bias=gates((12, 13, 14, 15)),
         layer_norm=gates((20, 21, 22, 23)), layer_norm_scale=scales((20, 21, 22, 23)),
-        proj_w=arr(16), proj_w_scale=t[16].scale, proj_b=arr(17),
-        cell_clip=float(ctx.scalar(24, 0.0)), proj_clip=float(ctx.scalar(25, 0.0)),
-        intermediate_scale=[float(ctx.scalar(i, 0.0)) for i in (26, 27, 28, 29)],
-        hidden_zp=hidden_zp, hidden_scale=float(ctx.scalar(31, 0.0)))
-    for g in range(4):
-        if p.input_w[g] is not None and p.intermediate_scale[g] == 0:
-            raise ctx.fail(f"intermediate scale of gate {g} must not be 0")
-    if p.hidden_scale == 0:
-        raise ctx.fail("hidden state scale must not be 0")
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        return list(qlstm_step(p))
+        proj_w=arr(16), proj_w_scale=scale(16), proj_b=arr(17),
+        cell_clip=float(scalar(24, 0.0)), proj_clip=float(scalar(25, 0.0)),
+        intermediate_scale=[float(scalar(i, 0.0)) for i in (26, 27, 28, 29)],
+        hidden_zp=hidden_zp, hidden_scale=float(scalar(31, 0.0)))
+
+
+class _QlstmState:
+    """QUANTIZED_LSTM's prepared scalar checks and :class:`QlstmPlan` (None
+    where an operand is not a constant: the execution computes them)."""
+
+    __slots__ = ("checks", "plan", "cell_log2")
+
+    def __init__(self) -> None:
+        self.checks: tuple | None = None  # ([intermediate scale of gate g is 0], hidden scale is 0)
+        self.plan: QlstmPlan | None = None
+        self.cell_log2: tuple[bool, int] | None = None  # checked_log2 of the cell state's scale
+
+
+def _prepare_qlstm(info: OpInfo) -> _QlstmState:
+    st = _QlstmState()
+    ins = info.inputs
+
+    def omitted(i: int) -> bool:
+        return i >= len(ins) or ins[i].lifetime == OperandLifeTime.NO_VALUE
+
+    def known(i: int) -> bool:
+        return omitted(i) or ins[i].value is not None
+
+    def arr(i: int) -> np.ndarray | None:
+        return None if omitted(i) else ins[i].value
+
+    def scalar(i: int, d: object) -> object:
+        return d if omitted(i) else ins[i].value.item()
+
+    if not all(known(i) for i in range(1, 5)) or not all(known(i) for i in range(24, 32)):
+        return st
+    try:
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            st.checks = ([not omitted(1 + g) and float(scalar(26 + g, 0.0)) == 0 for g in range(4)],
+                         float(scalar(31, 0.0)) == 0)
+            ok, cell_shift = checked_log2(ins[19].scale)
+            st.cell_log2 = (ok, cell_shift)
+            if not (ok and cell_shift <= -9) or any(st.checks[0]) or st.checks[1]:
+                return st  # NOTE: every execution fails first
+            if all(known(i) for i in range(1, 24)):
+                st.plan = qlstm_plan(_qlstm_tensors(arr, lambda i: ins[i].scale, lambda i: ins[i].zero_point, scalar,
+                                                    cell_shift))
+            if 0 <= cell_shift + 15 <= 6:
+                activation_table("tanh", cell_shift + 15)
+    except (ValueError, OverflowError, ZeroDivisionError, TypeError, AttributeError):
+        st.plan = None  # NOTE: the execution computes it and fails where the reference does
+    activation_table("logistic", 3)
+    activation_table("tanh", 3)
+    return st
 
 
 _QLSTM_IN = ((OT.TENSOR_QUANT8_ASYMM_SIGNED,) + (OT.TENSOR_QUANT8_SYMM,) * 8 + (OT.TENSOR_QUANT16_SYMM,) * 3
@@ -600,6 +669,6 @@ OPS: list[OpDef] = [
           execute=_guard(_execute_quantized_16bit), prepare=_prepare_quantized_16bit,
           bad_data_on_missing_operand=True),
     OpDef(type=OperationType.QUANTIZED_LSTM, signatures=[Signature(_QLSTM_IN, _QLSTM_OUT, V1_3)],
-          execute=_guard(_execute_qlstm),
+          execute=_guard(_execute_qlstm), prepare=_prepare_qlstm,
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 20, 21, 22, 23, 24, 25})),
 ]
