@@ -16,7 +16,6 @@ when the operands are constants.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -38,8 +37,6 @@ from nnhal.ops.base import (
 )
 from nnhal.ops.prepared import Deferred
 from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier
-
-log = logging.getLogger("nnhal.ops.conv")
 
 T = OperandType
 F32, F16, I32, B = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
@@ -220,7 +217,8 @@ def _multipliers(in_scale: float, f_type: OperandType, f_scale: float, f_cq: Any
         scales = list(f_cq.scales) if f_cq is not None else []
         if len(scales) != nch:
             raise ValueError(f"per-channel filter has {len(scales)} scales for {nch} channels")
-        products = [_f32(np.float32(s_in) * np.float32(s)) for s in scales]
+        with np.errstate(over="ignore"):  # NOTE: an infinite product is refused below (the multiplier)
+            products = [_f32(np.float32(s_in) * np.float32(s)) for s in scales]
     else:
         ips = _f32(np.float32(s_in) * np.float32(f_scale))
         bs = _f32(b_scale)
@@ -341,11 +339,11 @@ def _prepare(info: OpInfo) -> _State:
                     st.requant[int(act)] = _make_requant(st.mult, b, info.outputs[0], int(act), fast32=True)
                     if form.fold_input_zp and st.filter is not None:
                         _fold_input_zp(st, ins[0], b, info.outputs[0], int(act))
-    except ValueError as e:
-        st.mult_error = str(e)
-    except Exception:  # NOTE: prepare must never fail; execute redoes the work (a bug crashes there, reported)
-        log.debug("%s prepare: no precomputed state", info.type.name, exc_info=True)
-        st.filter, st.mult, st.requant = None, None, {}
+    except (ValueError, ArithmeticError) as e:
+        # NOTE: prepare is authoritative: what it computed, executions use and never redo.  Parameters the
+        # reference refuses when it runs (a bias scale that does not match, a multiplier out of range...)
+        # make every quantized execution fail with this message, where the reference fails
+        st.mult_error = str(e) or type(e).__name__
     return st
 
 
