@@ -183,8 +183,13 @@ class _State:
     execution builds what is missing itself (non-constant filter or bias)."""
 
     def __init__(self) -> None:
-        self.filter: tuple | None = None  # (key, matrix, max |w - zw|)
+        self.filter: tuple | None = None  # (key, matrix, max |w - zw|); matrix None: see matrix()
         self.filter_derived = False  # the matrix is _build_filter of the constant filter (quantized)
+        # a state loaded from the compilation cache builds its quantized filter matrix from the
+        # model's weights (kept in their stored width) when an execution first needs it: loading
+        # stays a read of the cache, the conversion is paid once, by the first execution
+        self.lazy_filter: Callable[[], np.ndarray] | None = None
+        self.lazy_matrix = memo.Memo(1)
         self.mult: tuple | None = None  # (q[C], shift[C]) or None
         self.mult_error: str | None = None
         self.requant: dict = {}  # act -> Requant (constant bias only)
@@ -347,6 +352,15 @@ def _prepare(info: OpInfo) -> _State:
     return st
 
 
+def _matrix(st: _State) -> np.ndarray:
+    """The prepared filter matrix (built on first use for a state loaded from
+    the cache; no lock once built: one dict lookup)."""
+    m = st.filter[1]
+    if m is None:
+        m = st.lazy_matrix.get_or_compute(0, st.lazy_filter)
+    return m
+
+
 def _l1(m: np.ndarray) -> float:
     """Largest L1 norm of the filter matrix's columns (reduction axis -2)."""
     return float(np.abs(m).astype(np.float64).sum(axis=-2).max()) if m.size else 0.0
@@ -457,8 +471,9 @@ def _load_state(d: dict, get: Any) -> Any:
         if f.value is None or key != _filter_key(form, key[1]):
             raise ValueError("the cached filter does not match the model's weights")
         # NOTE: the weights are the authenticated cache's own: no check of max |w - zp| again
-        m = _filter_matrix(form, f.value, f.zero_point, info.inputs[0].type in QUANT8_ASYMM_TYPES, key[1])
-        st.filter, st.filter_derived = (key, m, mw), True
+        w, zp, is_q = f.value, f.zero_point, info.inputs[0].type in QUANT8_ASYMM_TYPES
+        st.lazy_filter = lambda: _filter_matrix(form, w, zp, is_q, key[1])
+        st.filter, st.filter_derived = (key, None, mw), True
         return st
 
     return Deferred(rebuild)
@@ -520,7 +535,7 @@ class _Common:
     def filter(self) -> tuple[np.ndarray, int]:
         key = _filter_key(self.form, self.groups)
         if self.st is not None and self.st.filter is not None and self.st.filter[0] == key:
-            return self.st.filter[1], self.st.filter[2]
+            return _matrix(self.st), self.st.filter[2]
         return _build_filter(self.form, self.f.data, self.f.zero_point, self.is_q, self.groups)
 
     def wt_cache(self) -> dict | None:
@@ -597,7 +612,7 @@ class _Common:
             return None
         if wm is not None:
             st = self.st
-            const = st is not None and st.filter is not None and st.filter[1] is wm
+            const = st is not None and st.filter is not None and _matrix(st) is wm
             l1 = st.l1 if const and st.l1 is not None else _l1(wm)
             if self.max_x * l1 <= ck.F32_EXACT:
                 return None
