@@ -534,8 +534,9 @@ class _Common:
 
     def filter(self) -> tuple[np.ndarray, int]:
         key = _filter_key(self.form, self.groups)
-        if self.st is not None and self.st.filter is not None and self.st.filter[0] == key:
-            return _matrix(self.st), self.st.filter[2]
+        f = self.st.filter if self.st is not None else None
+        if f is not None and f[0] == key:
+            return (f[1] if f[1] is not None else _matrix(self.st)), f[2]
         return _build_filter(self.form, self.f.data, self.f.zero_point, self.is_q, self.groups)
 
     def wt_cache(self) -> dict | None:
@@ -612,7 +613,8 @@ class _Common:
             return None
         if wm is not None:
             st = self.st
-            const = st is not None and st.filter is not None and _matrix(st) is wm
+            const = st is not None and st.filter is not None and (st.filter[1] if st.filter[1] is not None
+                                                                   else _matrix(st)) is wm
             l1 = st.l1 if const and st.l1 is not None else _l1(wm)
             if self.max_x * l1 <= ck.F32_EXACT:
                 return None
