@@ -90,20 +90,21 @@ def _check_dims(ctx: ExecContext, lay: _Layout, n_input: int, n_output: int, n_c
                 cell_clip: float, proj_clip: float) -> _Flags:
     """LSTMCell::CheckInputTensorDimensions (run-time shape rules)."""
 
-    def need(cond: bool, msg: str) -> None:
+    def need(cond: bool, msg: Callable[[], str] | str) -> None:
+        # NOTE: a message is formatted only on failure (this runs on every execution)
         if not cond:
-            raise ctx.fail(msg)
+            raise ctx.fail(msg() if callable(msg) else msg)
 
     def shape_is(i: int, shape: tuple, what: str) -> None:
         a = _get(ctx, i)
         need(a is not None and a.shape == shape,
-             f"input {i} ({what}) must have shape {list(shape)}, got {None if a is None else list(a.shape)}")
+             lambda: f"input {i} ({what}) must have shape {list(shape)}, got {None if a is None else list(a.shape)}")
 
     def present(i: int | None) -> bool:
         return _get(ctx, i) is not None
 
-    need(cell_clip >= 0, f"cell_clip must be >= 0, got {cell_clip}")
-    need(proj_clip >= 0, f"proj_clip must be >= 0, got {proj_clip}")
+    need(cell_clip >= 0, lambda: f"cell_clip must be >= 0, got {cell_clip}")
+    need(proj_clip >= 0, lambda: f"proj_clip must be >= 0, got {proj_clip}")
     for k, i in enumerate(lay.input_w[:3]):
         if k != GATE_INPUT or present(i):
             shape_is(i, (n_cell, n_input), "input weights")
