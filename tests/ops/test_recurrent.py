@@ -633,3 +633,45 @@ def test_zero_sized_batch_and_sequence():
     assert REGISTRY[OP.LSTM].allow_zero_sized and REGISTRY[OP.BIDIRECTIONAL_SEQUENCE_LSTM].allow_zero_sized
     assert not REGISTRY[OP.UNIDIRECTIONAL_SEQUENCE_LSTM].allow_zero_sized
     assert not REGISTRY[OP.QUANTIZED_LSTM].allow_zero_sized
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("op", [OP.LSTM, OP.UNIDIRECTIONAL_SEQUENCE_LSTM])
+def test_float_lstm_prepared_weights_equal_run_time_weights(op, variant):
+    """Constant weights, biases and scalars are converted and stacked once, at
+    prepare (the conformance vectors pass them as inputs): the outputs are
+    those of the run-time path, bit for bit, execution after execution."""
+    from nnhal.hal import OperandLifeTime
+    from nnhal.ops.base import OperandInfo
+    from nnhal.ops.recurrent import _FloatState
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    kw = dict(VARIANTS[variant])
+    n_output = kw.pop("n_output", None)
+    p = make_params(3, 4, n_output, **kw)
+    no = n_out_of(p)
+    if op == OP.LSTM:
+        x, h, c = f32(2, 3), f32(2, no), f32(2, 4)
+        ins = [tensor(v) for v in lstm_inputs(x, h, c, p, 4, 0.5, 0.0, with_ln=True)]
+        outs = [OutputSpec(T.TENSOR_FLOAT32, ())] * 4
+    else:
+        x, h, c = f32(5, 2, 3), f32(2, no), f32(2, 4)
+        ins = [tensor(v) for v in uni_inputs(x, h, c, p, 4, True, 0.5, 0.0)]
+        outs = [OutputSpec(T.TENSOR_FLOAT32, ())] * 3
+    state_inputs = {0, 18, 19}
+
+    def info(k: int, t: Tensor):
+        if t.data is None:
+            return OperandInfo(t.type, (), lifetime=OperandLifeTime.NO_VALUE)
+        return tensor_info(t, constant=k not in state_inputs)
+
+    const = prepare_operation(op, [info(k, t) for k, t in enumerate(ins)], outs)
+    assert isinstance(const.state, _FloatState) and const.state.weights is not None
+    dynamic = prepare_operation(op, [tensor_info(t, constant=t.data is not None and t.data.ndim == 0) for t in ins],
+                                outs)
+    assert dynamic.state.weights is None
+    want = dynamic.run(ins)
+    for _ in range(2):
+        got = const.run(ins)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)

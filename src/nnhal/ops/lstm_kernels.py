@@ -18,6 +18,7 @@ and QUANTIZED_LSTM).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -70,6 +71,9 @@ class FloatLstmWeights:
     activation: int = 4
     cell_clip: float = 0.0
     proj_clip: float = 0.0
+    # weights prepared once (constants) and shared by executions: a bounded,
+    # locked memo of their stacked / transposed forms (None: built per call)
+    cache: Any = None
 
     @property
     def cifg(self) -> bool:
@@ -122,6 +126,10 @@ def _stack(parts: list, gates: list[int]) -> np.ndarray:
     return np.concatenate([parts[g] for g in gates], axis=0).astype(np.float32)
 
 
+def _cached(w: FloatLstmWeights, key: str, fn: Callable[[], np.ndarray]) -> np.ndarray:
+    return fn() if w.cache is None else w.cache.get_or_compute(key, fn)
+
+
 def float_lstm_sequence(x: np.ndarray, w: FloatLstmWeights, h0: np.ndarray, c0: np.ndarray,
                         aux: np.ndarray | None = None, forward: bool = True
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -141,15 +149,17 @@ def float_lstm_sequence(x: np.ndarray, w: FloatLstmWeights, h0: np.ndarray, c0: 
     # NOTE: the input (and aux input) contributions of every time step do not
     # depend on the recurrence, so they are one matrix product for the whole
     # sequence; only the recurrent part runs per step.
-    wx = _stack(w.input_w, gates)
+    wx = _cached(w, "wx", lambda: _stack(w.input_w, gates))
     pre = (x.reshape(n_time * n_batch, x.shape[2]) @ wx.T).reshape(n_time, n_batch, n_g, n_cell)
     if aux is not None and w.aux_w is not None:
         aux = np.asarray(aux, np.float32)
-        pre = pre + (aux.reshape(n_time * n_batch, aux.shape[2]) @ _stack(w.aux_w, gates).T).reshape(
+        pre = pre + (aux.reshape(n_time * n_batch, aux.shape[2]) @ _cached(w, "aux", lambda: _stack(w.aux_w, gates)).T).reshape(
             n_time, n_batch, n_g, n_cell)
     if w.layer_norm is None:
-        pre = pre + _stack([None if b is None else b.reshape(1, -1) for b in w.bias], gates).reshape(n_g, n_cell)
-    wh_t = _stack(w.recurrent_w, gates).T
+        pre = pre + _cached(w, "bias", lambda: _stack([None if b is None else b.reshape(1, -1) for b in w.bias],
+                                                      gates).reshape(n_g, n_cell))
+    wh_t = _cached(w, "wh_t", lambda: _stack(w.recurrent_w, gates).T)
+    proj_t = None if w.proj_w is None else _cached(w, "proj_t", lambda: w.proj_w.T.astype(np.float32))
     peep = w.peephole
     ln = w.layer_norm
 
@@ -184,7 +194,7 @@ def float_lstm_sequence(x: np.ndarray, w: FloatLstmWeights, h0: np.ndarray, c0: 
         c_act = _activation(new_c, w.activation, g_act)
         hidden = (o_gate * c_act).astype(np.float32)
         if w.proj_w is not None:
-            y = hidden @ w.proj_w.T.astype(np.float32)
+            y = hidden @ proj_t
             if w.proj_b is not None:
                 y = y + w.proj_b
             if w.proj_clip > 0:

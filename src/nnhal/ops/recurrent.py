@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nnhal.hal import OperandLifeTime, OperationType
+from nnhal.ops import memo
 from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, OpInfo, Signature, Tensor
 from nnhal.ops.base import T as OT
 from nnhal.ops.lstm_kernels import (
@@ -173,6 +174,66 @@ def _weights(ctx: ExecContext, lay: _Layout, flags: _Flags, activation: int, cel
         activation=activation, cell_clip=cell_clip, proj_clip=proj_clip)
 
 
+def _flags_key(f: _Flags) -> tuple:
+    return (f.cifg, f.peephole, f.layer_norm, f.projection, f.projection_bias)
+
+
+class _FloatState:
+    """A float LSTM direction's weights prepared once: (flags key, activation,
+    cell clip, projection clip, FloatLstmWeights) when every weight, bias and
+    scalar is a constant (or omitted), else None.  The execution checks every
+    shape first, as the reference, and uses them only for the same variant."""
+
+    __slots__ = ("weights",)
+
+    def __init__(self) -> None:
+        self.weights: tuple | None = None
+
+
+def _prepare_float_lstm(lay: _Layout, act_i: int, clip_i: int) -> Callable[[OpInfo], _FloatState]:
+    def prepare(info: OpInfo) -> _FloatState:
+        st = _FloatState()
+        ins = info.inputs
+
+        def omitted(i: int | None) -> bool:
+            return i is None or i >= len(ins) or ins[i].lifetime == OperandLifeTime.NO_VALUE
+
+        used = [*lay.input_w, *lay.recurrent_w, *lay.bias, *lay.peephole, lay.proj_w, lay.proj_b, *lay.layer_norm,
+                act_i, clip_i, clip_i + 1]
+        if not all(omitted(i) or ins[i].value is not None for i in used):
+            return st
+        # NOTE: the execution's own accessors over the constants (an omitted operand has no data)
+        ctx = ExecContext(info.type, [Tensor(t.type, None if omitted(k) else t.value, t.scale, t.zero_point)
+                                      for k, t in enumerate(ins)], [])
+
+        def present(i: int | None) -> bool:
+            return _get(ctx, i) is not None
+
+        try:
+            act, cell_clip, proj_clip = _scalars(ctx, act_i, clip_i)
+            ln = [present(i) if i < len(ins) else False for i in lay.layer_norm]
+            # NOTE: the variant _check_dims derives from the same presences
+            flags = _Flags(not present(lay.input_w[0]), present(lay.peephole[3]), ln[3], present(lay.proj_w),
+                           present(lay.proj_b))
+            w = _weights(ctx, lay, flags, act, cell_clip, proj_clip, with_aux=False)
+        except (OpExecutionError, ValueError, TypeError, AttributeError):
+            return st  # NOTE: the execution fails where the reference does
+        w.cache = memo.Memo(8)
+        st.weights = (_flags_key(flags), act, cell_clip, proj_clip, w)
+        return st
+
+    return prepare
+
+
+def _prepared_weights(ctx: ExecContext, lay: _Layout, flags: _Flags, act: int, cell_clip: float,
+                      proj_clip: float) -> FloatLstmWeights:
+    st = ctx.state
+    pw = st.weights if isinstance(st, _FloatState) else None
+    if pw is not None and pw[:4] == (_flags_key(flags), act, cell_clip, proj_clip):
+        return pw[4]
+    return _weights(ctx, lay, flags, act, cell_clip, proj_clip, with_aux=False)
+
+
 def _sizes(ctx: ExecContext, lay: _Layout, n_input: int) -> tuple[int, int]:
     """(n_cell, n_output) from the input-to-output and recurrent-to-output weights."""
     wo = _get(ctx, lay.input_w[3])
@@ -209,7 +270,7 @@ def _execute_lstm(ctx: ExecContext) -> list[np.ndarray]:
     n_cell, n_output = _sizes(ctx, LSTM_LAYOUT, n_input)
     act, cell_clip, proj_clip = _scalars(ctx, 20, 21)
     flags = _check_dims(ctx, LSTM_LAYOUT, n_input, n_output, n_cell, cell_clip, proj_clip)
-    w = _weights(ctx, LSTM_LAYOUT, flags, act, cell_clip, proj_clip, with_aux=False)
+    w = _prepared_weights(ctx, LSTM_LAYOUT, flags, act, cell_clip, proj_clip)
     h0 = _state(ctx, 18, (n_batch, n_output), "output state")
     c0 = _state(ctx, 19, (n_batch, n_cell), "cell state")
     out, h, c, scratch = float_lstm_sequence(x[None].astype(np.float32), w, h0, c0)
@@ -247,7 +308,7 @@ def _execute_unidirectional(ctx: ExecContext) -> list[np.ndarray]:
     flags = _check_dims(ctx, UNI_LAYOUT, n_input, n_output, n_cell, cell_clip, proj_clip)
     h0 = _state(ctx, 18, (n_batch, n_output), "output state")
     c0 = _state(ctx, 19, (n_batch, n_cell), "cell state")
-    w = _weights(ctx, UNI_LAYOUT, flags, act, cell_clip, proj_clip, with_aux=False)
+    w = _prepared_weights(ctx, UNI_LAYOUT, flags, act, cell_clip, proj_clip)
     out, h, c, _ = float_lstm_sequence(xt, w, h0, c0)
     dt = ctx.outputs[0].dtype
     result = [_to_time_major(out, time_major).astype(dt)]
@@ -657,13 +718,14 @@ OPS: list[OpDef] = [
     # operation resolver without a zero-sized input check (an empty batch or
     # sequence gives empty outputs); the resolver ops reject zero-sized inputs.
     OpDef(type=OperationType.LSTM, signatures=_lstm_signatures(), execute=_guard(_execute_lstm),
+          prepare=_prepare_float_lstm(LSTM_LAYOUT, 20, 21),
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 23, 24, 25, 26}), allow_zero_sized=True, allow_omitted_outputs=True),
     OpDef(type=OperationType.BIDIRECTIONAL_SEQUENCE_LSTM, signatures=_bidirectional_signatures(),
           execute=_guard(_execute_bidirectional),
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 18, 22, 26, 27, 28, 29, 33, 34,
                                       *range(39, 48), *range(53, 61)}), allow_zero_sized=True, allow_omitted_outputs=True),
     OpDef(type=OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM, signatures=_unidirectional_signatures(),
-          execute=_guard(_execute_unidirectional),
+          execute=_guard(_execute_unidirectional), prepare=_prepare_float_lstm(UNI_LAYOUT, 20, 21),
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 24, 25, 26, 27})),
     OpDef(type=OperationType.QUANTIZED_16BIT_LSTM, signatures=[Signature(_Q16_IN, (OT.TENSOR_QUANT16_SYMM,
                                                                                      OT.TENSOR_QUANT8_ASYMM), V1_2)],
