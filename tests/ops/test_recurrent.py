@@ -675,3 +675,42 @@ def test_float_lstm_prepared_weights_equal_run_time_weights(op, variant):
         got = const.run(ins)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("cifg", [False, True])
+@pytest.mark.parametrize("projection", [False, True])
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_qlstm_prepared_plan_equals_run_time_plan(cifg, projection, layer_norm):
+    """Constant weights, biases and scalars give a QlstmPlan built once at
+    prepare (the vectors pass weights as inputs): the same outputs, bit for
+    bit, as the plan an execution builds, with peepholes, clips, non-zero
+    input / output / hidden zero points."""
+    from nnhal.hal import OperandLifeTime
+    from nnhal.ops.base import OperandInfo
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    rng = np.random.default_rng(11)
+    ins = qlstm_inputs(cifg=cifg, projection=projection, layer_norm=layer_norm, n_out=3 if projection else 4)
+    for k in (9, 10, 11):
+        if not (cifg and k == 9):
+            ins[k] = Tensor(T.TENSOR_QUANT16_SYMM, rng.integers(-2000, 2000, 4).astype(np.int16), 0.001, 0)
+    ins[24] = Tensor(T.FLOAT32, np.array(2.0 ** -11 * 900, np.float32))  # cell clip
+    ins[25] = Tensor(T.FLOAT32, np.array(0.5, np.float32))  # projection clip
+    ins[30] = Tensor(T.INT32, np.array(3, np.int32))  # hidden zero point
+    outs = [OutputSpec(t, (), 0.0078 if t != T.TENSOR_QUANT16_SYMM else 2.0 ** -11, 1 if t != T.TENSOR_QUANT16_SYMM
+                       else 0) for t in QLSTM_OUT]
+
+    def info(k: int, t: Tensor):
+        if t.data is None:
+            return OperandInfo(t.type, (), t.scale, t.zero_point, lifetime=OperandLifeTime.NO_VALUE)
+        return tensor_info(t, constant=k not in (0, 18, 19))
+
+    const = prepare_operation(OP.QUANTIZED_LSTM, [info(k, t) for k, t in enumerate(ins)], outs)
+    assert const.state.plan is not None
+    dynamic = prepare_operation(OP.QUANTIZED_LSTM, [tensor_info(t, constant=t.data is not None and t.data.ndim == 0)
+                                                    for t in ins], outs)
+    assert dynamic.state.plan is None
+    want = dynamic.run(ins)
+    for _ in range(2):
+        for a, b in zip(const.run(ins), want):
+            np.testing.assert_array_equal(a, b)
