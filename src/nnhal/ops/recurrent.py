@@ -216,7 +216,7 @@ def _prepare_float_lstm(lay: _Layout, act_i: int, clip_i: int) -> Callable[[OpIn
             flags = _Flags(not present(lay.input_w[0]), present(lay.peephole[3]), ln[3], present(lay.proj_w),
                            present(lay.proj_b))
             w = _weights(ctx, lay, flags, act, cell_clip, proj_clip, with_aux=False)
-        except (OpExecutionError, ValueError, TypeError, AttributeError):
+        except (OpExecutionError, ValueError, ArithmeticError, TypeError, AttributeError, IndexError):
             return st  # NOTE: the execution fails where the reference does
         w.cache = memo.Memo(8)
         st.weights = (_flags_key(flags), act, cell_clip, proj_clip, w)
@@ -685,7 +685,7 @@ def _prepare_qlstm(info: OpInfo) -> _QlstmState:
                                                     cell_shift))
             if 0 <= cell_shift + 15 <= 6:
                 activation_table("tanh", cell_shift + 15)
-    except (ValueError, OverflowError, ZeroDivisionError, TypeError, AttributeError):
+    except (ValueError, ArithmeticError, TypeError, AttributeError, IndexError):
         st.plan = None  # NOTE: the execution computes it and fails where the reference does
     activation_table("logistic", 3)
     activation_table("tanh", 3)
