@@ -513,7 +513,7 @@ def _prepare_quantized_16bit(info: OpInfo) -> _Q16State:
         if all(v is not None and v.ndim == 1 for v in b):
             st.bias = _q16_bias(b)
         st.mult = _q16_multiplier(ins[9].scale)
-    except ValueError:
+    except (ValueError, ArithmeticError):
         st.mult = None  # NOTE: the execution fails where the reference does
     try:
         with np.errstate(all="ignore"):

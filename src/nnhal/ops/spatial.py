@@ -164,7 +164,10 @@ def _prepare_resize(info: OpInfo, bilinear: bool) -> _ResizeState:
     if isinstance(st.params, Ready) and len(dims) == 4 and all(dims):
         nchw, align, half, sizes = st.params.value(None)
         h, w = (dims[2], dims[3]) if nchw else (dims[1], dims[2])
-        size = _out_size(sizes, h, w)
+        try:
+            size = _out_size(sizes, h, w)
+        except (ValueError, OverflowError):  # NOTE: an infinite / NaN scale: every execution fails on it
+            return st
         if size[0] > 0 and size[1] > 0:
             fn = _bilinear_table if bilinear else _nearest_table
             st.tables.put((h, w), fn(h, w, size[0], size[1], align, half))
