@@ -347,3 +347,12 @@ def test_resize_prepared_once(op):
     for _ in range(2):  # every execution fails as the reference does, prepare did not
         with pytest.raises(OpExecutionError, match="half_pixel"):
             failing.run([x1, *bad])
+
+
+@pytest.mark.parametrize("v", [np.inf, np.nan])
+def test_resize_non_finite_scale_fails_at_execution(v):
+    """Prepare does not fail on it; every execution does, cleanly."""
+    x = tensor(np.ones((1, 2, 2, 1), np.float32))
+    s = scalar(v, T.FLOAT32)
+    with pytest.raises(OpExecutionError, match="finite"):
+        run(Op.RESIZE_BILINEAR, [x, s, s])

@@ -195,7 +195,10 @@ def _resize(ctx: ExecContext, bilinear: bool) -> list[np.ndarray]:
     b, h, w, c = x.shape
     if h == 0 or w == 0 or c == 0:
         raise ctx.fail("only the batch dimension may be zero")
-    oh, ow = _out_size(sizes, h, w)
+    try:
+        oh, ow = _out_size(sizes, h, w)
+    except (ValueError, OverflowError):
+        raise ctx.fail(f"scales {sizes[1]}, {sizes[2]} give no finite output size") from None
     if oh <= 0 or ow <= 0:
         raise ctx.fail(f"output size {oh}x{ow} must be positive")
     _check_same_quant(ctx)
