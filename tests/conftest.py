@@ -123,3 +123,21 @@ def service_factory(service_runtime_dir: Path) -> Iterator[object]:
     finally:
         for sp in started:
             sp.stop()
+
+
+@pytest.fixture(autouse=True)
+def logging_restored() -> Iterator[None]:
+    """Every test leaves logging as it found it: the command line (``nnhal ... -q``) sets the root level and
+    installs its handler, tools silence the ``nnhal`` logger; a later test reading the driver's log lines
+    (the runtime's placement messages) must not depend on which ran before."""
+    root, nn = logging.getLogger(), logging.getLogger("nnhal")
+    saved = (root.level, nn.level, nn.propagate, logging.root.manager.disable)
+    handlers = list(root.handlers)
+    yield
+    root.setLevel(saved[0])
+    nn.setLevel(saved[1])
+    nn.propagate = saved[2]
+    logging.disable(saved[3])
+    for h in list(root.handlers):
+        if h not in handlers and getattr(h, "_nnhal", False):
+            root.removeHandler(h)

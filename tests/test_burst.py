@@ -20,6 +20,7 @@ import pytest
 from nnhal import hal
 from nnhal import memory as hal_memory
 from nnhal.burst import BurstController, BurstError
+from nnhal.conformance.vts.burst import RawBurst, datums, serialization_mutations
 from nnhal.platform import burst_packets as bp
 from nnhal.platform.fmq import MessageQueue
 from tests.driver_util import Pools, add_model, prepared_model
@@ -262,79 +263,18 @@ def test_dynamic_output_and_insufficient_size_through_the_burst() -> None:
 
 
 # ---------------------------------------------------------------------------
-# the server, driven by hand (as ValidateBurst.cpp does)
-
-
-class _RawBurst:
-    """The two queues and a callback of slot -> memory, with packets built by hand."""
-
-    def __init__(self, pm: Any, memories: dict, result_length: int = 1024):
-        self.memories = memories
-        self.requests = MessageQueue.create(bp.DATUM_SIZE, 1024, "writer")
-        self.results = MessageQueue.create(bp.DATUM_SIZE, result_length, "reader")
-        self.answer: Any = None  # replaces getMemories' answer when set (a callable or a value)
-        raw = self
-
-        class CB(hal.IBurstCallback):
-            def getMemories(self, slots: list) -> tuple:
-                if raw.answer is not None:
-                    return raw.answer(slots) if callable(raw.answer) else raw.answer
-                try:
-                    return S.NONE, [raw.memories[s] for s in slots]
-                except KeyError:
-                    return S.INVALID_ARGUMENT, []
-
-        self.status, self.context = pm.configureExecutionBurst(CB(), self.requests.descriptor(),
-                                                               self.results.descriptor())
-        self.requests.release_descriptor()
-        self.results.release_descriptor()
-
-    def send(self, packet: bytes) -> tuple:
-        self.requests.write_blocking(packet, WAIT_S)
-        return bp.decode_result(self.results.read_packet_blocking(WAIT_S))
-
-    def send_raw(self, packet: bytes) -> bytes:
-        self.requests.write_blocking(packet, WAIT_S)
-        return self.results.read_packet_blocking(WAIT_S)
-
-    def close(self) -> None:
-        self.requests.close()
-        self.results.close()
-
-
-def _datums(raw: bytes) -> list[bytes]:
-    return [raw[k:k + 24] for k in range(0, len(raw), 24)]
-
-
-def _bad_entries() -> list[bytes]:
-    """ValidateBurst.cpp's createBadRequestPacketEntries, one per datum kind."""
-    info = hal.RequestArgument(location=hal.DataLocation(), dimensions=[0] * 10)
-    op_in = bp.encode_request([info], [], [], 0)[24:48]
-    op_out = bp.encode_request([], [info], [], 0)[24:48]
-    return [struct.pack("<B3xIIII4x", bp.REQ_PACKET_INFORMATION, 10, 10, 10, 10), op_in,
-            struct.pack("<B3xI16x", bp.REQ_INPUT_DIMENSION, 0), op_out,
-            struct.pack("<B3xI16x", bp.REQ_OUTPUT_DIMENSION, 0),
-            struct.pack("<B3xi16x", bp.REQ_POOL_IDENTIFIER, 2**31 - 1),
-            struct.pack("<B3xi16x", bp.REQ_MEASURE_TIMING, 1)]
+# the server, driven by hand (as ValidateBurst.cpp does: the VTS suite's RawBurst and packet mutations)
 
 
 def test_vts_remove_add_mutate_datum(add_pm: Any) -> None:
     pools = _add_pools()
-    raw = _RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem})
+    raw = RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem})
     try:
         assert raw.status == S.NONE
         req = pools.request()
         good = bp.encode_request(req.inputs, req.outputs, [0, 1], hal.MeasureTiming.YES)
         assert raw.send(good)[0] == S.NONE
-        d = _datums(good)
-        bad = _bad_entries()
-        variants = [b"".join(d[:k] + d[k + 1:]) for k in range(len(d))]  # removeDatumTest
-        variants += [b"".join(d[:k] + [e] + d[k:]) for k in range(len(d) + 1) for e in bad]  # addDatumTest
-        for k in range(len(d)):  # mutateDatumTest (interestingCase)
-            for e in bad:
-                same_dim = e[0] == d[k][0] and e[0] in (bp.REQ_INPUT_DIMENSION, bp.REQ_OUTPUT_DIMENSION)
-                if e != d[k] and not same_dim:
-                    variants.append(b"".join(d[:k] + [e] + d[k + 1:]))
+        variants = [packet for _, _, packet in serialization_mutations(good)]  # the VTS suite's own
         assert len(variants) > 100
         for k, v in enumerate(variants):
             status, shapes, timing = raw.send(v)
@@ -349,7 +289,7 @@ def test_vts_remove_add_mutate_datum(add_pm: Any) -> None:
 
 def test_hostile_packets_truncated_random_and_bad_values(add_pm: Any, quiet_driver: None) -> None:
     pools = _add_pools()
-    raw = _RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem})
+    raw = RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem})
     try:
         req = pools.request()
         good = bp.encode_request(req.inputs, req.outputs, [0, 1], 0)
@@ -387,7 +327,7 @@ def test_hostile_packets_truncated_random_and_bad_values(add_pm: Any, quiet_driv
 def test_get_memories_failures(add_pm: Any, quiet_driver: None) -> None:
     """A callback that raises, says no, answers too few, garbage, or unusable memories."""
     pools = _add_pools()
-    raw = _RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem})
+    raw = RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem})
     try:
         req = pools.request()
         good = bp.encode_request(req.inputs, req.outputs, [0, 1], 0)
@@ -413,7 +353,7 @@ def test_get_memories_failures(add_pm: Any, quiet_driver: None) -> None:
             if answer is None:
                 raw.answer = None
             # a fresh burst per answer: slots already cached are not asked again
-            fresh = _RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem})
+            fresh = RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem})
             fresh.answer = raw.answer
             try:
                 status, shapes, timing = fresh.send(good)
@@ -432,7 +372,7 @@ def test_get_memories_failures(add_pm: Any, quiet_driver: None) -> None:
 def test_result_larger_than_the_result_queue(add_pm: Any) -> None:
     """ValidateBurst's validateBurstFmqLength: an error, no shapes, no timing, no fallback."""
     pools = _add_pools()
-    small = _RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem}, result_length=3)
+    small = RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem}, result_length=3)
     try:
         req = pools.request()
         assert bp.result_packet_length([hal.OutputShape([2, 2], True)]) == 5
@@ -447,12 +387,12 @@ def test_result_larger_than_the_result_queue(add_pm: Any) -> None:
 
 def test_result_padding_is_zero(add_pm: Any) -> None:
     pools = _add_pools()
-    raw = _RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem})
+    raw = RawBurst(add_pm, {0: pools.in_mem, 1: pools.out_mem})
     try:
         req = pools.request()
         res = raw.send_raw(bp.encode_request(req.inputs, req.outputs, [0, 1], 1))
         assert len(res) == 24 * 5
-        for d in _datums(res):
+        for d in datums(res):
             assert d[1:8] == bytes(7)
             if d[0] == bp.RES_OPERAND_INFORMATION:
                 assert d[9:12] == bytes(3) and d[16:] == bytes(8)

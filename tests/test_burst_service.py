@@ -13,9 +13,10 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.burst import BurstController
+from nnhal.conformance.vts.burst import RawBurst, bad_entries, datums
 from nnhal.platform import burst_packets as bp
 from tests.driver_util import Pools, add_model, prepared_model
-from tests.test_burst import NO_TIMING, _add_pools, _bad_entries, _datums, _expected, _RawBurst
+from tests.test_burst import NO_TIMING, _add_pools, _expected
 
 S = hal.ErrorStatus
 
@@ -26,15 +27,15 @@ def test_malformed_packets_leave_the_service_serving(service_factory: Any) -> No
     try:
         pm = prepared_model(add_model((2, 2)), dev)
         pools = _add_pools()
-        raw = _RawBurst(pm, {0: pools.in_mem, 1: pools.out_mem})
+        raw = RawBurst(pm, {0: pools.in_mem, 1: pools.out_mem})
         try:
             assert raw.status == S.NONE
             req = pools.request()
             good = bp.encode_request(req.inputs, req.outputs, [0, 1], 1)
             assert raw.send(good)[0] == S.NONE
-            d = _datums(good)
+            d = datums(good)
             variants = [b"".join(d[:k] + d[k + 1:]) for k in range(len(d))]
-            variants += [b"".join(d[:k] + [e] + d[k:]) for k in range(len(d) + 1) for e in _bad_entries()]
+            variants += [b"".join(d[:k] + [e] + d[k:]) for k in range(len(d) + 1) for e in bad_entries()]
             variants += [bytes(range(24)) * 3, good[:48], bp.encode_request(req.inputs, req.outputs, [0, 99], 0)]
             for v in variants:
                 assert raw.send(v)[1:] == ([], NO_TIMING)

@@ -770,3 +770,15 @@ def test_symlinked_or_foreign_key_is_refused(tmp_path) -> None:  # noqa: ANN001
     os.chmod(short / driver_cache.KEY_FILE, 0o600)
     with pytest.raises(PermissionError):
         driver_cache.load_key(short)
+
+
+def test_a_driver_without_caching_refuses_prepare_from_cache_with_general_failure() -> None:
+    """As Android's sample driver and VTS's CompilationCachingTest (caching not supported): GENERAL_FAILURE,
+    notified once, whatever the (empty) handles; found by running nnhal vts on the README's example driver."""
+    from nnhal.driver import Backend, Device
+
+    d = Device("no-cache", Backend())
+    assert d.getNumberOfCacheFilesNeeded() == (S.NONE, 0, 0)
+    cb = hal.PreparedModelCallback()
+    assert d.prepareModelFromCache_1_3(hal.OptionalTimePoint(), [], [], bytes(32), cb) == S.GENERAL_FAILURE
+    assert cb.wait(5) == (S.GENERAL_FAILURE, None)

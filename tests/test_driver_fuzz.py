@@ -79,3 +79,13 @@ def test_mutators_are_seeded() -> None:
     tree = {"a": [1, 2, {"b": b"xy"}], "c": "s"}
     assert fuzz.mutate_tree(random.Random(9), tree) == fuzz.mutate_tree(random.Random(9), tree)
     assert tree == {"a": [1, 2, {"b": b"xy"}], "c": "s"}  # the seed tree is left alone
+
+
+def test_one_fuzz_command_for_every_surface() -> None:
+    """python -m nnhal.tools.fuzz SURFACE: the .tflite importer's own, the driver's through fuzz_driver."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "nnhal.tools.fuzz", "burst", "--seconds", "1"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "burst:" in r.stdout and "0 findings" in r.stdout, r.stdout + r.stderr

@@ -118,6 +118,10 @@ def test_shared_objects_cannot_amplify():
             break
     # NOTE: 3 references to one 12 KB shape in a file of about 12 KB: more payload than the file holds
     invalid(bytes(b), "shared")
+    # many small tables, each unpacked into a Python object: bounded by max_bytes too
+    many = graph([Tensor([1]) for _ in range(200)], [("ABS", [k], [k + 1], None) for k in range(199)], [0], [199])
+    assert load(many)[1].operators["ABS"] == 199
+    invalid(many, "tables and vectors would take about", max_bytes=200 * verify.OBJECT_BYTES)
 
 
 # --------------------------------------------------------------------------- 2. operator arity
@@ -287,10 +291,10 @@ def test_memory_bombs_are_refused_before_allocating(tmp_path):
 
 def test_max_bytes_is_configurable():
     # NOTE: the sequence's length comes from the constants, whatever shape the file declares for it
-    data = graph([c(0), c(1000), c(1), Tensor([1], "int32"), Tensor([1], "int32"), Tensor([1], "int32")],
+    data = graph([c(0), c(100000), c(1), Tensor([1], "int32"), Tensor([1], "int32"), Tensor([1], "int32")],
                  [("RANGE", [0, 1, 2], [3], None), ("ADD", [3, 4], [5], options("AddOptions"))], [4], [5])
-    invalid(data, "RANGE: the constants made at load need 8000 bytes, above the limit of 4000", max_bytes=4000)
-    assert load(data, max_bytes=8000)[1].rewrites["range"] == 1
+    invalid(data, "RANGE: the constants made at load need 800000 bytes, above the limit of 400000", max_bytes=400000)
+    assert load(data, max_bytes=800000)[1].rewrites["range"] == 1
 
 
 # --------------------------------------------------------------------------- 7. nesting without recursion

@@ -210,3 +210,25 @@ def test_service_answers_reasons_like_in_process(service: object) -> None:  # ty
                                       inputIndexes=[0], outputIndexes=[1]))
     assert service.nnhal_getSupportedOperationsReasons(bad) == local.nnhal_getSupportedOperationsReasons(bad) == \
         (hal.ErrorStatus.INVALID_ARGUMENT, [])
+
+
+def test_the_example_through_vts_and_a_broken_variant(driver_dir: Path, tmp_path: Path) -> None:
+    """nnhal vts judges a user's driver: the README's example passes every case it does not refuse; a variant
+    with a planted bug (RELU lets negative values through) fails, each failure named as VTS names its case."""
+    env = _env(tmp_path)
+    r = _nnhal(["vts", "--device", "./numpy_driver.py:NumpyDriver", "--ops", "ADD,MUL,RELU", "--sample", "2",
+                "--jobs", "1", "--json", str(tmp_path / "v.json")], driver_dir, env, timeout=900)
+    last = r.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"\d+ passed, 0 failed, \d+ unsupported", last), r.stdout[-2000:] + r.stderr
+    assert int(last.split()[0]) > 100 and r.returncode == 1  # NOTE: unsupported cases: not every case passed
+    source = readme_example()
+    planted = source.replace("(np.maximum, [op.inputs[0]], 0.0, None, op.outputs[0])",
+                             "(np.add, [op.inputs[0]], None, None, op.outputs[0])")
+    assert planted != source
+    (driver_dir / "broken_driver.py").write_text(planted.replace('name = "numpy-driver"', 'name = "broken-driver"'))
+    r = _nnhal(["vts", "--device", "./broken_driver.py:NumpyDriver", "--ops", "RELU", "--section", "generated",
+                "--jobs", "1"], driver_dir, env, timeout=900)
+    assert r.returncode == 1
+    failed = int(r.stdout.strip().splitlines()[-1].split(", ")[1].split()[0])
+    assert failed > 0, r.stdout[-2000:]
+    assert "generated/TestGenerated.GeneratedTest/V1_0/relu_float_1/relu_float_1/sync" in r.stdout, r.stdout[-3000:]

@@ -890,3 +890,23 @@ def test_prepare_is_authoritative_and_never_fails_for_run_time_refusals():
     first = p.run([o.tensor() for o in ops])[0]
     unprepared = run(Op.CONV_2D, ops, Q8, 1.0, 0, prepared=False, version=V1_2)
     np.testing.assert_array_equal(first, unprepared)
+def test_a_padding_far_larger_than_the_tensors_is_refused_not_allocated():
+    """Found by fuzzing .tflite files through nnhal run: a huge dilation with padding to match asks the
+    depthwise kernel for a padded copy of terabytes; it is GENERAL_FAILURE with the size, at once."""
+    x = rng.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    w = rng.standard_normal((1, 2, 2, 2)).astype(np.float32)
+    b = np.zeros(2, np.float32)
+    big = 1 << 20
+    ops = dw_operands(x, w, b, (big, big, big, big), (1, 1), (2 * big, 2 * big), 1, 0, False, F32, F32, F32)
+    with pytest.raises(OpExecutionError, match="GiB"):
+        run(Op.DEPTHWISE_CONV_2D, ops, F32)
+
+
+def test_a_zero_stride_with_implicit_padding_fails_as_a_bad_stride():
+    """SAME padding divides by the stride: the stride is checked first (was a ZeroDivisionError)."""
+    x = rng.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    w = rng.standard_normal((2, 2, 2, 2)).astype(np.float32)
+    ops = [Operand(F32, x), Operand(F32, w), Operand(F32, np.zeros(2, np.float32)), scalar(1), scalar(0), scalar(1),
+           scalar(0)]
+    with pytest.raises((OpExecutionError, OpValidationError), match="strides must be positive"):
+        run(Op.CONV_2D, ops, F32)

@@ -40,33 +40,83 @@ def _device(name: str):  # noqa: ANN202
         raise UserError(f"no device named {name!r} ({hint}devices: {', '.join(known)}; {e})") from None
 
 
-def cmd_devices(args: argparse.Namespace) -> int:
-    import nnhal
+def _device_info(name: str, kind: str, verbose: bool) -> dict:
     from nnhal import hal
+
+    d = _device(name)
+    _, version = d.getVersionString()
+    _, dtype = d.getType()
+    _, caps = d.getCapabilities_1_3()
+    perf = {hal.OperandType(p.type).name: {"execTime": round(p.info.execTime, 4), "powerUsage":
+                                           round(p.info.powerUsage, 4)} for p in caps.operandPerformance}
+    info: dict = {"name": name, "kind": kind, "version": version, "type": hal.DeviceType(dtype).name,
+                  "status": d.getStatus().name}
+    _, n_model, n_data = d.getNumberOfCacheFilesNeeded()
+    info["cache_files"] = {"model": n_model, "data": n_data}
+    info["extensions"] = [x.name for x in d.getSupportedExtensions()[1]]
+    info["performance"] = {
+        "relaxedFloat32toFloat16Scalar": round(caps.relaxedFloat32toFloat16PerformanceScalar.execTime, 4),
+        "relaxedFloat32toFloat16Tensor": round(caps.relaxedFloat32toFloat16PerformanceTensor.execTime, 4),
+        "IF": round(caps.ifPerformance.execTime, 4), "WHILE": round(caps.whilePerformance.execTime, 4),
+        **({"operands": perf} if verbose else {
+            k: perf[k]["execTime"] for k in ("TENSOR_FLOAT32", "TENSOR_QUANT8_ASYMM", "TENSOR_QUANT8_ASYMM_SIGNED")
+            if k in perf})}
+    return info
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    """``nnhal devices``: one line per device (``-v``: every capability figure; ``--json``)."""
+    import json
+
+    import nnhal
     from nnhal.drivers import registry
 
+    if args.remeasure:
+        from nnhal.driver import capcache
+
+        print(f"forgot {capcache.forget()} kept capability measurement(s) in {capcache.cache_dir()}",
+              file=sys.stderr)
+    verbose = getattr(args, "verbose", 0) > 0
     local = registry.entries(load=True)
-    for e in local:
-        if e.error is not None:
-            print(f"{e.name} ({e.source}{'' if e.source == 'built-in' else ' ' + e.target}): not available: {e.error}")
+    unavailable = [{"name": e.name, "source": e.source, "target": e.target, "error": str(e.error)}
+                   for e in local if e.error is not None]
     loaded = {e.name: e for e in local if e.error is None}
+    infos = []
     for name in [*loaded, *(n for n in nnhal.list_services() if n not in loaded)]:
-        d = _device(name)
-        _, version = d.getVersionString()
-        _, dtype = d.getType()
-        status, caps = d.getCapabilities_1_3()
         e = loaded.get(name)
         kind = "service" if e is None else "in process" if e.source == "built-in" else f"plugin {e.target}"
-        print(f"{name} ({kind}): {version}, type {hal.DeviceType(dtype).name}, status {d.getStatus().name}")
-        print(f"  relaxed float32: scalar {caps.relaxedFloat32toFloat16PerformanceScalar.execTime:.3f}, "
-              f"tensor {caps.relaxedFloat32toFloat16PerformanceTensor.execTime:.3f}")
-        for p in caps.operandPerformance:
-            print(f"  {hal.OperandType(p.type).name:32s} execTime {p.info.execTime:.3f}  "
-                  f"powerUsage {p.info.powerUsage:.3f}")
-        print(f"  IF {caps.ifPerformance.execTime:.3f}, WHILE {caps.whilePerformance.execTime:.3f}")
-        _, n_model, n_data = d.getNumberOfCacheFilesNeeded()
-        exts = ", ".join(e.name for e in d.getSupportedExtensions()[1]) or "none"
-        print(f"  cache files: model {n_model}, data {n_data}; extensions: {exts}")
+        infos.append(_device_info(name, kind, verbose))
+    if args.json:
+        text = json.dumps({"devices": infos, "unavailable": unavailable}, indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            try:
+                Path(args.json).write_text(text + "\n")
+            except OSError as err:
+                raise UserError(f"--json {args.json}: {err.strerror or err}") from None
+        if args.json == "-":
+            return 0
+    for u in unavailable:
+        print(f"{u['name']} ({u['source']}{'' if u['source'] == 'built-in' else ' ' + u['target']}): "
+              f"not available: {u['error']}")
+    for i in infos:
+        p = i["performance"]
+        if not verbose:
+            figures = ", ".join(f"{k.replace('TENSOR_', '').lower()} {v:.2f}" for k, v in p.items()
+                                if k.startswith("TENSOR_"))
+            print(f"{i['name']} ({i['kind']}): {i['version']}, {i['type']}, {i['status']}; execTime {figures}")
+            continue
+        print(f"{i['name']} ({i['kind']}): {i['version']}, type {i['type']}, status {i['status']}")
+        print(f"  relaxed float32: scalar {p['relaxedFloat32toFloat16Scalar']:.3f}, "
+              f"tensor {p['relaxedFloat32toFloat16Tensor']:.3f}")
+        for t, f in p["operands"].items():
+            print(f"  {t:32s} execTime {f['execTime']:.3f}  powerUsage {f['powerUsage']:.3f}")
+        print(f"  IF {p['IF']:.3f}, WHILE {p['WHILE']:.3f}")
+        print(f"  cache files: model {i['cache_files']['model']}, data {i['cache_files']['data']}; "
+              f"extensions: {', '.join(i['extensions']) or 'none'}")
+    if not verbose and infos:
+        print("(execTime relative to the CPU reference's float32; -v: every figure; --json F: all of it)")
     return 0
 
 
@@ -145,28 +195,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         registry.validate_name(args.name)
     except ValueError as e:
-        raise SystemExit(f"nnhal serve: {e}") from None
+        raise UserError(f"--name {args.name!r}: {e}") from None
     try:
         nnhal.get_device(args.driver)  # NOTE: loaded before binding, so a bad driver is one line and exit 2
-    except LookupError as e:
-        raise UserError(f"nnhal serve: {e}") from None
+    except (LookupError, ValueError, ImportError) as e:
+        raise UserError(f"--driver {args.driver!r}: {e}") from None
     try:
         return serve(args.name, args.driver)
     except registry.RegistryError as e:
-        raise SystemExit(f"nnhal serve: {e}") from None
+        raise UserError(f"the runtime folder: {e}") from None
+    except OSError as e:  # NOTE: the socket cannot be bound (a name in use, no space, ...)
+        raise UserError(f"cannot serve {args.name}: {e.strerror or e}") from None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from nnhal.cli.demo import run_demo
 
-    return run_demo(_default_vectors(), args.device)
+    device = _device(args.device)  # NOTE: an unknown name is one line (with the closest names) and exit 2
+    return run_demo(_default_vectors(), args.device, device)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if any(a.endswith(".tflite") for a in args.rest):
-        from nnhal.cli.tflite import bench_main  # NOTE: one .tflite model against LiteRT
+    if any(a in ("-h", "--help") for a in args.rest) and "--ipc" not in args.rest:
+        from nnhal.cli.delegate import run_engine
+        from nnhal.cli.tflite import bench_main  # NOTE: one help showing every form of the command
 
-        return bench_main(args.rest, _device)
+        return bench_main(["--help"], _device, engine=run_engine)
+    if any(a.endswith(".tflite") for a in args.rest):
+        from nnhal.cli.delegate import run_engine
+        from nnhal.cli.tflite import bench_main  # NOTE: .tflite models (as the NNAPI delegate runs them) vs LiteRT
+
+        return bench_main(args.rest, _device, engine=run_engine)
     if "--cache" in args.rest or "--priority" in args.rest:
         from nnhal.cli import bench_qos  # NOTE: compilation cache and priority figures (their own options)
 
@@ -177,7 +236,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from nnhal.cli.tflite import run_main
+    from nnhal.cli.delegate import run_main  # NOTE: planned as the NNAPI delegate (or --plan max) would
 
     return run_main(args, _device)
 
@@ -185,6 +244,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_graph(args: argparse.Namespace) -> int:
     from nnhal.cli.tflite import graph_main
 
+    if args.model.endswith(".tflite") and not args.hal:
+        from nnhal.cli.delegate import graph_main as plan_graph  # NOTE: TFLite operators by partition
+        from nnhal.cli.delegate import plan_groups
+
+        # NOTE: the HAL model laid out by Graphviz, its operations boxed by the delegate plan's partitions
+        return graph_main(args, _device, operator_groups=lambda: plan_groups(args, _device),
+                          fallback=lambda: plan_graph(args, _device))
     return graph_main(args, _device)
 
 
@@ -214,7 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
                               epilog=f"example:\n  {example}", formatter_class=argparse.RawDescriptionHelpFormatter,
                               **kw)
 
-    s = command("devices", "list the devices and their capabilities", "nnhal devices")
+    s = command("devices", "list the devices and their capabilities (one line each; -v: every figure)",
+                "nnhal devices -v; nnhal devices --json devices.json")
+    s.add_argument("--json", default="", help="write every device's figures as JSON to this file ('-': stdout)")
+    s.add_argument("--remeasure", action="store_true",
+                   help="forget the capability figures kept for this machine (measured once, kept in the state "
+                        "folder) and measure them again")
     s.set_defaults(fn=cmd_devices)
 
     s = command("ops", "every operation with the data types and HAL versions a device supports, and why not",
@@ -352,7 +423,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(f"{name}: {type(e).__name__}: {e}" + ("" if args.verbose else " (-v shows the traceback)"),
+        # NOTE: the message, not the exception's class name (-v shows the traceback for a bug report)
+        print(f"{name}: {str(e) or 'internal error'}" + ("" if args.verbose else " (-v shows the traceback)"),
               file=sys.stderr)
         return 1
 

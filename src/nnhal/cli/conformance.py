@@ -35,7 +35,9 @@ def suggest(name: str, choices: Any, n: int = 3) -> str:
 
 
 def check_writable(path: Optional[str], what: str) -> None:
-    """Refuse a report path that cannot be written, before the run."""
+    """Refuse a report path that cannot be written, before the run: the file is opened for writing
+    (appending, so an existing report is not lost if the run is stopped; one created here is removed
+    again), which finds what permission bits do not (/proc, a read-only file system, root's access)."""
     if not path:
         return
     p = Path(path)
@@ -44,8 +46,17 @@ def check_writable(path: Optional[str], what: str) -> None:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise UserError(f"{what} {path}: no such directory {parent}")
-    if (p.exists() and not os.access(p, os.W_OK)) or (not p.exists() and not os.access(parent, os.W_OK)):
-        raise UserError(f"{what} {path}: not writable")
+    existed = p.exists()
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as e:
+        raise UserError(f"{what} {path}: cannot be written ({e.strerror or 'not writable'})") from None
+    if not existed:
+        try:
+            p.unlink()
+        except OSError:
+            pass
 
 
 def check_operations(names: set[str]) -> None:
@@ -67,8 +78,10 @@ class Progress:
     """Models done, failures and an ETA: a rich progress bar on a terminal,
     else (with --progress) a plain line every few seconds."""
 
-    def __init__(self, total: int, enabled: bool, fancy: bool, stream: Any = None):
+    def __init__(self, total: int, enabled: bool, fancy: bool, stream: Any = None, title: str = "conformance",
+                 noun: str = "models"):
         self.total, self.enabled, self.n, self.fail = total, enabled, 0, 0
+        self.noun = noun
         self.t0 = self.last = time.perf_counter()
         self.stream = stream or sys.stderr
         self._rich: Any = None
@@ -85,7 +98,7 @@ class Progress:
             except ImportError:  # NOTE: rich is a dependency; a broken install still gets the plain lines
                 pass
             else:
-                self._rich = RichProgress(TextColumn("conformance"), BarColumn(), MofNCompleteColumn(),
+                self._rich = RichProgress(TextColumn(title), BarColumn(), MofNCompleteColumn(),
                                           TextColumn("fail {task.fields[fail]}"), TimeElapsedColumn(),
                                           TextColumn("ETA"), TimeRemainingColumn(),
                                           TextColumn("{task.fields[model]}"), transient=True)
@@ -107,7 +120,7 @@ class Progress:
         now = time.perf_counter()
         if now - self.last >= 5.0 or self.n in (1, self.total):
             self.last = now
-            self.stream.write(f"{self.n}/{self.total} models, {self.fail} failed, {now - self.t0:.0f} s, "
+            self.stream.write(f"{self.n}/{self.total} {self.noun}, {self.fail} failed, {now - self.t0:.0f} s, "
                               f"ETA {self.eta():.0f} s\n")
             self.stream.flush()
 
@@ -149,7 +162,7 @@ def run(args: argparse.Namespace, open_device: Callable[[str], Any], version: st
     settings = rep.Settings(device=f"{', '.join(devices)} (client runtime)" if devices else args.device, modes=list(MODES if args.mode == "all" else (args.mode,)),
                             variants=[v for v in VARIANTS if v not in (args.skip_variant or [])],
                             memory=args.memory, paths=[str(Path(p).resolve()) for p in paths], version=version,
-                            jobs=jobs)
+                            jobs=jobs, **rep.run_metadata())
 
     def bad_file(path: Path, message: str) -> None:
         settings.file_errors.append(message)
@@ -165,6 +178,8 @@ def run(args: argparse.Namespace, open_device: Callable[[str], Any], version: st
             raise UserError(f"--model {args.model}: no model name contains it{hint}")
         found = chosen
     quiet = getattr(args, "quiet", False)
+    if not quiet:  # NOTE: what runs, before the progress display (and again with the results)
+        rep.print_settings(settings)
     progress = Progress(len(found), enabled=(not args.no_progress and not quiet and sys.stderr.isatty())
                         or args.progress, fancy=sys.stderr.isatty())
     results: dict[int, list[CaseResult]] = {}
@@ -206,7 +221,7 @@ def run(args: argparse.Namespace, open_device: Callable[[str], Any], version: st
         from rich.console import Console
 
         console = Console()
-    rep.print_table(report, settings=settings, rich_console=console)
+    rep.print_table(report, settings=settings, rich_console=console, echo_settings=quiet)
     if args.json:
         rep.write_json(report, args.json, settings)
     if args.html:

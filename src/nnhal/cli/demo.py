@@ -38,14 +38,36 @@ def _summary(a: Any) -> str:
     return f"{a.dtype}{list(a.shape)} [{head}{', ...' if flat.size > 6 else ''}]"
 
 
-def run_demo(vector_root: str, device_name: str = "sample-all") -> int:
+# NOTE: what an expected failure must end in: VTS's infinite-loop test accepts only a missed deadline
+# (the loop timeout, 1 ms here as VTS sets it); any other expected failure must at least fail at execution
+_EXPECTED_STATUS = {"while_infinite_loop": (hal.ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                                            hal.ErrorStatus.MISSED_DEADLINE_PERSISTENT)}
+
+
+def _unsupported(device: Any, vm: Any) -> str:
+    """Why ``device`` refuses the model ("" when it takes every operation): the device's own reasons."""
     import nnhal
 
-    device = nnhal.open_device(device_name)
+    try:
+        status, flags, reasons = nnhal.supported_operations(device, vm.build_model())
+    except Exception as e:  # noqa: BLE001 - a device that cannot answer is reported, the demo goes on
+        return f"getSupportedOperations_1_3 failed: {e}"
+    if status != hal.ErrorStatus.NONE:
+        return f"getSupportedOperations_1_3 returned {hal.ErrorStatus(status).name}"
+    ops = vm.main.operations
+    refused = [f"{hal.operation_name(op.type)}: {r}" for op, ok, r in zip(ops, flags, reasons) if not ok]
+    return "; ".join(dict.fromkeys(refused))
+
+
+def run_demo(vector_root: str, device_name: str = "sample-all", device: Any = None) -> int:
+    import nnhal
+
+    if device is None:
+        device = nnhal.open_device(device_name)
     _, version = device.getVersionString()
     print(f"device {device_name}: {version}\n")
     runner = Runner(device, modes=("sync",), variants=("plain",))
-    failures = 0
+    failures = unsupported = 0
     for rel, name in DEMO_MODELS:
         path = Path(vector_root) / rel
         if not path.exists():
@@ -53,19 +75,25 @@ def run_demo(vector_root: str, device_name: str = "sample-all") -> int:
             failures += 1
             continue
         vm = next(m for m in vectors.load_file(path) if name is None or m.name == name)
+        ops = ",".join(sorted(vm.operation_types))
+        print(f"{vm.name}  ({ops})")
+        why = _unsupported(device, vm)
+        if why:
+            unsupported += 1
+            print(f"  unsupported ({why})  -> not run\n")
+            continue
         t0 = time.perf_counter()
         status, prepared, msg = runner.prepare(vm, dynamic=False)
         t_prep = (time.perf_counter() - t0) * 1e3
-        ops = ",".join(sorted(vm.operation_types))
-        print(f"{vm.name}  ({ops})")
         if status != hal.ErrorStatus.NONE:
-            ok = vm.expectFailure
-            failures += not ok
-            print(f"  prepare: {hal.ErrorStatus(status).name} {msg}  -> {'PASS (expected failure)' if ok else 'FAIL'}\n")
+            failures += 1
+            want = " (an expected failure must fail at execution, not at preparation)" if vm.expectFailure else ""
+            print(f"  prepare: {hal.ErrorStatus(status).name} {msg}  -> FAIL{want}\n")
             continue
-        res = runner.run_mode(vm, prepared, "sync", False,
-                               lambda mode, st, m="", err=0.0: (st, m, err))
-        st, m, err = res
+        if vm.expectFailure:
+            failures += not _expected_failure(vm, prepared, t_prep)
+            continue
+        st, m, _ = runner.run_mode(vm, prepared, "sync", False, lambda mode, st, m="", err=0.0: (st, m, err))
         # one more timed execution for the figures
         t1 = time.perf_counter()
         from nnhal.conformance.runner import RequestPools, nbytes
@@ -82,9 +110,37 @@ def run_demo(vector_root: str, device_name: str = "sample-all") -> int:
         dev = f"{timing.timeOnDevice} us on device" if timing.timeOnDevice != hal.UINT64_MAX else "no timing"
         print(f"  status {hal.ErrorStatus(s2).name}; prepare {t_prep:.1f} ms, execute {t_exec:.1f} ms ({dev}); "
               f"{'PASS' if st == 'pass' else 'FAIL'} {m}\n")
-    print(f"{len(DEMO_MODELS) - failures}/{len(DEMO_MODELS)} models match the reference")
-    failures += run_trained_models(device)
+    ran = len(DEMO_MODELS) - unsupported
+    print(f"{ran - failures}/{ran} models run match the reference" +
+          (f"; {unsupported} unsupported by {device_name}" if unsupported else ""))
+    failures += run_trained_models(device, device_name=device_name)
     return 1 if failures else 0
+
+
+def _expected_failure(vm: Any, prepared: Any, t_prep: float) -> bool:
+    """A model that must fail at execution: PASS only with the status VTS expects."""
+    from nnhal.conformance.runner import RequestPools, nbytes
+
+    expected = _EXPECTED_STATUS.get(vm.name)
+    timeout = hal.OptionalTimeoutDuration(nanoseconds=1_000_000) if expected else hal.OptionalTimeoutDuration()
+    pools = RequestPools(vm.input_values(), [max(nbytes(o), 1) for o in vm.output_operands()])
+    t1 = time.perf_counter()
+    try:
+        status, _, _ = prepared.executeSynchronously_1_3(pools.request(), hal.MeasureTiming.NO,
+                                                         hal.OptionalTimePoint(), timeout)
+    finally:
+        pools.close()
+    t_exec = (time.perf_counter() - t1) * 1e3
+    name = hal.ErrorStatus(status).name
+    if expected:
+        ok = status in expected
+        want = " or ".join(s.name for s in expected)
+    else:
+        ok = status != hal.ErrorStatus.NONE
+        want = "an error"
+    print(f"  status {name}; prepare {t_prep:.1f} ms, execute {t_exec:.1f} ms; expected {want}: "
+          f"{'PASS (failed as expected)' if ok else 'FAIL'}\n")
+    return ok
 
 
 # --------------------------------------------------------------------------
@@ -127,7 +183,17 @@ def _kws_input() -> np.ndarray:
     return rng.integers(-128, 128, (1, 59, 49, 1)).astype(np.int8)
 
 
-def run_trained_models(device: Any, models_dir: Path | None = None) -> int:
+def reference_kernels(device_name: str, quantized: bool) -> str:
+    """The LiteRT kernels a device's outputs are compared with: a quantized model on nnhal's reference
+    kernels against TFLite's reference kernels (both requantize with two roundings, as NNAPI's
+    reference); on a LiteRT device against XNNPACK, which it runs (one rounding); float models
+    against the builtin kernels."""
+    if not quantized:
+        return "builtin"
+    return "xnnpack" if device_name.startswith("litert") else "ref"
+
+
+def run_trained_models(device: Any, models_dir: Path | None = None, device_name: str = "sample-all") -> int:
     """Keyword spotting, visual wake words and palm detection through ``device``; prints what
     each found next to LiteRT (builtin kernels) when it is installed.  Returns the number of
     models that failed (conversion, execution, or a mismatch with LiteRT beyond tolerance)."""
@@ -150,6 +216,11 @@ def run_trained_models(device: Any, models_dir: Path | None = None) -> int:
             continue
         try:
             model, io = tflite.load(path)
+            why = _refused(device, model)
+            if why:
+                tflite.free_model(model)
+                print(f"{fname}: unsupported ({why})")
+                continue
             t0 = time.perf_counter()
             session = HalSession(device, model, io)
             t_prep = (time.perf_counter() - t0) * 1e3
@@ -165,7 +236,7 @@ def run_trained_models(device: Any, models_dir: Path | None = None) -> int:
             continue
         # NOTE: int8 outputs against TFLite's reference kernels: LiteRT's optimized int8 kernels round
         # some requantizations differently, and 1-step differences grow through deep int8 networks
-        kernels = "ref" if io.outputs[0].quantized else "builtin"
+        kernels = reference_kernels(device_name, io.outputs[0].quantized)
         ref = LiteRT(path, kernels=kernels).run(x)
         ok = all(diff(a, r, d).ok() for a, r, d in zip(ours, ref, io.outputs))
         failures += not ok
@@ -189,3 +260,14 @@ def run_trained_models(device: Any, models_dir: Path | None = None) -> int:
         print(f"  {'PASS' if ok else 'FAIL'}: outputs match LiteRT {kernels} kernels "
               f"({'; '.join(str(diff(a, r, d)) for a, r, d in zip(ours, ref, io.outputs))})")
     return failures
+
+
+def _refused(device: Any, model: Any) -> str:
+    import nnhal
+
+    status, flags, reasons = nnhal.supported_operations(device, model)
+    if status != hal.ErrorStatus.NONE:
+        return f"getSupportedOperations_1_3 returned {hal.ErrorStatus(status).name}"
+    refused = [f"{hal.operation_name(op.type)}: {r}" for op, ok, r in zip(model.main.operations, flags, reasons)
+               if not ok]
+    return "; ".join(list(dict.fromkeys(refused))[:3]) + (" ..." if len(set(refused)) > 3 else "")

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace, version: str) -> int:
                             vectors=paths)
     quiet = getattr(args, "quiet", False)
     progress = Progress(len(units), enabled=(not args.no_progress and not quiet and sys.stderr.isatty())
-                        or args.progress, fancy=sys.stderr.isatty())
+                        or args.progress, fancy=sys.stderr.isatty(), title="vts", noun="units")
     results: dict[int, list[Case]] = {}
     t0 = time.perf_counter()
 

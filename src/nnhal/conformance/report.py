@@ -37,14 +37,44 @@ class Settings:
     jobs: int = 1
     file_errors: list[str] = field(default_factory=list)  # vector files that could not be read
     interrupted: bool = False  # Ctrl-C: the report holds what ran before it
+    started: str = ""  # the run's start, local time with its UTC offset (ISO 8601); see run_metadata()
+    host: str = ""  # the machine: host name, OS, Python, cores
+    command: str = ""  # the command line
 
     def lines(self) -> list[tuple[str, str]]:
         out = [("nnhal", self.version), ("device", self.device), ("modes", ", ".join(self.modes)),
                ("variants", ", ".join(self.variants)), ("memory", self.memory),
                ("vectors", ", ".join(self.paths)), ("jobs", str(self.jobs))]
+        out += [(k, v) for k, v in (("started", self.started), ("host", self.host), ("command", self.command)) if v]
         if self.interrupted:
             out.append(("interrupted", "yes: partial results of the models that ran"))
         return out
+
+
+def run_metadata() -> dict[str, str]:
+    """``started``, ``host`` and ``command`` for :class:`Settings`: when and where a run ran."""
+    import datetime
+    import os
+    import platform
+    import shlex
+
+    now = datetime.datetime.now().astimezone()
+    host = (f"{platform.node()} ({platform.system()} {platform.release()}, {platform.machine()}, "
+            f"{os.cpu_count()} cores, Python {platform.python_version()})")
+    return {"started": now.isoformat(timespec="seconds"), "host": host,
+            "command": " ".join(shlex.quote(a) for a in ["nnhal", *sys.argv[1:]])}
+
+
+def print_settings(settings: Settings, out: Optional[TextIO] = None) -> None:
+    """The settings, one per line (printed before a run starts; :func:`print_table` with ``echo_settings``
+    prints them again with the results)."""
+    out = out or sys.stdout
+    for k, v in settings.lines():
+        out.write(f"{k + ':':10s} {v}\n")
+    for e in settings.file_errors:
+        out.write(f"error: {e}\n")
+    out.write("\n")
+    out.flush()
 
 
 @dataclass
@@ -201,17 +231,17 @@ def _table_text(title: str, rows: list[tuple[str, dict[str, int]]]) -> list[str]
 
 
 def print_table(report: Report, out: Optional[TextIO] = None, failures: int = 40,
-                settings: Optional[Settings] = None, rich_console: Any = None) -> None:
-    """The terminal report (on ``out``, default stdout): settings, models per
-    operation and per data type, the first failures, and the summary lines.
+                settings: Optional[Settings] = None, rich_console: Any = None, echo_settings: bool = True) -> None:
+    """The terminal report (on ``out``, default stdout): settings (unless ``echo_settings`` is false:
+    printed before the run by :func:`print_settings`), models per operation and per data type, the
+    first failures, and the summary lines.
     With ``rich_console`` (a ``rich.console.Console``) the tables are drawn with rich."""
     out = out or sys.stdout
-    if settings is not None:
-        for k, v in settings.lines():
-            out.write(f"{k + ':':10s} {v}\n")
+    if settings is not None and echo_settings:
+        print_settings(settings, out)
+    elif settings is not None and settings.file_errors:
         for e in settings.file_errors:
             out.write(f"error: {e}\n")
-        out.write("\n")
     ops, types = by_operation(report), by_data_type(report)
     both = [(f"{op} / {dt}", c) for (op, dt), c in by_operation_and_type(report)]
     if rich_console is not None:
@@ -329,7 +359,9 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;p
 th{background:#eee;cursor:pointer;user-select:none}th.num,td.num{text-align:right}
 tr.fail td{background:#fdd}tr.unsupported td{background:#ffd}
 .sum span{display:inline-block;margin-right:1.5em;font-size:1.2em}.pass{color:#070}.failc{color:#b00}
-details{margin:.3em 0}summary{cursor:pointer}code{white-space:pre-wrap}"""
+details{margin:.3em 0}summary{cursor:pointer}code{white-space:pre-wrap}
+details.model.fail>summary{color:#b00}details.model.unsupported>summary{color:#870}
+.status{display:inline-block;min-width:7em;font-weight:600}"""
 
 PAGE_JS = """function sortBy(th){const t=th.closest('table'),b=t.tBodies[0],i=[...th.parentNode.children].indexOf(th);
 const num=th.classList.contains('num'),dir=th.dataset.dir==='a'?-1:1;th.dataset.dir=dir===1?'a':'d';
@@ -341,7 +373,10 @@ document.querySelectorAll('table.filterable tbody tr').forEach(r=>{
 const ok=r.textContent.toLowerCase().includes(q)&&(!only||r.classList.contains('fail'));
 r.style.display=ok?'':'none';});
 document.querySelectorAll('details.model').forEach(d=>{
-d.style.display=d.textContent.toLowerCase().includes(q)?'':'none';});}
+const ok=d.textContent.toLowerCase().includes(q)&&(!only||d.classList.contains('fail'));
+d.style.display=ok?'':'none';});
+const n=document.getElementById('shown');if(n){n.textContent=[...document.querySelectorAll('#all-models details.model')]
+.filter(d=>d.style.display!=='none').length;}}
 document.querySelectorAll('th').forEach(th=>th.addEventListener('click',()=>sortBy(th)));
 const f=document.getElementById('filter');
 if(f){const h=decodeURIComponent(location.hash||'');if(h.startsWith('#filter=')){f.value=h.slice(8);}
@@ -362,6 +397,25 @@ def _html_table(tid: str, head: list[str], rows: list[tuple[str, list[Any], dict
 
 def _cls(c: dict[str, int]) -> str:
     return "fail" if c["fail"] else ("unsupported" if c["unsupported"] else "ok")
+
+
+def _all_models_html(report: Report) -> str:
+    """Every model, collapsed, with its status, data type, operations and duration; opened, each run
+    with its mode, variant, status, duration and message (the filter box and "failing only" apply)."""
+    items = []
+    for m in models(report):
+        secs = sum(r.seconds for r in m.runs)
+        runs = "".join(f"<tr class='{r.status}'><td>{html.escape(r.mode)}</td><td>{html.escape(r.variant)}</td>"
+                       f"<td>{r.status}</td><td class='num'>{r.seconds * 1e3:.1f}</td>"
+                       f"<td><code>{html.escape(plain_message(r.message))}</code></td></tr>" for r in m.runs)
+        items.append(f"<details class='model {m.status}'><summary><span class='status'>{m.status.upper()}</span> "
+                     f"{html.escape(m.spec)} / {html.escape(m.model)} ({html.escape(', '.join(m.ops))}; "
+                     f"{html.escape(m.dtype)}) - {len(m.runs)} runs, {secs * 1e3:.1f} ms</summary>"
+                     f"<table><thead><tr><th>mode</th><th>variant</th><th>status</th><th class='num'>ms</th>"
+                     f"<th>message</th></tr></thead><tbody>{runs}</tbody></table></details>")
+    n = len(items)
+    return (f"<h2>Models and runs ({n} models, <span id='shown'>{n}</span> shown)</h2>"
+            f"<div id='all-models'>{''.join(items)}</div>")
 
 
 def write_html(report: Report, path: str, settings: Optional[Settings] = None) -> None:
@@ -401,7 +455,7 @@ def write_html(report: Report, path: str, settings: Optional[Settings] = None) -
                            f"<td>{r.status}</td><td><code>{html.escape(plain_message(r.message))}</code></td></tr>"
                            for r in m.runs)
             n_fail = sum(r.status == "fail" for r in m.runs)
-            items.append(f"<details class='model'><summary>{html.escape(m.spec)} / {html.escape(m.model)} "
+            items.append(f"<details class='model fail' open><summary>{html.escape(m.spec)} / {html.escape(m.model)} "
                          f"({html.escape(', '.join(m.ops))}; {html.escape(m.dtype)}): {n_fail} of {len(m.runs)} "
                          f"runs failed</summary><table><thead><tr><th>mode</th><th>variant</th><th>status</th>"
                          f"<th>message</th></tr></thead><tbody>{runs}</tbody></table></details>")
@@ -415,9 +469,11 @@ def write_html(report: Report, path: str, settings: Optional[Settings] = None) -
                      f"({100 * supported / max(total, 1):.1f}%; quant8 signed copies not counted)</p>"
                      f"<table id='unsupported-groups'><thead><tr><th class='num'>models</th><th>reason (the first "
                      f"refused operation's)</th><th>e.g.</th></tr></thead><tbody>{rows}</tbody></table>")
-        items = "".join(f"<li>{html.escape(m.spec)} / {html.escape(m.model)}: "
+        items = "".join(f"<li>{html.escape(m.spec)} / {html.escape(m.model)} [{html.escape(m.dtype)}]: "
                         f"{html.escape(plain_message(m.runs[0].message))}</li>" for m in unsupported)
         parts.append(f"<h2>Unsupported ({len(unsupported)} models)</h2><ul>{items}</ul>")
+    if report.cases:
+        parts.append(_all_models_html(report))
     doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>nnhal conformance</title>"
            f"<style>{PAGE_CSS}</style></head><body>{''.join(parts)}<script>{PAGE_JS}</script></body></html>")
     with open(path, "w", encoding="utf-8") as f:

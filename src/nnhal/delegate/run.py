@@ -26,7 +26,7 @@ from nnhal import hal
 from nnhal.engine.validation import request_key
 from nnhal.platform import memory as hal_memory
 from nnhal.tflite.loader import IODescription, TensorDesc
-from nnhal.tflite.schema import interpreter_module
+from nnhal.tflite.schema import interpreter_module, make_interpreter
 
 _HAL_DTYPES = {hal.OperandType.TENSOR_FLOAT32: np.float32, hal.OperandType.TENSOR_FLOAT16: np.float16,
                hal.OperandType.TENSOR_INT32: np.int32, hal.OperandType.TENSOR_QUANT8_ASYMM: np.uint8,
@@ -123,14 +123,15 @@ class HalSession:
     ``executeSynchronously_1_3`` on one shared memory pool (inputs written
     into it, outputs read from it), as an NNAPI client does."""
 
-    def __init__(self, device: Any, model: hal.Model, io: IODescription):
+    def __init__(self, device: Any, model: hal.Model, io: IODescription, prepared: Any = None):
         self.device, self.model, self.io = device, model, io
-        cb = hal.PreparedModelCallback()
-        st = device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
-                                     hal.OptionalTimePoint(), [], [], bytes(32), cb)
-        status, prepared = cb.wait()
-        if st != hal.ErrorStatus.NONE or status != hal.ErrorStatus.NONE or prepared is None:
-            raise ExecutionError(f"prepareModel_1_3: {hal.ErrorStatus(st if st else status).name}")
+        if prepared is None:  # NOTE: a caller may prepare it another way (an older HAL version's method)
+            cb = hal.PreparedModelCallback()
+            st = device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                         hal.OptionalTimePoint(), [], [], bytes(32), cb)
+            status, prepared = cb.wait()
+            if st != hal.ErrorStatus.NONE or status != hal.ErrorStatus.NONE or prepared is None:
+                raise ExecutionError(f"prepareModel_1_3: {hal.ErrorStatus(st if st else status).name}")
         self.prepared = prepared
         sg = model.main
         self.out_types = [sg.operands[i].type for i in sg.outputIndexes]
@@ -196,8 +197,8 @@ class LiteRT:
         rt = {"builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "ref": mod.OpResolverType.BUILTIN_REF,
               "xnnpack": mod.OpResolverType.AUTO}[kernels]
         src = {"model_content": bytes(path)} if isinstance(path, (bytes, bytearray)) else {"model_path": str(path)}
-        self.it = mod.Interpreter(**src, num_threads=threads, experimental_op_resolver_type=rt,
-                                  experimental_preserve_all_tensors=preserve)
+        self.it = make_interpreter(**src, num_threads=threads, experimental_op_resolver_type=rt,
+                                   experimental_preserve_all_tensors=preserve)
         self.inputs = self.it.get_input_details()
         self.outputs = self.it.get_output_details()
         self.shapes: Optional[list] = None

@@ -19,7 +19,12 @@ is that front end over a :class:`Backend`, which only says
 * how it compiles and runs: :meth:`Backend.compile` turns the model and its
   constant pools into a :class:`Compiled` whose ``run`` computes the outputs
   of one execution (the front end reads the inputs from the request pools,
-  checks the output sizes and writes the outputs back).
+  checks the output sizes and writes the outputs back).  The front end first
+  runs the reference's execution-time checks once
+  (:func:`nnhal.engine.reference_check.reference_rejection`): a model the
+  reference rejects at every execution never reaches ``compile``, its
+  executions get the reference's status (``reference_checked = False`` opts
+  out: the reference itself).
 
 Threading: ``supported`` and ``compile`` may be called from several threads
 at once; a Compiled's ``run`` is called concurrently by every execution of
@@ -108,6 +113,14 @@ class Backend:
     version_string: str = "nnhal backend"
     device_type: hal.DeviceType = hal.DeviceType.CPU
     caching: bool = False  # NOTE: True only with cache_encode / cache_load implemented
+    # The front end runs the reference's execution-time checks before compile
+    # (nnhal.engine.reference_check): a model the reference rejects at every execution
+    # is never compiled, its executions are the reference's.  False only for the
+    # reference itself (it fails such executions on its own).
+    reference_checked: bool = True
+    # NOTE: True when capabilities() times something: the figures are then measured once per machine
+    # and driver version and kept (nnhal.driver.capcache; ``nnhal devices --remeasure`` measures again)
+    measured_capabilities: bool = False
 
     def capabilities(self) -> hal.Capabilities:
         """The measured ``Capabilities`` (called once per device, lazily).

@@ -24,6 +24,7 @@ from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.prepared_model import PreparedModel, deadline_ns, deadline_passed, v1_0_status
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
 from nnhal.engine.executor import DeadlineMissed
+from nnhal.engine.reference_check import Unchecked, held_to_reference, unheld_operations
 from nnhal.engine.validation import ValidationError, own_copy, validate_model, validate_preference, validate_priority
 from nnhal.hal import HalVersion
 from nnhal.ops import deadline as op_deadline
@@ -127,7 +128,12 @@ class Device(hal.IDevice, hal.INnhalDevice):
     def getCapabilities_1_3(self) -> tuple:
         with self._caps_lock:
             if self._caps is None:
-                self._caps = self.backend.capabilities()
+                if getattr(self.backend, "measured_capabilities", False):
+                    from nnhal.driver import capcache
+
+                    self._caps = capcache.cached(self.name, self.version_string, self.backend.capabilities)
+                else:
+                    self._caps = self.backend.capabilities()
         return S.NONE, own_copy(self._caps)  # NOTE: by value: a client editing its copy changes no one else's
 
     def getCapabilities_1_2(self) -> tuple:
@@ -186,7 +192,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
     def supported_flags(self, model13: hal.Model, defs: list) -> list[bool]:
         """The backend's answer for a validated model, each false logged with its reason."""
         try:
-            answers = self.backend.supported(model13, defs)
+            answers = self._answers(model13, defs)
         except Exception:  # NOTE: a backend bug means "not supported", never a crash
             log.exception("%s: the backend's supported() failed", self.name)
             return [False] * len(model13.main.operations)
@@ -197,6 +203,15 @@ class Device(hal.IDevice, hal.INnhalDevice):
                          hal.operation_name(model13.main.operations[k].type), reason)
             flags.append(bool(ok))
         return flags
+
+    def _answers(self, model13: hal.Model, defs: list) -> list[tuple[bool, str]]:
+        """The backend's (supported, reason) per main operation; for a backend held to the reference,
+        false too where it cannot be (nnhal.engine.reference_check.unheld_operations)."""
+        answers = self.backend.supported(model13, defs)
+        if not self.backend.reference_checked:
+            return answers
+        return [(ok, reason) if (not ok or not why) else (False, why)
+                for (ok, reason), why in zip(answers, unheld_operations(model13))]
 
     def nnhal_getSupportedOperationsReasons(self, model: Any) -> tuple:
         """Why this driver refuses each main operation of ``model`` ("" where it
@@ -213,7 +228,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
             p.close()
         try:
             return S.NONE, [("" if ok else reason or "unsupported (the backend gave no reason)")
-                            for ok, reason in self.backend.supported(model13, defs)]
+                            for ok, reason in self._answers(model13, defs)]
         except Exception as e:  # noqa: BLE001 - a backend bug: the operation is not supported, and this is why
             log.exception("%s: the backend's supported() failed", self.name)
             return S.NONE, [f"the backend's supported() failed: {e}"] * len(model13.main.operations)
@@ -282,13 +297,23 @@ class Device(hal.IDevice, hal.INnhalDevice):
                 return
             try:
                 with op_deadline.scope(dl):  # NOTE: polled between operations' prepare steps
-                    executor = self.backend.compile(model13, [p.view for p in pools], dl)
+                    views = [p.view for p in pools]
+                    if self.backend.reference_checked:
+                        # NOTE: never accept what the reference rejects (nnhal.engine.reference_check)
+                        executor, cacheable = held_to_reference(
+                            model13, views, dl, lambda: self.backend.compile(model13, views, dl))
+                    else:
+                        executor, cacheable = self.backend.compile(model13, views, dl), True
             except DeadlineMissed:
                 log.error("prepareModel: the deadline passed during the preparation")
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
                 return
             except OpExecutionError as e:
                 log.error("prepareModel: %s", e)
+                fail(S.GENERAL_FAILURE)
+                return
+            except Unchecked as e:
+                log.error("prepareModel: the backend cannot be held to the reference's checks: %s", e)
                 fail(S.GENERAL_FAILURE)
                 return
             except Exception:
@@ -305,7 +330,12 @@ class Device(hal.IDevice, hal.INnhalDevice):
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
                 return
             prepared = PreparedModel(self, model13, pools, executor, int(version), priority=int(priority))
-            if save_to is not None:
+            if save_to is not None and not cacheable:
+                # NOTE: the reference's checks need the model's constants, which a backend's cache need not keep
+                log.info("prepareModel: not saving to the compilation cache a model the reference rejects or "
+                         "checks at execution")
+                save_to.close()
+            elif save_to is not None:
                 self.save_to_cache(prepared, save_to)
                 save_to.close()
             _notify(notify, S.NONE, prepared, version)
@@ -376,6 +406,12 @@ class Device(hal.IDevice, hal.INnhalDevice):
             log.error("prepareModelFromCache: invalid callback")
             return S.INVALID_ARGUMENT
         notify = getattr(callback, notify_name)
+        if not self.backend.caching:
+            # NOTE: as Android's sample driver (and VTS's CompilationCachingTest when caching is not supported):
+            # a driver without a cache has nothing to prepare from, whatever the arguments
+            log.error("prepareModelFromCache: this driver does not support compilation caching")
+            _notify(notify, S.GENERAL_FAILURE, None, version)
+            return S.GENERAL_FAILURE
         files: Optional[driver_cache.CacheFiles] = None
         try:
             dl = deadline_ns(deadline)

@@ -112,6 +112,8 @@ class PartialBackend(SampleBackend):
         self.name = spec.name
         self.spec = spec
 
+    measured_capabilities = False  # NOTE: Android's fixed figures: nothing to keep
+
     def capabilities(self) -> hal.Capabilities:
         return self.spec.capabilities()
 

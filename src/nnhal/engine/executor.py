@@ -210,6 +210,9 @@ class Executor:
             raise OpExecutionError("prepared states do not match the model's operations")
         self.graphs = [_Graph(model, sg, pools, self.relaxed, None if states is None else states[g])
                        for g, sg in enumerate(sgs)]
+        # NOTE: a profiling executor's own (nnhal bench --profile makes a private one): seconds per
+        # (subgraph, operation index), added up over runs; None (every driver's) times nothing
+        self.profile: Optional[dict[tuple[int, int], float]] = None
 
     def prepared_states(self) -> list[list[Any]]:
         """Per subgraph (main first), per operation, the state its prepare
@@ -218,13 +221,17 @@ class Executor:
 
     def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
             loop_timeout_ns: int = hal.LoopTimeoutDurationNs.DEFAULT,
-            omitted_outputs: Sequence[int] = ()) -> list[np.ndarray]:
+            omitted_outputs: Sequence[int] = (), *, dry_run: bool = False) -> list[np.ndarray]:
         """Runs the main subgraph on ``inputs`` (one array per model input, None
         for an omitted one) and returns the outputs with their actual shapes.
         ``omitted_outputs`` are the positions of main outputs the request
         omits (hasNoValue): as in the reference, only operations that accept
-        omitted operands may write them."""
+        omitted operands may write them.  ``dry_run``: only whether (and where)
+        the run fails matters (nnhal.engine.reference_check).  A failing run's
+        exception carries ``failed_at``: (subgraph, operation) pairs, innermost
+        first."""
         run = _Run(self, deadline_ns, loop_timeout_ns)
+        run.dry_run = dry_run
         main = self.graphs[0].sg
         run.omitted = {main.outputIndexes[k] for k in omitted_outputs if 0 <= k < len(main.outputIndexes)}
         if deadline_ns is None and op_deadline.current() is None:
@@ -241,6 +248,9 @@ class _Run:
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = int(loop_timeout_ns)
         self.omitted: set[int] = set()  # omitted main-graph outputs (operand indexes)
+        # only the verdict matters (nnhal.engine.reference_check): the heaviest kernels check, then skip their
+        # arithmetic (their outputs are zeros of the right shape)
+        self.dry_run = False
 
     def check_deadline(self) -> None:
         op_deadline.yield_point()  # NOTE: queued higher-priority work may run first (driver scheduler)
@@ -289,7 +299,15 @@ class _Run:
         frame = self._frame(g, inputs)
         sent: Any = None
         while True:
-            request = self._advance(frame, sent)
+            try:
+                request = self._advance(frame, sent)
+            except Exception as e:
+                # NOTE: where it failed, innermost first: the failing step, then each suspended control-flow
+                # step (the shared reference check names the main operation); nothing spent when nothing fails
+                at = e.__dict__.setdefault("failed_at", [])
+                at.append((frame.g, frame.at))
+                at += [(f.g, f.k) for f in reversed(stack)]
+                raise
             if request is None:
                 if not stack:
                     return frame.result
@@ -321,6 +339,7 @@ class _Run:
         steps = graph.steps
         first = frame.k
         if frame.gen is not None:
+            frame.at = first
             try:
                 return frame.gen.send(sent)
             except StopIteration as stop:
@@ -330,7 +349,9 @@ class _Run:
         relaxed = self.executor.relaxed
         check_deadline = self.check_deadline
         omitted = self.omitted if g == 0 else None
+        profile = self.executor.profile
         for k in range(first, len(steps)):  # NOTE: from the step to run next (0, or after a resumed one)
+            frame.at = k
             step = steps[k]
             check_deadline()
             opdef = step.opdef
@@ -347,7 +368,14 @@ class _Run:
             if step.checks or omitted:
                 self._check_operands(step, ins, omitted)
             ctx = ExecContext(opdef.type, ins, step.outputs, relaxed, step.state, self)
-            outs = opdef.execute(ctx) if opdef.steps is None else None
+            if opdef.steps is not None:
+                outs = None
+            elif profile is None:
+                outs = opdef.execute(ctx)
+            else:
+                t0 = time.perf_counter()
+                outs = opdef.execute(ctx)
+                profile[(g, k)] = profile.get((g, k), 0.0) + time.perf_counter() - t0
             # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
             # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
             # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure
@@ -386,10 +414,11 @@ class _Frame:
     """A running subgraph: its values, the step it is at, and the generator of
     the control-flow operation it is suspended in (None when not)."""
 
-    __slots__ = ("g", "values", "k", "gen", "result")
+    __slots__ = ("g", "values", "k", "gen", "result", "at")
 
     def __init__(self, g: int, values: dict):
         self.g, self.values, self.k, self.gen = g, values, 0, None
+        self.at = 0  # the step running (failed_at)
         self.result: list = []
 
 

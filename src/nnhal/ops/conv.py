@@ -621,6 +621,19 @@ class _Common:
         return ck.exact_block(k, self.max_x, mw)
 
 
+def _dry_run(ctx: ExecContext, c: "_Common", out_shape: tuple, act: int, nch: int) -> Optional[list[np.ndarray]]:
+    """In a dry run of the reference (``nnhal.engine.reference_check``: only the verdict matters), the
+    checks the arithmetic below would still make (activation, requantization), then zeros of the
+    output's shape: None in a real execution."""
+    if not getattr(ctx.executor, "dry_run", False):
+        return None
+    if c.is_q:
+        c.requant(act, nch)
+    elif act not in (0, 1, 2, 3):
+        raise ctx.fail(f"unsupported fused activation {act}")
+    return [np.zeros(out_shape, c.out.dtype)]
+
+
 def _check_act(ctx: ExecContext, act: int) -> None:
     # NOTE: as the reference, only a negative value fails before computing;
     # an unknown positive one fails when the output is computed
@@ -681,15 +694,16 @@ def _spatial_params(ctx: ExecContext, form: _Form) -> dict:
 
 
 def _resolve_padding(ctx: ExecContext, p: dict, h: int, w: int, kh: int, kw: int) -> None:
+    # NOTE: strides and dilations first: implicit padding divides by the stride
+    if p["sw"] <= 0 or p["sh"] <= 0:
+        raise ctx.fail("strides must be positive")
+    if p["dw"] <= 0 or p["dh"] <= 0:
+        raise ctx.fail("dilation factors must be positive")
     if p["implicit"] is not None:
         p["pl"], p["pr"] = ck.explicit_padding(w, p["sw"], p["dw"], kw, p["implicit"])
         p["pt"], p["pb"] = ck.explicit_padding(h, p["sh"], p["dh"], kh, p["implicit"])
     if min(p["pl"], p["pr"], p["pt"], p["pb"]) < 0:
         raise ctx.fail("negative padding")
-    if p["sw"] <= 0 or p["sh"] <= 0:
-        raise ctx.fail("strides must be positive")
-    if p["dw"] <= 0 or p["dh"] <= 0:
-        raise ctx.fail("dilation factors must be positive")
     _check_act(ctx, p["act"])
 
 
@@ -758,6 +772,8 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
         # NOTE: the reference skips execution (and its scale checks) for an empty output
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()
+    if (dry := _dry_run(ctx, c, out_shape, p["act"], cout)) is not None:
+        return dry
     fold = c.st.fold.get(p["act"]) if (c.is_q and c.st is not None and c.st.filter is not None) else None
     if fold is not None and fold.q.shape[0] == cout:
         # the input zero point is folded into the bias (see _fold_input_zp)
@@ -815,6 +831,8 @@ def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
     if n * oh * ow * cout == 0:
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()
+    if (dry := _dry_run(ctx, c, out_shape, p["act"], cout)) is not None:
+        return dry
     taps = kh * kw
     dt = np.float32
     if c.is_q and ck.exact_block(taps, c.max_x, mw) is not None:
@@ -858,6 +876,8 @@ def _exec_grouped(ctx: ExecContext) -> list[np.ndarray]:
     if n * oh * ow == 0:
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()  # [G, kh*kw*Cg, Og]
+    if (dry := _dry_run(ctx, c, out_shape, p["act"], cout)) is not None:
+        return dry
     xp = c.input_padded(x, nchw, p)
     cols = ck.im2col(xp, kh, kw, p["sh"], p["sw"], 1, 1, oh, ow)
     m = cols.shape[0]
@@ -918,6 +938,8 @@ def _exec_transpose(ctx: ExecContext) -> list[np.ndarray]:
     if n == 0:
         return [np.zeros(out_shape, c.out.dtype)]
     wm, mw = c.filter()  # [Cin, kh*kw*Cout]
+    if (dry := _dry_run(ctx, c, out_shape, act, cout)) is not None:
+        return dry
     xf = c.input_f(_to_nhwc(x, nchw)).reshape(n * h * w, cin)
     # each output value sums at most ceil(kh/sh)*ceil(kw/sw) taps of cin products
     overlap = -(-kh // sh) * -(-kw // sw)
@@ -958,6 +980,8 @@ def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
     if batch == 0:
         return [np.zeros((0, units), c.out.dtype)]
     wm, mw = c.filter()  # [in, units]
+    if (dry := _dry_run(ctx, c, (batch, units), act, units)) is not None:
+        return dry
     xf = c.input_f(x.reshape(batch, in_size))
     acc = ck.gemm_exact(xf, wm, c.gemm_block(in_size, mw, wm), temp=c.is_q, mode=c.acc_mode(act, units))
     return [c.finish(acc, batch, 1, units, act).reshape(batch, units)]

@@ -45,6 +45,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from nnhal.ops import deadline, memo
+from nnhal.ops.base import OpExecutionError
 
 F32_EXACT = 1 << 24  # largest magnitude up to which every integer is a float32
 REQUANT_CHUNK = 65536  # values per requantization chunk (float64 temporaries stay in cache)
@@ -57,6 +58,19 @@ SCRATCH_BYTES = 128 << 20  # per-thread cap of reusable temporaries
 _tls = threading.local()
 
 
+def _max_temporary_bytes() -> int:
+    env = os.environ.get("NNHAL_MAX_TEMPORARY_BYTES", "")
+    if env.isdigit():
+        return int(env)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError):
+        return 4 << 30
+
+
+MAX_TEMPORARY_BYTES = _max_temporary_bytes()
+
+
 def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False, fill: float = 0) -> np.ndarray:
     """A per-thread temporary reused across executions (fresh large arrays
     cost page faults on every execution).  ``zero=True`` gives a buffer that
@@ -64,6 +78,13 @@ def scratch(tag: tuple, shape: tuple, dtype: Any, zero: bool = False, fill: floa
     write the same positions on every use (the geometry is part of ``tag``)
     so the rest keeps that value.  Never return a scratch array as an
     operation's output."""
+    need = math.prod(shape) * np.dtype(dtype).itemsize
+    if need > MAX_TEMPORARY_BYTES:
+        # NOTE: a model's strides, dilations and paddings (e.g. SAME padding of a huge dilation) can ask for a
+        # padded copy far larger than its tensors: refused with a reason, never an allocation that takes the
+        # machine down (GENERAL_FAILURE at execution)
+        raise OpExecutionError(f"a temporary of {need / 2**30:.1f} GiB ({list(shape)}) exceeds the "
+                               f"{MAX_TEMPORARY_BYTES / 2**30:.1f} GiB this driver allows (NNHAL_MAX_TEMPORARY_BYTES)")
     cache = getattr(_tls, "cache", None)
     if cache is None:
         cache = _tls.cache = OrderedDict()

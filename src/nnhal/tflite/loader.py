@@ -95,6 +95,7 @@ class IODescription:
     hal_operations: collections.Counter = field(default_factory=collections.Counter)
     rewrites: collections.Counter = field(default_factory=collections.Counter)  # rewrite name -> count
     hal_to_tflite: list[int] = field(default_factory=list)  # per HAL operation, its TFLite operator index
+    folded_outputs: dict[int, np.ndarray] = field(default_factory=dict)  # load_operators: outputs computed at load
     operator_names: list[str] = field(default_factory=list)  # per TFLite operator
     operator_inputs: list[list[int]] = field(default_factory=list)  # per TFLite operator, its input tensors
     operator_outputs: list[list[int]] = field(default_factory=list)  # per TFLite operator, its output tensors
@@ -640,6 +641,9 @@ class _Loader:
                 v = float(v)
             else:
                 v = int(v)
+                if a.name == "axis" and v < 0 and self.op_is(op, "CONCATENATION"):
+                    # NOTE: NNAPI's CONCATENATION axis is in [0, rank): the delegate adds the rank (Map, as here)
+                    v += len(self.shape(int(op.inputs[0])))
             return [self.scalar(a.type, v)]
         return getattr(self, "d_" + a.name.rstrip("0123456789"))(op, a)
 
@@ -1337,3 +1341,83 @@ class _Loader:
         p = self.producer.get(k, -1)
         return TensorDesc(self.tname(k), k, self.shape(k), dt, scales[0] if len(scales) == 1 else 0.0,
                           zps[0] if len(zps) == 1 else 0, p, self.io.operator_names[p] if p >= 0 else "")
+
+
+def verify(data: bytes, *, batch: Optional[int] = 1, max_bytes: Optional[int] = None) -> vfy.Verified:
+    """The file checked once (:func:`nnhal.tflite.verify.verify`), for many :func:`load_operators` /
+    :func:`operator_failures` calls (``checked=``)."""
+    return vfy.verify(data, max_bytes=max_bytes, batch=batch)
+
+
+def _subset_shared(data: bytes, batch: Optional[int], checked: Optional[vfy.Verified],
+                   custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> _Shared:
+    checked = checked if checked is not None else verify(data, batch=batch)
+    shared = _Shared(data, batch, checked)
+    shared.custom_ops = dict(custom_ops or {})  # NOTE: as load(): custom operators a target device implements
+    for g in checked.order:  # NOTE: the IF / WHILE bodies first, as load does
+        shared.map_subgraph(g)
+    return shared
+
+
+def load_operators(data: bytes, operators: list[int], inputs: list[int], outputs: list[int], *,
+                   batch: Optional[int] = 1, checked: Optional[vfy.Verified] = None,
+                   custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> tuple[hal.Model, IODescription]:
+    """A HAL model of some of the main subgraph's operators (indexes ``operators``): its inputs are the
+    TFLite tensors ``inputs`` (those the operators read; ``io.inputs`` lists the ones they do), its
+    outputs the tensors ``outputs`` (written by the operators; one computed at load, e.g. the shape a
+    SHAPE gives, is in ``io.folded_outputs`` instead).  ``checked``: :func:`verify`'s result, for many
+    calls on one file.  Raises :class:`UnsupportedModelError` naming only the operators of the subset
+    that have no HAL form (or those of a referenced subgraph they need).  ``custom_ops``: as :func:`load`."""
+    shared = _subset_shared(data, batch, checked, custom_ops)
+    with np.errstate(all="ignore"):
+        sub = _SubsetLoader(shared, set(operators), inputs, outputs)
+        sub.run()
+        return shared.finish(sub)
+
+
+def operator_failures(data: bytes, *, batch: Optional[int] = 1, checked: Optional[vfy.Verified] = None,
+                      custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> dict[int, str]:
+    """Per main-subgraph operator that has no HAL form of its own, the reason (each operator judged
+    alone: a tensor an unmapped operator writes is taken as given, so no knock-on refusals).
+    ``custom_ops``: as :func:`load`."""
+    shared = _subset_shared(data, batch, checked, custom_ops)
+    with np.errstate(all="ignore"):
+        sub = _SubsetLoader(shared, None, [], [])
+        sub.run()
+    # NOTE: failures inside a referenced subgraph are named "(subgraph N)": they are not main operators
+    return {i: r for i, n, r in shared.failures if i >= 0 and "(subgraph" not in n}
+
+
+class _SubsetLoader(_Loader):
+    """The loader over a subset of the main subgraph (``only``; None: every operator, any tensor
+    written by no mapped operator taken as an input)."""
+
+    def __init__(self, shared: _Shared, only: Optional[set[int]], inputs: list[int], outputs: list[int]):
+        super().__init__(shared, 0, False, shared.io)
+        self.only = only
+        self.inputs, self.outputs = list(inputs), list(outputs)
+
+    def operand(self, k: int) -> int:
+        if self.only is None and k not in self.t2o and not self.is_const(k) and k not in self.inputs:
+            self.inputs.append(k)
+        return super().operand(k)
+
+    def run(self) -> None:
+        outputs, self.outputs = self.outputs, []  # NOTE: a boundary output may be computed at load
+        super().run()
+        self.outputs = outputs
+
+    def map_operator(self, op: Any, name: str, code: Any) -> None:
+        if self.only is None or self.cur in self.only:
+            try:
+                super().map_operator(op, name, code)
+            except ModelError:
+                raise  # NOTE: a malformed or hostile file (a constant over the size limit) is the model's, not the operator's
+            except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+                # NOTE: an operator the mapping did not foresee is this operator's refusal, not the model's
+                raise _Refuse(f"cannot be mapped ({type(e).__name__}: {e})") from None
+
+    def finish(self, values: bytearray, pool: bytearray) -> hal.Subgraph:
+        self.io.folded_outputs = {k: self.folded[k] for k in self.outputs if k in self.folded}
+        self.outputs = [k for k in self.outputs if k in self.t2o and k not in self.folded]
+        return super().finish(values, pool)

@@ -4,7 +4,12 @@ dependencies (``pip install nnhal[litert]``)."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import logging
+import os
+import sys
+import threading
+from typing import Any, Iterator
 
 
 class MissingDependency(ImportError):
@@ -28,6 +33,50 @@ def interpreter_module() -> Any:
     except ImportError as e:  # pragma: no cover
         raise MissingDependency("comparing with LiteRT needs ai-edge-litert (pip install 'nnhal[litert]')") from e
     return interpreter
+
+
+_FD2_LOCK = threading.Lock()
+
+
+def quiet_litert() -> bool:
+    """Whether LiteRT's own C++ log lines (``INFO: Created TensorFlow Lite XNNPACK delegate for CPU.``)
+    are kept off stderr: yes unless the ``nnhal`` logger shows INFO (``nnhal -v``) or
+    ``$NNHAL_LITERT_LOG`` is set."""
+    return not (os.environ.get("NNHAL_LITERT_LOG") or logging.getLogger("nnhal").isEnabledFor(logging.INFO))
+
+
+@contextlib.contextmanager
+def litert_stderr_quiet() -> Iterator[None]:
+    """File descriptor 2 on /dev/null inside (when :func:`quiet_litert`): LiteRT logs through C++ on
+    the descriptor itself, which no Python setting reaches."""
+    if not quiet_litert():
+        yield
+        return
+    with _FD2_LOCK:
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        saved = os.dup(2)
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(null)
+
+
+def make_interpreter(**kwargs: Any) -> Any:
+    """``ai_edge_litert.interpreter.Interpreter(**kwargs)``, tensors allocated, with LiteRT's creation
+    log (the XNNPACK delegate line, applied at the first allocation) kept off stderr unless asked
+    (``-v``): the one way every part of nnhal makes an interpreter."""
+    mod = interpreter_module()
+    with litert_stderr_quiet():
+        it = mod.Interpreter(**kwargs)
+        it.allocate_tensors()
+    return it
 
 
 def available() -> bool:

@@ -15,9 +15,10 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from nnhal.tflite.schema import builtin_code, interpreter_module, schema, write_model
+from nnhal.tflite.schema import builtin_code, interpreter_module, make_interpreter, schema, write_model
 
-_TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9}
+_TYPES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "complex64": 8,
+          "int8": 9}
 
 
 @dataclass
@@ -117,9 +118,8 @@ def one_op(builtin: str, inputs: Sequence[Optional[Tensor]], outputs: Sequence[T
         return data
     # NOTE: LiteRT computes the output shapes in its Prepare; store them as a converter would
     mod = interpreter_module()
-    it = mod.Interpreter(model_content=data,
-                         experimental_op_resolver_type=mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    it.allocate_tensors()
+    it = make_interpreter(model_content=data,
+                          experimental_op_resolver_type=mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     shapes = {d["index"]: list(d["shape"]) for d in it.get_output_details()}
     fixed = [Tensor(**{**vars(t), "shape": shapes[outs[n]]}) for n, t in enumerate(outputs)]
     return one_op(builtin, inputs, fixed, options, version, custom_options, infer_shapes=False)

@@ -2,6 +2,7 @@
 
     python -m nnhal.tools.fuzz tflite [--minutes 10 | --seconds S | --count N] [--seed 0] [--models DIR]
                                       [--large] [--max-bytes 64M] [--save DIR] [--json]
+    python -m nnhal.tools.fuzz cache|wire|burst|hal|all --minutes N    (nnhal.tools.fuzz_driver)
 
 Seeds: the real models of ``../shared/models`` (or ``$NNHAL_MODELS``; the two 14-17 MB MobileNets
 only with ``--large``) and small models written here (one per importer path: convolutions, per-channel
@@ -20,9 +21,9 @@ one to four mutations:
 
 Every input goes through ``nnhal.tflite.load`` (``max_bytes`` 64 MiB by default).  Outcomes: ``ok``,
 ``invalid`` (InvalidModelError), ``unsupported`` (UnsupportedModelError), ``skipped`` (a mutation the
-writer could not serialise); anything else is a finding: another exception, a hang (an input taking more
-than ``--timeout`` seconds) or a MemoryError (``--rlimit-mb`` caps the address space).  Findings are written
-to ``--save`` (the input and its traceback).  Prints inputs per second, counts by outcome and the peak RSS;
+writer could not serialise); anything else is a finding: another exception, a hang (an input using more
+than ``--timeout`` seconds of CPU, or ten times as long in wall time) or a MemoryError (``--rlimit-mb``
+caps the address space).  Findings are written to ``--save`` (the input and its traceback).  Prints inputs per second, counts by outcome and the peak RSS;
 exits 1 if anything was found.
 """
 
@@ -51,7 +52,11 @@ LARGE_REAL = ["mobilenet_v1_f32", "mobilenet_v2_f32"]
 
 
 class _Hang(BaseException):
-    """Raised by the per-input alarm (a BaseException so no ``except Exception`` swallows it)."""
+    """Raised by the per-input timers (a BaseException so no ``except Exception`` swallows it)."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
 
 
 # --------------------------------------------------------------------------- seeds
@@ -392,10 +397,18 @@ def fuzz(seconds: float = 15.0, count: int = 0, seed: int = 0, max_bytes: int = 
     t0 = time.monotonic()
     n = 0
 
-    def alarm(signum: int, frame: Any) -> None:
-        raise _Hang()
+    # NOTE: a hang is measured in CPU time (ITIMER_PROF: a process starved on a loaded machine is not
+    # hanging; 0.5 s of CPU took 12 s of wall time at a load average of 20), and, for a hang that
+    # blocks without computing, in wall time ten times as long
+    wall = max(60.0, 10 * timeout)
 
-    old = signal.signal(signal.SIGALRM, alarm)
+    def on_cpu(signum: int, frame: Any) -> None:
+        raise _Hang(f"used more than {timeout} s of CPU")
+
+    def on_wall(signum: int, frame: Any) -> None:
+        raise _Hang(f"took more than {wall} s")
+
+    old = signal.signal(signal.SIGPROF, on_cpu), signal.signal(signal.SIGALRM, on_wall)
     try:
         while (count and n < count) or (not count and time.monotonic() - t0 < seconds):
             mut = rng.choice(mutators)
@@ -405,24 +418,27 @@ def fuzz(seconds: float = 15.0, count: int = 0, seed: int = 0, max_bytes: int = 
                 outcomes["skipped"] += 1
                 by_mutation[kind]["skipped"] += 1
                 continue
-            t1 = time.monotonic()
-            signal.setitimer(signal.ITIMER_REAL, timeout)
+            t1, c1 = time.monotonic(), time.process_time()
+            signal.setitimer(signal.ITIMER_PROF, timeout)
+            signal.setitimer(signal.ITIMER_REAL, wall)
             try:
                 result = _load(data, max_bytes, device)
-            except _Hang:
+            except _Hang as e:
                 result = "hang"
-                tb = f"took more than {timeout} s"
+                tb = e.what
             except BaseException as e:  # noqa: BLE001 - every other outcome is a finding
                 if isinstance(e, KeyboardInterrupt):
                     raise
                 result = f"crash:{type(e).__name__}"
                 tb = traceback.format_exc()
             finally:
+                signal.setitimer(signal.ITIMER_PROF, 0)
                 signal.setitimer(signal.ITIMER_REAL, 0)
             outcomes[result] += 1
             by_mutation[kind][result] += 1
             if not result.startswith(("ok", "invalid", "unsupported")):
                 f = {"seed": mut.name, "mutation": kind, "outcome": result, "seconds": time.monotonic() - t1,
+                     "cpu_seconds": time.process_time() - c1,
                      "error": tb.strip().splitlines()[-1], "traceback": tb}
                 findings.append(f)
                 if save is not None:
@@ -433,7 +449,8 @@ def fuzz(seconds: float = 15.0, count: int = 0, seed: int = 0, max_bytes: int = 
                 if progress:
                     progress(f"finding {len(findings)}: {mut.name} {kind}: {f['error']}")
     finally:
-        signal.signal(signal.SIGALRM, old)
+        signal.signal(signal.SIGPROF, old[0])
+        signal.signal(signal.SIGALRM, old[1])
     elapsed = time.monotonic() - t0
     return {"inputs": n, "seconds": round(elapsed, 2), "per_second": round(n / elapsed, 1) if elapsed else 0.0,
             "outcomes": dict(outcomes), "by_mutation": {k: dict(v) for k, v in by_mutation.items()},
@@ -449,8 +466,17 @@ def _size(text: str) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nnhal.tools.fuzz", description=__doc__.split("\n\n")[0])
-    ap.add_argument("target", choices=["tflite"], help="what to fuzz (the .tflite importer)")
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] != "tflite" and not args[0].startswith("-"):
+        # NOTE: one command for every surface: the driver's (cache, wire, burst, hal, all) are fuzz_driver's
+        from nnhal.tools import fuzz_driver
+
+        return fuzz_driver.main(args)
+    ap = argparse.ArgumentParser(prog="python -m nnhal.tools.fuzz", description=__doc__.split("\n\n")[0],
+                                 epilog="The driver's surfaces: python -m nnhal.tools.fuzz {cache,wire,burst,hal,all} "
+                                        "--minutes N (nnhal.tools.fuzz_driver).")
+    ap.add_argument("target", choices=["tflite"], help="what to fuzz (the .tflite importer; cache, wire, burst, "
+                                                       "hal: the driver's surfaces)")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--minutes", type=float, help="run this long")
     g.add_argument("--seconds", type=float, help="run this long (default 15)")
@@ -461,8 +487,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--no-real", action="store_true", help="only the written seed models")
     ap.add_argument("--max-bytes", type=_size, default=64 << 20, help="load(max_bytes=...) (default 64M)")
     ap.add_argument("--timeout", type=float, default=0.0,
-                    help="seconds one input may take (default 10; with --run 120: preparing the real models takes "
-                         "seconds on a loaded machine)")
+                    help="CPU seconds one input may use (default 10; with --run 60: preparing a real model takes "
+                         "seconds); ten times as long in wall time (at least 60 s)")
     ap.add_argument("--rlimit-mb", type=int, default=0,
                     help="cap this process's address space (MiB): an allocation beyond it is a finding")
     ap.add_argument("--save", type=Path, help="write each finding's input and traceback here")
@@ -474,26 +500,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     import logging
 
     logging.disable(logging.CRITICAL)  # NOTE: with --run the driver logs every refusal; the counts say it
-    if args.rlimit_mb:
-        lim = args.rlimit_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-    seconds = args.minutes * 60 if args.minutes else (args.seconds or 15.0)
-    res = fuzz(seconds=seconds, count=args.count or 0, seed=args.seed, max_bytes=args.max_bytes,
-               timeout=args.timeout or (120.0 if args.run else 10.0), models=args.models, large=args.large, real=not args.no_real, save=args.save,
-               progress=None if args.json else (lambda s: print(s, file=sys.stderr)), run=args.run)
-    if args.json:
-        print(json.dumps(res))
-    else:
-        print(f"{res['inputs']} mutated inputs in {res['seconds']} s: {res['per_second']} per second; "
-              f"peak RSS {res['peak_rss_mb']} MB")
-        print("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(res["outcomes"].items())))
-        for kind, c in sorted(res["by_mutation"].items()):
-            print(f"  {kind:9s} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
-        print(f"seeds: {len(res['seeds'])} ({', '.join(res['seeds'])})")
-        print(f"findings: {len(res['findings'])}")
-        for f in res["findings"][:20]:
-            print(f"  {f['seed']} {f['mutation']}: {f['outcome']}: {f['error']}")
-    return 1 if res["findings"] else 0
+    try:
+        if args.rlimit_mb:
+            lim = args.rlimit_mb << 20
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        seconds = args.minutes * 60 if args.minutes else (args.seconds or 15.0)
+        res = fuzz(seconds=seconds, count=args.count or 0, seed=args.seed, max_bytes=args.max_bytes,
+                   timeout=args.timeout or (60.0 if args.run else 10.0), models=args.models, large=args.large, real=not args.no_real, save=args.save,
+                   progress=None if args.json else (lambda s: print(s, file=sys.stderr)), run=args.run)
+        if args.json:
+            print(json.dumps(res))
+        else:
+            print(f"{res['inputs']} mutated inputs in {res['seconds']} s: {res['per_second']} per second; "
+                  f"peak RSS {res['peak_rss_mb']} MB")
+            print("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(res["outcomes"].items())))
+            for kind, c in sorted(res["by_mutation"].items()):
+                print(f"  {kind:9s} " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+            print(f"seeds: {len(res['seeds'])} ({', '.join(res['seeds'])})")
+            print(f"findings: {len(res['findings'])}")
+            for f in res["findings"][:20]:
+                print(f"  {f['seed']} {f['mutation']}: {f['outcome']}: {f['error']}")
+        return 1 if res["findings"] else 0
+    finally:
+        logging.disable(logging.NOTSET)  # NOTE: main() may run in a caller's process (tests)
 
 
 if __name__ == "__main__":

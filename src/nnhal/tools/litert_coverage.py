@@ -4,9 +4,9 @@ not the rest: ``python -m nnhal.tools.litert_coverage [VECTORS_DIR]``.
 Prints the coverage (models whose every operation the driver supports / all
 models, the quant8-signed copies the conformance runner adds not counted),
 then the largest groups of unsupported models by the first reason
-:func:`nnhal.drivers.litert.lower.check_operation` gives (numbers stripped, so one
-reason groups every operand index).  The reasons are the ones
-``getSupportedOperations_1_3`` logs."""
+the driver gives (``nnhal.supported_operations``: the reasons ``getSupportedOperations_1_3``
+logs; numbers stripped, so one reason groups every operand index); ``--operations``: per operation and
+data type, what :func:`nnhal.drivers.litert.lower.check_operation` gives."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import re
 import sys
 from pathlib import Path
 
+import nnhal
 from nnhal import hal
 from nnhal.conformance import vectors
 from nnhal.drivers.litert import lower
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         ops = {o.strip().upper() for o in args.ops.split(",")} if args.ops else None
         print_operations(operation_support(args.vectors, ops))
         return 0
+    device = nnhal.get_device("litert-cpu")
     files = sorted(p for p in Path(args.vectors).rglob("*.json*"))
     total = supported = 0
     groups: collections.Counter = collections.Counter()
@@ -105,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
                 total += 1
                 continue
             try:
-                views = [hal_memory.PrivateCopy(m).view for m in model.pools]
-                reasons = [lower.check_operation(model, views, op) for op in model.main.operations]
+                # NOTE: the driver's own answer (validation, the operation checks, LiteRT preparing the
+                # lowered model, the operations no backend can be held to the reference on)
+                status, _, reasons = nnhal.supported_operations(device, model)
+                if status != hal.ErrorStatus.NONE:
+                    reasons = [f"invalid model ({hal.ErrorStatus(status).name})"] * len(model.main.operations)
             finally:
                 for m in model.pools:
                     hal_memory.free(m)

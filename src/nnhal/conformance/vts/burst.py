@@ -36,14 +36,18 @@ class RawBurst:
     """A burst whose packets are built by hand (as ValidateBurst.cpp does)."""
 
     def __init__(self, prepared: Any, memories: dict[int, hal.Memory], result_length: int = 1024):
+        self.memories = memories
         self.requests = MessageQueue.create(D, 1024, "writer")
         self.results = MessageQueue.create(D, result_length, "reader")
-        pools = memories
+        self.answer: Any = None  # replaces getMemories' answer when set (a callable of the slots, or a value)
+        raw = self
 
         class Callback(hal.IBurstCallback):
             def getMemories(self, slots: list) -> tuple:
+                if raw.answer is not None:
+                    return raw.answer(slots) if callable(raw.answer) else raw.answer
                 try:
-                    return S.NONE, [pools[s] for s in slots]
+                    return S.NONE, [raw.memories[s] for s in slots]
                 except (KeyError, TypeError):
                     return S.INVALID_ARGUMENT, []
 

@@ -14,6 +14,7 @@ reported.
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Callable, Sequence
 
 from nnhal.conformance.vts.case import Case
@@ -32,10 +33,24 @@ def _ray() -> Any:
     return ray
 
 
+def _reachable(address: str) -> None:
+    """Refuses at once an address where nothing listens (Ray itself retries for minutes)."""
+    if address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterError(f"--cluster {address}: give HOST:PORT of the cluster's head node, or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise ClusterError(f"--cluster {address}: no Ray head node answers there ({e.strerror or e})") from None
+
+
 def connect(address: str) -> Any:
     """Joins the Ray cluster at ``address`` (``auto``: the one this machine
     belongs to) as a driver; returns the ``ray`` module."""
     ray = _ray()
+    _reachable(address)
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                  configure_logging=False)

@@ -1,8 +1,8 @@
 """Opening the device under test: the one place ``nnhal vts`` (and each of
 its worker processes or cluster tasks) turns a ``--device`` name into an
-``IDevice``.  Today that is an in-process driver (``nnhal.get_device``) or a
-running service (``nnhal.connect``); the driver table with plugins plugs in
-here."""
+``IDevice``: a name of the device table (built-in drivers, installed
+plugins), a ``module:Class`` / ``file.py:Class`` backend, or a running
+service (``nnhal.open_device``)."""
 
 from __future__ import annotations
 
@@ -15,19 +15,21 @@ class DeviceNotFound(LookupError):
 
 
 def open_device(name: str) -> Any:
-    """The ``IDevice`` named ``name``: an in-process driver, else a connection
-    to the running service of that name (raises :class:`DeviceNotFound`)."""
+    """The ``IDevice`` named ``name``: an in-process driver (or plugin, or
+    spec), else a connection to the running service of that name (raises
+    :class:`DeviceNotFound`)."""
     import nnhal
+    from nnhal.drivers.registry import DriverLoadError
 
-    if name in nnhal.IN_PROCESS_DEVICES:
-        return nnhal.get_device(name)
     try:
-        return nnhal.connect(name)
+        return nnhal.open_device(name)
+    except DriverLoadError as e:
+        raise DeviceNotFound(f"device {name!r} cannot be loaded: {e}") from None
     except (LookupError, ValueError, OSError) as e:  # NOTE: no such service runs, or not a service name
         try:
             known = nnhal.list_devices()
         except OSError:
-            known = list(nnhal.IN_PROCESS_DEVICES)
+            known = nnhal.in_process_devices()
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise DeviceNotFound(f"no device named {name!r} ({hint}devices: {', '.join(known)}; {e})") from None

@@ -192,6 +192,8 @@ def _run_pool(units: list[Unit], config: Config, jobs: int, on_done: Callable[[U
                     cases = f.result()
                 except BrokenProcessPool:
                     continue
+                except Exception as e:  # noqa: BLE001 - e.g. the device could not be opened in the worker
+                    cases = [_failure(unit, None, f"{type(e).__name__}: {e}")]
                 done_ids.add(unit.index)
                 on_done(unit, cases)
             if any(isinstance(f.exception(), BrokenProcessPool) for f in finished if not f.cancelled()):
@@ -213,4 +215,8 @@ def _run_pool(units: list[Unit], config: Config, jobs: int, on_done: Callable[[U
             on_done(u, [_failure(u, u.models[0] if u.models else None, f"the worker process died running it "
                                  f"(exit status {', '.join(map(str, codes)) or 'unknown'})")])
         return [], []
+    if not ran & {u.index for u in left}:
+        # NOTE: a worker died before a unit could say it started (e.g. receiving it): the suspects are
+        # the first units handed out (the pool hands them out in order, at most one more than its workers)
+        ran = {u.index for u in left[:jobs + 1]}
     return [u for u in left if u.index not in ran], [u for u in left if u.index in ran]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Optional, Sequence
@@ -69,10 +70,15 @@ class LiteRTCompiled:
     # read straight into the interpreter's input tensor (one copy, pread into the tensor's memory)
     reads_inputs = True
 
-    def __init__(self, flatbuffer: bytes, num_threads: int, builtin_only: bool):
+    def __init__(self, flatbuffer: bytes, num_threads: int, builtin_only: bool,
+                 omitted_values: Sequence[Optional[np.ndarray]] = (), output_dims: Sequence[Sequence[int]] = ()):
+        """``omitted_values``: per graph input, what the HAL gives it when a request omits it
+        (``nnhal.tflite.lower.omitted_input_values``), None where the execution must fail;
+        ``output_dims``: the model's output dimensions (0: any), which LiteRT's outputs must have."""
         from ai_edge_litert import interpreter as lrt
 
         self.flatbuffer = flatbuffer
+        self.omitted_values = list(omitted_values)
         self.builtin_only = builtin_only
         try:
             self._it = self._interpreter(lrt, num_threads, builtin_only)
@@ -90,22 +96,41 @@ class LiteRTCompiled:
         self._inputs = [d["index"] for d in self._it.get_input_details()]
         self._outputs = [d["index"] for d in self._it.get_output_details()]
         self._shapes = [tuple(int(n) for n in d["shape"]) for d in self._it.get_input_details()]
+        self.output_dims = [tuple(int(d) for d in dims) for dims in output_dims]
+        self._outputs_checked = False  # NOTE: output shapes follow the input shapes: checked once per resize
         self._views = [self._it.tensor(idx) for idx in self._inputs]  # NOTE: functions: safe to keep
         self._lock = threading.Lock()
 
+    def _check_output_shapes(self, outs: list[np.ndarray]) -> None:
+        # NOTE: a shape the model contradicts is never a HAL result (found by nnhal.tools.status_diff:
+        # XNNPACK's TRANSPOSE_CONV made another output shape where the builtin kernel refused the model)
+        for k, (o, dims) in enumerate(zip(outs, self.output_dims)):
+            if dims and (o.ndim != len(dims) or any(d and d != n for d, n in zip(dims, o.shape))):
+                raise OpExecutionError(f"LiteRT made output {k} of shape {list(o.shape)}, which the model's "
+                                       f"dimensions {list(dims)} contradict")
+        self._outputs_checked = True
+
+    def _omitted(self, k: int) -> np.ndarray:
+        v = self.omitted_values[k] if k < len(self.omitted_values) else None
+        if v is None:
+            raise OpExecutionError(f"model input {k} is omitted and the lowered graph needs its value "
+                                   f"(LiteRT graph inputs always have one)")
+        return v
+
     def _interpreter(self, lrt: Any, num_threads: int, builtin_only: bool) -> Any:
         kind = lrt.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if builtin_only else lrt.OpResolverType.AUTO
-        it = lrt.Interpreter(model_content=self.flatbuffer, num_threads=num_threads,
-                             experimental_op_resolver_type=kind)
-        it.allocate_tensors()
-        return it
+        from nnhal.tflite.schema import make_interpreter
+
+        return make_interpreter(model_content=self.flatbuffer, num_threads=num_threads,
+                                experimental_op_resolver_type=kind)
 
     def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
             loop_timeout_ns: int = 0, omitted: Sequence[int] = ()) -> list[np.ndarray]:
         try:
             shapes = [x.shape for x in inputs]  # NOTE: numpy shapes are tuples of ints
-        except AttributeError:  # None
-            raise OpExecutionError("an omitted model input (LiteRT graph inputs always have a value)") from None
+        except AttributeError:  # None: an omitted input
+            inputs = [self._omitted(k) if x is None else x for k, x in enumerate(inputs)]
+            shapes = [x.shape for x in inputs]
         if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
             raise DeadlineMissed("the deadline passed before the execution started")
         with self._lock:
@@ -118,6 +143,7 @@ class LiteRTCompiled:
                         it.resize_tensor_input(idx, list(s), strict=False)
                     it.allocate_tensors()
                     self._shapes = shapes
+                    self._outputs_checked = False
                 for idx, view, x in zip(self._inputs, self._views, inputs):
                     if x.__class__ is np.ndarray:
                         it.set_tensor(idx, x)
@@ -126,6 +152,8 @@ class LiteRTCompiled:
                 it.invoke()
                 # NOTE: get_tensor copies; a TFLite scalar (a reduction to nothing) is the HAL's [1]
                 outs = [o.reshape(1) if o.ndim == 0 else o for o in (it.get_tensor(idx) for idx in self._outputs)]
+                if not self._outputs_checked:
+                    self._check_output_shapes(outs)
             except InvalidMemory:
                 raise  # NOTE: a request pool that cannot be read: the front end answers INVALID_ARGUMENT
             except (ValueError, RuntimeError) as e:
@@ -166,6 +194,10 @@ class LiteRTBackend(Backend):
                 num_threads = 1
         self.num_threads = num_threads
         self.version_string = version_string
+        self._trial_lock = threading.Lock()
+        self._trial_kept: Optional[tuple[hal.Model, LiteRTCompiled]] = None
+
+    measured_capabilities = True  # NOTE: timed: kept per machine (nnhal.driver.capcache)
 
     def capabilities(self) -> hal.Capabilities:
         from nnhal.drivers.litert.caps import measure
@@ -185,19 +217,64 @@ class LiteRTBackend(Backend):
             for op, d in zip(model.main.operations, defs):
                 reason = "not a valid operation" if d is None else lower.check_operation(model, views, op)
                 out.append((not reason, reason))
+            if all(ok for ok, _ in out):
+                # NOTE: claimed only where LiteRT also prepares the lowered model (it checks shapes the
+                # operation-by-operation check does not): the trial is kept for compile()
+                k, reason = self._trial(model, views)
+                if reason:
+                    for j in range(len(out)) if k is None else [k]:
+                        out[j] = (False, reason)
             return out
         finally:
             for p in pools:
                 p.close()
 
+    def _kept_for(self, model: hal.Model, keep: bool) -> Optional[LiteRTCompiled]:
+        """The kept trial if it is of an equal model (the front end copies the model per call)."""
+        with self._trial_lock:
+            kept = self._trial_kept
+            if not keep:
+                self._trial_kept = None
+        try:
+            same = kept is not None and (kept[0] is model or kept[0] == model)
+        except Exception:  # noqa: BLE001  # NOTE: uncomparable contents: not the same model
+            same = False
+        return kept[1] if same else None
+
+    def _trial(self, model: hal.Model, views: list) -> tuple[Optional[int], str]:
+        """(operation, why LiteRT refuses it) -- (None, why) for the whole model, (None, "") when it
+        prepares; a prepared trial is kept for compile() of the same model."""
+        from nnhal.drivers.litert import lower
+
+        if self._kept_for(model, keep=True) is not None:
+            return None, ""  # NOTE: getSupportedOperations_1_3 then prepareModel_1_3 of one model: one trial
+        try:
+            fb, owners = lower.lower_traced(model, views)
+            compiled = LiteRTCompiled(fb, self.num_threads, _needs_builtin(model), lower.omitted_input_values(model),
+                                      _output_dims(model))
+        except lower.Unsupported as e:
+            return None, f"the model does not lower: {e}"
+        except OpExecutionError as e:
+            node = re.search(r"Node number (\d+) \(", str(e))
+            k = owners[int(node.group(1))] if node and int(node.group(1)) < len(owners) else None
+            return k, f"LiteRT refuses it when it prepares the lowered model ({e})"
+        with self._trial_lock:
+            self._trial_kept = (model, compiled)
+        return None, ""
+
     def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> LiteRTCompiled:
         from nnhal.drivers.litert import lower
+
+        kept = self._kept_for(model, keep=False)
+        if kept is not None:
+            return kept  # NOTE: the supported() trial of this model
 
         try:
             fb = lower.lower(model, pool_views)
         except lower.Unsupported as e:
             raise OpExecutionError(f"cannot lower the model: {e}") from None
-        return LiteRTCompiled(fb, self.num_threads, _needs_builtin(model))
+        return LiteRTCompiled(fb, self.num_threads, _needs_builtin(model), lower.omitted_input_values(model),
+                              _output_dims(model))
 
     def cache_encode(self, model: hal.Model, pool_views: list, compiled: Any, hal_version: int, priority: int,
                      key: bytes, token: bytes) -> tuple[bytes, list, int]:
@@ -211,8 +288,15 @@ class LiteRTBackend(Backend):
 
         r = driver_cache.load_opaque(model_fd, data_fd, key, self.version_string, token)
         # NOTE: the interpreter is rebuilt from the authenticated flatbuffer: no lowering, no validation
-        compiled = LiteRTCompiled(r.data, self.num_threads, _needs_builtin(r.model))
+        from nnhal.drivers.litert import lower
+
+        compiled = LiteRTCompiled(r.data, self.num_threads, _needs_builtin(r.model),
+                                  lower.omitted_input_values(r.model), _output_dims(r.model))
         return driver_cache.Restored(r.model, [], compiled, r.hal_version, r.priority)
+
+
+def _output_dims(model: hal.Model) -> list[list[int]]:
+    return [list(model.main.operands[i].dimensions) for i in model.main.outputIndexes]
 
 
 def _needs_builtin(model: hal.Model) -> bool:

@@ -475,8 +475,10 @@ class _Builder:
                 self.emit("CAST", [graph_in[-1]], [self.tensor_of(i)])
             else:
                 graph_in.append(self.tensor_of(i))
-        for op in main.operations:
+        self.owners: list[Optional[int]] = [None] * len(self.ops)  # NOTE: the CASTs of float16 inputs
+        for k, op in enumerate(main.operations):
             self.operation(op)
+            self.owners += [k] * (len(self.ops) - len(self.owners))
         for i in main.outputIndexes:
             if self.ctx.operand(i).lifetime != L.SUBGRAPH_OUTPUT:
                 raise Unsupported("a model output that is not an operation's result")
@@ -857,6 +859,11 @@ def _tconv_same_head(out: int, stride: int, k: int) -> int:
     return max(total, 0) // 2
 
 
+def _tconv_input_size(out: int, stride: int, k: int, tfl_padding: int) -> int:
+    """The input size TFLite's TRANSPOSE_CONV derives from its output size (it must be the input's)."""
+    return (out + stride - 1) // stride if tfl_padding == 1 else (out + stride - k) // stride
+
+
 def _transpose_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
     """TRANSPOSE_CONV_2D (NHWC) in TFLite's form: a constant output shape and SAME / VALID whose
     head padding (the only one the kernels use; the output shape crops the tail) is the HAL's."""
@@ -899,6 +906,12 @@ def _transpose_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
         tfl, crop, (oh, ow) = 2, (pt, pl, oh, ow), ((h - 1) * sh + kh, (w - 1) * sw + kw)
     else:
         raise Unsupported(f"TRANSPOSE_CONV_2D padding {[pl, pr, pt, pb]} (negative) has no TFLite form")
+    if crop is None and (_tconv_input_size(ow, sw, kw, tfl) != w or _tconv_input_size(oh, sh, kh, tfl) != h):
+        # NOTE: an output size TFLite's kernel would not derive the input size back from (found by
+        # nnhal.tools.status_diff: a tail padding of 1 with stride 2; XNNPACK then made another shape)
+        if min(pl, pr, pt, pb) < 0:
+            raise Unsupported(f"TRANSPOSE_CONV_2D padding {[pl, pr, pt, pb]} (negative) has no TFLite form")
+        tfl, crop, (oh, ow) = 2, (pt, pl, oh, ow), ((h - 1) * sh + kh, (w - 1) * sw + kw)
     full = ctx.temp(op.outputs[0], [n, oh, ow, cout]) if crop else op.outputs[0]
     y = _op(Op.TRANSPOSE_CONV_2D, ins[:3] + [ctx.constant([n, oh, ow, cout]), ctx.constant(tfl, T.INT32),
                                              ctx.constant(sw, T.INT32), ctx.constant(sh, T.INT32), act,
@@ -1013,6 +1026,8 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
                 v = bool(v)
             else:
                 v = int(v)
+                if t == Op.MEAN and a.name == "keepDims":
+                    v = v > 0  # NOTE: MEAN's keep_dims is an INT32, "if positive" (found by status_diff: 2 failed)
             args.append(("option", a.name, v))
         elif a.kind == "derived":
             if a.name in ("bias", "reshape_shape") or a.name.startswith(("int32_const", "int32_tensor")):
@@ -1049,6 +1064,16 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if parts is not None:
         args = [e for e in args if e[0] != "const_tensor_parts"] + [("const_tensor", 1, [parts["out_h"],
                                                                                         parts["out_w"]])]
+    if t == Op.SPLIT:
+        # NOTE: found by nnhal.tools.status_diff: LiteRT's SPLIT writes num_splits outputs whatever the
+        # operator has (a crash); the reference fails such an execution
+        n, axis = next(v for kind, name, v in args if name == "numSplits"), int(ctx.const(op.inputs[1]))
+        dims = x0.dimensions
+        if n != len(op.outputs) or not -len(dims) <= axis < len(dims) or (dims[axis] and dims[axis] % n):
+            raise Unsupported(f"SPLIT into {n} along axis {axis} of {list(dims)} with {len(op.outputs)} outputs")
+    if t == Op.LOCAL_RESPONSE_NORMALIZATION and next(v for kind, name, v in args if name == "radius") < 0:
+        # NOTE: found by nnhal.tools.status_diff: LiteRT's kernel corrupts memory (the reference sums nothing)
+        raise Unsupported("LOCAL_RESPONSE_NORMALIZATION with a negative radius (LiteRT's kernel is unsafe there)")
     if t == Op.BATCH_TO_SPACE_ND:
         args.append(("const_tensor", 2, np.zeros((2, 2), np.int32)))  # NOTE: NNAPI's crops are always zero
     if t == Op.DEPTHWISE_CONV_2D:
@@ -1119,11 +1144,38 @@ def _check(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> None:
             raise Unsupported("IF: a branch taking other inputs than the IF passes")
 
 
+def omitted_input_values(model: hal.Model) -> list[Optional[np.ndarray]]:
+    """Per main input of a lowered model: the value the HAL gives it when a request omits it
+    (``hasNoValue``) and the lowered graph needs one, or None (the execution then fails, as the
+    reference's does).  TRANSPOSE's permutation, when every use of the input is one: omitted, the
+    axes reversed (the HAL's optional ``perm``; TFLite's TRANSPOSE needs it as a tensor)."""
+    main = model.main
+    uses: dict[int, list[tuple[hal.Operation, int]]] = {}
+    for op in main.operations:
+        for k, i in enumerate(op.inputs):
+            uses.setdefault(i, []).append((op, k))
+    out: list[Optional[np.ndarray]] = []
+    for i in main.inputIndexes:
+        u = uses.get(i, [])
+        ranks = {len(main.operands[op.inputs[0]].dimensions) for op, _ in u}
+        perm_only = bool(u) and all(op.type == Op.TRANSPOSE and k == 1 for op, k in u) and len(ranks) == 1
+        rank = next(iter(ranks)) if perm_only else 0
+        out.append(np.arange(rank - 1, -1, -1, dtype=np.int32) if rank else None)
+    return out
+
+
 def lower(model: hal.Model, pools: Sequence[Any]) -> bytes:
     """The TFLite flatbuffer of a validated HAL model whose main subgraph's
     operations all pass :func:`check_operation`; Unsupported otherwise."""
+    return lower_traced(model, pools)[0]
+
+
+def lower_traced(model: hal.Model, pools: Sequence[Any]) -> tuple[bytes, list[Optional[int]]]:
+    """:func:`lower`, with the HAL main operation each operator of the TFLite
+    main subgraph comes from (None: the lowering's own, such as an input CAST)."""
+    b = _Builder(model, pools)
     try:
-        return _Builder(model, pools).build()
+        return b.build(), b.owners
     except _LOWERING_ERRORS as e:  # NOTE: a model check_operation missed: refused at prepare, never a crash
         raise Unsupported(f"not lowered ({type(e).__name__}: {e})") from None
 

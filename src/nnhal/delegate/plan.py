@@ -1,0 +1,444 @@
+"""Where each operator of a .tflite model runs, as Android's NNAPI delegate
+decides (``StatefulNnApiDelegate::DoPrepare`` in ``nnapi_delegate.cc``), or
+with everything nnhal can express on NNAPI (``plan="max"``).
+
+The delegate plan, step by step as the delegate takes them:
+
+1. every operator through ``Validate`` (:mod:`nnhal.delegate.rules`) at the
+   API level; float16 weights behind a constant DEQUANTIZE are checked on the
+   float16 constant (``FP16GraphPartitionHelper``): the model is delegated
+   whole with them when everything else is supported, else those DEQUANTIZEs
+   stay on the CPU (the NNAPI partitions still read the weights as constants);
+2. nnhal must express the operator in the HAL at the partition's HAL version
+   (its importer, ``load_operators``; an operator it cannot map stays on the
+   CPU, named as nnhal's limit, not the delegate's);
+3. with a named accelerator, or from API 29 unless ``allow_nnapi_cpu``
+   (the delegate's ``is_accelerator_specified``), each NNAPI partition is asked
+   to the device(s) (``GetNodesSupportedByAccelerator``): an operator whose HAL
+   operations the device refuses stays on the CPU and the graph is
+   partitioned again (a float16-weight model then is not delegated at all);
+4. only the ``max_partitions`` largest NNAPI partitions stay delegated
+   (``LimitDelegatedPartitions``), and the graph is partitioned a last time
+   (:mod:`nnhal.delegate.partition`).
+
+The max plan: every operator nnhal maps (its rewrites and custom operators
+included) on NNAPI, with no partition limit; an operator whose HAL form the
+API level's HAL version lacks, or the device refuses, runs on the CPU.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from nnhal import hal
+from nnhal.delegate import halmodel
+from nnhal.delegate.model import Graph
+from nnhal.delegate.partition import Subset, largest, partition
+from nnhal.delegate.rules import API_LEVELS, HAL_VERSION, validate
+from nnhal.hal.types import HalVersion
+from nnhal.tflite.loader import UnsupportedModelError, free_model, load_operators, operator_failures, verify
+
+DeviceOf = Callable[[str], Any]
+FP16_PARTIAL = ("float16 weights (constant DEQUANTIZE): in a partial delegation the delegate keeps these on the "
+                "CPU (FP16GraphPartitionHelper); its NNAPI partitions read the weights as constants")
+FP16_REFUSED = ("the device refused part of a float16-weight model: the delegate then delegates none of it "
+                "(DoPrepare: 'Only allow full model delegation for fp16 model')")
+
+
+@dataclass
+class Options:
+    """What ``nnhal run`` / ``bench`` / ``graph`` take (the delegate's options as flags)."""
+
+    plan: str = "delegate"
+    android_api: int = 30
+    max_partitions: int = 3
+    accelerator: str = ""  # the delegate's accelerator_name: one nnhal device
+    device: str = "sample-all"  # the NNAPI device when no accelerator is named
+    devices: list[str] = field(default_factory=list)  # through the client runtime
+    allow_fp16: bool = False
+    allow_nnapi_cpu: bool = False  # the inverse of the delegate's disallow_nnapi_cpu
+    preference: str = "fast_single_answer"
+    batch: Optional[int] = 1
+    # the TFLite custom operators the target devices implement as extension operations (code -> (extension,
+    # operation type)): the max plan maps them through the HAL; the delegate's own rules never delegate one
+    custom_ops: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.plan not in ("delegate", "max"):
+            raise ValueError(f"--plan {self.plan}: give delegate or max")
+        if self.android_api not in API_LEVELS:
+            raise ValueError(f"--android-api {self.android_api}: give one of {', '.join(map(str, API_LEVELS))}")
+        if self.max_partitions < 0:
+            raise ValueError("--max-partitions: give 0 (no limit) or more")
+        if self.batch is not None and self.batch < 1:
+            raise ValueError(f"--batch {self.batch}: give 1 or more")
+
+    @property
+    def targets(self) -> list[str]:
+        return self.devices or [self.accelerator or self.device]
+
+    @property
+    def device_label(self) -> str:
+        return "runtime:" + ",".join(self.devices) if self.devices else (self.accelerator or self.device)
+
+    @property
+    def accelerator_specified(self) -> bool:
+        """The delegate's ``is_accelerator_specified`` (ShouldUseTargetDevices excluding nnapi-reference)."""
+        return bool(self.accelerator) or (not self.allow_nnapi_cpu and self.android_api >= 29)
+
+    @property
+    def hal_version(self) -> HalVersion:
+        return halmodel.VERSIONS[self.android_api]
+
+
+@dataclass
+class OperatorPlan:
+    index: int
+    name: str
+    where: str  # "nnapi" | "cpu"
+    partition: Optional[int] = None
+    device: Optional[str] = None
+    reason: str = ""
+
+
+@dataclass
+class PartitionPlan:
+    index: int
+    where: str
+    operators: list[int]
+    device: Optional[str]
+    inputs: list[int] = field(default_factory=list)  # TFLite tensors it reads from other partitions / the model
+    outputs: list[int] = field(default_factory=list)  # tensors other partitions or the model read
+    load_ops: list[int] = field(default_factory=list)  # operators a HAL partition maps (with its fp16 weights)
+
+
+@dataclass
+class Plan:
+    graph: Graph
+    options: Options
+    operators: list[OperatorPlan]
+    partitions: list[PartitionPlan]
+    graph_path: str = ""  # how the commands name the model
+
+    @property
+    def nnapi(self) -> list[PartitionPlan]:
+        return [p for p in self.partitions if p.where == "nnapi"]
+
+    def causes(self) -> list[tuple[str, int, collections.Counter]]:
+        """(reason, operators, names) per distinct reason an operator is on the CPU, most first."""
+        by: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        for o in self.operators:
+            if o.where == "cpu":
+                by[o.reason][o.name] += 1
+        return sorted(((r, sum(c.values()), c) for r, c in by.items()), key=lambda t: (-t[1], t[0]))
+
+    def to_json(self) -> dict:
+        """The plan in the form of ../shared/API.md (``--plan-json``)."""
+        ops = []
+        for o in self.operators:
+            d = {"index": o.index, "name": o.name, "where": o.where, "partition": o.partition, "device": o.device}
+            if o.where == "cpu":
+                d["reason"] = o.reason
+            ops.append(d)
+        return {"android_api": self.options.android_api, "plan": self.options.plan, "operators": ops,
+                "partitions": [{"index": p.index, "where": p.where, "operators": p.operators, "device": p.device}
+                               for p in self.partitions]}
+
+    def write_json(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f, indent=1)
+            f.write("\n")
+
+    def explain(self, times: Optional[list[float]] = None) -> str:
+        """Partitions in order, the root causes of CPU placement with counts, the time per partition."""
+        o = self.options
+        head = (f"plan {o.plan}, Android API {o.android_api} (NNAPI partitions as HAL "
+                f"{HAL_VERSION[o.android_api]}), "
+                f"max partitions {o.max_partitions if o.plan == 'delegate' and o.max_partitions else 'no limit'}, "
+                f"NNAPI device {o.device_label}")
+        lines = [head]
+        for p in self.partitions:
+            names = collections.Counter(self.operators[i].name for i in p.operators)
+            what = ", ".join(f"{k} {v}" for k, v in names.most_common(6)) + (", ..." if len(names) > 6 else "")
+            t = f"  {times[p.index] * 1e3:.3f} ms" if times is not None and p.index < len(times) else ""
+            lines.append(f"  partition {p.index}: {p.where:5s} {p.device or 'LiteRT'}: {len(p.operators)} operators "
+                         f"{_ranges(p.operators)} ({what}){t}")
+        n_nn = sum(1 for x in self.operators if x.where == "nnapi")
+        lines.append(f"  {n_nn} of {len(self.operators)} operators on NNAPI in {len(self.nnapi)} partition(s), "
+                     f"{len(self.operators) - n_nn} on the CPU")
+        for reason, n, names in self.causes():
+            who = ", ".join(f"{k} {v}" if v > 1 else k for k, v in names.most_common(4))
+            lines.append(f"  cpu x{n} ({who}): {reason}")
+        if times is not None:
+            nn = sum(times[p.index] for p in self.partitions if p.where == "nnapi" and p.index < len(times))
+            cpu = sum(times[p.index] for p in self.partitions if p.where == "cpu" and p.index < len(times))
+            lines.append(f"  time: NNAPI {nn * 1e3:.3f} ms, CPU {cpu * 1e3:.3f} ms")
+        return "\n".join(lines)
+
+
+def _ranges(idx: list[int]) -> str:
+    out, start, prev = [], None, None
+    for i in sorted(idx) + [None]:
+        if start is not None and (i is None or i != prev + 1):
+            out.append(str(start) if start == prev else f"{start}-{prev}")
+            start = None
+        if i is not None and start is None:
+            start = i
+        prev = i
+    s = ",".join(out)
+    return f"[{s if len(s) <= 40 else s[:37] + '...'}]"
+
+
+class Planner:
+    """Builds the :class:`Plan` of a graph (see the module docstring)."""
+
+    def __init__(self, g: Graph, opts: Options, device_of: DeviceOf):
+        self.g, self.o, self.device_of = g, opts, device_of
+        ops = g.operators
+        # NOTE: IsDequantizeConstFloat16: a DEQUANTIZE of a float16 constant of the file (one behind a
+        # DENSIFY is computed in TFLite, so not one of these)
+        self.fp16 = {op.index for op in ops if op.builtin == "DEQUANTIZE" and op.inputs and op.inputs[0] >= 0
+                     and g.tensors[op.inputs[0]].type == "float16" and g.tensors[op.inputs[0]].stored}
+        self.fp16_out = {ops[i].outputs[0]: i for i in self.fp16}
+        self.reasons: dict[int, str] = {}
+        self.device_refused = False
+        self._nn_fail: Optional[dict[int, str]] = None
+        self._checked: Any = None
+
+    @property
+    def checked(self) -> Any:
+        """The file as the importer's reader checked it, once (``nnhal.tflite.loader.verify``)."""
+        if self._checked is None:
+            self._checked = verify(self.g.data, batch=self.o.batch)
+        return self._checked
+
+    @property
+    def _custom_ops(self) -> dict:
+        return self.o.custom_ops if self.o.plan == "max" else {}
+
+    @property
+    def nn_fail(self) -> dict[int, str]:
+        if self._nn_fail is None:
+            self._nn_fail = operator_failures(self.g.data, batch=self.o.batch, checked=self.checked,
+                                              custom_ops=self._custom_ops)
+        return self._nn_fail
+
+    def subsets(self, delegated: set[int]) -> list[Subset]:
+        g = self.g
+        return partition([op.inputs for op in g.operators], [op.outputs for op in g.operators], len(g.tensors),
+                         delegated, g.outputs)
+
+    # ------------------------------------------------------------------ step 1: the delegate's rules
+
+    def validated(self) -> set[int]:
+        g, o = self.g, self.o
+        remap = {k: g.operators[i].inputs[0] for k, i in self.fp16_out.items()}
+        supported = set()
+        for op in g.operators:
+            i = op.index
+            if i in self.fp16:
+                continue
+            if o.plan == "max":
+                if i in self.nn_fail and i not in g.folded:
+                    self.reasons[i] = f"nnhal has no HAL form for it: {self.nn_fail[i]}"
+                else:
+                    supported.add(i)
+                continue
+            fails = validate(op, g, o.android_api, o.accelerator_specified, remap)
+            if fails:
+                why = "; ".join(str(f) for f in fails)
+                if i not in self.nn_fail and i not in g.folded:
+                    why += " [nnhal could express it: --plan max]"
+                self.reasons[i] = why
+            elif i in self.nn_fail and i not in g.folded:
+                self.reasons[i] = f"the delegate would take it, nnhal has no exact HAL form: {self.nn_fail[i]}"
+            else:
+                supported.add(i)
+        if self.fp16:
+            if o.plan == "max" or len(supported) + len(self.fp16) == len(g.operators):
+                supported |= self.fp16
+            else:
+                for i in self.fp16:
+                    self.reasons[i] = FP16_PARTIAL
+        return supported
+
+    # ------------------------------------------------------------------ step 2/3: nnhal and the device
+
+    def load_ops(self, s: Subset) -> list[int]:
+        """The operators a HAL partition maps: its own and the float16 weight DEQUANTIZEs it reads."""
+        g = self.g
+        extra = {self.fp16_out[k] for i in s.nodes for k in g.operators[i].inputs if k in self.fp16_out}
+        return sorted((set(s.nodes) | extra) - set(g.folded))
+
+    def hal_model(self, nodes: list[int], inputs: list[int], outputs: list[int]) -> tuple[hal.Model, Any, bool]:
+        """The HAL model of some operators at the plan's HAL version (int8 as uint8 and HARD_SWISH
+        decomposed before 1.3, pre-1.2 operation forms before 1.2), its io description, and whether its
+        int8 tensors became uint8."""
+        model, io = load_operators(self.g.data, nodes, inputs, outputs, batch=self.o.batch, checked=self.checked,
+                                   custom_ops=self._custom_ops)
+        unsigned = False
+        if self.o.hal_version < halmodel.VERSIONS[30]:
+            unsigned = halmodel.to_unsigned(model)
+            halmodel.decompose_hard_swish(model, io.hal_to_tflite)
+            if self.o.hal_version < halmodel.VERSIONS[29]:
+                halmodel.older_forms(model)
+                halmodel.compact(model)
+        return model, io, unsigned
+
+    def check(self, subsets: list[Subset], query: bool) -> set[int]:
+        """Operators of the delegated subsets that must leave NNAPI (reasons recorded)."""
+        g, o = self.g, self.o
+        out: set[int] = set()
+        for s in subsets:
+            if not s.delegated:
+                continue
+            nodes = self.load_ops(s)
+            if not nodes:
+                continue
+            ins, outs = boundary(g, nodes, set(nodes), set(self.fp16_out))
+            try:
+                model, io, _ = self.hal_model(nodes, ins, outs)
+            except UnsupportedModelError as e:
+                # NOTE: the root causes only: an operator refused because a refused one feeds it is mapped
+                # again once its input crosses from the CPU
+                roots = [f for f in e.failures if "written by no mapped operator" not in f[2]] or e.failures
+                moved = {i for i, _, _ in roots if i >= 0 and i not in self.fp16}
+                for i, _, r in roots:
+                    if i in moved:
+                        self.reasons[i] = f"nnhal has no HAL form for it here: {r}"
+                if not moved:  # NOTE: a boundary tensor of no HAL type: the partition stays whole on the CPU
+                    why = "; ".join(r for _, _, r in e.failures)
+                    moved = set(s.nodes) - self.fp16
+                    for i in moved:
+                        self.reasons[i] = f"nnhal cannot map its NNAPI partition: {why}"
+                out |= moved
+                continue
+            try:
+                for j, why in halmodel.noncompliant(model, o.hal_version).items():
+                    i = io.hal_to_tflite[j]
+                    if i >= 0 and i not in self.fp16:
+                        self.reasons[i] = _noncompliant_reason(model.main.operations[j].type, why,
+                                                               HAL_VERSION[o.android_api])
+                        out.add(i)
+                if query and not out and model.main.operations:  # NOTE: all computed at load: nothing to ask
+                    out |= self.query(model, io)
+            finally:
+                free_model(model)
+        return out
+
+    def query(self, model: hal.Model, io: Any) -> set[int]:
+        """``GetNodesSupportedByAccelerator``: operators some of whose HAL operations no target device takes."""
+        ok = [False] * len(model.main.operations)
+        answers = []
+        for name in self.o.targets:
+            a = halmodel.supported(self.device_of(name), model, self.o.hal_version)
+            answers.append((name, a))
+            if a is not None:
+                ok = [x or y for x, y in zip(ok, a)]
+        out = set()
+        self.device_refused = True
+        for j, good in enumerate(ok):
+            i = io.hal_to_tflite[j]
+            if not good and i >= 0 and i not in self.fp16:
+                refused = [n for n, a in answers if a is None or not a[j]]
+                self.reasons[i] = (f"{', '.join(refused)} does not support it "
+                                   f"({hal.OperationType(model.main.operations[j].type).name}; "
+                                   f"getSupportedOperations at HAL {HAL_VERSION[self.o.android_api]})")
+                out.add(i)
+        return out
+
+    # ------------------------------------------------------------------ the plan
+
+    def build(self) -> Plan:
+        g, o = self.g, self.o
+        supported = self.validated()
+        query = o.plan == "max" or (o.accelerator_specified and o.android_api >= 29)
+        for _ in range(len(g.operators) + 1):
+            self.device_refused = False
+            leave = self.check(self.subsets(supported), query)
+            if not leave:
+                break
+            supported -= leave
+            if self.fp16 and o.plan == "delegate" and self.device_refused and \
+                    any("does not support it" in self.reasons.get(i, "") for i in leave):
+                # NOTE: DoPrepare restores the graph and delegates nothing when the accelerator refused nodes
+                # of a model with float16 weights (should_prune_fp16_dequantize)
+                for i in supported:
+                    self.reasons.setdefault(i, FP16_REFUSED)
+                for i in self.fp16:
+                    self.reasons[i] = FP16_REFUSED
+                supported = set()
+                break
+            if self.fp16 and o.plan == "delegate":
+                supported -= self.fp16
+                for i in self.fp16:
+                    self.reasons[i] = FP16_PARTIAL
+        if o.plan == "delegate":
+            subsets = self.subsets(supported)
+            keep = largest(subsets, o.max_partitions)
+            for s in subsets:
+                if s.delegated and not set(s.nodes) <= keep:
+                    for i in s.nodes:
+                        self.reasons[i] = (f"in an NNAPI partition smaller than the {o.max_partitions} largest "
+                                           f"(max_number_delegated_partitions, --max-partitions)")
+            supported = keep
+        return self.finish(self.subsets(supported))
+
+    def finish(self, subsets: list[Subset]) -> Plan:
+        g, o = self.g, self.o
+        ops = [OperatorPlan(op.index, op.name, "cpu", reason=self.reasons.get(op.index, "")) for op in g.operators]
+        parts = []
+        cpu = {i for s in subsets if not s.delegated for i in s.nodes}
+        for k, s in enumerate(subsets):
+            where = "nnapi" if s.delegated else "cpu"
+            dev = o.device_label if s.delegated else None
+            load = self.load_ops(s) if s.delegated else [i for i in s.nodes if i not in g.folded]
+            # NOTE: a float16 weight DEQUANTIZE's output goes to CPU readers only: HAL partitions fold it
+            ins, outs = boundary(g, load, set(s.nodes), set(self.fp16_out), cpu)
+            parts.append(PartitionPlan(k, where, list(s.nodes), dev, ins, outs, load))
+            for i in s.nodes:
+                ops[i].where, ops[i].partition, ops[i].device = where, k, dev
+                if s.delegated:
+                    ops[i].reason = ""
+                elif not ops[i].reason:
+                    ops[i].reason = "not delegated"
+        return Plan(g, o, ops, parts)
+
+
+def _noncompliant_reason(op_type: int, why: str, version: str) -> str:
+    """Why an operation has no form at HAL ``version``, short: "PRELU: HAL 1.2 (this partition is HAL 1.0)"."""
+    m = re.search(r"before HAL V1_(\d)", why)
+    name = hal.OperationType(op_type).name if op_type in hal.OperationType._value2member_map_ else str(op_type)
+    if m:
+        return f"nnhal's HAL form ({name}) needs HAL 1.{m.group(1)}; this partition is HAL {version}"
+    return f"nnhal's HAL form ({name}) is not valid at HAL {version}: {why.split('; accepted:')[0]}"
+
+
+def boundary(g: Graph, load: list[int], members: set[int], weights: set[int],
+             cpu: Optional[set[int]] = None) -> tuple[list[int], list[int]]:
+    """(inputs, outputs) of a partition running operators ``load`` (its ``members`` plus, on the HAL
+    side, the float16 weight DEQUANTIZEs it folds): the non-constant tensors it reads that it does not
+    write, and the tensors it writes that another partition or the model reads (of ``weights``, the
+    float16 weights, only those a CPU operator of ``cpu`` reads)."""
+    written = {k for i in load for k in g.operators[i].outputs if k >= 0}
+    ins = sorted({k for i in load for k in g.operators[i].inputs
+                  if k >= 0 and k not in written and not g.is_const(k)})
+    outs = []
+    for k in sorted(written):
+        readers = set(g.consumers.get(k, []))
+        outside = readers - members
+        if k in weights:
+            outside &= cpu or set()
+        if k in g.outputs or outside:
+            outs.append(k)
+    return ins, outs
+
+
+def build_plan(source: Any, opts: Options, device_of: DeviceOf) -> Plan:
+    """The plan of a .tflite file (a path, its bytes, or a :class:`Graph`)."""
+    g = source if isinstance(source, Graph) else Graph(source)
+    return Planner(g, opts, device_of).build()

@@ -1,0 +1,237 @@
+"""Running a :class:`~nnhal.delegate.plan.Plan`: each partition in order,
+tensors passed between them in the model's own types and quantization.
+
+- an NNAPI partition is a HAL model (``load_operators``, at the plan's HAL
+  version) prepared on its device with that version's method and executed
+  through ``executeSynchronously_1_3`` on shared memory, or, with
+  ``Options.devices``, compiled by the client runtime over those devices;
+  before HAL 1.3 its int8 inputs and outputs are moved to uint8 and back;
+- a CPU partition is a TFLite sub-model (:func:`nnhal.delegate.cut.submodel`)
+  run by LiteRT's interpreter (``kernels``: its builtin, reference or
+  XNNPACK kernels).
+
+Everything depending only on the plan (sub-models, preparations) is done
+once in the constructor; :meth:`Runner.run` sets inputs and runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from nnhal.delegate import cut, halmodel
+from nnhal.delegate.model import Graph
+from nnhal.delegate.plan import PartitionPlan, Plan, Planner
+from nnhal.delegate.run import HalSession, LiteRT
+from nnhal.tflite.loader import TensorDesc, free_model
+from nnhal.tflite.schema import MissingDependency
+
+DeviceOf = Callable[[str], Any]
+
+
+class PlanError(RuntimeError):
+    """The plan cannot run (``status``: the command's exit status: 2 for a model nnhal and LiteRT
+    cannot run together, 3 for a device that refuses)."""
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
+
+
+def input_descs(g: Graph) -> list[TensorDesc]:
+    """The model's inputs as ``make_inputs`` / ``check_inputs`` take them."""
+    out = []
+    for k in g.inputs:
+        t = g.tensors[k]
+        shape = [-1 if s == -1 else d for d, s in zip(t.shape, t.signature)] if t.signature else list(t.shape)
+        out.append(TensorDesc(t.name, k, shape, t.type, t.scale if len(t.scales) == 1 else 0.0,
+                              t.zero_point if len(t.zero_points) == 1 else 0))
+    return out
+
+
+def output_descs(g: Graph) -> list[TensorDesc]:
+    out = []
+    for k in g.outputs:
+        t = g.tensors[k]
+        p = g.producer.get(k, -1)
+        out.append(TensorDesc(t.name, k, list(t.shape), t.type, t.scale if len(t.scales) == 1 else 0.0,
+                              t.zero_point if len(t.zero_points) == 1 else 0, p,
+                              g.operators[p].name if p >= 0 else ""))
+    return out
+
+
+class HalPartition:
+    def __init__(self, planner: Planner, p: PartitionPlan, device_of: DeviceOf):
+        o = planner.o
+        self.model, io, self.unsigned = planner.hal_model(p.load_ops, p.inputs, p.outputs)
+        self.folded = dict(io.folded_outputs)
+        self.ins = [d.tensor for d in io.inputs]
+        self.outs = [d.tensor for d in io.outputs]
+        self.int8_out = {k for k in self.outs if planner.g.tensors[k].type == "int8"}
+        sg = self.model.main
+        # NOTE: the dtype each HAL input holds (an int64 TFLite tensor is TENSOR_INT32 in the HAL)
+        self.in_dtypes = [halmodel.dtype_of(sg.operands[i].type) for i in sg.inputIndexes]
+        self.runtime = self.session = None
+        if not self.model.main.operations:  # NOTE: every output computed at load (SHAPE, DENSIFY, ...)
+            self.run_hal = lambda xs: []
+            return
+        try:
+            if o.devices:
+                from nnhal.runtime import Compilation
+
+                self.runtime = Compilation(self.model, o.devices)
+                self.run_hal = self._run_runtime
+            else:
+                if self.unsigned:
+                    io = dataclasses.replace(io, inputs=[_as_u8(d) for d in io.inputs],
+                                             outputs=[_as_u8(d) for d in io.outputs])
+                dev = device_of(o.targets[0])
+                prepared = halmodel.prepare(dev, self.model, o.hal_version, o.preference, o.allow_fp16)
+                self.session = HalSession(dev, self.model, io, prepared=prepared)
+                self.run_hal = self.session.run
+        except RuntimeError as e:
+            free_model(self.model)
+            raise PlanError(f"partition {p.index} on {o.device_label}: {e}", 3) from None
+
+    def _run_runtime(self, xs: list) -> list:
+        out = self.runtime.run(xs)
+        return [out[n] for n in self.runtime.output_names]
+
+    def run(self, values: dict) -> None:
+        xs = [values[k] for k in self.ins]
+        if self.unsigned:
+            xs = [(a.astype(np.int16) + 128).astype(np.uint8) if a.dtype == np.int8 else a for a in xs]
+        xs = [np.asarray(a).astype(dt, copy=False) if dt is not None else a for a, dt in zip(xs, self.in_dtypes)]
+        ys = self.run_hal(xs)
+        for k, y in zip(self.outs, ys):
+            values[k] = y
+        if self.unsigned:
+            for k in self.outs:
+                if k in self.int8_out:
+                    values[k] = (values[k].astype(np.int16) - 128).astype(np.int8)
+        values.update(self.folded)
+
+    def close(self) -> None:
+        if self.runtime is not None:
+            self.runtime.close()
+        elif self.session is not None:
+            self.session.close()
+        free_model(self.model)
+
+
+def _as_u8(d: TensorDesc) -> TensorDesc:
+    return dataclasses.replace(d, dtype="uint8", zero_point=d.zero_point + 128) if d.dtype == "int8" else d
+
+
+class _Cpu:
+    def __init__(self, g: Graph, p: PartitionPlan, kernels: str, threads: int, plan: Plan):
+        self.ins, self.outs = p.inputs, p.outputs
+        self.lite = None
+        if not p.load_ops or not p.outputs:
+            return  # NOTE: only float16 weights the HAL partitions fold, or DENSIFYs done at load
+        data = cut.submodel(g, p.load_ops, p.inputs, p.outputs)
+        try:
+            self.lite = LiteRT(data, threads=threads, kernels=kernels)
+            self.lite.it.allocate_tensors()  # NOTE: LiteRT resolves custom operators here, not when loading
+            self.ins = [int(d["index"]) for d in self.lite.inputs]
+            self.outs = [int(d["index"]) for d in self.lite.outputs]
+        except MissingDependency as e:
+            raise PlanError(f"LiteRT is required for partition {p.index} on the CPU ({e})") from None
+        except (RuntimeError, ValueError) as e:
+            # NOTE: the root cause once: the custom operators LiteRT lacks, and why each is on the CPU
+            why = "; ".join(f"operator {i} {g.operators[i].name} is on the CPU: {plan.operators[i].reason}"
+                            for i in p.operators if g.operators[i].custom)
+            hint = " (--plan max maps it through the HAL)" if plan.options.plan == "delegate" else ""
+            raise PlanError(f"LiteRT cannot run CPU partition {p.index}: {str(e).strip().splitlines()[0]}"
+                            + (f"; {why}{hint}" if why else "")) from None
+
+    def run(self, values: dict) -> None:
+        if self.lite is None:
+            return
+        for k, y in zip(self.outs, self.lite.run([values[k] for k in self.ins])):
+            values[k] = y
+
+    def close(self) -> None:
+        self.lite = None
+
+
+class Runner:
+    """The plan's partitions ready to run (``per_tensor``: every tensor an operator writes kept in
+    :attr:`values` after a run, not only the ones crossing partitions)."""
+
+    def __init__(self, plan: Plan, device_of: DeviceOf | None = None, kernels: str = "builtin", threads: int = 1,
+                 per_tensor: bool = False):
+        if device_of is None:
+            from nnhal.delegate import default_device as device_of
+        self.plan, self.device_of = plan, device_of
+        g = plan.graph
+        planner = Planner(g, plan.options, device_of)
+        self.engines: list[Any] = []
+        self.times: list[float] = [0.0] * len(plan.partitions)
+        self.values: dict[int, np.ndarray] = {}
+        self._check_cpu(plan)
+        try:
+            for p in plan.partitions:
+                if per_tensor:
+                    written = sorted({k for i in p.load_ops for k in g.operators[i].outputs if k >= 0})
+                    p = dataclasses.replace(p, outputs=written)
+                if p.where == "nnapi":
+                    e = HalPartition(planner, p, device_of)
+                else:
+                    e = _Cpu(g, p, kernels, threads, plan)
+                self.engines.append(e)
+        except Exception:
+            self.close()
+            raise
+
+    @staticmethod
+    def _check_cpu(plan: Plan) -> None:
+        cpu = [o for o in plan.operators if o.where == "cpu" and o.index not in plan.graph.folded]
+        if not cpu:
+            return
+        from nnhal.tflite.schema import interpreter_module
+
+        try:
+            interpreter_module()
+        except MissingDependency:
+            causes = "; ".join(f"{n} x{c}: {r}" for r, c, n in
+                               ((r, c, ", ".join(names)) for r, c, names in plan.causes()))
+            raise PlanError(f"{len(cpu)} operator(s) stay on the CPU and LiteRT is not installed "
+                            f"(pip install 'nnhal[litert]'); why: {causes}") from None
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The model's outputs, in its output order."""
+        g = self.plan.graph
+        values: dict[int, np.ndarray] = dict(zip(g.inputs, inputs))
+        for n, e in enumerate(self.engines):
+            t0 = time.perf_counter()
+            e.run(values)
+            self.times[n] = time.perf_counter() - t0
+        self.values = values
+        return [values[k] if k in values else g.value(k) for k in g.outputs]
+
+    def close(self) -> None:
+        for e in self.engines:
+            e.close()
+        self.engines = []
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def run_plan(plan: Plan, device_of: DeviceOf, inputs: Sequence[np.ndarray], **kw: Any) -> list[np.ndarray]:
+    """One run of ``plan`` (prepared, run, released)."""
+    r = Runner(plan, device_of, **kw)
+    try:
+        return r.run(inputs)
+    finally:
+        r.close()
+
+
+__all__ = ["PlanError", "Runner", "run_plan", "input_descs", "output_descs"]
