@@ -1,7 +1,7 @@
 """CPU time per execution of .tflite models on a HAL device and on LiteRT's
 builtin kernels, in one process, and their ratio:
 
-    python -m nnhal.tools.modelbench /work/shared/models/kws_mobilenetv2_int8.tflite [--runs 15]
+    python -m nnhal.tools.cpubench /work/shared/models/kws_mobilenetv2_int8.tflite [--runs 15]
 
 CPU time (``time.process_time``, every thread of the process) is steady on a
 loaded machine where wall-clock time is not; the best of ``--runs``
@@ -57,7 +57,7 @@ def bench_model(path: str, device: str, runs: int, threads: int) -> dict:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nnhal.tools.modelbench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m nnhal.tools.cpubench", description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+", help=".tflite files")
     ap.add_argument("--device", default="sample-all", help="HAL device (default sample-all)")
     ap.add_argument("--runs", type=int, default=15, help="executions timed per side (default 15)")
