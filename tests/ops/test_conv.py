@@ -864,6 +864,32 @@ def test_quant_fc_l1_bound_exact(nonzero):
     np.testing.assert_array_equal(got, want)
 
 
+def test_prepare_is_authoritative_and_never_fails_for_run_time_refusals():
+    """Prepare computes the filter and multipliers once; parameters the
+    reference refuses when it runs (here per-channel scales whose products
+    overflow float32: an infinite multiplier) do not fail the preparation but
+    every execution, with the same message, and nothing is recomputed."""
+    x = rng.integers(0, 255, (1, 3, 3, 2)).astype(np.uint8)
+    w = rng.integers(-5, 5, (3, 1, 1, 2)).astype(np.int8)
+    b = np.zeros(3, np.int32)
+    cq = SymmPerChannelQuantParams(scales=[0.5, 3e38, 0.25], channelDim=0)
+    ops = conv_operands(x, w, b, (0, 0, 0, 0), (1, 1), (1, 1), 0, None, Q8, PC, I32, (2.0, 128), (0.0, 0), cq)
+    p = prepare_operation(Op.CONV_2D, [o.info() for o in ops], [OperandInfo(Q8, (), 1.0, 0)], version=V1_2)
+    assert p.state.mult_error and p.state.filter is not None
+    messages = set()
+    for _ in range(2):
+        with pytest.raises(OpExecutionError) as e:
+            p.run([o.tensor() for o in ops])
+        messages.add(str(e.value))
+    assert len(messages) == 1
+    # a valid model: the prepared requantization is the one every execution uses
+    cq = SymmPerChannelQuantParams(scales=[0.5, 0.75, 0.25], channelDim=0)
+    ops = conv_operands(x, w, b, (0, 0, 0, 0), (1, 1), (1, 1), 0, None, Q8, PC, I32, (2.0, 128), (0.0, 0), cq)
+    p = prepare_operation(Op.CONV_2D, [o.info() for o in ops], [OperandInfo(Q8, (), 1.0, 0)], version=V1_2)
+    assert p.state.mult_error is None and 0 in p.state.requant
+    first = p.run([o.tensor() for o in ops])[0]
+    unprepared = run(Op.CONV_2D, ops, Q8, 1.0, 0, prepared=False, version=V1_2)
+    np.testing.assert_array_equal(first, unprepared)
 def test_a_padding_far_larger_than_the_tensors_is_refused_not_allocated():
     """Found by fuzzing .tflite files through nnhal run: a huge dilation with padding to match asks the
     depthwise kernel for a padded copy of terabytes; it is GENERAL_FAILURE with the size, at once."""

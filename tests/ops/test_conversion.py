@@ -131,3 +131,27 @@ def test_dequantize_signatures_and_rank(kernel_only):
     with pytest.raises(OpExecutionError):
         run(Op.DEQUANTIZE, tensor(q8, np.zeros((1, 1, 1, 1, 1)), 1.0, 0), f32)
     assert run(Op.DEQUANTIZE, tensor(q8, np.zeros((0, 4)), 1.0, 0), f32).shape == (0, 4)
+
+
+@pytest.mark.parametrize("in_t", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM])
+@pytest.mark.parametrize("out_t", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16])
+@pytest.mark.parametrize("scale", [0.37, 1e-45, 3e38])
+def test_dequantize_table_equals_the_computation(in_t, out_t, scale):
+    """An 8-bit input is dequantized through the 256-entry table prepare builds:
+    every code gives exactly what the computation gives (overflow to inf included)."""
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    zp = 0 if in_t == T.TENSOR_QUANT8_SYMM else (3 if in_t == T.TENSOR_QUANT8_ASYMM_SIGNED else 130)
+    codes = np.arange(256, dtype=np.uint8).view(NUMPY_DTYPE[in_t]).reshape(4, 8, 8)
+    x = Tensor(in_t, codes, scale, zp)
+    p = prepare_operation(OperationType.DEQUANTIZE, [tensor_info(x)], [OutputSpec(out_t, ())])
+    assert p.state is not None and p.state.shape == (256,)
+    (got,) = p.run([x])
+    p.state = None  # the computation itself
+    (want,) = p.run([x])
+    assert got.dtype == want.dtype == NUMPY_DTYPE[out_t] and got.shape == (4, 8, 8)
+    np.testing.assert_array_equal(got.view(np.uint8 if got.itemsize == 1 else f"u{got.itemsize}"),
+                                  want.view(np.uint8 if want.itemsize == 1 else f"u{want.itemsize}"))
+    (strided,) = prepare_operation(OperationType.DEQUANTIZE, [tensor_info(x)], [OutputSpec(out_t, ())]).run(
+        [Tensor(in_t, codes[:, ::2, 1::3], scale, zp)])
+    np.testing.assert_array_equal(strided, want[:, ::2, 1::3])

@@ -70,3 +70,13 @@ def test_exp_on_negative_values_all_integer_bits():
         a = -np.arange(0, 2**31 - 1, 2**31 // 331, dtype=np.int64)
         got = fp.exp_on_negative_values(a, bits) / 2**31
         np.testing.assert_allclose(got, np.exp(a / 2.0 ** (31 - bits)), atol=3e-6)
+
+
+def test_inv_sqrt_multiplier_int_equals_the_array_version():
+    rng = np.random.default_rng(5)
+    vals = [*range(0, 300), *(int(v) for v in rng.integers(0, 2**31, 3000)),
+            *(2**k + d for k in range(31) for d in (-1, 0, 1)), 2**31 - 1]
+    a = np.array(vals, np.int64)
+    for rev in (-1, 1):
+        q, s = fp.inv_sqrt_multiplier(a, rev)
+        assert [fp.inv_sqrt_multiplier_int(v, rev) for v in vals] == list(zip(q.tolist(), s.tolist()))

@@ -411,6 +411,17 @@ def test_fixed_point_logistic_tanh_accuracy(int_bits):
     assert np.diff(K.tanh16(raw, int_bits)).min() >= -16  # monotonic up to fixed-point noise
 
 
+@pytest.mark.parametrize("int_bits", [0, 3, 6])
+def test_activation_tables_equal_the_fixed_point_functions(int_bits):
+    """The 65536-entry tables the LSTM kernels index are the functions
+    themselves, on shapes and integer dtypes the kernels pass."""
+    rng = np.random.default_rng(int_bits)
+    for a in (rng.integers(-32768, 32768, (3, 7)), np.array([-32768, -1, 0, 1, 32767], np.int16)):
+        np.testing.assert_array_equal(K.logistic16_lut(a, int_bits), K.logistic16(a.astype(np.int64), int_bits))
+        np.testing.assert_array_equal(K.tanh16_lut(a, int_bits), K.tanh16(a.astype(np.int64), int_bits))
+    assert K.activation_table("tanh", int_bits) is K.activation_table("tanh", int_bits)  # built once
+
+
 def test_fixed_point_primitives():
     assert FP.saturating_rounding_doubling_high_mul16(np.array([-32768]), -32768)[0] == 32767
     assert FP.saturating_rounding_doubling_high_mul16(np.array([16384]), 16384)[0] == 8192
@@ -622,3 +633,84 @@ def test_zero_sized_batch_and_sequence():
     assert REGISTRY[OP.LSTM].allow_zero_sized and REGISTRY[OP.BIDIRECTIONAL_SEQUENCE_LSTM].allow_zero_sized
     assert not REGISTRY[OP.UNIDIRECTIONAL_SEQUENCE_LSTM].allow_zero_sized
     assert not REGISTRY[OP.QUANTIZED_LSTM].allow_zero_sized
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("op", [OP.LSTM, OP.UNIDIRECTIONAL_SEQUENCE_LSTM])
+def test_float_lstm_prepared_weights_equal_run_time_weights(op, variant):
+    """Constant weights, biases and scalars are converted and stacked once, at
+    prepare (the conformance vectors pass them as inputs): the outputs are
+    those of the run-time path, bit for bit, execution after execution."""
+    from nnhal.hal import OperandLifeTime
+    from nnhal.ops.base import OperandInfo
+    from nnhal.ops.recurrent import _FloatState
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    kw = dict(VARIANTS[variant])
+    n_output = kw.pop("n_output", None)
+    p = make_params(3, 4, n_output, **kw)
+    no = n_out_of(p)
+    if op == OP.LSTM:
+        x, h, c = f32(2, 3), f32(2, no), f32(2, 4)
+        ins = [tensor(v) for v in lstm_inputs(x, h, c, p, 4, 0.5, 0.0, with_ln=True)]
+        outs = [OutputSpec(T.TENSOR_FLOAT32, ())] * 4
+    else:
+        x, h, c = f32(5, 2, 3), f32(2, no), f32(2, 4)
+        ins = [tensor(v) for v in uni_inputs(x, h, c, p, 4, True, 0.5, 0.0)]
+        outs = [OutputSpec(T.TENSOR_FLOAT32, ())] * 3
+    state_inputs = {0, 18, 19}
+
+    def info(k: int, t: Tensor):
+        if t.data is None:
+            return OperandInfo(t.type, (), lifetime=OperandLifeTime.NO_VALUE)
+        return tensor_info(t, constant=k not in state_inputs)
+
+    const = prepare_operation(op, [info(k, t) for k, t in enumerate(ins)], outs)
+    assert isinstance(const.state, _FloatState) and const.state.weights is not None
+    dynamic = prepare_operation(op, [tensor_info(t, constant=t.data is not None and t.data.ndim == 0) for t in ins],
+                                outs)
+    assert dynamic.state.weights is None
+    want = dynamic.run(ins)
+    for _ in range(2):
+        got = const.run(ins)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("cifg", [False, True])
+@pytest.mark.parametrize("projection", [False, True])
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_qlstm_prepared_plan_equals_run_time_plan(cifg, projection, layer_norm):
+    """Constant weights, biases and scalars give a QlstmPlan built once at
+    prepare (the vectors pass weights as inputs): the same outputs, bit for
+    bit, as the plan an execution builds, with peepholes, clips, non-zero
+    input / output / hidden zero points."""
+    from nnhal.hal import OperandLifeTime
+    from nnhal.ops.base import OperandInfo
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    rng = np.random.default_rng(11)
+    ins = qlstm_inputs(cifg=cifg, projection=projection, layer_norm=layer_norm, n_out=3 if projection else 4)
+    for k in (9, 10, 11):
+        if not (cifg and k == 9):
+            ins[k] = Tensor(T.TENSOR_QUANT16_SYMM, rng.integers(-2000, 2000, 4).astype(np.int16), 0.001, 0)
+    ins[24] = Tensor(T.FLOAT32, np.array(2.0 ** -11 * 900, np.float32))  # cell clip
+    ins[25] = Tensor(T.FLOAT32, np.array(0.5, np.float32))  # projection clip
+    ins[30] = Tensor(T.INT32, np.array(3, np.int32))  # hidden zero point
+    outs = [OutputSpec(t, (), 0.0078 if t != T.TENSOR_QUANT16_SYMM else 2.0 ** -11, 1 if t != T.TENSOR_QUANT16_SYMM
+                       else 0) for t in QLSTM_OUT]
+
+    def info(k: int, t: Tensor):
+        if t.data is None:
+            return OperandInfo(t.type, (), t.scale, t.zero_point, lifetime=OperandLifeTime.NO_VALUE)
+        return tensor_info(t, constant=k not in (0, 18, 19))
+
+    const = prepare_operation(OP.QUANTIZED_LSTM, [info(k, t) for k, t in enumerate(ins)], outs)
+    assert const.state.plan is not None
+    dynamic = prepare_operation(OP.QUANTIZED_LSTM, [tensor_info(t, constant=t.data is not None and t.data.ndim == 0)
+                                                    for t in ins], outs)
+    assert dynamic.state.plan is None
+    want = dynamic.run(ins)
+    for _ in range(2):
+        for a, b in zip(const.run(ins), want):
+            np.testing.assert_array_equal(a, b)

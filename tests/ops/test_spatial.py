@@ -319,3 +319,40 @@ def test_channel_shuffle_errors():
     with pytest.raises(OpValidationError):
         op.validate(OpInfo(Op.CHANNEL_SHUFFLE, [OperandInfo(T.TENSOR_FLOAT32, (1, 2, 3, 4, 5))],
                            [OperandInfo(T.TENSOR_FLOAT32, ())], V1_3))
+
+
+@pytest.mark.parametrize("op", [Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR])
+def test_resize_prepared_once(op):
+    """Constant sizes and flags are parsed at prepare and the coordinate
+    tables of the declared input size built there; another input size gets its
+    own table at run time; the results equal those of run-time scalars."""
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    rng = np.random.default_rng(3)
+    x1 = tensor(rng.standard_normal((1, 3, 5, 2)).astype(np.float32))
+    x2 = tensor(rng.standard_normal((2, 4, 2, 2)).astype(np.float32))
+    scalars = [scalar(2.5, T.FLOAT32), scalar(1.5, T.FLOAT32), boolean(False), boolean(False), boolean(True)]
+    out = [OutputSpec(T.TENSOR_FLOAT32, ())]
+    const = prepare_operation(op, [tensor_info(x1)] + [tensor_info(s, True) for s in scalars], out)
+    assert len(const.state.tables) == 1  # the declared 3 x 5 input's table
+    dynamic = prepare_operation(op, [tensor_info(t) for t in [x1, *scalars]], out)
+    for x in (x1, x2, x1):
+        (a,) = const.run([x, *scalars])
+        (b,) = dynamic.run([x, *scalars])
+        np.testing.assert_array_equal(a, b)
+    assert len(const.state.tables) == 2
+    assert len(dynamic.state.tables) == 0  # run-time scalars: nothing remembered
+    bad = [scalar(3), scalar(3), boolean(False), boolean(True), boolean(True)]
+    failing = prepare_operation(op, [tensor_info(x1)] + [tensor_info(s, True) for s in bad], out)
+    for _ in range(2):  # every execution fails as the reference does, prepare did not
+        with pytest.raises(OpExecutionError, match="half_pixel"):
+            failing.run([x1, *bad])
+
+
+@pytest.mark.parametrize("v", [np.inf, np.nan])
+def test_resize_non_finite_scale_fails_at_execution(v):
+    """Prepare does not fail on it; every execution does, cleanly."""
+    x = tensor(np.ones((1, 2, 2, 1), np.float32))
+    s = scalar(v, T.FLOAT32)
+    with pytest.raises(OpExecutionError, match="finite"):
+        run(Op.RESIZE_BILINEAR, [x, s, s])

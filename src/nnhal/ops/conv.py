@@ -16,7 +16,6 @@ when the operands are constants.
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -38,8 +37,6 @@ from nnhal.ops.base import (
 )
 from nnhal.ops.prepared import Deferred
 from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier
-
-log = logging.getLogger("nnhal.ops.conv")
 
 T = OperandType
 F32, F16, I32, B = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
@@ -186,8 +183,13 @@ class _State:
     execution builds what is missing itself (non-constant filter or bias)."""
 
     def __init__(self) -> None:
-        self.filter: tuple | None = None  # (key, matrix, max |w - zw|)
+        self.filter: tuple | None = None  # (key, matrix, max |w - zw|); matrix None: see matrix()
         self.filter_derived = False  # the matrix is _build_filter of the constant filter (quantized)
+        # a state loaded from the compilation cache builds its quantized filter matrix from the
+        # model's weights (kept in their stored width) when an execution first needs it: loading
+        # stays a read of the cache, the conversion is paid once, by the first execution
+        self.lazy_filter: Callable[[], np.ndarray] | None = None
+        self.lazy_matrix = memo.Memo(1)
         self.mult: tuple | None = None  # (q[C], shift[C]) or None
         self.mult_error: str | None = None
         self.requant: dict = {}  # act -> Requant (constant bias only)
@@ -220,7 +222,8 @@ def _multipliers(in_scale: float, f_type: OperandType, f_scale: float, f_cq: Any
         scales = list(f_cq.scales) if f_cq is not None else []
         if len(scales) != nch:
             raise ValueError(f"per-channel filter has {len(scales)} scales for {nch} channels")
-        products = [_f32(np.float32(s_in) * np.float32(s)) for s in scales]
+        with np.errstate(over="ignore"):  # NOTE: an infinite product is refused below (the multiplier)
+            products = [_f32(np.float32(s_in) * np.float32(s)) for s in scales]
     else:
         ips = _f32(np.float32(s_in) * np.float32(f_scale))
         bs = _f32(b_scale)
@@ -341,12 +344,21 @@ def _prepare(info: OpInfo) -> _State:
                     st.requant[int(act)] = _make_requant(st.mult, b, info.outputs[0], int(act), fast32=True)
                     if form.fold_input_zp and st.filter is not None:
                         _fold_input_zp(st, ins[0], b, info.outputs[0], int(act))
-    except ValueError as e:
-        st.mult_error = str(e)
-    except Exception:  # NOTE: prepare must never fail; execute redoes the work (a bug crashes there, reported)
-        log.debug("%s prepare: no precomputed state", info.type.name, exc_info=True)
-        st.filter, st.mult, st.requant = None, None, {}
+    except (ValueError, ArithmeticError) as e:
+        # NOTE: prepare is authoritative: what it computed, executions use and never redo.  Parameters the
+        # reference refuses when it runs (a bias scale that does not match, a multiplier out of range...)
+        # make every quantized execution fail with this message, where the reference fails
+        st.mult_error = str(e) or type(e).__name__
     return st
+
+
+def _matrix(st: _State) -> np.ndarray:
+    """The prepared filter matrix (built on first use for a state loaded from
+    the cache; no lock once built: one dict lookup)."""
+    m = st.filter[1]
+    if m is None:
+        m = st.lazy_matrix.get_or_compute(0, st.lazy_filter)
+    return m
 
 
 def _l1(m: np.ndarray) -> float:
@@ -459,8 +471,9 @@ def _load_state(d: dict, get: Any) -> Any:
         if f.value is None or key != _filter_key(form, key[1]):
             raise ValueError("the cached filter does not match the model's weights")
         # NOTE: the weights are the authenticated cache's own: no check of max |w - zp| again
-        m = _filter_matrix(form, f.value, f.zero_point, info.inputs[0].type in QUANT8_ASYMM_TYPES, key[1])
-        st.filter, st.filter_derived = (key, m, mw), True
+        w, zp, is_q = f.value, f.zero_point, info.inputs[0].type in QUANT8_ASYMM_TYPES
+        st.lazy_filter = lambda: _filter_matrix(form, w, zp, is_q, key[1])
+        st.filter, st.filter_derived = (key, None, mw), True
         return st
 
     return Deferred(rebuild)
@@ -521,8 +534,9 @@ class _Common:
 
     def filter(self) -> tuple[np.ndarray, int]:
         key = _filter_key(self.form, self.groups)
-        if self.st is not None and self.st.filter is not None and self.st.filter[0] == key:
-            return self.st.filter[1], self.st.filter[2]
+        f = self.st.filter if self.st is not None else None
+        if f is not None and f[0] == key:
+            return (f[1] if f[1] is not None else _matrix(self.st)), f[2]
         return _build_filter(self.form, self.f.data, self.f.zero_point, self.is_q, self.groups)
 
     def wt_cache(self) -> dict | None:
@@ -599,7 +613,8 @@ class _Common:
             return None
         if wm is not None:
             st = self.st
-            const = st is not None and st.filter is not None and st.filter[1] is wm
+            const = st is not None and st.filter is not None and (st.filter[1] if st.filter[1] is not None
+                                                                   else _matrix(st)) is wm
             l1 = st.l1 if const and st.l1 is not None else _l1(wm)
             if self.max_x * l1 <= ck.F32_EXACT:
                 return None

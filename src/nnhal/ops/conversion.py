@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hal import OperandType, OperationType
-from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
+from nnhal.ops.base import NUMPY_DTYPE, V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
 from nnhal.ops.broadcast import check_max_rank, validate_max_rank
 from nnhal.ops.fixedpoint import round_half_away
 from nnhal.ops.quant import QUANT_RANGE
@@ -102,10 +102,29 @@ def _execute_dequantize(ctx: ExecContext) -> list[np.ndarray]:
         scale = np.asarray(cq.scales, np.float32).reshape(shape)
         zero_point = 0
     else:
-        scale = np.float32(x.scale)
-        zero_point = x.zero_point
+        lut = ctx.state
+        if isinstance(lut, np.ndarray) and x.data.dtype.itemsize == 1:
+            return [lut[x.data.view(np.uint8)]]  # NOTE: the prepared table of the 256 codes (a new array)
+        return [_dequantize_codes(x.data, x.scale, x.zero_point, out.dtype)]
     res = scale * (x.data.astype(np.int32) - zero_point).astype(np.float32)
     return [res.astype(out.dtype)]
+
+
+def _dequantize_codes(codes: np.ndarray, scale: float, zero_point: int, out_dtype: np.dtype) -> np.ndarray:
+    with np.errstate(over="ignore"):  # NOTE: a huge scale gives inf, as the reference's float product
+        return (np.float32(scale) * (codes.astype(np.int32) - zero_point).astype(np.float32)).astype(out_dtype)
+
+
+def _prepare_dequantize(info: OpInfo) -> np.ndarray | None:
+    """An 8-bit per-tensor input: the output of each of its 256 codes, computed
+    once as the kernel computes it (the execution is one table lookup)."""
+    x, out = info.inputs[0], info.outputs[0]
+    if x.type not in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM):
+        return None
+    codes = np.arange(256, dtype=np.uint8).view(NUMPY_DTYPE[x.type])  # indexed by the code's byte
+    lut = _dequantize_codes(codes, x.scale, x.zero_point, NUMPY_DTYPE[out.type])
+    lut.flags.writeable = False
+    return lut
 
 
 _DEQUANT_SIGS = [
@@ -130,5 +149,5 @@ OPS: list[OpDef] = [
                       for o, v in ((T.TENSOR_QUANT8_ASYMM, V1_2), (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3))],
           execute=_execute_quantize, allow_zero_sized=True),
     OpDef(type=OperationType.DEQUANTIZE, signatures=_DEQUANT_SIGS, execute=_execute_dequantize,
-          validate=_validate_dequantize, allow_zero_sized=True),
+          validate=_validate_dequantize, prepare=_prepare_dequantize, allow_zero_sized=True),
 ]

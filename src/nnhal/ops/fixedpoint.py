@@ -248,6 +248,35 @@ def saturating_rounding_multiply_by_pot_int(x: int, e: int) -> int:
     return INT32_MAX if x > t else INT32_MIN if x < -t else x << e
 
 
+def wrap32_int(x: int) -> int:
+    """``static_cast<int32_t>`` of one int."""
+    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def inv_sqrt_multiplier_int(value: int, reverse_shift: int) -> tuple[int, int]:
+    """:func:`inv_sqrt_multiplier` of one non-negative int32 value (the layer
+    normalizations of QUANTIZED_LSTM need one per row: no numpy call per step)."""
+    if value <= 1:
+        return INT32_MAX, 0
+    x, shift = int(value), 11
+    while x >= (1 << 29):
+        x //= 4
+        shift += 1
+    pairs = ((32 - x.bit_length()) - 1) // 2 - 1  # NOTE: bit_length is frexp's exponent of x
+    shift -= pairs
+    x <<= 2 * pairs
+    half_input = rounding_divide_by_pot_int(x >> 1, 1)
+    half_three = (1 << 28) + (1 << 27)
+    r = 1 << 28
+    for _ in range(5):
+        r3 = saturating_rounding_multiply_by_pot_int(srdhm_int(srdhm_int(r, r), r), 6)
+        r = saturating_rounding_multiply_by_pot_int(wrap32_int(srdhm_int(half_three, r) - srdhm_int(half_input, r3)), 3)
+    r = srdhm_int(r, 1518500250)
+    if shift < 0:
+        r, shift = wrap32_int(r << -shift), 0
+    return r, shift * reverse_shift
+
+
 def one_over_one_plus_x_for_x_in_0_1_int(a: int) -> int:
     """one_over_one_plus_x_for_x_in_0_1 on one int (see newton_reciprocal)."""
     s = a + INT32_MAX

@@ -18,17 +18,18 @@ and QUANTIZED_LSTM).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
-from nnhal.ops import deadline
+from nnhal.ops import deadline, memo
 from nnhal.ops.fixedpoint import (
     EXP_BARREL,
     EXP_MINUS_ONE_EIGHTH,
     INT16_MAX,
     INT16_MIN,
     ONE_THIRD,
-    inv_sqrt_multiplier,
+    inv_sqrt_multiplier_int,
     round_half_away_int,
     saturating_rounding_multiply_by_pot,
     trunc_div,
@@ -70,6 +71,9 @@ class FloatLstmWeights:
     activation: int = 4
     cell_clip: float = 0.0
     proj_clip: float = 0.0
+    # weights prepared once (constants) and shared by executions: a bounded,
+    # locked memo of their stacked / transposed forms (None: built per call)
+    cache: Any = None
 
     @property
     def cifg(self) -> bool:
@@ -122,6 +126,10 @@ def _stack(parts: list, gates: list[int]) -> np.ndarray:
     return np.concatenate([parts[g] for g in gates], axis=0).astype(np.float32)
 
 
+def _cached(w: FloatLstmWeights, key: str, fn: Callable[[], np.ndarray]) -> np.ndarray:
+    return fn() if w.cache is None else w.cache.get_or_compute(key, fn)
+
+
 def float_lstm_sequence(x: np.ndarray, w: FloatLstmWeights, h0: np.ndarray, c0: np.ndarray,
                         aux: np.ndarray | None = None, forward: bool = True
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -141,15 +149,17 @@ def float_lstm_sequence(x: np.ndarray, w: FloatLstmWeights, h0: np.ndarray, c0: 
     # NOTE: the input (and aux input) contributions of every time step do not
     # depend on the recurrence, so they are one matrix product for the whole
     # sequence; only the recurrent part runs per step.
-    wx = _stack(w.input_w, gates)
+    wx = _cached(w, "wx", lambda: _stack(w.input_w, gates))
     pre = (x.reshape(n_time * n_batch, x.shape[2]) @ wx.T).reshape(n_time, n_batch, n_g, n_cell)
     if aux is not None and w.aux_w is not None:
         aux = np.asarray(aux, np.float32)
-        pre = pre + (aux.reshape(n_time * n_batch, aux.shape[2]) @ _stack(w.aux_w, gates).T).reshape(
+        pre = pre + (aux.reshape(n_time * n_batch, aux.shape[2]) @ _cached(w, "aux", lambda: _stack(w.aux_w, gates)).T).reshape(
             n_time, n_batch, n_g, n_cell)
     if w.layer_norm is None:
-        pre = pre + _stack([None if b is None else b.reshape(1, -1) for b in w.bias], gates).reshape(n_g, n_cell)
-    wh_t = _stack(w.recurrent_w, gates).T
+        pre = pre + _cached(w, "bias", lambda: _stack([None if b is None else b.reshape(1, -1) for b in w.bias],
+                                                      gates).reshape(n_g, n_cell))
+    wh_t = _cached(w, "wh_t", lambda: _stack(w.recurrent_w, gates).T)
+    proj_t = None if w.proj_w is None else _cached(w, "proj_t", lambda: w.proj_w.T.astype(np.float32))
     peep = w.peephole
     ln = w.layer_norm
 
@@ -184,7 +194,7 @@ def float_lstm_sequence(x: np.ndarray, w: FloatLstmWeights, h0: np.ndarray, c0: 
         c_act = _activation(new_c, w.activation, g_act)
         hidden = (o_gate * c_act).astype(np.float32)
         if w.proj_w is not None:
-            y = hidden @ w.proj_w.T.astype(np.float32)
+            y = hidden @ proj_t
             if w.proj_b is not None:
                 y = y + w.proj_b
             if w.proj_clip > 0:
@@ -298,34 +308,68 @@ def tanh16(a: np.ndarray, int_bits: int) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------
+# the int16 activations as tables: every gate input is an int16 value, so
+# logistic16 / tanh16 of a given number of integer bits are functions of
+# 65536 inputs, evaluated once per process (bit-identical by construction)
+
+_INT16_ALL = np.arange(INT16_MIN, INT16_MAX + 1, dtype=np.int64)
+_TABLES = memo.Memo(16)
+
+
+def activation_table(kind: str, int_bits: int) -> np.ndarray:
+    """logistic16 ("logistic") or tanh16 ("tanh") of every int16 value with
+    ``int_bits`` integer bits, as int64 indexed by value + 32768."""
+    fn = logistic16 if kind == "logistic" else tanh16
+    return _TABLES.get_or_compute((kind, int_bits), lambda: np.ascontiguousarray(fn(_INT16_ALL, int_bits)))
+
+
+def logistic16_lut(a: np.ndarray, int_bits: int) -> np.ndarray:
+    """logistic16 of int16 values (held in any integer array)."""
+    return activation_table("logistic", int_bits)[np.asarray(a, np.int64) + 32768]
+
+
+def tanh16_lut(a: np.ndarray, int_bits: int) -> np.ndarray:
+    """tanh16 of int16 values (held in any integer array)."""
+    return activation_table("tanh", int_bits)[np.asarray(a, np.int64) + 32768]
+
+
+# ----------------------------------------------------------------------------
 # QUANTIZED_16BIT_LSTM
 
 
-def quantized_16bit_lstm_step(x: np.ndarray, prev_out: np.ndarray, weights: np.ndarray, weights_zp: int,
-                              bias: np.ndarray, prev_cell: np.ndarray, accum_q: int, accum_shift: int
+def q16_weights(weights: np.ndarray, weights_zp: int) -> np.ndarray:
+    """The QUANTIZED_16BIT_LSTM weight matrix as the step multiplies it:
+    (w - zp) transposed, in float64 (every product and partial sum of the
+    matrix product is an integer below 2^53: exact)."""
+    return np.ascontiguousarray((weights.astype(np.float64) - weights_zp).T)
+
+
+def quantized_16bit_lstm_step(x: np.ndarray, prev_out: np.ndarray, weights_t: np.ndarray, bias: np.ndarray,
+                              prev_cell: np.ndarray, accum_q: int, accum_shift: int
                               ) -> tuple[np.ndarray, np.ndarray]:
     """One QUANTIZED_16BIT_LSTM step.
 
-    ``weights`` is the reference's concatenated (4*n_out, n_out + n_in)
-    uint8 matrix (gate blocks input, cell, forget, output; columns recurrent
-    then input) and ``bias`` the concatenated int32 biases.  Returns
-    (new cell state int16, output uint8)."""
+    ``weights_t`` is :func:`q16_weights` of the reference's concatenated
+    (4*n_out, n_out + n_in) uint8 matrix (gate blocks input, cell, forget,
+    output; columns recurrent then input) and ``bias`` the concatenated int32
+    biases as int64.  Returns (new cell state int16, output uint8)."""
     n_out = prev_out.shape[1]
     # NOTE: the reference concatenates [input, prev_output] but lays the
     # weight columns out as [recurrent, input]; the two are paired by index,
     # exactly as the reference does.
-    concat = np.concatenate([x, prev_out], axis=1).astype(np.int64) - 128
-    acc = bias.astype(np.int64)[None, :] + concat @ (weights.astype(np.int64) - weights_zp).T
+    concat = np.concatenate([x, prev_out], axis=1).astype(np.float64)
+    concat -= 128
+    acc = bias[None, :] + (concat @ weights_t).astype(np.int64)
     acc = np.clip(mbqm32(wrap32(acc), accum_q, accum_shift), INT16_MIN, INT16_MAX)
     acc = acc.reshape(acc.shape[0], 4, n_out)
-    in_gate = logistic16(acc[:, 0], 3)
-    mod_gate = tanh16(acc[:, 1], 3)
-    forget_gate = logistic16(acc[:, 2], 3)
-    out_gate = logistic16(acc[:, 3], 3)
+    in_gate = logistic16_lut(acc[:, 0], 3)
+    mod_gate = tanh16_lut(acc[:, 1], 3)
+    forget_gate = logistic16_lut(acc[:, 2], 3)
+    out_gate = logistic16_lut(acc[:, 3], 3)
     in_times_mod = srdhm16(in_gate, mod_gate)  # F0
     prev_times_forget = srdhm16(forget_gate, prev_cell.astype(np.int64))  # F0 * F4 -> F4
     new_state = sat_add16(rescale16(in_times_mod, 0, 4), prev_times_forget)
-    out_f0 = srdhm16(out_gate, tanh16(rescale16(new_state, 4, 3), 3))
+    out_f0 = srdhm16(out_gate, tanh16_lut(rescale16(new_state, 4, 3), 3))
     out8 = np.clip(rounding_divide_by_pot(out_f0, 8), -128, 127) + 128
     return new_state.astype(np.int16), out8.astype(np.uint8)
 
@@ -340,15 +384,6 @@ def mbqm32(x: np.ndarray, q: int, shift: int) -> np.ndarray:
     right = max(-shift, 0)
     v = wrap32(np.asarray(x, np.int64) << left)
     return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(v, q), right)
-
-
-def matmul_accumulate(x: np.ndarray, eff_bias: np.ndarray, w: np.ndarray, q: int, shift: int,
-                      out_zp: int, acc_in: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """QuantUtils MatrixBatchVectorMultiplyAccumulate: out = clamp(MBQM(bias +
-    x.W^T) + zp + out)."""
-    acc = wrap32(eff_bias[None, :] + x.astype(np.int64) @ w.astype(np.int64).T)
-    acc = mbqm32(acc, q, shift) + out_zp + acc_in
-    return np.clip(acc, lo, hi)
 
 
 def layer_norm_int16(v: np.ndarray, weight: np.ndarray, bias: np.ndarray, scale_q: int, scale_shift: int,
@@ -367,7 +402,7 @@ def layer_norm_int16(v: np.ndarray, weight: np.ndarray, bias: np.ndarray, scale_
         variance2 = int(wrap32(np.int64(_c_div(variance, guard))))
         if variance2 < 1:
             variance2 = variance_limit
-        inv_q, inv_shift = (int(v) for v in inv_sqrt_multiplier(variance2, -1))
+        inv_q, inv_shift = inv_sqrt_multiplier_int(variance2, -1)
         shifted = wrap32(1024 * row - mean)
         rescaled = mbqm32(shifted, inv_q, inv_shift)
         val3 = wrap32(rescaled * weight.astype(np.int64) + bias.astype(np.int64))
@@ -426,42 +461,110 @@ def _f32(v: float) -> np.float32:
     return np.float32(v)
 
 
-def qlstm_step(p: QlstmTensors) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One QUANTIZED_LSTM step; returns (output state, cell state, output)."""
-    batch = p.x.shape[0]
-    n_units = p.input_w[GATE_FORGET].shape[0]
-    n_out = p.recurrent_w[GATE_FORGET].shape[1]
-    cifg = p.input_w[GATE_INPUT] is None
-    x = p.x.astype(np.int64)
-    h_prev = p.prev_out.astype(np.int64)
-    c_prev = p.prev_cell.astype(np.int64)
+def _eff_scale(w_scale: float, in_scale: float, inter: float) -> tuple[int, int]:
+    # NOTE: the reference multiplies and divides the scales in single precision
+    return quantize_multiplier(float(_f32(_f32(w_scale) * _f32(in_scale)) / _f32(inter)))
 
-    def eff_scale(w_scale: float, in_scale: float, inter: float) -> tuple[int, int]:
-        # NOTE: the reference multiplies and divides the scales in single precision
-        return quantize_multiplier(float(_f32(_f32(w_scale) * _f32(in_scale)) / _f32(inter)))
 
-    def zp_bias(zp: int, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-        acc = np.zeros(w.shape[0], np.int64) if bias is None else bias.astype(np.int64)
-        return wrap32(acc + zp * w.astype(np.int64).sum(axis=1))
+def _zp_bias(zp: int, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    acc = np.zeros(w.shape[0], np.int64) if bias is None else bias.astype(np.int64)
+    return wrap32(acc + zp * w.astype(np.int64).sum(axis=1))
 
-    def gate_pre(g: int, cell: np.ndarray) -> np.ndarray:
-        inter = p.intermediate_scale[g]
-        buf = np.zeros((batch, n_units), np.int64)
+
+def _t64(w: np.ndarray) -> np.ndarray:
+    """A weight matrix transposed, as float64: its product with int8 / int16
+    values is exact (integers below 2^53), and a BLAS product."""
+    return np.ascontiguousarray(w.astype(np.float64).T)
+
+
+@dataclass(frozen=True)
+class QlstmPlan:
+    """Everything of a QUANTIZED_LSTM step that depends only on the weights,
+    biases, scales and scalars (TFLite computes it in Prepare): per gate
+    (input, forget, cell, output; None for the CIFG input gate) the
+    transposed weights, zero-point row sums folded into the biases,
+    multipliers, peephole and layer-norm parameters; then the cell clip,
+    hidden and projection parameters."""
+
+    gates: tuple
+    qclip: int
+    hidden_mult: tuple[int, int]
+    proj: tuple | None  # (w_t, bias with hidden zp row sums, q, shift, clip)
+
+
+def qlstm_plan(p: QlstmTensors) -> QlstmPlan:
+    """The :class:`QlstmPlan` of ``p`` (which needs no run-time tensor: x,
+    prev_out and prev_cell are not read).  Raises ValueError where a
+    multiplier cannot be formed."""
+    gates = []
+    for g in range(4):
         wx, wh = p.input_w[g], p.recurrent_w[g]
-        q, s = eff_scale(p.input_w_scale[g], p.x_scale, inter)
-        buf = matmul_accumulate(x, zp_bias(-p.x_zp, wx), wx, q, s, 0, buf, INT16_MIN, INT16_MAX)
-        q, s = eff_scale(p.recurrent_w_scale[g], p.prev_out_scale, inter)
-        buf = matmul_accumulate(h_prev, zp_bias(-p.prev_out_zp, wh), wh, q, s, 0, buf, INT16_MIN, INT16_MAX)
+        if wx is None:
+            gates.append(None)
+            continue
+        inter = p.intermediate_scale[g]
+        xq, xs = _eff_scale(p.input_w_scale[g], p.x_scale, inter)
+        hq, hs = _eff_scale(p.recurrent_w_scale[g], p.prev_out_scale, inter)
+        peep = None
         if p.peephole[g] is not None:
             real = float(_f32((2.0 ** p.cell_shift) * float(_f32(p.peephole_scale[g])) / float(_f32(inter))))
-            q, s = quantize_multiplier(real)
-            prod = mbqm32(p.peephole[g].astype(np.int64)[None, :] * cell, q, s)
-            buf = np.clip(prod + buf, INT16_MIN, INT16_MAX)
+            peep = (p.peephole[g].astype(np.int64)[None, :], *quantize_multiplier(real))
+        ln = None
         if p.layer_norm[g] is not None:
             ln_scale = p.layer_norm_scale[g]
-            q, s = quantize_multiplier(float(_f32(ln_scale)))
-            limit = min(1, int(_f32(10000) * _f32(ln_scale)))
-            buf = layer_norm_int16(buf, p.layer_norm[g], p.bias[g], q, s, limit)
+            q, sh = quantize_multiplier(float(_f32(ln_scale)))
+            ln = (p.layer_norm[g], p.bias[g], q, sh, min(1, int(_f32(10000) * _f32(ln_scale))))
+        gates.append((_t64(wx), _zp_bias(-p.x_zp, wx), xq, xs, _t64(wh), _zp_bias(-p.prev_out_zp, wh), hq, hs,
+                      peep, ln))
+    qclip = 0
+    if p.cell_clip > 0:
+        qclip = int(wrap16(np.int64(int(min(max(float(_f32(p.cell_clip) / _f32(p.cell_scale)), -32768.0),
+                                             32767.0)))))
+    hidden_mult = quantize_multiplier(float(_f32(2.0 ** -15 / float(_f32(p.hidden_scale)) * 2.0 ** -15)))
+    proj = None
+    if p.proj_w is not None:
+        pq, ps = quantize_multiplier(float(_f32(_f32(p.proj_w_scale) * _f32(p.hidden_scale)) / _f32(p.prev_out_scale)))
+        qpc = 0
+        if p.proj_clip > 0 and p.proj_w_scale > 0:
+            qpc = int(min(max(float(_f32(p.proj_clip) / _f32(p.proj_w_scale)), -128.0), 127.0))
+            qpc = ((qpc + 128) & 0xFF) - 128
+        # NOTE: the reference adds hidden_zp * row sums to the projection bias
+        proj = (_t64(p.proj_w), _zp_bias(p.hidden_zp, p.proj_w, p.proj_b), pq, ps, qpc)
+    return QlstmPlan(tuple(gates), qclip, hidden_mult, proj)
+
+
+def _accumulate(x: np.ndarray, eff_bias: np.ndarray, w_t: np.ndarray, q: int, shift: int, out_zp: int,
+                acc_in: np.ndarray | None, lo: int, hi: int) -> np.ndarray:
+    """QuantUtils MatrixBatchVectorMultiplyAccumulate: clamp(MBQM(bias + x.W^T) + zp (+ acc_in)),
+    with the plan's float64 transposed weights ``w_t`` and ``x`` as float64."""
+    acc = wrap32(eff_bias[None, :] + (x @ w_t).astype(np.int64))
+    acc = mbqm32(acc, q, shift) + out_zp
+    if acc_in is not None:
+        acc += acc_in
+    return np.clip(acc, lo, hi)
+
+
+def qlstm_step(p: QlstmTensors, plan: QlstmPlan | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One QUANTIZED_LSTM step; returns (output state, cell state, output).
+    ``plan``: :func:`qlstm_plan` of ``p``'s constants, computed once (else here)."""
+    if plan is None:
+        plan = qlstm_plan(p)
+    batch = p.x.shape[0]
+    n_out = p.recurrent_w[GATE_FORGET].shape[1]
+    cifg = p.input_w[GATE_INPUT] is None
+    x = p.x.astype(np.float64)
+    h_prev = p.prev_out.astype(np.float64)
+    c_prev = p.prev_cell.astype(np.int64)
+
+    def gate_pre(g: int, cell: np.ndarray) -> np.ndarray:
+        wx_t, x_bias, xq, xs, wh_t, h_bias, hq, hs, peep, ln = plan.gates[g]
+        buf = _accumulate(x, x_bias, wx_t, xq, xs, 0, None, INT16_MIN, INT16_MAX)
+        buf = _accumulate(h_prev, h_bias, wh_t, hq, hs, 0, buf, INT16_MIN, INT16_MAX)
+        if peep is not None:
+            w, q, s = peep
+            buf = np.clip(mbqm32(w * cell, q, s) + buf, INT16_MIN, INT16_MAX)
+        if ln is not None:
+            buf = layer_norm_int16(buf, *ln)
         return buf
 
     # NOTE: the reference reads the peephole cell state of the input and forget
@@ -469,36 +572,28 @@ def qlstm_step(p: QlstmTensors) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     # product by output_size); its contents are undefined there, so this
     # follows TFLite's integer LSTM, which uses the previous cell state and
     # num_units.
-    forget = logistic16(gate_pre(GATE_FORGET, c_prev), 3)
-    cell_gate = tanh16(gate_pre(GATE_CELL, c_prev), 3)
+    forget = logistic16_lut(gate_pre(GATE_FORGET, c_prev), 3)
+    cell_gate = tanh16_lut(gate_pre(GATE_CELL, c_prev), 3)
     if cifg:
         in_gate = INT16_MAX - forget
     else:
-        in_gate = logistic16(gate_pre(GATE_INPUT, c_prev), 3)
+        in_gate = logistic16_lut(gate_pre(GATE_INPUT, c_prev), 3)
     c_new = sat_add16(wrap16(rounding_divide_by_pot(forget * c_prev, 15)),
                       wrap16(rounding_divide_by_pot(in_gate * cell_gate, 30 + p.cell_shift)))
-    if p.cell_clip > 0:
-        qclip = int(wrap16(np.int64(int(min(max(float(_f32(p.cell_clip) / _f32(p.cell_scale)), -32768.0),
-                                             32767.0)))))
-        if qclip > 0:
-            c_new = np.clip(c_new, -qclip, qclip)
-    out_gate = logistic16(gate_pre(GATE_OUTPUT, c_new), 3)
+    if plan.qclip > 0:
+        c_new = np.clip(c_new, -plan.qclip, plan.qclip)
+    out_gate = logistic16_lut(gate_pre(GATE_OUTPUT, c_new), 3)
     int_bits = p.cell_shift + 15
     # NOTE: the reference's tanh dispatch handles 0..6 integer bits; otherwise
     # it leaves its destination (the input gate buffer) untouched.
-    cell_act = tanh16(c_new, int_bits) if 0 <= int_bits <= 6 else in_gate
-    hq, hs = quantize_multiplier(float(_f32(2.0 ** -15 / float(_f32(p.hidden_scale)) * 2.0 ** -15)))
+    cell_act = tanh16_lut(c_new, int_bits) if 0 <= int_bits <= 6 else in_gate
+    hq, hs = plan.hidden_mult
     hidden = np.clip(mbqm32(out_gate * cell_act, hq, hs) - p.hidden_zp, -128, 127)
-    if p.proj_w is not None:
-        pq, ps = quantize_multiplier(float(_f32(_f32(p.proj_w_scale) * _f32(p.hidden_scale)) / _f32(p.prev_out_scale)))
-        # NOTE: the reference adds hidden_zp * row sums to the projection bias
-        out = matmul_accumulate(hidden, zp_bias(p.hidden_zp, p.proj_w, p.proj_b), p.proj_w, pq, ps,
-                                p.prev_out_zp, np.zeros((batch, n_out), np.int64), -128, 127)
-        if p.proj_clip > 0 and p.proj_w_scale > 0:
-            qpc = int(min(max(float(_f32(p.proj_clip) / _f32(p.proj_w_scale)), -128.0), 127.0))
-            qpc = ((qpc + 128) & 0xFF) - 128
-            if qpc > 0:
-                out = np.clip(out, -qpc, qpc)
+    if plan.proj is not None:
+        w_t, bias, pq, ps, qpc = plan.proj
+        out = _accumulate(hidden.astype(np.float64), bias, w_t, pq, ps, p.prev_out_zp, None, -128, 127)
+        if qpc > 0:
+            out = np.clip(out, -qpc, qpc)
     else:
         # NOTE: a flat copy of batch * output_size values, as the reference does
         out = hidden.reshape(-1)[: batch * n_out].reshape(batch, n_out)

@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nnhal.hal import OperationType
-from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, Signature, Tensor
+from nnhal.hal import OperandLifeTime, OperationType
+from nnhal.ops import memo
+from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, OpInfo, Signature, Tensor
 from nnhal.ops.base import T as OT
 from nnhal.ops.lstm_kernels import (
     GATE_CELL,
@@ -27,9 +28,13 @@ from nnhal.ops.lstm_kernels import (
     GATE_INPUT,
     GATE_OUTPUT,
     FloatLstmWeights,
+    QlstmPlan,
     QlstmTensors,
+    activation_table,
     checked_log2,
     float_lstm_sequence,
+    q16_weights,
+    qlstm_plan,
     qlstm_step,
     quantized_16bit_lstm_step,
 )
@@ -86,20 +91,21 @@ def _check_dims(ctx: ExecContext, lay: _Layout, n_input: int, n_output: int, n_c
                 cell_clip: float, proj_clip: float) -> _Flags:
     """LSTMCell::CheckInputTensorDimensions (run-time shape rules)."""
 
-    def need(cond: bool, msg: str) -> None:
+    def need(cond: bool, msg: Callable[[], str] | str) -> None:
+        # NOTE: a message is formatted only on failure (this runs on every execution)
         if not cond:
-            raise ctx.fail(msg)
+            raise ctx.fail(msg() if callable(msg) else msg)
 
     def shape_is(i: int, shape: tuple, what: str) -> None:
         a = _get(ctx, i)
         need(a is not None and a.shape == shape,
-             f"input {i} ({what}) must have shape {list(shape)}, got {None if a is None else list(a.shape)}")
+             lambda: f"input {i} ({what}) must have shape {list(shape)}, got {None if a is None else list(a.shape)}")
 
     def present(i: int | None) -> bool:
         return _get(ctx, i) is not None
 
-    need(cell_clip >= 0, f"cell_clip must be >= 0, got {cell_clip}")
-    need(proj_clip >= 0, f"proj_clip must be >= 0, got {proj_clip}")
+    need(cell_clip >= 0, lambda: f"cell_clip must be >= 0, got {cell_clip}")
+    need(proj_clip >= 0, lambda: f"proj_clip must be >= 0, got {proj_clip}")
     for k, i in enumerate(lay.input_w[:3]):
         if k != GATE_INPUT or present(i):
             shape_is(i, (n_cell, n_input), "input weights")
@@ -168,6 +174,66 @@ def _weights(ctx: ExecContext, lay: _Layout, flags: _Flags, activation: int, cel
         activation=activation, cell_clip=cell_clip, proj_clip=proj_clip)
 
 
+def _flags_key(f: _Flags) -> tuple:
+    return (f.cifg, f.peephole, f.layer_norm, f.projection, f.projection_bias)
+
+
+class _FloatState:
+    """A float LSTM direction's weights prepared once: (flags key, activation,
+    cell clip, projection clip, FloatLstmWeights) when every weight, bias and
+    scalar is a constant (or omitted), else None.  The execution checks every
+    shape first, as the reference, and uses them only for the same variant."""
+
+    __slots__ = ("weights",)
+
+    def __init__(self) -> None:
+        self.weights: tuple | None = None
+
+
+def _prepare_float_lstm(lay: _Layout, act_i: int, clip_i: int) -> Callable[[OpInfo], _FloatState]:
+    def prepare(info: OpInfo) -> _FloatState:
+        st = _FloatState()
+        ins = info.inputs
+
+        def omitted(i: int | None) -> bool:
+            return i is None or i >= len(ins) or ins[i].lifetime == OperandLifeTime.NO_VALUE
+
+        used = [*lay.input_w, *lay.recurrent_w, *lay.bias, *lay.peephole, lay.proj_w, lay.proj_b, *lay.layer_norm,
+                act_i, clip_i, clip_i + 1]
+        if not all(omitted(i) or ins[i].value is not None for i in used):
+            return st
+        # NOTE: the execution's own accessors over the constants (an omitted operand has no data)
+        ctx = ExecContext(info.type, [Tensor(t.type, None if omitted(k) else t.value, t.scale, t.zero_point)
+                                      for k, t in enumerate(ins)], [])
+
+        def present(i: int | None) -> bool:
+            return _get(ctx, i) is not None
+
+        try:
+            act, cell_clip, proj_clip = _scalars(ctx, act_i, clip_i)
+            ln = [present(i) if i < len(ins) else False for i in lay.layer_norm]
+            # NOTE: the variant _check_dims derives from the same presences
+            flags = _Flags(not present(lay.input_w[0]), present(lay.peephole[3]), ln[3], present(lay.proj_w),
+                           present(lay.proj_b))
+            w = _weights(ctx, lay, flags, act, cell_clip, proj_clip, with_aux=False)
+        except (OpExecutionError, ValueError, ArithmeticError, TypeError, AttributeError, IndexError):
+            return st  # NOTE: the execution fails where the reference does
+        w.cache = memo.Memo(8)
+        st.weights = (_flags_key(flags), act, cell_clip, proj_clip, w)
+        return st
+
+    return prepare
+
+
+def _prepared_weights(ctx: ExecContext, lay: _Layout, flags: _Flags, act: int, cell_clip: float,
+                      proj_clip: float) -> FloatLstmWeights:
+    st = ctx.state
+    pw = st.weights if isinstance(st, _FloatState) else None
+    if pw is not None and pw[:4] == (_flags_key(flags), act, cell_clip, proj_clip):
+        return pw[4]
+    return _weights(ctx, lay, flags, act, cell_clip, proj_clip, with_aux=False)
+
+
 def _sizes(ctx: ExecContext, lay: _Layout, n_input: int) -> tuple[int, int]:
     """(n_cell, n_output) from the input-to-output and recurrent-to-output weights."""
     wo = _get(ctx, lay.input_w[3])
@@ -204,7 +270,7 @@ def _execute_lstm(ctx: ExecContext) -> list[np.ndarray]:
     n_cell, n_output = _sizes(ctx, LSTM_LAYOUT, n_input)
     act, cell_clip, proj_clip = _scalars(ctx, 20, 21)
     flags = _check_dims(ctx, LSTM_LAYOUT, n_input, n_output, n_cell, cell_clip, proj_clip)
-    w = _weights(ctx, LSTM_LAYOUT, flags, act, cell_clip, proj_clip, with_aux=False)
+    w = _prepared_weights(ctx, LSTM_LAYOUT, flags, act, cell_clip, proj_clip)
     h0 = _state(ctx, 18, (n_batch, n_output), "output state")
     c0 = _state(ctx, 19, (n_batch, n_cell), "cell state")
     out, h, c, scratch = float_lstm_sequence(x[None].astype(np.float32), w, h0, c0)
@@ -242,7 +308,7 @@ def _execute_unidirectional(ctx: ExecContext) -> list[np.ndarray]:
     flags = _check_dims(ctx, UNI_LAYOUT, n_input, n_output, n_cell, cell_clip, proj_clip)
     h0 = _state(ctx, 18, (n_batch, n_output), "output state")
     c0 = _state(ctx, 19, (n_batch, n_cell), "cell state")
-    w = _weights(ctx, UNI_LAYOUT, flags, act, cell_clip, proj_clip, with_aux=False)
+    w = _prepared_weights(ctx, UNI_LAYOUT, flags, act, cell_clip, proj_clip)
     out, h, c, _ = float_lstm_sequence(xt, w, h0, c0)
     dt = ctx.outputs[0].dtype
     result = [_to_time_major(out, time_major).astype(dt)]
@@ -360,16 +426,17 @@ def _bidirectional_signatures() -> list[Signature]:
 def _execute_quantized_16bit(ctx: ExecContext) -> list[np.ndarray]:
     t: list[Tensor] = ctx.inputs
 
-    def need(cond: bool, msg: str) -> None:
+    def need(cond: bool, msg: Callable[[], str] | str) -> None:
+        # NOTE: a message is formatted only on failure (f-strings per check cost more than the step)
         if not cond:
-            raise ctx.fail(msg)
+            raise ctx.fail(msg() if callable(msg) else msg)
 
     x, prev_out, prev_cell = t[0], t[14], t[13]
-    need(x.data.ndim == 2, f"input must be 2-D, got shape {list(x.shape)}")
+    need(x.data.ndim == 2, lambda: f"input must be 2-D, got shape {list(x.shape)}")
     need(x.scale == 1.0 / 128.0 and x.zero_point == 128, "input must have scale 1/128 and zeroPoint 128")
     n_batch, n_input = x.shape
     need(prev_out.data.ndim == 2 and prev_out.shape[0] == n_batch,
-         f"previous output must have shape [{n_batch}, outputSize], got {list(prev_out.shape)}")
+         lambda: f"previous output must have shape [{n_batch}, outputSize], got {list(prev_out.shape)}")
     need(prev_out.scale == 1.0 / 128.0 and prev_out.zero_point == 128,
          "previous output must have scale 1/128 and zeroPoint 128")
     n_output = prev_out.shape[1]
@@ -377,30 +444,85 @@ def _execute_quantized_16bit(ctx: ExecContext) -> list[np.ndarray]:
     need(w_scale != 0, "weights scale must not be 0")
     for i in range(1, 9):
         cols = n_input if i <= 4 else n_output
-        need(t[i].shape == (n_output, cols), f"weights (input {i}) must have shape [{n_output}, {cols}]")
+        need(t[i].shape == (n_output, cols), lambda i=i, cols=cols: f"weights (input {i}) must have shape [{n_output}, {cols}]")
         need(t[i].scale == w_scale and t[i].zero_point == w_zp,
-             f"weights (input {i}) must share the scale and zeroPoint of input 1")
+             lambda i=i: f"weights (input {i}) must share the scale and zeroPoint of input 1")
     b_scale = t[9].scale
     need(float(np.float32(b_scale)) == float(np.float32(w_scale)) / 128.0,
          "bias scale must be weights scale / 128")
     need(t[9].zero_point == 0, "bias zeroPoint must be 0")
     for i in range(9, 13):
-        need(t[i].shape == (n_output,), f"bias (input {i}) must have shape [{n_output}]")
-        need(t[i].scale == b_scale and t[i].zero_point == 0, f"bias (input {i}) must share the bias scale")
-    need(prev_cell.shape == (n_batch, n_output), f"cell state must have shape [{n_batch}, {n_output}]")
+        need(t[i].shape == (n_output,), lambda i=i: f"bias (input {i}) must have shape [{n_output}]")
+        need(t[i].scale == b_scale and t[i].zero_point == 0, lambda i=i: f"bias (input {i}) must share the bias scale")
+    need(prev_cell.shape == (n_batch, n_output), lambda: f"cell state must have shape [{n_batch}, {n_output}]")
     need(prev_cell.zero_point == 0, "cell state zeroPoint must be 0")
-    ok, log2 = checked_log2(prev_cell.scale)
+    st = ctx.state if isinstance(ctx.state, _Q16State) else _Q16State()
+    ok, log2 = st.cell_log2 if st.cell_log2 is not None else checked_log2(prev_cell.scale)
     need(ok and log2 + 15 == 4, "cell state scale must be 2^-11 (4 integer bits)")
 
-    # reference layout: gate rows input, cell, forget, output; columns recurrent, input
-    order_in = (1, 3, 2, 4)
-    order_rec = (5, 7, 6, 8)
-    weights = np.concatenate(
-        [np.concatenate([t[r].data, t[i].data], axis=1) for i, r in zip(order_in, order_rec, strict=True)], axis=0)
-    bias = np.concatenate([t[i].data for i in (9, 11, 10, 12)])
-    q, shift = quantize_multiplier(float(np.float32(4096) * np.float32(b_scale)))
-    cell, out = quantized_16bit_lstm_step(x.data, prev_out.data, weights, w_zp, bias, prev_cell.data, q, shift)
+    weights_t = st.weights_t if st.weights_t is not None else _q16_weights([t[i].data for i in range(1, 9)], w_zp)
+    bias = st.bias if st.bias is not None else _q16_bias([t[i].data for i in range(9, 13)])
+    q, shift = st.mult if st.mult is not None else _q16_multiplier(b_scale)
+    cell, out = quantized_16bit_lstm_step(x.data, prev_out.data, weights_t, bias, prev_cell.data, q, shift)
     return [cell, out]
+
+
+class _Q16State:
+    """QUANTIZED_16BIT_LSTM's prepared weights, bias and multiplier (None
+    where an operand is not a constant: the execution builds it).  The
+    execution still checks every shape and scale first, as the reference."""
+
+    __slots__ = ("weights_t", "bias", "mult", "cell_log2")
+
+    def __init__(self) -> None:
+        self.weights_t: np.ndarray | None = None
+        self.bias: np.ndarray | None = None
+        self.mult: tuple[int, int] | None = None
+        self.cell_log2: tuple[bool, int] | None = None  # checked_log2 of the cell state's scale
+
+
+def _q16_weights(w: list, zp: int) -> np.ndarray:
+    """w = inputs 1..8; reference layout: gate rows input, cell, forget,
+    output; columns recurrent, input."""
+    order_in, order_rec = (0, 2, 1, 3), (4, 6, 5, 7)
+    weights = np.concatenate(
+        [np.concatenate([w[r], w[i]], axis=1) for i, r in zip(order_in, order_rec, strict=True)], axis=0)
+    return q16_weights(weights, zp)
+
+
+def _q16_bias(b: list) -> np.ndarray:
+    """b = inputs 9..12, in the gate order input, cell, forget, output."""
+    return np.concatenate([b[0], b[2], b[1], b[3]]).astype(np.int64)
+
+
+def _q16_multiplier(b_scale: float) -> tuple[int, int]:
+    q, shift = quantize_multiplier(float(np.float32(4096) * np.float32(b_scale)))
+    return int(q), int(shift)
+
+
+def _prepare_quantized_16bit(info: OpInfo) -> _Q16State:
+    st = _Q16State()
+    ins = info.inputs
+    w = [ins[i].value for i in range(1, 9)]
+    b = [ins[i].value for i in range(9, 13)]
+    try:
+        # NOTE: only when the shapes are those the execution checks for (else it fails first)
+        if all(v is not None and v.ndim == 2 and v.shape[0] == w[0].shape[0] for v in w) \
+                and len({v.shape[1] for v in w[:4]}) == 1 and len({v.shape[1] for v in w[4:]}) == 1:
+            st.weights_t = _q16_weights(w, ins[1].zero_point)
+        if all(v is not None and v.ndim == 1 for v in b):
+            st.bias = _q16_bias(b)
+        st.mult = _q16_multiplier(ins[9].scale)
+    except (ValueError, ArithmeticError):
+        st.mult = None  # NOTE: the execution fails where the reference does
+    try:
+        with np.errstate(all="ignore"):
+            st.cell_log2 = checked_log2(ins[13].scale)
+    except (ValueError, OverflowError):
+        st.cell_log2 = None  # NOTE: a scale the execution refuses its own way (as before)
+    activation_table("logistic", 3)
+    activation_table("tanh", 3)
+    return st
 
 
 _Q16_IN = ((OT.TENSOR_QUANT8_ASYMM,) * 9 + (OT.TENSOR_INT32,) * 4 + (OT.TENSOR_QUANT16_SYMM, OT.TENSOR_QUANT8_ASYMM))
@@ -413,25 +535,26 @@ _Q16_IN = ((OT.TENSOR_QUANT8_ASYMM,) * 9 + (OT.TENSOR_INT32,) * 4 + (OT.TENSOR_Q
 def _execute_qlstm(ctx: ExecContext) -> list[np.ndarray]:
     t: list[Tensor] = ctx.inputs
 
-    def need(cond: bool, msg: str) -> None:
+    def need(cond: bool, msg: Callable[[], str] | str) -> None:
+        # NOTE: a message is formatted only on failure
         if not cond:
-            raise ctx.fail(msg)
+            raise ctx.fail(msg() if callable(msg) else msg)
 
     def arr(i: int) -> np.ndarray | None:
         return t[i].data if ctx.has(i) else None
 
     x = t[0]
-    need(x.data.ndim == 2, f"input must be 2-D, got shape {list(x.shape)}")
+    need(x.data.ndim == 2, lambda: f"input must be 2-D, got shape {list(x.shape)}")
     n_batch, n_input = x.shape
     wo, ro = t[4].data, t[8].data
-    need(wo.ndim == 2 and wo.shape[1] == n_input, f"input-to-output weights must be [numUnits, {n_input}]")
+    need(wo.ndim == 2 and wo.shape[1] == n_input, lambda: f"input-to-output weights must be [numUnits, {n_input}]")
     n_units = wo.shape[0]
-    need(ro.ndim == 2 and ro.shape[0] == n_units, f"recurrent-to-output weights must be [{n_units}, outputSize]")
+    need(ro.ndim == 2 and ro.shape[0] == n_units, lambda: f"recurrent-to-output weights must be [{n_units}, outputSize]")
     n_output = ro.shape[1]
 
     def shape_is(i: int, shape: tuple) -> None:
         need(arr(i) is not None and arr(i).shape == shape,
-             f"input {i} must have shape {list(shape)}, got {None if arr(i) is None else list(arr(i).shape)}")
+             lambda: f"input {i} must have shape {list(shape)}, got {None if arr(i) is None else list(arr(i).shape)}")
 
     def present(i: int) -> bool:
         return arr(i) is not None
@@ -470,37 +593,103 @@ def _execute_qlstm(ctx: ExecContext) -> list[np.ndarray]:
         need(all(ln[1:]) or not any(ln[1:]), "layer normalization weights must be all present or all omitted")
     else:
         need(all(ln) or not any(ln), "layer normalization weights must be all present or all omitted")
-    ok, cell_shift = checked_log2(t[19].scale)
-    need(ok and cell_shift <= -9, f"cell state scale {t[19].scale} must be a power of two <= 2^-9")
+    st = ctx.state if isinstance(ctx.state, _QlstmState) else None
+    ok, cell_shift = st.cell_log2 if st is not None and st.cell_log2 is not None else checked_log2(t[19].scale)
+    need(ok and cell_shift <= -9, lambda: f"cell state scale {t[19].scale} must be a power of two <= 2^-9")
+
+    if st is not None and st.checks is not None:
+        inter_zero, hidden_zero = st.checks
+    else:
+        inter_zero = [ctx.has(1 + g) and float(ctx.scalar(26 + g, 0.0)) == 0 for g in range(4)]
+        hidden_zero = float(ctx.scalar(31, 0.0)) == 0
+    for g in range(4):
+        if inter_zero[g]:
+            raise ctx.fail(f"intermediate scale of gate {g} must not be 0")
+    if hidden_zero:
+        raise ctx.fail("hidden state scale must not be 0")
+    p = _qlstm_tensors(arr, lambda i: t[i].scale, lambda i: t[i].zero_point, ctx.scalar, cell_shift)
+    p.x, p.prev_out, p.prev_cell = x.data, t[18].data, t[19].data
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        plan = st.plan if st is not None and st.plan is not None else None
+        return list(qlstm_step(p, plan))
+
+
+def _qlstm_tensors(arr: Callable[[int], np.ndarray | None], scale: Callable[[int], float], zp: Callable[[int], int],
+                   scalar: Callable[[int, object], object], cell_shift: int) -> QlstmTensors:
+    """The QUANTIZED_LSTM operands (x, prev_out and prev_cell left None: the
+    execution sets them) from accessors of values, scales and scalars."""
 
     def gates(idx: tuple) -> list:
         return [arr(i) for i in idx]
 
     def scales(idx: tuple) -> list:
-        return [t[i].scale for i in idx]
+        return [scale(i) for i in idx]
 
-    hidden_zp = int(ctx.scalar(30, 0))
+    hidden_zp = int(scalar(30, 0))
     hidden_zp = ((hidden_zp + 128) & 0xFF) - 128  # NOTE: the reference reads this INT32 as int8_t
-    p = QlstmTensors(
-        x=x.data, x_scale=x.scale, x_zp=x.zero_point,
-        prev_out=t[18].data, prev_out_scale=t[18].scale, prev_out_zp=t[18].zero_point,
-        prev_cell=t[19].data, cell_scale=t[19].scale, cell_shift=cell_shift,
+    return QlstmTensors(
+        x=None, x_scale=scale(0), x_zp=zp(0),
+        prev_out=None, prev_out_scale=scale(18), prev_out_zp=zp(18),
+        prev_cell=None, cell_scale=scale(19), cell_shift=cell_shift,
         input_w=gates((1, 2, 3, 4)), input_w_scale=scales((1, 2, 3, 4)),
         recurrent_w=gates((5, 6, 7, 8)), recurrent_w_scale=scales((5, 6, 7, 8)),
-        peephole=[arr(9), arr(10), None, arr(11)], peephole_scale=[t[9].scale, t[10].scale, 0.0, t[11].scale],
+        peephole=[arr(9), arr(10), None, arr(11)], peephole_scale=[scale(9), scale(10), 0.0, scale(11)],
         bias=gates((12, 13, 14, 15)),
         layer_norm=gates((20, 21, 22, 23)), layer_norm_scale=scales((20, 21, 22, 23)),
-        proj_w=arr(16), proj_w_scale=t[16].scale, proj_b=arr(17),
-        cell_clip=float(ctx.scalar(24, 0.0)), proj_clip=float(ctx.scalar(25, 0.0)),
-        intermediate_scale=[float(ctx.scalar(i, 0.0)) for i in (26, 27, 28, 29)],
-        hidden_zp=hidden_zp, hidden_scale=float(ctx.scalar(31, 0.0)))
-    for g in range(4):
-        if p.input_w[g] is not None and p.intermediate_scale[g] == 0:
-            raise ctx.fail(f"intermediate scale of gate {g} must not be 0")
-    if p.hidden_scale == 0:
-        raise ctx.fail("hidden state scale must not be 0")
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        return list(qlstm_step(p))
+        proj_w=arr(16), proj_w_scale=scale(16), proj_b=arr(17),
+        cell_clip=float(scalar(24, 0.0)), proj_clip=float(scalar(25, 0.0)),
+        intermediate_scale=[float(scalar(i, 0.0)) for i in (26, 27, 28, 29)],
+        hidden_zp=hidden_zp, hidden_scale=float(scalar(31, 0.0)))
+
+
+class _QlstmState:
+    """QUANTIZED_LSTM's prepared scalar checks and :class:`QlstmPlan` (None
+    where an operand is not a constant: the execution computes them)."""
+
+    __slots__ = ("checks", "plan", "cell_log2")
+
+    def __init__(self) -> None:
+        self.checks: tuple | None = None  # ([intermediate scale of gate g is 0], hidden scale is 0)
+        self.plan: QlstmPlan | None = None
+        self.cell_log2: tuple[bool, int] | None = None  # checked_log2 of the cell state's scale
+
+
+def _prepare_qlstm(info: OpInfo) -> _QlstmState:
+    st = _QlstmState()
+    ins = info.inputs
+
+    def omitted(i: int) -> bool:
+        return i >= len(ins) or ins[i].lifetime == OperandLifeTime.NO_VALUE
+
+    def known(i: int) -> bool:
+        return omitted(i) or ins[i].value is not None
+
+    def arr(i: int) -> np.ndarray | None:
+        return None if omitted(i) else ins[i].value
+
+    def scalar(i: int, d: object) -> object:
+        return d if omitted(i) else ins[i].value.item()
+
+    if not all(known(i) for i in range(1, 5)) or not all(known(i) for i in range(24, 32)):
+        return st
+    try:
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            st.checks = ([not omitted(1 + g) and float(scalar(26 + g, 0.0)) == 0 for g in range(4)],
+                         float(scalar(31, 0.0)) == 0)
+            ok, cell_shift = checked_log2(ins[19].scale)
+            st.cell_log2 = (ok, cell_shift)
+            if not (ok and cell_shift <= -9) or any(st.checks[0]) or st.checks[1]:
+                return st  # NOTE: every execution fails first
+            if all(known(i) for i in range(1, 24) if i not in (18, 19)):  # NOTE: 18, 19: the states
+                st.plan = qlstm_plan(_qlstm_tensors(arr, lambda i: ins[i].scale, lambda i: ins[i].zero_point, scalar,
+                                                    cell_shift))
+            if 0 <= cell_shift + 15 <= 6:
+                activation_table("tanh", cell_shift + 15)
+    except (ValueError, ArithmeticError, TypeError, AttributeError, IndexError):
+        st.plan = None  # NOTE: the execution computes it and fails where the reference does
+    activation_table("logistic", 3)
+    activation_table("tanh", 3)
+    return st
 
 
 _QLSTM_IN = ((OT.TENSOR_QUANT8_ASYMM_SIGNED,) + (OT.TENSOR_QUANT8_SYMM,) * 8 + (OT.TENSOR_QUANT16_SYMM,) * 3
@@ -529,18 +718,20 @@ OPS: list[OpDef] = [
     # operation resolver without a zero-sized input check (an empty batch or
     # sequence gives empty outputs); the resolver ops reject zero-sized inputs.
     OpDef(type=OperationType.LSTM, signatures=_lstm_signatures(), execute=_guard(_execute_lstm),
+          prepare=_prepare_float_lstm(LSTM_LAYOUT, 20, 21),
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 23, 24, 25, 26}), allow_zero_sized=True, allow_omitted_outputs=True),
     OpDef(type=OperationType.BIDIRECTIONAL_SEQUENCE_LSTM, signatures=_bidirectional_signatures(),
           execute=_guard(_execute_bidirectional),
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 18, 22, 26, 27, 28, 29, 33, 34,
                                       *range(39, 48), *range(53, 61)}), allow_zero_sized=True, allow_omitted_outputs=True),
     OpDef(type=OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM, signatures=_unidirectional_signatures(),
-          execute=_guard(_execute_unidirectional),
+          execute=_guard(_execute_unidirectional), prepare=_prepare_float_lstm(UNI_LAYOUT, 20, 21),
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 24, 25, 26, 27})),
     OpDef(type=OperationType.QUANTIZED_16BIT_LSTM, signatures=[Signature(_Q16_IN, (OT.TENSOR_QUANT16_SYMM,
                                                                                      OT.TENSOR_QUANT8_ASYMM), V1_2)],
-          execute=_guard(_execute_quantized_16bit), bad_data_on_missing_operand=True),
+          execute=_guard(_execute_quantized_16bit), prepare=_prepare_quantized_16bit,
+          bad_data_on_missing_operand=True),
     OpDef(type=OperationType.QUANTIZED_LSTM, signatures=[Signature(_QLSTM_IN, _QLSTM_OUT, V1_3)],
-          execute=_guard(_execute_qlstm),
+          execute=_guard(_execute_qlstm), prepare=_prepare_qlstm,
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 20, 21, 22, 23, 24, 25})),
 ]

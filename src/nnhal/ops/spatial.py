@@ -11,9 +11,12 @@ order and quantized results truncated like its ``static_cast``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from nnhal.hal import OperandType, OperationType
+from nnhal.hal import OperandLifeTime, OperandType, OperationType
+from nnhal.ops import memo
 from nnhal.ops.base import (
     V1_0,
     V1_1,
@@ -24,6 +27,7 @@ from nnhal.ops.base import (
     OpInfo,
     Signature,
 )
+from nnhal.ops.prepared import Ready, prepared
 from nnhal.ops.quant import QUANT_RANGE
 
 T = OperandType
@@ -72,23 +76,32 @@ def _bilinear_coords(out_size: int, in_size: int, scale: np.float32, half_pixel:
     return pos, lower, upper
 
 
-def _resize_bilinear(x: np.ndarray, oh: int, ow: int, align: bool, half: bool, quantized: bool,
-                     dtype: np.dtype) -> np.ndarray:
-    _, h, w, _ = x.shape
+def _bilinear_table(h: int, w: int, oh: int, ow: int, align: bool, half: bool) -> tuple:
+    """What a bilinear resize of an h x w image to oh x ow needs beside the
+    pixels: the source rows / columns and the float32 weights, shaped to
+    broadcast over NHWC (depends only on the sizes and flags)."""
     y, y0, y1 = _bilinear_coords(oh, h, _resize_scale(h, oh, align), half)
     xs, x0, x1 = _bilinear_coords(ow, w, _resize_scale(w, ow, align), half)
-    xf = x.astype(np.float32)
     one = np.float32(1)
     dy = (y - y0.astype(np.float32))[None, :, None, None]
     dx = (xs - x0.astype(np.float32))[None, None, :, None]
+    return y0, y1, x0, x1, dy, one - dy, dx, one - dx
+
+
+def _resize_bilinear(x: np.ndarray, table: tuple, quantized: bool, dtype: np.dtype) -> np.ndarray:
+    y0, y1, x0, x1, dy, ndy, dx, ndx = table
+    xf = x.astype(np.float32)
     rows0, rows1 = xf[:, y0], xf[:, y1]
     # NOTE: the same products and sum order as TFLite's reference kernel
-    res = (rows0[:, :, x0] * (one - dy) * (one - dx) + rows1[:, :, x0] * dy * (one - dx)
-           + rows0[:, :, x1] * (one - dy) * dx + rows1[:, :, x1] * dy * dx)
+    res = rows0[:, :, x0] * ndy * ndx
+    res += rows1[:, :, x0] * dy * ndx
+    res += rows0[:, :, x1] * ndy * dx
+    res += rows1[:, :, x1] * dy * dx
     if quantized:
         # NOTE: static_cast<T>(float) truncates toward zero
         lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
-        return np.clip(np.trunc(res), lo, hi).astype(dtype)
+        np.trunc(res, out=res)
+        np.clip(res, lo, hi, out=res)
     return res.astype(dtype)
 
 
@@ -103,33 +116,103 @@ def _nearest_index(out_size: int, in_size: int, scale: np.float32, align: bool, 
     return np.maximum(idx, 0) if half else idx
 
 
+def _nearest_table(h: int, w: int, oh: int, ow: int, align: bool, half: bool) -> tuple:
+    return (_nearest_index(oh, h, _resize_scale(h, oh, align), align, half),
+            _nearest_index(ow, w, _resize_scale(w, ow, align), align, half))
+
+
+def _resize_params(is_int: bool, sw: Any, sh: Any, nchw: Any, align: Any, half: Any) -> tuple:
+    """The parsed scalars: (nchw, align, half, sizes) where sizes is ("int",
+    oh, ow) or ("scale", float32 h scale, float32 w scale).  Raises
+    ValueError where the reference fails whatever the input."""
+    nchw, align, half = bool(nchw), bool(align), bool(half)
+    if align and half:
+        raise ValueError("half_pixel_centers requires align_corners to be false")
+    if is_int:
+        return nchw, align, half, ("int", int(sh), int(sw))
+    return nchw, align, half, ("scale", np.float32(sh), np.float32(sw))
+
+
+class _ResizeState:
+    """The parsed scalars (Ready / Failed, or None when one is not a constant)
+    and the per-input-size tables, computed once per size (at prepare when the
+    input's shape is known)."""
+
+    __slots__ = ("params", "tables")
+
+    def __init__(self, params: Any) -> None:
+        self.params = params
+        self.tables = memo.Memo(8)
+
+
+def _scalar_or_default(info: OpInfo, i: int, default: Any) -> Any:
+    """A scalar input's constant value, its default when absent / omitted, or
+    None when it is given at run time."""
+    if i >= len(info.inputs) or info.inputs[i].lifetime == OperandLifeTime.NO_VALUE:
+        return default
+    v = info.inputs[i].value
+    return None if v is None else v.item()
+
+
+def _prepare_resize(info: OpInfo, bilinear: bool) -> _ResizeState:
+    is_int = info.inputs[2].type == T.INT32
+    args = [_scalar_or_default(info, 1, None), _scalar_or_default(info, 2, None),
+            _scalar_or_default(info, 3, False), _scalar_or_default(info, 4, False),
+            _scalar_or_default(info, 5, False)]
+    st = _ResizeState(prepared(_resize_params, is_int, *args))
+    dims = info.inputs[0].dimensions
+    if isinstance(st.params, Ready) and len(dims) == 4 and all(dims):
+        nchw, align, half, sizes = st.params.value(None)
+        h, w = (dims[2], dims[3]) if nchw else (dims[1], dims[2])
+        try:
+            size = _out_size(sizes, h, w)
+        except (ValueError, OverflowError):  # NOTE: an infinite / NaN scale: every execution fails on it
+            return st
+        if size[0] > 0 and size[1] > 0:
+            fn = _bilinear_table if bilinear else _nearest_table
+            st.tables.put((h, w), fn(h, w, size[0], size[1], align, half))
+    return st
+
+
+def _out_size(sizes: tuple, h: int, w: int) -> tuple[int, int]:
+    if sizes[0] == "int":
+        return sizes[1], sizes[2]
+    # NOTE: new size = floor(size * scale) in single precision
+    return int(np.floor(np.float32(h) * sizes[1])), int(np.floor(np.float32(w) * sizes[2]))
+
+
 def _resize(ctx: ExecContext, bilinear: bool) -> list[np.ndarray]:
     inp, out = ctx.inputs[0], ctx.outputs[0]
-    nchw = bool(ctx.scalar(3, False))
-    align = bool(ctx.scalar(4, False))
-    half = bool(ctx.scalar(5, False))
-    if align and half:
-        raise ctx.fail("half_pixel_centers requires align_corners to be false")
+    st = ctx.state
+    params = st.params if isinstance(st, _ResizeState) else None
+    if params is None:
+        params = prepared(_resize_params, ctx.inputs[2].type == T.INT32, ctx.scalar(1), ctx.scalar(2),
+                          ctx.scalar(3, False), ctx.scalar(4, False), ctx.scalar(5, False))
+        if params is None:
+            raise ctx.fail("the output size is missing")
+    nchw, align, half, sizes = params.value(ctx)
     x = _to_nhwc(ctx, inp.data, nchw)
     b, h, w, c = x.shape
     if h == 0 or w == 0 or c == 0:
         raise ctx.fail("only the batch dimension may be zero")
-    if ctx.inputs[2].type == T.INT32:
-        oh, ow = int(ctx.scalar(2)), int(ctx.scalar(1))
-    else:
-        # NOTE: new size = floor(size * scale) in single precision
-        oh = int(np.floor(np.float32(h) * np.float32(ctx.scalar(2))))
-        ow = int(np.floor(np.float32(w) * np.float32(ctx.scalar(1))))
+    try:
+        oh, ow = _out_size(sizes, h, w)
+    except (ValueError, OverflowError):
+        raise ctx.fail(f"scales {sizes[1]}, {sizes[2]} give no finite output size") from None
     if oh <= 0 or ow <= 0:
         raise ctx.fail(f"output size {oh}x{ow} must be positive")
     _check_same_quant(ctx)
     if b == 0:
         return [_from_nhwc(np.zeros((0, oh, ow, c), out.dtype), nchw)]
-    if bilinear:
-        res = _resize_bilinear(x, oh, ow, align, half, inp.type in QUANT_RANGE, out.dtype)
+    fn = _bilinear_table if bilinear else _nearest_table
+    if isinstance(st, _ResizeState) and st.params is not None:
+        table = st.tables.get_or_compute((h, w), lambda: fn(h, w, oh, ow, align, half))
     else:
-        yi = _nearest_index(oh, h, _resize_scale(h, oh, align), align, half)
-        xi = _nearest_index(ow, w, _resize_scale(w, ow, align), align, half)
+        table = fn(h, w, oh, ow, align, half)
+    if bilinear:
+        res = _resize_bilinear(x, table, inp.type in QUANT_RANGE, out.dtype)
+    else:
+        yi, xi = table
         res = x[:, yi][:, :, xi]
     return [_from_nhwc(res, nchw)]
 
@@ -289,9 +372,9 @@ _BLOCK_VERSIONS_1_1 = {F32: V1_1, Q8: V1_1, F16: V1_2, Q8S: V1_3}
 
 OPS: list[OpDef] = [
     OpDef(type=OperationType.RESIZE_BILINEAR, signatures=_resize_signatures(True), execute=_execute_bilinear,
-          allow_zero_sized=True),
+          prepare=lambda info: _prepare_resize(info, True), allow_zero_sized=True),
     OpDef(type=OperationType.RESIZE_NEAREST_NEIGHBOR, signatures=_resize_signatures(False),
-          execute=_execute_nearest, allow_zero_sized=True),
+          execute=_execute_nearest, prepare=lambda info: _prepare_resize(info, False), allow_zero_sized=True),
     OpDef(type=OperationType.SPACE_TO_DEPTH, signatures=_block_signatures(_BLOCK_VERSIONS_1_0, (T.INT32,)),
           execute=_execute_space_to_depth, bad_data_on_missing_operand=True),
     OpDef(type=OperationType.DEPTH_TO_SPACE, signatures=_block_signatures(_BLOCK_VERSIONS_1_0, (T.INT32,)),
