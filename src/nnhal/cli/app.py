@@ -21,23 +21,12 @@ class UserError(Exception):
 
 
 def _device(name: str):  # noqa: ANN202
-    import difflib
-
-    import nnhal
-    from nnhal.drivers.registry import DriverLoadError
+    from nnhal.conformance.vts.device import DeviceNotFound, open_device
 
     try:
-        return nnhal.open_device(name)
-    except DriverLoadError as e:
-        raise UserError(f"device {name!r} cannot be loaded: {e}") from None
-    except (LookupError, ValueError) as e:  # NOTE: ServiceUnavailable (no such service runs), or not a service name
-        try:
-            known = nnhal.list_devices()
-        except OSError:
-            known = nnhal.in_process_devices()
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise UserError(f"no device named {name!r} ({hint}devices: {', '.join(known)}; {e})") from None
+        return open_device(name)  # NOTE: one place turns a --device name into a device (nnhal vts too)
+    except DeviceNotFound as e:
+        raise UserError(str(e)) from None
 
 
 def _device_info(name: str, kind: str, verbose: bool) -> dict:
