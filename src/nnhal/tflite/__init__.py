@@ -2,7 +2,7 @@
 (:mod:`nnhal.tflite.table`), the importer (``load``), a one-operator
 ``.tflite`` writer for tests, running a model on a device and comparing it with
 LiteRT (:mod:`nnhal.delegate.run`), and a picture of the HAL model
-(:mod:`nnhal.tools.graph`).  Needs the optional ``ai-edge-litert`` and
+(:mod:`nnhal.tools.graphview`).  Needs the optional ``ai-edge-litert`` and
 ``flatbuffers`` packages (``pip install 'nnhal[litert]'``)."""
 
 from __future__ import annotations
