@@ -22,12 +22,12 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from nnhal.cli.app import UserError
+from nnhal.cli.tflite import model_errors
 from nnhal.delegate import cut
 from nnhal.delegate.model import Graph
 from nnhal.delegate.plan import Options, Plan, build_plan
 from nnhal.delegate.run import ExecutionError, LiteRT, check_inputs, diff, make_inputs, topk
 from nnhal.delegate.runner import PlanError, Runner, input_descs, output_descs
-from nnhal.tflite.errors import ModelError
 from nnhal.tflite.loader import IODescription, TensorDesc, verify
 from nnhal.tflite.schema import MissingDependency
 
@@ -73,18 +73,10 @@ def plan_model(path: str, args: argparse.Namespace, device_of: DeviceOf) -> Plan
     for name in opts.targets:
         device_of(name)  # NOTE: an unknown device is the user's mistake, said before any work
     try:
-        raw = Path(path).read_bytes()
-        verify(raw, batch=opts.batch)  # NOTE: the whole flatbuffer checked before anything reads it
-        return build_plan(Graph(raw), opts, device_of)
-    except ModelError as e:
-        print(f"{path}: not a valid TFLite model: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except OSError as e:
-        print(f"{path}: cannot read the model: {e.strerror or e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except MissingDependency as e:
-        print(f"{path}: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        with model_errors(path):
+            raw = Path(path).read_bytes()
+            verify(raw, batch=opts.batch)  # NOTE: the whole flatbuffer checked before anything reads it
+            return build_plan(Graph(raw), opts, device_of)
     except (ValueError, AttributeError, IndexError, TypeError, KeyError) as e:
         # NOTE: a graph the reader passed but the plan finds inconsistent (a tensor index out of range)
         print(f"{path}: cannot read the model: {e}", file=sys.stderr)

@@ -12,12 +12,13 @@ execution fails; 1 with ``--strict`` when a comparison is beyond tolerance.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Callable, Iterator, NoReturn, Optional
 
 import numpy as np
 
@@ -40,24 +41,32 @@ from nnhal.tflite.schema import MissingDependency
 DeviceOf = Callable[[str], Any]
 
 
+@contextlib.contextmanager
+def model_errors(path: str) -> Iterator[None]:
+    """A model that cannot be read or converted (or LiteRT missing for it): one line on stderr (one per
+    refused operator for an unsupported model) and exit status 2; ``run`` and the delegate plan share it."""
+    try:
+        yield
+    except UnsupportedModelError as e:
+        why = str(e)
+    except InvalidModelError as e:
+        why = f"not a valid TFLite model: {e}"
+    except OSError as e:
+        why = f"cannot read the model: {e.strerror or e}"
+    except MissingDependency as e:
+        why = str(e)
+    else:
+        return
+    print(f"{path}: {why}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
 def _load(path: str, batch: Optional[int], expose: bool = False,
           custom_ops: Optional[dict] = None) -> tuple[Any, IODescription]:
-    """``load``; a model that cannot be converted is printed (one line, or one per refused operator)
-    and exits with status 2."""
-    try:
+    """``load``; a model that cannot be converted exits with status 2 (:func:`model_errors`)."""
+    with model_errors(path):
         return load(path, batch=batch, expose_intermediates=expose, custom_ops=custom_ops)
-    except UnsupportedModelError as e:
-        print(f"{path}: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except InvalidModelError as e:
-        print(f"{path}: not a valid TFLite model: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except OSError as e:
-        print(f"{path}: cannot read the model: {e.strerror or e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except MissingDependency as e:
-        print(f"{path}: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+    raise AssertionError("unreachable")  # NOTE: model_errors either returns the model or exits
 
 
 def custom_operators(devices: list) -> dict[str, tuple[str, int]]:
