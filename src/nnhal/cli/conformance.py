@@ -68,6 +68,19 @@ def check_operations(names: set[str]) -> None:
             raise UserError(f"--ops: no operation named {name}{suggest(name, known)}")
 
 
+def vector_paths(args: argparse.Namespace) -> list[str]:
+    """The vector files or folders a command was given (each must exist), else the default folder (which
+    must be one): a mistake is one line (UserError).  ``nnhal conformance`` and ``nnhal vts`` share it."""
+    if args.paths:
+        for p in args.paths:
+            if not Path(p).exists():
+                raise UserError(f"no such vector file or directory: {p}")
+        return list(args.paths)
+    if not Path(args.default_vectors).is_dir():
+        raise UserError(missing_vectors_message(args.default_vectors))
+    return [args.default_vectors]
+
+
 def missing_vectors_message(path: str) -> str:
     return (f"no conformance vectors at {path}: outside the source checkout, point $NNHAL_VECTORS at the folder "
             f"holding V1_0 ... V1_3 (export NNHAL_VECTORS=/path/to/shared/conformance) or give the folder or "
@@ -138,15 +151,7 @@ def run(args: argparse.Namespace, open_device: Callable[[str], Any], version: st
     if args.ops:
         ops = {o.strip().upper() for o in ",".join(args.ops).split(",") if o.strip()}
         check_operations(ops)
-    if args.paths:
-        paths = list(args.paths)
-        for p in paths:
-            if not Path(p).exists():
-                raise UserError(f"no such vector file or directory: {p}")
-    else:
-        paths = [args.default_vectors]
-        if not Path(paths[0]).is_dir():
-            raise UserError(missing_vectors_message(paths[0]))
+    paths = vector_paths(args)
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     if jobs < 1:
         raise UserError(f"--jobs {jobs}: give 1 or more worker processes")

@@ -18,7 +18,13 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from nnhal.cli.conformance import Progress, UserError, check_operations, check_writable, missing_vectors_message
+from nnhal.cli.conformance import (
+    Progress,
+    UserError,
+    check_operations,
+    check_writable,
+    vector_paths,
+)
 from nnhal.conformance import vectors
 from nnhal.conformance.vts import report as rep
 from nnhal.conformance.vts.case import Case
@@ -39,15 +45,7 @@ def _sections(args: argparse.Namespace) -> list[str]:
 
 
 def _models(args: argparse.Namespace, ops: Optional[set[str]]) -> tuple[list[Any], list[str]]:
-    if args.paths:
-        paths = list(args.paths)
-        for p in paths:
-            if not Path(p).exists():
-                raise UserError(f"no such vector file or directory: {p}")
-    else:
-        paths = [args.default_vectors]
-        if not Path(paths[0]).is_dir():
-            raise UserError(missing_vectors_message(paths[0]))
+    paths = vector_paths(args)
 
     def bad_file(path: Path, message: str) -> None:
         raise UserError(f"cannot read vector file {path}: {message}")
