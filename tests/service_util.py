@@ -55,15 +55,7 @@ class ServiceProcess:
 
     def connect(self) -> Any:
         """A proxy device (the test process's NNHAL_RUNTIME_DIR must be this one)."""
-        old = os.environ.get("NNHAL_RUNTIME_DIR")
-        os.environ["NNHAL_RUNTIME_DIR"] = str(self.runtime_dir)
-        try:
-            return nnhal.connect(self.name)
-        finally:
-            if old is None:
-                os.environ.pop("NNHAL_RUNTIME_DIR", None)
-            else:
-                os.environ["NNHAL_RUNTIME_DIR"] = old
+        return nnhal.connect(self.name, runtime_dir=self.runtime_dir)
 
     def terminate(self, timeout: float = 15.0) -> int:
         """SIGTERM and wait (killed if it does not stop in time); the exit status."""

@@ -74,13 +74,14 @@ def supported_operations(device: Any, model: Any) -> tuple[Any, list[bool], list
     return status, flags, [("" if ok else r or NO_REASON) for ok, r in zip(flags, reasons)]
 
 
-def connect(name: str) -> Any:
+def connect(name: str, runtime_dir: Any = None) -> Any:
     """A proxy ``IDevice`` (1.3) of the running service ``name``; raises
     ``nnhal.service.client.ServiceUnavailable`` (a LookupError naming the
-    registry directory) if none runs."""
+    registry directory) if none runs.  ``runtime_dir``: where the service
+    registered (default ``$NNHAL_RUNTIME_DIR``, ...)."""
     from nnhal.service.client import connect as _connect
 
-    return _connect(name)
+    return _connect(name, runtime_dir)
 
 
 def list_services() -> list[str]:

@@ -45,6 +45,7 @@ import threading
 import time
 import typing
 import weakref
+from pathlib import Path
 from typing import Any, Optional
 
 import msgspec
@@ -722,11 +723,13 @@ _patch_model_methods()
 # connecting
 
 
-def connect(name: str) -> RemoteDevice:
+def connect(name: str, runtime_dir: Optional[Any] = None) -> RemoteDevice:
     """A proxy ``IDevice`` of the running service ``name``; ServiceUnavailable
-    (naming the registry directory) if none runs."""
+    (naming the registry directory) if none runs.  ``runtime_dir``: the
+    registry directory to look in (default: ``registry.runtime_dir``, from
+    ``$NNHAL_RUNTIME_DIR``)."""
     registry.validate_name(name)
-    d = registry.runtime_dir(create=False)
+    d = registry.runtime_dir(create=False) if runtime_dir is None else Path(runtime_dir)
     path = d / (name + registry.SUFFIX)
     try:
         conn = Connection(name, str(path))

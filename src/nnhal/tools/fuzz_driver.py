@@ -890,15 +890,7 @@ class _Service:
     def _connect(self) -> Any:
         import nnhal
 
-        old = os.environ.get("NNHAL_RUNTIME_DIR")
-        os.environ["NNHAL_RUNTIME_DIR"] = str(self.dir)
-        try:
-            return nnhal.connect(self.name)
-        finally:
-            if old is None:
-                os.environ.pop("NNHAL_RUNTIME_DIR", None)
-            else:
-                os.environ["NNHAL_RUNTIME_DIR"] = old
+        return nnhal.connect(self.name, runtime_dir=self.dir)
 
     def counts(self) -> tuple[int, int]:
         fds = len(os.listdir(f"/proc/{self.proc.pid}/fd"))
