@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tests.prepared_util import assert_same_outputs, one_op_model, through_the_cache
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import (
@@ -17,7 +18,7 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
-from nnhal.ops.run import run_operation
+from nnhal.ops.run import prepare_operation, run_operation, tensor_info
 
 # every kernel test through validate, prepare (scalars as the model's constants) and execute;
 # a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
@@ -284,3 +285,85 @@ def test_bidirectional_signatures():
         match_signature(op, [f] * 11 + [h] + params, [f, f])
     with pytest.raises(OpValidationError):
         match_signature(op, [f] * 12 + params, [f] * 5)
+
+
+# ---------------------------------------------------------------- the Prepare/Eval split
+
+def _tensors(inputs: list) -> list[Tensor]:
+    out = []
+    for v in inputs:
+        if isinstance(v, Tensor):
+            out.append(v)
+        elif v is None:
+            out.append(Tensor(T.TENSOR_FLOAT32, None))
+        elif isinstance(v, bool):
+            out.append(Tensor(T.BOOL, np.array(v)))
+        elif isinstance(v, int):
+            out.append(Tensor(T.INT32, np.array(v, np.int32)))
+        else:
+            v = np.asarray(v)
+            out.append(Tensor(T.TENSOR_FLOAT16 if v.dtype == np.float16 else T.TENSOR_FLOAT32, v))
+    return out
+
+
+def _split_cases() -> dict:
+    """op -> (inputs, number of outputs, positions of the data inputs: the rest may be constants)."""
+    x, w, rw, b, h = f32(3, 5), f32(4, 5), f32(4, 4), f32(4), f32(3, 4)
+    n_f, mem = 4, 3
+    svdf = [f32(2, 5), f32(n_f, 5), f32(n_f, mem), f32(2), f32(2, n_f * mem), 2, 1]
+    xs = f32(2, 4, 5)
+    _, _, _, _, _, bidi = bidi_inputs(False, "cross")
+    return {
+        OperationType.RNN: ([x, w, rw, b, h, 4], 2, {0, 4}),
+        OperationType.SVDF: (svdf, 2, {0, 4}),
+        OperationType.UNIDIRECTIONAL_SEQUENCE_RNN: ([xs, w, rw, b, f32(2, 4), 1, 0], 2, {0, 4}),
+        OperationType.BIDIRECTIONAL_SEQUENCE_RNN: (bidi + [1, False, False], 4, {0, 4, 8, 9}),
+    }
+
+
+@pytest.mark.parametrize("op", list(_split_cases()))
+def test_prepared_weights_equal_run_time_weights(op):
+    """Constant weights, biases and scalars are converted and parsed once, at
+    prepare (the conformance vectors pass them as model inputs): the outputs
+    are those of the run-time path, bit for bit, execution after execution,
+    and the same through the compilation cache (prepared again on load: the
+    float64 copies are rebuilt from the model's own constants, not stored)."""
+    inputs, n_out, data = _split_cases()[op]
+    ins = _tensors(inputs)
+    outs = [OutputSpec(T.TENSOR_FLOAT32, ())] * n_out
+    const = prepare_operation(op, [tensor_info(t, constant=k not in data and t.data is not None)
+                                   for k, t in enumerate(ins)], outs)
+    assert const.state.params is not None and const.state.f64
+    dynamic = prepare_operation(op, [tensor_info(t) for t in ins], outs)
+    assert dynamic.state.params is None and not dynamic.state.f64
+    want = dynamic.run(ins)
+    for _ in range(2):
+        assert_same_outputs(const.run(ins), want)
+    model, values = one_op_model(op, ins, outs, [k not in data for k in range(len(ins))])
+    fresh, loaded, kinds = through_the_cache(model)
+    assert kinds == ["prepare"]
+    assert_same_outputs(fresh.run(values), want)
+    assert_same_outputs(loaded.run(values), want)
+
+
+@pytest.mark.parametrize("op,pos,bad", [
+    (OperationType.RNN, 5, 9),  # no such activation
+    (OperationType.SVDF, 5, 0),  # rank 0
+    (OperationType.SVDF, 5, 3),  # rank does not divide the filters
+    (OperationType.UNIDIRECTIONAL_SEQUENCE_RNN, 6, 2),  # timeMajor 2
+    (OperationType.BIDIRECTIONAL_SEQUENCE_RNN, 14, True),  # merged outputs with 4 outputs
+])
+def test_bad_constant_parameter_fails_every_execution(op, pos, bad):
+    """A bad constant parameter is prepared without error; every execution
+    fails with OpExecutionError (GENERAL_FAILURE), as when it is an input."""
+    inputs, n_out, data = _split_cases()[op]
+    inputs = list(inputs)
+    inputs[pos] = bad
+    ins = _tensors(inputs)
+    outs = [OutputSpec(T.TENSOR_FLOAT32, ())] * n_out
+    const = prepare_operation(op, [tensor_info(t, constant=k not in data and t.data is not None)
+                                   for k, t in enumerate(ins)], outs)
+    dynamic = prepare_operation(op, [tensor_info(t) for t in ins], outs)
+    for prepared in (const, dynamic, const):
+        with pytest.raises(OpExecutionError):
+            prepared.run(ins)

@@ -23,12 +23,14 @@ import numpy as np
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops import detection_kernels as K
+from nnhal.ops import memo
 from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_2,
     V1_3,
     ExecContext,
     OpDef,
+    OpInfo,
     OutputSpec,
     Signature,
     Tensor,
@@ -91,12 +93,69 @@ def _empty(spec: OutputSpec, shape: tuple) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------
+# the Prepare/Eval split: scalars parsed once, constant tensors converted once
+
+
+class _State:
+    """A detection operation's prepared state: its scalars parsed by the
+    operation's parser (None when one is not a constant: the execution parses
+    them with the same function), the real values of its constant tensor
+    inputs by position (read-only, shared by executions), and what the
+    operation derives from them (``extra``; memos are thread-safe).  Every
+    check stays in the execution, in the reference's order: a bad constant
+    parameter fails each execution where it did."""
+
+    __slots__ = ("params", "real", "extra")
+
+    def __init__(self, params: tuple | None, real: dict[int, np.ndarray], extra: Any = None) -> None:
+        self.params = params
+        self.real = real
+        self.extra = extra
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def _prepare_state(info: OpInfo, scalars: tuple, parse: Callable[..., tuple], reals: tuple) -> _State:
+    """The parsed ``scalars`` (if all are constants) and the real values of the
+    constant tensor inputs among ``reals``."""
+    vals = [info.constant(i) for i in scalars]
+    params = None if any(v is None for v in vals) else parse(*(v.item() for v in vals))
+    real = {}
+    for i in reals:
+        t = info.inputs[i]
+        if t.value is not None:
+            real[i] = _read_only(_real(Tensor(t.type, t.value, t.scale, t.zero_point)))
+    return _State(params, real)
+
+
+def _params(ctx: ExecContext, scalars: tuple, parse: Callable[..., tuple]) -> tuple:
+    """The parsed scalars: prepared, else parsed from this execution's values."""
+    st = ctx.state
+    if st is not None and st.params is not None:
+        return st.params
+    return parse(*(ctx.scalar(i) for i in scalars))
+
+
+def _real_in(ctx: ExecContext, i: int) -> np.ndarray:
+    """Input i's real values: prepared for a constant, else converted now."""
+    st = ctx.state
+    if st is not None:
+        a = st.real.get(i)
+        if a is not None:
+            return a
+    return _real(ctx.inputs[i])
+
+
+# --------------------------------------------------------------------------
 # ROI_ALIGN / ROI_POOLING
 
 
-def _roi_common(ctx: ExecContext, layout_index: int):
+def _roi_common(ctx: ExecContext, p: tuple):
     x, rois, bidx = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
-    nchw = bool(ctx.scalar(layout_index))
+    nchw = p[-1]
     _check(ctx, x.data.ndim == 4, f"input must be 4-D, got {list(x.shape)}")
     _check(ctx, rois.data.ndim == 2, f"ROIs must be 2-D, got {list(rois.shape)}")
     _check(ctx, bidx.data.ndim >= 1, "batch split must be 1-D")
@@ -104,8 +163,7 @@ def _roi_common(ctx: ExecContext, layout_index: int):
     num_rois = rois.shape[0]
     _check(ctx, rois.shape[1] == 4, f"ROIs must be [num_rois, 4], got {list(rois.shape)}")
     _check(ctx, bidx.shape[0] == num_rois, "batch split size must equal the number of ROIs")
-    out_h, out_w = int(ctx.scalar(3)), int(ctx.scalar(4))
-    h_stride, w_stride = float(ctx.scalar(5)), float(ctx.scalar(6))
+    out_h, out_w, h_stride, w_stride = p[:4]
     _check(ctx, out_h > 0 and out_w > 0, "output height and width must be positive")
     _check(ctx, h_stride > 0 and w_stride > 0, "height and width ratios must be positive")
     return xd, nchw, out_h, out_w, h_stride, w_stride
@@ -122,12 +180,51 @@ def _requant(acc: np.ndarray, real: float) -> np.ndarray:
     return multiply_by_quantized_multiplier(acc, q, shift)
 
 
+def _requant_memo(mults: memo.Memo) -> Callable[[np.ndarray, float], np.ndarray]:
+    """:func:`_requant` with the quantized multipliers remembered per real multiplier
+    (they depend on the scales and the sampling ratios: constants, or few values)."""
+
+    def requant(acc: np.ndarray, real: float) -> np.ndarray:
+        if not 0.0 <= real < 1.0:
+            raise K.KernelError(f"output multiplier {real} must be in [0, 1)")
+        q, shift = mults.get_or_compute(real, lambda: quantize_multiplier(real))
+        return multiply_by_quantized_multiplier(acc, q, shift)
+
+    return requant
+
+
+_ROI_ALIGN_SCALARS = (3, 4, 5, 6, 7, 8, 9)
+_ROI_POOL_SCALARS = (3, 4, 5, 6, 7)
+
+
+def _parse_roi_align(out_h: int, out_w: int, h_stride: float, w_stride: float, h_ratio: int, w_ratio: int,
+                     layout: bool) -> tuple:
+    return int(out_h), int(out_w), float(h_stride), float(w_stride), int(h_ratio), int(w_ratio), bool(layout)
+
+
+def _parse_roi_pool(out_h: int, out_w: int, h_stride: float, w_stride: float, layout: bool) -> tuple:
+    return int(out_h), int(out_w), float(h_stride), float(w_stride), bool(layout)
+
+
+def _prepare_roi_align(info: OpInfo) -> _State:
+    quantized = info.inputs[0].type in (Q8, Q8S)
+    st = _prepare_state(info, _ROI_ALIGN_SCALARS, _parse_roi_align, () if quantized else (1,))
+    if quantized:
+        st.extra = _requant_memo(memo.Memo(16))
+    return st
+
+
+def _prepare_roi_pool(info: OpInfo) -> _State:
+    return _prepare_state(info, _ROI_POOL_SCALARS, _parse_roi_pool, (1,))
+
+
 def execute_roi_align(ctx: ExecContext) -> list[np.ndarray]:
-    xd, nchw, out_h, out_w, h_stride, w_stride = _roi_common(ctx, 9)
+    p = _params(ctx, _ROI_ALIGN_SCALARS, _parse_roi_align)
+    xd, nchw, out_h, out_w, h_stride, w_stride = _roi_common(ctx, p)
     x, rois, bidx = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
     n_b, in_h, in_w, depth = xd.shape
     _check(ctx, min(n_b, in_h, in_w, depth) > 0, "every input dimension must be positive")
-    h_ratio, w_ratio = int(ctx.scalar(7)), int(ctx.scalar(8))
+    h_ratio, w_ratio = p[4], p[5]
     _check(ctx, h_ratio >= 0 and w_ratio >= 0, "sampling ratios must be non-negative")
     _check_box_quant(ctx, rois, "ROIs")
     out = ctx.outputs[0]
@@ -136,22 +233,23 @@ def execute_roi_align(ctx: ExecContext) -> list[np.ndarray]:
         return [_roi_output(_empty(out, (0, out_h, out_w, depth)), nchw)]
     if x.type in (Q8, Q8S):
         lo, hi = QUANT_RANGE[x.type]
+        requant = ctx.state.extra if ctx.state is not None and ctx.state.extra is not None else _requant
         res = _run(ctx, K.roi_align_quant, xd, x.zero_point, rois.data, bidx.data, out_h, out_w, h_stride,
-                   w_stride, h_ratio, w_ratio, x.scale, out.scale, out.zero_point, lo, hi, _requant)
+                   w_stride, h_ratio, w_ratio, x.scale, out.scale, out.zero_point, lo, hi, requant)
         res = res.astype(out.dtype)
     else:
-        res = _run(ctx, K.roi_align_float, xd, _real(rois), bidx.data, out_h, out_w, h_stride, w_stride,
+        res = _run(ctx, K.roi_align_float, xd, _real_in(ctx, 1), bidx.data, out_h, out_w, h_stride, w_stride,
                    h_ratio, w_ratio).astype(out.dtype)
     return [_roi_output(res, nchw)]
 
 
 def execute_roi_pooling(ctx: ExecContext) -> list[np.ndarray]:
-    xd, nchw, out_h, out_w, h_stride, w_stride = _roi_common(ctx, 7)
+    xd, nchw, out_h, out_w, h_stride, w_stride = _roi_common(ctx, _params(ctx, _ROI_POOL_SCALARS, _parse_roi_pool))
     x, rois, bidx = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
     _check_box_quant(ctx, rois, "ROIs")
     # NOTE: an empty bin holds the input's zero point (0 for floats), as the reference
     empty = x.zero_point if x.type in (Q8, Q8S) else 0
-    res = _run(ctx, K.roi_pool, xd, _real(rois), bidx.data, out_h, out_w, h_stride, w_stride, empty)
+    res = _run(ctx, K.roi_pool, xd, _real_in(ctx, 1), bidx.data, out_h, out_w, h_stride, w_stride, empty)
     return [_roi_output(res.astype(ctx.outputs[0].dtype), nchw)]
 
 
@@ -177,9 +275,15 @@ def execute_bbox_transform(ctx: ExecContext) -> list[np.ndarray]:
     out = ctx.outputs[0]
     if num_rois == 0:
         return [_empty(out, (0, num_classes * 4))]
-    res = _run(ctx, K.bbox_transform, _real(rois), _real(deltas), batches.data, _real(info))
+    res = _run(ctx, K.bbox_transform, _real_in(ctx, 0), _real_in(ctx, 1), batches.data, _real_in(ctx, 3))
     # NOTE: the reference fixes a quantized output's scale at 0.125 and its zero point at 0
     return [_store(res, out.type, 0.125, 0)]
+
+
+def _prepare_bbox_transform(info: OpInfo) -> _State:
+    # NOTE: no scalars; the ROIs, deltas and image info are usually data, the image info of a
+    # fixed-size model a constant
+    return _prepare_state(info, (), tuple, (0, 1, 3))
 
 
 # --------------------------------------------------------------------------
@@ -197,16 +301,14 @@ def execute_box_with_nms_limit(ctx: ExecContext) -> list[np.ndarray]:
     _check(ctx, num_classes > 1, "there must be more than one class")
     if scores.type in (Q8, Q8S):
         _check_box_quant(ctx, rois, "ROIs")
-    score_thr = F32(ctx.scalar(3))
-    max_det = int(ctx.scalar(4))
-    kind = int(ctx.scalar(5))
-    iou_thr, sigma, nms_thr = float(ctx.scalar(6)), float(ctx.scalar(7)), float(ctx.scalar(8))
+    score_thr, max_det, kernel, iou_thr, nms_thr = _params(ctx, _NMS_SCALARS, _parse_nms)
     o_sc, o_roi, o_cls, o_b = ctx.outputs
     if num_rois == 0:
         return [_empty(o_sc, (0,)), _empty(o_roi, (0, 4)), _empty(o_cls, (0,)), _empty(o_b, (0,))]
-    kernel = _run(ctx, K.nms_kernel, kind, iou_thr, sigma)
-    sc_all = _real(scores)
-    roi_all = _real(rois)
+    if isinstance(kernel, str):
+        raise ctx.fail(kernel)
+    sc_all = _real_in(ctx, 0)
+    roi_all = _real_in(ctx, 1)
     bdata = batches.data.astype(np.int64)
     # NOTE: boxes of one batch are consecutive; a batch is a run of equal indices
     starts = np.flatnonzero(np.concatenate([[True], bdata[1:] != bdata[:-1]]))
@@ -237,13 +339,62 @@ def execute_box_with_nms_limit(ctx: ExecContext) -> list[np.ndarray]:
             np.concatenate(out_cls), np.concatenate(out_b)]
 
 
+_NMS_SCALARS = (3, 4, 5, 6, 7, 8)
+
+
+def _parse_nms(score_thr: float, max_det: int, kind: int, iou_thr: float, sigma: float, nms_thr: float) -> tuple:
+    """(score threshold, max detections, the NMS kernel or the message of its
+    error, IoU threshold, NMS score threshold)."""
+    iou_thr = float(iou_thr)
+    try:
+        kernel: Any = K.nms_kernel(int(kind), iou_thr, float(sigma))
+    except K.KernelError as e:
+        kernel = str(e)  # NOTE: raised where the reference fails: with some ROIs only
+    return F32(score_thr), int(max_det), kernel, iou_thr, float(nms_thr)
+
+
+def _prepare_nms(info: OpInfo) -> _State:
+    return _prepare_state(info, _NMS_SCALARS, _parse_nms, (0, 1))
+
+
 # --------------------------------------------------------------------------
 # GENERATE_PROPOSALS
 
 
+_GP_SCALARS = (4, 5, 6, 7, 8, 9, 10)
+
+
+def _parse_gp(h_stride: float, w_stride: float, pre: int, post: int, iou_thr: float, min_size: float,
+              layout: bool) -> tuple:
+    return F32(h_stride), F32(w_stride), int(pre), int(post), float(iou_thr), F32(min_size), bool(layout)
+
+
+def _anchor_grid(anc: np.ndarray, h: int, w: int, h_stride: np.float32, w_stride: np.float32) -> np.ndarray:
+    """Every anchor shifted to every position of the h x w grid: [h * w * num_anchors, 4]."""
+    shift_w = (np.arange(w, dtype=F32) * w_stride).astype(F32)
+    shift_h = (np.arange(h, dtype=F32) * h_stride).astype(F32)
+    shifts = np.stack(np.broadcast_arrays(shift_w[None, :], shift_h[:, None], shift_w[None, :], shift_h[:, None]),
+                      axis=-1)                                                  # [h, w, 4]
+    return _read_only((anc[None, None, :, :] + shifts[:, :, None, :]).astype(F32).reshape(-1, 4))
+
+
+def _prepare_gp(info: OpInfo) -> _State:
+    st = _prepare_state(info, _GP_SCALARS, _parse_gp, (2, 3))
+    anc = st.real.get(2)
+    if st.params is not None and anc is not None:
+        # NOTE: constant anchors and strides: the grid per feature map size, the declared one made now
+        grids = memo.Memo(4)
+        st.extra = grids
+        dims = info.inputs[0].dimensions
+        if len(dims) == 4 and 0 not in dims and anc.ndim == 2 and anc.shape[1:] == (4,):
+            h, w = (dims[2], dims[3]) if st.params[6] else (dims[1], dims[2])
+            grids.put((h, w), _anchor_grid(anc, h, w, st.params[0], st.params[1]))
+    return st
+
+
 def execute_generate_proposals(ctx: ExecContext) -> list[np.ndarray]:
     scores, deltas, anchors, info = ctx.inputs[:4]
-    nchw = bool(ctx.scalar(10))
+    h_stride, w_stride, pre, post, iou_thr, min_size, nchw = _params(ctx, _GP_SCALARS, _parse_gp)
     _check(ctx, scores.data.ndim == 4 and deltas.data.ndim == 4, "scores and deltas must be 4-D")
     _check(ctx, anchors.data.ndim == 2 and info.data.ndim == 2, "anchors and image info must be 2-D")
     sc = _real(scores)
@@ -259,16 +410,12 @@ def execute_generate_proposals(ctx: ExecContext) -> list[np.ndarray]:
         # NOTE: the reference checks these for TENSOR_QUANT8_ASYMM only
         _check(ctx, anchors.scale == 0.125, "anchors must have scale 0.125")
         _check_box_quant(ctx, info, "image info")
-    h_stride, w_stride = F32(ctx.scalar(4)), F32(ctx.scalar(5))
-    pre, post = int(ctx.scalar(6)), int(ctx.scalar(7))
-    iou_thr, min_size = float(ctx.scalar(8)), F32(ctx.scalar(9))
-    anc = _real(anchors)
-    info_r = _real(info)
-    shift_w = (np.arange(w, dtype=F32) * w_stride).astype(F32)
-    shift_h = (np.arange(h, dtype=F32) * h_stride).astype(F32)
-    shifts = np.stack(np.broadcast_arrays(shift_w[None, :], shift_h[:, None], shift_w[None, :], shift_h[:, None]),
-                      axis=-1)                                                  # [h, w, 4]
-    grid = (anc[None, None, :, :] + shifts[:, :, None, :]).astype(F32).reshape(-1, 4)
+    info_r = _real_in(ctx, 3)
+    grids = ctx.state.extra if ctx.state is not None else None
+    if grids is not None:
+        grid = grids.get_or_compute((h, w), lambda: _anchor_grid(ctx.state.real[2], h, w, h_stride, w_stride))
+    else:
+        grid = _anchor_grid(_real_in(ctx, 2), h, w, h_stride, w_stride)
     size = grid.shape[0]
     out_s, out_r, out_b = [], [], []
     for b in range(n_b):
@@ -314,11 +461,8 @@ def execute_detection_postprocessing(ctx: ExecContext) -> list[np.ndarray]:
     box_len = deltas.shape[2]
     _check(ctx, deltas.shape[0] == n_b and deltas.shape[1] == n_a, "deltas must be [batches, num_anchors, *]")
     _check(ctx, anchors.shape == (n_a, 4), "anchors must be [num_anchors, 4]")
-    sy, sx, sh, sw = (F32(ctx.scalar(i)) for i in range(3, 7))
-    regular = bool(ctx.scalar(7))
-    max_det, max_cls, max_per_cls = int(ctx.scalar(8)), int(ctx.scalar(9)), int(ctx.scalar(10))
-    score_thr, iou_thr = F32(ctx.scalar(11)), F32(ctx.scalar(12))
-    bg = bool(ctx.scalar(13))
+    sy, sx, sh, sw, regular, max_det, max_cls, max_per_cls, score_thr, iou_thr, bg = _params(
+        ctx, _DP_SCALARS, _parse_dp)
     _check(ctx, sy > 0 and sx > 0 and sh > 0 and sw > 0, "box scales must be positive")
     _check(ctx, score_thr >= 0 and iou_thr >= 0, "score and IoU thresholds must be non-negative")
     _check(ctx, n_c > 1, "there must be more than one class")
@@ -332,7 +476,8 @@ def execute_detection_postprocessing(ctx: ExecContext) -> list[np.ndarray]:
         n_out = max_det * max_cls
     sc = _real(scores)
     dl = _real(deltas)
-    anc = _real(anchors)
+    st = ctx.state
+    ay, ax, ah, aw = st.extra if st is not None and st.extra is not None else _anchor_columns(_real(anchors))
     out_s = np.zeros((n_b, n_out), F32)
     out_r = np.zeros((n_b, n_out, 4), F32)
     out_c = np.zeros((n_b, n_out), np.int32)
@@ -341,10 +486,10 @@ def execute_detection_postprocessing(ctx: ExecContext) -> list[np.ndarray]:
     with np.errstate(over="ignore", invalid="ignore"):
         for b in range(n_b):
             d = dl[b]
-            yc = anc[:, 0] + anc[:, 2] * d[:, 0] / sy
-            xc = anc[:, 1] + anc[:, 3] * d[:, 1] / sx
-            hh = anc[:, 2] * K.expf(d[:, 2] / sh) * F32(0.5)
-            wh = anc[:, 3] * K.expf(d[:, 3] / sw) * F32(0.5)
+            yc = ay + ah * d[:, 0] / sy
+            xc = ax + aw * d[:, 1] / sx
+            hh = ah * K.expf(d[:, 2] / sh) * F32(0.5)
+            wh = aw * K.expf(d[:, 3] / sw) * F32(0.5)
             boxes = np.stack([yc - hh, xc - wh, yc + hh, xc + wh], axis=1).astype(F32)
             s_b = sc[b]
             if regular:
@@ -373,13 +518,35 @@ def execute_detection_postprocessing(ctx: ExecContext) -> list[np.ndarray]:
     return [out_s.astype(o_s.dtype), out_r.astype(o_r.dtype), out_c, out_n]
 
 
+_DP_SCALARS = tuple(range(3, 14))
+
+
+def _parse_dp(sy: float, sx: float, sh: float, sw: float, regular: bool, max_det: int, max_cls: int,
+              max_per_cls: int, score_thr: float, iou_thr: float, bg: bool) -> tuple:
+    return (F32(sy), F32(sx), F32(sh), F32(sw), bool(regular), int(max_det), int(max_cls), int(max_per_cls),
+            F32(score_thr), F32(iou_thr), bool(bg))
+
+
+def _anchor_columns(anc: np.ndarray) -> tuple:
+    """The anchors' [y center, x center, height, width] columns, each contiguous."""
+    return tuple(_read_only(np.ascontiguousarray(anc[:, k])) for k in range(4))
+
+
+def _prepare_dp(info: OpInfo) -> _State:
+    st = _prepare_state(info, _DP_SCALARS, _parse_dp, (2,))
+    anc = st.real.get(2)
+    if anc is not None and anc.ndim == 2 and anc.shape[1] == 4:
+        st.extra = _anchor_columns(anc)  # NOTE: the execution checks the anchors' shape first
+    return st
+
+
 # --------------------------------------------------------------------------
 # HEATMAP_MAX_KEYPOINT
 
 
 def execute_heatmap_max_keypoint(ctx: ExecContext) -> list[np.ndarray]:
     heat, boxes = ctx.inputs[:2]
-    nchw = bool(ctx.scalar(2))
+    (nchw,) = _params(ctx, _HEATMAP_SCALARS, _parse_heatmap)
     _check(ctx, heat.data.ndim == 4, "heatmap must be 4-D")
     _check(ctx, boxes.data.ndim == 2, "boxes must be 2-D")
     n = heat.shape[0]
@@ -395,11 +562,22 @@ def execute_heatmap_max_keypoint(ctx: ExecContext) -> list[np.ndarray]:
     if nchw:
         hm = np.transpose(hm, (0, 2, 3, 1))
     tol = 1e-3 if heat.type == TF16 else 1e-5
-    score, kp = _run(ctx, K.heatmap_max_keypoint, hm, _real(boxes), tol, tol)
+    score, kp = _run(ctx, K.heatmap_max_keypoint, hm, _real_in(ctx, 1), tol, tol)
     o_s, o_k = ctx.outputs
     if heat.type in (Q8, Q8S):
         return [_store(score, o_s.type, o_s.scale, o_s.zero_point), _store(kp, o_k.type, 0.125, 0)]
     return [score.astype(o_s.dtype), kp.astype(o_k.dtype)]
+
+
+_HEATMAP_SCALARS = (2,)
+
+
+def _parse_heatmap(layout: bool) -> tuple:
+    return (bool(layout),)
+
+
+def _prepare_heatmap(info: OpInfo) -> _State:
+    return _prepare_state(info, _HEATMAP_SCALARS, _parse_heatmap, (1,))
 
 
 # --------------------------------------------------------------------------
@@ -447,12 +625,19 @@ _HEATMAP_SIGS = [
     Signature((Q8S, Q16A, BOOL), (Q8S, Q16A), V1_3),
 ]
 
+# NOTE: no save_state: the prepared states are parsed scalars and values derived from the model's
+# constants (real values, anchor grids, multipliers); a cached model prepares them again on load, and
+# the cache keeps nothing of them
 OPS: list[OpDef] = [
-    OpDef(OperationType.ROI_ALIGN, _roi_sigs((I32, I32)), execute_roi_align, allow_zero_sized=True),
-    OpDef(OperationType.ROI_POOLING, _roi_sigs(()), execute_roi_pooling),
-    OpDef(OperationType.AXIS_ALIGNED_BBOX_TRANSFORM, _BBOX_SIGS, execute_bbox_transform, allow_zero_sized=True),
-    OpDef(OperationType.BOX_WITH_NMS_LIMIT, _NMS_SIGS, execute_box_with_nms_limit, allow_zero_sized=True),
-    OpDef(OperationType.GENERATE_PROPOSALS, _GP_SIGS, execute_generate_proposals),
-    OpDef(OperationType.DETECTION_POSTPROCESSING, _DP_SIGS, execute_detection_postprocessing),
-    OpDef(OperationType.HEATMAP_MAX_KEYPOINT, _HEATMAP_SIGS, execute_heatmap_max_keypoint),
+    OpDef(OperationType.ROI_ALIGN, _roi_sigs((I32, I32)), execute_roi_align, prepare=_prepare_roi_align,
+          allow_zero_sized=True),
+    OpDef(OperationType.ROI_POOLING, _roi_sigs(()), execute_roi_pooling, prepare=_prepare_roi_pool),
+    OpDef(OperationType.AXIS_ALIGNED_BBOX_TRANSFORM, _BBOX_SIGS, execute_bbox_transform,
+          prepare=_prepare_bbox_transform, allow_zero_sized=True),
+    OpDef(OperationType.BOX_WITH_NMS_LIMIT, _NMS_SIGS, execute_box_with_nms_limit, prepare=_prepare_nms,
+          allow_zero_sized=True),
+    OpDef(OperationType.GENERATE_PROPOSALS, _GP_SIGS, execute_generate_proposals, prepare=_prepare_gp),
+    OpDef(OperationType.DETECTION_POSTPROCESSING, _DP_SIGS, execute_detection_postprocessing, prepare=_prepare_dp),
+    OpDef(OperationType.HEATMAP_MAX_KEYPOINT, _HEATMAP_SIGS, execute_heatmap_max_keypoint,
+          prepare=_prepare_heatmap),
 ]

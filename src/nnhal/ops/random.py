@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hal import OperandType, OperationType
-from nnhal.ops.base import V1_2, ExecContext, OpDef, Signature
+from nnhal.ops import memo
+from nnhal.ops.base import V1_2, ExecContext, OpDef, OpInfo, Signature
 
 T = OperandType
 
@@ -59,9 +60,58 @@ def uniform_doubles(seed: int, seed2: int, count: int) -> np.ndarray:
     return bits.view(np.float64) - 1.0
 
 
+# the most uniform values a prepared model keeps per batch size (8 bytes each)
+_STREAM_LIMIT = 1 << 16
+
+
+class _State:
+    """The sample count and seeds when both are constants, and the uniform
+    values of the seeds' stream per batch size (a thread-safe memo, the
+    declared batch size's made at prepare).  The reference initializes its
+    generator with the seeds on every execution: the same seeds give the same
+    stream each time, so it is drawn once.  Seeds 0, 0 mean random seeds for
+    every execution: nothing is kept."""
+
+    __slots__ = ("n_samples", "seeds", "streams")
+
+    def __init__(self, n_samples: int, seeds: tuple[int, int] | None, streams: memo.Memo | None) -> None:
+        self.n_samples = n_samples
+        self.seeds = seeds
+        self.streams = streams
+
+
+def _seeds(seeds: np.ndarray) -> tuple[int, int]:
+    # NOTE: the int32 seeds reach PhiloxRandom as sign-extended int64
+    return int(seeds.reshape(-1)[0]), int(seeds.reshape(-1)[1])
+
+
+def _stream(seed: int, seed2: int, batch: int, n_samples: int) -> np.ndarray:
+    u = uniform_doubles(seed, seed2, batch * n_samples).reshape(batch, n_samples)
+    u.flags.writeable = False
+    return u
+
+
+def _prepare(info: OpInfo) -> _State | None:
+    n, seeds = info.constant(1), info.constant(2)
+    if n is None or seeds is None:
+        return None
+    n_samples = int(n.item())
+    if n_samples < 0 or seeds.size < 2:
+        return None  # NOTE: every execution fails
+    seed, seed2 = _seeds(seeds)
+    if seed == 0 and seed2 == 0:
+        return _State(n_samples, None, None)
+    st = _State(n_samples, (seed, seed2), memo.Memo(4))
+    dims = info.inputs[0].dimensions
+    if len(dims) == 2 and dims[0] > 0 and dims[0] * n_samples <= _STREAM_LIMIT:
+        st.streams.put(dims[0], _stream(seed, seed2, dims[0], n_samples))
+    return st
+
+
 def execute_random_multinomial(ctx: ExecContext) -> list[np.ndarray]:
     logits = ctx.inputs[0].data.astype(np.float32)
-    n_samples = ctx.scalar(1)
+    st = ctx.state
+    n_samples = ctx.scalar(1) if st is None else st.n_samples
     seeds = ctx.inputs[2].data
     if logits.ndim != 2:
         raise ctx.fail(f"input must be 2-D, got shape {list(logits.shape)}")
@@ -69,8 +119,7 @@ def execute_random_multinomial(ctx: ExecContext) -> list[np.ndarray]:
         raise ctx.fail(f"sample count must not be negative, got {n_samples}")
     if seeds.size < 2:
         raise ctx.fail(f"seeds must hold 2 values, got {seeds.size}")
-    # NOTE: the int32 seeds reach PhiloxRandom as sign-extended int64
-    seed, seed2 = int(seeds.reshape(-1)[0]), int(seeds.reshape(-1)[1])
+    seed, seed2 = _seeds(seeds) if st is None else (st.seeds or (0, 0))
     if seed == 0 and seed2 == 0:
         rng = np.random.default_rng()
         seed, seed2 = (int(v) for v in rng.integers(0, 2**63, size=2))
@@ -83,7 +132,10 @@ def execute_random_multinomial(ctx: ExecContext) -> list[np.ndarray]:
     # NOTE: cumsum adds in class order, as the reference's running total
     cdf = np.cumsum(terms, axis=1)
     total = cdf[:, -1] if classes else np.zeros(batch)
-    u = uniform_doubles(seed, seed2, batch * n_samples).reshape(batch, n_samples)
+    if st is not None and st.streams is not None and batch * n_samples <= _STREAM_LIMIT:
+        u = st.streams.get_or_compute(batch, lambda: _stream(seed, seed2, batch, n_samples))
+    else:
+        u = uniform_doubles(seed, seed2, batch * n_samples).reshape(batch, n_samples)
     out = np.empty((batch, n_samples), dtype=np.int32)
     for b in range(batch):
         out[b] = np.searchsorted(cdf[b], u[b] * total[b], side="right")
@@ -95,6 +147,6 @@ OPS = [
         type=OperationType.RANDOM_MULTINOMIAL,
         signatures=[Signature((t, T.INT32, T.TENSOR_INT32), (T.TENSOR_INT32,), V1_2)
                     for t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)],
-        execute=execute_random_multinomial, bad_data_on_missing_operand=True
+        execute=execute_random_multinomial, prepare=_prepare, bad_data_on_missing_operand=True
     ),
 ]

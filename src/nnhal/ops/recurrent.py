@@ -190,33 +190,50 @@ class _FloatState:
         self.weights: tuple | None = None
 
 
+def _constant_ctx(info: OpInfo, used: list) -> ExecContext | None:
+    """An ExecContext over the operation's constants (an omitted operand has no
+    data), for the execution's own accessors; None if an input in ``used`` is
+    neither a constant nor omitted (the execution computes what depends on it)."""
+    ins = info.inputs
+
+    def omitted(i: int | None) -> bool:
+        return i is None or i >= len(ins) or ins[i].lifetime == OperandLifeTime.NO_VALUE
+
+    if not all(omitted(i) or ins[i].value is not None for i in used):
+        return None
+    return ExecContext(info.type, [Tensor(t.type, None if omitted(k) else t.value, t.scale, t.zero_point)
+                                   for k, t in enumerate(ins)], [])
+
+
+def _layout_inputs(lay: _Layout) -> list:
+    return [*lay.input_w, *lay.recurrent_w, *lay.bias, *lay.peephole, lay.proj_w, lay.proj_b, *lay.layer_norm]
+
+
+def _variant(ctx: ExecContext, lay: _Layout) -> _Flags:
+    """The variant _check_dims derives from the presences of ``lay``'s tensors."""
+
+    def present(i: int | None) -> bool:
+        return _get(ctx, i) is not None
+
+    ln = [present(i) if i < len(ctx.inputs) else False for i in lay.layer_norm]
+    return _Flags(not present(lay.input_w[0]), present(lay.peephole[3]), ln[3], present(lay.proj_w),
+                  present(lay.proj_b))
+
+
+_PREPARE_ERRORS = (OpExecutionError, ValueError, ArithmeticError, TypeError, AttributeError, IndexError)
+
+
 def _prepare_float_lstm(lay: _Layout, act_i: int, clip_i: int) -> Callable[[OpInfo], _FloatState]:
     def prepare(info: OpInfo) -> _FloatState:
         st = _FloatState()
-        ins = info.inputs
-
-        def omitted(i: int | None) -> bool:
-            return i is None or i >= len(ins) or ins[i].lifetime == OperandLifeTime.NO_VALUE
-
-        used = [*lay.input_w, *lay.recurrent_w, *lay.bias, *lay.peephole, lay.proj_w, lay.proj_b, *lay.layer_norm,
-                act_i, clip_i, clip_i + 1]
-        if not all(omitted(i) or ins[i].value is not None for i in used):
+        ctx = _constant_ctx(info, [*_layout_inputs(lay), act_i, clip_i, clip_i + 1])
+        if ctx is None:
             return st
-        # NOTE: the execution's own accessors over the constants (an omitted operand has no data)
-        ctx = ExecContext(info.type, [Tensor(t.type, None if omitted(k) else t.value, t.scale, t.zero_point)
-                                      for k, t in enumerate(ins)], [])
-
-        def present(i: int | None) -> bool:
-            return _get(ctx, i) is not None
-
         try:
             act, cell_clip, proj_clip = _scalars(ctx, act_i, clip_i)
-            ln = [present(i) if i < len(ins) else False for i in lay.layer_norm]
-            # NOTE: the variant _check_dims derives from the same presences
-            flags = _Flags(not present(lay.input_w[0]), present(lay.peephole[3]), ln[3], present(lay.proj_w),
-                           present(lay.proj_b))
+            flags = _variant(ctx, lay)
             w = _weights(ctx, lay, flags, act, cell_clip, proj_clip, with_aux=False)
-        except (OpExecutionError, ValueError, ArithmeticError, TypeError, AttributeError, IndexError):
+        except _PREPARE_ERRORS:
             return st  # NOTE: the execution fails where the reference does
         w.cache = memo.Memo(8)
         st.weights = (_flags_key(flags), act, cell_clip, proj_clip, w)
@@ -330,17 +347,66 @@ def _unidirectional_signatures() -> list[Signature]:
 # BIDIRECTIONAL_SEQUENCE_LSTM
 
 
+class _BidiState:
+    """BIDIRECTIONAL_SEQUENCE_LSTM's prepared scalars (activation, cell clip,
+    projection clip, merge outputs, time major) and both directions' weights
+    (the backward variant's flags key, activation, clips, whether with the
+    auxiliary weights, forward and backward FloatLstmWeights), each None when
+    an operand it needs is not a constant.  The execution checks every shape
+    first, as the reference, and uses the weights only for the same variant."""
+
+    __slots__ = ("params", "weights")
+
+    def __init__(self) -> None:
+        self.params: tuple | None = None
+        self.weights: tuple | None = None
+
+
+_BIDI_SCALARS = (48, 49, 50, 51, 52)
+
+
+def _bidi_params(ctx: ExecContext) -> tuple:
+    act, cell_clip, proj_clip = _scalars(ctx, 48, 49)
+    return act, cell_clip, proj_clip, bool(ctx.scalar(51, False)), bool(ctx.scalar(52, False))
+
+
+def _prepare_bidirectional(info: OpInfo) -> _BidiState:
+    st = _BidiState()
+    sctx = _constant_ctx(info, list(_BIDI_SCALARS))
+    if sctx is None:
+        return st
+    try:
+        st.params = _bidi_params(sctx)
+    except _PREPARE_ERRORS:
+        return st  # NOTE: the execution fails where the reference does
+    ctx = _constant_ctx(info, [*_layout_inputs(BIDI_FW), *_layout_inputs(BIDI_BW), *BIDI_FW.aux_w, *BIDI_BW.aux_w])
+    if ctx is None:
+        return st
+    act, cell_clip, proj_clip = st.params[:3]
+    # NOTE: both directions run with the backward variant's flags (see the execution); the auxiliary
+    # weights are used exactly when they are given (given without an auxiliary input, the execution fails)
+    flags = _variant(ctx, BIDI_BW)
+    with_aux = _get(ctx, BIDI_FW.aux_w[1]) is not None
+    try:
+        fw = _weights(ctx, BIDI_FW, flags, act, cell_clip, proj_clip, with_aux=with_aux)
+        bw = _weights(ctx, BIDI_BW, flags, act, cell_clip, proj_clip, with_aux=with_aux)
+    except _PREPARE_ERRORS:
+        return st
+    fw.cache, bw.cache = memo.Memo(8), memo.Memo(8)
+    st.weights = (_flags_key(flags), act, cell_clip, proj_clip, with_aux, fw, bw)
+    return st
+
+
 def _execute_bidirectional(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
     if x.ndim != 3:
         raise ctx.fail(f"input must be 3-D, got shape {list(x.shape)}")
-    merge = bool(ctx.scalar(51, False))
-    time_major = bool(ctx.scalar(52, False))
+    st = ctx.state if isinstance(ctx.state, _BidiState) else _BidiState()
+    act, cell_clip, proj_clip, merge, time_major = st.params if st.params is not None else _bidi_params(ctx)
     n_out = len(ctx.outputs)
     if (merge and n_out not in (1, 5)) or (not merge and n_out not in (2, 6)):
         raise ctx.fail(f"{n_out} outputs do not match merge_outputs={merge}")
     with_state = n_out in (5, 6)
-    act, cell_clip, proj_clip = _scalars(ctx, 48, 49)
     xt = _to_time_major(x, time_major).astype(np.float32)
     n_batch, n_input = xt.shape[1], xt.shape[2]
 
@@ -392,8 +458,12 @@ def _execute_bidirectional(ctx: ExecContext) -> list[np.ndarray]:
     # variant flags; a forward tensor those flags need but that is omitted
     # would be dereferenced there, here it is an error.
     cross = has_aux and has_fw_aux_w
-    fw = _weights(ctx, BIDI_FW, bw_flags, act, cell_clip, proj_clip, with_aux=cross)
-    bw = _weights(ctx, BIDI_BW, bw_flags, act, cell_clip, proj_clip, with_aux=cross)
+    pw = st.weights
+    if pw is not None and pw[:5] == (_flags_key(bw_flags), act, cell_clip, proj_clip, cross):
+        fw, bw = pw[5], pw[6]
+    else:
+        fw = _weights(ctx, BIDI_FW, bw_flags, act, cell_clip, proj_clip, with_aux=cross)
+        bw = _weights(ctx, BIDI_BW, bw_flags, act, cell_clip, proj_clip, with_aux=cross)
     fw_h0 = _state(ctx, 35, (n_batch, fw_output), "forward activation state")
     fw_c0 = _state(ctx, 36, (n_batch, fw_cell), "forward cell state")
     bw_h0 = _state(ctx, 37, (n_batch, bw_output), "backward activation state")
@@ -721,7 +791,7 @@ OPS: list[OpDef] = [
           prepare=_prepare_float_lstm(LSTM_LAYOUT, 20, 21),
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 23, 24, 25, 26}), allow_zero_sized=True, allow_omitted_outputs=True),
     OpDef(type=OperationType.BIDIRECTIONAL_SEQUENCE_LSTM, signatures=_bidirectional_signatures(),
-          execute=_guard(_execute_bidirectional),
+          execute=_guard(_execute_bidirectional), prepare=_prepare_bidirectional,
           omittable_inputs=frozenset({1, 5, 9, 10, 11, 12, 16, 17, 18, 22, 26, 27, 28, 29, 33, 34,
                                       *range(39, 48), *range(53, 61)}), allow_zero_sized=True, allow_omitted_outputs=True),
     OpDef(type=OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM, signatures=_unidirectional_signatures(),

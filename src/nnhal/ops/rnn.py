@@ -11,11 +11,14 @@ computed the same way and cast back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops import deadline
-from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, Signature
+from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, OpInfo, Signature
+from nnhal.ops.prepared import Ready, prepared
 
 T = OperandType
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
@@ -40,7 +43,56 @@ def activation(x: np.ndarray, act: int) -> np.ndarray:
     raise OpExecutionError(f"unsupported activation function {act}")
 
 
+# --------------------------------------------------------------------------
+# the Prepare/Eval split: what depends only on the model
+
+
+class _State:
+    """An operation's prepared parameters: float64 copies of its constant
+    weights and biases by input position (read-only, shared by executions),
+    and its parsed scalars (``Ready``; None when one is not a constant: the
+    execution parses them with the same function)."""
+
+    __slots__ = ("f64", "params")
+
+    def __init__(self, f64: dict[int, np.ndarray], params: Ready | None) -> None:
+        self.f64 = f64
+        self.params = params
+
+
+def _prepare(weights: tuple, scalars: tuple, parse: Callable[..., tuple]) -> Callable[[OpInfo], _State]:
+    """prepare: the float64 copies of the constant inputs at ``weights`` and
+    ``parse(*scalar values)`` when every scalar is a constant."""
+
+    def prepare(info: OpInfo) -> _State:
+        f64 = {}
+        for i in weights:
+            v = info.constant(i)
+            if v is not None:
+                a = v.astype(np.float64)
+                a.flags.writeable = False
+                f64[i] = a
+        vals = [None if info.constant(i) is None else info.constant(i).item() for i in scalars]
+        return _State(f64, prepared(parse, *vals))
+
+    return prepare
+
+
+def _params(ctx: ExecContext, scalars: tuple, parse: Callable[..., tuple]) -> tuple:
+    """The parsed scalars: prepared, else parsed from this execution's values."""
+    st = ctx.state
+    if st is not None and st.params is not None:
+        return st.params.value(ctx)
+    return parse(*(ctx.scalar(i) for i in scalars))
+
+
 def _f64(ctx: ExecContext, i: int) -> np.ndarray:
+    """Input i in float64: the prepared copy of a constant, else converted now."""
+    st = ctx.state
+    if st is not None:
+        a = st.f64.get(i)
+        if a is not None:
+            return a
     return ctx.inputs[i].data.astype(np.float64)
 
 
@@ -91,8 +143,16 @@ def execute_rnn(ctx: ExecContext) -> list[np.ndarray]:
     if h.shape != (batch, units):
         raise ctx.fail(f"hidden state shape {list(h.shape)} is not {[batch, units]}")
     dtype = ctx.outputs[0].dtype
-    out = activation(x @ w.T + h @ rw.T + b, ctx.scalar(5)).astype(dtype)
+    (act,) = _params(ctx, _RNN_SCALARS, _parse_rnn)
+    out = activation(x @ w.T + h @ rw.T + b, act).astype(dtype)
     return [out, out.copy()]
+
+
+_RNN_WEIGHTS, _RNN_SCALARS = (1, 2, 3), (5,)
+
+
+def _parse_rnn(act: int) -> tuple:
+    return (int(act),)
 
 
 # --------------------------------------------------------------------------
@@ -102,7 +162,7 @@ def execute_rnn(ctx: ExecContext) -> list[np.ndarray]:
 def execute_svdf(ctx: ExecContext) -> list[np.ndarray]:
     _require(ctx, (0, 1, 2, 4, 5, 6))
     x, wf, wt, state = _f64(ctx, 0), _f64(ctx, 1), _f64(ctx, 2), _f64(ctx, 4)
-    rank, act = ctx.scalar(5), ctx.scalar(6)
+    rank, act = _params(ctx, _SVDF_SCALARS, _parse_svdf)
     for name, arr in (("input", x), ("weights_feature", wf), ("weights_time", wt), ("state", state)):
         _check_rank(ctx, name, arr, 2)
     batch, n_filters, memory = x.shape[0], wf.shape[0], wt.shape[1]
@@ -134,6 +194,13 @@ def execute_svdf(ctx: ExecContext) -> list[np.ndarray]:
     return [new_state.reshape(batch, memory * n_filters).astype(dtype), out.astype(dtype)]
 
 
+_SVDF_WEIGHTS, _SVDF_SCALARS = (1, 2, 3), (5, 6)
+
+
+def _parse_svdf(rank: int, act: int) -> tuple:
+    return int(rank), int(act)
+
+
 # --------------------------------------------------------------------------
 # UNIDIRECTIONAL_SEQUENCE_RNN
 
@@ -141,7 +208,7 @@ def execute_svdf(ctx: ExecContext) -> list[np.ndarray]:
 def execute_unidirectional_rnn(ctx: ExecContext) -> list[np.ndarray]:
     _require(ctx, range(7))
     x, w, rw, b, h = (_f64(ctx, i) for i in range(5))
-    act, time_major = ctx.scalar(5), ctx.scalar(6)
+    act, time_major = _params(ctx, _UNI_SCALARS, _parse_uni)
     if time_major not in (0, 1):
         raise ctx.fail(f"timeMajor must be 0 or 1, got {time_major}")
     for name, arr, rank in (("input", x, 3), ("weights", w, 2), ("recurrent_weights", rw, 2), ("bias", b, 1),
@@ -163,11 +230,23 @@ def execute_unidirectional_rnn(ctx: ExecContext) -> list[np.ndarray]:
     return result
 
 
+_UNI_WEIGHTS, _UNI_SCALARS = (1, 2, 3), (5, 6)
+
+
+def _parse_uni(act: int, time_major: int) -> tuple:
+    return int(act), int(time_major)
+
+
 # --------------------------------------------------------------------------
 # BIDIRECTIONAL_SEQUENCE_RNN
 
 
 _BIDI_AUX = (9, 10, 11)
+_BIDI_WEIGHTS, _BIDI_SCALARS = (1, 2, 3, 5, 6, 7, 10, 11), (12, 13, 14)
+
+
+def _parse_bidi(act: int, time_major: bool, merge: bool) -> tuple:
+    return int(act), bool(time_major), bool(merge)
 
 
 def execute_bidirectional_rnn(ctx: ExecContext) -> list[np.ndarray]:
@@ -175,8 +254,7 @@ def execute_bidirectional_rnn(ctx: ExecContext) -> list[np.ndarray]:
     x = _f64(ctx, 0)
     fw_w, fw_rw, fw_b, fw_h = (_f64(ctx, i) for i in (1, 2, 3, 4))
     bw_w, bw_rw, bw_b, bw_h = (_f64(ctx, i) for i in (5, 6, 7, 8))
-    act = ctx.scalar(12)
-    time_major, merge = bool(ctx.scalar(13)), bool(ctx.scalar(14))
+    act, time_major, merge = _params(ctx, _BIDI_SCALARS, _parse_bidi)
     n_out = len(ctx.outputs)
     if merge and n_out not in (1, 3):
         raise ctx.fail(f"merged outputs need 1 or 3 outputs, got {n_out}")
@@ -268,19 +346,19 @@ OPS = [
         type=OperationType.RNN,
         signatures=[Signature((t,) * 5 + (T.INT32,), (t, t), v) for t, v in ((T.TENSOR_FLOAT32, V1_0),
                                                                             (T.TENSOR_FLOAT16, V1_2))],
-        execute=execute_rnn, bad_data_on_missing_operand=True
+        execute=execute_rnn, prepare=_prepare(_RNN_WEIGHTS, _RNN_SCALARS, _parse_rnn), bad_data_on_missing_operand=True
     ),
     OpDef(
         type=OperationType.SVDF,
         signatures=[Signature((t,) * 5 + (T.INT32, T.INT32), (t, t), v) for t, v in ((T.TENSOR_FLOAT32, V1_0),
                                                                                     (T.TENSOR_FLOAT16, V1_2))],
-        execute=execute_svdf,
+        execute=execute_svdf, prepare=_prepare(_SVDF_WEIGHTS, _SVDF_SCALARS, _parse_svdf),
         omittable_inputs=frozenset({3}), allow_omitted_outputs=True
     ),
     OpDef(
         type=OperationType.BIDIRECTIONAL_SEQUENCE_RNN,
         signatures=_bidi_signatures(),
-        execute=execute_bidirectional_rnn,
+        execute=execute_bidirectional_rnn, prepare=_prepare(_BIDI_WEIGHTS, _BIDI_SCALARS, _parse_bidi),
         omittable_inputs=frozenset(_BIDI_AUX),
         allow_zero_sized=True,  # only for the auxiliary tensors (see the kernel)
     ),
@@ -288,6 +366,6 @@ OPS = [
         type=OperationType.UNIDIRECTIONAL_SEQUENCE_RNN,
         signatures=[Signature((t,) * 5 + (T.INT32, T.INT32), (t,) * n, v)
                     for t in FLOATS for n, v in ((1, V1_2), (2, V1_3))],
-        execute=execute_unidirectional_rnn,
+        execute=execute_unidirectional_rnn, prepare=_prepare(_UNI_WEIGHTS, _UNI_SCALARS, _parse_uni),
     ),
 ]
