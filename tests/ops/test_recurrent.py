@@ -714,3 +714,100 @@ def test_qlstm_prepared_plan_equals_run_time_plan(cifg, projection, layer_norm):
     for _ in range(2):
         for a, b in zip(const.run(ins), want):
             np.testing.assert_array_equal(a, b)
+
+
+def _bidi_split_case(variant: str, aux: str) -> tuple[list, int]:
+    kw = dict(VARIANTS[variant])
+    n_output = kw.pop("n_output", None)
+    fw, bw = make_params(3, 4, n_output, **kw), make_params(3, 4, n_output, **kw)
+    xs = f32(4, 2, 3)
+    st = _states(fw, bw, 2)
+    if aux == "none":
+        ins = bidi_inputs(xs, fw, bw, st)
+    elif aux == "parallel":
+        ins = bidi_inputs(xs, fw, bw, st, aux=f32(4, 2, 3))
+    else:
+        fa = [None if (g == 0 and fw["wx"][0] is None) else f32(4, 3) for g in range(4)]
+        ba = [None if (g == 0 and bw["wx"][0] is None) else f32(4, 3) for g in range(4)]
+        ins = bidi_inputs(xs, fw, bw, st, f32(4, 2, 3), fa, ba)
+    return [tensor(v) for v in ins], 6
+
+
+_BIDI_DATA = {0, 35, 36, 37, 38, 39}  # the input, the four states, the auxiliary input
+
+
+def _const_info(k: int, t: Tensor, data: set):
+    from nnhal.hal import OperandLifeTime
+    from nnhal.ops.base import OperandInfo
+    from nnhal.ops.run import tensor_info
+
+    if t.data is None:
+        return OperandInfo(t.type, (), t.scale, t.zero_point, lifetime=OperandLifeTime.NO_VALUE)
+    return tensor_info(t, constant=k not in data)
+
+
+@pytest.mark.parametrize("variant,aux", [("basic", "none"), ("cifg_peephole", "none"), ("layer_norm", "none"),
+                                         ("peephole_projection", "none"), ("basic", "parallel"),
+                                         ("basic", "cross"), ("projection_no_bias", "cross")])
+def test_bidirectional_prepared_weights_equal_run_time_weights(variant, aux):
+    """Both directions' constant weights (and the auxiliary weights) are
+    converted and stacked once, at prepare, with the scalars parsed once: the
+    outputs are those of the run-time path (the vectors' weights are model
+    inputs), bit for bit, execution after execution, and the same through
+    the compilation cache (prepared again on load: nothing of the float32
+    copies is stored)."""
+    from tests.prepared_util import assert_same_outputs, one_op_model, through_the_cache
+
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    ins, n_out = _bidi_split_case(variant, aux)
+    outs = [OutputSpec(T.TENSOR_FLOAT32, ())] * n_out
+    const = prepare_operation(OP.BIDIRECTIONAL_SEQUENCE_LSTM, [_const_info(k, t, _BIDI_DATA)
+                                                               for k, t in enumerate(ins)], outs)
+    assert const.state.params is not None and const.state.weights is not None
+    assert const.state.weights[4] == (aux == "cross")
+    dynamic = prepare_operation(OP.BIDIRECTIONAL_SEQUENCE_LSTM, [tensor_info(t) for t in ins], outs)
+    assert dynamic.state.params is None and dynamic.state.weights is None
+    want = dynamic.run(ins)
+    for _ in range(2):
+        assert_same_outputs(const.run(ins), want)
+    model, values = one_op_model(OP.BIDIRECTIONAL_SEQUENCE_LSTM, ins, outs,
+                                 [k not in _BIDI_DATA for k in range(len(ins))])
+    fresh, loaded, kinds = through_the_cache(model)
+    assert kinds == ["prepare"]
+    assert_same_outputs(fresh.run(values), want)
+    assert_same_outputs(loaded.run(values), want)
+
+
+def test_bidirectional_prepared_weights_unused_for_another_variant():
+    """Cross-linking weights prepared for an auxiliary input the request omits:
+    the execution fails as the run-time path does (weights without an auxiliary
+    input), not with the prepared weights."""
+    from nnhal.ops.run import prepare_operation
+
+    ins, n_out = _bidi_split_case("basic", "cross")
+    outs = [OutputSpec(T.TENSOR_FLOAT32, ())] * n_out
+    const = prepare_operation(OP.BIDIRECTIONAL_SEQUENCE_LSTM, [_const_info(k, t, _BIDI_DATA)
+                                                               for k, t in enumerate(ins)], outs)
+    assert const.state.weights is not None
+    no_aux = list(ins)
+    no_aux[39] = Tensor(T.TENSOR_FLOAT32, None)
+    with pytest.raises(OpExecutionError, match="without an auxiliary input"):
+        const.run(no_aux)
+
+
+@pytest.mark.parametrize("pos,bad,n_out", [(49, -1.0, 6), (50, -0.5, 6), (51, True, 6), (51, False, 5)])
+def test_bidirectional_bad_constant_parameter_fails_every_execution(pos, bad, n_out):
+    """A negative clip or merge_outputs that does not match the outputs, as a
+    constant: prepared without error, every execution fails (GENERAL_FAILURE)."""
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    ins, _ = _bidi_split_case("basic", "none")
+    ins[pos] = tensor(bad)
+    outs = [OutputSpec(T.TENSOR_FLOAT32, ())] * n_out
+    const = prepare_operation(OP.BIDIRECTIONAL_SEQUENCE_LSTM, [_const_info(k, t, _BIDI_DATA)
+                                                               for k, t in enumerate(ins)], outs)
+    dynamic = prepare_operation(OP.BIDIRECTIONAL_SEQUENCE_LSTM, [tensor_info(t) for t in ins], outs)
+    for prepared in (const, dynamic, const):
+        with pytest.raises(OpExecutionError):
+            prepared.run(ins)
