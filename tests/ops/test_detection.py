@@ -646,3 +646,229 @@ def test_roi_align_chunked_sampling(monkeypatch):
     whole = run(Op.ROI_ALIGN, _roi_inputs(case, Q8, False), [out(Q8, 0.03125, 10)])[0]
     monkeypatch.setattr(K, "_GATHER_BUDGET", 1)  # one ROI per chunk
     np.testing.assert_array_equal(run(Op.ROI_ALIGN, _roi_inputs(case, Q8, False), [out(Q8, 0.03125, 10)])[0], whole)
+
+
+# --------------------------------------------------------------------------
+# the Prepare/Eval split: constant parameters and tensors prepared once
+
+
+def _gp_inputs(type_=F32, anchor_scale=0.125):
+    scores = np.array([0.9, 0.8, 0.7, 0.95, 0.3, 0.85, 0.6, 0.5]).reshape(1, 2, 2, 2)
+    deltas = np.linspace(-0.3, 0.3, 32).reshape(1, 2, 2, 8)
+    anchors = np.array([[0, 0, 2, 2], [1, 0, 4, 3]])
+    info = np.array([[8, 8]])
+    if type_ in (Q8, Q8S):
+        zp = 128 if type_ == Q8 else 0
+        ins = [quant(scores, type_, 0.01, zp), quant(deltas, type_, 0.01, zp),
+               quant(anchors, T.TENSOR_QUANT16_SYMM, anchor_scale, 0), quant(info, Q16A, 0.125, 0)]
+        sc = f32
+    else:
+        ins = [tensor(scores, type_), tensor(deltas, type_), tensor(anchors, type_), tensor(info, type_)]
+        sc = f16 if type_ == F16 else f32
+    return ins + [sc(4), sc(4), i32(6), i32(4), sc(0.5), sc(0.5), boolean(False)]
+
+
+def _gp_outs(type_=F32):
+    if type_ in (Q8, Q8S):
+        return [out(type_, 0.01, 128 if type_ == Q8 else 0), out(Q16A, 0.125, 0), out(T.TENSOR_INT32)]
+    return [out(type_), out(type_), out(T.TENSOR_INT32)]
+
+
+def _dp_inputs(regular: bool, scale: float = 10.0):
+    scores = tensor(np.array([[[0.0, 0.9, 0.1], [0.0, 0.8, 0.7], [0.0, 0.2, 0.6]]]))
+    deltas = tensor(np.array([[[0.1, -0.2, 0.3, 0.05], [0.0, 0.1, -0.1, 0.2], [0.3, 0.3, 0.0, -0.2]]]))
+    anchors = tensor([[1, 1, 2, 2], [1.1, 1.1, 2, 2], [5, 5, 2, 2]])
+    return [scores, deltas, anchors, f32(scale), f32(10), f32(5), f32(5), boolean(regular), i32(3), i32(1), i32(3),
+            f32(0.0), f32(0.5), boolean(False)]
+
+
+def _split_cases() -> dict:
+    """name -> (op, inputs, outputs, positions of the data inputs: the others may be constants)."""
+    o4 = [out(F32), out(F32), out(T.TENSOR_INT32), out(T.TENSOR_INT32)]
+    q = ROI_ALIGN_CASES["fixed_ratio"][-1]
+    bbox = [tensor(np.reshape(BBOX_ROIS, (5, 4))), tensor(np.reshape(BBOX_DELTAS, (5, 8))),
+            tensor([0, 1, 2, 2, 3], T.TENSOR_INT32), tensor(np.reshape([512, 512, 128, 256, 256, 256, 1024, 512],
+                                                                       (4, 2)))]
+    bbox_q = [quant(np.reshape(BBOX_ROIS, (5, 4)), Q16A, 0.125, 0), quant(np.reshape(BBOX_DELTAS, (5, 8)), Q8, 0.05,
+                                                                          128),
+              tensor([0, 1, 2, 2, 3], T.TENSOR_INT32),
+              quant(np.reshape([512, 512, 128, 256, 256, 256, 1024, 512], (4, 2)), Q16A, 0.125, 0)]
+    yy, xx = np.mgrid[0:5, 0:5].astype(np.float64)
+    hm = (10 - (yy - 2.3) ** 2 - 0.5 * (xx - 1.6) ** 2).reshape(1, 5, 5, 1)
+    return {
+        "roi_align_float": (Op.ROI_ALIGN, _roi_inputs(ROI_ALIGN_CASES["fixed_ratio"], F32, False), [out(F32)], {0}),
+        "roi_align_quant_adaptive": (Op.ROI_ALIGN, _roi_inputs(ROI_ALIGN_CASES["adaptive_ratio"], Q8, True),
+                                     [out(Q8, q[2], q[3])], {0, 2}),
+        "roi_align_quant_fixed": (Op.ROI_ALIGN, _roi_inputs(ROI_ALIGN_CASES["fixed_ratio"], Q8S, False),
+                                  [out(Q8S, q[2], q[3] - 128)], {0, 1, 2}),
+        "roi_pooling": (Op.ROI_POOLING, _roi_inputs(ROI_POOL_CASES["rect"], F16, True, with_ratio=False), [out(F16)],
+                        {0}),
+        "bbox_transform": (Op.AXIS_ALIGNED_BBOX_TRANSFORM, bbox, [out(F32)], {0, 1, 2}),
+        "bbox_transform_quant": (Op.AXIS_ALIGNED_BBOX_TRANSFORM, bbox_q, [out(Q16A, 0.125, 0)], {1}),
+        "nms_gaussian": (Op.BOX_WITH_NMS_LIMIT, _nms_inputs(F32, 2, sigma=0.5), o4, {0, 1, 2}),
+        "nms_hard_quant": (Op.BOX_WITH_NMS_LIMIT, _nms_inputs(Q8, 0),
+                           [out(Q8, 0.01, 128), out(Q16A, 0.125, 0), out(T.TENSOR_INT32), out(T.TENSOR_INT32)], {0}),
+        "generate_proposals": (Op.GENERATE_PROPOSALS, _gp_inputs(), _gp_outs(), {0, 1}),
+        "generate_proposals_quant": (Op.GENERATE_PROPOSALS, _gp_inputs(Q8), _gp_outs(Q8), {0, 1, 3}),
+        "detection_postprocessing_regular": (Op.DETECTION_POSTPROCESSING, _dp_inputs(True), o4, {0, 1}),
+        "detection_postprocessing_fast": (Op.DETECTION_POSTPROCESSING, _dp_inputs(False), o4, {0, 1}),
+        "heatmap": (Op.HEATMAP_MAX_KEYPOINT, [tensor(hm), tensor([[0, 0, 10, 20]]), boolean(False)],
+                    [out(F32), out(F32)], {0}),
+        "heatmap_quant": (Op.HEATMAP_MAX_KEYPOINT, [quant(hm / 10, Q8S, 0.01, 0),
+                                                     quant([[8, 16, 40, 48]], Q16A, 0.125, 0), boolean(False)],
+                          [out(Q8S, 0.01, 0), out(Q16A, 0.125, 0)], {0}),
+    }
+
+
+def _prepared_pair(op, ins, outs, data):
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    const = prepare_operation(op, [tensor_info(t, constant=k not in data) for k, t in enumerate(ins)], outs)
+    dynamic = prepare_operation(op, [tensor_info(t) for t in ins], outs)
+    return const, dynamic
+
+
+@pytest.mark.parametrize("name", sorted(_split_cases()))
+def test_prepared_parameters_equal_run_time_parameters(name):
+    """Constant scalars parsed once and constant tensors converted once (ROIs,
+    image info, anchors and the anchor grid, the NMS kernel, ROI_ALIGN's
+    quantized multipliers) give the outputs of the run-time path (the vectors
+    give most of them as model inputs), bit for bit, execution after
+    execution, and the same through the compilation cache (prepared again on
+    load: the cache stores nothing of them)."""
+    from tests.prepared_util import assert_same_outputs, one_op_model, through_the_cache
+
+    op, ins, outs, data = _split_cases()[name]
+    const, dynamic = _prepared_pair(op, ins, outs, data)
+    assert const.state.params is not None and not dynamic.state.params and not dynamic.state.real
+    want = dynamic.run(ins)
+    for _ in range(2):
+        assert_same_outputs(const.run(ins), want)
+    model, values = one_op_model(op, ins, outs, [k not in data for k in range(len(ins))])
+    fresh, loaded, kinds = through_the_cache(model)
+    assert kinds == ["prepare"]
+    assert_same_outputs(fresh.run(values), want)
+    assert_same_outputs(loaded.run(values), want)
+
+
+def test_generate_proposals_anchor_grid_per_feature_map_size():
+    """The anchor grid of the declared feature map size is made at prepare; an
+    execution on another size (dynamic shapes) makes and remembers its own."""
+    from tests.prepared_util import assert_same_outputs
+
+    from nnhal.hal import OperandLifeTime
+    from nnhal.ops.base import OperandInfo
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    ins, outs = _gp_inputs(), _gp_outs()
+    infos = [tensor_info(t, constant=k not in (0, 1)) for k, t in enumerate(ins)]
+    const = prepare_operation(Op.GENERATE_PROPOSALS, infos, outs)
+    assert list(const.state.extra._d) == [(2, 2)]
+    unknown = list(infos)
+    unknown[0] = OperandInfo(F32, (0, 0, 0, 0), lifetime=OperandLifeTime.SUBGRAPH_INPUT)
+    lazy = prepare_operation(Op.GENERATE_PROPOSALS, unknown, outs, validate=False)
+    assert len(lazy.state.extra) == 0
+    dynamic = prepare_operation(Op.GENERATE_PROPOSALS, [tensor_info(t) for t in ins], outs)
+    assert_same_outputs(lazy.run(ins), dynamic.run(ins))
+    assert list(lazy.state.extra._d) == [(2, 2)]
+    # a 3 x 1 feature map on the grid prepared for 2 x 2
+    other = list(ins)
+    other[0] = tensor(np.array([0.9, 0.8, 0.7, 0.95, 0.3, 0.85]).reshape(1, 3, 1, 2))
+    other[1] = tensor(np.linspace(-0.3, 0.3, 24).reshape(1, 3, 1, 8))
+    assert_same_outputs(const.run(other), dynamic.run(other))
+    assert sorted(const.state.extra._d) == [(2, 2), (3, 1)]
+
+
+def _with(ins: list, **changes) -> list:
+    ins = list(ins)
+    for k, v in changes.items():
+        ins[int(k[1:])] = v
+    return ins
+
+
+def _bad_cases() -> dict:
+    c = _split_cases()
+    q = [out(Q8, 0.01, 128), out(Q16A, 0.125, 0), out(T.TENSOR_INT32), out(T.TENSOR_INT32)]
+    o4 = [out(F32), out(F32), out(T.TENSOR_INT32), out(T.TENSOR_INT32)]
+    _, roi, roi_out, _ = c["roi_align_float"]
+    _, pool, pool_out, _ = c["roi_pooling"]
+    _, bbox_q, bbox_out, _ = c["bbox_transform_quant"]
+    return {
+        "roi_align_height_0": (Op.ROI_ALIGN, _with(roi, i3=i32(0)), roi_out, {0}),
+        "roi_align_negative_ratio": (Op.ROI_ALIGN, _with(roi, i8=i32(-1)), roi_out, {0}),
+        "roi_pooling_stride_0": (Op.ROI_POOLING, _with(pool, i5=f16(0.0)), pool_out, {0}),
+        "roi_pooling_rois_out_of_bounds": (Op.ROI_POOLING, _with(pool, i1=tensor([[0, 0, 90, 90]] * 4, F16)),
+                                           pool_out, {0}),
+        "bbox_image_info_scale": (Op.AXIS_ALIGNED_BBOX_TRANSFORM, _with(bbox_q, i3=quant([[512, 512]] * 4, Q16A, 0.25,
+                                                                                         0)),
+                                  bbox_out, {1}),
+        "nms_unknown_kernel": (Op.BOX_WITH_NMS_LIMIT, _nms_inputs(F32, 3), o4, {0, 1, 2}),
+        "nms_unknown_kernel_quant": (Op.BOX_WITH_NMS_LIMIT, _nms_inputs(Q8, 7), q, {0}),
+        "generate_proposals_anchor_scale": (Op.GENERATE_PROPOSALS, _gp_inputs(Q8, anchor_scale=0.25), _gp_outs(Q8),
+                                            {0, 1}),
+        "detection_postprocessing_scale_0": (Op.DETECTION_POSTPROCESSING, _dp_inputs(True, 0.0), o4, {0, 1}),
+        "detection_postprocessing_anchors_shape": (Op.DETECTION_POSTPROCESSING,
+                                                   _with(_dp_inputs(False), i2=tensor([[1, 1, 2, 2]] * 2)), o4, {0, 1}),
+        "heatmap_invalid_box": (Op.HEATMAP_MAX_KEYPOINT, _with(c["heatmap"][1], i1=tensor([[30, 0, 10, 20]])),
+                                c["heatmap"][2], {0}),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_bad_cases()))
+def test_bad_constant_fails_every_execution(name):
+    """A bad constant (a parameter, ROIs, image info, anchors, boxes) is
+    prepared without error; every execution fails with OpExecutionError
+    (GENERAL_FAILURE), as when it is a model input."""
+    op, ins, outs, data = _bad_cases()[name]
+    const, dynamic = _prepared_pair(op, ins, outs, data)
+    for prepared in (const, dynamic, const):
+        with pytest.raises(OpExecutionError):
+            prepared.run(ins)
+
+
+def test_unknown_nms_kernel_without_rois_still_runs():
+    """The reference builds the NMS kernel only when there are ROIs: a bad
+    constant kernel with zero ROIs gives empty outputs, prepared or not."""
+    ins = _nms_inputs(F32, 3)
+    ins[:3] = [tensor(np.zeros((0, 3))), tensor(np.zeros((0, 12))), tensor(np.zeros(0), T.TENSOR_INT32)]
+    o4 = [out(F32), out(F32), out(T.TENSOR_INT32), out(T.TENSOR_INT32)]
+    const, dynamic = _prepared_pair(Op.BOX_WITH_NMS_LIMIT, ins, o4, {0, 1, 2})
+    assert isinstance(const.state.params[2], str)
+    for prepared in (const, dynamic):
+        assert [a.shape for a in prepared.run(ins)] == [(0,), (0, 4), (0,), (0,)]
+
+
+def test_prepared_memos_from_many_threads():
+    """Executions share the prepared state; the memos they fill (anchor grids
+    per feature map size, ROI_ALIGN multipliers per sampling ratio) are locked
+    and bounded: bounded to one entry, with sizes alternating between threads,
+    every result is the one an execution gets alone."""
+    import threading
+
+    from nnhal.ops import memo
+
+    gp_ins, gp_outs = _gp_inputs(), _gp_outs()
+    gp_other = list(gp_ins)
+    gp_other[0] = tensor(np.array([0.9, 0.8, 0.7, 0.95, 0.3, 0.85]).reshape(1, 3, 1, 2))
+    gp_other[1] = tensor(np.linspace(-0.3, 0.3, 24).reshape(1, 3, 1, 8))
+    op, roi_ins, roi_outs, data = _split_cases()["roi_align_quant_adaptive"]
+    jobs = []
+    for o, ins_list, outs, d in ((Op.GENERATE_PROPOSALS, [gp_ins, gp_other], gp_outs, {0, 1}),
+                                 (op, [roi_ins], roi_outs, data)):
+        const, dynamic = _prepared_pair(o, ins_list[0], outs, d)
+        jobs += [(const, ins, [a.tobytes() for a in dynamic.run(ins)]) for ins in ins_list]
+    failures = []
+
+    def work(k: int) -> None:
+        for r in range(20):
+            const, ins, want = jobs[(k + r) % len(jobs)]
+            if [a.tobytes() for a in const.run(ins)] != want:
+                failures.append(k)
+
+    with memo.limit(1):
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not failures

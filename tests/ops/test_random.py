@@ -94,3 +94,78 @@ def test_zero_samples_and_errors():
         match_signature(op, [T.TENSOR_FLOAT32, T.INT32, T.INT32], [T.TENSOR_INT32])
     with pytest.raises(OpValidationError):
         match_signature(op, [T.TENSOR_QUANT8_ASYMM, T.INT32, T.TENSOR_INT32], [T.TENSOR_INT32])
+
+
+# --------------------------------------------------------------------------
+# the Prepare/Eval split: constant seeds give one stream, drawn once
+
+
+def _ins(logits: np.ndarray, n: int, seeds) -> list[Tensor]:
+    return [Tensor(T.TENSOR_FLOAT32, logits), Tensor(T.INT32, np.array(n, np.int32)),
+            Tensor(T.TENSOR_INT32, np.array(seeds, np.int32))]
+
+
+def _prepared(ins: list[Tensor], constant: bool = True):
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    return prepare_operation(OperationType.RANDOM_MULTINOMIAL, [tensor_info(t, constant=constant and k > 0)
+                                                                for k, t in enumerate(ins)],
+                             [OutputSpec(T.TENSOR_INT32, ())])
+
+
+def test_prepared_stream_equals_run_time_stream():
+    """Constant seeds (not both 0) and sample count: the reference seeds its
+    generator on every execution, so the uniform values are the same each
+    time; they are drawn at prepare for the declared batch size, per other
+    batch size when first met, and the samples are those of the run-time path
+    bit for bit, also through the compilation cache (prepared again on load)."""
+    from tests.prepared_util import assert_same_outputs, one_op_model, through_the_cache
+
+    rng = np.random.default_rng(4)
+    ins = _ins(rng.normal(size=(3, 10)).astype(np.float32), 40, (-7, 1234))
+    const, dynamic = _prepared(ins), _prepared(ins, constant=False)
+    assert const.state.seeds == (-7, 1234) and list(const.state.streams._d) == [3]
+    assert dynamic.state is None
+    want = dynamic.run(ins)
+    for _ in range(2):
+        assert_same_outputs(const.run(ins), want)
+    other = list(ins)
+    other[0] = Tensor(T.TENSOR_FLOAT32, rng.normal(size=(5, 10)).astype(np.float32))
+    assert_same_outputs(const.run(other), dynamic.run(other))
+    assert sorted(const.state.streams._d) == [3, 5]
+    model, values = one_op_model(OperationType.RANDOM_MULTINOMIAL, ins, [OutputSpec(T.TENSOR_INT32, ())],
+                                 [False, True, True])
+    fresh, loaded, kinds = through_the_cache(model)
+    assert kinds == ["prepare"]
+    assert_same_outputs(fresh.run(values), want)
+    assert_same_outputs(loaded.run(values), want)
+
+
+def test_long_streams_are_not_kept(monkeypatch):
+    """Beyond the bound, the stream is drawn per execution (same samples)."""
+    from nnhal.ops import random as random_op
+
+    monkeypatch.setattr(random_op, "_STREAM_LIMIT", 50)
+    ins = _ins(np.zeros((3, 6), np.float32), 40, (9, 9))
+    const, dynamic = _prepared(ins), _prepared(ins, constant=False)
+    assert len(const.state.streams) == 0
+    np.testing.assert_array_equal(const.run(ins)[0], dynamic.run(ins)[0])
+    assert len(const.state.streams) == 0
+
+
+def test_constant_zero_seeds_stay_random():
+    ins = _ins(np.zeros((1, 50), np.float32), 64, (0, 0))
+    const = _prepared(ins)
+    assert const.state.seeds is None and const.state.streams is None
+    assert not np.array_equal(const.run(ins)[0], const.run(ins)[0])
+
+
+@pytest.mark.parametrize("n,seeds", [(-1, (1, 2)), (4, (1,))])
+def test_bad_constant_fails_every_execution(n, seeds):
+    """A negative sample count or a single seed, as constants: prepared without
+    error, every execution fails (GENERAL_FAILURE) as with model inputs."""
+    ins = _ins(np.zeros((2, 3), np.float32), n, seeds)
+    for prepared in (_prepared(ins), _prepared(ins, constant=False)):
+        for _ in range(2):
+            with pytest.raises(OpExecutionError):
+                prepared.run(ins)
