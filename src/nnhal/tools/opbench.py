@@ -2,7 +2,7 @@
 conformance vectors' small tensors: what one executor step costs.
 
     python -m nnhal.tools.opbench [--ops ADD,SOFTMAX] [--types quant8_asymm,float32]
-                                  [--json F] [--before F] [--ms 10] [--clock cpu|wall]
+                                  [--json F] [--before F] [--ms 10] [--clock cpu|wall] [--constants]
 
 For each operation and data type, the first vector model made of that one
 operation (the smallest tensors the vectors have for it) is prepared once on
@@ -12,12 +12,16 @@ execution, in CPU time of the running thread (``--clock cpu``, the default:
 on a machine shared with other work, time spent waiting for a core is not
 the operation's) or wall time (``--clock wall``).  ``--json`` writes the figures, ``--before`` reads such a file and
 prints it beside the new ones (before / after / ratio), then the per-family
-medians.
+medians.  The vectors give many weights and parameters as model inputs (the
+run-time path of an operation's prepare/execute split); ``--constants`` makes
+every model input but each operation's first a constant, as real models hold
+them (the prepared path).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -62,9 +66,38 @@ def pick_models(root: str, ops: Optional[set[str]], types: tuple[str, ...]) -> d
     return picked
 
 
+def constant_inputs(vm: vectors.VectorModel, model: hal.Model) -> tuple[hal.Model, list]:
+    """(the model with every main input but each operation's first turned into
+    a CONSTANT_COPY operand (an omitted one into NO_VALUE), the values of the
+    inputs left)."""
+    m = copy.deepcopy(model)
+    values = bytearray(m.operandValues)
+    keep = {op.inputs[0] for op in m.main.operations if op.inputs}
+    inputs, indexes = [], []
+    for i, v in zip(m.main.inputIndexes, vm.input_values()):
+        o = m.main.operands[i]
+        if i in keep:
+            indexes.append(i)
+            inputs.append(v)
+        elif v is None:
+            o.lifetime, o.location = hal.OperandLifeTime.NO_VALUE, hal.DataLocation()
+        else:
+            raw = vm.main.operands[i].raw
+            off = -len(values) % 8
+            values.extend(b"\0" * off)
+            o.lifetime = hal.OperandLifeTime.CONSTANT_COPY
+            o.location = hal.DataLocation(poolIndex=0, offset=len(values), length=len(raw))
+            o.dimensions = [int(d) for d in v.shape]
+            values.extend(raw)
+    m.main.inputIndexes = indexes
+    m.operandValues = bytes(values)
+    return m, inputs
+
+
 def time_model(vm: vectors.VectorModel, block_ms: float, blocks: int = 9,
-               clock: Callable[[], float] = time.thread_time) -> Optional[float]:
-    """Best block's microseconds per execution, or None if it does not run."""
+               clock: Callable[[], float] = time.thread_time, constants: bool = False) -> Optional[float]:
+    """Best block's microseconds per execution, or None if it does not run;
+    ``constants``: with :func:`constant_inputs`."""
     pools: list[bytearray] = []
 
     def factory(data: bytes) -> hal.Memory:
@@ -72,9 +105,11 @@ def time_model(vm: vectors.VectorModel, block_ms: float, blocks: int = 9,
         return hal.Memory(name="ashmem", size=len(data))
 
     model = vm.build_model(factory)
+    inputs = vm.input_values()
+    if constants:
+        model, inputs = constant_inputs(vm, model)
     try:
         ex = Executor(model, pools)
-        inputs = vm.input_values()
         ex.run(inputs)
     except Exception:  # noqa: BLE001  (not timed: reported as a dash)
         return None
@@ -102,6 +137,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--json", help="write the figures to this file")
     ap.add_argument("--before", nargs="+", metavar="F",
                     help="--json files of earlier runs (the best of them), printed beside")
+    ap.add_argument("--constants", action="store_true",
+                    help="every model input but each operation's first a constant (weights, parameters)")
     ap.add_argument("--figures", nargs="+", metavar="F",
                     help="print the best of these --json files instead of timing (with --before: the comparison)")
     args = ap.parse_args(argv)
@@ -143,7 +180,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         root = args.vectors or vectors.default_vectors()
         picked = pick_models(root, ops, tuple(t.strip() for t in args.types.split(",")))
         for (op, dt), vm in sorted(picked.items(), key=lambda kv: (_family(kv[0][0]), kv[0])):
-            us = time_model(vm, args.ms, clock=time.thread_time if args.clock == "cpu" else time.perf_counter)
+            us = time_model(vm, args.ms, clock=time.thread_time if args.clock == "cpu" else time.perf_counter,
+                            constants=args.constants)
             key = f"{op}/{dt}"
             figures[key] = us
             rows.append((_family(op), op, dt, vm.name, us, before.get(key)))
