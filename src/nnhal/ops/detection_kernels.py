@@ -664,7 +664,10 @@ def _refine_peak(hm: np.ndarray, boxes: np.ndarray, arg: np.ndarray, max_score: 
 
     ni = np.arange(n)[:, None]
     ki = np.arange(k)[None, :]
-    g = [[hm[ni, mirror(mh + dh), mirror(mw + dw), ki] for dw in (-1, 0, 1)] for dh in (-1, 0, 1)]
+    # NOTE: the 3x3 neighbourhood of every peak in one gather: g[1 + dh][1 + dw] is [n, K]
+    step = np.arange(-1, 2)[:, None, None]
+    rows, cols = mirror(mh[None] + step), mirror(mw[None] + step)                  # [3, n, K] each
+    g = hm[ni[None, None], rows[:, None], cols[None, :], ki[None, None]]          # [3, 3, n, K]
     two, half = F32(2), F32(0.5)
     b0 = -(g[1][2] - g[1][0]) / two
     b1 = -(g[2][1] - g[0][1]) / two
