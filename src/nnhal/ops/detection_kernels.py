@@ -325,6 +325,15 @@ def nms_kernel(kind: int, iou_threshold: float, sigma: float) -> SoftKernel:
     raise KernelError(f"unsupported NMS kernel {kind}")
 
 
+def _first_max(v: np.ndarray) -> int:
+    """:func:`max_element` of a 1-D array: numpy's argmax (the first maximum)
+    unless it lands on a NaN (numpy's maximum), where the reference's rule decides."""
+    m = int(v.argmax())
+    if v[m] != v[m]:
+        return int(max_element(v))
+    return m
+
+
 def nms_single_class(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarray, max_detections: int,
                      iou_threshold: float, soft: SoftKernel | None = None,
                      score_threshold: float = 0.0) -> np.ndarray:
@@ -333,30 +342,47 @@ def nms_single_class(scores: np.ndarray, boxes: np.ndarray, candidates: np.ndarr
     with ``soft``, scores are multiplied (in place) by ``soft(iou)`` and boxes
     whose score falls below ``score_threshold`` are dropped.  Returns the
     selected indices in selection order."""
-    sel = np.array(candidates, dtype=np.int64)
+    cand = np.array(candidates, dtype=np.int64)
     if max_detections < 0:
-        max_detections = sel.size
+        max_detections = cand.size
     out: list[int] = []
+    if not cand.size or max_detections <= 0:
+        return np.asarray(out, dtype=np.int64)
     thr = F32(iou_threshold)
     sthr = F32(score_threshold)
+    # NOTE: the candidates' scores, box coordinates and areas gathered once (by position in cand), as
+    # iou_one_to_many computes them: each step then gathers only what it compares
+    sc = scores[cand]
+    b = boxes[cand]
+    x1, y1, x2, y2 = (np.ascontiguousarray(b[:, k]) for k in range(4))
+    areas = (x2 - x1) * (y2 - y1)
+    zero = F32(0)
+    sel = np.arange(cand.size, dtype=np.int64)
     while sel.size and len(out) < max_detections:
         deadline.poll()  # NOTE: greedy NMS is one Python step per kept box: the deadline ends it
-        m = int(max_element(scores[sel]))
+        m = _first_max(sc[sel])
         sel[0], sel[m] = sel[m], sel[0]
         best = int(sel[0])
         rest = sel[1:]
         if rest.size:
-            iou = iou_one_to_many(boxes[best], boxes[rest])
+            w = np.maximum(np.minimum(x2[rest], x2[best]) - np.maximum(x1[rest], x1[best]), zero)
+            h = np.maximum(np.minimum(y2[rest], y2[best]) - np.maximum(y1[rest], y1[best]), zero)
+            inter = w * h
+            union = areas[rest] + areas[best] - inter
+            with np.errstate(divide="ignore", invalid="ignore"):
+                iou = (inter / union).astype(F32)
             if soft is None:
                 keep = ~(iou >= thr)
             else:
-                new = (scores[rest] * soft(iou)).astype(scores.dtype)
-                scores[rest] = new
+                new = (sc[rest] * soft(iou)).astype(sc.dtype)
+                sc[rest] = new
                 keep = ~(new < sthr)
             rest = _partition_kept(rest, keep)
         out.append(best)
         sel = rest
-    return np.asarray(out, dtype=np.int64)
+    if soft is not None:
+        scores[cand] = sc
+    return cand[np.asarray(out, dtype=np.int64)]
 
 
 def nms_multi_class(scores: np.ndarray, boxes: np.ndarray, num_classes: int, score_threshold: float,
