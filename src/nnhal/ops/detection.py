@@ -136,7 +136,7 @@ def _params(ctx: ExecContext, scalars: tuple, parse: Callable[..., tuple]) -> tu
     st = ctx.state
     if st is not None and st.params is not None:
         return st.params
-    return parse(*(ctx.scalar(i) for i in scalars))
+    return parse(*[ctx.scalar(i) for i in scalars])
 
 
 def _real_in(ctx: ExecContext, i: int) -> np.ndarray:

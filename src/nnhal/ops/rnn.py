@@ -83,17 +83,25 @@ def _params(ctx: ExecContext, scalars: tuple, parse: Callable[..., tuple]) -> tu
     st = ctx.state
     if st is not None and st.params is not None:
         return st.params.value(ctx)
-    return parse(*(ctx.scalar(i) for i in scalars))
+    return parse(*[ctx.scalar(i) for i in scalars])
+
+
+_NONE: dict = {}
+
+
+def _f64s(ctx: ExecContext, indexes: tuple) -> list[np.ndarray]:
+    """Inputs in float64: the prepared copies of constants, the others converted now."""
+    st = ctx.state
+    pre = _NONE if st is None else st.f64
+    ins = ctx.inputs
+    if not pre:
+        return [ins[i].data.astype(np.float64) for i in indexes]
+    return [pre[i] if i in pre else ins[i].data.astype(np.float64) for i in indexes]
 
 
 def _f64(ctx: ExecContext, i: int) -> np.ndarray:
     """Input i in float64: the prepared copy of a constant, else converted now."""
-    st = ctx.state
-    if st is not None:
-        a = st.f64.get(i)
-        if a is not None:
-            return a
-    return ctx.inputs[i].data.astype(np.float64)
+    return _f64s(ctx, (i,))[0]
 
 
 def _require(ctx: ExecContext, indexes: range | tuple) -> None:
@@ -132,7 +140,7 @@ def _rnn_sequence(xs: np.ndarray, h: np.ndarray, w: np.ndarray, rw: np.ndarray, 
 
 def execute_rnn(ctx: ExecContext) -> list[np.ndarray]:
     _require(ctx, range(6))
-    x, w, rw, b, h = (_f64(ctx, i) for i in range(5))
+    x, w, rw, b, h = _f64s(ctx, (0, 1, 2, 3, 4))
     for name, arr, rank in (("input", x, 2), ("weights", w, 2), ("recurrent_weights", rw, 2), ("bias", b, 1),
                             ("hidden state", h, 2)):
         _check_rank(ctx, name, arr, rank)
@@ -161,7 +169,7 @@ def _parse_rnn(act: int) -> tuple:
 
 def execute_svdf(ctx: ExecContext) -> list[np.ndarray]:
     _require(ctx, (0, 1, 2, 4, 5, 6))
-    x, wf, wt, state = _f64(ctx, 0), _f64(ctx, 1), _f64(ctx, 2), _f64(ctx, 4)
+    x, wf, wt, state = _f64s(ctx, (0, 1, 2, 4))
     rank, act = _params(ctx, _SVDF_SCALARS, _parse_svdf)
     for name, arr in (("input", x), ("weights_feature", wf), ("weights_time", wt), ("state", state)):
         _check_rank(ctx, name, arr, 2)
@@ -207,7 +215,7 @@ def _parse_svdf(rank: int, act: int) -> tuple:
 
 def execute_unidirectional_rnn(ctx: ExecContext) -> list[np.ndarray]:
     _require(ctx, range(7))
-    x, w, rw, b, h = (_f64(ctx, i) for i in range(5))
+    x, w, rw, b, h = _f64s(ctx, (0, 1, 2, 3, 4))
     act, time_major = _params(ctx, _UNI_SCALARS, _parse_uni)
     if time_major not in (0, 1):
         raise ctx.fail(f"timeMajor must be 0 or 1, got {time_major}")
@@ -251,9 +259,7 @@ def _parse_bidi(act: int, time_major: bool, merge: bool) -> tuple:
 
 def execute_bidirectional_rnn(ctx: ExecContext) -> list[np.ndarray]:
     _require(ctx, (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 14))
-    x = _f64(ctx, 0)
-    fw_w, fw_rw, fw_b, fw_h = (_f64(ctx, i) for i in (1, 2, 3, 4))
-    bw_w, bw_rw, bw_b, bw_h = (_f64(ctx, i) for i in (5, 6, 7, 8))
+    x, fw_w, fw_rw, fw_b, fw_h, bw_w, bw_rw, bw_b, bw_h = _f64s(ctx, (0, 1, 2, 3, 4, 5, 6, 7, 8))
     act, time_major, merge = _params(ctx, _BIDI_SCALARS, _parse_bidi)
     n_out = len(ctx.outputs)
     if merge and n_out not in (1, 3):
@@ -296,7 +302,7 @@ def execute_bidirectional_rnn(ctx: ExecContext) -> list[np.ndarray]:
         raise ctx.fail("backward cell shapes do not match the input")
     fw_aux_w = bw_aux_w = None
     if mode == "cross":
-        fw_aux_w, bw_aux_w = _f64(ctx, 10), _f64(ctx, 11)
+        fw_aux_w, bw_aux_w = _f64s(ctx, (10, 11))
         _check_rank(ctx, "fw aux weights", fw_aux_w, 2)
         _check_rank(ctx, "bw aux weights", bw_aux_w, 2)
         if fw_aux_w.shape != (fw_units, aux.shape[2]) or bw_aux_w.shape != (bw_units, aux.shape[2]):
