@@ -367,9 +367,10 @@ def _prepare_lsh_projection(info: OpInfo) -> object:
                   None if weights is RUNTIME else weights)
     hdims, idims = static_shape(info, 0), static_shape(info, 1)
     wdims = None if weights is None else static_shape(info, 2)
-    if hdims is None or idims is None or (weights is not None and wdims is None):
+    item = NUMPY_DTYPE.get(info.inputs[1].type)
+    if hdims is None or idims is None or (weights is not None and wdims is None) or item is None:
         return st
-    return st.prime((hdims, idims, NUMPY_DTYPE[info.inputs[1].type].itemsize, wdims))
+    return st.prime((hdims, idims, item.itemsize, wdims))
 
 
 def execute_lsh_projection(ctx: ExecContext) -> list[np.ndarray]:
