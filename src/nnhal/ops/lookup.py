@@ -15,7 +15,7 @@ import numpy as np
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import NUMPY_DTYPE, V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
-from nnhal.ops.prepared import RUNTIME, PerShape, param, run_now, static_shape
+from nnhal.ops.prepared import RUNTIME, PerShape, frozen, param, run_now, static_shape
 
 T = OperandType
 
@@ -100,7 +100,7 @@ def _hashtable_plan(key: tuple, keys: np.ndarray | None) -> tuple:
     # value row); fewer keys than rows would read past the keys buffer.
     if kshape[0] < rows:
         raise ValueError(f"{kshape[0]} keys for {rows} value rows")
-    return rows, None if keys is None else np.ascontiguousarray(keys[:rows])
+    return rows, None if keys is None else frozen(np.ascontiguousarray(keys[:rows]))
 
 
 def _prepare_hashtable_lookup(info: OpInfo) -> object:
@@ -332,17 +332,17 @@ def _lsh_plan(key: tuple, kind: int, hashes: np.ndarray | None, weights: np.ndar
         raise ValueError(f"unknown projection type {kind}")
     n_rows = ishape[0]
     row_len = int(np.prod(ishape[1:], dtype=np.int64)) * itemsize
-    template = None if hashes is None else _key_template(hashes, n_rows, row_len)
+    template = None if hashes is None else frozen(_key_template(hashes, n_rows, row_len))
     w = None
     if kind == _DENSE and weights is not None:
-        w = weights.astype(np.float64)[None, :]
+        w = frozen(weights.astype(np.float64)[None, :])
     powers = (np.int64(1) << np.arange(num_bits - 1, -1, -1, dtype=np.int64))
     offsets = None
     if kind == _SPARSE:
         # NOTE: the reference computes i * (1 << num_bits) in int; x86 masks the shift count
         offsets = np.arange(num_hash, dtype=np.int64) * (np.int64(1) << (num_bits & 31))
     return _LshPlan(kind=kind, num_hash=num_hash, num_bits=num_bits, n_rows=n_rows, row_len=row_len,
-                    template=template, weights=w, powers=powers, offsets=offsets)
+                    template=template, weights=w, powers=frozen(powers), offsets=frozen(offsets))
 
 
 def _sign_bits(keys: np.ndarray, n_rows: int, weights: np.ndarray | None) -> np.ndarray:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from nnhal.ops import memo
 from nnhal.ops.base import ExecContext, OpInfo
 
@@ -122,6 +124,13 @@ class PerShape:
         if p is None:
             p = self.plans.put(key, attempt(self.fn, key, *self.args))
         return p.value(ctx)
+
+
+def frozen(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """``a`` made read-only (an array of a plan, shared by concurrent executions)."""
+    if a is not None:
+        a.setflags(write=False)
+    return a
 
 
 def static_shape(info: OpInfo, i: int = 0) -> Optional[tuple]:

@@ -30,7 +30,7 @@ from nnhal.ops.base import (
     Signature,
 )
 from nnhal.ops.fixedpoint import round_half_away
-from nnhal.ops.prepared import RUNTIME, PerShape, param, prepared, run_now, static_shape
+from nnhal.ops.prepared import RUNTIME, PerShape, frozen, param, prepared, run_now, static_shape
 
 T = OperandType
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
@@ -438,7 +438,7 @@ def _gather_plan(shape: tuple, axis: int, indices: np.ndarray | None) -> tuple:
     if indices is not None:
         if _out_of_range(indices, dim):
             raise ValueError(f"indices out of range [0, {dim})")
-        indices = indices.astype(np.intp)
+        indices = frozen(indices.astype(np.intp))
     return a, dim, indices
 
 
