@@ -5,6 +5,11 @@ LSH_PROJECTION hashes ``(seed, input row)`` byte strings with FarmHash's
 ``Fingerprint64`` (``farmhashna::Hash64``) exactly as Android's reference
 does, so the projected bits match it; :func:`fingerprint64` is a pure numpy
 implementation vectorized over many keys of one length.
+
+``prepare`` does the shape checks once per shape and keeps what constant
+operands give: HASHTABLE_LOOKUP's key table (cut once), EMBEDDING_LOOKUP's
+checked constant lookups, LSH_PROJECTION's hash keys with the float32 seeds in
+place and its float64 weights.
 """
 
 from __future__ import annotations

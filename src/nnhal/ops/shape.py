@@ -9,6 +9,13 @@ PAD / PAD_V2 pick the quantized pad value.  Validation mirrors Android 11's
 reference (``Utils.cpp`` ``validateOperation`` for the ops that bypass the
 operation resolver, the ``validate`` / ``prepare`` of the others); run-time
 shape and value problems raise OpExecutionError.
+
+Parameters given as constants (axes, permutations, begin / end / strides and
+masks, split counts, multiples, dims, constant GATHER indices) are parsed in
+``prepare`` into a plan per input shape (:class:`nnhal.ops.prepared.PerShape`:
+index tuples, output shapes), so an execution is a reshape, a transposed copy,
+slices or a take; a parameter given at run time goes through the same parser
+in ``execute``.  RANK has nothing to prepare (its answer is ``ndim``).
 """
 
 from __future__ import annotations
@@ -63,7 +70,8 @@ def _ints(data: np.ndarray, what: str) -> tuple[int, ...]:
     """A 1-D INT32 parameter tensor's values; ValueError if it is not 1-D."""
     if data.ndim != 1:
         raise ValueError(f"{what} must be a 1-D tensor, got shape {list(data.shape)}")
-    return tuple(int(v) for v in data.tolist())
+    v = data.tolist()
+    return tuple(v) if data.dtype.kind in "iu" else tuple(int(e) for e in v)
 
 
 def _norm_axis(axis: int, rank: int) -> int:

@@ -7,6 +7,12 @@ by transposing in and out.  Resizing follows the reference: output size
 from INT32 sizes or float scales, the HAL 1.3 align_corners /
 half_pixel_centers flags, bilinear weights computed in float32 in TFLite's
 order and quantized results truncated like its ``static_cast``.
+
+The block rearrangements parse their constant block sizes, paddings, groups
+and layout flag in ``prepare`` into a plan per input shape (a 6-D view, a
+permutation and the output shape, the NCHW layout folded into the
+permutation), so an execution is one transposed copy (SPACE_TO_BATCH_ND: into
+a buffer of the pad value first).
 """
 
 from __future__ import annotations
