@@ -214,3 +214,102 @@ def test_lsh_errors():
         match_signature(op, [hf, T.TENSOR_INT32, f, T.INT32], [T.TENSOR_INT32])
     with pytest.raises(OpValidationError):
         match_signature(op, [f, T.TENSOR_QUANT8_ASYMM_SIGNED, f, T.INT32], [T.TENSOR_INT32])
+
+
+# ---------------------------------------------------------------- the Prepare/Eval split
+
+def outs(*types: OperandType) -> list[OutputSpec]:
+    return [OutputSpec(t, ()) for t in types]
+
+
+F = T.TENSOR_FLOAT32
+VALUES = Tensor(F, np.arange(4 * 2 * 3, dtype=np.float32).reshape(4, 2, 3) - 7)
+KEYS = i32([-3, 2, 7, 100])
+KIND_DENSE, KIND_SPARSE = Tensor(T.INT32, np.array(2, np.int32)), Tensor(T.INT32, np.array(3, np.int32))
+NO_WEIGHT = Tensor(F, None)
+
+# (operation, inputs, outputs, positions of the constants, other inputs (same constants))
+PREPARED_CASES = {
+    "embedding_constant_values": (OperationType.EMBEDDING_LOOKUP, [i32([3, 0, 3]), VALUES], outs(F), {1},
+                                  [i32([1]), VALUES], [i32([4]), VALUES], [i32([-1, 0]), VALUES], [i32([]), VALUES]),
+    "embedding_all_constant": (OperationType.EMBEDDING_LOOKUP, [i32([2, 1]), VALUES], outs(F), {0, 1}),
+    "hashtable_constant_keys_values": (OperationType.HASHTABLE_LOOKUP, [i32([7, 5, -3, 100, 101, -4]), KEYS, VALUES],
+                                       outs(F, T.TENSOR_QUANT8_ASYMM), {1, 2},
+                                       [i32([2]), KEYS, VALUES], [i32([]), KEYS, VALUES]),
+    "hashtable_constant_keys": (OperationType.HASHTABLE_LOOKUP, [i32([2, 3]), KEYS, VALUES],
+                                outs(F, T.TENSOR_QUANT8_ASYMM), {1},
+                                [i32([100, -3]), KEYS, Tensor(F, np.ones((2, 5), np.float32))]),
+    "lsh_dense": (OperationType.LSH_PROJECTION, [Tensor(F, HASH), i32(INPUT), Tensor(F, WEIGHT), KIND_DENSE],
+                  outs(T.TENSOR_INT32), {0, 2, 3}, [Tensor(F, HASH), i32(INPUT[::-1]), Tensor(F, WEIGHT), KIND_DENSE],
+                  [Tensor(F, HASH), i32(INPUT[:2]), Tensor(F, WEIGHT), KIND_DENSE]),
+    "lsh_sparse": (OperationType.LSH_PROJECTION, [Tensor(F, HASH), i32(INPUT), NO_WEIGHT, KIND_SPARSE],
+                   outs(T.TENSOR_INT32), {0, 2, 3}, [Tensor(F, HASH), i32(INPUT[:1]), NO_WEIGHT, KIND_SPARSE],
+                   [Tensor(F, HASH), Tensor(T.TENSOR_QUANT8_ASYMM, np.arange(12, dtype=np.uint8).reshape(2, 6), 0.5, 1),
+                    NO_WEIGHT, KIND_SPARSE]),
+    "lsh_float16_runtime_hash": (OperationType.LSH_PROJECTION,
+                                 [Tensor(T.TENSOR_FLOAT16, HASH.astype(np.float16)), i32(INPUT),
+                                  Tensor(T.TENSOR_FLOAT16, WEIGHT.astype(np.float16)), KIND_DENSE],
+                                 outs(T.TENSOR_INT32), {3},
+                                 [Tensor(T.TENSOR_FLOAT16, -HASH.astype(np.float16)), i32(INPUT),
+                                  Tensor(T.TENSOR_FLOAT16, WEIGHT.astype(np.float16)), KIND_DENSE]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PREPARED_CASES))
+def test_prepared_and_runtime_paths_agree(name, paths_agree):
+    op, inputs, outputs, constant, *others = PREPARED_CASES[name]
+    prep, results = paths_agree(op, inputs, outputs, constant, *others)
+    assert isinstance(results[0], list)
+    assert len(prep.state.plans) >= 1  # NOTE: the declared shapes' plan, made at prepare
+
+
+def test_prepared_lsh_matches_the_reference_bits(paths_agree):
+    _, [res, *_] = paths_agree(OperationType.LSH_PROJECTION,
+                               [Tensor(F, HASH), i32(INPUT), Tensor(F, WEIGHT), KIND_DENSE], outs(T.TENSOR_INT32),
+                               {0, 2, 3})
+    got = np.frombuffer(res[0][2], np.int32)
+    np.testing.assert_array_equal(got, [ref_bit(float(s), INPUT, WEIGHT) for s in HASH.reshape(-1)])
+
+
+def test_hashtable_unsorted_constant_keys_as_at_run_time(paths_agree):
+    """The reference binary-searches whatever keys it is given; the prepared table searches the same way."""
+    keys = i32([5, 1, 9, 3, 7])
+    values = Tensor(T.TENSOR_INT32, np.arange(5, dtype=np.int32) + 10)
+    paths_agree(OperationType.HASHTABLE_LOOKUP, [i32([1, 3, 5, 7, 9, 0]), keys, values],
+                outs(T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM), {1, 2})
+
+
+BAD_CONSTANTS = {
+    "embedding_lookup_index": (OperationType.EMBEDDING_LOOKUP, [i32([0, 4]), VALUES], outs(F), {0, 1},
+                               r"lookup index 4 out of range \[0, 4\)"),
+    "embedding_lookup_negative": (OperationType.EMBEDDING_LOOKUP, [i32([-2]), VALUES], outs(F), {0, 1},
+                                  "lookup index -2"),
+    "embedding_values_rank": (OperationType.EMBEDDING_LOOKUP, [i32([0]), Tensor(F, np.zeros(3, np.float32))], outs(F),
+                              {1}, "rank >= 2"),
+    "hashtable_too_few_keys": (OperationType.HASHTABLE_LOOKUP, [i32([1]), i32([1]), Tensor(F, np.zeros((2, 2),
+                                                                                                         np.float32))],
+                               outs(F, T.TENSOR_QUANT8_ASYMM), {1, 2}, "1 keys for 2 value rows"),
+    "lsh_unknown_type": (OperationType.LSH_PROJECTION, [Tensor(F, HASH), i32(INPUT), NO_WEIGHT,
+                                                        Tensor(T.INT32, np.array(7, np.int32))],
+                         outs(T.TENSOR_INT32), {0, 2, 3}, "unknown projection type 7"),
+    "lsh_sparse_with_weight": (OperationType.LSH_PROJECTION, [Tensor(F, HASH), i32(INPUT), Tensor(F, WEIGHT),
+                                                              KIND_SPARSE], outs(T.TENSOR_INT32), {0, 2, 3},
+                               "takes no weight"),
+    "lsh_dense_weight_length": (OperationType.LSH_PROJECTION, [Tensor(F, HASH), i32(INPUT), Tensor(F, WEIGHT[:2]),
+                                                               KIND_DENSE], outs(T.TENSOR_INT32), {0, 2, 3},
+                                "does not match input rows 3"),
+    "lsh_too_many_bits": (OperationType.LSH_PROJECTION, [Tensor(F, np.zeros((1, 33), np.float32)), i32(INPUT),
+                                                         NO_WEIGHT, KIND_SPARSE], outs(T.TENSOR_INT32), {0, 2, 3},
+                          "at most 32 bits"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CONSTANTS))
+def test_bad_constant_parameter_fails_every_execution(name, paths_agree):
+    """Prepare accepts the model; every execution fails with OpExecutionError, the run-time path the same."""
+    op, inputs, outputs, constant, match = BAD_CONSTANTS[name]
+    prep, results = paths_agree(op, inputs, outputs, constant, validate=False)
+    assert all(isinstance(r, str) for r in results)
+    for _ in range(2):
+        with pytest.raises(OpExecutionError, match=match):
+            prep.run(inputs)

@@ -22,8 +22,9 @@ from nnhal.ops.base import (
     Tensor,
     match_signature,
 )
+from nnhal.ops.prepared import Ready
 from nnhal.ops.registry import REGISTRY
-from nnhal.ops.run import run_operation
+from nnhal.ops.run import prepare_operation, run_operation, tensor_info
 
 # every kernel test through validate, prepare (scalars as the model's constants) and execute
 PHASES = {"scalar_constants": True, "validate": True}
@@ -414,3 +415,152 @@ def test_constant_lifetime_not_required():
     # NOTE: the reference accepts non-constant shape / perm / paddings inputs
     i = info(Op.RESHAPE, [(F32, (2, 3)), OperandInfo(I32, (1,), lifetime=L.SUBGRAPH_INPUT)], [(F32, (6,))])
     REGISTRY[Op.RESHAPE].validate(i)
+
+
+# --------------------------------------------------------------------------
+# the Prepare/Eval split: constant parameters parsed once, plans per input shape
+
+
+def f32s(*shape) -> Tensor:
+    return tensor(np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) - 3)
+
+
+def q8s(*shape) -> Tensor:
+    return tensor((np.arange(int(np.prod(shape))) * 7 % 251).astype(np.uint8).reshape(shape), Q8, 0.5, 3)
+
+
+def out(t=F32, n=1, scale=0.0, zp=0) -> list[OutputSpec]:
+    return [OutputSpec(t, (), scale, zp) for _ in range(n)]
+
+
+# (operation, inputs, outputs, positions of the constants, other data inputs (same constants))
+PREPARED_CASES = {
+    "expand_dims": (Op.EXPAND_DIMS, [f32s(2, 3), i32(-1)], out(), {1}, [f32s(4)], [f32s(1, 2, 3, 4)]),
+    "expand_dims_front": (Op.EXPAND_DIMS, [q8s(2, 3), i32(0)], out(Q8, 1, 0.5, 3), {1}, [q8s(5)]),
+    "squeeze": (Op.SQUEEZE, [f32s(1, 3, 1), ints([0, -1])], out(), {1}, [f32s(1, 2, 1)], [f32s(2, 1, 1)]),
+    "squeeze_omitted": (Op.SQUEEZE, [f32s(1, 3, 1), omitted()], out(), {1}, [f32s(1, 1, 4)], [f32s(2, 3)]),
+    "transpose": (Op.TRANSPOSE, [f32s(2, 3, 4), ints([2, 0, 1])], out(), {1}, [f32s(4, 1, 2)], [f32s(2, 3)]),
+    "transpose_omitted": (Op.TRANSPOSE, [q8s(2, 3), omitted()], out(Q8, 1, 0.5, 3), {1}, [q8s(5, 1)],
+                          [q8s(2, 2, 2)]),
+    "split": (Op.SPLIT, [f32s(2, 4, 3), i32(1), i32(2)], out(n=2), {1, 2}, [f32s(1, 6)], [f32s(2, 3)]),
+    "split_negative_axis": (Op.SPLIT, [f32s(2, 6), i32(-1), i32(3)], out(n=3), {1, 2}, [f32s(3, 3)], [f32s(3)]),
+    "slice": (Op.SLICE, [f32s(3, 4), ints([1, 0]), ints([2, -1])], out(), {1, 2}, [f32s(4, 2)], [f32s(2, 4)],
+              [f32s(3, 4, 1)]),
+    "strided_slice": (Op.STRIDED_SLICE, [f32s(3, 4, 5), ints([1, 3, -1]), ints([3, 0, -6]), ints([1, -1, -2]),
+                                         i32(0b000), i32(0b010), i32(0b000)], out(), set(range(1, 7)),
+                      [f32s(2, 2, 2)], [f32s(6, 7, 8)], [f32s(1, 1, 1)]),
+    "strided_slice_shrink": (Op.STRIDED_SLICE, [q8s(2, 3), ints([1, 0]), ints([2, 3]), ints([1, 2]),
+                                                i32(0), i32(0b10), i32(0b01)], out(Q8, 1, 0.5, 3), set(range(1, 7)),
+                             [q8s(3, 5)], [q8s(1, 3)]),
+    "gather_constant_indices": (Op.GATHER, [f32s(3, 4), i32(-1), ints([[3, 0], [1, 1]])], out(), {1, 2},
+                                [f32s(2, 5)], [f32s(2, 3)]),
+    "gather_runtime_indices": (Op.GATHER, [f32s(3, 4), i32(0), ints([2, 0])], out(), {1}, [f32s(5, 1)],
+                               [f32s(2, 2)]),
+    "tile": (Op.TILE, [q8s(2, 3), ints([2, 1])], out(Q8, 1, 0.5, 3), {1}, [q8s(1, 1)], [q8s(3, 2)]),
+    "tile_zero": (Op.TILE, [f32s(2, 3), ints([0, 3])], out(), {1}, [f32s(1, 2)]),
+    "fill": (Op.FILL, [ints([2, 3]), Tensor(T.FLOAT32, np.array(1.5, np.float32))], out(), {0, 1},
+             [ints([2, 3]), Tensor(T.FLOAT32, np.array(-2.5, np.float32))]),
+}
+
+
+def _case_inputs(inputs, other):
+    """``other`` (the data inputs first, then the parameters) completed with ``inputs``' parameters."""
+    return list(other) + list(inputs[len(other):])
+
+
+@pytest.mark.parametrize("name", sorted(PREPARED_CASES))
+def test_prepared_and_runtime_paths_agree(name, paths_agree):
+    op, inputs, outputs, constant, *others = PREPARED_CASES[name]
+    others = [_case_inputs(inputs, o) for o in others] if op != Op.FILL else others
+    prep, results = paths_agree(op, inputs, outputs, constant, *others)
+    assert prep.state is not None
+    assert isinstance(results[0], list)  # NOTE: the declared shape runs
+    if op != Op.FILL:
+        # NOTE: the plan of the declared shape was made at prepare, one per further shape after
+        key = inputs[0].data.ndim if op == Op.TRANSPOSE else inputs[0].shape
+        assert isinstance(prep.state.plans.get(key), Ready)
+
+
+def test_prepared_plan_for_the_declared_shape_and_per_shape_after():
+    x = f32s(2, 3, 4)
+    prep = prepare_operation(Op.STRIDED_SLICE, [tensor_info(x)] + [tensor_info(t, True) for t in (
+        ints([0, 0, 0]), ints([2, 3, 4]), ints([1, 1, 2]), i32(0), i32(0), i32(0))], out())
+    assert len(prep.state.plans) == 1
+    params = [ints([0, 0, 0]), ints([2, 3, 4]), ints([1, 1, 2]), i32(0), i32(0), i32(0)]
+    for _ in range(3):
+        (r,) = prep.run([x, *params])
+        np.testing.assert_array_equal(r, x.data[:, :, ::2])
+    assert len(prep.state.plans) == 1
+    y = f32s(3, 4, 5)
+    (r,) = prep.run([y, *params])
+    np.testing.assert_array_equal(r, y.data[:2, :3, :4:2])
+    assert len(prep.state.plans) == 2
+
+
+def test_runtime_parameters_leave_no_state():
+    x = f32s(2, 3)
+    for op, params in ((Op.TRANSPOSE, [ints([1, 0])]), (Op.TILE, [ints([1, 2])]), (Op.EXPAND_DIMS, [i32(0)]),
+                       (Op.SLICE, [ints([0, 0]), ints([1, 1])])):
+        prep = prepare_operation(op, [tensor_info(t) for t in [x, *params]], out())
+        assert prep.state is None
+        prep.run([x, *params])
+
+
+BAD_CONSTANTS = {
+    "expand_dims_axis": (Op.EXPAND_DIMS, [f32s(2, 3), i32(3)], "axis 3 out of range"),
+    "squeeze_dim_not_1": (Op.SQUEEZE, [f32s(1, 3), ints([1])], "cannot squeeze dimension 1"),
+    "squeeze_dims_2d": (Op.SQUEEZE, [f32s(1, 3), ints([[0]])], "must be a 1-D tensor"),
+    "transpose_repeated": (Op.TRANSPOSE, [f32s(2, 3), ints([0, 0])], "invalid permutation"),
+    "transpose_rank": (Op.TRANSPOSE, [f32s(2, 3), ints([0, 1, 2])], "3 entries for an input of rank 2"),
+    "transpose_omitted_3d": (Op.TRANSPOSE, [f32s(2, 3, 4), omitted()], "omitted perm needs a 2-D input"),
+    "split_axis": (Op.SPLIT, [f32s(2, 3), i32(2), i32(1)], "axis 2 out of range"),
+    "split_uneven": (Op.SPLIT, [f32s(2, 3), i32(1), i32(2)], "does not evenly divide"),
+    "split_count": (Op.SPLIT, [f32s(2, 4), i32(1), i32(0)], "does not match"),
+    "slice_negative_begin": (Op.SLICE, [f32s(2, 3), ints([-1, 0]), ints([1, 1])], "out of range"),
+    "slice_too_long": (Op.SLICE, [f32s(2, 3), ints([1, 0]), ints([2, 1])], "out of range"),
+    "strided_slice_zero_stride": (Op.STRIDED_SLICE, [f32s(4), ints([0]), ints([2]), ints([0]), i32(0), i32(0),
+                                                     i32(0)], "stride 0 is zero"),
+    "strided_slice_shrink": (Op.STRIDED_SLICE, [f32s(4), ints([0]), ints([2]), ints([1]), i32(0), i32(0),
+                                                i32(1)], "shrinking axis 0"),
+    "gather_axis": (Op.GATHER, [f32s(2, 3), i32(2), ints([0])], "axis 2 out of range"),
+    "gather_index_high": (Op.GATHER, [f32s(2, 3), i32(1), ints([3])], r"indices out of range \[0, 3\)"),
+    "gather_index_negative": (Op.GATHER, [f32s(2, 3), i32(0), ints([0, -1])], r"indices out of range \[0, 2\)"),
+    "tile_negative": (Op.TILE, [f32s(2, 3), ints([1, -1])], "negative multiples"),
+    "tile_rank": (Op.TILE, [f32s(2, 3), ints([1])], "1 entries for an input of rank 2"),
+    "fill_negative": (Op.FILL, [ints([2, -3]), Tensor(T.FLOAT32, np.array(1, np.float32))], "negative dimensions"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CONSTANTS))
+def test_bad_constant_parameter_fails_every_execution(name, paths_agree):
+    """Prepare accepts the model (its executions fail, as the reference's do);
+    every execution fails with OpExecutionError, the run-time path the same."""
+    op, inputs, match = BAD_CONSTANTS[name]
+    constant = set(range(len(inputs))) if op == Op.FILL else set(range(1, len(inputs)))
+    outputs = out(n=max(int(inputs[2].data), 1) if op == Op.SPLIT else 1)
+    prep, results = paths_agree(op, inputs, outputs, constant)
+    assert prep.state is not None
+    assert all(isinstance(r, str) for r in results)
+    for _ in range(2):
+        with pytest.raises(OpExecutionError, match=match):
+            prep.run(inputs)
+
+
+def test_rank_has_nothing_to_prepare():
+    # NOTE: its answer is the input's ndim, one attribute read: a prepared answer saves nothing
+    assert REGISTRY[Op.RANK].prepare is None
+
+
+def test_bad_constant_parameter_is_general_failure_through_the_driver():
+    """The model is prepared; each execution is GENERAL_FAILURE."""
+    from tests.driver_util import Builder, Pools, S, execute_sync, make_model, prepared_model
+
+    for op, param in ((Op.TRANSPOSE, np.array([0, 0], np.int32)), (Op.TILE, np.array([1, -2], np.int32))):
+        b = Builder()
+        x = b.input(F32, (2, 3))
+        o = b.output(F32, (0, 0))
+        b.op(op, [x, b.const(I32, param, (2,))], [o])
+        pm = prepared_model(make_model(b))
+        for _ in range(2):
+            with Pools([np.ones((2, 3), np.float32)], [64]) as p:
+                assert execute_sync(pm, p.request())[0] == S.GENERAL_FAILURE

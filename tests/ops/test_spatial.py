@@ -356,3 +356,124 @@ def test_resize_non_finite_scale_fails_at_execution(v):
     s = scalar(v, T.FLOAT32)
     with pytest.raises(OpExecutionError, match="finite"):
         run(Op.RESIZE_BILINEAR, [x, s, s])
+
+
+# --------------------------------------------------------------------------
+# the Prepare/Eval split: constant block sizes, paddings, groups, layouts
+
+
+def arange(*shape, type_=T.TENSOR_FLOAT32, zp=0) -> Tensor:
+    v = np.arange(int(np.prod(shape))).reshape(shape)
+    if type_ == T.TENSOR_FLOAT32:
+        return tensor(v.astype(np.float32) - 5, type_)
+    return tensor((v * 7 % 200).astype(NUMPY_DTYPE[type_]), type_, 0.5, zp)
+
+
+def ti(v) -> Tensor:
+    return tensor(v, T.TENSOR_INT32)
+
+
+def same_out(x: Tensor) -> list[OutputSpec]:
+    return [OutputSpec(x.type, (), x.scale, x.zero_point)]
+
+
+Q8A, Q8S_ = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+# (operation, data input, parameters (all constants in the prepared form), other data inputs ([x]))
+PREPARED_CASES = {
+    "space_to_depth": (Op.SPACE_TO_DEPTH, arange(2, 4, 6, 3), [scalar(2)], [arange(1, 2, 2, 5)], [arange(1, 3, 2, 1)]),
+    "space_to_depth_nchw": (Op.SPACE_TO_DEPTH, arange(2, 3, 4, 6, type_=Q8A, zp=3), [scalar(2), boolean(True)],
+                            [arange(1, 1, 6, 2, type_=Q8A, zp=3)]),
+    "depth_to_space": (Op.DEPTH_TO_SPACE, arange(1, 2, 3, 8), [scalar(2), boolean(False)], [arange(2, 1, 1, 4)],
+                       [arange(1, 1, 1, 6)]),
+    "depth_to_space_nchw": (Op.DEPTH_TO_SPACE, arange(2, 9, 2, 3, type_=Q8S_, zp=-2), [scalar(3), boolean(True)],
+                            [arange(1, 18, 1, 1, type_=Q8S_, zp=-2)], [arange(1, 4, 1, 1, type_=Q8S_, zp=-2)]),
+    "space_to_batch": (Op.SPACE_TO_BATCH_ND, arange(2, 5, 4, 3, type_=Q8A, zp=9), [ti([3, 2]), ti([[1, 0], [0, 2]])],
+                       [arange(1, 2, 2, 1, type_=Q8A, zp=9)], [arange(1, 3, 3, 1, type_=Q8A, zp=9)]),
+    "space_to_batch_nchw": (Op.SPACE_TO_BATCH_ND, arange(2, 3, 5, 4, type_=Q8S_, zp=-7),
+                            [ti([3, 2]), ti([[1, 0], [0, 2]]), boolean(True)],
+                            [arange(1, 1, 2, 2, type_=Q8S_, zp=-7)]),
+    "space_to_batch_no_padding": (Op.SPACE_TO_BATCH_ND, arange(1, 4, 4, 1), [ti([2, 2]), ti([[0, 0], [0, 0]])],
+                                  [arange(2, 2, 6, 3)]),
+    "batch_to_space": (Op.BATCH_TO_SPACE_ND, arange(6, 2, 1, 3), [ti([3, 2])], [arange(12, 1, 1, 1)],
+                       [arange(4, 1, 1, 1)]),
+    "batch_to_space_nchw": (Op.BATCH_TO_SPACE_ND, arange(4, 3, 2, 1, type_=Q8A, zp=1), [ti([1, 4]), boolean(True)],
+                            [arange(8, 1, 1, 2, type_=Q8A, zp=1)]),
+    "channel_shuffle": (Op.CHANNEL_SHUFFLE, arange(2, 3, 12, type_=Q8S_, zp=1), [scalar(3), scalar(-1)],
+                        [arange(1, 6, type_=Q8S_, zp=1)], [arange(4, 4, type_=Q8S_, zp=1)]),
+    "channel_shuffle_axis0": (Op.CHANNEL_SHUFFLE, arange(6, 2), [scalar(2), scalar(0)], [arange(4, 1, 1, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PREPARED_CASES))
+def test_prepared_and_runtime_paths_agree(name, paths_agree):
+    op, x, params, *others = PREPARED_CASES[name]
+    inputs = [x, *params]
+    prep, results = paths_agree(op, inputs, same_out(x), set(range(1, len(inputs))),
+                                *[[*o, *params] for o in others])
+    assert isinstance(results[0], list)
+    assert len(prep.state.plans) == 1 + len(others)  # NOTE: the declared shape's plan made at prepare
+
+
+@pytest.mark.parametrize("nchw", [False, True])
+def test_prepared_space_batch_and_depth_match_the_naive_forms(nchw, paths_agree):
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 255, size=(2, 5, 4, 3)).astype(np.uint8)
+    xin = x.transpose(0, 3, 1, 2) if nchw else x
+    q = tensor(xin, Q8A, 0.5, 9)
+    pads = [[1, 0], [0, 2]]
+    _, [res, *_] = paths_agree(Op.SPACE_TO_BATCH_ND, [q, ti([3, 2]), ti(pads), boolean(nchw)], same_out(q), {1, 2, 3})
+    got = np.frombuffer(res[0][2], np.uint8).reshape(res[0][1])
+    np.testing.assert_array_equal(got.transpose(0, 2, 3, 1) if nchw else got, naive_space_to_batch(x, 3, 2, pads, 9))
+    y = tensor(rng.standard_normal((2, 4, 6, 3)).astype(np.float32))
+    yin = tensor(y.data.transpose(0, 3, 1, 2)) if nchw else y
+    _, [res, *_] = paths_agree(Op.SPACE_TO_DEPTH, [yin, scalar(2), boolean(nchw)], same_out(y), {1, 2})
+    got = np.frombuffer(res[0][2], np.float32).reshape(res[0][1])
+    np.testing.assert_array_equal(got.transpose(0, 2, 3, 1) if nchw else got, naive_space_to_depth(y.data, 2))
+
+
+BAD_CONSTANTS = {
+    "space_to_depth_zero_block": (Op.SPACE_TO_DEPTH, arange(1, 2, 2, 1), [scalar(0)], "block size 0 must be positive"),
+    "space_to_depth_negative_block": (Op.SPACE_TO_DEPTH, arange(1, 2, 2, 1), [scalar(-2), boolean(True)],
+                                      "block size -2 must be positive"),
+    "space_to_depth_not_multiple": (Op.SPACE_TO_DEPTH, arange(1, 3, 2, 1), [scalar(2)], "multiples of the block"),
+    "depth_to_space_negative_block": (Op.DEPTH_TO_SPACE, arange(1, 1, 1, 4), [scalar(-1)], "must be positive"),
+    "depth_to_space_depth": (Op.DEPTH_TO_SPACE, arange(1, 1, 1, 3), [scalar(2)], "multiple of block size squared"),
+    "space_to_batch_zero_block": (Op.SPACE_TO_BATCH_ND, arange(1, 2, 2, 1), [ti([0, 1]), ti([[0, 0], [0, 0]])],
+                                  ">= 1"),
+    "space_to_batch_negative_padding": (Op.SPACE_TO_BATCH_ND, arange(1, 2, 2, 1), [ti([1, 1]), ti([[0, -1], [0, 0]])],
+                                        "non-negative"),
+    "space_to_batch_not_multiple": (Op.SPACE_TO_BATCH_ND, arange(1, 3, 2, 1), [ti([2, 2]), ti([[0, 0], [0, 0]])],
+                                    "multiple of the block shape"),
+    "space_to_batch_block_shape": (Op.SPACE_TO_BATCH_ND, arange(1, 2, 2, 1), [ti([2]), ti([[0, 0], [0, 0]])],
+                                   "2 values"),
+    "batch_to_space_negative_block": (Op.BATCH_TO_SPACE_ND, arange(4, 1, 1, 1), [ti([-2, 2])], ">= 1"),
+    "batch_to_space_batch": (Op.BATCH_TO_SPACE_ND, arange(3, 1, 1, 1), [ti([2, 1])], "multiple of the block size"),
+    "channel_shuffle_zero_groups": (Op.CHANNEL_SHUFFLE, arange(2, 6), [scalar(0), scalar(1)], "positive"),
+    "channel_shuffle_groups": (Op.CHANNEL_SHUFFLE, arange(2, 6), [scalar(4), scalar(1)], "divide the axis size 6"),
+    "channel_shuffle_axis": (Op.CHANNEL_SHUFFLE, arange(2, 6), [scalar(2), scalar(2)], "axis 2 out of range"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CONSTANTS))
+def test_bad_constant_parameter_fails_every_execution(name, paths_agree):
+    """Prepare accepts the model; every execution fails with OpExecutionError, the run-time path the same."""
+    op, x, params, match = BAD_CONSTANTS[name]
+    inputs = [x, *params]
+    prep, results = paths_agree(op, inputs, same_out(x), set(range(1, len(inputs))), validate=False)
+    assert prep.state is not None and all(isinstance(r, str) for r in results)
+    for _ in range(2):
+        with pytest.raises(OpExecutionError, match=match):
+            prep.run(inputs)
+
+
+def test_channel_shuffle_output_quantization_checked_once():
+    """The output's scale / zero point (model data) is checked by the prepared plan: every execution fails."""
+    x = arange(2, 6, type_=Q8A, zp=3)
+    bad = [OutputSpec(Q8A, (), 0.25, 3)]
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    prep = prepare_operation(Op.CHANNEL_SHUFFLE, [tensor_info(x), tensor_info(scalar(2), True),
+                                                  tensor_info(scalar(1), True)], bad, validate=False)
+    for _ in range(2):
+        with pytest.raises(OpExecutionError, match="scale and zero point"):
+            prep.run([x, scalar(2), scalar(1)])

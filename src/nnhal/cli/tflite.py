@@ -28,11 +28,8 @@ from nnhal.delegate.run import (
     ExecutionError,
     HalSession,
     LiteRT,
-    check_inputs,
-    diff,
     make_inputs,
     timed,
-    topk,
 )
 from nnhal.tflite.errors import InvalidModelError, UnsupportedModelError
 from nnhal.tflite.loader import IODescription, free_model, load
@@ -89,22 +86,6 @@ def summary(io: IODescription) -> str:
     hal_ops = sum(io.hal_operations.values())
     return (f"{sum(io.operators.values())} TFLite operators ({ops}); rewrites: {rw}; "
             f"{hal_ops} HAL operations")
-
-
-def _short(a: np.ndarray) -> str:
-    flat = a.reshape(-1)
-    head = ", ".join(f"{v:.4g}" if a.dtype.kind == "f" else str(v) for v in flat[:6])
-    return f"{a.dtype}{list(a.shape)} [{head}{', ...' if flat.size > 6 else ''}]"
-
-
-def _inputs(args: argparse.Namespace, io: IODescription) -> list[np.ndarray]:
-    if not args.input:
-        return make_inputs(io, batch=args.batch or 1, seed=args.seed)
-    arrays = [load_npy(f, "--input") for f in args.input]
-    try:
-        return check_inputs(io, arrays)
-    except ValueError as e:
-        raise UserError(f"--input: {e}") from None
 
 
 def load_npy(path: str, option: str = "--input") -> np.ndarray:
@@ -218,140 +199,6 @@ def verdict(args: argparse.Namespace, io: IODescription, failures: list[str], dr
     return 0
 
 
-def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
-    """``nnhal run``."""
-    check_run_flags(args)
-    expose = bool(args.per_tensor)
-    if args.batch < 0:
-        _user_error(f"--batch {args.batch}: give 1 or more")
-    batch = None if args.keep_unknown else (args.batch or 1)
-    devices = [d.strip() for d in (getattr(args, "devices", "") or "").split(",") if d.strip()]
-    name = args.device or "sample-all"
-    # NOTE: TFLite custom operators the target devices implement as extension operations
-    custom = custom_operators([device_of(n) for n in devices or [name]])
-    model, io = _load(args.model, batch, expose, custom)
-    print(f"{args.model}: {summary(io)}")
-    x = _inputs(args, io)
-    print_inputs(io, x, args)
-    try:
-        device = device_of(devices[0] if devices else name)
-        for other in devices[1:]:
-            device_of(other)  # NOTE: an unknown name is refused (with the closest names) before compiling
-        if devices:
-            print(f"devices: {', '.join(devices)} (through the client runtime, partitioned)")
-            t0 = time.perf_counter()
-            outs = _run_partitioned(args, model, x, devices)
-            print(f"compiled and ran in {(time.perf_counter() - t0) * 1e3:.1f} ms")
-        else:
-            _, version = device.getVersionString()
-            print(f"device: {name} ({version})")
-            t0 = time.perf_counter()
-            session = HalSession(device, model, io)
-            t1 = time.perf_counter()
-            outs = session.run(x)
-            t2 = time.perf_counter()
-            session.close()
-            print(f"latency: prepare {(t1 - t0) * 1e3:.1f} ms, execute {(t2 - t1) * 1e3:.1f} ms (first execution; "
-                  f"nnhal bench {Path(args.model).name} for steady-state figures)")
-    except ExecutionError as e:
-        print(f"{args.model}: {e}", file=sys.stderr)
-        return 3
-    try:
-        return _report(args, model, io, x, outs, device)
-    finally:
-        free_model(model)
-
-
-def _run_partitioned(args: argparse.Namespace, model: Any, x: list, devices: list[str]) -> list:
-    """``--devices A,B``: through the client runtime, partitioned over the devices (``--explain``: the placement)."""
-    from nnhal.runtime import Compilation, CompilationError
-    from nnhal.runtime import ExecutionError as RuntimeExecutionError
-
-    try:
-        with Compilation(model, devices) as comp:
-            if args.explain:
-                print(comp.placement())
-            out = comp.run(x)
-            return [out[n] for n in comp.output_names]
-    except (CompilationError, RuntimeExecutionError) as e:
-        raise ExecutionError(f"through the runtime over {', '.join(devices)}: {e}") from None
-
-
-def _report(args: argparse.Namespace, model: Any, io: IODescription, x: list, outs: list, device: Any) -> int:
-    n_out = len(io.outputs)
-    for k, (a, d) in enumerate(zip(outs, io.outputs)):
-        print(f"output {k} {d.name}: {_short(a)}")
-    if args.output:
-        out_dir = Path(args.output)
-        try:
-            save_arrays(out_dir, "input", x)
-            save_arrays(out_dir, "output", outs[:n_out])
-        except OSError as e:
-            raise UserError(f"-o {out_dir}: {e.strerror or e}") from None
-        print(f"wrote {len(x)} input(s) and {n_out} output(s) to {out_dir}/input_<k>.npy, output_<k>.npy "
-              "(--input DIR/input_0.npy ... runs the same again)")
-    if not (args.compare or args.per_tensor):
-        return 0
-    try:
-        lr = LiteRT(args.model, threads=args.threads, kernels=args.kernels, preserve=bool(args.per_tensor))
-        ref = lr.run(x)
-    except ImportError as e:
-        print(f"--compare: {e}", file=sys.stderr)
-        return 3
-    failures: list[str] = []
-    drift = ""
-    print(f"against LiteRT ({args.kernels} kernels):")
-    for k, (a, r, d) in enumerate(zip(outs, ref, io.outputs)):
-        df = diff(a, r, d)
-        if not df.ok(args.rtol, args.steps):
-            failures.append(f"output {k} {df}")
-        line = f"  output {k} {df}"
-        tk = topk(a.astype(np.float64), r.astype(np.float64))
-        if tk is not None:
-            line += f"; top-1 {'same' if tk[0] else 'DIFFERENT'}"
-            if a.shape[1] > 5:  # NOTE: with 5 classes or fewer every class is in the top 5
-                line += f", top-5 overlap {tk[1]:.0%}"
-        print(line)
-    if args.per_tensor:
-        first, worst, diffs = None, None, {}
-        for a, d in zip(outs[n_out:] + outs[:n_out], io.intermediates + io.outputs):
-            df = diffs[d.tensor] = diff(a, lr.tensor(d.tensor), d)
-            if first is None and not df.ok(args.rtol, args.steps):
-                first = (d, df)
-            if worst is None or (df.steps, df.rel) > (worst[1].steps, worst[1].rel):
-                worst = (d, df)
-        print(f"  {len(io.intermediates) + n_out} tensors compared; worst: operator {worst[0].producer} "
-              f"{worst[0].producer_name}: {worst[1]}" if worst else "  no tensors")
-        if first is None:
-            print(f"  every tensor within tolerance (float {args.rtol:g} of its range, quantized {args.steps} step)")
-        else:
-            d, df = first
-            failures.append(f"first operation beyond tolerance: operator {d.producer} {d.producer_name}")
-            print(f"  first operation beyond tolerance: operator {d.producer} {d.producer_name} "
-                  f"(tensor {d.tensor}) {df}")
-            upstream = [diffs[k] for k in io.operator_inputs[d.producer] if k in diffs]
-            moved = [u for u in upstream if u.steps or u.rel]
-            if moved:
-                # NOTE: a difference within tolerance at an input can grow through the operation
-                print("  its inputs already differ: " + "; ".join(str(u) for u in moved))
-            else:
-                print("  its inputs are identical: the difference is this operation's own")
-            if not args.no_isolate:
-                from nnhal.delegate.run import isolated
-
-                iso = isolated(device, model, io, lr)
-                over = [(i, n, df) for i, n, df in iso if not df.ok(args.rtol, args.steps)]
-                w = max(iso, key=lambda t: (t[2].steps, t[2].rel))
-                print(f"  each operator alone on LiteRT's own inputs ({len(iso)} runs): worst operator {w[0]} {w[1]}: "
-                      f"{w[2]}; {len(over)} beyond tolerance" +
-                      (f", first: operator {over[0][0]} {over[0][1]}: {over[0][2]}" if over else ""))
-                if not over:  # NOTE: drift inherited through the chain alone is not a failure
-                    failures.remove(f"first operation beyond tolerance: operator {d.producer} {d.producer_name}")
-                    drift = f"operator {d.producer} {d.producer_name} onwards"
-    return verdict(args, io, failures, drift)
-
-
-# (path, parsed arguments, device_of, device, inputs or None) -> (summary, inputs, one run, close)
 Engine = Callable[[str, argparse.Namespace, DeviceOf, str, Optional[list]], tuple[str, list, Callable[[], Any],
                                                                                   Callable[[], None]]]
 

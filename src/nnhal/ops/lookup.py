@@ -5,14 +5,22 @@ LSH_PROJECTION hashes ``(seed, input row)`` byte strings with FarmHash's
 ``Fingerprint64`` (``farmhashna::Hash64``) exactly as Android's reference
 does, so the projected bits match it; :func:`fingerprint64` is a pure numpy
 implementation vectorized over many keys of one length.
+
+``prepare`` does the shape checks once per shape and keeps what constant
+operands give: HASHTABLE_LOOKUP's key table (cut once), EMBEDDING_LOOKUP's
+checked constant lookups, LSH_PROJECTION's hash keys with the float32 seeds in
+place and its float64 weights.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple, Optional
+
 import numpy as np
 
 from nnhal.hal import OperandType, OperationType
-from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, Signature
+from nnhal.ops.base import NUMPY_DTYPE, V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
+from nnhal.ops.prepared import RUNTIME, PerShape, frozen, param, run_now, static_shape
 
 T = OperandType
 
@@ -28,45 +36,101 @@ _EMBEDDING_TYPES = [
 ]
 
 
+def _out_of_range(index: np.ndarray, n: int) -> np.ndarray:
+    """Where ``index`` is outside [0, n)."""
+    if index.dtype == np.int32:
+        # NOTE: seen as uint32, a negative index is >= 2**31, beyond any size: one comparison
+        return index.view(np.uint32) >= n
+    return (index < 0) | (index >= n)
+
+
+def _embedding_plan(key: tuple, lookups: np.ndarray | None) -> tuple:
+    """(rows, whether the constant ``lookups`` are checked) for (lookups shape, values shape)."""
+    lshape, vshape = key
+    if len(vshape) < 2:
+        raise ValueError(f"values must have rank >= 2, got shape {list(vshape)}")
+    if len(lshape) != 1:
+        raise ValueError(f"lookups must be 1-D, got shape {list(lshape)}")
+    rows = vshape[0]
+    if lookups is not None:
+        _check_lookups(lookups, rows)
+    return rows, lookups is not None
+
+
+def _check_lookups(lookups: np.ndarray, rows: int) -> None:
+    bad = _out_of_range(lookups, rows)
+    if bad.any():
+        raise ValueError(f"lookup index {int(lookups[bad][0])} out of range [0, {rows})")
+
+
+def _prepare_embedding_lookup(info: OpInfo) -> object:
+    """The shape checks (and the range check of constant lookups), per shape."""
+    lookups = param(info, 0)
+    dims = (static_shape(info, 0), static_shape(info, 1))
+    return PerShape(_embedding_plan, None if lookups is RUNTIME else lookups).prime(
+        None if None in dims else dims)
+
+
 def execute_embedding_lookup(ctx: ExecContext) -> list[np.ndarray]:
     lookups = ctx.inputs[0].data
     values = ctx.inputs[1].data
-    if values.ndim < 2:
-        raise ctx.fail(f"values must have rank >= 2, got shape {list(values.shape)}")
-    if lookups.ndim != 1:
-        raise ctx.fail(f"lookups must be 1-D, got shape {list(lookups.shape)}")
-    rows = values.shape[0]
-    bad = (lookups < 0) | (lookups >= rows)
-    if bad.any():
-        raise ctx.fail(f"lookup index {int(lookups[bad][0])} out of range [0, {rows})")
-    return [values[lookups.astype(np.intp)]]
+    st = ctx.state
+    key = (lookups.shape, values.shape)
+    rows, checked = st.plan(ctx, key) if st is not None else run_now(ctx, _embedding_plan, key, None)
+    if not checked and lookups.dtype == np.int32:
+        # NOTE: one call: seen as uint32 a negative index is out of bounds too, and take raises on it
+        try:
+            return [values.take(lookups.view(np.uint32), axis=0)]
+        except IndexError:
+            pass
+    if not checked:
+        run_now(ctx, _check_lookups, lookups, rows)
+    return [values[lookups]]
 
 
 # --------------------------------------------------------------------------
 # HASHTABLE_LOOKUP
 
 
+def _hashtable_plan(key: tuple, keys: np.ndarray | None) -> tuple:
+    """(rows, the key table: constant keys cut once, else None) for the
+    (lookups, keys, values) shapes."""
+    lshape, kshape, vshape = key
+    if len(lshape) != 1 or len(kshape) != 1:
+        raise ValueError(f"lookups and keys must be 1-D, got shapes {list(lshape)} and {list(kshape)}")
+    if len(vshape) < 1:
+        raise ValueError("values must have rank >= 1")
+    rows = vshape[0]
+    # NOTE: the reference binary-searches the first rows-many keys (one per
+    # value row); fewer keys than rows would read past the keys buffer.
+    if kshape[0] < rows:
+        raise ValueError(f"{kshape[0]} keys for {rows} value rows")
+    return rows, None if keys is None else frozen(np.ascontiguousarray(keys[:rows]))
+
+
+def _prepare_hashtable_lookup(info: OpInfo) -> object:
+    keys = param(info, 1)
+    dims = tuple(static_shape(info, i) for i in range(3))
+    return PerShape(_hashtable_plan, None if keys is RUNTIME else keys).prime(None if None in dims else dims)
+
+
 def execute_hashtable_lookup(ctx: ExecContext) -> list[np.ndarray]:
     lookups = ctx.inputs[0].data
     keys = ctx.inputs[1].data
     values = ctx.inputs[2].data
-    if lookups.ndim != 1 or keys.ndim != 1:
-        raise ctx.fail(f"lookups and keys must be 1-D, got shapes {list(lookups.shape)} and {list(keys.shape)}")
-    if values.ndim < 1:
-        raise ctx.fail("values must have rank >= 1")
-    rows = values.shape[0]
-    # NOTE: the reference binary-searches the first rows-many keys (one per
-    # value row); fewer keys than rows would read past the keys buffer.
-    if keys.shape[0] < rows:
-        raise ctx.fail(f"{keys.shape[0]} keys for {rows} value rows")
-    table = keys[:rows]
+    st = ctx.state
+    key = (lookups.shape, keys.shape, values.shape)
+    rows, table = st.plan(ctx, key) if st is not None else run_now(ctx, _hashtable_plan, key, None)
+    if not rows:
+        return [np.zeros((lookups.shape[0],) + values.shape[1:], values.dtype), np.zeros(lookups.shape, np.uint8)]
+    if table is None:
+        table = keys[:rows]
     pos = np.searchsorted(table, lookups, side="left")
-    safe = np.minimum(pos, max(rows - 1, 0))
-    hit = (pos < rows) & (table[safe] == lookups) if rows else np.zeros(lookups.shape, bool)
-    out = np.zeros((lookups.shape[0],) + values.shape[1:], dtype=values.dtype)
-    if rows:
-        out[hit] = values[safe[hit]]
-    return [out, hit.astype(np.uint8)]
+    hit = table.take(pos, mode="clip") == lookups
+    hit &= pos < rows
+    out = values.take(pos, axis=0, mode="clip")
+    out[~hit] = 0
+    return [out, hit.view(np.uint8)]
 
 
 # --------------------------------------------------------------------------
@@ -224,58 +288,117 @@ def _long(b: np.ndarray, n: int) -> np.ndarray:
 _SPARSE_DEPRECATED, _DENSE, _SPARSE = 1, 2, 3
 
 
-def _sign_bits(seeds: np.ndarray, rows: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+class _LshPlan(NamedTuple):
+    """What an LSH_PROJECTION execution needs beside the input rows: the
+    sizes, the hash keys with the seeds already in place (constant hashes),
+    the weights as float64 (constant weights), the bit weights of a signature."""
+
+    kind: int
+    num_hash: int
+    num_bits: int
+    n_rows: int
+    row_len: int
+    template: Optional[np.ndarray]
+    weights: Optional[np.ndarray]
+    powers: np.ndarray
+    offsets: Optional[np.ndarray]
+
+
+def _key_template(hashes: np.ndarray, n_rows: int, row_len: int) -> np.ndarray:
+    """[n_seeds, n_rows, 4 + row_len] keys whose first 4 bytes are each seed
+    as float32 (the rows' bytes go after them)."""
+    seed_bytes = hashes.astype(np.float32).reshape(-1).astype("<f4").reshape(-1, 1).view(np.uint8)  # [n_seeds, 4]
+    t = np.empty((seed_bytes.shape[0], n_rows, 4 + row_len), np.uint8)
+    t[:, :, :4] = seed_bytes[:, None, :]
+    return t
+
+
+def _lsh_plan(key: tuple, kind: int, hashes: np.ndarray | None, weights: np.ndarray | None) -> _LshPlan:
+    """The checks and constants for (hash shape, input shape, input item size,
+    weight shape or None when omitted)."""
+    hshape, ishape, itemsize, wshape = key
+    if len(hshape) != 2:
+        raise ValueError(f"hash tensor must be 2-D, got shape {list(hshape)}")
+    num_hash, num_bits = hshape
+    if num_bits > 32:
+        raise ValueError(f"at most 32 bits per hash function, got {num_bits}")
+    if len(ishape) < 1:
+        raise ValueError("input must have rank >= 1")
+    if kind in (_SPARSE, _SPARSE_DEPRECATED):
+        # NOTE: the reference requires exactly 3 inputs with values for sparse projections
+        if wshape is not None:
+            raise ValueError("sparse projection takes no weight tensor")
+    elif kind == _DENSE:
+        if wshape is None:
+            raise ValueError("dense projection needs the weight tensor")
+        if len(wshape) != 1 or wshape[0] != ishape[0]:
+            raise ValueError(f"weight shape {list(wshape)} does not match input rows {ishape[0]}")
+    else:
+        raise ValueError(f"unknown projection type {kind}")
+    n_rows = ishape[0]
+    row_len = int(np.prod(ishape[1:], dtype=np.int64)) * itemsize
+    template = None if hashes is None else frozen(_key_template(hashes, n_rows, row_len))
+    w = None
+    if kind == _DENSE and weights is not None:
+        w = frozen(weights.astype(np.float64)[None, :])
+    powers = (np.int64(1) << np.arange(num_bits - 1, -1, -1, dtype=np.int64))
+    offsets = None
+    if kind == _SPARSE:
+        # NOTE: the reference computes i * (1 << num_bits) in int; x86 masks the shift count
+        offsets = np.arange(num_hash, dtype=np.int64) * (np.int64(1) << (num_bits & 31))
+    return _LshPlan(kind=kind, num_hash=num_hash, num_bits=num_bits, n_rows=n_rows, row_len=row_len,
+                    template=template, weights=w, powers=frozen(powers), offsets=frozen(offsets))
+
+
+def _sign_bits(keys: np.ndarray, n_rows: int, weights: np.ndarray | None) -> np.ndarray:
     """One bit per seed: sign of sum_i weight[i] * int64(Fingerprint64(seed
-    as float32 bytes + row i bytes))."""
-    seed_bytes = seeds.astype("<f4").reshape(-1, 1).view(np.uint8)  # [n_seeds, 4]
-    n_seeds, n_rows = seed_bytes.shape[0], rows.shape[0]
-    keys = np.concatenate([np.repeat(seed_bytes, n_rows, axis=0), np.tile(rows, (n_seeds, 1))], axis=1)
-    running = fingerprint64(keys).view(np.int64).astype(np.float64).reshape(n_seeds, n_rows)
+    as float32 bytes + row i bytes)); ``keys`` is [n_seeds, n_rows, length]."""
+    n_seeds = keys.shape[0]
+    running = fingerprint64(keys.reshape(n_seeds * n_rows, -1)).view(np.int64).astype(np.float64)
+    running = running.reshape(n_seeds, n_rows)
     if weights is not None:
-        running = running * weights.astype(np.float64)[None, :]
+        running = running * weights
     # NOTE: summed in row order (cumsum is sequential), like the reference's double accumulator
     score = np.cumsum(running, axis=1)[:, -1] if n_rows else np.zeros(n_seeds)
     return (score > 0).astype(np.int32)
 
 
+def _prepare_lsh_projection(info: OpInfo) -> object:
+    kind = param(info, 3)
+    if kind is RUNTIME or kind is None:
+        return None
+    hashes, weights = param(info, 0), param(info, 2)
+    st = PerShape(_lsh_plan, kind.item(), None if hashes is RUNTIME else hashes,
+                  None if weights is RUNTIME else weights)
+    hdims, idims = static_shape(info, 0), static_shape(info, 1)
+    wdims = None if weights is None else static_shape(info, 2)
+    item = NUMPY_DTYPE.get(info.inputs[1].type)
+    if hdims is None or idims is None or (weights is not None and wdims is None) or item is None:
+        return st
+    return st.prime((hdims, idims, item.itemsize, wdims))
+
+
 def execute_lsh_projection(ctx: ExecContext) -> list[np.ndarray]:
-    hashes = ctx.inputs[0].data
-    inp = ctx.inputs[1].data
     if not ctx.has(0) or not ctx.has(1) or not ctx.has(3):
         raise ctx.fail("hash, input and type are required")
-    kind = ctx.scalar(3)
-    if hashes.ndim != 2:
-        raise ctx.fail(f"hash tensor must be 2-D, got shape {list(hashes.shape)}")
-    num_hash, num_bits = hashes.shape
-    if num_bits > 32:
-        raise ctx.fail(f"at most 32 bits per hash function, got {num_bits}")
-    if inp.ndim < 1:
-        raise ctx.fail("input must have rank >= 1")
-    has_weight = ctx.has(2)
-    if kind in (_SPARSE, _SPARSE_DEPRECATED):
-        # NOTE: the reference requires exactly 3 inputs with values for sparse projections
-        if has_weight:
-            raise ctx.fail("sparse projection takes no weight tensor")
-        weights = None
-    elif kind == _DENSE:
-        if not has_weight:
-            raise ctx.fail("dense projection needs the weight tensor")
-        weights = ctx.inputs[2].data
-        if weights.ndim != 1 or weights.shape[0] != inp.shape[0]:
-            raise ctx.fail(f"weight shape {list(weights.shape)} does not match input rows {inp.shape[0]}")
-    else:
-        raise ctx.fail(f"unknown projection type {kind}")
+    hashes = ctx.inputs[0].data
+    inp = ctx.inputs[1].data
+    weights = ctx.inputs[2].data if ctx.has(2) else None
+    key = (hashes.shape, inp.shape, inp.dtype.itemsize, None if weights is None else weights.shape)
+    st = ctx.state
+    p = st.plan(ctx, key) if st is not None else run_now(ctx, _lsh_plan, key, ctx.scalar(3), None, None)
     # seeds are converted to float32; each input row is hashed as raw bytes of its storage type
-    seeds = hashes.astype(np.float32).reshape(-1)
-    rows = np.ascontiguousarray(inp).reshape(inp.shape[0], -1).view(np.uint8).reshape(inp.shape[0], -1)
-    bits = _sign_bits(seeds, rows, weights).reshape(num_hash, num_bits)
-    if kind == _DENSE:
+    keys = p.template.copy() if p.template is not None else _key_template(hashes, p.n_rows, p.row_len)
+    keys[:, :, 4:] = np.ascontiguousarray(inp).reshape(p.n_rows, p.row_len // inp.dtype.itemsize).view(np.uint8)
+    w = p.weights
+    if w is None and p.kind == _DENSE:
+        w = weights.astype(np.float64)[None, :]
+    bits = _sign_bits(keys, p.n_rows, w).reshape(p.num_hash, p.num_bits)
+    if p.kind == _DENSE:
         return [bits.reshape(-1)]
-    powers = (np.int64(1) << np.arange(num_bits - 1, -1, -1, dtype=np.int64))
-    sig = (bits.astype(np.int64) * powers).sum(axis=1)
-    if kind == _SPARSE:
-        # NOTE: the reference computes i * (1 << num_bits) in int; x86 masks the shift count
-        sig = sig + np.arange(num_hash, dtype=np.int64) * (np.int64(1) << (num_bits & 31))
+    sig = (bits.astype(np.int64) * p.powers).sum(axis=1)
+    if p.offsets is not None:
+        sig = sig + p.offsets
     # NOTE: wraps around like the reference's int32 arithmetic
     return [(sig & 0xFFFFFFFF).astype(np.uint32).view(np.int32)]
 
@@ -286,7 +409,7 @@ OPS = [
     OpDef(
         type=OperationType.EMBEDDING_LOOKUP,
         signatures=[Signature((T.TENSOR_INT32, t), (t,), v) for t, v in _EMBEDDING_TYPES],
-        execute=execute_embedding_lookup, bad_data_on_missing_operand=True
+        execute=execute_embedding_lookup, prepare=_prepare_embedding_lookup, bad_data_on_missing_operand=True
     ),
     OpDef(
         type=OperationType.HASHTABLE_LOOKUP,
@@ -294,7 +417,8 @@ OPS = [
             Signature((T.TENSOR_INT32, T.TENSOR_INT32, t), (t, T.TENSOR_QUANT8_ASYMM), V1_0)
             for t in (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
         ],
-        execute=execute_hashtable_lookup, bad_data_on_missing_operand=True
+        execute=execute_hashtable_lookup, prepare=_prepare_hashtable_lookup,
+        bad_data_on_missing_operand=True
     ),
     OpDef(
         type=OperationType.LSH_PROJECTION,
@@ -305,6 +429,7 @@ OPS = [
                       (T.TENSOR_INT32,), V1_2),
         ],
         execute=execute_lsh_projection,
+        prepare=_prepare_lsh_projection,
         omittable_inputs=frozenset({2}), allow_omitted_outputs=True
     ),
 ]

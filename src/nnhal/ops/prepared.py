@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from nnhal.ops.base import ExecContext
+import numpy as np
+
+from nnhal.ops import memo
+from nnhal.ops.base import ExecContext, OpInfo
 
 
 class Ready:
@@ -53,6 +56,87 @@ def prepared(fn: Callable[..., Any], *args: Any) -> Optional[Any]:
         return Ready(fn(*args))
     except ValueError as e:
         return Failed(str(e))
+
+
+def attempt(fn: Callable[..., Any], *args: Any) -> Any:
+    """``Ready(fn(*args))``, or ``Failed`` with fn's ValueError (None is an argument like any other)."""
+    try:
+        return Ready(fn(*args))
+    except ValueError as e:
+        return Failed(str(e))
+
+
+def run_now(ctx: ExecContext, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` computed in the execution (parameters given at run time);
+    fn's ValueError fails the execution."""
+    try:
+        return fn(*args)
+    except ValueError as e:
+        raise ctx.fail(str(e)) from None
+
+
+class _Runtime:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "RUNTIME"
+
+
+# a parameter operand whose value is known only at run time (see param)
+RUNTIME = _Runtime()
+
+
+def param(info: OpInfo, i: int) -> Any:
+    """Input ``i``'s constant value, None if it is absent or omitted (NO_VALUE),
+    RUNTIME if the model gives it at run time."""
+    if i >= len(info.inputs):
+        return None
+    o = info.inputs[i]
+    if o.is_omitted:
+        return None
+    return o.value if o.is_constant else RUNTIME
+
+
+class PerShape:
+    """Parameters known at prepare (the constant operands) and a plan per input
+    shape: ``fn(key, *args)`` (``key`` the input's shape, or whatever the plan
+    depends on) computed once per key, at prepare for the declared shape when
+    it is fully known (:meth:`prime`) and otherwise at the first execution of
+    that shape, kept in a bounded thread-safe memo as ``Ready`` or ``Failed``
+    (immutable, shared by concurrent executions)."""
+
+    __slots__ = ("fn", "args", "plans")
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, size: int = 8) -> None:
+        self.fn = fn
+        self.args = args
+        self.plans = memo.Memo(size)
+
+    def prime(self, key: Any) -> "PerShape":
+        """Computes the plan of ``key`` now (prepare: the declared shape), unless it is None."""
+        if key is not None:
+            self.plans.put(key, attempt(self.fn, key, *self.args))
+        return self
+
+    def plan(self, ctx: ExecContext, key: Any) -> Any:
+        """The plan of ``key``; fails the execution as ``fn`` does."""
+        p = self.plans.get(key)
+        if p is None:
+            p = self.plans.put(key, attempt(self.fn, key, *self.args))
+        return p.value(ctx)
+
+
+def frozen(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """``a`` made read-only (an array of a plan, shared by concurrent executions)."""
+    if a is not None:
+        a.setflags(write=False)
+    return a
+
+
+def static_shape(info: OpInfo, i: int = 0) -> Optional[tuple]:
+    """Input ``i``'s declared shape when fully known (rank known, no 0 dimension), else None."""
+    dims = info.inputs[i].dimensions
+    return tuple(dims) if dims and 0 not in dims else None
 
 
 class Deferred:

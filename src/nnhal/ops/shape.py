@@ -9,6 +9,13 @@ PAD / PAD_V2 pick the quantized pad value.  Validation mirrors Android 11's
 reference (``Utils.cpp`` ``validateOperation`` for the ops that bypass the
 operation resolver, the ``validate`` / ``prepare`` of the others); run-time
 shape and value problems raise OpExecutionError.
+
+Parameters given as constants (axes, permutations, begin / end / strides and
+masks, split counts, multiples, dims, constant GATHER indices) are parsed in
+``prepare`` into a plan per input shape (:class:`nnhal.ops.prepared.PerShape`:
+index tuples, output shapes), so an execution is a reshape, a transposed copy,
+slices or a take; a parameter given at run time goes through the same parser
+in ``execute``.  RANK has nothing to prepare (its answer is ``ndim``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from nnhal.ops.base import (
     Signature,
 )
 from nnhal.ops.fixedpoint import round_half_away
-from nnhal.ops.prepared import prepared
+from nnhal.ops.prepared import RUNTIME, PerShape, frozen, param, prepared, run_now, static_shape
 
 T = OperandType
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
@@ -59,17 +66,18 @@ def _validate_rank_le4(info: OpInfo) -> None:
     _check_rank_le4(info, 0)
 
 
-def _int_values(ctx: ExecContext, i: int, what: str, ndim: int | None = 1) -> np.ndarray:
-    data = ctx.inputs[i].data
-    if ndim is not None and data.ndim != ndim:
-        raise ctx.fail(f"{what} must be a {ndim}-D tensor, got shape {list(data.shape)}")
-    return data.reshape(-1).astype(np.int64)
+def _ints(data: np.ndarray, what: str) -> tuple[int, ...]:
+    """A 1-D INT32 parameter tensor's values; ValueError if it is not 1-D."""
+    if data.ndim != 1:
+        raise ValueError(f"{what} must be a 1-D tensor, got shape {list(data.shape)}")
+    v = data.tolist()
+    return tuple(v) if data.dtype.kind in "iu" else tuple(int(e) for e in v)
 
 
-def _axis(ctx: ExecContext, axis: int, rank: int) -> int:
-    """handleNegativeAxis: axis in [-rank, rank)."""
+def _norm_axis(axis: int, rank: int) -> int:
+    """handleNegativeAxis: axis in [-rank, rank); ValueError otherwise."""
     if not -rank <= axis < rank:
-        raise ctx.fail(f"axis {axis} out of range for rank {rank}")
+        raise ValueError(f"axis {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
 
 
@@ -119,54 +127,98 @@ def _exec_reshape(ctx: ExecContext) -> list[np.ndarray]:
 # SQUEEZE
 
 
-def _exec_squeeze(ctx: ExecContext) -> list[np.ndarray]:
-    x = ctx.inputs[0].data
-    rank = x.ndim
+def _squeeze_plan(shape: tuple, dims: np.ndarray | None) -> tuple:
+    """The output shape of squeezing ``shape`` (``dims`` None: every 1)."""
+    rank = len(shape)
     if rank > 4:
-        raise ctx.fail(f"input rank {rank} > 4")
-    if not ctx.has(1):
-        squeeze = [d for d in range(rank) if x.shape[d] == 1]
+        raise ValueError(f"input rank {rank} > 4")
+    if dims is None:
+        squeeze = [d for d in range(rank) if shape[d] == 1]
     else:
         squeeze = []
-        for a in _int_values(ctx, 1, "squeeze dims").tolist():
+        for a in _ints(dims, "squeeze dims"):
             cur = a + rank if a < 0 else a
-            if not (0 <= cur < rank and x.shape[cur] == 1):
-                raise ctx.fail(f"cannot squeeze dimension {a} of shape {list(x.shape)}")
+            if not (0 <= cur < rank and shape[cur] == 1):
+                raise ValueError(f"cannot squeeze dimension {a} of shape {list(shape)}")
             squeeze.append(cur)
-    out = [s for d, s in enumerate(x.shape) if d not in squeeze]
-    return [x.reshape(out or [1])]
+    return tuple(s for d, s in enumerate(shape) if d not in squeeze) or (1,)
+
+
+def _prepare_squeeze(info: OpInfo) -> object:
+    dims = param(info, 1)
+    if dims is RUNTIME:
+        return None
+    return PerShape(_squeeze_plan, dims).prime(static_shape(info))
+
+
+def _exec_squeeze(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    st = ctx.state
+    if st is not None:
+        return [x.reshape(st.plan(ctx, x.shape))]
+    return [x.reshape(run_now(ctx, _squeeze_plan, x.shape, ctx.inputs[1].data if ctx.has(1) else None))]
 
 
 # --------------------------------------------------------------------------
 # EXPAND_DIMS
 
 
+def _expand_dims_plan(shape: tuple, axis: int) -> tuple:
+    """The output shape: ``shape`` with a 1 inserted at ``axis``."""
+    a = _norm_axis(int(axis), len(shape) + 1)
+    return shape[:a] + (1,) + shape[a:]
+
+
+def _prepare_expand_dims(info: OpInfo) -> object:
+    axis = param(info, 1)
+    if axis is RUNTIME or axis is None:
+        return None
+    return PerShape(_expand_dims_plan, axis.item()).prime(static_shape(info))
+
+
 def _exec_expand_dims(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
-    axis = _axis(ctx, ctx.scalar(1), x.ndim + 1)
-    return [np.expand_dims(x, axis)]
+    st = ctx.state
+    if st is not None:
+        return [x.reshape(st.plan(ctx, x.shape))]
+    return [x.reshape(run_now(ctx, _expand_dims_plan, x.shape, ctx.scalar(1)))]
 
 
 # --------------------------------------------------------------------------
 # TRANSPOSE
 
 
+def _transpose_plan(rank: int, perm: np.ndarray | None) -> tuple:
+    """The axis permutation for an input of ``rank`` (``perm`` None: the 2-D matrix transpose only)."""
+    if perm is None:
+        if rank != 2:
+            raise ValueError(f"an omitted perm needs a 2-D input, got rank {rank}")
+        return (1, 0)
+    if rank > 4:
+        raise ValueError(f"input rank {rank} > 4")
+    p = _ints(perm, "perm")
+    if len(p) != rank:
+        raise ValueError(f"perm has {len(p)} entries for an input of rank {rank}")
+    if any(a < 0 or a >= rank for a in p) or len(set(p)) != rank:
+        raise ValueError(f"invalid permutation {list(p)}")
+    return p
+
+
+def _prepare_transpose(info: OpInfo) -> object:
+    perm = param(info, 1)
+    if perm is RUNTIME:
+        return None
+    return PerShape(_transpose_plan, perm).prime(info.inputs[0].rank or None)
+
+
 def _exec_transpose(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
-    rank = x.ndim
-    if not ctx.has(1):
-        # NOTE: an omitted perm is the 2-D matrix transpose only
-        if rank != 2:
-            raise ctx.fail(f"an omitted perm needs a 2-D input, got rank {rank}")
-        return [np.ascontiguousarray(x.T)]
-    if rank > 4:
-        raise ctx.fail(f"input rank {rank} > 4")
-    perm = _int_values(ctx, 1, "perm")
-    if len(perm) != rank:
-        raise ctx.fail(f"perm has {len(perm)} entries for an input of rank {rank}")
-    if np.any((perm < 0) | (perm >= rank)) or len(set(perm.tolist())) != rank:
-        raise ctx.fail(f"invalid permutation {perm.tolist()}")
-    return [np.ascontiguousarray(np.transpose(x, perm.tolist()))]
+    st = ctx.state
+    if st is not None:
+        perm = st.plan(ctx, x.ndim)
+    else:
+        perm = run_now(ctx, _transpose_plan, x.ndim, ctx.inputs[1].data if ctx.has(1) else None)
+    return [np.ascontiguousarray(x.transpose(perm))]
 
 
 # --------------------------------------------------------------------------
@@ -249,40 +301,75 @@ def _prepare_concatenation(info: OpInfo) -> object:
 # SPLIT
 
 
+def _split_plan(shape: tuple, axis: int, num: int, n_out: int) -> tuple:
+    """One index (a tuple of slices) per output."""
+    a = _norm_axis(int(axis), len(shape))
+    num = int(num)
+    if num != n_out:
+        raise ValueError(f"num_splits {num} does not match the {n_out} outputs")
+    if num <= 0 or shape[a] % num:
+        raise ValueError(f"num_splits {num} does not evenly divide dimension {a} of size {shape[a]}")
+    step = shape[a] // num
+    head = (slice(None),) * a
+    return tuple(head + (slice(k * step, (k + 1) * step),) for k in range(num))
+
+
+def _prepare_split(info: OpInfo) -> object:
+    axis, num = param(info, 1), param(info, 2)
+    if axis is RUNTIME or num is RUNTIME or axis is None or num is None:
+        return None
+    return PerShape(_split_plan, axis.item(), num.item(), len(info.outputs)).prime(static_shape(info))
+
+
 def _exec_split(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
-    axis = _axis(ctx, ctx.scalar(1), x.ndim)
-    num = ctx.scalar(2)
-    if num != len(ctx.outputs):
-        raise ctx.fail(f"num_splits {num} does not match the {len(ctx.outputs)} outputs")
-    if num <= 0 or x.shape[axis] % num:
-        raise ctx.fail(f"num_splits {num} does not evenly divide dimension {axis} of size {x.shape[axis]}")
-    return [np.ascontiguousarray(p) for p in np.split(x, num, axis=axis)]
+    st = ctx.state
+    if st is not None:
+        index = st.plan(ctx, x.shape)
+    else:
+        index = run_now(ctx, _split_plan, x.shape, ctx.scalar(1), ctx.scalar(2), len(ctx.outputs))
+    return [np.ascontiguousarray(x[i]) for i in index]
 
 
 # --------------------------------------------------------------------------
 # SLICE
 
 
-def _exec_slice(ctx: ExecContext) -> list[np.ndarray]:
-    x = ctx.inputs[0].data
-    rank = x.ndim
+def _slice_plan(shape: tuple, begin: np.ndarray, size: np.ndarray) -> tuple:
+    """The index (a tuple of slices) of the slice."""
+    rank = len(shape)
     if rank == 0:
-        raise ctx.fail("input must have rank >= 1")
-    begin = _int_values(ctx, 1, "begin")
-    size = _int_values(ctx, 2, "size")
-    if len(begin) != rank or len(size) != rank:
-        raise ctx.fail(f"begin and size must have {rank} entries")
+        raise ValueError("input must have rank >= 1")
+    b_, s_ = _ints(begin, "begin"), _ints(size, "size")
+    if len(b_) != rank or len(s_) != rank:
+        raise ValueError(f"begin and size must have {rank} entries")
     index = []
     for d in range(rank):
-        b, s, dim = int(begin[d]), int(size[d]), x.shape[d]
+        b, s, dim = b_[d], s_[d], shape[d]
         if s == -1:
             s = dim - b
         # NOTE: the reference compares begin with the (unsigned) dimension, so a negative begin fails
         if b < 0 or b > dim or s < 0 or b + s > dim:
-            raise ctx.fail(f"slice begin {b} size {int(size[d])} out of range for dimension {d} of size {dim}")
+            raise ValueError(f"slice begin {b} size {s_[d]} out of range for dimension {d} of size {dim}")
         index.append(slice(b, b + s))
-    return [np.ascontiguousarray(x[tuple(index)])]
+    return tuple(index)
+
+
+def _prepare_slice(info: OpInfo) -> object:
+    begin, size = param(info, 1), param(info, 2)
+    if begin is RUNTIME or size is RUNTIME or begin is None or size is None:
+        return None
+    return PerShape(_slice_plan, begin, size).prime(static_shape(info))
+
+
+def _exec_slice(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    st = ctx.state
+    if st is not None:
+        index = st.plan(ctx, x.shape)
+    else:
+        index = run_now(ctx, _slice_plan, x.shape, ctx.inputs[1].data, ctx.inputs[2].data)
+    return [np.ascontiguousarray(x[index])]
 
 
 # --------------------------------------------------------------------------
@@ -296,47 +383,108 @@ def _clamped_index(index: int, dim: int, positive_stride: bool) -> int:
     return -1 if index < -dim else min(max(index, -dim), dim - 1) % dim if dim else -1
 
 
-def _exec_strided_slice(ctx: ExecContext) -> list[np.ndarray]:
-    x = ctx.inputs[0].data
-    rank = x.ndim
+def _strided_slice_plan(shape: tuple, begin: np.ndarray, end: np.ndarray, strides: np.ndarray,
+                        begin_mask: int, end_mask: int, shrink_mask: int) -> tuple:
+    """(index: a tuple of slices, output shape)."""
+    rank = len(shape)
     if rank > 4:
-        raise ctx.fail(f"input rank {rank} > 4")
-    begin = _int_values(ctx, 1, "begin")
-    end = _int_values(ctx, 2, "end")
-    strides = _int_values(ctx, 3, "strides")
-    if not len(begin) == len(end) == len(strides) == rank:
-        raise ctx.fail(f"begin, end and strides must have {rank} entries")
-    begin_mask, end_mask, shrink_mask = ctx.scalar(4), ctx.scalar(5), ctx.scalar(6)
+        raise ValueError(f"input rank {rank} > 4")
+    begin_, end_, strides_ = _ints(begin, "begin"), _ints(end, "end"), _ints(strides, "strides")
+    if not len(begin_) == len(end_) == len(strides_) == rank:
+        raise ValueError(f"begin, end and strides must have {rank} entries")
+    begin_mask, end_mask, shrink_mask = int(begin_mask), int(end_mask), int(shrink_mask)
     index, out_dims = [], []
     for d in range(rank):
-        dim, stride = x.shape[d], int(strides[d])
+        dim, stride = shape[d], strides_[d]
         if stride == 0:
-            raise ctx.fail(f"stride {d} is zero")
+            raise ValueError(f"stride {d} is zero")
         pos = stride > 0
-        b = (0 if pos else dim - 1) if begin_mask & (1 << d) else _clamped_index(int(begin[d]), dim, pos)
-        e = (dim if pos else -1) if end_mask & (1 << d) else _clamped_index(int(end[d]), dim, pos)
+        b = (0 if pos else dim - 1) if begin_mask & (1 << d) else _clamped_index(begin_[d], dim, pos)
+        e = (dim if pos else -1) if end_mask & (1 << d) else _clamped_index(end_[d], dim, pos)
         n = max(-((b - e) // stride), 0)  # ceil((e - b) / stride)
         if shrink_mask & (1 << d):
             # NOTE: only a positive stride and a slice of size 1 may shrink an axis
             if stride <= 0 or n != 1:
-                raise ctx.fail(f"shrinking axis {d} needs a positive stride and a slice of size 1")
+                raise ValueError(f"shrinking axis {d} needs a positive stride and a slice of size 1")
         else:
             out_dims.append(n)
-        index.append(b + stride * np.arange(n, dtype=np.int64))
-    out = x[np.ix_(*index)] if rank else x
-    return [out.reshape(out_dims or [1])]
+        if n == 0:
+            index.append(slice(0, 0))
+        else:
+            # NOTE: elements b, b + stride, ... (n of them); a stop before index 0 is None
+            stop = b + stride * n
+            index.append(slice(b, stop if stop >= 0 else None, stride))
+    return tuple(index) if index else ..., tuple(out_dims) or (1,)
+
+
+def _prepare_strided_slice(info: OpInfo) -> object:
+    args = [param(info, i) for i in range(1, 7)]
+    if any(a is RUNTIME or a is None for a in args):
+        return None
+    return PerShape(_strided_slice_plan, *args[:3], *(a.item() for a in args[3:])).prime(static_shape(info))
+
+
+def _exec_strided_slice(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    st = ctx.state
+    if st is not None:
+        index, out = st.plan(ctx, x.shape)
+    else:
+        index, out = run_now(ctx, _strided_slice_plan, x.shape, ctx.inputs[1].data, ctx.inputs[2].data,
+                             ctx.inputs[3].data, ctx.scalar(4), ctx.scalar(5), ctx.scalar(6))
+    return [np.ascontiguousarray(x[index]).reshape(out)]
 
 
 # --------------------------------------------------------------------------
 # GATHER
 
 
+def _gather_plan(shape: tuple, axis: int, indices: np.ndarray | None) -> tuple:
+    """(axis, size of the axis, the constant indices checked, or None)."""
+    a = _norm_axis(int(axis), len(shape))
+    dim = shape[a]
+    if indices is not None:
+        if _out_of_range(indices, dim):
+            raise ValueError(f"indices out of range [0, {dim})")
+        indices = frozen(indices.astype(np.intp))
+    return a, dim, indices
+
+
+def _out_of_range(indices: np.ndarray, dim: int) -> bool:
+    if indices.dtype == np.int32:
+        # NOTE: seen as uint32, a negative index is >= 2**31, beyond any dimension: one comparison
+        return bool((indices.view(np.uint32) >= dim).any())
+    return bool(((indices < 0) | (indices >= dim)).any())
+
+
+def _prepare_gather(info: OpInfo) -> object:
+    axis, indices = param(info, 1), param(info, 2)
+    if axis is RUNTIME or axis is None:
+        return None
+    if indices is RUNTIME:
+        indices = None
+    elif indices is None:
+        return None
+    return PerShape(_gather_plan, axis.item(), indices).prime(static_shape(info))
+
+
 def _exec_gather(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
-    axis = _axis(ctx, ctx.scalar(1), x.ndim)
-    indices = ctx.inputs[2].data.astype(np.int64)
-    if np.any((indices < 0) | (indices >= x.shape[axis])):
-        raise ctx.fail(f"indices out of range [0, {x.shape[axis]})")
+    st = ctx.state
+    if st is not None:
+        axis, dim, indices = st.plan(ctx, x.shape)
+    else:
+        axis, dim, indices = run_now(ctx, _gather_plan, x.shape, ctx.scalar(1), None)
+    if indices is None:
+        indices = ctx.inputs[2].data
+        if indices.dtype == np.int32:
+            # NOTE: one call: seen as uint32 a negative index is out of bounds too, and take raises on it
+            try:
+                return [np.take(x, indices.view(np.uint32), axis=axis)]
+            except IndexError:
+                raise ctx.fail(f"indices out of range [0, {dim})") from None
+        if _out_of_range(indices, dim):
+            raise ctx.fail(f"indices out of range [0, {dim})")
     return [np.take(x, indices, axis=axis)]
 
 
@@ -344,27 +492,60 @@ def _exec_gather(ctx: ExecContext) -> list[np.ndarray]:
 # TILE
 
 
+def _tile_plan(shape: tuple, multiples: np.ndarray) -> tuple:
+    """(input viewed with a 1 before each axis, that shape with the
+    multiples in place of the 1s, output shape): a tile is one broadcast copy."""
+    m = _ints(multiples, "multiples")
+    if len(m) != len(shape):
+        raise ValueError(f"multiples has {len(m)} entries for an input of rank {len(shape)}")
+    if any(k < 0 for k in m):
+        raise ValueError(f"negative multiples {list(m)}")
+    src = tuple(v for d in shape for v in (1, d))
+    wide = tuple(v for k, d in zip(m, shape) for v in (k, d))
+    return src, wide, tuple(k * d for k, d in zip(m, shape))
+
+
+def _prepare_tile(info: OpInfo) -> object:
+    multiples = param(info, 1)
+    if multiples is RUNTIME or multiples is None:
+        return None
+    return PerShape(_tile_plan, multiples).prime(static_shape(info))
+
+
 def _exec_tile(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
-    multiples = _int_values(ctx, 1, "multiples")
-    if len(multiples) != x.ndim:
-        raise ctx.fail(f"multiples has {len(multiples)} entries for an input of rank {x.ndim}")
-    if np.any(multiples < 0):
-        raise ctx.fail(f"negative multiples {multiples.tolist()}")
-    return [np.tile(x, multiples.tolist())]
+    st = ctx.state
+    if st is not None:
+        src, wide, out = st.plan(ctx, x.shape)
+    else:
+        src, wide, out = run_now(ctx, _tile_plan, x.shape, ctx.inputs[1].data)
+    res = np.empty(wide, x.dtype)
+    res[...] = x.reshape(src)
+    return [res.reshape(out)]
 
 
 # --------------------------------------------------------------------------
 # FILL, RANK
 
 
+def _fill_shape(dims: np.ndarray) -> tuple:
+    shape = _ints(dims, "dims")
+    if any(d < 0 for d in shape):
+        raise ValueError(f"negative dimensions {list(shape)}")
+    return shape
+
+
+def _prepare_fill(info: OpInfo) -> object:
+    return prepared(_fill_shape, info.constant(0))
+
+
 def _exec_fill(ctx: ExecContext) -> list[np.ndarray]:
-    dims = _int_values(ctx, 0, "dims")
-    if np.any(dims < 0):
-        raise ctx.fail(f"negative dimensions {dims.tolist()}")
-    return [np.full(dims.tolist(), ctx.inputs[1].data, dtype=ctx.outputs[0].dtype)]
+    st = ctx.state
+    shape = st.value(ctx) if st is not None else run_now(ctx, _fill_shape, ctx.inputs[0].data)
+    return [np.full(shape, ctx.inputs[1].data, dtype=ctx.outputs[0].dtype)]
 
 
+# NOTE: RANK has nothing to prepare: its answer is the input's ndim, one attribute read
 def _exec_rank(ctx: ExecContext) -> list[np.ndarray]:
     return [np.array(ctx.inputs[0].data.ndim, dtype=np.int32)]
 
@@ -443,10 +624,11 @@ OPS: list[OpDef] = [
     OpDef(OperationType.RESHAPE, _sigs(_FQ_V1_0, lambda t: (I32,)), _exec_reshape, validate=_validate_rank_le4,
           prepare=_prepare_reshape, bad_data_on_missing_operand=True),
     OpDef(OperationType.SQUEEZE, _sigs(_FQ_V1_1, lambda t: (I32,)), _exec_squeeze, validate=_validate_rank_le4,
-          omittable_inputs=frozenset({1})),
-    OpDef(OperationType.EXPAND_DIMS, _sigs(_FIQ_V1_2, lambda t: (T.INT32,)), _exec_expand_dims, bad_data_on_missing_operand=True),
+          prepare=_prepare_squeeze, omittable_inputs=frozenset({1})),
+    OpDef(OperationType.EXPAND_DIMS, _sigs(_FIQ_V1_2, lambda t: (T.INT32,)), _exec_expand_dims,
+          prepare=_prepare_expand_dims, bad_data_on_missing_operand=True),
     OpDef(OperationType.TRANSPOSE, _sigs(_FQ_V1_1, lambda t: (I32,)), _exec_transpose, validate=_validate_rank_le4,
-          omittable_inputs=frozenset({1}), allow_zero_sized=True),
+          prepare=_prepare_transpose, omittable_inputs=frozenset({1}), allow_zero_sized=True),
     # NOTE: n >= 1 tensors then the INT32 axis; the signature admits the types,
     # _validate_concatenation their order
     OpDef(OperationType.CONCATENATION,
@@ -455,15 +637,18 @@ OPS: list[OpDef] = [
           _exec_concatenation, validate=_validate_concatenation, prepare=_prepare_concatenation,
           allow_zero_sized=True),
     OpDef(OperationType.SPLIT,
-          [Signature((t, T.INT32, T.INT32), (t,), v, variadic_outputs=t) for t, v in _FIQ_V1_2], _exec_split, bad_data_on_missing_operand=True),
-    OpDef(OperationType.SLICE, _sigs(_FIQ_V1_2, lambda t: (I32, I32)), _exec_slice, allow_zero_sized=True),
+          [Signature((t, T.INT32, T.INT32), (t,), v, variadic_outputs=t) for t, v in _FIQ_V1_2], _exec_split,
+          prepare=_prepare_split, bad_data_on_missing_operand=True),
+    OpDef(OperationType.SLICE, _sigs(_FIQ_V1_2, lambda t: (I32, I32)), _exec_slice, prepare=_prepare_slice,
+          allow_zero_sized=True),
     OpDef(OperationType.STRIDED_SLICE, _sigs(_FQ_V1_1, lambda t: (I32, I32, I32, T.INT32, T.INT32, T.INT32)),
-          _exec_strided_slice, validate=_validate_rank_le4),
-    OpDef(OperationType.GATHER, _sigs(_FIQ_V1_2, lambda t: (T.INT32, I32)), _exec_gather),
-    OpDef(OperationType.TILE, _sigs(_FIQ_V1_2, lambda t: (I32,)), _exec_tile, bad_data_on_missing_operand=True),
+          _exec_strided_slice, validate=_validate_rank_le4, prepare=_prepare_strided_slice),
+    OpDef(OperationType.GATHER, _sigs(_FIQ_V1_2, lambda t: (T.INT32, I32)), _exec_gather, prepare=_prepare_gather),
+    OpDef(OperationType.TILE, _sigs(_FIQ_V1_2, lambda t: (I32,)), _exec_tile, prepare=_prepare_tile,
+          bad_data_on_missing_operand=True),
     OpDef(OperationType.FILL,
           [Signature((I32, s), (t,), V1_3) for t, s in ((F16, T.FLOAT16), (F32, T.FLOAT32), (I32, T.INT32))],
-          _exec_fill),
+          _exec_fill, prepare=_prepare_fill),
     OpDef(OperationType.RANK, [Signature((frozenset(_RANK_TYPES),), (T.INT32,), V1_3)], _exec_rank),
     OpDef(OperationType.PAD, _sigs(_FQ_V1_1, lambda t: (I32,)), _exec_pad, validate=_validate_pad, prepare=_prepare_pad,
           bad_data_on_missing_operand=True),

@@ -7,6 +7,12 @@ by transposing in and out.  Resizing follows the reference: output size
 from INT32 sizes or float scales, the HAL 1.3 align_corners /
 half_pixel_centers flags, bilinear weights computed in float32 in TFLite's
 order and quantized results truncated like its ``static_cast``.
+
+The block rearrangements parse their constant block sizes, paddings, groups
+and layout flag in ``prepare`` into a plan per input shape (a 6-D view, a
+permutation and the output shape, the NCHW layout folded into the
+permutation), so an execution is one transposed copy (SPACE_TO_BATCH_ND: into
+a buffer of the pad value first).
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from nnhal.ops.base import (
     OpDef,
     OpInfo,
     Signature,
+    Tensor,
 )
-from nnhal.ops.prepared import Ready, prepared
+from nnhal.ops.prepared import RUNTIME, PerShape, Ready, param, prepared, run_now, static_shape
 from nnhal.ops.quant import QUANT_RANGE
 
 T = OperandType
@@ -246,36 +253,82 @@ def _resize_signatures(bilinear: bool) -> list[Signature]:
 
 # --------------------------------------------------------------------------
 # SPACE_TO_DEPTH / DEPTH_TO_SPACE
+#
+# Each is one copy: the input viewed with the block split out of its axes,
+# transposed and reshaped, in the model's own layout (NHWC or NCHW: the
+# NCHW permutation folds the layout change in, no transpose in and out).
 
 
-def _block_size(ctx: ExecContext) -> int:
-    bs = int(ctx.scalar(1))
+def _any_runtime(*values: Any) -> bool:
+    return any(v is RUNTIME for v in values)
+
+
+def _nchw_flag(v: Any) -> bool:
+    return bool(v) if v is not None else False
+
+
+def _check_rank4(shape: tuple) -> None:
+    if len(shape) != 4:
+        raise ValueError(f"input must be 4-D, got rank {len(shape)}")
+
+
+def _block(bs: Any) -> int:
+    bs = int(bs)
     if bs <= 0:
-        raise ctx.fail(f"block size {bs} must be positive")
+        raise ValueError(f"block size {bs} must be positive")
     return bs
 
 
-def _execute_space_to_depth(ctx: ExecContext) -> list[np.ndarray]:
-    nchw = bool(ctx.scalar(2, False))
-    x = _to_nhwc(ctx, ctx.inputs[0].data, nchw)
-    bs = _block_size(ctx)
-    b, h, w, c = x.shape
+def _space_to_depth_plan(shape: tuple, bs: Any, nchw: bool) -> tuple:
+    """(6-D view, permutation, output shape) of SPACE_TO_DEPTH on ``shape``."""
+    _check_rank4(shape)
+    bs = _block(bs)
+    b, h, w, c = (shape[0], shape[2], shape[3], shape[1]) if nchw else shape
     if h % bs or w % bs:
-        raise ctx.fail(f"height {h} and width {w} must be multiples of the block size {bs}")
-    res = x.reshape(b, h // bs, bs, w // bs, bs, c).transpose(0, 1, 3, 2, 4, 5)
-    return [_from_nhwc(res.reshape(b, h // bs, w // bs, bs * bs * c), nchw)]
+        raise ValueError(f"height {h} and width {w} must be multiples of the block size {bs}")
+    oh, ow, oc = h // bs, w // bs, bs * bs * c
+    if nchw:
+        # NOTE: output channel (i * bs + j) * c + k is input channel k at block offset (i, j)
+        return (b, c, oh, bs, ow, bs), (0, 3, 5, 1, 2, 4), (b, oc, oh, ow)
+    return (b, oh, bs, ow, bs, c), (0, 1, 3, 2, 4, 5), (b, oh, ow, oc)
+
+
+def _depth_to_space_plan(shape: tuple, bs: Any, nchw: bool) -> tuple:
+    """(6-D view, permutation, output shape) of DEPTH_TO_SPACE on ``shape``."""
+    _check_rank4(shape)
+    bs = _block(bs)
+    b, h, w, c = (shape[0], shape[2], shape[3], shape[1]) if nchw else shape
+    if c % (bs * bs):
+        raise ValueError(f"depth {c} must be a multiple of block size squared {bs * bs}")
+    oc = c // (bs * bs)
+    if nchw:
+        return (b, bs, bs, oc, h, w), (0, 3, 4, 1, 5, 2), (b, oc, h * bs, w * bs)
+    return (b, h, w, bs, bs, oc), (0, 1, 3, 2, 4, 5), (b, h * bs, w * bs, oc)
+
+
+def _prepare_block(info: OpInfo, fn: Any) -> object:
+    bs, nchw = param(info, 1), param(info, 2)
+    if _any_runtime(bs, nchw) or bs is None:
+        return None
+    return PerShape(fn, bs.item(), _nchw_flag(None if nchw is None else nchw.item())).prime(static_shape(info))
+
+
+def _rearrange(ctx: ExecContext, fn: Any) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    st = ctx.state
+    if st is not None:
+        view, perm, out = st.plan(ctx, x.shape)
+    else:
+        view, perm, out = run_now(ctx, fn, x.shape, ctx.scalar(1), _nchw_flag(ctx.scalar(2)))
+    return [np.ascontiguousarray(x.reshape(view).transpose(perm)).reshape(out)]
+
+
+def _execute_space_to_depth(ctx: ExecContext) -> list[np.ndarray]:
+    return _rearrange(ctx, _space_to_depth_plan)
 
 
 def _execute_depth_to_space(ctx: ExecContext) -> list[np.ndarray]:
-    nchw = bool(ctx.scalar(2, False))
-    x = _to_nhwc(ctx, ctx.inputs[0].data, nchw)
-    bs = _block_size(ctx)
-    b, h, w, c = x.shape
-    if c % (bs * bs):
-        raise ctx.fail(f"depth {c} must be a multiple of block size squared {bs * bs}")
-    oc = c // (bs * bs)
-    res = x.reshape(b, h, w, bs, bs, oc).transpose(0, 1, 3, 2, 4, 5)
-    return [_from_nhwc(res.reshape(b, h * bs, w * bs, oc), nchw)]
+    return _rearrange(ctx, _depth_to_space_plan)
 
 
 def _block_signatures(versions: dict, extra: tuple) -> list[Signature]:
@@ -290,48 +343,96 @@ def _block_signatures(versions: dict, extra: tuple) -> list[Signature]:
 # SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND
 
 
-def _block_shape(ctx: ExecContext) -> tuple[int, int]:
-    block = ctx.inputs[1].data
+def _block_shape(block: np.ndarray) -> tuple[int, int]:
     if block.shape != (2,):
-        raise ctx.fail(f"block shape must be a 1-D tensor of 2 values, got shape {list(block.shape)}")
+        raise ValueError(f"block shape must be a 1-D tensor of 2 values, got shape {list(block.shape)}")
     bh, bw = int(block[0]), int(block[1])
     if bh < 1 or bw < 1:
-        raise ctx.fail(f"block shape {[bh, bw]} must be >= 1")
+        raise ValueError(f"block shape {[bh, bw]} must be >= 1")
     return bh, bw
+
+
+def _space_to_batch_plan(shape: tuple, block: np.ndarray, pads: np.ndarray, nchw: bool) -> tuple:
+    """(padded shape, where the input goes in it, 6-D view, permutation,
+    output shape): pad into a buffer of the fill value, then one copy."""
+    _check_rank4(shape)
+    bh, bw = _block_shape(block)
+    if pads.shape != (2, 2):
+        raise ValueError(f"paddings must be a 2x2 tensor, got shape {list(pads.shape)}")
+    if np.any(pads < 0):
+        raise ValueError("paddings must be non-negative")
+    (pt, pb), (pl, pr) = pads.tolist()
+    b, h, w, c = (shape[0], shape[2], shape[3], shape[1]) if nchw else shape
+    ph, pw = h + pt + pb, w + pl + pr
+    if ph % bh or pw % bw:
+        raise ValueError(f"padded size {ph}x{pw} must be a multiple of the block shape {[bh, bw]}")
+    oh, ow, ob = ph // bh, pw // bw, b * bh * bw
+    if nchw:
+        # NOTE: output batch (i * bw + j) * b + n is input batch n at block offset (i, j)
+        return ((b, c, ph, pw), (slice(None), slice(None), slice(pt, pt + h), slice(pl, pl + w)),
+                (b, c, oh, bh, ow, bw), (3, 5, 0, 1, 2, 4), (ob, c, oh, ow))
+    return ((b, ph, pw, c), (slice(None), slice(pt, pt + h), slice(pl, pl + w)),
+            (b, oh, bh, ow, bw, c), (2, 4, 0, 1, 3, 5), (ob, oh, ow, c))
+
+
+def _space_to_batch_fill(t: Tensor) -> Any:
+    # NOTE: quantized tensors pad with the zero point (the real value 0)
+    return t.zero_point if t.type in QUANT_RANGE else 0
+
+
+def _prepare_space_to_batch(info: OpInfo) -> object:
+    block, pads, nchw = param(info, 1), param(info, 2), param(info, 3)
+    if _any_runtime(block, pads, nchw) or block is None or pads is None:
+        return None
+    return PerShape(_space_to_batch_plan, block, pads,
+                    _nchw_flag(None if nchw is None else nchw.item())).prime(static_shape(info))
 
 
 def _execute_space_to_batch(ctx: ExecContext) -> list[np.ndarray]:
     inp = ctx.inputs[0]
-    nchw = bool(ctx.scalar(3, False))
-    x = _to_nhwc(ctx, inp.data, nchw)
-    bh, bw = _block_shape(ctx)
-    pads = ctx.inputs[2].data
-    if pads.shape != (2, 2):
-        raise ctx.fail(f"paddings must be a 2x2 tensor, got shape {list(pads.shape)}")
-    if np.any(pads < 0):
-        raise ctx.fail("paddings must be non-negative")
-    (pt, pb), (pl, pr) = pads.tolist()
-    b, h, w, c = x.shape
-    ph, pw = h + pt + pb, w + pl + pr
-    if ph % bh or pw % bw:
-        raise ctx.fail(f"padded size {ph}x{pw} must be a multiple of the block shape {[bh, bw]}")
-    # NOTE: quantized tensors pad with the zero point (the real value 0)
-    fill = inp.zero_point if inp.type in QUANT_RANGE else 0
-    padded = np.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=fill)
-    res = padded.reshape(b, ph // bh, bh, pw // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
-    return [_from_nhwc(res.reshape(b * bh * bw, ph // bh, pw // bw, c), nchw)]
+    x = inp.data
+    st = ctx.state
+    if st is not None:
+        padded, inner, view, perm, out = st.plan(ctx, x.shape)
+    else:
+        padded, inner, view, perm, out = run_now(ctx, _space_to_batch_plan, x.shape, ctx.inputs[1].data,
+                                                 ctx.inputs[2].data, _nchw_flag(ctx.scalar(3)))
+    if padded != x.shape:
+        buf = np.full(padded, _space_to_batch_fill(inp), x.dtype)
+        buf[inner] = x
+        x = buf
+    return [np.ascontiguousarray(x.reshape(view).transpose(perm)).reshape(out)]
+
+
+def _batch_to_space_plan(shape: tuple, block: np.ndarray, nchw: bool) -> tuple:
+    """(6-D view, permutation, output shape) of BATCH_TO_SPACE_ND on ``shape``."""
+    _check_rank4(shape)
+    bh, bw = _block_shape(block)
+    b, h, w, c = (shape[0], shape[2], shape[3], shape[1]) if nchw else shape
+    if b % (bh * bw):
+        raise ValueError(f"batch {b} must be a multiple of the block size {bh * bw}")
+    ob = b // (bh * bw)
+    if nchw:
+        return (bh, bw, ob, c, h, w), (2, 3, 4, 0, 5, 1), (ob, c, h * bh, w * bw)
+    return (bh, bw, ob, h, w, c), (2, 3, 0, 4, 1, 5), (ob, h * bh, w * bw, c)
+
+
+def _prepare_batch_to_space(info: OpInfo) -> object:
+    block, nchw = param(info, 1), param(info, 2)
+    if _any_runtime(block, nchw) or block is None:
+        return None
+    return PerShape(_batch_to_space_plan, block, _nchw_flag(None if nchw is None else nchw.item())).prime(
+        static_shape(info))
 
 
 def _execute_batch_to_space(ctx: ExecContext) -> list[np.ndarray]:
-    nchw = bool(ctx.scalar(2, False))
-    x = _to_nhwc(ctx, ctx.inputs[0].data, nchw)
-    bh, bw = _block_shape(ctx)
-    b, h, w, c = x.shape
-    if b % (bh * bw):
-        raise ctx.fail(f"batch {b} must be a multiple of the block size {bh * bw}")
-    ob = b // (bh * bw)
-    res = x.reshape(bh, bw, ob, h, w, c).transpose(2, 3, 0, 4, 1, 5)
-    return [_from_nhwc(res.reshape(ob, h * bh, w * bw, c), nchw)]
+    x = ctx.inputs[0].data
+    st = ctx.state
+    if st is not None:
+        view, perm, out = st.plan(ctx, x.shape)
+    else:
+        view, perm, out = run_now(ctx, _batch_to_space_plan, x.shape, ctx.inputs[1].data, _nchw_flag(ctx.scalar(2)))
+    return [np.ascontiguousarray(x.reshape(view).transpose(perm)).reshape(out)]
 
 
 def _space_to_batch_validate(info: OpInfo) -> None:
@@ -344,20 +445,46 @@ def _space_to_batch_validate(info: OpInfo) -> None:
 # CHANNEL_SHUFFLE
 
 
+def _channel_shuffle_plan(shape: tuple, groups: Any, axis: Any, same_quant: bool) -> tuple:
+    """(view with the axis split into (groups, size / groups), permutation swapping the two)."""
+    groups, axis = int(groups), int(axis)
+    rank = len(shape)
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} out of range for rank {rank}")
+    axis %= rank
+    n = shape[axis]
+    if groups <= 0 or n % groups:
+        raise ValueError(f"{groups} groups must be positive and divide the axis size {n}")
+    if not same_quant:
+        raise ValueError("output scale and zero point must equal the input's")
+    view = shape[:axis] + (groups, n // groups) + shape[axis + 1:]
+    perm = tuple(range(axis)) + (axis + 1, axis) + tuple(range(axis + 2, rank + 1))
+    return view, perm
+
+
+def _same_quant(inp: Any, out: Any) -> bool:
+    """The reference gives the output the input's scale and zero point and
+    refuses a model output declared otherwise."""
+    return inp.type not in QUANT_RANGE or (out.scale == inp.scale and out.zero_point == inp.zero_point)
+
+
+def _prepare_channel_shuffle(info: OpInfo) -> object:
+    groups, axis = param(info, 1), param(info, 2)
+    if _any_runtime(groups, axis) or groups is None or axis is None:
+        return None
+    return PerShape(_channel_shuffle_plan, groups.item(), axis.item(),
+                    _same_quant(info.inputs[0], info.outputs[0])).prime(static_shape(info))
+
+
 def _execute_channel_shuffle(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
-    groups = int(ctx.scalar(1))
-    axis = int(ctx.scalar(2))
-    if not -x.ndim <= axis < x.ndim:
-        raise ctx.fail(f"axis {axis} out of range for rank {x.ndim}")
-    axis %= x.ndim
-    n = x.shape[axis]
-    if groups <= 0 or n % groups:
-        raise ctx.fail(f"{groups} groups must be positive and divide the axis size {n}")
-    _check_same_quant(ctx)
-    shape = x.shape[:axis] + (groups, n // groups) + x.shape[axis + 1:]
-    res = np.swapaxes(x.reshape(shape), axis, axis + 1).reshape(x.shape)
-    return [np.ascontiguousarray(res)]
+    st = ctx.state
+    if st is not None:
+        view, perm = st.plan(ctx, x.shape)
+    else:
+        view, perm = run_now(ctx, _channel_shuffle_plan, x.shape, ctx.scalar(1), ctx.scalar(2),
+                             _same_quant(ctx.inputs[0], ctx.outputs[0]))
+    return [np.ascontiguousarray(x.reshape(view).transpose(perm)).reshape(x.shape)]
 
 
 def _channel_shuffle_validate(info: OpInfo) -> None:
@@ -376,18 +503,23 @@ OPS: list[OpDef] = [
     OpDef(type=OperationType.RESIZE_NEAREST_NEIGHBOR, signatures=_resize_signatures(False),
           execute=_execute_nearest, prepare=lambda info: _prepare_resize(info, False), allow_zero_sized=True),
     OpDef(type=OperationType.SPACE_TO_DEPTH, signatures=_block_signatures(_BLOCK_VERSIONS_1_0, (T.INT32,)),
-          execute=_execute_space_to_depth, bad_data_on_missing_operand=True),
+          execute=_execute_space_to_depth, prepare=lambda info: _prepare_block(info, _space_to_depth_plan),
+          bad_data_on_missing_operand=True),
     OpDef(type=OperationType.DEPTH_TO_SPACE, signatures=_block_signatures(_BLOCK_VERSIONS_1_0, (T.INT32,)),
-          execute=_execute_depth_to_space, bad_data_on_missing_operand=True),
+          execute=_execute_depth_to_space, prepare=lambda info: _prepare_block(info, _depth_to_space_plan),
+          bad_data_on_missing_operand=True),
     OpDef(type=OperationType.SPACE_TO_BATCH_ND,
           signatures=_block_signatures(_BLOCK_VERSIONS_1_1, (T.TENSOR_INT32, T.TENSOR_INT32)),
-          execute=_execute_space_to_batch, validate=_space_to_batch_validate, bad_data_on_missing_operand=True),
+          execute=_execute_space_to_batch, validate=_space_to_batch_validate, prepare=_prepare_space_to_batch,
+          bad_data_on_missing_operand=True),
     OpDef(type=OperationType.BATCH_TO_SPACE_ND, signatures=_block_signatures(_BLOCK_VERSIONS_1_1, (T.TENSOR_INT32,)),
-          execute=_execute_batch_to_space, bad_data_on_missing_operand=True),
+          execute=_execute_batch_to_space, prepare=_prepare_batch_to_space,
+          bad_data_on_missing_operand=True),
     OpDef(
         type=OperationType.CHANNEL_SHUFFLE,
         signatures=[Signature((t, T.INT32, T.INT32), (t,), V1_3 if t == Q8S else V1_2) for t in (F32, F16, Q8, Q8S)],
         execute=_execute_channel_shuffle,
         validate=_channel_shuffle_validate,
+        prepare=_prepare_channel_shuffle,
     ),
 ]
