@@ -36,6 +36,7 @@ from nnhal.ops.base import (
     Tensor,
 )
 from nnhal.ops.fixedpoint import round_half_away
+from nnhal.ops.prepared import frozen
 from nnhal.ops.quant import QUANT_RANGE, multiply_by_quantized_multiplier, quantize_multiplier
 
 T = OperandType
@@ -113,11 +114,6 @@ class _State:
         self.extra = extra
 
 
-def _read_only(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a
-
-
 def _prepare_state(info: OpInfo, scalars: tuple, parse: Callable[..., tuple], reals: tuple) -> _State:
     """The parsed ``scalars`` (if all are constants) and the real values of the
     constant tensor inputs among ``reals``."""
@@ -127,7 +123,7 @@ def _prepare_state(info: OpInfo, scalars: tuple, parse: Callable[..., tuple], re
     for i in reals:
         t = info.inputs[i]
         if t.value is not None:
-            real[i] = _read_only(_real(Tensor(t.type, t.value, t.scale, t.zero_point)))
+            real[i] = frozen(_real(Tensor(t.type, t.value, t.scale, t.zero_point)))
     return _State(params, real)
 
 
@@ -375,7 +371,7 @@ def _anchor_grid(anc: np.ndarray, h: int, w: int, h_stride: np.float32, w_stride
     shift_h = (np.arange(h, dtype=F32) * h_stride).astype(F32)
     shifts = np.stack(np.broadcast_arrays(shift_w[None, :], shift_h[:, None], shift_w[None, :], shift_h[:, None]),
                       axis=-1)                                                  # [h, w, 4]
-    return _read_only((anc[None, None, :, :] + shifts[:, :, None, :]).astype(F32).reshape(-1, 4))
+    return frozen((anc[None, None, :, :] + shifts[:, :, None, :]).astype(F32).reshape(-1, 4))
 
 
 def _prepare_gp(info: OpInfo) -> _State:
@@ -529,7 +525,7 @@ def _parse_dp(sy: float, sx: float, sh: float, sw: float, regular: bool, max_det
 
 def _anchor_columns(anc: np.ndarray) -> tuple:
     """The anchors' [y center, x center, height, width] columns, each contiguous."""
-    return tuple(_read_only(np.ascontiguousarray(anc[:, k])) for k in range(4))
+    return tuple(frozen(np.ascontiguousarray(anc[:, k])) for k in range(4))
 
 
 def _prepare_dp(info: OpInfo) -> _State:

@@ -14,6 +14,7 @@ import numpy as np
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops import memo
 from nnhal.ops.base import V1_2, ExecContext, OpDef, OpInfo, Signature
+from nnhal.ops.prepared import frozen
 
 T = OperandType
 
@@ -86,9 +87,7 @@ def _seeds(seeds: np.ndarray) -> tuple[int, int]:
 
 
 def _stream(seed: int, seed2: int, batch: int, n_samples: int) -> np.ndarray:
-    u = uniform_doubles(seed, seed2, batch * n_samples).reshape(batch, n_samples)
-    u.flags.writeable = False
-    return u
+    return frozen(uniform_doubles(seed, seed2, batch * n_samples).reshape(batch, n_samples))
 
 
 def _prepare(info: OpInfo) -> _State | None:

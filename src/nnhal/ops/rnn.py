@@ -18,7 +18,7 @@ import numpy as np
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops import deadline
 from nnhal.ops.base import V1_0, V1_2, V1_3, ExecContext, OpDef, OpExecutionError, OpInfo, Signature
-from nnhal.ops.prepared import Ready, prepared
+from nnhal.ops.prepared import Ready, frozen, prepared
 
 T = OperandType
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
@@ -69,9 +69,7 @@ def _prepare(weights: tuple, scalars: tuple, parse: Callable[..., tuple]) -> Cal
         for i in weights:
             v = info.constant(i)
             if v is not None:
-                a = v.astype(np.float64)
-                a.flags.writeable = False
-                f64[i] = a
+                f64[i] = frozen(v.astype(np.float64))
         vals = [None if info.constant(i) is None else info.constant(i).item() for i in scalars]
         return _State(f64, prepared(parse, *vals))
 
