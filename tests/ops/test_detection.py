@@ -872,3 +872,20 @@ def test_prepared_memos_from_many_threads():
         for t in threads:
             t.join()
     assert not failures
+
+
+def test_generate_proposals_grid_of_a_huge_declared_shape_waits_for_data():
+    """A declared feature map costs nothing to claim: beyond the bound, no grid is
+    made at prepare (a hostile model cannot make prepare allocate it)."""
+    from nnhal.hal import OperandLifeTime
+    from nnhal.ops.base import OperandInfo
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    ins, outs = _gp_inputs(), _gp_outs()
+    infos = [tensor_info(t, constant=k not in (0, 1)) for k, t in enumerate(ins)]
+    infos[0] = OperandInfo(F32, (1, 60000, 60000, 2), lifetime=OperandLifeTime.SUBGRAPH_INPUT)
+    infos[1] = OperandInfo(F32, (1, 60000, 60000, 8), lifetime=OperandLifeTime.SUBGRAPH_INPUT)
+    huge = prepare_operation(Op.GENERATE_PROPOSALS, infos, outs)
+    assert len(huge.state.extra) == 0
+    dynamic = prepare_operation(Op.GENERATE_PROPOSALS, [tensor_info(t) for t in ins], outs)
+    assert [a.tobytes() for a in huge.run(ins)] == [a.tobytes() for a in dynamic.run(ins)]

@@ -118,7 +118,9 @@ def _prepare_state(info: OpInfo, scalars: tuple, parse: Callable[..., tuple], re
     """The parsed ``scalars`` (if all are constants) and the real values of the
     constant tensor inputs among ``reals``."""
     vals = [info.constant(i) for i in scalars]
-    params = None if any(v is None for v in vals) else parse(*(v.item() for v in vals))
+    params = None
+    if all(v is not None and v.size == 1 for v in vals):  # NOTE: else the execution parses (and fails) as before
+        params = parse(*(v.item() for v in vals))
     real = {}
     for i in reals:
         t = info.inputs[i]
@@ -374,6 +376,10 @@ def _anchor_grid(anc: np.ndarray, h: int, w: int, h_stride: np.float32, w_stride
     return frozen((anc[None, None, :, :] + shifts[:, :, None, :]).astype(F32).reshape(-1, 4))
 
 
+# the most anchor boxes a grid made at prepare holds (16 bytes each)
+_GRID_LIMIT = 1 << 20
+
+
 def _prepare_gp(info: OpInfo) -> _State:
     st = _prepare_state(info, _GP_SCALARS, _parse_gp, (2, 3))
     anc = st.real.get(2)
@@ -384,7 +390,9 @@ def _prepare_gp(info: OpInfo) -> _State:
         dims = info.inputs[0].dimensions
         if len(dims) == 4 and 0 not in dims and anc.ndim == 2 and anc.shape[1:] == (4,):
             h, w = (dims[2], dims[3]) if st.params[6] else (dims[1], dims[2])
-            grids.put((h, w), _anchor_grid(anc, h, w, st.params[0], st.params[1]))
+            # NOTE: a declared shape costs nothing to claim: a grid beyond the bound waits for real data
+            if h * w * anc.shape[0] <= _GRID_LIMIT:
+                grids.put((h, w), _anchor_grid(anc, h, w, st.params[0], st.params[1]))
     return st
 
 

@@ -92,7 +92,7 @@ def _stream(seed: int, seed2: int, batch: int, n_samples: int) -> np.ndarray:
 
 def _prepare(info: OpInfo) -> _State | None:
     n, seeds = info.constant(1), info.constant(2)
-    if n is None or seeds is None:
+    if n is None or seeds is None or n.size != 1:
         return None
     n_samples = int(n.item())
     if n_samples < 0 or seeds.size < 2:

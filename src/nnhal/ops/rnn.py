@@ -70,8 +70,11 @@ def _prepare(weights: tuple, scalars: tuple, parse: Callable[..., tuple]) -> Cal
             v = info.constant(i)
             if v is not None:
                 f64[i] = frozen(v.astype(np.float64))
-        vals = [None if info.constant(i) is None else info.constant(i).item() for i in scalars]
-        return _State(f64, prepared(parse, *vals))
+        vals = [info.constant(i) for i in scalars]
+        params = None
+        if all(v is not None and v.size == 1 for v in vals):
+            params = prepared(parse, *(v.item() for v in vals))
+        return _State(f64, params)
 
     return prepare
 
