@@ -122,7 +122,10 @@ def _execute_relu(ctx: ExecContext) -> list[np.ndarray]:
     np.fmin(r, hi, out=r)
     if lo == 0:
         np.add(r, np.float32(0), out=r)
-    return [r.astype(ctx.outputs[0].dtype, copy=False)]
+    if data.dtype == np.float32:
+        return [r]
+    with np.errstate(over="ignore"):  # NOTE: float16: RELU's FLT_MAX (an input inf) is inf again
+        return [r.astype(ctx.outputs[0].dtype)]
 
 
 def _input_rescale(ctx: ExecContext, scale: float) -> tuple[int, int, int]:

@@ -33,7 +33,7 @@ from nnhal.ops.quant import (
 )
 
 T = OperandType
-_FEW_ROWS = 16  # rows up to which the inverse square roots run on Python ints
+_FEW_ROWS = 64  # rows up to which the inverse square roots run on Python ints (~3 us each; numpy ~280 us)
 
 
 def _axis(ctx: ExecContext, axis: int) -> int:
