@@ -277,3 +277,20 @@ def test_elu_alpha_prepared_or_read_at_run_time():
     np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
     # the prepared alpha is the model's: another value at run time does not reach the kernel
     np.testing.assert_array_equal(const.run([x, tensor(T.FLOAT32, 2.0)])[0], a)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 3.7, -2.0, 0.0])
+def test_elu_bits_as_the_formula(alpha):
+    """max(0, x) + min(0, alpha * (exp(x) - 1)) in float32, on every float16 value
+    and random float32 bit patterns (inf, NaN, overflow of exp included)."""
+    f16 = np.arange(65536, dtype=np.uint16).view(np.float16)
+    f32 = np.concatenate([f16.astype(np.float32), np.random.default_rng(6).integers(
+        0, 2**32, 50_000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    for x, t, at in ((f32, T.TENSOR_FLOAT32, T.FLOAT32), (f16, T.TENSOR_FLOAT16, T.FLOAT16)):
+        a = np.float32(np.array(alpha, x.dtype).item())
+        xf = x.astype(np.float32)
+        with np.errstate(all="ignore"):
+            want = (np.maximum(np.float32(0), xf) + np.minimum(np.float32(0), a * (np.exp(xf) - np.float32(1))))
+            want = want.astype(x.dtype)
+        got = run(Op.ELU, [tensor(t, x), tensor(at, alpha)], t)
+        assert got.dtype == x.dtype and got.tobytes() == want.tobytes()

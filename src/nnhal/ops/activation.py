@@ -286,10 +286,16 @@ def _execute_elu(ctx: ExecContext) -> list[np.ndarray]:
     out = ctx.outputs[0]
     st = ctx.state
     alpha = st.value(ctx) if st is not None else _elu_alpha(ctx.inputs[1].data)
-    xf = x.data.astype(np.float32)
-    with np.errstate(over="ignore"):
-        res = np.maximum(np.float32(0), xf) + np.minimum(np.float32(0), alpha * (np.exp(xf) - np.float32(1)))
-    return [res.astype(out.dtype)]
+    xf = x.data.astype(np.float32, copy=False)
+    # NOTE: max(0, x) + min(0, alpha * (exp(x) - 1)), the operands in the reference's order, in place
+    with np.errstate(all="ignore"):  # NOTE: inf and NaN as in C++, without warnings
+        e = np.exp(xf)
+        np.subtract(e, np.float32(1), out=e)
+        np.multiply(alpha, e, out=e)
+        np.minimum(np.float32(0), e, out=e)
+        res = np.maximum(np.float32(0), xf)
+        np.add(res, e, out=res)
+        return [res.astype(out.dtype, copy=False)]
 
 
 def _prelu_multipliers(x: object, alpha: object, out: object) -> tuple[int, int, int, int]:

@@ -182,16 +182,21 @@ def _lrn_execute(ctx: ExecContext) -> list[np.ndarray]:
         radius, bias, alpha, beta, raw_axis = _lrn_params(*(ctx.inputs[i].data for i in range(1, 5)),
                                                           _runtime_axis(ctx, 5))
     axis = _axis(ctx, raw_axis)
-    x = np.moveaxis(inp.data.astype(np.float32), axis, -1)
+    last = axis == inp.data.ndim - 1
+    x = inp.data.astype(np.float32, copy=False)
+    if not last:
+        x = x.swapaxes(axis, -1)  # NOTE: swapped back below; each element depends on its own row only
     n = x.shape[-1]
     # windowed sums of squares [i - radius, i + radius] through a cumulative sum
     cs = np.empty(x.shape[:-1] + (n + 1,))
     cs[..., 0] = 0
-    np.cumsum(x.astype(np.float64) ** 2, axis=-1, out=cs[..., 1:])
+    np.cumsum(np.square(x, dtype=np.float64), axis=-1, out=cs[..., 1:])
     lo, hi = _LRN_WINDOWS.get_or_compute((n, radius), lambda: _lrn_windows(n, radius))
     sqr_sum = (cs[..., hi] - cs[..., lo]).astype(np.float32)
     res = x * np.power(bias + alpha * sqr_sum, -beta)
-    return [np.moveaxis(res, -1, axis).astype(out.dtype)]
+    if last:
+        return [res.astype(out.dtype, copy=False)]  # NOTE: a new array
+    return [res.swapaxes(axis, -1).astype(out.dtype)]
 
 
 def _lrn_validate(info: OpInfo) -> None:
@@ -228,14 +233,22 @@ def _instance_norm_execute(ctx: ExecContext) -> list[np.ndarray]:
     else:
         gamma, beta, eps, spatial = _instance_norm_params(
             *(ctx.inputs[i].data for i in (1, 2, 3)), ctx.inputs[4].data if ctx.has(4) else np.bool_(False))
-    xf = x.astype(np.float32)
-    if xf.size == 0:
+    if x.size == 0:
         return [np.zeros(x.shape, out.dtype)]
-    mean = xf.mean(axis=spatial, keepdims=True, dtype=np.float32)
-    var = np.square(xf - mean).mean(axis=spatial, keepdims=True, dtype=np.float32)
-    sigma = np.sqrt(var + eps)
-    res = (xf - mean) * gamma / sigma + beta
-    return [res.astype(out.dtype)]
+    xf = x.astype(np.float32, copy=False)
+    count = np.intp(x.shape[spatial[0]] * x.shape[spatial[1]])
+    d = xf - _mean32(xf, spatial, count)
+    sigma = np.sqrt(_mean32(np.square(d), spatial, count) + eps)
+    res = d * gamma / sigma + beta
+    return [res.astype(out.dtype, copy=False)]
+
+
+def _mean32(v: np.ndarray, axes: tuple, count: np.intp) -> np.ndarray:
+    """``v.mean(axis=axes, keepdims=True, dtype=np.float32)`` as numpy computes it (the
+    float32 sum divided by the intp count, in double, stored in float32), without its
+    Python-level argument handling."""
+    s = np.add.reduce(v, axis=axes, dtype=np.float32, keepdims=True)
+    return np.true_divide(s, count, out=s, casting="unsafe")
 
 
 # --------------------------------------------------------------------------

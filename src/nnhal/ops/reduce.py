@@ -158,8 +158,8 @@ def _exec_topk(ctx: ExecContext) -> list[np.ndarray]:
     # values the larger index comes first: a stable sort of the reversed rows
     rev = x[..., ::-1].astype(np.float64)
     order = np.argsort(-rev, axis=-1, kind="stable")[..., :k]
-    idx = (n - 1 - order).astype(np.int32)
-    return [np.take_along_axis(x, idx.astype(np.int64), axis=-1), idx]
+    idx = n - 1 - order
+    return [np.take_along_axis(x, idx, axis=-1), idx.astype(np.int32)]
 
 
 # --------------------------------------------------------------------------
