@@ -5,7 +5,8 @@ Shapes broadcast as the spec says (trailing dimensions equal or 1; a zero
 dimension only with 0 or 1).  Quantized ADD / SUB / MUL use the TFLite integer
 arithmetic Android's reference calls (inputs left-shifted by 20 and rescaled
 by Q31 multipliers), so results match it bit for bit.  TENSOR_INT32 (HAL 1.3)
-wraps like C++ int32 and DIV floors.
+wraps like C++ int32 and DIV floors.  Quantized MAXIMUM / MINIMUM requantize
+each input to the output through a table of its 256 codes built at prepare.
 
 The small helpers at the top (broadcast shapes, float16 edges, std::round,
 requantize) are shared by the other elementwise family modules.

@@ -4,7 +4,9 @@ LOGICAL_AND, LOGICAL_OR, LOGICAL_NOT and SELECT.
 
 Quantized inputs are compared as real values, ``(q - zeroPoint) * scale`` in
 float, as the reference does (each input with its own scale); SELECT
-requantizes both quantized inputs to the output's scale.
+requantizes both quantized inputs to the output's scale.  Both depend only on
+the 8-bit code: ``prepare`` tables them for the 256 codes of each input (the
+same computation, so bit-identical), ``execute`` looks them up.
 """
 
 from __future__ import annotations
