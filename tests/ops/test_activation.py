@@ -294,3 +294,15 @@ def test_elu_bits_as_the_formula(alpha):
             want = want.astype(x.dtype)
         got = run(Op.ELU, [tensor(t, x), tensor(at, alpha)], t)
         assert got.dtype == x.dtype and got.tobytes() == want.tobytes()
+
+
+def test_zero_d_tensors_give_arrays():
+    """A 0-d tensor (numpy ufuncs give scalars for it) is an array out of every path."""
+    f = tensor(T.TENSOR_FLOAT32, -2.0)
+    for op, want in ((Op.RELU, 0.0), (Op.RELU1, -1.0), (Op.RELU6, 0.0)):
+        got = run(op, [f], T.TENSOR_FLOAT32)
+        assert got.__class__ is np.ndarray and got.shape == () and got == want
+    got = run(Op.RELU6, [tensor(Q8, 200, 0.1, 0)], Q8, 0.1, 0)
+    assert got.__class__ is np.ndarray and got.shape == () and got == 60
+    got = run(Op.ELU, [f, tensor(T.FLOAT32, 1.0)], T.TENSOR_FLOAT32)
+    assert got.__class__ is np.ndarray and got.shape == () and got == np.float32(np.exp(np.float32(-2)) - 1)

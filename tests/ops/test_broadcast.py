@@ -258,3 +258,10 @@ def test_broadcast_shapes_remembered_and_refused_each_time(kernel_only):
                     run(Op.MINIMUM, [x, y], T.TENSOR_FLOAT32)
             else:
                 assert run(Op.MINIMUM, [x, y], T.TENSOR_FLOAT32).shape == want
+
+
+def test_quant_max_min_zero_d():
+    t = T.TENSOR_QUANT8_ASYMM
+    for op, want in ((Op.MAXIMUM, 30), (Op.MINIMUM, 20)):
+        got = run(op, [tensor(t, 20, 1.0, 0), tensor(t, 30, 1.0, 0)], t, 1.0, 0)
+        assert got.__class__ is np.ndarray and got.shape == () and got == want

@@ -171,3 +171,11 @@ def test_select_quant_tables_are_the_requantization_of_every_code(t):
     f = tensor(T.TENSOR_FLOAT32, [1.0, 2.0])
     assert prepare_operation(Op.SELECT, [tensor(B, [True, False]), f, f], [OutputSpec(T.TENSOR_FLOAT32, ())]) \
         .state is None
+
+
+def test_quant_zero_d():
+    t = T.TENSOR_QUANT8_ASYMM
+    got = run(Op.LESS, [tensor(t, 2, 0.1, 0), tensor(t, 3, 0.1, 0)])
+    assert got.__class__ is np.ndarray and got.shape == () and got
+    got = run(Op.SELECT, [tensor(B, True), tensor(t, 2, 0.1, 0), tensor(t, 3, 0.1, 0)], t, 0.1, 0)
+    assert got.__class__ is np.ndarray and got.shape == () and got == 2

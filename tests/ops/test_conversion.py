@@ -204,3 +204,8 @@ def test_cast_conversion_chosen_at_prepare(src, dst):
     if src == dst:
         assert got is not x.data
         np.testing.assert_array_equal(got, x.data)
+
+
+def test_quantize_zero_d():
+    got = run(Op.QUANTIZE, tensor(T.TENSOR_FLOAT32, -2.0), T.TENSOR_QUANT8_ASYMM, 0.5, 10)
+    assert got.__class__ is np.ndarray and got.shape == () and got == 6

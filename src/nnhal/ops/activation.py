@@ -28,7 +28,7 @@ from nnhal.ops.base import (
     Signature,
     Tensor,
 )
-from nnhal.ops.broadcast import broadcast_shape, check_max_rank, validate_max_rank
+from nnhal.ops.broadcast import broadcast_shape, check_max_rank, lookup, validate_max_rank
 from nnhal.ops.fixedpoint import (
     exp_on_negative_values,
     newton_reciprocal,
@@ -113,12 +113,14 @@ def _execute_relu(ctx: ExecContext) -> list[np.ndarray]:
     if st is None:
         st = _relu_params(ctx.type, x.type, x.scale, x.zero_point)
     if st[0] == "table":
-        return [st[1].take(data.view(np.uint8))]
+        return [lookup(st[1], data)]
     _, lo, hi = st
     # NOTE: std::min(std::max(lo, x), hi) as the reference: NaN -> lo (fmax takes the number),
     # and RELU's hi is FLT_MAX; -0.0 -> +0.0 where lo is 0 (the reference's max(0, -0.0) is its
     # first argument), by adding +0.0 (which leaves every other value as it is)
     r = np.fmax(data if data.dtype == np.float32 else data.astype(np.float32), lo)  # NOTE: a new array
+    if r.__class__ is not np.ndarray:
+        r = np.asarray(r)  # NOTE: a 0-d input gives a scalar, which out= below cannot take
     np.fmin(r, hi, out=r)
     if lo == 0:
         np.add(r, np.float32(0), out=r)
@@ -290,12 +292,14 @@ def _execute_elu(ctx: ExecContext) -> list[np.ndarray]:
     # NOTE: max(0, x) + min(0, alpha * (exp(x) - 1)), the operands in the reference's order, in place
     with np.errstate(all="ignore"):  # NOTE: inf and NaN as in C++, without warnings
         e = np.exp(xf)
+        if e.__class__ is not np.ndarray:
+            e = np.asarray(e)  # NOTE: a 0-d input gives a scalar, which out= below cannot take
         np.subtract(e, np.float32(1), out=e)
         np.multiply(alpha, e, out=e)
         np.minimum(np.float32(0), e, out=e)
         res = np.maximum(np.float32(0), xf)
-        np.add(res, e, out=res)
-        return [res.astype(out.dtype, copy=False)]
+        np.add(res, e, out=e)
+        return [e.astype(out.dtype, copy=False)]
 
 
 def _prelu_multipliers(x: object, alpha: object, out: object) -> tuple[int, int, int, int]:

@@ -104,6 +104,13 @@ def requantize(q: np.ndarray, scale: float, zero_point: int, out_scale: float, o
     return round_half_away(v).astype(np.int32)
 
 
+def lookup(table: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """``table`` (256 entries, by the code's byte) of 8-bit ``data``: one take
+    on the raw bytes; an array, a 0-d one for 0-d data (take gives a scalar)."""
+    r = table.take(data.view(np.uint8))
+    return r if r.__class__ is np.ndarray else np.asarray(r)
+
+
 def requantize_table(t: OperandType, scale: float, zero_point: int, out_scale: float, out_zp: int,
                      out_type: OperandType) -> np.ndarray:
     """:func:`requantize` of the 256 codes of an 8-bit type ``t`` (entry i: the
@@ -327,7 +334,7 @@ def _execute_pow(ctx: ExecContext) -> list[np.ndarray]:
     with np.errstate(all="ignore"):
         res = np.power(as_float(base), as_float(exponent))
     out = ctx.outputs[0]
-    if res.shape == shape:
+    if res.shape == shape and res.__class__ is np.ndarray:
         return [res.astype(out.dtype, copy=False)]  # NOTE: a fresh array
     return [np.broadcast_to(res, shape).astype(out.dtype)]
 
@@ -352,7 +359,7 @@ def _execute_max_min(ctx: ExecContext) -> list[np.ndarray]:
     if a.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
         # NOTE: both inputs are requantized to the output's scale first, as the reference does
         tables = ctx.state if ctx.state is not None else _max_min_tables(a, b, out)
-        x, y = tables[0].take(a.data.view(np.uint8)), tables[1].take(b.data.view(np.uint8))
+        x, y = lookup(tables[0], a.data), lookup(tables[1], b.data)
         # NOTE: integers: std::max / std::min are numpy's
         res = np.minimum(x, y) if ctx.type == OperationType.MINIMUM else np.maximum(x, y)
     else:
@@ -361,7 +368,7 @@ def _execute_max_min(ctx: ExecContext) -> list[np.ndarray]:
             res = np.where(y < x, y, x)  # std::min(x, y)
         else:
             res = np.where(x < y, y, x)  # std::max(x, y)
-    if res.shape == shape:
+    if res.shape == shape and res.__class__ is np.ndarray:
         return [res.astype(out.dtype, copy=False)]  # NOTE: a fresh array
     return [np.broadcast_to(res, shape).astype(out.dtype)]
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import NUMPY_DTYPE, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature, Tensor
-from nnhal.ops.broadcast import broadcast_shape, requantize_table
+from nnhal.ops.broadcast import broadcast_shape, lookup, requantize_table
 
 T = OperandType
 Q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -34,7 +34,7 @@ _COMPARE: dict[OperationType, Callable[[np.ndarray, np.ndarray], np.ndarray]] = 
 
 def _compare_values(t: Tensor, table: object = None) -> np.ndarray:
     if table is not None:
-        return table.take(t.data.view(np.uint8))  # NOTE: the prepared real value of each 8-bit code
+        return lookup(table, t.data)  # NOTE: the prepared real value of each 8-bit code
     if t.type in Q8:
         return _real_values(t.data, t.scale, t.zero_point)
     if t.type == T.TENSOR_BOOL8:
@@ -73,7 +73,7 @@ def _execute_compare(ctx: ExecContext) -> list[np.ndarray]:
     if a.type in Q8:
         ta, tb = ctx.state if ctx.state is not None else (_real_table(a), _real_table(b))
     res = _COMPARE[ctx.type](_compare_values(a, ta), _compare_values(b, tb))
-    if res.shape == shape:
+    if res.shape == shape and res.__class__ is np.ndarray:
         return [res]  # NOTE: a fresh bool array
     return [np.broadcast_to(res, shape).astype(np.bool_)]
 
@@ -112,7 +112,7 @@ def _execute_select(ctx: ExecContext) -> list[np.ndarray]:
         raise ctx.fail(f"input 1 shape {list(a.shape)} differs from input 2 shape {list(b.shape)}")
     if a.type in Q8:
         ta, tb = ctx.state if ctx.state is not None else _select_tables(a, b, out)
-        x, y = ta.take(a.data.view(np.uint8)), tb.take(b.data.view(np.uint8))
+        x, y = lookup(ta, a.data), lookup(tb, b.data)
     else:
         x, y = a.data, b.data
     return [np.where(cond.data.astype(np.bool_), x, y).astype(out.dtype, copy=False)]

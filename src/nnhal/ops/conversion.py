@@ -105,6 +105,8 @@ def _execute_quantize(ctx: ExecContext) -> list[np.ndarray]:
     with np.errstate(all="ignore"):
         # NOTE: input / scale in float, then zeroPoint + std::round(...) in float, clamped
         v = round_half_away(np.divide(data, scale, dtype=np.float32))
+        if v.__class__ is not np.ndarray:
+            v = np.asarray(v)  # NOTE: a 0-d input gives a scalar, which out= below cannot take
         v += zp
     # NOTE: fmax / fmin take the number where one side is NaN: NaN -> lo, as nan_to_num then clip
     np.fmax(v, lo, out=v)

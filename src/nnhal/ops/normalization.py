@@ -112,10 +112,10 @@ def _l2norm_execute(ctx: ExecContext) -> list[np.ndarray]:
     axis = _axis(ctx, raw_axis)
     x = inp.data
     if inp.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
-        xf = x.astype(np.float32)
+        xf = x.astype(np.float32, copy=False)
         norm = np.sqrt(np.sum(xf * xf, axis=axis, keepdims=True, dtype=np.float32))
         res = xf / np.maximum(norm, np.float32(1e-6))
-        return [res.astype(out.dtype)]
+        return [res.astype(out.dtype, copy=False)]  # NOTE: a new array
     if refusal is not None:
         raise ctx.fail(refusal)
     unsigned = inp.type == T.TENSOR_QUANT8_ASYMM
