@@ -171,8 +171,14 @@ def test_quantize_prepared_parameters_give_the_computation(in_t, out_t, scale, z
     from nnhal.ops.run import prepare_operation
 
     rng = np.random.default_rng(6)
-    x = np.concatenate([rng.normal(0, 20, 2000), np.arange(-300, 300) * scale / 2,
-                        [np.nan, np.inf, -np.inf, -0.0, 0.0]])
+    halves = (np.arange(-300, 300, dtype=np.float32) + np.float32(0.5)) * np.float32(scale)  # quotients near k + 1/2
+    x = np.concatenate([rng.normal(0, 20, 2000), halves, np.nextafter(halves, np.float32(np.inf)),
+                        np.nextafter(halves, np.float32(-np.inf)), np.float32([0.49999997, -0.49999997]) * scale,
+                        [np.nan, np.inf, -np.inf, -0.0, 0.0]]).astype(NUMPY_DTYPE[in_t])
+    if in_t == T.TENSOR_FLOAT32:  # NOTE: and random bit patterns (NaN payloads, subnormals, huge values)
+        x = np.concatenate([x, rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    else:  # every float16 value
+        x = np.concatenate([x, np.arange(65536, dtype=np.uint16).view(np.float16)])
     xt = tensor(in_t, x)
     out = OutputSpec(out_t, (), scale, zp)
     p = prepare_operation(Op.QUANTIZE, [xt], [out])

@@ -16,7 +16,6 @@ import numpy as np
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import NUMPY_DTYPE, V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
 from nnhal.ops.broadcast import check_max_rank, validate_max_rank
-from nnhal.ops.fixedpoint import round_half_away
 from nnhal.ops.quant import QUANT_RANGE
 
 T = OperandType
@@ -101,17 +100,23 @@ def _execute_quantize(ctx: ExecContext) -> list[np.ndarray]:
     out = ctx.outputs[0]
     st = ctx.state
     scale, zp, lo, hi = st if st is not None else _quantize_params(out.scale, out.zero_point, out.type)
-    data = x.data
     with np.errstate(all="ignore"):
-        # NOTE: input / scale in float, then zeroPoint + std::round(...) in float, clamped
-        v = round_half_away(np.divide(data, scale, dtype=np.float32))
-        if v.__class__ is not np.ndarray:
-            v = np.asarray(v)  # NOTE: a 0-d input gives a scalar, which out= below cannot take
-        v += zp
-    # NOTE: fmax / fmin take the number where one side is NaN: NaN -> lo, as nan_to_num then clip
-    np.fmax(v, lo, out=v)
-    np.fmin(v, hi, out=v)
-    return [v.astype(out.dtype)]
+        # NOTE: input / scale in float, then zeroPoint + std::round(...), clamped.  std::round of
+        # the float32 quotient v is trunc(v + copysign(0.5, v)) computed in double, where v + 0.5
+        # is exact (in float32 it is not: 0.49999997f + 0.5f is 1.0f); the integer plus zeroPoint
+        # is exact in double and, beyond 2^24 where float would round it, clamped all the same.
+        # Three arrays instead of round_half_away's seven (each a page-faulted mmap when large).
+        v = np.divide(x.data, scale, dtype=np.float32)
+        w = np.copysign(np.float64(0.5), v)
+        if w.__class__ is not np.ndarray:
+            w = np.asarray(w)  # NOTE: a 0-d input gives a scalar, which out= below cannot take
+        w += v
+        np.trunc(w, out=w)
+        w += zp
+        # NOTE: fmax / fmin take the number where one side is NaN: NaN -> lo, as nan_to_num then clip
+        np.fmax(w, lo, out=w)
+        np.fmin(w, hi, out=w)
+        return [w.astype(out.dtype)]
 
 
 def _validate_dequantize(info: OpInfo) -> None:

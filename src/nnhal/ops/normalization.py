@@ -170,6 +170,7 @@ def _lrn_windows(n: int, radius: int) -> tuple[np.ndarray, np.ndarray]:
     i = np.arange(n)
     lo = np.clip(i - radius, 0, n)
     hi = np.maximum(np.clip(i + radius + 1, 0, n), lo)
+    lo.flags.writeable = hi.flags.writeable = False  # NOTE: shared by executions
     return lo, hi
 
 
