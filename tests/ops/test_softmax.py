@@ -221,3 +221,18 @@ def test_log_softmax_parameters_prepared_or_read_at_run_time():
     for _ in range(2):
         with pytest.raises(OpExecutionError, match="axis 3"):
             p.run(bad)
+
+
+@pytest.mark.parametrize("type_,btype", [(F32, T.FLOAT32), (F16, T.FLOAT16)])
+@pytest.mark.parametrize("shape,axis,beta", [((20, 300), -1, 1.0), ((7, 30, 5), 1, 0.37), ((3, 4, 5, 6), 0, 25.0)])
+def test_log_softmax_bits_as_the_formula(type_, btype, shape, axis, beta):
+    """(x - max) * beta - log(sum(exp(...))) with exp, the sum and the difference in
+    double, rounded once to the output type."""
+    dt = NUMPY_DTYPE[type_]
+    x = np.random.default_rng(3).normal(0, 30, shape).astype(dt)
+    v = x.astype(np.float32)
+    d = (v - v.max(axis=axis, keepdims=True)) * np.float32(np.array(beta, dt).item())
+    with np.errstate(all="ignore"):
+        want = (d - np.log(np.sum(np.exp(d.astype(np.float64)), axis=axis, keepdims=True))).astype(dt)
+    got = run(Op.LOG_SOFTMAX, [tensor(x, type_), scalar(beta, btype), scalar(axis, T.INT32)])
+    assert got.tobytes() == want.tobytes()

@@ -219,8 +219,12 @@ def _exec_log_softmax(ctx: ExecContext) -> list[np.ndarray]:
     v = x.astype(np.float32, copy=False)
     d = v - v.max(axis=axis, keepdims=True)
     d *= beta
-    r = d - np.log(np.sum(np.exp(d.astype(np.float64)), axis=axis, keepdims=True))
-    return [r.astype(ctx.outputs[0].dtype, copy=False)]
+    # NOTE: exp and the difference in double (of d widened), each result stored once (the
+    # ufunc casts it to the output type as astype would)
+    log_sum = np.log(np.sum(np.exp(d, dtype=np.float64), axis=axis, keepdims=True))
+    r = np.empty(d.shape, ctx.outputs[0].dtype)
+    np.subtract(d, log_sum, out=r, dtype=np.float64, casting="unsafe")
+    return [r]
 
 
 # --------------------------------------------------------------------------
