@@ -221,21 +221,21 @@ def unprepared(op: OperationType, inputs: list[Tensor], out: OutputSpec) -> list
 @pytest.mark.parametrize("t", [Q8, Q8S])
 @pytest.mark.parametrize("op", [Op.RELU, Op.RELU1, Op.RELU6])
 @pytest.mark.parametrize("scale,zp_off", [(0.05, 100), (0.5, 0), (0.004, 255), (3.0, 128)])
-def test_relu_quant_table_is_the_clamp_of_every_code(t, op, scale, zp_off):
+def test_relu_quant_prepared_range_clamps_every_code(t, op, scale, zp_off):
     zp = RANGE[t][0] + zp_off
-    x = tensor(t, codes(t), scale, zp)
+    x = tensor(t, codes(t).reshape(4, 8, 8), scale, zp)
     out = OutputSpec(t, (), scale, zp)
     p = prepare_operation(op, [x], [out])
-    kind, table = p.state
-    assert kind == "table" and not table.flags.writeable
     act = {Op.RELU: 1, Op.RELU1: 2, Op.RELU6: 3}[op]
     lo, hi = activation_range(act, scale, zp, t)
-    want = np.clip(codes(t).astype(np.int32), lo, hi).astype(NUMPY_DTYPE[t])  # the direct clamp of each code
-    np.testing.assert_array_equal(table, want)
+    kind, plo, phi = p.state
+    assert kind == "quant" and (plo, phi) == (lo, hi) and plo.dtype == phi.dtype == NUMPY_DTYPE[t]
+    want = np.clip(x.data.astype(np.int32), lo, hi).astype(NUMPY_DTYPE[t])  # the direct clamp of each code
     got = p.run([x])[0]
     assert got.dtype == NUMPY_DTYPE[t]
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(unprepared(op, [x], out)[0], want)
+    np.testing.assert_array_equal(p.run([tensor(t, x.data[:, ::2, 1::3], scale, zp)])[0], want[:, ::2, 1::3])
 
 
 def _relu_where(xf: np.ndarray, lo: float, hi) -> np.ndarray:

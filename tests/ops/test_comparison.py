@@ -19,6 +19,7 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.broadcast import requantize
+from nnhal.ops.comparison import _TABLE_MAX_SIZE
 from nnhal.ops.registry import REGISTRY
 from nnhal.ops.run import prepare_operation, run_operation
 
@@ -132,7 +133,8 @@ def real(q: np.ndarray, scale: float, zp: int) -> np.ndarray:
 def test_compare_quant_tables_are_the_real_value_of_every_code(t, op, qa, qb):
     off = -128 if t == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
     (sa, za), (sb, zb) = (qa[0], qa[1] + off), (qb[0], qb[1] + off)
-    a = tensor(t, codes(t).reshape(256, 1), sa, za)  # every pair of codes
+    # every pair of codes; a large enough to be computed, b looked up in its table
+    a = tensor(t, np.tile(codes(t), 12).reshape(-1, 1), sa, za)
     b = tensor(t, codes(t).reshape(1, 256), sb, zb)
     out = OutputSpec(B, ())
     p = prepare_operation(op, [a, b], [out])
@@ -141,9 +143,13 @@ def test_compare_quant_tables_are_the_real_value_of_every_code(t, op, qa, qb):
     np.testing.assert_array_equal(tb, real(codes(t), sb, zb))
     want = COMPARE[op](real(a.data, sa, za), real(b.data, sb, zb))
     got = p.run([a, b])[0]
-    assert got.dtype == np.bool_ and got.shape == (256, 256)
+    assert got.dtype == np.bool_ and got.shape == (12 * 256, 256)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(REGISTRY[op].execute(ExecContext(op, [a, b], [out]))[0], want)
+    # a few values (through the table) and many (computed) give the same bits
+    assert a.data.size > _TABLE_MAX_SIZE >= 256
+    small = p.run([tensor(t, codes(t).reshape(256, 1), sa, za), b])[0]
+    np.testing.assert_array_equal(small, want[:256])
 
 
 def test_compare_other_types_have_no_state():

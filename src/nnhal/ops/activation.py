@@ -17,6 +17,7 @@ import numpy as np
 
 from nnhal.hal import HalVersion, OperandType, OperationType
 from nnhal.ops.base import (
+    NUMPY_DTYPE,
     V1_0,
     V1_2,
     V1_3,
@@ -28,7 +29,7 @@ from nnhal.ops.base import (
     Signature,
     Tensor,
 )
-from nnhal.ops.broadcast import broadcast_shape, check_max_rank, lookup, validate_max_rank
+from nnhal.ops.broadcast import broadcast_shape, check_max_rank, clamp, validate_max_rank
 from nnhal.ops.fixedpoint import (
     exp_on_negative_values,
     newton_reciprocal,
@@ -86,15 +87,16 @@ _RELU_ACT = {OperationType.RELU: 1, OperationType.RELU1: 2, OperationType.RELU6:
 
 
 def _relu_params(op: OperationType, t: OperandType, scale: float, zero_point: int) -> tuple:
-    """What a RELU / RELU1 / RELU6 needs of the model: quantized, the table of
-    its 256 codes (the clamp to the activation range of the input's scale and
-    zeroPoint, which the output must share); float, the float32 bounds."""
+    """What a RELU / RELU1 / RELU6 needs of the model: quantized, the activation
+    range of the input's scale and zeroPoint (which the output must share) as
+    scalars of the stored type; float, the float32 bounds."""
     if t in Q8:
         lo, hi = activation_range(_RELU_ACT[op], scale, zero_point, t)
-        codes = _codes(t)
-        table = np.clip(codes.astype(np.int32), lo, hi).astype(codes.dtype)
-        table.flags.writeable = False
-        return ("table", table)
+        qmin, qmax = QUANT_RANGE[t]
+        # NOTE: within the type's range already for a valid zeroPoint (validation refuses others)
+        lo, hi = min(max(lo, qmin), qmax), min(max(hi, qmin), qmax)
+        dtype = NUMPY_DTYPE[t]
+        return ("quant", dtype.type(lo), dtype.type(hi))
     lo, hi = _RELU_RANGE[op]
     return ("float", np.float32(lo), np.finfo(np.float32).max if hi is None else np.float32(hi))
 
@@ -112,9 +114,11 @@ def _execute_relu(ctx: ExecContext) -> list[np.ndarray]:
     st = ctx.state
     if st is None:
         st = _relu_params(ctx.type, x.type, x.scale, x.zero_point)
-    if st[0] == "table":
-        return [lookup(st[1], data)]
-    _, lo, hi = st
+    kind, lo, hi = st
+    if kind == "quant":
+        # NOTE: the stored values clamped in their own type (a table lookup is as fast on a few
+        # values and several times slower on a large tensor: numpy's take widens the indexes)
+        return [clamp(data, lo, hi)]
     # NOTE: std::min(std::max(lo, x), hi) as the reference: NaN -> lo (fmax takes the number),
     # and RELU's hi is FLT_MAX; -0.0 -> +0.0 where lo is 0 (the reference's max(0, -0.0) is its
     # first argument), by adding +0.0 (which leaves every other value as it is)

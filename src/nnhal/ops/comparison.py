@@ -32,8 +32,13 @@ _COMPARE: dict[OperationType, Callable[[np.ndarray, np.ndarray], np.ndarray]] = 
 }
 
 
+# NOTE: up to this many elements an 8-bit input's real values are looked up in its prepared
+# table (fewer numpy calls); beyond, computed (numpy's take widens the indexes: slower per element)
+_TABLE_MAX_SIZE = 2048
+
+
 def _compare_values(t: Tensor, table: object = None) -> np.ndarray:
-    if table is not None:
+    if table is not None and t.data.size <= _TABLE_MAX_SIZE:
         return lookup(table, t.data)  # NOTE: the prepared real value of each 8-bit code
     if t.type in Q8:
         return _real_values(t.data, t.scale, t.zero_point)
