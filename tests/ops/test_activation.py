@@ -13,6 +13,7 @@ from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_0,
     V1_2,
+    ExecContext,
     OperandInfo,
     OpExecutionError,
     OpInfo,
@@ -21,8 +22,9 @@ from nnhal.ops.base import (
     Tensor,
     match_signature,
 )
+from nnhal.ops.quant import activation_range
 from nnhal.ops.registry import REGISTRY
-from nnhal.ops.run import run_operation
+from nnhal.ops.run import prepare_operation, run_operation, tensor_info
 
 # every kernel test through validate, prepare (scalars as the model's constants) and execute;
 # a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
@@ -200,3 +202,107 @@ def test_relu_float_special_values_as_the_reference():
     x = tensor(T.TENSOR_FLOAT32, [np.nan, np.inf, -np.inf])
     np.testing.assert_array_equal(run(Op.RELU, [x], T.TENSOR_FLOAT32), [0.0, np.finfo(np.float32).max, 0.0])
     np.testing.assert_array_equal(run(Op.RELU1, [x], T.TENSOR_FLOAT32), [-1.0, 1.0, -1.0])
+
+
+# --------------------------------------------------------------------------
+# what prepare computes once (issue 20), and the run-time path that computes it per execution
+
+
+def codes(t: OperandType) -> np.ndarray:
+    """Every value of an 8-bit type, entry i the value whose byte is i."""
+    return np.arange(256, dtype=np.uint8).view(NUMPY_DTYPE[t])
+
+
+def unprepared(op: OperationType, inputs: list[Tensor], out: OutputSpec) -> list:
+    """``execute`` without a prepared state: what a runner that skips prepare gets."""
+    return REGISTRY[op].execute(ExecContext(op, inputs, [out]))
+
+
+@pytest.mark.parametrize("t", [Q8, Q8S])
+@pytest.mark.parametrize("op", [Op.RELU, Op.RELU1, Op.RELU6])
+@pytest.mark.parametrize("scale,zp_off", [(0.05, 100), (0.5, 0), (0.004, 255), (3.0, 128)])
+def test_relu_quant_prepared_range_clamps_every_code(t, op, scale, zp_off):
+    zp = RANGE[t][0] + zp_off
+    x = tensor(t, codes(t).reshape(4, 8, 8), scale, zp)
+    out = OutputSpec(t, (), scale, zp)
+    p = prepare_operation(op, [x], [out])
+    act = {Op.RELU: 1, Op.RELU1: 2, Op.RELU6: 3}[op]
+    lo, hi = activation_range(act, scale, zp, t)
+    kind, plo, phi = p.state
+    assert kind == "quant" and (plo, phi) == (lo, hi) and plo.dtype == phi.dtype == NUMPY_DTYPE[t]
+    want = np.clip(x.data.astype(np.int32), lo, hi).astype(NUMPY_DTYPE[t])  # the direct clamp of each code
+    got = p.run([x])[0]
+    assert got.dtype == NUMPY_DTYPE[t]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(unprepared(op, [x], out)[0], want)
+    np.testing.assert_array_equal(p.run([tensor(t, x.data[:, ::2, 1::3], scale, zp)])[0], want[:, ::2, 1::3])
+
+
+def _relu_where(xf: np.ndarray, lo: float, hi) -> np.ndarray:
+    """The reference's std::min(std::max(lo, x), hi) written with comparisons."""
+    v = np.where(np.float32(lo) < xf, xf, np.float32(lo))
+    hi32 = np.finfo(np.float32).max if hi is None else np.float32(hi)
+    return np.where(hi32 < v, hi32, v)
+
+
+@pytest.mark.parametrize("op,lo,hi", [(Op.RELU, 0.0, None), (Op.RELU1, -1.0, 1.0), (Op.RELU6, 0.0, 6.0)])
+def test_relu_float_bits_as_the_reference(op, lo, hi):
+    # NOTE: every float16 value, random float32 bit patterns (NaN payloads, subnormals), and the edges
+    f16 = np.arange(65536, dtype=np.uint16).view(np.float16)
+    rng = np.random.default_rng(5)
+    f32 = np.concatenate([f16.astype(np.float32),
+                          rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                          np.array([-0.0, 0.0, 6.0, -1.0, 1.0, np.nextafter(np.float32(6), np.float32(7))],
+                                   np.float32)])
+    got = run(op, [tensor(T.TENSOR_FLOAT32, f32)], T.TENSOR_FLOAT32)
+    np.testing.assert_array_equal(got.view(np.uint32), _relu_where(f32, lo, hi).view(np.uint32))
+    got16 = run(op, [tensor(T.TENSOR_FLOAT16, f16)], T.TENSOR_FLOAT16)
+    with np.errstate(over="ignore"):  # NOTE: RELU's FLT_MAX bound is inf in float16
+        want16 = _relu_where(f16.astype(np.float32), lo, hi).astype(np.float16)
+    np.testing.assert_array_equal(got16.view(np.uint16), want16.view(np.uint16))
+    out = OutputSpec(T.TENSOR_FLOAT32, ())
+    np.testing.assert_array_equal(unprepared(op, [tensor(T.TENSOR_FLOAT32, f32)], out)[0].view(np.uint32),
+                                  got.view(np.uint32))
+
+
+def test_elu_alpha_prepared_or_read_at_run_time():
+    x = tensor(T.TENSOR_FLOAT32, np.linspace(-5, 5, 41))
+    alpha = tensor(T.FLOAT32, 0.7)
+    out = OutputSpec(T.TENSOR_FLOAT32, ())
+    const = prepare_operation(Op.ELU, [x, tensor_info(alpha, constant=True)], [out])
+    assert const.state is not None and const.state.value(None) == np.float32(0.7)
+    runtime = prepare_operation(Op.ELU, [x, alpha], [out])
+    assert runtime.state is None  # NOTE: not a constant: execute reads it
+    a, b = const.run([x, alpha])[0], runtime.run([x, alpha])[0]
+    np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+    # the prepared alpha is the model's: another value at run time does not reach the kernel
+    np.testing.assert_array_equal(const.run([x, tensor(T.FLOAT32, 2.0)])[0], a)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 3.7, -2.0, 0.0])
+def test_elu_bits_as_the_formula(alpha):
+    """max(0, x) + min(0, alpha * (exp(x) - 1)) in float32, on every float16 value
+    and random float32 bit patterns (inf, NaN, overflow of exp included)."""
+    f16 = np.arange(65536, dtype=np.uint16).view(np.float16)
+    f32 = np.concatenate([f16.astype(np.float32), np.random.default_rng(6).integers(
+        0, 2**32, 50_000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    for x, t, at in ((f32, T.TENSOR_FLOAT32, T.FLOAT32), (f16, T.TENSOR_FLOAT16, T.FLOAT16)):
+        a = np.float32(np.array(alpha, x.dtype).item())
+        xf = x.astype(np.float32)
+        with np.errstate(all="ignore"):
+            want = (np.maximum(np.float32(0), xf) + np.minimum(np.float32(0), a * (np.exp(xf) - np.float32(1))))
+            want = want.astype(x.dtype)
+        got = run(Op.ELU, [tensor(t, x), tensor(at, alpha)], t)
+        assert got.dtype == x.dtype and got.tobytes() == want.tobytes()
+
+
+def test_zero_d_tensors_give_arrays():
+    """A 0-d tensor (numpy ufuncs give scalars for it) is an array out of every path."""
+    f = tensor(T.TENSOR_FLOAT32, -2.0)
+    for op, want in ((Op.RELU, 0.0), (Op.RELU1, -1.0), (Op.RELU6, 0.0)):
+        got = run(op, [f], T.TENSOR_FLOAT32)
+        assert got.__class__ is np.ndarray and got.shape == () and got == want
+    got = run(Op.RELU6, [tensor(Q8, 200, 0.1, 0)], Q8, 0.1, 0)
+    assert got.__class__ is np.ndarray and got.shape == () and got == 60
+    got = run(Op.ELU, [f, tensor(T.FLOAT32, 1.0)], T.TENSOR_FLOAT32)
+    assert got.__class__ is np.ndarray and got.shape == () and got == np.float32(np.exp(np.float32(-2)) - 1)

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from nnhal.hal import OperandType, OperationType
+from nnhal.ops import memo
 from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_0,
     V1_1,
     V1_2,
+    ExecContext,
     OperandInfo,
     OpExecutionError,
     OpInfo,
@@ -21,8 +23,9 @@ from nnhal.ops.base import (
     Tensor,
     match_signature,
 )
+from nnhal.ops.broadcast import requantize
 from nnhal.ops.registry import REGISTRY
-from nnhal.ops.run import run_operation
+from nnhal.ops.run import prepare_operation, run_operation
 
 # every kernel test through validate, prepare (scalars as the model's constants) and execute;
 # a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
@@ -185,3 +188,80 @@ def test_quant_max_min_requantize_to_output_scale():
     # on scale 2 / zero point 80: a -> 80, 79, 112 ; b -> 80, 78.5 -> 79 (std::round), 30
     np.testing.assert_array_equal(run(Op.MINIMUM, [a, b], t, 2.0, 80), [80, 79, 30])
     np.testing.assert_array_equal(run(Op.MAXIMUM, [a, b], t, 2.0, 80), [80, 79, 112])
+
+
+# --------------------------------------------------------------------------
+# what prepare computes once (issue 20), and the run-time path that computes it per execution
+
+
+def codes(t: OperandType) -> np.ndarray:
+    """Every value of an 8-bit type, entry i the value whose byte is i."""
+    return np.arange(256, dtype=np.uint8).view(NUMPY_DTYPE[t])
+
+
+@pytest.mark.parametrize("t", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("op", [Op.MAXIMUM, Op.MINIMUM])
+@pytest.mark.parametrize("qa,qb,qo", [((0.5, 27), (1.0, 0), (2.0, 80)), ((0.01, 128), (0.02, 3), (0.015, 100)),
+                                      ((1.0, 0), (1.0, 0), (1.0, 0)), ((0.3, 255), (7.0, 200), (0.05, 10))])
+def test_quant_max_min_tables_are_the_requantization_of_every_code(t, op, qa, qb, qo):
+    off = -128 if t == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    (sa, za), (sb, zb), (so, zo) = [(s, z + off) for s, z in (qa, qb, qo)]
+    # every pair of codes: a along rows, b along columns
+    a = tensor(t, codes(t).reshape(256, 1), sa, za)
+    b = tensor(t, codes(t).reshape(1, 256), sb, zb)
+    out = OutputSpec(t, (), so, zo)
+    p = prepare_operation(op, [a, b], [out])
+    ta, tb = p.state
+    assert not ta.flags.writeable and not tb.flags.writeable
+    ra = requantize(codes(t), sa, za, so, zo, t)  # the direct computation, code by code
+    rb = requantize(codes(t), sb, zb, so, zo, t)
+    np.testing.assert_array_equal(ta, ra)
+    np.testing.assert_array_equal(tb, rb)
+    x, y = ra.reshape(256, 1), rb.reshape(1, 256)
+    want = (np.where(y < x, y, x) if op == Op.MINIMUM else np.where(x < y, y, x)).astype(NUMPY_DTYPE[t])
+    got = p.run([a, b])[0]
+    assert got.dtype == NUMPY_DTYPE[t] and got.shape == (256, 256)
+    np.testing.assert_array_equal(got, want)
+    # without a prepared state (a runner that skips prepare), the same tables at run time
+    np.testing.assert_array_equal(REGISTRY[op].execute(ExecContext(op, [a, b], [out]))[0], want)
+
+
+def test_float_max_min_and_pow_have_no_state():
+    f = tensor(T.TENSOR_FLOAT32, [1.0, np.nan, -0.0])
+    g = tensor(T.TENSOR_FLOAT32, [np.nan, 2.0, 0.0])
+    out = OutputSpec(T.TENSOR_FLOAT32, ())
+    for op in (Op.MAXIMUM, Op.MINIMUM):
+        assert prepare_operation(op, [f, g], [out]).state is None
+    # std::max(x, y) = x < y ? y : x, std::min(x, y) = y < x ? y : x: NaN and signed zeros as C++
+    np.testing.assert_array_equal(run(Op.MAXIMUM, [f, g], T.TENSOR_FLOAT32).view(np.uint32),
+                                  np.array([1.0, np.nan, -0.0], np.float32).view(np.uint32))
+    np.testing.assert_array_equal(run(Op.MINIMUM, [f, g], T.TENSOR_FLOAT32).view(np.uint32),
+                                  np.array([1.0, np.nan, -0.0], np.float32).view(np.uint32))
+
+
+def test_broadcast_shapes_remembered_and_refused_each_time(kernel_only):
+    a = tensor(T.TENSOR_FLOAT32, np.ones((2, 3)))
+    b = tensor(T.TENSOR_FLOAT32, np.ones((2, 1)))
+    bad = tensor(T.TENSOR_FLOAT32, np.ones(2))
+    for _ in range(2):  # NOTE: the second time from the memo
+        assert run(Op.MAXIMUM, [a, b], T.TENSOR_FLOAT32).shape == (2, 3)
+        assert run(Op.POW, [b, a], T.TENSOR_FLOAT32).shape == (2, 3)
+        with pytest.raises(OpExecutionError, match="do not broadcast"):
+            run(Op.MAXIMUM, [a, bad], T.TENSOR_FLOAT32)
+    with memo.limit(1):  # entries evicted while in use
+        for shapes in [((2, 3), (3,)), ((4, 1), (1, 5)), ((2, 3), (2,))]:
+            x, y = (tensor(T.TENSOR_FLOAT32, np.ones(s)) for s in shapes)
+            try:
+                want = np.broadcast_shapes(*shapes)
+            except ValueError:
+                with pytest.raises(OpExecutionError):
+                    run(Op.MINIMUM, [x, y], T.TENSOR_FLOAT32)
+            else:
+                assert run(Op.MINIMUM, [x, y], T.TENSOR_FLOAT32).shape == want
+
+
+def test_quant_max_min_zero_d():
+    t = T.TENSOR_QUANT8_ASYMM
+    for op, want in ((Op.MAXIMUM, 30), (Op.MINIMUM, 20)):
+        got = run(op, [tensor(t, 20, 1.0, 0), tensor(t, 30, 1.0, 0)], t, 1.0, 0)
+        assert got.__class__ is np.ndarray and got.shape == () and got == want

@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 
 from nnhal.hal import OperandType, OperationType, SymmPerChannelQuantParams
+from nnhal.ops import fixedpoint as fp
 from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_0,
     V1_2,
+    ExecContext,
     OperandInfo,
     OpExecutionError,
     OpInfo,
@@ -155,3 +157,61 @@ def test_dequantize_table_equals_the_computation(in_t, out_t, scale):
     (strided,) = prepare_operation(OperationType.DEQUANTIZE, [tensor_info(x)], [OutputSpec(out_t, ())]).run(
         [Tensor(in_t, codes[:, ::2, 1::3], scale, zp)])
     np.testing.assert_array_equal(strided, want[:, ::2, 1::3])
+
+
+# --------------------------------------------------------------------------
+# what prepare computes once (issue 20), and the run-time path that computes it per execution
+
+
+@pytest.mark.parametrize("in_t", [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16])
+@pytest.mark.parametrize("out_t,scale,zp", [(T.TENSOR_QUANT8_ASYMM, 0.1, 128), (T.TENSOR_QUANT8_ASYMM_SIGNED, 3.0, -7),
+                                             (T.TENSOR_QUANT8_ASYMM, 1e-3, 0)])
+def test_quantize_prepared_parameters_give_the_computation(in_t, out_t, scale, zp):
+    from nnhal.ops.quant import QUANT_RANGE
+    from nnhal.ops.run import prepare_operation
+
+    rng = np.random.default_rng(6)
+    halves = (np.arange(-300, 300, dtype=np.float32) + np.float32(0.5)) * np.float32(scale)  # quotients near k + 1/2
+    x = np.concatenate([rng.normal(0, 20, 2000), halves, np.nextafter(halves, np.float32(np.inf)),
+                        np.nextafter(halves, np.float32(-np.inf)), np.float32([0.49999997, -0.49999997]) * scale,
+                        [np.nan, np.inf, -np.inf, -0.0, 0.0]]).astype(NUMPY_DTYPE[in_t])
+    if in_t == T.TENSOR_FLOAT32:  # NOTE: and random bit patterns (NaN payloads, subnormals, huge values)
+        x = np.concatenate([x, rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    else:  # every float16 value
+        x = np.concatenate([x, np.arange(65536, dtype=np.uint16).view(np.float16)])
+    xt = tensor(in_t, x)
+    out = OutputSpec(out_t, (), scale, zp)
+    p = prepare_operation(Op.QUANTIZE, [xt], [out])
+    lo, hi = QUANT_RANGE[out_t]
+    assert p.state == (np.float32(scale), np.float32(zp), np.float32(lo), np.float32(hi))
+    assert all(v.dtype == np.float32 for v in p.state)
+    # the direct computation: std::round(x / scale) + zeroPoint in float, clamped (NaN -> min)
+    with np.errstate(all="ignore"):
+        v = fp.round_half_away(xt.data.astype(np.float32) / np.float32(scale)) + np.float32(zp)
+    want = np.clip(np.nan_to_num(v, nan=lo), lo, hi).astype(NUMPY_DTYPE[out_t])
+    np.testing.assert_array_equal(p.run([xt])[0], want)
+    np.testing.assert_array_equal(REGISTRY[Op.QUANTIZE].execute(ExecContext(Op.QUANTIZE, [xt], [out]))[0], want)
+
+
+@pytest.mark.parametrize("src", [T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM])
+@pytest.mark.parametrize("dst", [T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM])
+def test_cast_conversion_chosen_at_prepare(src, dst):
+    from nnhal.ops.run import prepare_operation
+
+    values = np.array([-300.7, -1.5, 0.0, 0.5, 2.9, 254.6, 60000.0]) if src in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16) \
+        else np.array([-300, -1, 0, 1, 255, 256, 70000])
+    x = tensor(src, values % 256 if src == T.TENSOR_QUANT8_ASYMM else values)
+    out = OutputSpec(dst, ())
+    p = prepare_operation(Op.CAST, [x], [out])
+    assert callable(p.state)
+    got = p.run([x])[0]
+    assert got.dtype == NUMPY_DTYPE[dst] and got.shape == x.data.shape
+    np.testing.assert_array_equal(REGISTRY[Op.CAST].execute(ExecContext(Op.CAST, [x], [out]))[0], got)
+    if src == dst:
+        assert got is not x.data
+        np.testing.assert_array_equal(got, x.data)
+
+
+def test_quantize_zero_d():
+    got = run(Op.QUANTIZE, tensor(T.TENSOR_FLOAT32, -2.0), T.TENSOR_QUANT8_ASYMM, 0.5, 10)
+    assert got.__class__ is np.ndarray and got.shape == () and got == 6

@@ -21,9 +21,9 @@ from nnhal.ops.base import (
     Tensor,
     match_signature,
 )
-from nnhal.ops.fixedpoint import inv_sqrt_multiplier
+from nnhal.ops.fixedpoint import inv_sqrt_multiplier, inv_sqrt_multiplier_int
 from nnhal.ops.registry import REGISTRY
-from nnhal.ops.run import run_operation
+from nnhal.ops.run import prepare_operation, run_operation, tensor_info
 
 # every kernel test through validate, prepare (scalars as the model's constants) and execute;
 # a test of a kernel's own run-time checks skips validation explicitly (kernel_only)
@@ -216,3 +216,98 @@ def test_instance_norm_float16_and_errors():
         match_signature(op, [T.TENSOR_FLOAT32, T.FLOAT32, T.FLOAT32, T.FLOAT32, T.BOOL], [T.TENSOR_FLOAT32], V1_1)
     with pytest.raises(OpValidationError):  # layout is required
         match_signature(op, [T.TENSOR_FLOAT32, T.FLOAT32, T.FLOAT32, T.FLOAT32], [T.TENSOR_FLOAT32], V1_3)
+
+
+# --------------------------------------------------------------------------
+# parameters parsed once at prepare (issue 20), or at each execution when not constants
+
+
+def prepare_with(op, inputs, constant: bool, scale=0.0, zp=0):
+    """The operation prepared with its scalar inputs model constants or model inputs."""
+    infos = [tensor_info(t, constant and i > 0) for i, t in enumerate(inputs)]
+    return prepare_operation(op, infos, [OutputSpec(inputs[0].type, (), scale, zp)])
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+RNG = np.random.default_rng(8)
+X4 = RNG.normal(size=(2, 3, 4, 5)).astype(np.float32)
+PARAM_CASES = [
+    (Op.L2_NORMALIZATION, [tensor(X4), scalar(-3, T.INT32)], [tensor(X4), scalar(0, T.INT32)]),
+    (Op.LOCAL_RESPONSE_NORMALIZATION,
+     [tensor(X4), scalar(2, T.INT32), scalar(1.5, T.FLOAT32), scalar(0.3, T.FLOAT32), scalar(0.75, T.FLOAT32),
+      scalar(1, T.INT32)],
+     [tensor(X4), scalar(0, T.INT32), scalar(1.0, T.FLOAT32), scalar(1.0, T.FLOAT32), scalar(0.5, T.FLOAT32),
+      scalar(-1, T.INT32)]),
+    (Op.INSTANCE_NORMALIZATION,
+     [tensor(X4), scalar(1.5, T.FLOAT32), scalar(-0.25, T.FLOAT32), scalar(1e-3, T.FLOAT32), scalar(True, T.BOOL)],
+     [tensor(X4), scalar(1.0, T.FLOAT32), scalar(0.0, T.FLOAT32), scalar(1.0, T.FLOAT32), scalar(False, T.BOOL)]),
+]
+
+
+@pytest.mark.parametrize("op,ins,other", PARAM_CASES)
+def test_parameters_prepared_or_read_at_run_time(op, ins, other):
+    const = prepare_with(op, ins, constant=True)
+    assert const.state is not None
+    runtime = prepare_with(op, ins, constant=False)
+    assert runtime.state is None  # NOTE: not constants: execute reads them
+    want = const.run(ins)[0]
+    same_bits(runtime.run(ins)[0], want)
+    # the prepared values are the model's: others at run time do not reach the kernel
+    same_bits(const.run(other)[0], want)
+    assert not np.array_equal(runtime.run(other)[0], want)
+
+
+@pytest.mark.parametrize("op,ins", [
+    (Op.L2_NORMALIZATION, [tensor(X4), scalar(4, T.INT32)]),
+    (Op.LOCAL_RESPONSE_NORMALIZATION,
+     [tensor(X4), scalar(2, T.INT32), scalar(1.5, T.FLOAT32), scalar(0.3, T.FLOAT32), scalar(0.75, T.FLOAT32),
+      scalar(-5, T.INT32)]),
+])
+def test_bad_constant_axis_fails_every_execution_not_prepare(op, ins):
+    for constant in (True, False):
+        p = prepare_with(op, ins, constant)  # NOTE: the model is valid; its executions are not
+        for _ in range(2):
+            with pytest.raises(OpExecutionError, match="axis"):
+                p.run(ins)
+
+
+@pytest.mark.parametrize("type_,scale,zp", [(T.TENSOR_QUANT8_ASYMM, 1 / 64, 128), (T.TENSOR_QUANT8_ASYMM, 1 / 128, 0),
+                                            (T.TENSOR_QUANT8_ASYMM_SIGNED, 1 / 128, 128)])
+def test_l2_quant_bad_output_quantization_fails_every_execution_not_prepare(type_, scale, zp):
+    ins = [tensor(np.ones((2, 4)), type_, 0.5, 0), scalar(-1, T.INT32)]
+    p = prepare_with(Op.L2_NORMALIZATION, ins, True, scale, zp)
+    for _ in range(2):
+        with pytest.raises(OpExecutionError, match="1/128"):
+            p.run(ins)
+
+
+def test_inv_sqrt_multiplier_int_equals_the_array_version():
+    rng = np.random.default_rng(9)
+    edges = [2**k + d for k in range(31) for d in (-1, 0, 1)] + [2**31 - 1]
+    values = np.array(sorted({v for v in list(range(5000)) + edges + rng.integers(0, 2**31, 20000).tolist()
+                              if 0 <= v < 2**31}), np.int64)
+    mult, shift = inv_sqrt_multiplier(values, -1)
+    got = [inv_sqrt_multiplier_int(v, -1) for v in values.tolist()]
+    np.testing.assert_array_equal(np.array(got, np.int64), np.stack([mult, shift], axis=1))
+    assert inv_sqrt_multiplier_int(12345, 1) == (int(inv_sqrt_multiplier(12345, -1)[0]),
+                                                 -int(inv_sqrt_multiplier(12345, -1)[1]))
+
+
+@pytest.mark.parametrize("type_,zp", [(T.TENSOR_QUANT8_ASYMM, 100), (T.TENSOR_QUANT8_ASYMM_SIGNED, -3)])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_l2_quant_many_rows_as_few(type_, zp, axis):
+    """More rows than the per-row Python path takes (the numpy inverse square root):
+    each row as it is alone."""
+    lo, hi = (0, 255) if type_ == T.TENSOR_QUANT8_ASYMM else (-128, 127)
+    q = RNG.integers(lo, hi + 1, size=(100, 6)).astype(NUMPY_DTYPE[type_])
+    q[3] = zp  # NOTE: a row of zeros (acc <= 1) among them
+    q = q if axis == -1 else np.ascontiguousarray(q.T)
+    out_zp = 128 if type_ == T.TENSOR_QUANT8_ASYMM else 0
+    many = run(Op.L2_NORMALIZATION, [tensor(q, type_, 0.1, zp), scalar(axis, T.INT32)], 1 / 128, out_zp)
+    for r in range(0, 100, 3):
+        row = q[r:r + 1] if axis == -1 else q[:, r:r + 1]
+        one = run(Op.L2_NORMALIZATION, [tensor(row, type_, 0.1, zp), scalar(axis, T.INT32)], 1 / 128, out_zp)
+        np.testing.assert_array_equal(many[r:r + 1] if axis == -1 else many[:, r:r + 1], one)

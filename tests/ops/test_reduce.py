@@ -21,7 +21,7 @@ from nnhal.ops.base import (
     match_signature,
 )
 from nnhal.ops.registry import REGISTRY
-from nnhal.ops.run import run_operation
+from nnhal.ops.run import prepare_operation, run_operation, tensor_info
 
 # every kernel test through validate, prepare (scalars as the model's constants) and execute
 PHASES = {"scalar_constants": True, "validate": True}
@@ -241,3 +241,47 @@ def test_topk_bad_k(k):
 def test_not_zero_sized():
     for op in (Op.MEAN, Op.REDUCE_SUM, Op.ARGMAX, Op.TOPK_V2):
         assert not REGISTRY[op].allow_zero_sized
+
+
+# --------------------------------------------------------------------------
+# ARGMAX / ARGMIN / TOPK_V2: the axis / k parsed once at prepare (issue 20)
+
+
+def prepare_with(op, inputs, out_types, constant: bool):
+    """The operation prepared with input 1 (axis / k) a model constant or a model input."""
+    x = inputs[0]
+    outputs = [OutputSpec(t, (), x.scale, x.zero_point) for t in out_types]
+    infos = [tensor_info(t, constant and i == 1) for i, t in enumerate(inputs)]
+    return prepare_operation(op, infos, outputs)
+
+
+def bits(arrays) -> list:
+    return [(a.dtype.str, a.shape, a.tobytes()) for a in arrays]
+
+
+@pytest.mark.parametrize("op,param,out_types", [(Op.ARGMAX, 1, [I32]), (Op.ARGMIN, -3, [I32]),
+                                                (Op.TOPK_V2, 3, [F32, I32])])
+def test_arg_topk_parameter_prepared_or_read_at_run_time(op, param, out_types):
+    x = tensor(np.random.default_rng(7).integers(-4, 4, (3, 4, 5)).astype(np.float32))
+    ins = [x, i32(param)]
+    const = prepare_with(op, ins, out_types, constant=True)
+    assert const.state is not None and const.state.value(None) == param
+    runtime = prepare_with(op, ins, out_types, constant=False)
+    assert runtime.state is None  # NOTE: not a constant: execute reads it
+    want = const.run(ins)
+    assert bits(runtime.run(ins)) == bits(want)
+    # the prepared value is the model's: another value at run time does not reach the kernel
+    assert bits(const.run([x, i32(0)])) == bits(want)
+
+
+@pytest.mark.parametrize("op,param,out_types,match", [(Op.ARGMAX, 3, [I32], "axis"), (Op.ARGMIN, -4, [I32], "axis"),
+                                                      (Op.TOPK_V2, 0, [F32, I32], "k = 0"),
+                                                      (Op.TOPK_V2, 6, [F32, I32], "k = 6")])
+def test_arg_topk_bad_constant_fails_every_execution_not_prepare(op, param, out_types, match):
+    x = tensor(np.zeros((2, 3, 5), np.float32))
+    ins = [x, i32(param)]
+    for constant in (True, False):
+        p = prepare_with(op, ins, out_types, constant)  # NOTE: the model is valid; its executions are not
+        for _ in range(2):
+            with pytest.raises(OpExecutionError, match=match):
+                p.run(ins)

@@ -199,3 +199,40 @@ def test_log_softmax_float16_and_errors():
         validate(Op.LOG_SOFTMAX, [(F32, (2, 3)), (T.FLOAT32, ())], [(F32, (2, 3))])
     with pytest.raises(OpValidationError):
         validate(Op.LOG_SOFTMAX, [(F32, (2, 3)), (T.FLOAT32, ()), (T.INT32, ())], [(F32, (2, 3))], V1_1)
+
+
+def test_log_softmax_parameters_prepared_or_read_at_run_time():
+    from nnhal.ops.run import prepare_operation, tensor_info
+
+    x = tensor(RNG.normal(size=(2, 3, 4)).astype(np.float32))
+    ins = [x, scalar(0.7), scalar(1, T.INT32)]
+    out = [OutputSpec(F32, ())]
+    const = prepare_operation(Op.LOG_SOFTMAX, [tensor_info(t, i > 0) for i, t in enumerate(ins)], out)
+    assert const.state is not None and const.state.value(None) == (np.float32(0.7), 1)
+    runtime = prepare_operation(Op.LOG_SOFTMAX, [tensor_info(t) for t in ins], out)
+    assert runtime.state is None  # NOTE: not constants: execute reads them
+    want = const.run(ins)[0]
+    np.testing.assert_array_equal(runtime.run(ins)[0].view(np.uint32), want.view(np.uint32))
+    # the prepared values are the model's: others at run time do not reach the kernel
+    np.testing.assert_array_equal(const.run([x, scalar(5.0), scalar(0, T.INT32)])[0], want)
+    # a bad constant axis: the model prepares, each of its executions fails
+    bad = [x, scalar(1.0), scalar(3, T.INT32)]
+    p = prepare_operation(Op.LOG_SOFTMAX, [tensor_info(t, i > 0) for i, t in enumerate(bad)], out)
+    for _ in range(2):
+        with pytest.raises(OpExecutionError, match="axis 3"):
+            p.run(bad)
+
+
+@pytest.mark.parametrize("type_,btype", [(F32, T.FLOAT32), (F16, T.FLOAT16)])
+@pytest.mark.parametrize("shape,axis,beta", [((20, 300), -1, 1.0), ((7, 30, 5), 1, 0.37), ((3, 4, 5, 6), 0, 25.0)])
+def test_log_softmax_bits_as_the_formula(type_, btype, shape, axis, beta):
+    """(x - max) * beta - log(sum(exp(...))) with exp, the sum and the difference in
+    double, rounded once to the output type."""
+    dt = NUMPY_DTYPE[type_]
+    x = np.random.default_rng(3).normal(0, 30, shape).astype(dt)
+    v = x.astype(np.float32)
+    d = (v - v.max(axis=axis, keepdims=True)) * np.float32(np.array(beta, dt).item())
+    with np.errstate(all="ignore"):
+        want = (d - np.log(np.sum(np.exp(d.astype(np.float64)), axis=axis, keepdims=True))).astype(dt)
+    got = run(Op.LOG_SOFTMAX, [tensor(x, type_), scalar(beta, btype), scalar(axis, T.INT32)])
+    assert got.tobytes() == want.tobytes()

@@ -17,6 +17,7 @@ import numpy as np
 
 from nnhal.hal import HalVersion, OperandType, OperationType
 from nnhal.ops.base import (
+    NUMPY_DTYPE,
     V1_0,
     V1_2,
     V1_3,
@@ -28,7 +29,7 @@ from nnhal.ops.base import (
     Signature,
     Tensor,
 )
-from nnhal.ops.broadcast import broadcast_shape, check_max_rank, validate_max_rank
+from nnhal.ops.broadcast import broadcast_shape, check_max_rank, clamp, validate_max_rank
 from nnhal.ops.fixedpoint import (
     exp_on_negative_values,
     newton_reciprocal,
@@ -85,20 +86,52 @@ _RELU_RANGE = {OperationType.RELU: (0.0, None), OperationType.RELU1: (-1.0, 1.0)
 _RELU_ACT = {OperationType.RELU: 1, OperationType.RELU1: 2, OperationType.RELU6: 3}
 
 
+def _relu_params(op: OperationType, t: OperandType, scale: float, zero_point: int) -> tuple:
+    """What a RELU / RELU1 / RELU6 needs of the model: quantized, the activation
+    range of the input's scale and zeroPoint (which the output must share) as
+    scalars of the stored type; float, the float32 bounds."""
+    if t in Q8:
+        lo, hi = activation_range(_RELU_ACT[op], scale, zero_point, t)
+        qmin, qmax = QUANT_RANGE[t]
+        # NOTE: within the type's range already for a valid zeroPoint (validation refuses others)
+        lo, hi = min(max(lo, qmin), qmax), min(max(hi, qmin), qmax)
+        dtype = NUMPY_DTYPE[t]
+        return ("quant", dtype.type(lo), dtype.type(hi))
+    lo, hi = _RELU_RANGE[op]
+    return ("float", np.float32(lo), np.finfo(np.float32).max if hi is None else np.float32(hi))
+
+
+def _prepare_relu(info: OpInfo) -> tuple:
+    x = info.inputs[0]
+    return _relu_params(info.type, x.type, x.scale, x.zero_point)
+
+
 def _execute_relu(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0]
-    out = ctx.outputs[0]
-    check_max_rank(ctx, 4, 0)
-    if x.type in Q8:
-        # NOTE: the clamp uses the input's scale / zeroPoint (the output must have the same)
-        lo, hi = activation_range(_RELU_ACT[ctx.type], x.scale, x.zero_point, x.type)
-        return [np.clip(x.data.astype(np.int32), lo, hi).astype(out.dtype)]
-    lo, hi = _RELU_RANGE[ctx.type]
-    xf = x.data.astype(np.float32)
-    # NOTE: std::min(std::max(lo, x), hi) as the reference: NaN -> lo, and RELU's hi is FLT_MAX
-    v = np.where(np.float32(lo) < xf, xf, np.float32(lo))
-    hi32 = np.finfo(np.float32).max if hi is None else np.float32(hi)
-    return [np.where(hi32 < v, hi32, v).astype(out.dtype)]
+    data = x.data
+    if data.ndim > 4:
+        check_max_rank(ctx, 4, 0)
+    st = ctx.state
+    if st is None:
+        st = _relu_params(ctx.type, x.type, x.scale, x.zero_point)
+    kind, lo, hi = st
+    if kind == "quant":
+        # NOTE: the stored values clamped in their own type (a table lookup is as fast on a few
+        # values and several times slower on a large tensor: numpy's take widens the indexes)
+        return [clamp(data, lo, hi)]
+    # NOTE: std::min(std::max(lo, x), hi) as the reference: NaN -> lo (fmax takes the number),
+    # and RELU's hi is FLT_MAX; -0.0 -> +0.0 where lo is 0 (the reference's max(0, -0.0) is its
+    # first argument), by adding +0.0 (which leaves every other value as it is)
+    r = np.fmax(data if data.dtype == np.float32 else data.astype(np.float32), lo)  # NOTE: a new array
+    if r.__class__ is not np.ndarray:
+        r = np.asarray(r)  # NOTE: a 0-d input gives a scalar, which out= below cannot take
+    np.fmin(r, hi, out=r)
+    if lo == 0:
+        np.add(r, np.float32(0), out=r)
+    if data.dtype == np.float32:
+        return [r]
+    with np.errstate(over="ignore"):  # NOTE: float16: RELU's FLT_MAX (an input inf) is inf again
+        return [r.astype(ctx.outputs[0].dtype)]
 
 
 def _input_rescale(ctx: ExecContext, scale: float) -> tuple[int, int, int]:
@@ -244,14 +277,33 @@ def _execute_hard_swish(ctx: ExecContext) -> list[np.ndarray]:
 # ELU / PRELU
 
 
+def _elu_alpha(alpha: np.ndarray) -> np.float32:
+    """ELU's alpha (a FLOAT32 / FLOAT16 scalar) as the kernel uses it."""
+    return np.float32(alpha.item())
+
+
+def _prepare_elu(info: OpInfo) -> object:
+    """alpha, when a constant."""
+    return prepared(_elu_alpha, info.constant(1))
+
+
 def _execute_elu(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0]
     out = ctx.outputs[0]
-    alpha = np.float32(ctx.scalar(1))
-    xf = x.data.astype(np.float32)
-    with np.errstate(over="ignore"):
-        res = np.maximum(np.float32(0), xf) + np.minimum(np.float32(0), alpha * (np.exp(xf) - np.float32(1)))
-    return [res.astype(out.dtype)]
+    st = ctx.state
+    alpha = st.value(ctx) if st is not None else _elu_alpha(ctx.inputs[1].data)
+    xf = x.data.astype(np.float32, copy=False)
+    # NOTE: max(0, x) + min(0, alpha * (exp(x) - 1)), the operands in the reference's order, in place
+    with np.errstate(all="ignore"):  # NOTE: inf and NaN as in C++, without warnings
+        e = np.exp(xf)
+        if e.__class__ is not np.ndarray:
+            e = np.asarray(e)  # NOTE: a 0-d input gives a scalar, which out= below cannot take
+        np.subtract(e, np.float32(1), out=e)
+        np.multiply(alpha, e, out=e)
+        np.minimum(np.float32(0), e, out=e)
+        res = np.maximum(np.float32(0), xf)
+        np.add(res, e, out=e)
+        return [e.astype(out.dtype, copy=False)]
 
 
 def _prelu_multipliers(x: object, alpha: object, out: object) -> tuple[int, int, int, int]:
@@ -354,7 +406,7 @@ _LUT_FUNCS.update({OperationType.LOGISTIC: _logistic_quant, OperationType.TANH: 
 OPS: list[OpDef] = [
     *[
         OpDef(type=op, signatures=_unary_signatures(_ACT_TYPES), execute=_execute_relu, validate=_validate_rank4,
-              allow_zero_sized=True)
+              prepare=_prepare_relu, allow_zero_sized=True)
         for op in (OperationType.RELU, OperationType.RELU1, OperationType.RELU6)
     ],
     OpDef(type=OperationType.LOGISTIC, signatures=_unary_signatures(_ACT_TYPES), execute=_execute_logistic,
@@ -369,7 +421,7 @@ OPS: list[OpDef] = [
                       Signature((T.TENSOR_FLOAT16, T.FLOAT16), (T.TENSOR_FLOAT16,), V1_3)],
           # NOTE: the spec says the input may be zero-sized, but the reference registration lacks
           # allowZeroSizedInput, so its executor fails such inputs; we keep its error status
-          execute=_execute_elu),
+          execute=_execute_elu, prepare=_prepare_elu),
     OpDef(type=OperationType.PRELU,
           signatures=[Signature((t, t), (t,), v) for t, v in
                       [(T.TENSOR_FLOAT32, V1_2), (T.TENSOR_FLOAT16, V1_2), (T.TENSOR_QUANT8_ASYMM, V1_2),

@@ -5,7 +5,8 @@ Shapes broadcast as the spec says (trailing dimensions equal or 1; a zero
 dimension only with 0 or 1).  Quantized ADD / SUB / MUL use the TFLite integer
 arithmetic Android's reference calls (inputs left-shifted by 20 and rescaled
 by Q31 multipliers), so results match it bit for bit.  TENSOR_INT32 (HAL 1.3)
-wraps like C++ int32 and DIV floors.
+wraps like C++ int32 and DIV floors.  Quantized MAXIMUM / MINIMUM requantize
+each input to the output through a table of its 256 codes built at prepare.
 
 The small helpers at the top (broadcast shapes, float16 edges, std::round,
 requantize) are shared by the other elementwise family modules.
@@ -48,15 +49,30 @@ T = OperandType
 # helpers shared by the elementwise families
 
 
+# (shape, shape) -> their broadcast, or False where they do not broadcast: a model's
+# executions see the same few pairs, and numpy's general broadcast costs microseconds
+_BROADCASTS = memo.Memo(256)
+
+
+def _broadcast_or_false(ta: tuple, tb: tuple) -> object:
+    try:
+        return tuple(np.broadcast_shapes(ta, tb))
+    except ValueError:
+        return False
+
+
 def broadcast_shape(ctx: ExecContext, a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     """The spec's broadcast of two shapes (numpy rules); run-time failure if incompatible."""
     ta, tb = tuple(a), tuple(b)
     if ta == tb:
         return ta  # NOTE: the common case, without numpy's general broadcast per execution
-    try:
-        return tuple(np.broadcast_shapes(ta, tb))
-    except ValueError:
-        raise ctx.fail(f"shapes {list(a)} and {list(b)} do not broadcast") from None
+    key = (ta, tb)
+    shape = _BROADCASTS.get(key)
+    if shape is None:
+        shape = _BROADCASTS.put(key, _broadcast_or_false(ta, tb))
+    if shape is False:
+        raise ctx.fail(f"shapes {list(a)} and {list(b)} do not broadcast")
+    return shape
 
 
 def check_max_rank(ctx: ExecContext, max_rank: int, *indexes: int) -> None:
@@ -86,6 +102,40 @@ def requantize(q: np.ndarray, scale: float, zero_point: int, out_scale: float, o
     v = real / float(np.float32(out_scale)) + out_zp
     v = np.clip(v, lo, hi)
     return round_half_away(v).astype(np.int32)
+
+
+try:
+    from numpy._core.umath import clip as _clip_ufunc  # numpy >= 2
+except ImportError:  # pragma: no cover  (numpy 1.x)
+    from numpy.core.umath import clip as _clip_ufunc
+
+
+def clamp(data: np.ndarray, lo: np.generic, hi: np.generic) -> np.ndarray:
+    """``min(max(data, lo), hi)`` (as std::min / std::max and np.clip) by numpy's clip
+    ufunc itself: np.clip's Python-level handling costs microseconds, and on integers
+    it is vectorized where np.maximum / np.minimum with a scalar are not.  ``lo`` and
+    ``hi`` are scalars of data's dtype.  An array, a 0-d one for 0-d data."""
+    r = _clip_ufunc(data, lo, hi)
+    return r if r.__class__ is np.ndarray else np.asarray(r)
+
+
+def lookup(table: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """``table`` (256 entries, by the code's byte) of 8-bit ``data``: one take
+    on the raw bytes; an array, a 0-d one for 0-d data (take gives a scalar)."""
+    r = table.take(data.view(np.uint8))
+    return r if r.__class__ is np.ndarray else np.asarray(r)
+
+
+def requantize_table(t: OperandType, scale: float, zero_point: int, out_scale: float, out_zp: int,
+                     out_type: OperandType) -> np.ndarray:
+    """:func:`requantize` of the 256 codes of an 8-bit type ``t`` (entry i: the
+    code whose byte is i), in the output's storage type: an 8-bit input's
+    requantization as one lookup (``table.take(data.view(np.uint8))``), bit for
+    bit the function's own results.  Read-only (shared by executions)."""
+    codes = np.arange(256, dtype=np.uint8).view(NUMPY_DTYPE[t])
+    table = requantize(codes, scale, zero_point, out_scale, out_zp, out_type).astype(NUMPY_DTYPE[out_type])
+    table.flags.writeable = False
+    return table
 
 
 # --------------------------------------------------------------------------
@@ -298,7 +348,23 @@ def _execute_pow(ctx: ExecContext) -> list[np.ndarray]:
     shape = broadcast_shape(ctx, base.shape, exponent.shape)
     with np.errstate(all="ignore"):
         res = np.power(as_float(base), as_float(exponent))
-    return [np.broadcast_to(res, shape).astype(ctx.outputs[0].dtype)]
+    out = ctx.outputs[0]
+    if res.shape == shape and res.__class__ is np.ndarray:
+        return [res.astype(out.dtype, copy=False)]  # NOTE: a fresh array
+    return [np.broadcast_to(res, shape).astype(out.dtype)]
+
+
+def _max_min_tables(a: object, b: object, out: object) -> object:
+    """Quantized MAXIMUM / MINIMUM: each input's requantization to the output
+    (the reference's first step) as a table of its 256 codes; None otherwise."""
+    if a.type not in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
+        return None
+    return (requantize_table(a.type, a.scale, a.zero_point, out.scale, out.zero_point, out.type),
+            requantize_table(b.type, b.scale, b.zero_point, out.scale, out.zero_point, out.type))
+
+
+def _prepare_max_min(info: OpInfo) -> object:
+    return _max_min_tables(info.inputs[0], info.inputs[1], info.outputs[0])
 
 
 def _execute_max_min(ctx: ExecContext) -> list[np.ndarray]:
@@ -307,14 +373,18 @@ def _execute_max_min(ctx: ExecContext) -> list[np.ndarray]:
     shape = broadcast_shape(ctx, a.shape, b.shape)
     if a.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
         # NOTE: both inputs are requantized to the output's scale first, as the reference does
-        x = requantize(a.data, a.scale, a.zero_point, out.scale, out.zero_point, out.type)
-        y = requantize(b.data, b.scale, b.zero_point, out.scale, out.zero_point, out.type)
+        tables = ctx.state if ctx.state is not None else _max_min_tables(a, b, out)
+        x, y = lookup(tables[0], a.data), lookup(tables[1], b.data)
+        # NOTE: integers: std::max / std::min are numpy's
+        res = np.minimum(x, y) if ctx.type == OperationType.MINIMUM else np.maximum(x, y)
     else:
         x, y = a.data, b.data
-    if ctx.type == OperationType.MINIMUM:
-        res = np.where(y < x, y, x)  # std::min(x, y)
-    else:
-        res = np.where(x < y, y, x)  # std::max(x, y)
+        if ctx.type == OperationType.MINIMUM:
+            res = np.where(y < x, y, x)  # std::min(x, y)
+        else:
+            res = np.where(x < y, y, x)  # std::max(x, y)
+    if res.shape == shape and res.__class__ is np.ndarray:
+        return [res.astype(out.dtype, copy=False)]  # NOTE: a fresh array
     return [np.broadcast_to(res, shape).astype(out.dtype)]
 
 
@@ -333,6 +403,9 @@ OPS: list[OpDef] = [
     ],
     OpDef(type=OperationType.POW, signatures=_binary_signatures([(T.TENSOR_FLOAT32, V1_2), (T.TENSOR_FLOAT16, V1_2)]),
           execute=_execute_pow, bad_data_on_missing_operand=True),
-    OpDef(type=OperationType.MAXIMUM, signatures=_binary_signatures(_MAX_MIN_TYPES), execute=_execute_max_min, bad_data_on_missing_operand=True),
-    OpDef(type=OperationType.MINIMUM, signatures=_binary_signatures(_MAX_MIN_TYPES), execute=_execute_max_min, bad_data_on_missing_operand=True),
+    *[
+        OpDef(type=op, signatures=_binary_signatures(_MAX_MIN_TYPES), execute=_execute_max_min,
+              prepare=_prepare_max_min, bad_data_on_missing_operand=True)
+        for op in (OperationType.MAXIMUM, OperationType.MINIMUM)
+    ],
 ]

@@ -16,7 +16,6 @@ import numpy as np
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import NUMPY_DTYPE, V1_0, V1_2, V1_3, ExecContext, OpDef, OpInfo, Signature
 from nnhal.ops.broadcast import check_max_rank, validate_max_rank
-from nnhal.ops.fixedpoint import round_half_away
 from nnhal.ops.quant import QUANT_RANGE
 
 T = OperandType
@@ -37,41 +36,87 @@ def _validate_cast(info: OpInfo) -> None:
         raise info.fail(f"output dimensions {list(outs)} differ from input dimensions {list(ins)}")
 
 
+def _cast_same(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return data.copy()
+
+
+def _cast_to_quant8(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        if data.dtype.kind == "f":
+            return np.trunc(np.clip(data.astype(np.float32), 0, 255)).astype(np.uint8)
+        return np.clip(data, 0, 255).astype(np.uint8)
+
+
+def _cast_float_to_int32(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    # NOTE: static_cast<int32_t> truncates; out-of-range is undefined in C++ (x86 gives INT32_MIN)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.trunc(data.astype(np.float64)).astype(np.int32)
+
+
+def _cast_plain(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        return data.astype(dtype)
+
+
+def _cast_fn(src: OperandType, dst: OperandType) -> object:
+    """The conversion from ``src`` to ``dst`` (chosen once per model: the types are the model's)."""
+    if src == dst:
+        return _cast_same
+    if dst == T.TENSOR_QUANT8_ASYMM:
+        return _cast_to_quant8
+    if dst == T.TENSOR_INT32 and src in (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32):
+        return _cast_float_to_int32
+    return _cast_plain
+
+
+def _prepare_cast(info: OpInfo) -> object:
+    return _cast_fn(info.inputs[0].type, info.outputs[0].type)
+
+
 def _execute_cast(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0]
     out = ctx.outputs[0]
-    data = x.data
-    if x.type == out.type:
-        return [data.copy()]
-    with np.errstate(invalid="ignore", over="ignore"):
-        if out.type == T.TENSOR_QUANT8_ASYMM:
-            if data.dtype.kind == "f":
-                v = np.trunc(np.clip(data.astype(np.float32), 0, 255))
-            else:
-                v = np.clip(data, 0, 255)
-            return [v.astype(np.uint8)]
-        if out.type == T.TENSOR_INT32 and data.dtype.kind == "f":
-            # NOTE: static_cast<int32_t> truncates; out-of-range is undefined in C++ (x86 gives INT32_MIN)
-            return [np.trunc(data.astype(np.float64)).astype(np.int32)]
-        return [data.astype(out.dtype)]
+    fn = ctx.state if ctx.state is not None else _cast_fn(x.type, out.type)
+    return [fn(x.data, out.dtype)]
 
 
 # --------------------------------------------------------------------------
 # QUANTIZE / DEQUANTIZE
 
 
+def _quantize_params(out_scale: float, out_zp: int, out_type: OperandType) -> tuple:
+    """(scale, zeroPoint, min, max) of QUANTIZE's output, each a float32 as the kernel uses it."""
+    lo, hi = QUANT_RANGE[out_type]
+    return np.float32(out_scale), np.float32(out_zp), np.float32(lo), np.float32(hi)
+
+
+def _prepare_quantize(info: OpInfo) -> tuple:
+    out = info.outputs[0]
+    return _quantize_params(out.scale, out.zero_point, out.type)
+
+
 def _execute_quantize(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0]
     out = ctx.outputs[0]
-    lo, hi = QUANT_RANGE[out.type]
+    st = ctx.state
+    scale, zp, lo, hi = st if st is not None else _quantize_params(out.scale, out.zero_point, out.type)
     with np.errstate(all="ignore"):
-        # NOTE: input / scale in float, then zeroPoint + std::round(...) in float, clamped
-        v = round_half_away(x.data.astype(np.float32) / np.float32(out.scale))
-        v += np.float32(out.zero_point)
-    # NOTE: fmax / fmin take the number where one side is NaN: NaN -> lo, as nan_to_num then clip
-    np.fmax(v, np.float32(lo), out=v)
-    np.fmin(v, np.float32(hi), out=v)
-    return [v.astype(out.dtype)]
+        # NOTE: input / scale in float, then zeroPoint + std::round(...), clamped.  std::round of
+        # the float32 quotient v is trunc(v + copysign(0.5, v)) computed in double, where v + 0.5
+        # is exact (in float32 it is not: 0.49999997f + 0.5f is 1.0f); the integer plus zeroPoint
+        # is exact in double and, beyond 2^24 where float would round it, clamped all the same.
+        # Three arrays instead of round_half_away's seven (each a page-faulted mmap when large).
+        v = np.divide(x.data, scale, dtype=np.float32)
+        w = np.copysign(np.float64(0.5), v)
+        if w.__class__ is not np.ndarray:
+            w = np.asarray(w)  # NOTE: a 0-d input gives a scalar, which out= below cannot take
+        w += v
+        np.trunc(w, out=w)
+        w += zp
+        # NOTE: fmax / fmin take the number where one side is NaN: NaN -> lo, as nan_to_num then clip
+        np.fmax(w, lo, out=w)
+        np.fmin(w, hi, out=w)
+        return [w.astype(out.dtype)]
 
 
 def _validate_dequantize(info: OpInfo) -> None:
@@ -143,11 +188,11 @@ OPS: list[OpDef] = [
     OpDef(type=OperationType.CAST,
           signatures=[Signature((i,), (o,), V1_2) for i in _CAST_NUMERIC for o in _CAST_NUMERIC]
           + [Signature((t,), (t,), V1_3) for t in _CAST_IDENTITY],
-          execute=_execute_cast, validate=_validate_cast, bad_data_on_missing_operand=True),
+          execute=_execute_cast, validate=_validate_cast, prepare=_prepare_cast, bad_data_on_missing_operand=True),
     OpDef(type=OperationType.QUANTIZE,
           signatures=[Signature((i,), (o,), v) for i in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
                       for o, v in ((T.TENSOR_QUANT8_ASYMM, V1_2), (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3))],
-          execute=_execute_quantize, allow_zero_sized=True),
+          execute=_execute_quantize, prepare=_prepare_quantize, allow_zero_sized=True),
     OpDef(type=OperationType.DEQUANTIZE, signatures=_DEQUANT_SIGS, execute=_execute_dequantize,
           validate=_validate_dequantize, prepare=_prepare_dequantize, allow_zero_sized=True),
 ]

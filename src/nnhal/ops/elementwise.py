@@ -45,13 +45,12 @@ def _execute(ctx: ExecContext) -> list[np.ndarray]:
     if ctx.type == OperationType.FLOOR:
         check_max_rank(ctx, 4, 0)
     func = _FLOAT_FUNCS[ctx.type]
+    data = x.data
     with np.errstate(all="ignore"):
-        if x.type == T.TENSOR_INT32:
-            # NOTE: -INT32_MIN and abs(INT32_MIN) wrap to INT32_MIN, as in C++
-            res = func(x.data)
-        else:
-            res = func(x.data.astype(np.float32))
-    return [np.asarray(res).astype(out.dtype)]
+        # NOTE: int32: -INT32_MIN and abs(INT32_MIN) wrap to INT32_MIN, as in C++; float32 as it
+        # is (the function makes a new array); float16 in float32, rounded back
+        res = func(data if data.dtype != np.float16 else data.astype(np.float32))
+    return [np.asarray(res).astype(out.dtype, copy=False)]
 
 
 def _validate_floor(info: OpInfo) -> None:

@@ -117,12 +117,27 @@ def _stored_reduce(fn):
 # ARGMAX, ARGMIN
 
 
+def _scalar_param(v: np.ndarray) -> int:
+    """An INT32 scalar parameter (ARGMAX / ARGMIN's axis, TOPK_V2's k) as an int."""
+    return int(v.item())
+
+
+def _prepare_scalar_param(info: OpInfo) -> object:
+    """Input 1 (the axis / k), when a constant; checked against the input's shape at execute."""
+    return prepared(_scalar_param, info.constant(1))
+
+
+def _param(ctx: ExecContext) -> int:
+    st = ctx.state
+    return st.value(ctx) if st is not None else _scalar_param(ctx.inputs[1].data)
+
+
 def _arg(fn):
     def execute(ctx: ExecContext) -> list[np.ndarray]:
         x = ctx.inputs[0].data
-        axis = _axis(ctx, ctx.scalar(1), x.ndim)
+        axis = _axis(ctx, _param(ctx), x.ndim)
         # NOTE: numpy returns the first extreme element, like the reference's strict comparison
-        r = fn(x, axis=axis).astype(np.int32)
+        r = fn(x, axis=axis).astype(np.int32, copy=False)
         return [r.reshape([s for d, s in enumerate(x.shape) if d != axis] or [1])]
     return execute
 
@@ -133,7 +148,7 @@ def _arg(fn):
 
 def _exec_topk(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
-    k = ctx.scalar(1)
+    k = _param(ctx)
     if x.ndim == 0:
         raise ctx.fail("input must have rank >= 1")
     n = x.shape[-1]
@@ -143,8 +158,8 @@ def _exec_topk(ctx: ExecContext) -> list[np.ndarray]:
     # values the larger index comes first: a stable sort of the reversed rows
     rev = x[..., ::-1].astype(np.float64)
     order = np.argsort(-rev, axis=-1, kind="stable")[..., :k]
-    idx = (n - 1 - order).astype(np.int32)
-    return [np.take_along_axis(x, idx.astype(np.int64), axis=-1), idx]
+    idx = n - 1 - order
+    return [np.take_along_axis(x, idx, axis=-1), idx.astype(np.int32)]
 
 
 # --------------------------------------------------------------------------
@@ -172,7 +187,10 @@ OPS: list[OpDef] = [
     _reduce_op(OperationType.REDUCE_MIN, _MAXMIN, _stored_reduce(np.min)),
     _reduce_op(OperationType.REDUCE_PROD, _PRODSUM, _exec_reduce_prod),
     _reduce_op(OperationType.REDUCE_SUM, _PRODSUM, _exec_reduce_sum),
-    OpDef(OperationType.ARGMAX, [Signature((t, T.INT32), (I32,), v) for t, v in _ARG], _arg(np.argmax), bad_data_on_missing_operand=True),
-    OpDef(OperationType.ARGMIN, [Signature((t, T.INT32), (I32,), v) for t, v in _ARG], _arg(np.argmin), bad_data_on_missing_operand=True),
-    OpDef(OperationType.TOPK_V2, [Signature((t, T.INT32), (t, I32), v) for t, v in _ARG], _exec_topk),
+    OpDef(OperationType.ARGMAX, [Signature((t, T.INT32), (I32,), v) for t, v in _ARG], _arg(np.argmax),
+          prepare=_prepare_scalar_param, bad_data_on_missing_operand=True),
+    OpDef(OperationType.ARGMIN, [Signature((t, T.INT32), (I32,), v) for t, v in _ARG], _arg(np.argmin),
+          prepare=_prepare_scalar_param, bad_data_on_missing_operand=True),
+    OpDef(OperationType.TOPK_V2, [Signature((t, T.INT32), (t, I32), v) for t, v in _ARG], _exec_topk,
+          prepare=_prepare_scalar_param),
 ]

@@ -201,14 +201,30 @@ def _exec_softmax(ctx: ExecContext) -> list[np.ndarray]:
 # LOG_SOFTMAX
 
 
+def _log_softmax_params(beta: np.ndarray, axis: np.ndarray) -> tuple[np.float32, int]:
+    """(beta as a float32, the axis as given): normalized against the rank at execute."""
+    return np.float32(beta.item()), int(axis.item())
+
+
+def _prepare_log_softmax(info: OpInfo) -> object:
+    """beta and the axis, when constants."""
+    return prepared(_log_softmax_params, info.constant(1), info.constant(2))
+
+
 def _exec_log_softmax(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
-    axis = _axis(ctx, ctx.scalar(2), x.ndim)
-    beta = np.float32(ctx.scalar(1))
-    v = x.astype(np.float32)
-    d = (v - v.max(axis=axis, keepdims=True)) * beta
-    r = d - np.log(np.sum(np.exp(d.astype(np.float64)), axis=axis, keepdims=True))
-    return [r.astype(ctx.outputs[0].dtype)]
+    st = ctx.state
+    beta, axis = st.value(ctx) if st is not None else _log_softmax_params(ctx.inputs[1].data, ctx.inputs[2].data)
+    axis = _axis(ctx, axis, x.ndim)
+    v = x.astype(np.float32, copy=False)
+    d = v - v.max(axis=axis, keepdims=True)
+    d *= beta
+    # NOTE: exp and the difference in double (of d widened), each result stored once (the
+    # ufunc casts it to the output type as astype would)
+    log_sum = np.log(np.sum(np.exp(d, dtype=np.float64), axis=axis, keepdims=True))
+    r = np.empty(d.shape, ctx.outputs[0].dtype)
+    np.subtract(d, log_sum, out=r, dtype=np.float64, casting="unsafe")
+    return [r]
 
 
 # --------------------------------------------------------------------------
@@ -222,5 +238,5 @@ OPS: list[OpDef] = [
           _exec_softmax, validate=_validate_softmax, prepare=_prepare_softmax, allow_zero_sized=True),
     OpDef(OperationType.LOG_SOFTMAX,
           [Signature((F32, T.FLOAT32, T.INT32), (F32,), V1_2), Signature((F16, T.FLOAT16, T.INT32), (F16,), V1_2)],
-          _exec_log_softmax),
+          _exec_log_softmax, prepare=_prepare_log_softmax),
 ]
