@@ -17,23 +17,29 @@ when the operands are constants.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops import conv_kernels as ck
 from nnhal.ops import memo
 from nnhal.ops.base import (
+    NUMPY_DTYPE,
     QUANT8_ASYMM_TYPES,
     V1_0,
     V1_2,
     V1_3,
     ExecContext,
     OpDef,
+    OpExecutionError,
     OpInfo,
+    OutputSpec,
     Signature,
+    Tensor,
 )
 from nnhal.ops.prepared import Deferred
 from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier
@@ -207,6 +213,7 @@ class _State:
         # (multiplying a column of ones appended to the raw input codes)
         self.zrow: np.ndarray | None = None
         self.l1: float | None = None  # largest column L1 norm of the (constant) filter matrix
+        self.plan: _Plan | None = None  # the static plan (shapes known at prepare), see _make_plan
 
 
 def _f32(v: float) -> float:
@@ -349,6 +356,8 @@ def _prepare(info: OpInfo) -> _State:
         # reference refuses when it runs (a bias scale that does not match, a multiplier out of range...)
         # make every quantized execution fail with this message, where the reference fails
         st.mult_error = str(e) or type(e).__name__
+    if is_q:
+        st.plan = _make_plan(info, st)
     return st
 
 
@@ -462,21 +471,278 @@ def _load_state(d: dict, get: Any) -> Any:
     st.bias_const, st.params_const = bool(d["bias_const"]), bool(d["params_const"])
     st.zrow = None if d["zrow"] is None else get(d["zrow"])
     st.l1 = None if d["l1"] is None else float(d["l1"])
-    if derive is None:
-        return st
 
     def rebuild(info: OpInfo) -> _State:
-        key, mw = derive
-        form, f = _FORMS[info.type], info.inputs[1]
-        if f.value is None or key != _filter_key(form, key[1]):
-            raise ValueError("the cached filter does not match the model's weights")
-        # NOTE: the weights are the authenticated cache's own: no check of max |w - zp| again
-        w, zp, is_q = f.value, f.zero_point, info.inputs[0].type in QUANT8_ASYMM_TYPES
-        st.lazy_filter = lambda: _filter_matrix(form, w, zp, is_q, key[1])
-        st.filter, st.filter_derived = (key, None, mw), True
+        is_q = info.inputs[0].type in QUANT8_ASYMM_TYPES
+        if derive is not None:
+            key, mw = derive
+            form, f = _FORMS[info.type], info.inputs[1]
+            if f.value is None or key != _filter_key(form, key[1]):
+                raise ValueError("the cached filter does not match the model's weights")
+            # NOTE: the weights are the authenticated cache's own: no check of max |w - zp| again
+            w, zp = f.value, f.zero_point
+            st.lazy_filter = lambda: _filter_matrix(form, w, zp, is_q, key[1])
+            st.filter, st.filter_derived = (key, None, mw), True
+            if form is DEPTHWISE:
+                st.filter = (key, _matrix(st), mw)  # NOTE: its plan tiles the (small) taps now
+        if is_q:
+            st.plan = _make_plan(info, st)  # NOTE: from the restored requantizations: no search again
         return st
 
     return Deferred(rebuild)
+
+
+# --------------------------------------------------------------------------
+# static plans: quantized CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED whose
+# shapes and parameters are all known at prepare
+
+
+class _Plan:
+    """One quantized layer fixed at prepare (input shape static, filter, bias
+    and scalars constant): geometry, im2col strides, the requantization
+    (:class:`ck.RequantPlan`) and the temporaries it needs, so that an
+    execution is a short line of numpy calls writing into buffers made once
+    per thread (the views into them too).  Read-only once built; the buffers
+    live in a thread-local, so executions on several threads never share
+    one.  Only for layers whose accumulator fits :data:`ck.PLAN_MAX_VALUES`:
+    beyond it the per-call overhead is small beside the arithmetic, and the
+    shared per-thread scratch (:func:`ck.scratch`) keeps memory bounded."""
+
+    kind = ""
+
+    def __init__(self, in_shape: tuple, out_shape: tuple, out_dtype: Any, rq: ck.RequantPlan) -> None:
+        self.in_shape, self.out_shape, self.out_dtype, self.rq = in_shape, out_shape, np.dtype(out_dtype), rq
+        self._tls = threading.local()
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class _ConvPlan(_Plan):
+    """CONV_2D (NHWC): the input converted (minus its zero point, or raw
+    codes when the zero point is folded into the bias) into a padded buffer
+    whose border never changes, the im2col copy of a k x k filter's windows
+    (a 1x1 filter of stride 1 multiplies the buffer itself), one float32
+    GEMM, the requantization into the output."""
+
+    kind = "conv"
+
+    def __init__(self, in_shape: tuple, out_shape: tuple, out_dtype: Any, rq: ck.RequantPlan, st: _State,
+                 p: dict, zp: float, raw: bool) -> None:
+        super().__init__(in_shape, out_shape, out_dtype, rq)
+        self.st, self.wm, self.p, self.zp, self.raw = st, st.filter[1], p, np.float32(zp), raw
+
+    def _buffers(self) -> tuple:
+        p = self.p
+        n, h, w, c = self.in_shape
+        pt, pb, pl, pr = p["pt"], p["pb"], p["pl"], p["pr"]
+        kh, kw, sh, sw, dh, dw, oh, ow = (p[k] for k in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow"))
+        xp = np.full((n, h + pt + pb, w + pl + pr, c), self.zp if self.raw else 0, np.float32)
+        xin = xp[:, pt:pt + h, pl:pl + w, :]
+        src = None
+        if kh == kw == 1 and sh == sw == 1 and xp.shape == xin.shape:
+            cols = xp.reshape(n * oh * ow, c)
+        else:
+            s = xp.strides
+            src = as_strided(xp, shape=(n, oh, ow, kh, kw, c),
+                             strides=(s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]), writeable=False)
+            cols6 = np.empty(src.shape, np.float32)
+            cols = cols6.reshape(n * oh * ow, kh * kw * c)
+            src = (cols6, src)
+        acc = np.empty((n * oh * ow, self.out_shape[3]), np.float32)
+        b = (xin, src, cols, acc, acc.reshape(self.rq.shape), self.rq.buffers())
+        self._tls.b = b
+        return b
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        b = getattr(self._tls, "b", None)
+        if b is None:
+            b = self._buffers()
+        xin, src, cols, acc, acc2, rqb = b
+        if self.raw:
+            np.copyto(xin, x, casting="unsafe")
+        else:
+            np.subtract(x, self.zp, out=xin)
+        if src is not None:
+            np.copyto(src[0], src[1])
+        wm = self.wm
+        np.matmul(cols, wm if wm is not None else _matrix(self.st), out=acc)
+        out = np.empty(self.out_shape, self.out_dtype)
+        self.rq.run(acc2, out.reshape(self.rq.shape), rqb)
+        return out
+
+
+class _DepthwisePlan(_Plan):
+    """DEPTHWISE_CONV_2D (NHWC, one image, depth multiplier 1, the width's
+    stride or dilation 1): :func:`ck.depthwise_nhwc`'s stride phases, padded
+    once per thread, the tiled weights and the einsum view over them fixed;
+    an execution fills the phases (minus the zero point), runs the einsum
+    into the accumulator and requantizes."""
+
+    kind = "depthwise"
+
+    def __init__(self, in_shape: tuple, out_shape: tuple, out_dtype: Any, rq: ck.RequantPlan, w: np.ndarray,
+                 p: dict, zp: float) -> None:
+        super().__init__(in_shape, out_shape, out_dtype, rq)
+        self.p, self.zp = p, np.float32(zp)
+        kh, kw, c = w.shape
+        s, ow = p["sw"], p["ow"]
+        self.ka = ka = -(-kw // s)
+        wk = np.zeros((kh, ka * s, c), np.float32)
+        wk[:, :kw, :] = w
+        # [kh, ka, phase, ow*C]: tap j = a*s + phase (as ck.depthwise_nhwc)
+        self.wt = np.tile(wk.reshape(kh, ka, s, 1, c), (1, 1, 1, ow, 1)).reshape(kh, ka, s, ow * c)
+        _, h, wd, _ = in_shape
+        pl = p["pl"]
+        # per phase: (first column inside the input, source slice) of the input's stride phases
+        self.phases = []
+        for ph in range(s):
+            k0 = max(0, -(-(pl - ph) // s))
+            c0 = k0 * s + ph - pl
+            cnt = len(range(c0, wd, s))
+            self.phases.append((k0, cnt, (0, slice(None), slice(c0, None, s), slice(None))))
+
+    def _buffers(self) -> tuple:
+        p = self.p
+        _, h, wd, c = self.in_shape
+        pt, pb, pl, pr = p["pt"], p["pb"], p["pl"], p["pr"]
+        kh, sh, dh, dw, s, oh, ow = (p[k] for k in ("kh", "sh", "dh", "dw", "sw", "oh", "ow"))
+        hp, wp = h + pt + pb, wd + pl + pr
+        wq = max(-(-wp // s), ow - 1 + self.ka)
+        ph = np.zeros((s, hp, wq, c), np.float32)
+        fills = [(ph[k, pt:pt + h, k0:k0 + cnt, :], sl) for k, (k0, cnt, sl) in enumerate(self.phases) if cnt > 0]
+        st = ph.strides
+        col_step = st[2] * (dw if s == 1 else 1)
+        v = as_strided(ph, shape=(kh, self.ka, s, oh, ow * c),
+                       strides=(st[1] * dh, col_step, st[0], st[1] * sh, st[3]), writeable=False)
+        acc = np.empty((oh, ow * c), np.float32)
+        b = (fills, v, acc, self.rq.buffers())
+        self._tls.b = b
+        return b
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        b = getattr(self._tls, "b", None)
+        if b is None:
+            b = self._buffers()
+        fills, v, acc, rqb = b
+        zp = self.zp
+        for dst, sl in fills:
+            np.subtract(x[sl], zp, out=dst)
+        np.einsum("iaprc,iapc->rc", v, self.wt, out=acc)
+        out = np.empty(self.out_shape, self.out_dtype)
+        self.rq.run(acc, out.reshape(self.rq.shape), rqb)
+        return out
+
+
+class _FcPlan(_Plan):
+    """FULLY_CONNECTED: the input minus its zero point, one float32 GEMM, the
+    requantization."""
+
+    kind = "fc"
+
+    def __init__(self, in_shape: tuple, out_shape: tuple, out_dtype: Any, rq: ck.RequantPlan, st: _State,
+                 zp: float) -> None:
+        super().__init__(in_shape, out_shape, out_dtype, rq)
+        self.st, self.wm, self.zp = st, st.filter[1], np.float32(zp)
+        self.in_size = math.prod(in_shape) // out_shape[0]
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        b = getattr(self._tls, "b", None)
+        if b is None:
+            b = self._tls.b = (np.empty((self.out_shape[0], self.in_size), np.float32),
+                               np.empty(self.out_shape, np.float32), self.rq.buffers())
+        xf, acc, rqb = b
+        np.subtract(x.reshape(xf.shape), self.zp, out=xf)
+        wm = self.wm
+        np.matmul(xf, wm if wm is not None else _matrix(self.st), out=acc)
+        out = np.empty(self.out_shape, self.out_dtype)
+        self.rq.run(acc, out, rqb)
+        return out
+
+
+def _static_ctx(info: OpInfo) -> Optional[ExecContext]:
+    """An execution context of the shapes and constants known at prepare
+    (the input a zero array of its static shape), to compute the geometry
+    with the execution's own code; None when a shape or scalar is unknown."""
+    ins = []
+    for k, i in enumerate(info.inputs):
+        if i.value is not None:
+            data = i.value
+        elif k == 0 and i.dimensions and 0 not in i.dimensions:
+            data = np.zeros(i.dimensions, NUMPY_DTYPE[i.type])
+        else:
+            return None
+        ins.append(Tensor(type=i.type, data=data, scale=i.scale, zero_point=i.zero_point,
+                          channel_quant=i.channel_quant))
+    outs = [OutputSpec(type=o.type, dimensions=tuple(o.dimensions), scale=o.scale, zero_point=o.zero_point,
+                       channel_quant=o.channel_quant) for o in info.outputs]
+    return ExecContext(info.type, ins, outs, info.relaxed, None, None)
+
+
+def _make_plan(info: OpInfo, st: _State) -> Optional[_Plan]:
+    """The static plan of a quantized layer, or None (the general path runs)."""
+    form = _FORMS.get(info.type)
+    if form not in (CONV, DEPTHWISE, FC) or st.filter is None or st.mult_error or not st.requant:
+        return None
+    x = info.inputs[0]
+    if x.type not in QUANT8_ASYMM_TYPES:
+        return None
+    ctx = _static_ctx(info)
+    if ctx is None:
+        return None
+    # NOTE: a state loaded from the cache converts a CONV_2D / FC filter when an execution first needs it
+    wm = st.filter[1]
+    mw = st.filter[2]
+    if wm is None and st.l1 is None:
+        return None
+    fdims = tuple(info.inputs[1].dimensions)
+    out = info.outputs[0]
+    qmin, qmax = QUANT_RANGE[x.type]
+    max_x = max(x.zero_point - qmin, qmax - x.zero_point)
+    l1 = st.l1 if st.l1 is not None else _l1(wm)
+    if form is DEPTHWISE and wm is None:
+        return None
+    try:
+        if form is FC:
+            act = ctx.scalar(3)
+            xs = ctx.inputs[0].data.shape
+            units, in_size = fdims
+            if _fc_shape_error(xs, ctx.inputs[1].data.shape, ctx.inputs[2].data.shape) or act not in st.requant:
+                return None
+            batch = math.prod(xs) // in_size
+            if batch <= 0 or batch * units > ck.PLAN_MAX_VALUES or max_x * l1 > ck.F32_EXACT:
+                return None
+            rq = ck.RequantPlan(st.requant[act], batch, 1)
+            if rq.mode == "apply":
+                return None
+            return _FcPlan(xs, (batch, units), NUMPY_DTYPE[out.type], rq, st, x.zero_point)
+        p = (_geom_conv if form is CONV else _geom_depthwise)(ctx)
+    except OpExecutionError:
+        return None  # NOTE: the execution fails the same way on the general path
+    n, oh, ow, cout, act = p["n"], p["oh"], p["ow"], p["cout"], p["act"]
+    if p["nchw"] or act not in st.requant or n * oh * ow == 0 or n * oh * ow * cout > ck.PLAN_MAX_VALUES:
+        return None
+    in_shape = tuple(x.dimensions)
+    out_shape = (n, oh, ow, cout)
+    if form is CONV:
+        fold = st.fold.get(act)
+        if fold is not None and fold.q.shape[0] == cout:
+            rq, raw = fold, True
+        elif max_x * l1 <= ck.F32_EXACT:
+            rq, raw = st.requant[act], False
+        else:
+            return None
+        plan_rq = ck.RequantPlan(rq, n * oh, ow)
+        if plan_rq.mode == "apply":
+            return None
+        return _ConvPlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, st, p, x.zero_point, raw)
+    kh, kw = p["kh"], p["kw"]
+    if n != 1 or p["extra"] != 1 or (p["sw"] > 1 and p["dw"] > 1) or ck.exact_block(kh * kw, max_x, mw) is not None:
+        return None
+    plan_rq = ck.RequantPlan(st.requant[act], oh, ow)
+    if plan_rq.mode == "apply":
+        return None
+    return _DepthwisePlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, wm, p, x.zero_point)
 
 
 # --------------------------------------------------------------------------
@@ -763,6 +1029,11 @@ def _geom_conv(ctx: ExecContext) -> dict:
 
 
 def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
+    plan = ctx.state.plan if ctx.state.__class__ is _State else None
+    if plan is not None:
+        x = ctx.inputs[0].data
+        if x.shape == plan.in_shape and not getattr(ctx.executor, "dry_run", False):
+            return [plan.run(x)]
     p = _geometry(ctx, _geom_conv)
     x = ctx.inputs[0].data
     nchw, n, cout, kh, kw, oh, ow = p["nchw"], p["n"], p["cout"], p["kh"], p["kw"], p["oh"], p["ow"]
@@ -822,6 +1093,11 @@ def _geom_depthwise(ctx: ExecContext) -> dict:
 
 
 def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
+    plan = ctx.state.plan if ctx.state.__class__ is _State else None
+    if plan is not None:
+        x = ctx.inputs[0].data
+        if x.shape == plan.in_shape and not getattr(ctx.executor, "dry_run", False):
+            return [plan.run(x)]
     p = _geometry(ctx, _geom_depthwise)
     x = ctx.inputs[0].data
     nchw, n, cout, kh, kw, oh, ow = p["nchw"], p["n"], p["cout"], p["kh"], p["kw"], p["oh"], p["ow"]
@@ -964,6 +1240,11 @@ def _exec_transpose(ctx: ExecContext) -> list[np.ndarray]:
 
 
 def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
+    plan = ctx.state.plan if ctx.state.__class__ is _State else None
+    if plan is not None:
+        x = ctx.inputs[0].data
+        if x.shape == plan.in_shape and not getattr(ctx.executor, "dry_run", False):
+            return [plan.run(x)]
     x = ctx.inputs[0].data
     wt = ctx.inputs[1].data
     bias = ctx.inputs[2].data

@@ -645,3 +645,104 @@ class Requant:
             np.clip(v, self.lo, self.hi, out=v)
         out[...] = v
         return out
+
+
+# numpy's clip ufunc itself: np.clip is a Python wrapper (_wrapfunc -> _clip) costing
+# ~2 us a call on a small layer, more than the clip of a few thousand values
+try:
+    UFUNC_CLIP = np._core.umath.clip  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - numpy < 2
+    UFUNC_CLIP = np.core.umath.clip  # type: ignore[attr-defined]
+
+PLAN_MAX_VALUES = 1 << 17  # largest accumulator (values) a static plan keeps per-thread buffers for
+
+
+class RequantPlan:
+    """:meth:`Requant.apply` fixed at prepare for accumulators of one shape,
+    (rows, width * C) float32: the path (verified float32, float64, or the
+    general apply), the constants tiled to the output width and the bounds,
+    so that an execution is a few numpy calls writing into its own buffers.
+
+    * float32 (``rq.f32`` and no channel to redo): multiply, add, [the
+      negative-tie stage], then one clip writing the uint8 output (a
+      truncating cast of values made non-negative: floor), then ``^ 0x80``
+      for int8: the same operations as :meth:`Requant._apply_f32`.
+    * float64 (``rq.use_float``; taken when the float32 path has channels to
+      redo: one whole-layer float64 pass costs fewer calls than the float32
+      pass plus the exact pass over the gathered channels): the operations of
+      :meth:`Requant.apply`'s float path, the float32 -> float64 conversion
+      folded into the multiply (a mixed-type ufunc converts exactly).
+    * otherwise :meth:`Requant.apply` itself.
+
+    Read-only once built (shared by executions); the buffers are the
+    caller's (:meth:`buffers`, one set per thread)."""
+
+    def __init__(self, rq: Requant, rows: int, width: int) -> None:
+        nc = rq.q.shape[0]
+        self.rq, self.rows, self.width = rq, rows, width
+        self.shape = (rows, width * nc)
+        self.int8 = rq.out_dtype == np.int8
+        sh = 128 if self.int8 else 0
+        self.mode = "apply"
+        if rq.f32 is not None and rq.f32_fix is None:
+            m32, c32, sh32, corr32, pivot = rq.f32
+            self.mode = "f32"
+            self.mul = m32[0] if bool(np.all(m32 == m32[0])) else np.tile(m32, width)
+            self.add = np.tile(c32, width)
+            self.ncorr = None
+            if corr32 is not None:
+                self.ncorr = corr32[0] if bool(np.all(corr32 == corr32[0])) else np.tile(corr32, width)
+            self.pivot = pivot
+            self.lo, self.hi = np.float32(rq.lo + sh32), np.float32(rq.hi + sh32 + 0.5)
+        elif rq.use_float:
+            self.mode = "f64"
+            self.mul = np.tile(rq.m1, width)
+            self.add = np.tile(rq.c_u if sh else rq.c, width)
+            self.ncorr = None
+            if rq.need_corr:
+                self.ncorr = np.tile(rq.corr, width)
+                self.thr = np.tile(rq.thr32, width)
+            self.lo, self.hi = float(rq.lo + sh), float(rq.hi + sh) + 0.5
+
+    def buffers(self) -> tuple:
+        """The temporaries of one execution (allocate once per thread)."""
+        if self.mode == "f32":
+            return (None, np.empty(self.shape, np.float32) if self.ncorr is not None else None, None)
+        if self.mode == "f64":
+            corr = self.ncorr is not None
+            return (np.empty(self.shape, np.float64), np.empty(self.shape, np.float64) if corr else None,
+                    np.empty(self.shape, np.bool_) if corr else None)
+        return (None, None, None)
+
+    def run(self, acc: np.ndarray, out: np.ndarray, bufs: tuple) -> None:
+        """Requantizes ``acc`` (rows x width*C float32, exact integers; the
+        float32 path overwrites it) into ``out`` (the same shape, uint8 /
+        int8, C-contiguous)."""
+        mode = self.mode
+        if mode == "f32":
+            np.multiply(acc, self.mul, out=acc)
+            acc += self.add
+            if self.ncorr is not None:
+                u = bufs[1]
+                np.subtract(acc, self.pivot, out=u)
+                UFUNC_CLIP(u, self.ncorr, np.float32(0), out=u)
+                acc += u
+            ou = out.view(np.uint8)
+            UFUNC_CLIP(acc, self.lo, self.hi, out=ou, casting="unsafe")
+            if self.int8:
+                ou ^= 0x80
+            return
+        if mode == "f64":
+            t, tb, neg = bufs
+            np.multiply(acc, self.mul, out=t)
+            t += self.add
+            if self.ncorr is not None:
+                np.less(acc, self.thr, out=neg)
+                np.multiply(neg, self.ncorr, out=tb)
+                t -= tb
+            ou = out.view(np.uint8)
+            UFUNC_CLIP(t, self.lo, self.hi, out=ou, casting="unsafe")
+            if self.int8:
+                ou ^= 0x80
+            return
+        out[...] = self.rq.apply(acc, self.rows, self.width)
