@@ -655,6 +655,9 @@ except AttributeError:  # pragma: no cover - numpy < 2
     UFUNC_CLIP = np.core.umath.clip  # type: ignore[attr-defined]
 
 PLAN_MAX_VALUES = 1 << 17  # largest accumulator (values) a static plan keeps per-thread buffers for
+# up to this many values, a layer whose float32 requantization has channels to redo takes the float64 path
+# for all of them (fewer numpy calls); beyond, the float32 pass and the float64 one over those channels
+PLAN_F64_VALUES = 8192
 
 
 class RequantPlan:
@@ -684,9 +687,18 @@ class RequantPlan:
         self.int8 = rq.out_dtype == np.int8
         sh = 128 if self.int8 else 0
         self.mode = "apply"
-        if rq.f32 is not None and rq.f32_fix is None:
+        self.fix = None
+        values = rows * width * nc
+        small = values <= PLAN_F64_VALUES
+        if rq.f32 is not None and (rq.f32_fix is None or not (small and rq.use_float)):
             m32, c32, sh32, corr32, pivot = rq.f32
             self.mode = "f32"
+            if rq.f32_fix is not None:
+                # NOTE: the float32 pass over everything, then the few channels it cannot do exactly
+                # again from their accumulators, gathered before that pass (it overwrites them)
+                chans, sub = rq.f32_fix
+                cols = (np.arange(width)[:, None] * nc + chans).ravel()
+                self.fix = (cols, RequantPlan(sub, rows, width))
             self.mul = m32[0] if bool(np.all(m32 == m32[0])) else np.tile(m32, width)
             self.add = np.tile(c32, width)
             self.ncorr = None
@@ -707,7 +719,11 @@ class RequantPlan:
     def buffers(self) -> tuple:
         """The temporaries of one execution (allocate once per thread)."""
         if self.mode == "f32":
-            return (None, np.empty(self.shape, np.float32) if self.ncorr is not None else None, None)
+            fix = None
+            if self.fix is not None:
+                sub = self.fix[1]
+                fix = (np.empty(sub.shape, np.float32), np.empty(sub.shape, sub.rq.out_dtype), sub.buffers())
+            return (fix, np.empty(self.shape, np.float32) if self.ncorr is not None else None, None)
         if self.mode == "f64":
             corr = self.ncorr is not None
             return (np.empty(self.shape, np.float64), np.empty(self.shape, np.float64) if corr else None,
@@ -720,6 +736,10 @@ class RequantPlan:
         int8, C-contiguous)."""
         mode = self.mode
         if mode == "f32":
+            fix = self.fix
+            if fix is not None:
+                g, gout, gbufs = bufs[0]
+                np.take(acc, fix[0], axis=1, out=g)
             np.multiply(acc, self.mul, out=acc)
             acc += self.add
             if self.ncorr is not None:
@@ -731,6 +751,9 @@ class RequantPlan:
             UFUNC_CLIP(acc, self.lo, self.hi, out=ou, casting="unsafe")
             if self.int8:
                 ou ^= 0x80
+            if fix is not None:
+                fix[1].run(g, gout, gbufs)
+                out[:, fix[0]] = gout
             return
         if mode == "f64":
             t, tb, neg = bufs
