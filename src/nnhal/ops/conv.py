@@ -537,19 +537,22 @@ class _ConvPlan(_Plan):
         n, h, w, c = self.in_shape
         pt, pb, pl, pr = p["pt"], p["pb"], p["pl"], p["pr"]
         kh, kw, sh, sw, dh, dw, oh, ow = (p[k] for k in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow"))
-        xp = np.full((n, h + pt + pb, w + pl + pr, c), self.zp if self.raw else 0, np.float32)
+        padded = pt or pb or pl or pr
+        # NOTE: a padded input keeps its border between runs: the plan's own; the rest is the thread's arena
+        shape = (n, h + pt + pb, w + pl + pr, c)
+        xp = np.full(shape, self.zp if self.raw else 0, np.float32) if padded else ck.arena("x", shape, np.float32)
         xin = xp[:, pt:pt + h, pl:pl + w, :]
         src = None
-        if kh == kw == 1 and sh == sw == 1 and xp.shape == xin.shape:
+        if kh == kw == 1 and sh == sw == 1 and not padded:
             cols = xp.reshape(n * oh * ow, c)
         else:
             s = xp.strides
             src = as_strided(xp, shape=(n, oh, ow, kh, kw, c),
                              strides=(s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]), writeable=False)
-            cols6 = np.empty(src.shape, np.float32)
+            cols6 = ck.arena("cols", src.shape, np.float32)
             cols = cols6.reshape(n * oh * ow, kh * kw * c)
             src = (cols6, src)
-        acc = np.empty((n * oh * ow, self.out_shape[3]), np.float32)
+        acc = ck.arena("acc", (n * oh * ow, self.out_shape[3]), np.float32)
         b = (xin, src, cols, acc, acc.reshape(self.rq.shape), self.rq.buffers())
         self._tls.b = b
         return b
@@ -615,7 +618,7 @@ class _DepthwisePlan(_Plan):
         col_step = st[2] * (dw if s == 1 else 1)
         v = as_strided(ph, shape=(kh, self.ka, s, oh, ow * c),
                        strides=(st[1] * dh, col_step, st[0], st[1] * sh, st[3]), writeable=False)
-        acc = np.empty((oh, ow * c), np.float32)
+        acc = ck.arena("acc", (oh, ow * c), np.float32)
         b = (fills, v, acc, self.rq.buffers())
         self._tls.b = b
         return b
@@ -649,8 +652,8 @@ class _FcPlan(_Plan):
     def run(self, x: np.ndarray) -> np.ndarray:
         b = getattr(self._tls, "b", None)
         if b is None:
-            b = self._tls.b = (np.empty((self.out_shape[0], self.in_size), np.float32),
-                               np.empty(self.out_shape, np.float32), self.rq.buffers())
+            b = self._tls.b = (ck.arena("x", (self.out_shape[0], self.in_size), np.float32),
+                               ck.arena("acc", self.out_shape, np.float32), self.rq.buffers())
         xf, acc, rqb = b
         np.subtract(x.reshape(xf.shape), self.zp, out=xf)
         wm = self.wm
@@ -710,7 +713,7 @@ def _make_plan(info: OpInfo, st: _State) -> Optional[_Plan]:
             if _fc_shape_error(xs, ctx.inputs[1].data.shape, ctx.inputs[2].data.shape) or act not in st.requant:
                 return None
             batch = math.prod(xs) // in_size
-            if batch <= 0 or batch * units > ck.PLAN_MAX_VALUES or max_x * l1 > ck.F32_EXACT:
+            if batch <= 0 or max(batch * units, batch * in_size) > ck.PLAN_MAX_VALUES or max_x * l1 > ck.F32_EXACT:
                 return None
             rq = ck.RequantPlan(st.requant[act], batch, 1)
             if rq.mode == "apply":
@@ -720,8 +723,11 @@ def _make_plan(info: OpInfo, st: _State) -> Optional[_Plan]:
     except OpExecutionError:
         return None  # NOTE: the execution fails the same way on the general path
     n, oh, ow, cout, act = p["n"], p["oh"], p["ow"], p["cout"], p["act"]
-    if p["nchw"] or act not in st.requant or n * oh * ow == 0 or n * oh * ow * cout > ck.PLAN_MAX_VALUES:
+    if p["nchw"] or act not in st.requant or n * oh * ow == 0:
         return None
+    cin = x.dimensions[3]
+    if max(n * oh * ow * cout, n * oh * ow * p["kh"] * p["kw"] * cin, math.prod(x.dimensions)) > ck.PLAN_MAX_VALUES:
+        return None  # NOTE: the arena's capacity (ck.arena); beyond, the general path's costs are the arithmetic
     in_shape = tuple(x.dimensions)
     out_shape = (n, oh, ow, cout)
     if form is CONV:

@@ -655,6 +655,32 @@ except AttributeError:  # pragma: no cover - numpy < 2
     UFUNC_CLIP = np.core.umath.clip  # type: ignore[attr-defined]
 
 PLAN_MAX_VALUES = 1 << 17  # largest accumulator (values) a static plan keeps per-thread buffers for
+_arena = threading.local()
+
+
+def arena(role: str, shape: tuple, dtype: Any) -> np.ndarray:
+    """A per-thread buffer of ``shape`` in the memory of ``role``, which every
+    static plan of the thread shares (consecutive layers then reuse memory
+    still in cache instead of each its own): a fixed capacity of
+    PLAN_MAX_VALUES float64 values per role, so that a view made once stays
+    valid.  A plan may use it only within one run (the next layer overwrites
+    it); never as an output."""
+    bufs = getattr(_arena, "bufs", None)
+    if bufs is None:
+        bufs = _arena.bufs = {}
+    b = bufs.get(role)
+    if b is None:
+        # NOTE: each role's start shifted by a different number of cache lines: page-aligned buffers read and
+        # written in step would alias in the cache (4K aliasing)
+        skew = 64 * 5 * len(bufs)
+        b = bufs[role] = np.empty(PLAN_MAX_VALUES * 8 + skew, np.uint8)[skew:]
+    dt = np.dtype(dtype)
+    n = math.prod(shape) * dt.itemsize
+    if n > b.nbytes:
+        raise ValueError(f"a plan buffer of {n} bytes exceeds the arena's {b.nbytes}")
+    return b[:n].view(dt).reshape(shape)
+
+
 # up to this many values, a layer whose float32 requantization has channels to redo takes the float64 path
 # for all of them (fewer numpy calls); beyond, the float32 pass and the float64 one over those channels
 PLAN_F64_VALUES = 8192
@@ -722,12 +748,13 @@ class RequantPlan:
             fix = None
             if self.fix is not None:
                 sub = self.fix[1]
-                fix = (np.empty(sub.shape, np.float32), np.empty(sub.shape, sub.rq.out_dtype), sub.buffers())
-            return (fix, np.empty(self.shape, np.float32) if self.ncorr is not None else None, None)
+                fix = (arena("rq-g", sub.shape, np.float32), arena("rq-gout", sub.shape, sub.rq.out_dtype),
+                       sub.buffers())
+            return (fix, arena("rq-u", self.shape, np.float32) if self.ncorr is not None else None, None)
         if self.mode == "f64":
             corr = self.ncorr is not None
-            return (np.empty(self.shape, np.float64), np.empty(self.shape, np.float64) if corr else None,
-                    np.empty(self.shape, np.bool_) if corr else None)
+            return (arena("rq-t", self.shape, np.float64), arena("rq-tb", self.shape, np.float64) if corr else None,
+                    arena("rq-neg", self.shape, np.bool_) if corr else None)
         return (None, None, None)
 
     def run(self, acc: np.ndarray, out: np.ndarray, bufs: tuple) -> None:
