@@ -599,6 +599,15 @@ class _ConvPlan(_Plan):
         src = None
         if kh == kw == 1 and sh == sw == 1 and not padded:
             cols = xp.reshape(n * oh * ow, c)
+        elif c < 4:
+            # NOTE: few channels (a first layer's 1 or 3): the windows copied tap by tap along whole output
+            # rows ([kh*kw*C, M], read by the GEMM transposed): inner loops of ow values instead of C
+            s = xp.strides
+            src = as_strided(xp, shape=(kh, kw, c, n, oh, ow),
+                             strides=(s[1] * dh, s[2] * dw, s[3], s[0], s[1] * sh, s[2] * sw), writeable=False)
+            cols6 = ck.arena("cols", src.shape, np.float32)
+            cols = cols6.reshape(kh * kw * c, n * oh * ow).T
+            src = (cols6, src)
         else:
             s = xp.strides
             src = as_strided(xp, shape=(n, oh, ow, kh, kw, c),
