@@ -692,10 +692,11 @@ class RequantPlan:
     general apply), the constants tiled to the output width and the bounds,
     so that an execution is a few numpy calls writing into its own buffers.
 
-    * float32 (``rq.f32`` and no channel to redo): multiply, add, [the
-      negative-tie stage], then one clip writing the uint8 output (a
-      truncating cast of values made non-negative: floor), then ``^ 0x80``
-      for int8: the same operations as :meth:`Requant._apply_f32`.
+    * float32 (``rq.f32``): multiply, add, [the negative-tie stage], clip,
+      then the truncating cast to uint8 of values made non-negative (floor),
+      then ``^ 0x80`` for int8: the operations of
+      :meth:`Requant._apply_f32`; channels it cannot do exactly are gathered
+      first and redone (float64) after.
     * float64 (``rq.use_float``; taken when the float32 path has channels to
       redo: one whole-layer float64 pass costs fewer calls than the float32
       pass plus the exact pass over the gathered channels): the operations of
@@ -775,7 +776,9 @@ class RequantPlan:
                 UFUNC_CLIP(u, self.ncorr, np.float32(0), out=u)
                 acc += u
             ou = out.view(np.uint8)
-            UFUNC_CLIP(acc, self.lo, self.hi, out=ou, casting="unsafe")
+            # NOTE: clip in place, then the truncating cast: faster than one clip writing uint8 (a casting ufunc)
+            UFUNC_CLIP(acc, self.lo, self.hi, out=acc)
+            np.copyto(ou, acc, casting="unsafe")
             if self.int8:
                 ou ^= 0x80
             if fix is not None:
@@ -791,7 +794,8 @@ class RequantPlan:
                 np.multiply(neg, self.ncorr, out=tb)
                 t -= tb
             ou = out.view(np.uint8)
-            UFUNC_CLIP(t, self.lo, self.hi, out=ou, casting="unsafe")
+            UFUNC_CLIP(t, self.lo, self.hi, out=t)
+            np.copyto(ou, t, casting="unsafe")
             if self.int8:
                 ou ^= 0x80
             return
