@@ -189,7 +189,7 @@ def test_dead_channels_take_the_bounded_float32_path():
     p = _prep(Op.CONV_2D, ops, t, oscale, ozp)
     st = p.state
     assert st.requant[0].f32 is None and not st.requant[0].use_float
-    assert 0 in st.bounded and st.plan is not None and st.plan.rq.mode == "f32"
+    assert ("plain", 0) in st.bounded and st.plan is not None and st.plan.rq.mode == "f32"
     np.testing.assert_array_equal(p.run([o.tensor() for o in ops])[0], want)
     np.testing.assert_array_equal(_general(p, ops), want)
 

@@ -214,8 +214,8 @@ class _State:
         self.zrow: np.ndarray | None = None
         self.l1: float | None = None  # largest column L1 norm of the (constant) filter matrix
         self.plan: _Plan | None = None  # the static plan (shapes known at prepare), see _make_plan
-        # act -> Requant whose float32 constants hold only for the accumulators this layer can reach
-        # (see _bounded_requant): for the static plan, where the general float32 search found no fit
+        # ("plain" | "fold", act) -> Requant whose float32 constants hold only for the accumulators this
+        # layer can reach (see _bounded_requants): for the static plan, where the general search fell short
         self.bounded: dict = {}
 
 
@@ -361,53 +361,64 @@ def _prepare(info: OpInfo) -> _State:
         st.mult_error = str(e) or type(e).__name__
     if is_q:
         if form in (CONV, DEPTHWISE, FC) and st.filter is not None and not st.mult_error:
-            for act, rq in st.requant.items():
-                if rq.f32 is None and not rq.use_float:
-                    b = _bounded_requant(form, rq, st.filter[1], ins[0])
-                    if b is not None:
-                        st.bounded[act] = b
+            _bounded_requants(st, form, ins[0])
         st.plan = _make_plan(info, st)
     return st
 
 
-def _bounded_requant(form: _Form, rq: ck.Requant, wm: np.ndarray, x: Any) -> Optional[ck.Requant]:
-    """A float32 requantization exact for the accumulators of ``(x - zx)``
-    against this filter only: channel c's accumulators lie within +-A_c =
-    max|x - zx| * (L1 norm of its weights).  A channel whose exact output is
-    the same at -A_c and +A_c (a monotone function: constant between) gets
-    m = 0, c = that output + 1/2; the others are searched as usual
-    (:meth:`ck.Requant._verify_f32`).  Layers with dead channels (huge bias,
-    tiny multiplier: steps far beyond any reachable accumulator) otherwise
-    fall to the int64 path.  None when no fit is found."""
+def _bounded_requants(st: _State, form: _Form, x: Any) -> None:
+    """``st.bounded``: for each requantization whose float32 search found no
+    fit for every channel, the search again knowing which accumulators the
+    layer can reach (:meth:`ck.Requant._verify_f32` with a bound): channel c
+    of ``x - zx`` against its weights stays within max|x - zx| * (L1 norm of
+    c's weights), of the raw codes (the folded zero point) within max|x| *
+    that norm.  Steps beyond are never taken, so the fit has fewer to meet:
+    layers with dead channels (huge bias, tiny multiplier) leave the int64
+    path, and most channels the general search redoes exactly get a float32
+    fit.  Kept only where it does better; for the static plan only."""
     qmin, qmax = QUANT_RANGE[x.type]
-    max_x = max(x.zero_point - qmin, qmax - x.zero_point)
-    a = np.abs(wm).astype(np.float64)
+    a = np.abs(st.filter[1]).astype(np.float64)
     l1 = a.sum(axis=(0, 1)) if form is DEPTHWISE else a.sum(axis=0)
+    for kind, rqs, max_x in (("plain", st.requant, max(x.zero_point - qmin, qmax - x.zero_point)),
+                             ("fold", st.fold, max(-qmin, qmax))):
+        for act, rq in rqs.items():
+            if rq.f32 is not None and rq.f32_fix is None:
+                continue
+            if l1.shape != rq.q.shape or max_x * float(l1.max(initial=0.0)) > ck.F32_EXACT - 64:
+                continue
+            b = _bounded_requant(rq, (max_x * l1).astype(np.int64))
+            if b is not None and (rq.f32 is None or b.f32_fix is None):
+                st.bounded[(kind, act)] = b
+
+
+def _bounded_requant(rq: ck.Requant, bound: np.ndarray) -> Optional[ck.Requant]:
+    """``rq`` with float32 constants exact for accumulators within
+    [-bound, bound] (per channel), or None.  A channel whose exact output is
+    the same at both ends (monotone: constant between) gets m = 0, c = that
+    output + 1/2; the others are searched with the bound."""
     nc = rq.q.shape[0]
-    if l1.shape != (nc,) or max_x * float(l1.max(initial=0.0)) > ck.F32_EXACT:
-        return None
-    bound = (max_x * l1).astype(np.int64)
     ends = rq._apply_int(np.stack([-bound, bound]).astype(np.float64), 1, np.empty((2, nc), np.int64))
-    const = ends[0] == ends[1]
-    live = np.flatnonzero(~const)
+    live = np.flatnonzero(ends[0] != ends[1])
     sh = 128 if rq.out_dtype == np.int8 else 0
     m32 = np.zeros(nc, np.float32)
     c32 = (ends[0] + sh + 0.5).astype(np.float32)  # NOTE: exact: |value| < 2^9
     corr32 = None
     pivot = np.float32(rq.zp + sh + 1)
+    sub = None
     if live.size:
         sub = ck.Requant(q=rq.q[live], shift=rq.shift[live], bias=rq.bias[live], zp=rq.zp, lo=rq.lo, hi=rq.hi,
-                         out_dtype=rq.out_dtype, fast32=True)
+                         out_dtype=rq.out_dtype)
+        sub._verify_f32(bound=bound[live])
         if sub.f32 is None:
             return None
         sm, sc, _, scorr, pivot = sub.f32
         m32[live], c32[live] = sm, sc
         if scorr is not None:
-            corr32 = np.zeros(nc, np.float32)
+            corr32 = np.zeros(nc, np.float32)  # NOTE: a constant channel's stage adds clip(., 0, 0) = 0
             corr32[live] = scorr
     out = ck.Requant(q=rq.q, shift=rq.shift, bias=rq.bias, zp=rq.zp, lo=rq.lo, hi=rq.hi, out_dtype=rq.out_dtype)
     out.f32 = (m32, c32, sh, corr32, pivot)
-    if live.size and sub.f32_fix is not None:
+    if sub is not None and sub.f32_fix is not None:
         # NOTE: the live channels without a float32 fit, redone exactly (their Requant as the search made it)
         out.f32_fix = (live[sub.f32_fix[0]], sub.f32_fix[1])
     return out
@@ -499,7 +510,7 @@ def _save_state(st: _State, put: Any) -> dict:
         "mult_error": st.mult_error,
         "requant": [[int(a), _requant_to_wire(rq, put)] for a, rq in st.requant.items()],
         "fold": [[int(a), _requant_to_wire(rq, put)] for a, rq in st.fold.items()],
-        "bounded": [[int(a), _requant_to_wire(rq, put)] for a, rq in st.bounded.items()],
+        "bounded": [[k, int(a), _requant_to_wire(rq, put)] for (k, a), rq in st.bounded.items()],
         "bias_const": bool(st.bias_const), "params_const": bool(st.params_const),
         "zrow": None if st.zrow is None else put(st.zrow),
         "l1": None if st.l1 is None else float(st.l1),
@@ -521,7 +532,7 @@ def _load_state(d: dict, get: Any) -> Any:
     st.mult_error = d["mult_error"]
     st.requant = {int(a): _requant_from_wire(r, get) for a, r in d["requant"]}
     st.fold = {int(a): _requant_from_wire(r, get) for a, r in d["fold"]}
-    st.bounded = {int(a): _requant_from_wire(r, get) for a, r in d.get("bounded", [])}
+    st.bounded = {(str(k), int(a)): _requant_from_wire(r, get) for k, a, r in d.get("bounded", [])}
     st.bias_const, st.params_const = bool(d["bias_const"]), bool(d["params_const"])
     st.zrow = None if d["zrow"] is None else get(d["zrow"])
     st.l1 = None if d["l1"] is None else float(d["l1"])
@@ -778,9 +789,7 @@ def _make_plan(info: OpInfo, st: _State) -> Optional[_Plan]:
             batch = math.prod(xs) // in_size
             if batch <= 0 or max(batch * units, batch * in_size) > ck.PLAN_MAX_VALUES or max_x * l1 > ck.F32_EXACT:
                 return None
-            rq = ck.RequantPlan(st.requant[act], batch, 1)
-            if rq.mode == "apply" and act in st.bounded:
-                rq = ck.RequantPlan(st.bounded[act], batch, 1)
+            rq = ck.RequantPlan(st.bounded.get(("plain", act), st.requant[act]), batch, 1)
             if rq.mode == "apply":
                 return None
             return _FcPlan(xs, (batch, units), NUMPY_DTYPE[out.type], rq, st, x.zero_point)
@@ -804,18 +813,14 @@ def _make_plan(info: OpInfo, st: _State) -> Optional[_Plan]:
             rq, raw = st.requant[act], False
         else:
             return None
-        plan_rq = ck.RequantPlan(rq, n * oh, ow)
-        if plan_rq.mode == "apply" and not raw and act in st.bounded:
-            plan_rq = ck.RequantPlan(st.bounded[act], n * oh, ow)
+        plan_rq = ck.RequantPlan(st.bounded.get(("fold" if raw else "plain", act), rq), n * oh, ow)
         if plan_rq.mode == "apply":
             return None
         return _ConvPlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, st, p, x.zero_point, raw)
     kh, kw = p["kh"], p["kw"]
     if n != 1 or p["extra"] != 1 or (p["sw"] > 1 and p["dw"] > 1) or ck.exact_block(kh * kw, max_x, mw) is not None:
         return None
-    plan_rq = ck.RequantPlan(st.requant[act], oh, ow)
-    if plan_rq.mode == "apply" and act in st.bounded:
-        plan_rq = ck.RequantPlan(st.bounded[act], oh, ow)
+    plan_rq = ck.RequantPlan(st.bounded.get(("plain", act), st.requant[act]), oh, ow)
     if plan_rq.mode == "apply":
         return None
     return _DepthwisePlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, wm, p, x.zero_point)

@@ -450,10 +450,16 @@ class Requant:
         if self.fast32:
             self._verify_f32()
 
-    def _verify_f32(self) -> None:
+    def _verify_f32(self, bound: np.ndarray | None = None) -> None:
         """Find float32 (m32, c32) per channel giving floor(acc * m32 + c32)
         == the exact result for every float32 integer accumulator; sets
-        ``f32`` to (m32, c32, shift) or leaves it None."""
+        ``f32`` to (m32, c32, shift) or leaves it None.
+
+        ``bound`` (int64 per channel): only accumulators within [-bound,
+        bound] occur (a layer's static plan knows them): the steps outside
+        are not checked, the two ends are (the clamped outputs compared):
+        both functions are monotone, so agreeing at the ends and around every
+        step between, they agree on the whole interval."""
         nc = self.q.shape[0]
         if nc == 0:
             return
@@ -474,16 +480,33 @@ class Requant:
         # points around each step of the exact function: [channel, level, point]
         approx = np.floor((levels[None, :] - shifted) / m[:, None])
         win = np.arange(-1, 3, dtype=np.float64)
+        rel = None
+        if bound is not None:
+            b = bound.astype(np.float64)[:, None]
+            with np.errstate(invalid="ignore"):
+                rel = (approx >= -b - 4) & (approx <= b + 4)  # the steps inside the interval
+            approx = np.where(rel, approx, 0.0)
         pts = approx[:, :, None] + win
         if not np.all(np.abs(pts) < F32_EXACT - 16):
             return
         v = pts.reshape(nc, -1).T  # [points, channel] for the int64 reference
         exact = self._apply_int(v, 1, np.empty(v.shape, np.int64), clamp=False).T.reshape(pts.shape) + sh
         # each window must contain its step (both sides of it are then checked)
-        if not (np.all(exact[:, :, 0] < levels) and np.all(exact[:, :, -1] >= levels)):
+        inside, above = exact[:, :, 0] < levels, exact[:, :, -1] >= levels
+        if rel is not None:
+            inside, above = inside | ~rel, above | ~rel
+        if not (np.all(inside) and np.all(above)):
             return
         v32 = pts.astype(np.float32).reshape(nc, -1)
         exact = exact.astype(np.float32).reshape(nc, -1)  # |values| <= 2^9: exact
+        if rel is not None:
+            # NOTE: the ends of the interval as two more points; outputs compared clamped (what the path writes)
+            ends = np.stack([-bound, bound], axis=1).astype(np.float64)
+            e_exact = self._apply_int(ends.T, 1, np.empty((2, nc), np.int64), clamp=False).T + sh
+            v32 = np.concatenate([v32, ends.astype(np.float32)], axis=1)
+            exact = np.concatenate([exact, e_exact.astype(np.float64)], axis=1)
+            keep = np.concatenate([np.repeat(rel, win.size, axis=1), np.ones((nc, 2), bool)], axis=1)
+            exact = np.where(keep, np.clip(exact, self.lo + sh, self.hi + sh), np.nan)
         chosen_m = np.zeros(nc, np.float32)
         chosen_c = np.zeros(nc, np.float32)
         corr32 = None if corr is None else (-corr).astype(np.float32)  # exact: powers of two
@@ -508,7 +531,12 @@ class Requant:
             t += cand[:, None]
             if corr32 is not None:
                 _corr_stage(t, pivot, corr32[todo, None], np.empty_like(t))
-            ok = np.all(np.floor(t) == exact[todo], axis=1)
+            got = np.floor(t)
+            if rel is not None:
+                got = np.clip(got, self.lo + sh, self.hi + sh)
+                ok = np.all((got == exact[todo]) | np.isnan(exact[todo]), axis=1)
+            else:
+                ok = np.all(got == exact[todo], axis=1)
             chosen_m[todo[ok]], chosen_c[todo[ok]] = m32[ok], cand[ok]
             todo = todo[~ok]
             if todo.size == 0:
