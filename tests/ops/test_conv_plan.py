@@ -262,3 +262,42 @@ def test_plan_runs_from_many_threads():
     for th in threads:
         th.join()
     assert errors == []
+
+
+def test_bounded_float32_search_is_exact_on_its_interval():
+    """Requant._verify_f32(bound): wherever it accepts a channel, floor(acc *
+    m32 + c32) (with the negative-tie stage), clamped, equals the int64
+    reference for every integer accumulator in [-bound, bound] (checked
+    exhaustively on small bounds)."""
+    from nnhal.ops import conv_kernels as ck
+    from nnhal.ops.quant import quantize_multiplier
+
+    r = np.random.default_rng(11)
+    accepted = 0
+    for trial in range(40):
+        nc = 6
+        qs, shifts = zip(*(quantize_multiplier(float(s)) for s in r.uniform(0.0005, 0.02, nc)))
+        zp = int(r.integers(-128, 128))
+        lo = -128 if trial % 2 else zp  # NOTE: no activation (negative ties in range) / RELU
+        rq = ck.Requant(q=np.array(qs, np.int64), shift=np.array(shifts, np.int64),
+                        bias=r.integers(-20000, 20000, nc).astype(np.int64), zp=zp, lo=lo, hi=127,
+                        out_dtype=np.dtype(np.int8))
+        bound = r.integers(1000, 30000, nc).astype(np.int64)
+        rq._verify_f32(bound=bound)
+        if rq.f32 is None:
+            continue
+        m32, c32, sh, corr32, pivot = rq.f32
+        redo = set() if rq.f32_fix is None else set(rq.f32_fix[0].tolist())
+        for ch in range(nc):
+            if ch in redo:
+                continue
+            acc = np.arange(-bound[ch], bound[ch] + 1, dtype=np.float64)
+            want = rq._apply_int(acc[:, None] * np.ones((1, nc)), 1, np.empty((acc.size, nc), np.int64))[:, ch]
+            t = acc.astype(np.float32) * m32[ch]
+            t += c32[ch]
+            if corr32 is not None:
+                ck._corr_stage(t, pivot, corr32[ch], np.empty_like(t))
+            got = np.clip(np.floor(t), rq.lo + sh, rq.hi + sh) - sh
+            np.testing.assert_array_equal(got, want)
+            accepted += 1
+    assert accepted > 50
