@@ -354,6 +354,8 @@ def _prepare(info: OpInfo) -> _State:
                     st.requant[int(act)] = _make_requant(st.mult, b, info.outputs[0], int(act), fast32=True)
                     if form.fold_input_zp and st.filter is not None:
                         _fold_input_zp(st, ins[0], b, info.outputs[0], int(act))
+                    elif form is DEPTHWISE and st.filter is not None:
+                        _fold_depthwise(st, ins[0], b, info.outputs[0], int(act))
     except (ValueError, ArithmeticError) as e:
         # NOTE: prepare is authoritative: what it computed, executions use and never redo.  Parameters the
         # reference refuses when it runs (a bias scale that does not match, a multiplier out of range...)
@@ -458,6 +460,26 @@ def _fold_input_zp(st: _State, x: Any, bias: np.ndarray, out: Any, act: int) -> 
     if 2 * raw_max * st.l1 <= ck.F32_EXACT:
         # NOTE: |partial sums| <= max|x| * |w|_1 + |zp * colsum| <= 2 max|x| |w|_1
         st.zrow = np.ascontiguousarray(np.vstack([m, (-zx * colsum).astype(np.float32)[None, :]]))
+
+
+def _fold_depthwise(st: _State, x: Any, bias: np.ndarray, out: Any, act: int) -> None:
+    """DEPTHWISE_CONV_2D on raw input codes (the static plan only): the
+    input zero point folded into the bias as for CONV_2D (_fold_input_zp), per
+    channel over its taps, so the plan converts its input without the
+    subtraction (the padding holds the zero point).  Kept when the tap sums of
+    raw codes stay exact in float32 and the requantization takes the float32
+    path."""
+    zx = int(x.zero_point)
+    m = st.filter[1]  # [kh, kw, C]
+    if zx == 0 or m.ndim != 3:
+        return
+    raw_max = 128 if x.type == Q8S else 255
+    if raw_max * float(np.abs(m).astype(np.float64).sum(axis=(0, 1)).max(initial=0.0)) > ck.F32_EXACT:
+        return
+    colsum = m.astype(np.float64).sum(axis=(0, 1)).astype(np.int64)
+    rq = _make_requant(st.mult, bias.astype(np.int64) - zx * colsum, out, act, fast32=True)
+    if rq.f32 is not None:
+        st.fold[act] = rq
 
 
 def _make_requant(mult: tuple, bias: np.ndarray, out: Any, act: int, fast32: bool = False) -> ck.Requant:
@@ -653,15 +675,16 @@ class _DepthwisePlan(_Plan):
     """DEPTHWISE_CONV_2D (NHWC, one image, depth multiplier 1, the width's
     stride or dilation 1): :func:`ck.depthwise_nhwc`'s stride phases, padded
     once per thread, the tiled weights and the einsum view over them fixed;
-    an execution fills the phases (minus the zero point), runs the einsum
-    into the accumulator and requantizes."""
+    an execution fills the phases (minus the zero point, or the raw codes
+    when it is folded into the bias: _fold_depthwise), runs the einsum into
+    the accumulator and requantizes."""
 
     kind = "depthwise"
 
     def __init__(self, in_shape: tuple, out_shape: tuple, out_dtype: Any, rq: ck.RequantPlan, w: np.ndarray,
-                 p: dict, zp: float) -> None:
+                 p: dict, zp: float, raw: bool) -> None:
         super().__init__(in_shape, out_shape, out_dtype, rq)
-        self.p, self.zp = p, np.float32(zp)
+        self.p, self.zp, self.raw = p, np.float32(zp), raw
         kh, kw, c = w.shape
         s, ow = p["sw"], p["ow"]
         self.ka = ka = -(-kw // s)
@@ -686,7 +709,7 @@ class _DepthwisePlan(_Plan):
         kh, sh, dh, dw, s, oh, ow = (p[k] for k in ("kh", "sh", "dh", "dw", "sw", "oh", "ow"))
         hp, wp = h + pt + pb, wd + pl + pr
         wq = max(-(-wp // s), ow - 1 + self.ka)
-        ph = np.zeros((s, hp, wq, c), np.float32)
+        ph = np.full((s, hp, wq, c), self.zp if self.raw else 0, np.float32)
         fills = [(ph[k, pt:pt + h, k0:k0 + cnt, :], sl) for k, (k0, cnt, sl) in enumerate(self.phases) if cnt > 0]
         st = ph.strides
         col_step = st[2] * (dw if s == 1 else 1)
@@ -702,9 +725,13 @@ class _DepthwisePlan(_Plan):
         if b is None:
             b = self._buffers()
         fills, v, acc, rqb = b
-        zp = self.zp
-        for dst, sl in fills:
-            np.subtract(x[sl], zp, out=dst)
+        if self.raw:
+            for dst, sl in fills:
+                np.copyto(dst, x[sl], casting="unsafe")
+        else:
+            zp = self.zp
+            for dst, sl in fills:
+                np.subtract(x[sl], zp, out=dst)
         np.einsum("iaprc,iapc->rc", v, self.wt, out=acc)
         out = np.empty(self.out_shape, self.out_dtype)
         self.rq.run(acc, out.reshape(self.rq.shape), rqb)
@@ -820,10 +847,15 @@ def _make_plan(info: OpInfo, st: _State) -> Optional[_Plan]:
     kh, kw = p["kh"], p["kw"]
     if n != 1 or p["extra"] != 1 or (p["sw"] > 1 and p["dw"] > 1) or ck.exact_block(kh * kw, max_x, mw) is not None:
         return None
+    fold = st.bounded.get(("fold", act), st.fold.get(act))
+    if fold is not None and fold.q.shape[0] == cout:
+        plan_rq = ck.RequantPlan(fold, oh, ow)
+        if plan_rq.mode == "f32" and plan_rq.fix is None:
+            return _DepthwisePlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, wm, p, x.zero_point, True)
     plan_rq = ck.RequantPlan(st.bounded.get(("plain", act), st.requant[act]), oh, ow)
     if plan_rq.mode == "apply":
         return None
-    return _DepthwisePlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, wm, p, x.zero_point)
+    return _DepthwisePlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, wm, p, x.zero_point, False)
 
 
 # --------------------------------------------------------------------------
