@@ -153,6 +153,28 @@ def test_quant_max_signed():
     assert got.shape == (1, 1, 1, 1) and got.item() == 7
 
 
+@pytest.mark.parametrize("type_,dt", [(T.TENSOR_QUANT8_ASYMM, np.uint8), (T.TENSOR_QUANT8_ASYMM_SIGNED, np.int8)])
+@pytest.mark.parametrize("nchw", [False, True])
+def test_quant_global_pooling(type_, dt, nchw):
+    """One window over the whole input (the reduction without window views):
+    TFLite's rounding of stored values, the activation, both layouts."""
+    info = np.iinfo(dt)
+    x = np.random.default_rng(3).integers(info.min, info.max + 1, (2, 3, 4, 5)).astype(dt)
+    n = 12
+    acc = x.astype(np.int64).sum(axis=(1, 2), keepdims=True)
+    avg = np.sign(acc) * ((np.abs(acc) + n // 2) // n)
+    for op, want in ((Op.AVERAGE_POOL_2D, avg), (Op.MAX_POOL_2D, x.max(axis=(1, 2), keepdims=True))):
+        for act in (0, 1):
+            lo = max(int(info.min), 7) if act else int(info.min)  # NOTE: RELU with zero point 7, scale 1
+            xin = x.transpose(0, 3, 1, 2) if nchw else x
+            ins = [tensor(np.ascontiguousarray(xin), type_, 1.0, 7)] + [i32(v) for v in (2, 1, 1, 4, 3, act)]
+            ins.append(boolean(nchw))
+            got = run(op, ins)
+            if nchw:
+                got = got.transpose(0, 2, 3, 1)
+            np.testing.assert_array_equal(got, np.clip(want, lo, info.max))
+
+
 def test_zero_batch():
     x = np.zeros((0, 4, 4, 3), np.float32)
     got = run(Op.AVERAGE_POOL_2D, [tensor(x)] + [i32(v) for v in (2, 2, 2, 2, 2, 0)] + [boolean(False)])

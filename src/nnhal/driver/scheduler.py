@@ -386,7 +386,16 @@ def yield_point() -> None:
         sched.yield_to_higher()
 
 
+def thread_yield() -> Optional[Callable[[], None]]:
+    """The current thread's scheduler's yield (its priority checks), or None
+    off the scheduler's workers (installed as
+    :data:`nnhal.ops.deadline.YIELD_FOR_THREAD`)."""
+    sched = getattr(_tls, "scheduler", None)
+    return None if sched is None else sched.yield_to_higher
+
+
 op_deadline.YIELD = yield_point
+op_deadline.YIELD_FOR_THREAD = thread_yield
 
 
 def _drop(task: _Task, reason: str) -> None:

@@ -88,6 +88,10 @@ class _Step:
     # checked by one comparison), else None (checked against the known part)
     out_shapes: list = None  # type: ignore[assignment]
     out_operands: tuple = ()
+    # ``inputs`` split for the execution loop: the list with the constants in place (None where a run-time
+    # value goes), and (position, operand, type, scale, zeroPoint, channelQuant) per run-time input
+    const_inputs: list = None  # type: ignore[assignment]
+    run_inputs: tuple = ()
 
 
 class _Graph:
@@ -174,6 +178,8 @@ class _Graph:
         step.out_shapes = [spec.dimensions if (spec.dimensions and 0 not in spec.dimensions) else None
                            for spec in step.outputs]
         step.out_operands = tuple(op.outputs)
+        step.const_inputs = [t if t.__class__ is Tensor else None for t in step.inputs]
+        step.run_inputs = tuple((n,) + t for n, t in enumerate(step.inputs) if t.__class__ is not Tensor)
 
 
 def _check_output(opdef: OpDef, j: int, spec: OutputSpec, arr: Any, dtype: Any = None) -> np.ndarray:
@@ -251,9 +257,12 @@ class _Run:
         # only the verdict matters (nnhal.engine.reference_check): the heaviest kernels check, then skip their
         # arithmetic (their outputs are zeros of the right shape)
         self.dry_run = False
+        # NOTE: what a yield point runs on this thread, resolved once (None off the driver's scheduler)
+        self.yield_fn = op_deadline.thread_yield()
 
     def check_deadline(self) -> None:
-        op_deadline.yield_point()  # NOTE: queued higher-priority work may run first (driver scheduler)
+        if self.yield_fn is not None:
+            self.yield_fn()  # NOTE: queued higher-priority work may run first (driver scheduler)
         if self.deadline_ns is not None and time.monotonic_ns() > self.deadline_ns:
             raise DeadlineMissed("the execution deadline passed")
 
@@ -347,28 +356,33 @@ class _Run:
                 _store(steps[first], stop.value, values)
                 first += 1
         relaxed = self.executor.relaxed
-        check_deadline = self.check_deadline
+        # NOTE: the per-step checks of check_deadline inlined (a yield point for the scheduler's priorities,
+        # then the deadline): two attribute-free tests per step when neither applies
+        yield_fn = self.yield_fn
+        deadline_ns = self.deadline_ns
+        monotonic_ns = time.monotonic_ns
         omitted = self.omitted if g == 0 else None
         profile = self.executor.profile
         for k in range(first, len(steps)):  # NOTE: from the step to run next (0, or after a resumed one)
             frame.at = k
             step = steps[k]
-            check_deadline()
+            if yield_fn is not None:
+                yield_fn()  # NOTE: queued higher-priority work may run first (driver scheduler)
+            if deadline_ns is not None and monotonic_ns() > deadline_ns:
+                raise DeadlineMissed("the execution deadline passed")
             opdef = step.opdef
-            ins = []
-            for t in step.inputs:
-                if t.__class__ is Tensor:
-                    ins.append(t)
-                    continue
+            ins = step.const_inputs.copy()
+            for n, i, ty, scale, zp, cq in step.run_inputs:
                 try:
-                    data = values[t[0]]
+                    data = values[i]
                 except KeyError:
-                    raise OpExecutionError(f"{opdef.name}: input operand {t[0]} has no value") from None
-                ins.append(Tensor(t[1], data, t[2], t[3], t[4]))
+                    raise OpExecutionError(f"{opdef.name}: input operand {i} has no value") from None
+                ins[n] = Tensor(ty, data, scale, zp, cq)
             if step.checks or omitted:
                 self._check_operands(step, ins, omitted)
             ctx = ExecContext(opdef.type, ins, step.outputs, relaxed, step.state, self)
-            if opdef.steps is not None:
+            control = opdef.steps
+            if control is not None:
                 outs = None
             elif profile is None:
                 outs = opdef.execute(ctx)
@@ -379,7 +393,6 @@ class _Run:
             # NOTE: a kernel that crashes (any exception but OpExecutionError / DeadlineMissed) is a driver
             # bug: it propagates to the HAL boundary (driver/execution.py), which logs the traceback and
             # answers GENERAL_FAILURE; it must not pass as an operation's own expected failure
-            control = opdef.steps
             if control is not None:
                 # NOTE: control flow: the first subgraph it runs suspends this frame (run_graph's stack)
                 gen = control(ctx)
@@ -393,11 +406,14 @@ class _Run:
             if len(outs) != len(step.out_operands):
                 raise OpExecutionError(f"{opdef.name} produced {len(outs)} outputs, expected "
                                        f"{len(step.out_operands)}")
+            out_dtypes = step.out_dtypes
+            out_shapes = step.out_shapes
             for j, i in enumerate(step.out_operands):
                 arr = outs[j]
-                if arr.__class__ is not np.ndarray or arr.dtype != step.out_dtypes[j] or \
-                        arr.shape != step.out_shapes[j]:
-                    arr = _check_output(opdef, j, step.outputs[j], arr, step.out_dtypes[j])
+                # NOTE: numpy's built-in dtypes are singletons: the identity test first, the comparison rarely
+                if arr.__class__ is not np.ndarray or arr.shape != out_shapes[j] or \
+                        (arr.dtype is not out_dtypes[j] and arr.dtype != out_dtypes[j]):
+                    arr = _check_output(opdef, j, step.outputs[j], arr, out_dtypes[j])
                 values[i] = arr
             for i in step.release:
                 values.pop(i, None)

@@ -17,23 +17,29 @@ when the operands are constants.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops import conv_kernels as ck
 from nnhal.ops import memo
 from nnhal.ops.base import (
+    NUMPY_DTYPE,
     QUANT8_ASYMM_TYPES,
     V1_0,
     V1_2,
     V1_3,
     ExecContext,
     OpDef,
+    OpExecutionError,
     OpInfo,
+    OutputSpec,
     Signature,
+    Tensor,
 )
 from nnhal.ops.prepared import Deferred
 from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier
@@ -207,6 +213,10 @@ class _State:
         # (multiplying a column of ones appended to the raw input codes)
         self.zrow: np.ndarray | None = None
         self.l1: float | None = None  # largest column L1 norm of the (constant) filter matrix
+        self.plan: _Plan | None = None  # the static plan (shapes known at prepare), see _make_plan
+        # ("plain" | "fold", act) -> Requant whose float32 constants hold only for the accumulators this
+        # layer can reach (see _bounded_requants): for the static plan, where the general search fell short
+        self.bounded: dict = {}
 
 
 def _f32(v: float) -> float:
@@ -344,12 +354,76 @@ def _prepare(info: OpInfo) -> _State:
                     st.requant[int(act)] = _make_requant(st.mult, b, info.outputs[0], int(act), fast32=True)
                     if form.fold_input_zp and st.filter is not None:
                         _fold_input_zp(st, ins[0], b, info.outputs[0], int(act))
+                    elif form is DEPTHWISE and st.filter is not None:
+                        _fold_depthwise(st, ins[0], b, info.outputs[0], int(act))
     except (ValueError, ArithmeticError) as e:
         # NOTE: prepare is authoritative: what it computed, executions use and never redo.  Parameters the
         # reference refuses when it runs (a bias scale that does not match, a multiplier out of range...)
         # make every quantized execution fail with this message, where the reference fails
         st.mult_error = str(e) or type(e).__name__
+    if is_q:
+        if form in (CONV, DEPTHWISE, FC) and st.filter is not None and not st.mult_error:
+            _bounded_requants(st, form, ins[0])
+        st.plan = _make_plan(info, st)
     return st
+
+
+def _bounded_requants(st: _State, form: _Form, x: Any) -> None:
+    """``st.bounded``: for each requantization whose float32 search found no
+    fit for every channel, the search again knowing which accumulators the
+    layer can reach (:meth:`ck.Requant._verify_f32` with a bound): channel c
+    of ``x - zx`` against its weights stays within max|x - zx| * (L1 norm of
+    c's weights), of the raw codes (the folded zero point) within max|x| *
+    that norm.  Steps beyond are never taken, so the fit has fewer to meet:
+    layers with dead channels (huge bias, tiny multiplier) leave the int64
+    path, and most channels the general search redoes exactly get a float32
+    fit.  Kept only where it does better; for the static plan only."""
+    qmin, qmax = QUANT_RANGE[x.type]
+    a = np.abs(st.filter[1]).astype(np.float64)
+    l1 = a.sum(axis=(0, 1)) if form is DEPTHWISE else a.sum(axis=0)
+    for kind, rqs, max_x in (("plain", st.requant, max(x.zero_point - qmin, qmax - x.zero_point)),
+                             ("fold", st.fold, max(-qmin, qmax))):
+        for act, rq in rqs.items():
+            if rq.f32 is not None and rq.f32_fix is None:
+                continue
+            if l1.shape != rq.q.shape or max_x * float(l1.max(initial=0.0)) > ck.F32_EXACT - 64:
+                continue
+            b = _bounded_requant(rq, (max_x * l1).astype(np.int64))
+            if b is not None and (rq.f32 is None or b.f32_fix is None):
+                st.bounded[(kind, act)] = b
+
+
+def _bounded_requant(rq: ck.Requant, bound: np.ndarray) -> Optional[ck.Requant]:
+    """``rq`` with float32 constants exact for accumulators within
+    [-bound, bound] (per channel), or None.  A channel whose exact output is
+    the same at both ends (monotone: constant between) gets m = 0, c = that
+    output + 1/2; the others are searched with the bound."""
+    nc = rq.q.shape[0]
+    ends = rq._apply_int(np.stack([-bound, bound]).astype(np.float64), 1, np.empty((2, nc), np.int64))
+    live = np.flatnonzero(ends[0] != ends[1])
+    sh = 128 if rq.out_dtype == np.int8 else 0
+    m32 = np.zeros(nc, np.float32)
+    c32 = (ends[0] + sh + 0.5).astype(np.float32)  # NOTE: exact: |value| < 2^9
+    corr32 = None
+    pivot = np.float32(rq.zp + sh + 1)
+    sub = None
+    if live.size:
+        sub = ck.Requant(q=rq.q[live], shift=rq.shift[live], bias=rq.bias[live], zp=rq.zp, lo=rq.lo, hi=rq.hi,
+                         out_dtype=rq.out_dtype)
+        sub._verify_f32(bound=bound[live])
+        if sub.f32 is None:
+            return None
+        sm, sc, _, scorr, pivot = sub.f32
+        m32[live], c32[live] = sm, sc
+        if scorr is not None:
+            corr32 = np.zeros(nc, np.float32)  # NOTE: a constant channel's stage adds clip(., 0, 0) = 0
+            corr32[live] = scorr
+    out = ck.Requant(q=rq.q, shift=rq.shift, bias=rq.bias, zp=rq.zp, lo=rq.lo, hi=rq.hi, out_dtype=rq.out_dtype)
+    out.f32 = (m32, c32, sh, corr32, pivot)
+    if sub is not None and sub.f32_fix is not None:
+        # NOTE: the live channels without a float32 fit, redone exactly (their Requant as the search made it)
+        out.f32_fix = (live[sub.f32_fix[0]], sub.f32_fix[1])
+    return out
 
 
 def _matrix(st: _State) -> np.ndarray:
@@ -386,6 +460,26 @@ def _fold_input_zp(st: _State, x: Any, bias: np.ndarray, out: Any, act: int) -> 
     if 2 * raw_max * st.l1 <= ck.F32_EXACT:
         # NOTE: |partial sums| <= max|x| * |w|_1 + |zp * colsum| <= 2 max|x| |w|_1
         st.zrow = np.ascontiguousarray(np.vstack([m, (-zx * colsum).astype(np.float32)[None, :]]))
+
+
+def _fold_depthwise(st: _State, x: Any, bias: np.ndarray, out: Any, act: int) -> None:
+    """DEPTHWISE_CONV_2D on raw input codes (the static plan only): the
+    input zero point folded into the bias as for CONV_2D (_fold_input_zp), per
+    channel over its taps, so the plan converts its input without the
+    subtraction (the padding holds the zero point).  Kept when the tap sums of
+    raw codes stay exact in float32 and the requantization takes the float32
+    path."""
+    zx = int(x.zero_point)
+    m = st.filter[1]  # [kh, kw, C]
+    if zx == 0 or m.ndim != 3:
+        return
+    raw_max = 128 if x.type == Q8S else 255
+    if raw_max * float(np.abs(m).astype(np.float64).sum(axis=(0, 1)).max(initial=0.0)) > ck.F32_EXACT:
+        return
+    colsum = m.astype(np.float64).sum(axis=(0, 1)).astype(np.int64)
+    rq = _make_requant(st.mult, bias.astype(np.int64) - zx * colsum, out, act, fast32=True)
+    if rq.f32 is not None:
+        st.fold[act] = rq
 
 
 def _make_requant(mult: tuple, bias: np.ndarray, out: Any, act: int, fast32: bool = False) -> ck.Requant:
@@ -438,6 +532,7 @@ def _save_state(st: _State, put: Any) -> dict:
         "mult_error": st.mult_error,
         "requant": [[int(a), _requant_to_wire(rq, put)] for a, rq in st.requant.items()],
         "fold": [[int(a), _requant_to_wire(rq, put)] for a, rq in st.fold.items()],
+        "bounded": [[k, int(a), _requant_to_wire(rq, put)] for (k, a), rq in st.bounded.items()],
         "bias_const": bool(st.bias_const), "params_const": bool(st.params_const),
         "zrow": None if st.zrow is None else put(st.zrow),
         "l1": None if st.l1 is None else float(st.l1),
@@ -459,24 +554,308 @@ def _load_state(d: dict, get: Any) -> Any:
     st.mult_error = d["mult_error"]
     st.requant = {int(a): _requant_from_wire(r, get) for a, r in d["requant"]}
     st.fold = {int(a): _requant_from_wire(r, get) for a, r in d["fold"]}
+    st.bounded = {(str(k), int(a)): _requant_from_wire(r, get) for k, a, r in d.get("bounded", [])}
     st.bias_const, st.params_const = bool(d["bias_const"]), bool(d["params_const"])
     st.zrow = None if d["zrow"] is None else get(d["zrow"])
     st.l1 = None if d["l1"] is None else float(d["l1"])
-    if derive is None:
-        return st
 
     def rebuild(info: OpInfo) -> _State:
-        key, mw = derive
-        form, f = _FORMS[info.type], info.inputs[1]
-        if f.value is None or key != _filter_key(form, key[1]):
-            raise ValueError("the cached filter does not match the model's weights")
-        # NOTE: the weights are the authenticated cache's own: no check of max |w - zp| again
-        w, zp, is_q = f.value, f.zero_point, info.inputs[0].type in QUANT8_ASYMM_TYPES
-        st.lazy_filter = lambda: _filter_matrix(form, w, zp, is_q, key[1])
-        st.filter, st.filter_derived = (key, None, mw), True
+        is_q = info.inputs[0].type in QUANT8_ASYMM_TYPES
+        if derive is not None:
+            key, mw = derive
+            form, f = _FORMS[info.type], info.inputs[1]
+            if f.value is None or key != _filter_key(form, key[1]):
+                raise ValueError("the cached filter does not match the model's weights")
+            # NOTE: the weights are the authenticated cache's own: no check of max |w - zp| again
+            w, zp = f.value, f.zero_point
+            st.lazy_filter = lambda: _filter_matrix(form, w, zp, is_q, key[1])
+            st.filter, st.filter_derived = (key, None, mw), True
+            if form is DEPTHWISE:
+                st.filter = (key, _matrix(st), mw)  # NOTE: its plan tiles the (small) taps now
+        if is_q:
+            st.plan = _make_plan(info, st)  # NOTE: from the restored requantizations: no search again
         return st
 
     return Deferred(rebuild)
+
+
+# --------------------------------------------------------------------------
+# static plans: quantized CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED whose
+# shapes and parameters are all known at prepare
+
+
+class _Plan:
+    """One quantized layer fixed at prepare (input shape static, filter, bias
+    and scalars constant): geometry, im2col strides, the requantization
+    (:class:`ck.RequantPlan`) and the temporaries it needs, so that an
+    execution is a short line of numpy calls writing into buffers made once
+    per thread (the views into them too).  Read-only once built; the buffers
+    live in a thread-local, so executions on several threads never share
+    one.  Only for layers whose accumulator fits :data:`ck.PLAN_MAX_VALUES`:
+    beyond it the per-call overhead is small beside the arithmetic, and the
+    shared per-thread scratch (:func:`ck.scratch`) keeps memory bounded."""
+
+    kind = ""
+
+    def __init__(self, in_shape: tuple, out_shape: tuple, out_dtype: Any, rq: ck.RequantPlan) -> None:
+        self.in_shape, self.out_shape, self.out_dtype, self.rq = in_shape, out_shape, np.dtype(out_dtype), rq
+        self._tls = threading.local()
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class _ConvPlan(_Plan):
+    """CONV_2D (NHWC): the input converted (minus its zero point, or raw
+    codes when the zero point is folded into the bias) into a padded buffer
+    whose border never changes, the im2col copy of a k x k filter's windows
+    (a 1x1 filter of stride 1 multiplies the buffer itself), one float32
+    GEMM, the requantization into the output."""
+
+    kind = "conv"
+
+    def __init__(self, in_shape: tuple, out_shape: tuple, out_dtype: Any, rq: ck.RequantPlan, st: _State,
+                 p: dict, zp: float, raw: bool) -> None:
+        super().__init__(in_shape, out_shape, out_dtype, rq)
+        self.st, self.wm, self.p, self.zp, self.raw = st, st.filter[1], p, np.float32(zp), raw
+
+    def _buffers(self) -> tuple:
+        p = self.p
+        n, h, w, c = self.in_shape
+        pt, pb, pl, pr = p["pt"], p["pb"], p["pl"], p["pr"]
+        kh, kw, sh, sw, dh, dw, oh, ow = (p[k] for k in ("kh", "kw", "sh", "sw", "dh", "dw", "oh", "ow"))
+        padded = pt or pb or pl or pr
+        # NOTE: a padded input keeps its border between runs: the plan's own; the rest is the thread's arena
+        shape = (n, h + pt + pb, w + pl + pr, c)
+        xp = np.full(shape, self.zp if self.raw else 0, np.float32) if padded else ck.arena("x", shape, np.float32)
+        xin = xp[:, pt:pt + h, pl:pl + w, :]
+        src = None
+        if kh == kw == 1 and sh == sw == 1 and not padded:
+            cols = xp.reshape(n * oh * ow, c)
+        elif c < 4:
+            # NOTE: few channels (a first layer's 1 or 3): the windows copied tap by tap along whole output
+            # rows ([kh*kw*C, M], read by the GEMM transposed): inner loops of ow values instead of C
+            s = xp.strides
+            src = as_strided(xp, shape=(kh, kw, c, n, oh, ow),
+                             strides=(s[1] * dh, s[2] * dw, s[3], s[0], s[1] * sh, s[2] * sw), writeable=False)
+            cols6 = ck.arena("cols", src.shape, np.float32)
+            cols = cols6.reshape(kh * kw * c, n * oh * ow).T
+            src = (cols6, src)
+        else:
+            s = xp.strides
+            src = as_strided(xp, shape=(n, oh, ow, kh, kw, c),
+                             strides=(s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]), writeable=False)
+            cols6 = ck.arena("cols", src.shape, np.float32)
+            cols = cols6.reshape(n * oh * ow, kh * kw * c)
+            src = (cols6, src)
+        acc = ck.arena("acc", (n * oh * ow, self.out_shape[3]), np.float32)
+        b = (xin, src, cols, acc, acc.reshape(self.rq.shape), self.rq.buffers())
+        self._tls.b = b
+        return b
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        b = getattr(self._tls, "b", None)
+        if b is None:
+            b = self._buffers()
+        xin, src, cols, acc, acc2, rqb = b
+        if self.raw:
+            np.copyto(xin, x, casting="unsafe")
+        else:
+            np.subtract(x, self.zp, out=xin)
+        if src is not None:
+            np.copyto(src[0], src[1])
+        wm = self.wm
+        np.matmul(cols, wm if wm is not None else _matrix(self.st), out=acc)
+        out = np.empty(self.out_shape, self.out_dtype)
+        self.rq.run(acc2, out.reshape(self.rq.shape), rqb)
+        return out
+
+
+class _DepthwisePlan(_Plan):
+    """DEPTHWISE_CONV_2D (NHWC, one image, depth multiplier 1, the width's
+    stride or dilation 1): :func:`ck.depthwise_nhwc`'s stride phases, padded
+    once per thread, the tiled weights and the einsum view over them fixed;
+    an execution fills the phases (minus the zero point, or the raw codes
+    when it is folded into the bias: _fold_depthwise), runs the einsum into
+    the accumulator and requantizes."""
+
+    kind = "depthwise"
+
+    def __init__(self, in_shape: tuple, out_shape: tuple, out_dtype: Any, rq: ck.RequantPlan, w: np.ndarray,
+                 p: dict, zp: float, raw: bool) -> None:
+        super().__init__(in_shape, out_shape, out_dtype, rq)
+        self.p, self.zp, self.raw = p, np.float32(zp), raw
+        kh, kw, c = w.shape
+        s, ow = p["sw"], p["ow"]
+        self.ka = ka = -(-kw // s)
+        wk = np.zeros((kh, ka * s, c), np.float32)
+        wk[:, :kw, :] = w
+        # [kh, ka, phase, ow*C]: tap j = a*s + phase (as ck.depthwise_nhwc)
+        self.wt = np.tile(wk.reshape(kh, ka, s, 1, c), (1, 1, 1, ow, 1)).reshape(kh, ka, s, ow * c)
+        _, h, wd, _ = in_shape
+        pl = p["pl"]
+        # per phase: (first column inside the input, source slice) of the input's stride phases
+        self.phases = []
+        for ph in range(s):
+            k0 = max(0, -(-(pl - ph) // s))
+            c0 = k0 * s + ph - pl
+            cnt = len(range(c0, wd, s))
+            self.phases.append((k0, cnt, (0, slice(None), slice(c0, None, s), slice(None))))
+
+    def _buffers(self) -> tuple:
+        p = self.p
+        _, h, wd, c = self.in_shape
+        pt, pb, pl, pr = p["pt"], p["pb"], p["pl"], p["pr"]
+        kh, sh, dh, dw, s, oh, ow = (p[k] for k in ("kh", "sh", "dh", "dw", "sw", "oh", "ow"))
+        hp, wp = h + pt + pb, wd + pl + pr
+        wq = max(-(-wp // s), ow - 1 + self.ka)
+        ph = np.full((s, hp, wq, c), self.zp if self.raw else 0, np.float32)
+        fills = [(ph[k, pt:pt + h, k0:k0 + cnt, :], sl) for k, (k0, cnt, sl) in enumerate(self.phases) if cnt > 0]
+        st = ph.strides
+        col_step = st[2] * (dw if s == 1 else 1)
+        v = as_strided(ph, shape=(kh, self.ka, s, oh, ow * c),
+                       strides=(st[1] * dh, col_step, st[0], st[1] * sh, st[3]), writeable=False)
+        acc = ck.arena("acc", (oh, ow * c), np.float32)
+        b = (fills, v, acc, self.rq.buffers())
+        self._tls.b = b
+        return b
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        b = getattr(self._tls, "b", None)
+        if b is None:
+            b = self._buffers()
+        fills, v, acc, rqb = b
+        if self.raw:
+            for dst, sl in fills:
+                np.copyto(dst, x[sl], casting="unsafe")
+        else:
+            zp = self.zp
+            for dst, sl in fills:
+                np.subtract(x[sl], zp, out=dst)
+        np.einsum("iaprc,iapc->rc", v, self.wt, out=acc)
+        out = np.empty(self.out_shape, self.out_dtype)
+        self.rq.run(acc, out.reshape(self.rq.shape), rqb)
+        return out
+
+
+class _FcPlan(_Plan):
+    """FULLY_CONNECTED: the input minus its zero point, one float32 GEMM, the
+    requantization."""
+
+    kind = "fc"
+
+    def __init__(self, in_shape: tuple, out_shape: tuple, out_dtype: Any, rq: ck.RequantPlan, st: _State,
+                 zp: float) -> None:
+        super().__init__(in_shape, out_shape, out_dtype, rq)
+        self.st, self.wm, self.zp = st, st.filter[1], np.float32(zp)
+        self.in_size = math.prod(in_shape) // out_shape[0]
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        b = getattr(self._tls, "b", None)
+        if b is None:
+            b = self._tls.b = (ck.arena("x", (self.out_shape[0], self.in_size), np.float32),
+                               ck.arena("acc", self.out_shape, np.float32), self.rq.buffers())
+        xf, acc, rqb = b
+        np.subtract(x.reshape(xf.shape), self.zp, out=xf)
+        wm = self.wm
+        np.matmul(xf, wm if wm is not None else _matrix(self.st), out=acc)
+        out = np.empty(self.out_shape, self.out_dtype)
+        self.rq.run(acc, out, rqb)
+        return out
+
+
+def _static_ctx(info: OpInfo) -> Optional[ExecContext]:
+    """An execution context of the shapes and constants known at prepare
+    (the input a zero array of its static shape), to compute the geometry
+    with the execution's own code; None when a shape or scalar is unknown."""
+    ins = []
+    for k, i in enumerate(info.inputs):
+        if i.value is not None:
+            data = i.value
+        elif k == 0 and i.dimensions and 0 not in i.dimensions:
+            data = np.zeros(i.dimensions, NUMPY_DTYPE[i.type])
+        else:
+            return None
+        ins.append(Tensor(type=i.type, data=data, scale=i.scale, zero_point=i.zero_point,
+                          channel_quant=i.channel_quant))
+    outs = [OutputSpec(type=o.type, dimensions=tuple(o.dimensions), scale=o.scale, zero_point=o.zero_point,
+                       channel_quant=o.channel_quant) for o in info.outputs]
+    return ExecContext(info.type, ins, outs, info.relaxed, None, None)
+
+
+def _make_plan(info: OpInfo, st: _State) -> Optional[_Plan]:
+    """The static plan of a quantized layer, or None (the general path runs)."""
+    form = _FORMS.get(info.type)
+    if form not in (CONV, DEPTHWISE, FC) or st.filter is None or st.mult_error or not st.requant:
+        return None
+    x = info.inputs[0]
+    if x.type not in QUANT8_ASYMM_TYPES:
+        return None
+    ctx = _static_ctx(info)
+    if ctx is None:
+        return None
+    # NOTE: a state loaded from the cache converts a CONV_2D / FC filter when an execution first needs it
+    wm = st.filter[1]
+    mw = st.filter[2]
+    if wm is None and st.l1 is None:
+        return None
+    fdims = tuple(info.inputs[1].dimensions)
+    out = info.outputs[0]
+    qmin, qmax = QUANT_RANGE[x.type]
+    max_x = max(x.zero_point - qmin, qmax - x.zero_point)
+    l1 = st.l1 if st.l1 is not None else _l1(wm)
+    if form is DEPTHWISE and wm is None:
+        return None
+    try:
+        if form is FC:
+            act = ctx.scalar(3)
+            xs = ctx.inputs[0].data.shape
+            units, in_size = fdims
+            if _fc_shape_error(xs, ctx.inputs[1].data.shape, ctx.inputs[2].data.shape) or act not in st.requant:
+                return None
+            batch = math.prod(xs) // in_size
+            if batch <= 0 or max(batch * units, batch * in_size) > ck.PLAN_MAX_VALUES or max_x * l1 > ck.F32_EXACT:
+                return None
+            rq = ck.RequantPlan(st.bounded.get(("plain", act), st.requant[act]), batch, 1)
+            if rq.mode == "apply":
+                return None
+            return _FcPlan(xs, (batch, units), NUMPY_DTYPE[out.type], rq, st, x.zero_point)
+        p = (_geom_conv if form is CONV else _geom_depthwise)(ctx)
+    except OpExecutionError:
+        return None  # NOTE: the execution fails the same way on the general path
+    n, oh, ow, cout, act = p["n"], p["oh"], p["ow"], p["cout"], p["act"]
+    if p["nchw"] or act not in st.requant or n * oh * ow == 0:
+        return None
+    cin = x.dimensions[3]
+    cols = n * oh * ow * p["kh"] * p["kw"] * cin if form is CONV else 0
+    if max(n * oh * ow * cout, cols, math.prod(x.dimensions)) > ck.PLAN_MAX_VALUES:
+        return None  # NOTE: the arena's capacity (ck.arena); beyond, the general path's costs are the arithmetic
+    in_shape = tuple(x.dimensions)
+    out_shape = (n, oh, ow, cout)
+    if form is CONV:
+        fold = st.fold.get(act)
+        if fold is not None and fold.q.shape[0] == cout:
+            rq, raw = fold, True
+        elif max_x * l1 <= ck.F32_EXACT:
+            rq, raw = st.requant[act], False
+        else:
+            return None
+        plan_rq = ck.RequantPlan(st.bounded.get(("fold" if raw else "plain", act), rq), n * oh, ow)
+        if plan_rq.mode == "apply":
+            return None
+        return _ConvPlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, st, p, x.zero_point, raw)
+    kh, kw = p["kh"], p["kw"]
+    if n != 1 or p["extra"] != 1 or (p["sw"] > 1 and p["dw"] > 1) or ck.exact_block(kh * kw, max_x, mw) is not None:
+        return None
+    fold = st.bounded.get(("fold", act), st.fold.get(act))
+    if fold is not None and fold.q.shape[0] == cout:
+        plan_rq = ck.RequantPlan(fold, oh, ow)
+        if plan_rq.mode == "f32" and plan_rq.fix is None:
+            return _DepthwisePlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, wm, p, x.zero_point, True)
+    plan_rq = ck.RequantPlan(st.bounded.get(("plain", act), st.requant[act]), oh, ow)
+    if plan_rq.mode == "apply":
+        return None
+    return _DepthwisePlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, wm, p, x.zero_point, False)
 
 
 # --------------------------------------------------------------------------
@@ -763,6 +1142,11 @@ def _geom_conv(ctx: ExecContext) -> dict:
 
 
 def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
+    plan = ctx.state.plan if ctx.state.__class__ is _State else None
+    if plan is not None:
+        x = ctx.inputs[0].data
+        if x.shape == plan.in_shape and not getattr(ctx.executor, "dry_run", False):
+            return [plan.run(x)]
     p = _geometry(ctx, _geom_conv)
     x = ctx.inputs[0].data
     nchw, n, cout, kh, kw, oh, ow = p["nchw"], p["n"], p["cout"], p["kh"], p["kw"], p["oh"], p["ow"]
@@ -822,6 +1206,11 @@ def _geom_depthwise(ctx: ExecContext) -> dict:
 
 
 def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
+    plan = ctx.state.plan if ctx.state.__class__ is _State else None
+    if plan is not None:
+        x = ctx.inputs[0].data
+        if x.shape == plan.in_shape and not getattr(ctx.executor, "dry_run", False):
+            return [plan.run(x)]
     p = _geometry(ctx, _geom_depthwise)
     x = ctx.inputs[0].data
     nchw, n, cout, kh, kw, oh, ow = p["nchw"], p["n"], p["cout"], p["kh"], p["kw"], p["oh"], p["ow"]
@@ -964,6 +1353,11 @@ def _exec_transpose(ctx: ExecContext) -> list[np.ndarray]:
 
 
 def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
+    plan = ctx.state.plan if ctx.state.__class__ is _State else None
+    if plan is not None:
+        x = ctx.inputs[0].data
+        if x.shape == plan.in_shape and not getattr(ctx.executor, "dry_run", False):
+            return [plan.run(x)]
     x = ctx.inputs[0].data
     wt = ctx.inputs[1].data
     bias = ctx.inputs[2].data

@@ -450,10 +450,16 @@ class Requant:
         if self.fast32:
             self._verify_f32()
 
-    def _verify_f32(self) -> None:
+    def _verify_f32(self, bound: np.ndarray | None = None) -> None:
         """Find float32 (m32, c32) per channel giving floor(acc * m32 + c32)
         == the exact result for every float32 integer accumulator; sets
-        ``f32`` to (m32, c32, shift) or leaves it None."""
+        ``f32`` to (m32, c32, shift) or leaves it None.
+
+        ``bound`` (int64 per channel): only accumulators within [-bound,
+        bound] occur (a layer's static plan knows them): the steps outside
+        are not checked, the two ends are (the clamped outputs compared):
+        both functions are monotone, so agreeing at the ends and around every
+        step between, they agree on the whole interval."""
         nc = self.q.shape[0]
         if nc == 0:
             return
@@ -474,16 +480,33 @@ class Requant:
         # points around each step of the exact function: [channel, level, point]
         approx = np.floor((levels[None, :] - shifted) / m[:, None])
         win = np.arange(-1, 3, dtype=np.float64)
+        rel = None
+        if bound is not None:
+            b = bound.astype(np.float64)[:, None]
+            with np.errstate(invalid="ignore"):
+                rel = (approx >= -b - 4) & (approx <= b + 4)  # the steps inside the interval
+            approx = np.where(rel, approx, 0.0)
         pts = approx[:, :, None] + win
         if not np.all(np.abs(pts) < F32_EXACT - 16):
             return
         v = pts.reshape(nc, -1).T  # [points, channel] for the int64 reference
         exact = self._apply_int(v, 1, np.empty(v.shape, np.int64), clamp=False).T.reshape(pts.shape) + sh
         # each window must contain its step (both sides of it are then checked)
-        if not (np.all(exact[:, :, 0] < levels) and np.all(exact[:, :, -1] >= levels)):
+        inside, above = exact[:, :, 0] < levels, exact[:, :, -1] >= levels
+        if rel is not None:
+            inside, above = inside | ~rel, above | ~rel
+        if not (np.all(inside) and np.all(above)):
             return
         v32 = pts.astype(np.float32).reshape(nc, -1)
         exact = exact.astype(np.float32).reshape(nc, -1)  # |values| <= 2^9: exact
+        if rel is not None:
+            # NOTE: the ends of the interval as two more points; outputs compared clamped (what the path writes)
+            ends = np.stack([-bound, bound], axis=1).astype(np.float64)
+            e_exact = self._apply_int(ends.T, 1, np.empty((2, nc), np.int64), clamp=False).T + sh
+            v32 = np.concatenate([v32, ends.astype(np.float32)], axis=1)
+            exact = np.concatenate([exact, e_exact.astype(np.float64)], axis=1)
+            keep = np.concatenate([np.repeat(rel, win.size, axis=1), np.ones((nc, 2), bool)], axis=1)
+            exact = np.where(keep, np.clip(exact, self.lo + sh, self.hi + sh), np.nan)
         chosen_m = np.zeros(nc, np.float32)
         chosen_c = np.zeros(nc, np.float32)
         corr32 = None if corr is None else (-corr).astype(np.float32)  # exact: powers of two
@@ -508,7 +531,12 @@ class Requant:
             t += cand[:, None]
             if corr32 is not None:
                 _corr_stage(t, pivot, corr32[todo, None], np.empty_like(t))
-            ok = np.all(np.floor(t) == exact[todo], axis=1)
+            got = np.floor(t)
+            if rel is not None:
+                got = np.clip(got, self.lo + sh, self.hi + sh)
+                ok = np.all((got == exact[todo]) | np.isnan(exact[todo]), axis=1)
+            else:
+                ok = np.all(got == exact[todo], axis=1)
             chosen_m[todo[ok]], chosen_c[todo[ok]] = m32[ok], cand[ok]
             todo = todo[~ok]
             if todo.size == 0:
@@ -645,3 +673,158 @@ class Requant:
             np.clip(v, self.lo, self.hi, out=v)
         out[...] = v
         return out
+
+
+# numpy's clip ufunc itself: np.clip is a Python wrapper (_wrapfunc -> _clip) costing
+# ~2 us a call on a small layer, more than the clip of a few thousand values
+try:
+    UFUNC_CLIP = np._core.umath.clip  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - numpy < 2
+    UFUNC_CLIP = np.core.umath.clip  # type: ignore[attr-defined]
+
+PLAN_MAX_VALUES = 1 << 17  # largest accumulator (values) a static plan keeps per-thread buffers for
+_arena = threading.local()
+
+
+def arena(role: str, shape: tuple, dtype: Any) -> np.ndarray:
+    """A per-thread buffer of ``shape`` in the memory of ``role``, which every
+    static plan of the thread shares (consecutive layers then reuse memory
+    still in cache instead of each its own): a fixed capacity of
+    PLAN_MAX_VALUES float64 values per role, so that a view made once stays
+    valid.  A plan may use it only within one run (the next layer overwrites
+    it); never as an output."""
+    bufs = getattr(_arena, "bufs", None)
+    if bufs is None:
+        bufs = _arena.bufs = {}
+    b = bufs.get(role)
+    if b is None:
+        # NOTE: each role's start shifted by a different number of cache lines: page-aligned buffers read and
+        # written in step would alias in the cache (4K aliasing)
+        skew = 64 * 5 * len(bufs)
+        b = bufs[role] = np.empty(PLAN_MAX_VALUES * 8 + skew, np.uint8)[skew:]
+    dt = np.dtype(dtype)
+    n = math.prod(shape) * dt.itemsize
+    if n > b.nbytes:
+        raise ValueError(f"a plan buffer of {n} bytes exceeds the arena's {b.nbytes}")
+    return b[:n].view(dt).reshape(shape)
+
+
+# up to this many values, a layer whose float32 requantization has channels to redo takes the float64 path
+# for all of them (fewer numpy calls); beyond, the float32 pass and the float64 one over those channels
+PLAN_F64_VALUES = 8192
+
+
+class RequantPlan:
+    """:meth:`Requant.apply` fixed at prepare for accumulators of one shape,
+    (rows, width * C) float32: the path (verified float32, float64, or the
+    general apply), the constants tiled to the output width and the bounds,
+    so that an execution is a few numpy calls writing into its own buffers.
+
+    * float32 (``rq.f32``): multiply, add, [the negative-tie stage], clip,
+      then the truncating cast to uint8 of values made non-negative (floor),
+      then ``^ 0x80`` for int8: the operations of
+      :meth:`Requant._apply_f32`; channels it cannot do exactly are gathered
+      first and redone (float64) after.
+    * float64 (``rq.use_float``; taken when the float32 path has channels to
+      redo: one whole-layer float64 pass costs fewer calls than the float32
+      pass plus the exact pass over the gathered channels): the operations of
+      :meth:`Requant.apply`'s float path, the float32 -> float64 conversion
+      folded into the multiply (a mixed-type ufunc converts exactly).
+    * otherwise :meth:`Requant.apply` itself.
+
+    Read-only once built (shared by executions); the buffers are the
+    caller's (:meth:`buffers`, one set per thread)."""
+
+    def __init__(self, rq: Requant, rows: int, width: int) -> None:
+        nc = rq.q.shape[0]
+        self.rq, self.rows, self.width = rq, rows, width
+        self.shape = (rows, width * nc)
+        self.int8 = rq.out_dtype == np.int8
+        sh = 128 if self.int8 else 0
+        self.mode = "apply"
+        self.fix = None
+        values = rows * width * nc
+        small = values <= PLAN_F64_VALUES
+        if rq.f32 is not None and (rq.f32_fix is None or not (small and rq.use_float)):
+            m32, c32, sh32, corr32, pivot = rq.f32
+            self.mode = "f32"
+            if rq.f32_fix is not None:
+                # NOTE: the float32 pass over everything, then the few channels it cannot do exactly
+                # again from their accumulators, gathered before that pass (it overwrites them)
+                chans, sub = rq.f32_fix
+                cols = (np.arange(width)[:, None] * nc + chans).ravel()
+                self.fix = (cols, RequantPlan(sub, rows, width))
+            self.mul = m32[0] if bool(np.all(m32 == m32[0])) else np.tile(m32, width)
+            self.add = np.tile(c32, width)
+            self.ncorr = None
+            if corr32 is not None:
+                self.ncorr = corr32[0] if bool(np.all(corr32 == corr32[0])) else np.tile(corr32, width)
+            self.pivot = pivot
+            self.lo, self.hi = np.float32(rq.lo + sh32), np.float32(rq.hi + sh32 + 0.5)
+        elif rq.use_float:
+            self.mode = "f64"
+            self.mul = np.tile(rq.m1, width)
+            self.add = np.tile(rq.c_u if sh else rq.c, width)
+            self.ncorr = None
+            if rq.need_corr:
+                self.ncorr = np.tile(rq.corr, width)
+                self.thr = np.tile(rq.thr32, width)
+            self.lo, self.hi = float(rq.lo + sh), float(rq.hi + sh) + 0.5
+
+    def buffers(self) -> tuple:
+        """The temporaries of one execution (allocate once per thread)."""
+        if self.mode == "f32":
+            fix = None
+            if self.fix is not None:
+                sub = self.fix[1]
+                fix = (arena("rq-g", sub.shape, np.float32), arena("rq-gout", sub.shape, sub.rq.out_dtype),
+                       sub.buffers())
+            return (fix, arena("rq-u", self.shape, np.float32) if self.ncorr is not None else None, None)
+        if self.mode == "f64":
+            corr = self.ncorr is not None
+            return (arena("rq-t", self.shape, np.float64), arena("rq-tb", self.shape, np.float64) if corr else None,
+                    arena("rq-neg", self.shape, np.bool_) if corr else None)
+        return (None, None, None)
+
+    def run(self, acc: np.ndarray, out: np.ndarray, bufs: tuple) -> None:
+        """Requantizes ``acc`` (rows x width*C float32, exact integers; the
+        float32 path overwrites it) into ``out`` (the same shape, uint8 /
+        int8, C-contiguous)."""
+        mode = self.mode
+        if mode == "f32":
+            fix = self.fix
+            if fix is not None:
+                g, gout, gbufs = bufs[0]
+                np.take(acc, fix[0], axis=1, out=g)
+            np.multiply(acc, self.mul, out=acc)
+            acc += self.add
+            if self.ncorr is not None:
+                u = bufs[1]
+                np.subtract(acc, self.pivot, out=u)
+                UFUNC_CLIP(u, self.ncorr, np.float32(0), out=u)
+                acc += u
+            ou = out.view(np.uint8)
+            # NOTE: clip in place, then the truncating cast: faster than one clip writing uint8 (a casting ufunc)
+            UFUNC_CLIP(acc, self.lo, self.hi, out=acc)
+            np.copyto(ou, acc, casting="unsafe")
+            if self.int8:
+                ou ^= 0x80
+            if fix is not None:
+                fix[1].run(g, gout, gbufs)
+                out[:, fix[0]] = gout
+            return
+        if mode == "f64":
+            t, tb, neg = bufs
+            np.multiply(acc, self.mul, out=t)
+            t += self.add
+            if self.ncorr is not None:
+                np.less(acc, self.thr, out=neg)
+                np.multiply(neg, self.ncorr, out=tb)
+                t -= tb
+            ou = out.view(np.uint8)
+            UFUNC_CLIP(t, self.lo, self.hi, out=t)
+            np.copyto(ou, t, casting="unsafe")
+            if self.int8:
+                ou ^= 0x80
+            return
+        out[...] = self.rq.apply(acc, self.rows, self.width)

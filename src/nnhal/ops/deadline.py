@@ -63,6 +63,21 @@ def passed(deadline_ns: Optional[int]) -> bool:
 YIELD: Optional[Callable[[], None]] = None
 
 
+# The same, resolved for the calling thread (the scheduler installs it): the
+# callable to run at each yield point of this thread, or None when the thread
+# is no scheduler's worker.  The executor asks once per execution and calls
+# it between operations (a thread does not change scheduler mid-execution).
+YIELD_FOR_THREAD: Optional[Callable[[], Optional[Callable[[], None]]]] = None
+
+
+def thread_yield() -> Optional[Callable[[], None]]:
+    """What :func:`yield_point` runs on this thread (None: nothing)."""
+    resolve = YIELD_FOR_THREAD
+    if resolve is not None:
+        return resolve()
+    return YIELD
+
+
 def yield_point() -> None:
     """Between operations and in long kernels' outer loops: gives way to
     queued higher-priority work (preemption at operation boundaries)."""

@@ -183,8 +183,21 @@ def _pool(ctx: ExecContext, kind: str) -> list[np.ndarray]:
         if kind == "l2":
             vals = vals * vals
         fill = -np.inf if kind == "max" else 0.0
-    # NOTE: the last window ends inside the tail padding by construction of oh / ow
     pt, pb, pl, pr = plan.pads
+    if quantized and oh == ow == 1 and p.filter_h == h and p.filter_w == w and not (pt or pb or pl or pr):
+        # NOTE: one window over the whole input (a classifier's global pooling): reduced directly, without
+        # the window view's Python (exact integer sums: the same values in any order)
+        if kind == "max":
+            res = x.max(axis=(1, 2), keepdims=True)
+        else:
+            acc = x.sum(axis=(1, 2), dtype=np.int64, keepdims=True)
+            count = plan.count
+            res = np.sign(acc) * ((np.abs(acc) + count // 2) // count)
+        res = np.clip(res, plan.lo, plan.hi).astype(out_dtype)
+        if p.nchw:
+            res = res.transpose(0, 3, 1, 2)
+        return [np.ascontiguousarray(res)]
+    # NOTE: the last window ends inside the tail padding by construction of oh / ow
     if pt or pb or pl or pr:
         padded = np.full((b, h + pt + pb, w + pl + pr, c), fill, vals.dtype)
         padded[:, pt:pt + h, pl:pl + w, :] = vals

@@ -21,6 +21,8 @@ from nnhal.ops.fixedpoint import (
     exp_on_negative_values,
     one_over_one_plus_x_for_x_in_0_1,
     one_over_one_plus_x_for_x_in_0_1_int,
+    rounding_divide_by_pot_int,
+    srdhm_int,
 )
 from nnhal.ops.prepared import prepared
 from nnhal.ops.quant import (
@@ -122,6 +124,36 @@ def _softmax_quant_rows(q: np.ndarray, tables: tuple, type_: OperandType) -> np.
     return np.where(valid_t[idx], out, qmin).astype(q.dtype)
 
 
+_ONE_ROW = 64  # values of a single row computed on Python ints (_softmax_quant_row)
+
+
+def _softmax_quant_row(q: np.ndarray, tables: tuple, type_: OperandType) -> np.ndarray:
+    """:func:`_softmax_quant_rows` of a single short row (a classifier's
+    output, e.g. 1x8), on Python ints: the same table entries and fixed-point
+    steps (:mod:`nnhal.ops.fixedpoint`'s int forms), without the ~20 numpy
+    calls that cost more than the row."""
+    valid_t, exps_t, contrib_t = tables
+    vals = q.reshape(-1).tolist()
+    top = max(vals) - 255
+    idx = [v - top for v in vals]
+    total = 0
+    for i in idx:
+        total += contrib_t.item(i)
+    h = 32 - total.bit_length()
+    shift = _ACCUMULATION_INTEGER_BITS - h + 31 - 8
+    scale = one_over_one_plus_x_for_x_in_0_1_int(((total << h) & 0xFFFFFFFF) - (1 << 31))
+    qmin, qmax = QUANT_RANGE[type_]
+    off = 128 if type_ == Q8S else 0
+    res = []
+    for i in idx:
+        if not valid_t.item(i):
+            res.append(qmin)
+            continue
+        v = rounding_divide_by_pot_int(srdhm_int(scale, exps_t.item(i)), shift) - off
+        res.append(qmin if v < qmin else qmax if v > qmax else v)
+    return np.array(res, q.dtype).reshape(q.shape)
+
+
 # --------------------------------------------------------------------------
 # SOFTMAX
 
@@ -187,7 +219,10 @@ def _exec_softmax(ctx: ExecContext) -> list[np.ndarray]:
     if tables is not None:
         if tables.__class__ is str:
             raise ctx.fail(tables)
-        r = _softmax_quant_rows(moved, tables, t.type)
+        if moved.size <= _ONE_ROW and moved.size == moved.shape[-1]:
+            r = _softmax_quant_row(moved, tables, t.type)
+        else:
+            r = _softmax_quant_rows(moved, tables, t.type)
     else:
         v = moved.astype(np.float32)
         e = np.exp((v - v.max(axis=-1, keepdims=True)) * np.float32(beta))

@@ -1,0 +1,316 @@
+"""The static plans of quantized CONV_2D / DEPTHWISE_CONV_2D /
+FULLY_CONNECTED (``nnhal.ops.conv._Plan``, fixed at prepare when the input
+shape and every parameter are known): bit-identical to the general path and
+to the slow reference, built only when they apply, rebuilt from the
+compilation cache, and safe to run from several threads at once."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from tests.ops.test_conv import dw_operands, ref_conv, ref_depthwise, ref_requant, scalar
+
+from nnhal.hal import OperandLifeTime, OperandType, OperationType, SymmPerChannelQuantParams
+from nnhal.ops import conv as conv_mod
+from nnhal.ops.base import NUMPY_DTYPE, OperandInfo, Tensor
+from nnhal.ops.prepared import Deferred
+from nnhal.ops.quant import QUANT_RANGE
+from nnhal.ops.run import prepare_operation
+
+T = OperandType
+Op = OperationType
+Q8, Q8S, PC, I32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32
+rng = np.random.default_rng(4321)
+
+
+class Opnd:
+    """An operand: a constant, or a model input of known shape (``const=False``)."""
+
+    def __init__(self, t, data, scale=0.0, zp=0, cq=None, const=True):
+        self.t, self.data, self.scale, self.zp, self.cq, self.const = t, data, scale, zp, cq, const
+
+    def info(self) -> OperandInfo:
+        data = np.asarray(self.data, NUMPY_DTYPE[self.t])
+        life = OperandLifeTime.CONSTANT_COPY if self.const else OperandLifeTime.SUBGRAPH_INPUT
+        return OperandInfo(self.t, tuple(data.shape), self.scale, self.zp, self.cq, life, data if self.const else None)
+
+    def tensor(self) -> Tensor:
+        return Tensor(self.t, np.asarray(self.data, NUMPY_DTYPE[self.t]), self.scale, self.zp, self.cq)
+
+
+def _prep(op, operands, out_t, oscale, ozp):
+    return prepare_operation(op, [o.info() for o in operands], [OperandInfo(out_t, (), oscale, ozp)])
+
+
+def _general(p, operands):
+    """The same prepared operation with its plan taken away: the general path."""
+    st = p.state
+    plan, st.plan = st.plan, None
+    try:
+        return p.run([o.tensor() for o in operands])[0]
+    finally:
+        st.plan = plan
+
+
+def _quant_filter(t, shape, per_channel, channel_dim, xscale):
+    if per_channel:
+        w = rng.integers(-127, 128, size=shape)
+        scales = list(rng.uniform(0.002, 0.02, shape[channel_dim]).astype(np.float32))
+        return w, (0.0, 0), SymmPerChannelQuantParams(scales=scales, channelDim=channel_dim), PC, scales, 0, 0.0
+    lo, hi = QUANT_RANGE[t]
+    w = rng.integers(lo, hi + 1, size=shape)
+    wzp = int(rng.integers(lo, hi + 1))
+    return (w, (0.01, wzp), None, t, [0.01] * shape[channel_dim], wzp,
+            float(np.float32(np.float32(xscale) * np.float32(0.01))))
+
+
+CONV_CASES = [
+    # x shape, (cout, kh, kw), pads (t, b, l, r), strides (h, w), dilation (h, w)
+    ((1, 9, 7, 3), (8, 3, 3), (1, 1, 1, 1), (2, 2), (1, 1)),
+    ((2, 6, 5, 8), (16, 1, 1), (0, 0, 0, 0), (1, 1), (1, 1)),
+    ((1, 6, 6, 4), (5, 1, 1), (0, 0, 0, 0), (2, 2), (1, 1)),
+    ((1, 8, 9, 3), (4, 2, 3), (1, 0, 2, 1), (1, 2), (2, 1)),
+]
+
+
+def conv_ops(x, w, b, pads, strides, dil, act, t, f_t, xq, fq, cq, bscale):
+    ops = [Opnd(t, x, *xq, const=False), Opnd(f_t, w, fq[0], fq[1], cq), Opnd(I32, b, bscale),
+           scalar(pads[2]), scalar(pads[3]), scalar(pads[0]), scalar(pads[1]), scalar(strides[1]), scalar(strides[0]),
+           scalar(act), scalar(False)]
+    if dil != (1, 1):
+        ops += [scalar(dil[1]), scalar(dil[0])]
+    return [o if isinstance(o, Opnd) else Opnd(o.t, o.data) for o in ops]
+
+
+def _conv_case(case, t, per_channel, act, bias_range=3000):
+    xs, (cout, kh, kw), pads, strides, dil = case
+    lo, hi = QUANT_RANGE[t]
+    x = rng.integers(lo, hi + 1, size=xs)
+    xzp, xscale = int(rng.integers(lo, hi + 1)), 0.05
+    w, fq, cq, f_t, fscales, wzp, bscale = _quant_filter(t, (cout, kh, kw, xs[3]), per_channel, 0, xscale)
+    b = rng.integers(-bias_range, bias_range, size=cout)
+    oscale, ozp = 0.07 * (kh * kw * xs[3]) ** 0.5 / 4, int(rng.integers(lo, hi + 1))
+    ops = conv_ops(x, w, b, pads, strides, dil, act, t, f_t, (xscale, xzp), fq, cq, bscale)
+    acc = ref_conv(x.astype(np.int64) - xzp, w.astype(np.int64) - wzp, pads, strides, dil)
+    return ops, ref_requant(acc, b, xscale, fscales, oscale, ozp, act, t), oscale, ozp
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("t", [Q8, Q8S])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("act", [0, 1, 3])
+def test_conv_plan_bit_exact(case, t, per_channel, act):
+    ops, want, oscale, ozp = _conv_case(case, t, per_channel, act)
+    p = _prep(Op.CONV_2D, ops, t, oscale, ozp)
+    assert p.state.plan is not None
+    for _ in range(2):  # NOTE: the second run reuses the thread's buffers (the padded border kept)
+        got = p.run([o.tensor() for o in ops])[0]
+        assert got.dtype == NUMPY_DTYPE[t] and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(_general(p, ops), want)
+
+
+DW_CASES = [
+    # x shape, (kh, kw), pads, strides, dilation
+    ((1, 9, 8, 6), (3, 3), (1, 1, 1, 1), (1, 1), (1, 1)),
+    ((1, 9, 9, 5), (3, 3), (0, 1, 0, 1), (2, 2), (1, 1)),
+    ((1, 7, 8, 4), (3, 2), (1, 1, 2, 0), (1, 1), (2, 2)),
+    ((1, 10, 11, 3), (3, 3), (1, 1, 1, 1), (3, 3), (1, 1)),
+    ((1, 8, 10, 4), (3, 3), (2, 0, 2, 0), (2, 2), (1, 1)),
+    ((1, 9, 12, 4), (2, 3), (0, 1, 0, 2), (1, 3), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", DW_CASES)
+@pytest.mark.parametrize("t", [Q8, Q8S])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("act", [0, 3])
+def test_depthwise_plan_bit_exact(case, t, per_channel, act):
+    xs, (kh, kw), pads, strides, dil = case
+    lo, hi = QUANT_RANGE[t]
+    cout = xs[3]
+    x = rng.integers(lo, hi + 1, size=xs)
+    xzp, xscale = int(rng.integers(lo, hi + 1)), 0.1
+    w, fq, cq, f_t, fscales, wzp, bscale = _quant_filter(t, (1, kh, kw, cout), per_channel, 3, xscale)
+    b = rng.integers(-2000, 2000, size=cout)
+    oscale, ozp = 0.4, int(rng.integers(lo, hi + 1))
+    want = ref_requant(ref_depthwise(x.astype(np.int64) - xzp, w.astype(np.int64) - wzp, pads, strides, dil, 1),
+                       b, xscale, fscales, oscale, ozp, act, t)
+    ops = dw_operands(x, w, b, pads, strides, dil, 1, act, False, t, f_t, I32, (xscale, xzp), fq, cq, bscale)
+    ops = [Opnd(o.t, o.data, o.scale, o.zp, o.cq, const=k > 0) for k, o in enumerate(ops)]
+    p = _prep(Op.DEPTHWISE_CONV_2D, ops, t, oscale, ozp)
+    assert p.state.plan is not None
+    # NOTE: a non-zero input zero point is folded into the bias where the float32 search allows (raw codes)
+    assert not p.state.plan.raw or xzp != 0
+    DW_RAW.append(p.state.plan.raw)
+    for _ in range(2):
+        np.testing.assert_array_equal(p.run([o.tensor() for o in ops])[0], want)
+    np.testing.assert_array_equal(_general(p, ops), want)
+
+
+DW_RAW: list = []
+
+
+def test_depthwise_plans_fold_the_zero_point():
+    """Of the depthwise cases above (run first), some run on raw codes, some not."""
+    if not DW_RAW:
+        pytest.skip("run with the depthwise cases")
+    assert any(DW_RAW)
+
+
+@pytest.mark.parametrize("t", [Q8, Q8S])
+@pytest.mark.parametrize("xs", [(1, 40), (3, 2, 20)])
+def test_fully_connected_plan_bit_exact(t, xs):
+    units, in_size = 9, xs[-1]
+    batch = int(np.prod(xs)) // in_size
+    lo, hi = QUANT_RANGE[t]
+    x, w = rng.integers(lo, hi + 1, size=xs), rng.integers(lo, hi + 1, size=(units, in_size))
+    xq, fq = (0.1, int(rng.integers(lo, hi + 1))), (0.05, int(rng.integers(lo, hi + 1)))
+    b = rng.integers(-500, 500, size=units)
+    acc = (x.reshape(batch, in_size).astype(np.int64) - xq[1]) @ (w.astype(np.int64) - fq[1]).T
+    oscale, ozp = 0.3, int(rng.integers(lo, hi + 1))
+    want = ref_requant(acc, b, 0.1, [0.05] * units, oscale, ozp, 0, t)
+    bscale = float(np.float32(np.float32(0.1) * np.float32(0.05)))
+    ops = [Opnd(t, x, *xq, const=False), Opnd(t, w, *fq), Opnd(I32, b, bscale), Opnd(T.INT32, 0)]
+    p = _prep(Op.FULLY_CONNECTED, ops, t, oscale, ozp)
+    assert p.state.plan is not None
+    np.testing.assert_array_equal(p.run([o.tensor() for o in ops])[0], want)
+    np.testing.assert_array_equal(_general(p, ops), want)
+
+
+def test_dead_channels_take_the_bounded_float32_path():
+    """Channels with a huge bias and a tiny multiplier (their steps far beyond
+    any reachable accumulator) make the general float32 search give up; the
+    plan's requantization, exact for the reachable accumulators, still fits."""
+    t = Q8S
+    xs, cout = (1, 5, 5, 16), 12
+    x = rng.integers(-128, 128, size=xs)
+    w = rng.integers(-127, 128, size=(cout, 1, 1, xs[3]))
+    scales = rng.uniform(0.002, 0.02, cout).astype(np.float32)
+    dead = [1, 4, 7, 8]
+    scales[dead] = np.float32(1e-9)  # NOTE: multipliers with right shifts near 31
+    w[dead] = rng.integers(-2, 3, size=(len(dead), 1, 1, xs[3]))
+    b = rng.integers(-3000, 3000, size=cout)
+    b[dead] = (1 << 30) + rng.integers(0, 200, size=len(dead))
+    xzp, xscale, oscale, ozp = -3, 0.05, 0.08, 5
+    cq = SymmPerChannelQuantParams(scales=list(scales), channelDim=0)
+    ops = conv_ops(x, w, b, (0, 0, 0, 0), (1, 1), (1, 1), 0, t, PC, (xscale, xzp), (0.0, 0), cq, 0.0)
+    acc = ref_conv(x.astype(np.int64) - xzp, w.astype(np.int64), (0, 0, 0, 0), (1, 1))
+    want = ref_requant(acc, b, xscale, list(scales), oscale, ozp, 0, t)
+    p = _prep(Op.CONV_2D, ops, t, oscale, ozp)
+    st = p.state
+    assert st.requant[0].f32 is None and not st.requant[0].use_float
+    assert ("plain", 0) in st.bounded and st.plan is not None and st.plan.rq.mode == "f32"
+    np.testing.assert_array_equal(p.run([o.tensor() for o in ops])[0], want)
+    np.testing.assert_array_equal(_general(p, ops), want)
+
+
+def test_no_plan_without_static_shapes():
+    """An input of unknown dimensions: the general path decides at run time."""
+    ops, want, oscale, ozp = _conv_case(CONV_CASES[0], Q8, False, 1)
+    infos = [o.info() for o in ops]
+    infos[0] = OperandInfo(infos[0].type, (0, 0, 0, 0), infos[0].scale, infos[0].zero_point)
+    p = prepare_operation(Op.CONV_2D, infos, [OperandInfo(Q8, (), oscale, ozp)])
+    assert p.state.plan is None
+    np.testing.assert_array_equal(p.run([o.tensor() for o in ops])[0], want)
+
+
+def test_plan_ignored_for_another_shape():
+    """A plan applies to its static shape only (the executor has checked the
+    request's shape; a direct call with another falls back to the general path)."""
+    ops, _, oscale, ozp = _conv_case(CONV_CASES[1], Q8S, True, 0)
+    p = _prep(Op.CONV_2D, ops, Q8S, oscale, ozp)
+    other = [Opnd(o.t, o.data, o.scale, o.zp, o.cq) for o in ops]
+    other[0].data = np.asarray(other[0].data)[:1]
+    got = p.run([o.tensor() for o in other])[0]
+    np.testing.assert_array_equal(got, _general(p, other))
+
+
+def test_plan_rebuilt_from_the_cache():
+    """save_state / load_state: the plan comes back (no search again), same results."""
+    ops, want, oscale, ozp = _conv_case(CONV_CASES[0], Q8S, True, 0)
+    p = _prep(Op.CONV_2D, ops, Q8S, oscale, ozp)
+    blobs: list = []
+
+    def put(a):
+        blobs.append(np.array(a))
+        return len(blobs) - 1
+
+    saved = conv_mod._save_state(p.state, put)
+    loaded = conv_mod._load_state(saved, lambda k: blobs[k])
+    assert isinstance(loaded, Deferred)
+    st = loaded.resolve(p.info)
+    assert st.plan is not None and st.plan.rq.mode == p.state.plan.rq.mode
+    p.state = st
+    np.testing.assert_array_equal(p.run([o.tensor() for o in ops])[0], want)
+
+
+def test_plan_runs_from_many_threads():
+    """Executions share the prepared plan; each thread has its own buffers."""
+    t = Q8
+    ops, _, oscale, ozp = _conv_case(CONV_CASES[0], t, False, 1)
+    p = _prep(Op.CONV_2D, ops, t, oscale, ozp)
+    inputs = []
+    for _ in range(8):
+        x = Opnd(ops[0].t, rng.integers(0, 256, size=np.asarray(ops[0].data).shape), ops[0].scale, ops[0].zp)
+        inputs.append([x.tensor()] + [o.tensor() for o in ops[1:]])
+    want = [_general(p, [Opnd(i[0].type, i[0].data, i[0].scale, i[0].zero_point)] + ops[1:]) for i in inputs]
+    errors: list = []
+
+    def worker(k: int) -> None:
+        try:
+            for r in range(30):
+                j = (k + r) % len(inputs)
+                got = p.run(inputs[j])[0]
+                if not np.array_equal(got, want[j]):
+                    errors.append((k, r))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+
+
+def test_bounded_float32_search_is_exact_on_its_interval():
+    """Requant._verify_f32(bound): wherever it accepts a channel, floor(acc *
+    m32 + c32) (with the negative-tie stage), clamped, equals the int64
+    reference for every integer accumulator in [-bound, bound] (checked
+    exhaustively on small bounds)."""
+    from nnhal.ops import conv_kernels as ck
+    from nnhal.ops.quant import quantize_multiplier
+
+    r = np.random.default_rng(11)
+    accepted = 0
+    for trial in range(40):
+        nc = 6
+        qs, shifts = zip(*(quantize_multiplier(float(s)) for s in r.uniform(0.0005, 0.02, nc)))
+        zp = int(r.integers(-128, 128))
+        lo = -128 if trial % 2 else zp  # NOTE: no activation (negative ties in range) / RELU
+        rq = ck.Requant(q=np.array(qs, np.int64), shift=np.array(shifts, np.int64),
+                        bias=r.integers(-20000, 20000, nc).astype(np.int64), zp=zp, lo=lo, hi=127,
+                        out_dtype=np.dtype(np.int8))
+        bound = r.integers(1000, 30000, nc).astype(np.int64)
+        rq._verify_f32(bound=bound)
+        if rq.f32 is None:
+            continue
+        m32, c32, sh, corr32, pivot = rq.f32
+        redo = set() if rq.f32_fix is None else set(rq.f32_fix[0].tolist())
+        for ch in range(nc):
+            if ch in redo:
+                continue
+            acc = np.arange(-bound[ch], bound[ch] + 1, dtype=np.float64)
+            want = rq._apply_int(acc[:, None] * np.ones((1, nc)), 1, np.empty((acc.size, nc), np.int64))[:, ch]
+            t = acc.astype(np.float32) * m32[ch]
+            t += c32[ch]
+            if corr32 is not None:
+                ck._corr_stage(t, pivot, corr32[ch], np.empty_like(t))
+            got = np.clip(np.floor(t), rq.lo + sh, rq.hi + sh) - sh
+            np.testing.assert_array_equal(got, want)
+            accepted += 1
+    assert accepted > 50
