@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -42,8 +43,11 @@ def time_it(fn: Callable[[], Any], repeats: int, min_time: float = 0.0) -> Timin
     return Timing(statistics.median(ts), min(ts))
 
 
-def driver_latency(g: Graph, x: np.ndarray, runs: int, device_name: str = "sample-all") -> tuple[Timing, np.ndarray]:
-    """Median latency of executeSynchronously_1_3 on the sample-all driver."""
+@contextmanager
+def driver_runner(g: Graph, x: np.ndarray, device_name: str = "sample-all") -> Iterator[tuple[Callable[[], None], Callable[[], np.ndarray]]]:
+    """A prepared model of ``g`` on the device and a request with ``x`` in
+    shared memory: yields ``(once, output)``: one executeSynchronously_1_3,
+    and the output it left in the pool; frees the pools on exit."""
     import nnhal
     from nnhal.platform import memory
 
@@ -54,6 +58,8 @@ def driver_latency(g: Graph, x: np.ndarray, runs: int, device_name: str = "sampl
                          hal.OptionalTimePoint(), [], [], bytes(32), cb)
     status, prepared = cb.wait()
     if status != hal.ErrorStatus.NONE or prepared is None:
+        for m in model.pools:
+            memory.free(m)
         raise RuntimeError(f"prepareModel_1_3 failed: {hal.ErrorStatus(status).name}")
     out = g.operands[g.outputs[0]]
     out_bytes = int(np.prod(out.dims)) * NUMPY_DTYPE[out.type].itemsize
@@ -70,14 +76,22 @@ def driver_latency(g: Graph, x: np.ndarray, runs: int, device_name: str = "sampl
             if st != hal.ErrorStatus.NONE:
                 raise RuntimeError(f"execution failed: {hal.ErrorStatus(st).name}")
 
-        lat = time_it(once, runs)
-        result = np.frombuffer(bytes(memory.map(out_mem)), NUMPY_DTYPE[out.type]).reshape(out.dims).copy()
+        def output() -> np.ndarray:
+            return np.frombuffer(bytes(memory.map(out_mem)), NUMPY_DTYPE[out.type]).reshape(out.dims).copy()
+
+        yield once, output
     finally:
         memory.free(in_mem)
         memory.free(out_mem)
         for m in model.pools:
             memory.free(m)
-    return lat, result
+
+
+def driver_latency(g: Graph, x: np.ndarray, runs: int, device_name: str = "sample-all") -> tuple[Timing, np.ndarray]:
+    """Median latency of executeSynchronously_1_3 on the sample-all driver."""
+    with driver_runner(g, x, device_name) as (once, output):
+        lat = time_it(once, runs)
+        return lat, output()
 
 
 @dataclass
