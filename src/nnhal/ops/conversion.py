@@ -84,10 +84,17 @@ def _execute_cast(ctx: ExecContext) -> list[np.ndarray]:
 # QUANTIZE / DEQUANTIZE
 
 
+# NOTE: the largest float32 below one half: trunc(v + copysign(HALF_DOWN, v)) in float32 is std::round(v) for
+# every float32 |v| < 1024 (checked on all 2^31.1 such bit patterns against the float64 form, which is exact);
+# adding 0.5 itself is wrong in float32 at 0.49999997 (the sum rounds to 1.0)
+HALF_DOWN = np.nextafter(np.float32(0.5), np.float32(0.0))
+
+
 def _quantize_params(out_scale: float, out_zp: int, out_type: OperandType) -> tuple:
-    """(scale, zeroPoint, min, max) of QUANTIZE's output, each a float32 as the kernel uses it."""
+    """(scale, zeroPoint, lowest, highest) of QUANTIZE's output, each a float32 as the kernel uses it; lowest and
+    highest are the stored range minus the zero point (the quotient's clamp)."""
     lo, hi = QUANT_RANGE[out_type]
-    return np.float32(out_scale), np.float32(out_zp), np.float32(lo), np.float32(hi)
+    return np.float32(out_scale), np.float32(out_zp), np.float32(lo - out_zp), np.float32(hi - out_zp)
 
 
 def _prepare_quantize(info: OpInfo) -> tuple:
@@ -99,24 +106,23 @@ def _execute_quantize(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0]
     out = ctx.outputs[0]
     st = ctx.state
-    scale, zp, lo, hi = st if st is not None else _quantize_params(out.scale, out.zero_point, out.type)
+    scale, zp, lowest, highest = st if st is not None else _quantize_params(out.scale, out.zero_point, out.type)
     with np.errstate(all="ignore"):
-        # NOTE: input / scale in float, then zeroPoint + std::round(...), clamped.  std::round of
-        # the float32 quotient v is trunc(v + copysign(0.5, v)) computed in double, where v + 0.5
-        # is exact (in float32 it is not: 0.49999997f + 0.5f is 1.0f); the integer plus zeroPoint
-        # is exact in double and, beyond 2^24 where float would round it, clamped all the same.
-        # Three arrays instead of round_half_away's seven (each a page-faulted mmap when large).
+        # NOTE: the reference: v = input / scale in float, then zeroPoint + std::round(v), clamped to the
+        # stored range.  Rounding is monotone and the range's ends are integers, so v is clamped first
+        # (to [min - zeroPoint, max - zeroPoint], exact in float32; fmax / fmin take the number where one
+        # side is NaN: NaN -> min, as the reference's clamp of its NaN cast), then rounded in float32
+        # (HALF_DOWN: exact for |v| < 1024), then the zero point added: every value an exact small integer
         v = np.divide(x.data, scale, dtype=np.float32)
-        w = np.copysign(np.float64(0.5), v)
-        if w.__class__ is not np.ndarray:
-            w = np.asarray(w)  # NOTE: a 0-d input gives a scalar, which out= below cannot take
-        w += v
-        np.trunc(w, out=w)
-        w += zp
-        # NOTE: fmax / fmin take the number where one side is NaN: NaN -> lo, as nan_to_num then clip
-        np.fmax(w, lo, out=w)
-        np.fmin(w, hi, out=w)
-        return [w.astype(out.dtype)]
+        if v.__class__ is not np.ndarray:
+            v = np.asarray(v)  # NOTE: a 0-d input gives a scalar, which out= below cannot take
+        np.fmax(v, lowest, out=v)
+        np.fmin(v, highest, out=v)
+        t = np.copysign(HALF_DOWN, v, out=np.empty_like(v))
+        t += v
+        np.trunc(t, out=t)
+        t += zp
+        return [t.astype(out.dtype)]
 
 
 def _validate_dequantize(info: OpInfo) -> None:
