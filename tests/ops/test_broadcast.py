@@ -107,6 +107,40 @@ def test_quant_mul_within_one_of_real(t, lo, hi):
     assert np.abs(out.astype(int) - quant_ref(real, so, zo, lo, hi)).max() <= 1
 
 
+@pytest.mark.parametrize("t", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("activation", [0, 1, 3])
+def test_quant_mul_table_is_the_reference_arithmetic_on_every_pair(t, activation):
+    """Quantized MUL reads a table prepared for every pair of 8-bit codes: equal to the reference's integer
+    arithmetic (the zero-point-shifted codes multiplied, MultiplyByQuantizedMultiplierSmallerThanOne, the
+    output zero point added, clamped to the activation's range), on every pair and on a broadcast of
+    strided views; the same without a prepared state."""
+    from nnhal.ops.quant import activation_range, multiply_by_quantized_multiplier_smaller_than_one, quantize_multiplier
+
+    lo = 0 if t == T.TENSOR_QUANT8_ASYMM else -128
+    sa, za, sb, zb, so, zo = 0.07, lo + 131, 0.11, lo + 90, 0.9, lo + 126
+    m, shift = quantize_multiplier(float(np.float32(sa) * np.float32(sb)) / float(np.float32(so)))
+    alo, ahi = activation_range(activation, so, zo, t)
+
+    def reference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        prod = (x.astype(np.int64) - za) * (y.astype(np.int64) - zb)
+        return np.clip(multiply_by_quantized_multiplier_smaller_than_one(prod, m, shift) + zo, alo, ahi)
+
+    a = tensor(t, codes(t).reshape(256, 1), sa, za)
+    b = tensor(t, codes(t).reshape(1, 256), sb, zb)
+    out = OutputSpec(t, (), so, zo)
+    fused = OperandInfo(T.INT32, (), value=np.int32(activation))
+    p = prepare_operation(Op.MUL, [a, b, fused], [out])
+    got = p.run([a, b, act(activation)])[0]
+    assert got.dtype == NUMPY_DTYPE[t] and got.shape == (256, 256)
+    np.testing.assert_array_equal(got.astype(np.int64), reference(a.data, b.data))
+    a2 = tensor(t, codes(t).reshape(16, 16)[::2, ::3], sa, za)  # strided views, broadcast against each other
+    b2 = tensor(t, codes(t)[::-51][:6], sb, zb)
+    got2 = p.run([a2, b2, act(activation)])[0]
+    np.testing.assert_array_equal(got2.astype(np.int64), reference(a2.data, b2.data))
+    ctx = ExecContext(Op.MUL, [a, b, act(activation)], [out])
+    np.testing.assert_array_equal(REGISTRY[Op.MUL].execute(ctx)[0], got)
+
+
 def test_int32_arithmetic_and_floor_division():
     a = tensor(T.TENSOR_INT32, [5, -5, 7, -7, 3])
     b = tensor(T.TENSOR_INT32, [2, 2, -2, -2, 0])

@@ -225,6 +225,7 @@ def _rescale_table(t: object, m: int, sh: int, left_shift: int) -> np.ndarray:
 
 
 def _add_sub_quant(table: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ADD / SUB / MUL of 8-bit tensors: the prepared pair table indexed by the raw bytes."""
     ca, cb = a.view(np.uint8), b.view(np.uint8)  # NOTE: the raw bytes (see _pair_table)
     if ca.shape != cb.shape:
         ca, cb = np.broadcast_arrays(ca, cb)
@@ -252,13 +253,44 @@ def _mul_quant(params: tuple, a: Tensor, b: Tensor, out: object) -> np.ndarray:
     return np.clip(raw, lo, hi).astype(out.dtype)
 
 
+def _mul_table(a: object, b: object, out: object, act: int) -> np.ndarray:
+    """The exact quantized MUL result for every pair of 8-bit codes, laid out
+    as :func:`_pair_table` (rows / columns by the raw bytes), computed by the
+    execution's own arithmetic (:func:`_mul_quant`) over all 65536 pairs, and
+    shared through the same memo; ValueError where the reference fails."""
+    params = _mul_params(a, b, out, act)
+    key = ("MUL", int(a.type), float(a.scale), int(a.zero_point), float(b.scale), int(b.zero_point),
+           float(out.scale), int(out.zero_point), int(out.type), params)
+
+    def build() -> np.ndarray:
+        dt = NUMPY_DTYPE[a.type]
+        codes = np.arange(256, dtype=np.int64) if a.type == T.TENSOR_QUANT8_ASYMM else np.arange(-128, 128)
+        ta = Tensor(a.type, codes.astype(dt)[:, None], a.scale, a.zero_point)
+        tb = Tensor(b.type, codes.astype(dt)[None, :], b.scale, b.zero_point)
+        table = _mul_quant(params, ta, tb, _OutDtype(NUMPY_DTYPE[out.type], out.zero_point))
+        if a.type != T.TENSOR_QUANT8_ASYMM:
+            table = np.roll(table, 128, axis=(0, 1))  # NOTE: indexed by the int8 values' bit patterns
+        return np.ascontiguousarray(table).reshape(-1)
+
+    return _PAIR_TABLES.get_or_compute(key, build)
+
+
+class _OutDtype:
+    """What :func:`_mul_quant` reads of its output: dtype and zero point."""
+
+    __slots__ = ("dtype", "zero_point")
+
+    def __init__(self, dtype: np.dtype, zero_point: int) -> None:
+        self.dtype, self.zero_point = dtype, zero_point
+
+
 def _quant_params(op: OperationType, a: object, b: object, out: object, act: int) -> object:
-    """The prepared arithmetic of a quantized ADD / SUB (pair table) or MUL
-    (multiplier, range), or the reference's refusal as a string (raised after
-    the shape checks, as the reference does)."""
+    """The prepared arithmetic of a quantized ADD / SUB / MUL: the table of its
+    exact result for every pair of 8-bit codes, or the reference's refusal as
+    a string (raised after the shape checks, as the reference does)."""
     try:
         if op == OperationType.MUL:
-            return _mul_params(a, b, out, act)
+            return _mul_table(a, b, out, act)
         return _add_sub_table(a, b, out, act, op == OperationType.SUB)
     except ValueError as e:
         return str(e)
@@ -323,11 +355,7 @@ def _execute_arith(ctx: ExecContext) -> list[np.ndarray]:
     if q is not None:
         if q.__class__ is str:
             raise ctx.fail(q)
-        if ctx.type == OperationType.MUL:
-            res = _mul_quant(q, a, b, out)
-        else:
-            res = _add_sub_quant(q, ad, bd)  # NOTE: already the output's shape and type
-            return [res]
+        return [_add_sub_quant(q, ad, bd)]  # NOTE: already the output's shape and type
     elif t == T.TENSOR_INT32:
         res = _int32_op(ctx.type, ad, bd)
     elif t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
