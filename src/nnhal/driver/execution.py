@@ -265,6 +265,11 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
             if direct and not boolean:
                 inputs.append(PoolInput(view, offset, shape, dtype, need))  # type: ignore[arg-type]
                 continue
+            if view.__class__ is memoryview and not boolean:
+                # NOTE: one array over the pool's bytes, then a copy of its own (the client may reuse its
+                # buffer at once): no intermediate slice nor byte array
+                inputs.append(np.frombuffer(view, dtype, need // dtype.itemsize, offset).reshape(shape).copy())
+                continue
             if view.__class__ is hal_memory.FdPool and not boolean:
                 # NOTE: pread straight into the input array (no intermediate buffer)
                 arr = np.empty(need // dtype.itemsize, dtype)
@@ -345,10 +350,13 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
                 pools.images[p].write(buffers.DeviceBuffer.encode(arr))
                 continue
             view = views[p]
-            try:
-                data = memoryview(arr).cast("B")  # NOTE: the array's own bytes, no copy
-            except TypeError:  # not C-contiguous (or an odd format): one contiguous copy
-                data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+            if n <= _SMALL_OUTPUT:
+                data = arr.tobytes()  # NOTE: for a few KiB, a copy costs less than a cast byte view of the array
+            else:
+                try:
+                    data = memoryview(arr).cast("B")  # NOTE: the array's own bytes, no copy
+                except TypeError:  # not C-contiguous (or an odd format): one contiguous copy
+                    data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
             if view.__class__ is hal_memory.FdPool:
                 view.write_at(off, data)
             else:
@@ -363,6 +371,9 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
         return Result(S.NONE, shapes, hal.Timing(timeOnDevice=_us(device_end - device_start),
                                                  timeInDriver=_us(end - driver_start_ns)))
     return Result(S.NONE, shapes)
+
+
+_SMALL_OUTPUT = 4096  # bytes: outputs up to this size are written from a copy (arr.tobytes())
 
 
 def _capacity(pools: RequestPools, p: int, length: int) -> int:
