@@ -15,6 +15,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.driver import buffers, hardware_buffer
+from nnhal.driver.pool_cache import PoolCache, cache_key
 from nnhal.engine.executor import BadData, DeadlineMissed, Executor
 from nnhal.engine.validation import ValidationError, is_tensor, operand_byte_size
 from nnhal.ops.base import NUMPY_DTYPE, OpExecutionError
@@ -54,13 +55,16 @@ class RequestPools:
     the execution runs, as the memory guide recommends)."""
 
     def __init__(self, request: hal.Request, buffer_lookup: Any = None, pool_cache: Any = None,
-                 out_pools: Optional[frozenset] = None):
+                 out_pools: Optional[frozenset] = None, keys: Optional[tuple] = None):
         """``pool_cache(memory, writable)``, when given, returns the view of a
         shared memory it keeps open across requests (a burst's memories by
-        slot, the service's by slot, a device's
-        :class:`~nnhal.driver.pool_cache.PoolCache`), not closed with this
-        object; None from it: the memory is opened for this request.
+        slot, the service's by slot), not closed with this object; None from
+        it: the memory is opened for this request.  A device's
+        :class:`~nnhal.driver.pool_cache.PoolCache` itself opens each memory
+        once, kept or for this request (``PoolCache.open``; ``keys``: the
+        pools' ``cache_key``, :attr:`RequestPlan.pool_keys`).
         ``out_pools``: the pools receiving outputs (:class:`RequestPlan`), when known."""
+        opener = pool_cache.open if pool_cache.__class__ is PoolCache else None
         self.views: list[Optional[memoryview]] = []
         self.buffers: dict[int, buffers.DeviceBuffer] = {}
         self.images: dict[int, hardware_buffer.Image] = {}
@@ -89,12 +93,18 @@ class RequestPools:
             else:
                 try:
                     # NOTE: mapped only if sealed against shrinking, else pread/pwrite: no SIGBUS
-                    view = pool_cache(m, k in out_pools) if pool_cache is not None else None
-                    if view is None:
-                        # NOTE: small pools used once are cheaper to pread/pwrite than to map and unmap
-                        mp = hal_memory.open_pool(m, writable=k in out_pools, map_min_bytes=hal_memory.MAP_MIN_BYTES)
-                        self._maps.append(mp)
-                        view = mp.view
+                    if opener is not None:  # NOTE: a device's PoolCache: the memory opened once, one way or the other
+                        view, mp = opener(m, k in out_pools, None if keys is None else keys[k])
+                        if mp is not None:
+                            self._maps.append(mp)
+                    else:
+                        view = pool_cache(m, k in out_pools) if pool_cache is not None else None
+                        if view is None:
+                            # NOTE: small pools used once are cheaper to pread/pwrite than to map and unmap
+                            mp = hal_memory.open_pool(m, writable=k in out_pools,
+                                                      map_min_bytes=hal_memory.MAP_MIN_BYTES)
+                            self._maps.append(mp)
+                            view = mp.view
                 except hal_memory.InvalidMemory as e:
                     self.close()
                     raise ValidationError(f"request pool {k}: {e}") from None
@@ -141,7 +151,7 @@ class RequestPlan:
     structure it validated (``PreparedModel._validated_request``), so
     an execution of a known structure reads nothing twice."""
 
-    __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens")
+    __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens", "pool_keys")
 
     def __init__(self, model: hal.Model, request: hal.Request):
         main = model.main
@@ -166,6 +176,9 @@ class RequestPlan:
         self.omitted = [k for k, a in enumerate(self.outputs) if a[0]]
         self.out_pools = frozenset(a[1] for a in self.outputs if not a[0])
         self.tokens = any(p.hidlMemory is None for p in request.pools)  # driver-managed buffers named
+        # NOTE: each pool's key in a device's PoolCache (None: not a memory it keeps), read once
+        self.pool_keys = tuple(None if p.hidlMemory is None else cache_key(p.hidlMemory, k in self.out_pools)
+                               for k, p in enumerate(request.pools))
 
 
 class PoolInput:

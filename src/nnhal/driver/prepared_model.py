@@ -209,8 +209,8 @@ class PreparedModel(hal.IPreparedModel):
             lookup = self.device.buffer_lookup(self) if plan.tokens else None  # NOTE: only token pools need it
             if pool_cache is None and not owned:
                 # NOTE: the HAL methods called in process: the device keeps the memories mapped
-                pool_cache = self.device.pool_cache.lease
-            pools = RequestPools(request, lookup, pool_cache, plan.out_pools)
+                pool_cache = self.device.pool_cache
+            pools = RequestPools(request, lookup, pool_cache, plan.out_pools, plan.pool_keys)
         except ValidationError as e:
             log.error("execution rejected: %s", e)
             return Refusal(e.status), None
