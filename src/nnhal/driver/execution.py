@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -31,14 +30,32 @@ def _us(ns: int) -> int:
     return max(0, ns // 1000)
 
 
-@dataclass
 class Result:
-    status: hal.ErrorStatus
-    outputShapes: list[hal.OutputShape] = field(default_factory=list)
-    timing: hal.Timing = field(default_factory=hal.Timing)
+    """An execution's outcome: (status, outputShapes, timing) as the HAL returns them."""
+
+    __slots__ = ("status", "outputShapes", "timing")
+
+    def __init__(self, status: hal.ErrorStatus, outputShapes: Optional[list[hal.OutputShape]] = None,
+                 timing: Optional[hal.Timing] = None):
+        self.status = status
+        self.outputShapes = [] if outputShapes is None else outputShapes
+        if timing is None:
+            # NOTE: a Timing of the call's own (the client may change what it is given), without the
+            # dataclass's __init__ call
+            timing = object.__new__(hal.Timing)
+            timing.__dict__ = {"timeOnDevice": hal.UINT64_MAX, "timeInDriver": hal.UINT64_MAX}
+        self.timing = timing
 
     def as_tuple(self) -> tuple:
         return self.status, self.outputShapes, self.timing
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Result) and self.as_tuple() == other.as_tuple()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.status!r}, {self.outputShapes!r}, {self.timing!r})"
 
 
 class Refusal(Result):
@@ -281,7 +298,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
             if view.__class__ is memoryview and not boolean:
                 # NOTE: one array over the pool's bytes, then a copy of its own (the client may reuse its
                 # buffer at once): no intermediate slice nor byte array
-                inputs.append(np.frombuffer(view, dtype, need // dtype.itemsize, offset).reshape(shape).copy())
+                inputs.append(np.ndarray(shape, dtype, view, offset).copy())
                 continue
             if view.__class__ is hal_memory.FdPool and not boolean:
                 # NOTE: pread straight into the input array (no intermediate buffer)
@@ -336,7 +353,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
             log.error("output %d has shape %s, the buffer of token %d is fixed to %s", k, dims, buf.token,
                       list(buf.fixed_dims))
             return Result(S.GENERAL_FAILURE)
-        ok = none or buf is not None or arr.nbytes <= _capacity(pools, p, length)
+        ok = none or buf is not None or arr.nbytes <= (_capacity(pools, p, length) if special else length)
         if given and any(d and d != a for d, a in zip(given, dims)):
             log.error("output %d has shape %s, the request said %s", k, dims, given)
             return Result(S.GENERAL_FAILURE)
@@ -348,7 +365,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
         shapes.append(shape)
     if not sufficient:
         return Result(S.OUTPUT_INSUFFICIENT_SIZE, shapes)
-    written: list[tuple[buffers.DeviceBuffer, bytes, list[int]]] = []
+    written: list[tuple[buffers.DeviceBuffer, bytes, list[int]]] = [] if special else _NOTHING_WRITTEN
     try:
         for (none, p, off, _, _), arr, shape in zip(plan.outputs, outputs, shapes):
             if none:
@@ -386,6 +403,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
     return Result(S.NONE, shapes)
 
 
+_NOTHING_WRITTEN: list = []  # NOTE: never appended to (only requests with driver-managed buffers store any)
 _SMALL_OUTPUT = 4096  # bytes: outputs up to this size are written from a copy (arr.tobytes())
 
 
