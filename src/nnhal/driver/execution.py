@@ -81,7 +81,11 @@ class RequestPools:
         once, kept or for this request (``PoolCache.open``; ``keys``: the
         pools' ``cache_key``, :attr:`RequestPlan.pool_keys`).
         ``out_pools``: the pools receiving outputs (:class:`RequestPlan`), when known."""
-        opener = pool_cache.open if pool_cache.__class__ is PoolCache else None
+        opener = kept = None
+        if pool_cache.__class__ is PoolCache:
+            opener = pool_cache.open
+            if keys is not None:
+                kept = pool_cache.kept_views(keys)  # NOTE: the memories kept mapped, checked all at once
         self.views: list[Optional[memoryview]] = []
         self.buffers: dict[int, buffers.DeviceBuffer] = {}
         self.images: dict[int, hardware_buffer.Image] = {}
@@ -110,7 +114,9 @@ class RequestPools:
             else:
                 try:
                     # NOTE: mapped only if sealed against shrinking, else pread/pwrite: no SIGBUS
-                    if opener is not None:  # NOTE: a device's PoolCache: the memory opened once, one way or the other
+                    if kept is not None and kept[k] is not None:
+                        view = kept[k]
+                    elif opener is not None:  # NOTE: a device's PoolCache: opened once, kept or for this request
                         view, mp = opener(m, k in out_pools, None if keys is None else keys[k])
                         if mp is not None:
                             self._maps.append(mp)

@@ -86,6 +86,36 @@ class PoolCache:
             return None
         return view
 
+    def kept_views(self, keys: tuple) -> list:
+        """Per pool of a request, by its :func:`cache_key` (None: not a memory
+        kept here), the view of its mapping kept here when its descriptor still
+        names the same file with the access it had, else None (the caller
+        :meth:`open`-s it).  NOTE: the execution's fast path: two system calls
+        per pool and one lock for all of them."""
+        found: list = [None] * len(keys)
+        hits = []
+        unsealed = self._unsealed
+        for k, key in enumerate(keys):
+            if key is None or key in unsealed:
+                continue
+            try:
+                st = os.fstat(key[1])
+                acc = fcntl.fcntl(key[1], fcntl.F_GETFL) & os.O_ACCMODE  # NOTE: see open()
+            except OSError:
+                continue
+            if acc != os.O_RDWR and (key[4] or acc != os.O_RDONLY):
+                continue
+            hits.append((k, key, (st.st_dev, st.st_ino)))
+        if hits:
+            lru = self._lru
+            with self._lock:
+                for k, key, ident in hits:
+                    entry = lru.get(key)
+                    if entry is not None and entry.ident == ident and not entry.pool.closed:
+                        lru.move_to_end(key)
+                        found[k] = entry.pool.view[:]
+        return found
+
     def open(self, memory: Any, writable: bool, key: Optional[tuple] = None) -> tuple[Any, Any]:
         """``(view, pool)``: the view of ``memory`` one execution uses and the
         pool it closes after it (None when the view is of a mapping kept here).

@@ -115,6 +115,7 @@ class Scheduler:
         self.top_parked = -(1 << 30)  # highest priority of a parked task
         self.max_spare = self.workers  # threads beyond ``workers``, taking the slots of parked tasks
         self.preempted = 0
+        self._yielders: dict[int, Callable[[], None]] = {}
         self._stopped = False
         self.completed = 0
         self.rejected = 0
@@ -302,6 +303,19 @@ class Scheduler:
                 with self._lock:
                     self._release_slot(prio)
 
+    def yielder(self, prio: int) -> Callable[[], None]:
+        """:meth:`yield_to_higher` for a task of priority ``prio`` (what a yield
+        point of that task runs, resolved once per execution): the two hints
+        tested without reading the thread's priority each time."""
+        y = self._yielders.get(prio)
+        if y is None:
+            def y() -> None:
+                if self.top_queued > prio or self.top_active > prio:
+                    self.yield_to_higher()
+
+            self._yielders[prio] = y  # NOTE: one per priority level (a handful), made once
+        return y
+
     def yield_to_higher(self) -> None:
         """Called by the running task at a yield point: if work of a higher
         priority is queued, park until it has run (see the module notes)."""
@@ -401,7 +415,10 @@ def thread_yield() -> Optional[Callable[[], None]]:
     off the scheduler's workers (installed as
     :data:`nnhal.ops.deadline.YIELD_FOR_THREAD`)."""
     sched = getattr(_tls, "scheduler", None)
-    return None if sched is None else sched.yield_to_higher
+    if sched is None:
+        return None
+    prio = getattr(_tls, "priority", None)
+    return sched.yield_to_higher if prio is None else sched.yielder(prio)
 
 
 op_deadline.YIELD = yield_point
