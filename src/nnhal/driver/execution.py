@@ -63,6 +63,10 @@ class Refusal(Result):
     (the model and the request alone show it cannot run)."""
 
 
+_NO_BUFFERS: dict = {}  # NOTE: shared empty dicts of a request with neither (never written to: see RequestPools)
+_NO_IMAGES: dict = {}
+
+
 class RequestPools:
     """The mapped pools of one request: shared memories (``views``),
     driver-managed buffers named by token (``buffers``, checked against
@@ -86,11 +90,15 @@ class RequestPools:
             opener = pool_cache.open
             if keys is not None:
                 kept = pool_cache.kept_views(keys)  # NOTE: the memories kept mapped, checked all at once
-        self.views: list[Optional[memoryview]] = []
-        self.buffers: dict[int, buffers.DeviceBuffer] = {}
-        self.images: dict[int, hardware_buffer.Image] = {}
+        self.buffers: dict[int, buffers.DeviceBuffer] = _NO_BUFFERS
+        self.images: dict[int, hardware_buffer.Image] = _NO_IMAGES
         self.failure = ""
         self._maps: list[hal_memory.MappedPool | hal_memory.FdPool] = []
+        if kept is not None and None not in kept:
+            self.views: list[Optional[memoryview]] = kept  # NOTE: the common case: every pool a memory kept mapped
+            return
+        self.views = []
+        self.buffers, self.images = {}, {}
         # NOTE: a pool that receives outputs must be writable (a read-only
         # mmap_fd or hardware buffer there is a bad argument, not a crash);
         # pools only read are mapped read-only.
@@ -158,9 +166,10 @@ class RequestPools:
         for mp in self._maps:
             mp.close()
         self._maps = []
-        for img in self.images.values():
-            img.close()
-        self.images = {}
+        if self.images:
+            for img in self.images.values():
+                img.close()
+            self.images = {}
 
 
 class RequestPlan:
@@ -328,7 +337,8 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
         log.exception("reading the execution's inputs failed unexpectedly")
         return Result(S.GENERAL_FAILURE)
 
-    device_start = time.monotonic_ns()
+    timed = measure == hal.MeasureTiming.YES
+    device_start = time.monotonic_ns() if timed else 0
     try:
         outputs = executor.run(inputs, deadline_ns, loop_timeout_ns, plan.omitted)
     except hal_memory.InvalidMemory as e:  # NOTE: a PoolInput's pool shrunk since the launch
@@ -346,7 +356,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
     except Exception:  # never let a bug reach the client as an exception
         log.exception("execution failed unexpectedly")
         return Result(S.GENERAL_FAILURE)
-    device_end = time.monotonic_ns()
+    device_end = time.monotonic_ns() if timed else 0
 
     shapes: list[hal.OutputShape] = []
     sufficient = True
@@ -402,7 +412,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
         return Result(S.GENERAL_FAILURE)
     for buf, data, dims in written:
         buf.store(data, dims)
-    if measure == hal.MeasureTiming.YES:
+    if timed:
         end = time.monotonic_ns()
         return Result(S.NONE, shapes, hal.Timing(timeOnDevice=_us(device_end - device_start),
                                                  timeInDriver=_us(end - driver_start_ns)))
