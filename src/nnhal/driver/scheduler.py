@@ -261,7 +261,7 @@ class Scheduler:
         left = running[prio] - 1
         running[prio] = left
         if left == 0 and prio == self.top_active:  # NOTE: only then can the highest priority holding a slot change
-            self.top_active = _top(running)
+            self.top_active = _top(running) if self._running else -(1 << 30)
         self.completed += 1
         if self._heap or self.top_parked > -(1 << 30):
             # NOTE: workers, tickets and parked tasks held back by this one may start now
