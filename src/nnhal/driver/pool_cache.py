@@ -51,10 +51,15 @@ MAX_BYTES = 256 * 1024 * 1024
 
 
 class _Entry:
-    __slots__ = ("ident", "pool", "size")
+    __slots__ = ("ident", "dev", "ino", "pool", "size")
 
     def __init__(self, ident: tuple, pool: hal_memory.MappedPool, size: int):
         self.ident, self.pool, self.size = ident, pool, size
+        self.dev, self.ino = ident
+
+
+_fstat, _fcntl, _F_GETFL = os.fstat, fcntl.fcntl, fcntl.F_GETFL
+_O_ACCMODE, _O_RDWR, _O_RDONLY = os.O_ACCMODE, os.O_RDWR, os.O_RDONLY
 
 
 class PoolCache:
@@ -95,23 +100,26 @@ class PoolCache:
         found: list = [None] * len(keys)
         hits = []
         unsealed = self._unsealed
-        for k, key in enumerate(keys):
-            if key is None or key in unsealed:
+        k = -1
+        for key in keys:
+            k += 1
+            if key is None or (unsealed and key in unsealed):
                 continue
+            fd = key[1]
             try:
-                st = os.fstat(key[1])
-                acc = fcntl.fcntl(key[1], fcntl.F_GETFL) & os.O_ACCMODE  # NOTE: see open()
+                st = _fstat(fd)
+                acc = _fcntl(fd, _F_GETFL) & _O_ACCMODE  # NOTE: see open()
             except OSError:
                 continue
-            if acc != os.O_RDWR and (key[4] or acc != os.O_RDONLY):
+            if acc != _O_RDWR and (key[4] or acc != _O_RDONLY):
                 continue
-            hits.append((k, key, (st.st_dev, st.st_ino)))
+            hits.append((k, key, st.st_dev, st.st_ino))
         if hits:
             lru = self._lru
             with self._lock:
-                for k, key, ident in hits:
+                for k, key, dev, ino in hits:
                     entry = lru.get(key)
-                    if entry is not None and entry.ident == ident and not entry.pool.closed:
+                    if entry is not None and entry.dev == dev and entry.ino == ino and not entry.pool.closed:
                         lru.move_to_end(key)
                         found[k] = entry.pool.view[:]
         return found
