@@ -201,3 +201,58 @@ def test_not_a_plain_memory_is_left_to_the_caller() -> None:
         assert len(cache) == 0
     finally:
         memory.free(m)
+
+
+def test_an_unsealed_memory_is_opened_once_per_execution(device: Device, add_pm: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not kept, and not validated twice per execution either (the cache's check, then the
+    caller's open): one open_pool per execution, whose pread / pwrite pool the execution uses."""
+    device.pool_cache.clear()
+    fd = os.memfd_create("unsealed-client")
+    os.ftruncate(fd, 48)
+    os.pwrite(fd, np.arange(8, dtype=np.float32).tobytes(), 0)
+    opened: list[Any] = []
+    real = memory.open_pool
+
+    def counting(m: Any, *a: Any, **k: Any) -> Any:
+        opened.append(m)
+        return real(m, *a, **k)
+
+    monkeypatch.setattr(memory, "open_pool", counting)
+    try:
+        m = hal.Memory(name="ashmem", handle=hal.Handle(fds=[fd], ints=[]), size=48)
+        req = hal.Request(inputs=[hal.RequestArgument(location=hal.DataLocation(0, 0, 16)),
+                                  hal.RequestArgument(location=hal.DataLocation(0, 16, 16))],
+                          outputs=[hal.RequestArgument(location=hal.DataLocation(0, 32, 16))],
+                          pools=[hal.MemoryPool(hidlMemory=m)])
+        for n in range(1, 4):
+            os.pwrite(fd, bytes(16), 32)
+            assert _run(add_pm, req) == S.NONE
+            assert np.array_equal(np.frombuffer(os.pread(fd, 16, 32), np.float32), [4, 6, 8, 10])
+            assert len(opened) == n
+        assert len(device.pool_cache) == 0
+        os.ftruncate(fd, 8)  # shrunk by the client: still judged per execution
+        assert _run(add_pm, req) == S.INVALID_ARGUMENT
+    finally:
+        os.close(fd)
+
+
+def test_a_number_that_named_an_unsealed_file_is_kept_once_it_names_a_sealed_one(device: Device, add_pm: Any,
+                                                                                 pools: ipcbench.Pools) -> None:
+    fd = pools.out.handle.fds[0]
+    plain = os.memfd_create("unsealed-client")
+    os.ftruncate(plain, 16)
+    try:
+        with _renumbered(fd, plain):
+            assert _run(add_pm, pools.request) == S.NONE
+            assert np.array_equal(np.frombuffer(os.pread(plain, 16, 0), np.float32), [4, 6, 8, 10])
+            assert len(device.pool_cache) == 1  # the input pool alone
+    finally:
+        os.close(plain)
+    for _ in range(2):  # NOTE: the first opened for the execution (sealed: not skipped next time), then kept
+        view = memory.map(pools.out)
+        view[:] = bytes(16)
+        view.release()
+        assert _run(add_pm, pools.request) == S.NONE
+        pools.check()
+    assert len(device.pool_cache) == 2

@@ -8,13 +8,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
 
 from nnhal import hal
 from nnhal.driver import buffers, hardware_buffer
+from nnhal.driver.pool_cache import PoolCache, cache_key
 from nnhal.engine.executor import BadData, DeadlineMissed, Executor
 from nnhal.engine.validation import ValidationError, is_tensor, operand_byte_size
 from nnhal.ops.base import NUMPY_DTYPE, OpExecutionError
@@ -30,19 +30,41 @@ def _us(ns: int) -> int:
     return max(0, ns // 1000)
 
 
-@dataclass
 class Result:
-    status: hal.ErrorStatus
-    outputShapes: list[hal.OutputShape] = field(default_factory=list)
-    timing: hal.Timing = field(default_factory=hal.Timing)
+    """An execution's outcome: (status, outputShapes, timing) as the HAL returns them."""
+
+    __slots__ = ("status", "outputShapes", "timing")
+
+    def __init__(self, status: hal.ErrorStatus, outputShapes: Optional[list[hal.OutputShape]] = None,
+                 timing: Optional[hal.Timing] = None):
+        self.status = status
+        self.outputShapes = [] if outputShapes is None else outputShapes
+        if timing is None:
+            # NOTE: a Timing of the call's own (the client may change what it is given), without the
+            # dataclass's __init__ call
+            timing = object.__new__(hal.Timing)
+            timing.__dict__ = {"timeOnDevice": hal.UINT64_MAX, "timeInDriver": hal.UINT64_MAX}
+        self.timing = timing
 
     def as_tuple(self) -> tuple:
         return self.status, self.outputShapes, self.timing
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Result) and self.as_tuple() == other.as_tuple()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.status!r}, {self.outputShapes!r}, {self.timing!r})"
 
 
 class Refusal(Result):
     """A request refused at launch by the checks every execution path shares
     (the model and the request alone show it cannot run)."""
+
+
+_NO_BUFFERS: dict = {}  # NOTE: shared empty dicts of a request with neither (never written to: see RequestPools)
+_NO_IMAGES: dict = {}
 
 
 class RequestPools:
@@ -54,18 +76,29 @@ class RequestPools:
     the execution runs, as the memory guide recommends)."""
 
     def __init__(self, request: hal.Request, buffer_lookup: Any = None, pool_cache: Any = None,
-                 out_pools: Optional[frozenset] = None):
+                 out_pools: Optional[frozenset] = None, keys: Optional[tuple] = None):
         """``pool_cache(memory, writable)``, when given, returns the view of a
         shared memory it keeps open across requests (a burst's memories by
-        slot, the service's by slot, a device's
-        :class:`~nnhal.driver.pool_cache.PoolCache`), not closed with this
-        object; None from it: the memory is opened for this request.
+        slot, the service's by slot), not closed with this object; None from
+        it: the memory is opened for this request.  A device's
+        :class:`~nnhal.driver.pool_cache.PoolCache` itself opens each memory
+        once, kept or for this request (``PoolCache.open``; ``keys``: the
+        pools' ``cache_key``, :attr:`RequestPlan.pool_keys`).
         ``out_pools``: the pools receiving outputs (:class:`RequestPlan`), when known."""
-        self.views: list[Optional[memoryview]] = []
-        self.buffers: dict[int, buffers.DeviceBuffer] = {}
-        self.images: dict[int, hardware_buffer.Image] = {}
+        opener = kept = None
+        if pool_cache.__class__ is PoolCache:
+            opener = pool_cache.open
+            if keys is not None:
+                kept = pool_cache.kept_views(keys)  # NOTE: the memories kept mapped, checked all at once
+        self.buffers: dict[int, buffers.DeviceBuffer] = _NO_BUFFERS
+        self.images: dict[int, hardware_buffer.Image] = _NO_IMAGES
         self.failure = ""
         self._maps: list[hal_memory.MappedPool | hal_memory.FdPool] = []
+        if kept is not None and None not in kept:
+            self.views: list[Optional[memoryview]] = kept  # NOTE: the common case: every pool a memory kept mapped
+            return
+        self.views = []
+        self.buffers, self.images = {}, {}
         # NOTE: a pool that receives outputs must be writable (a read-only
         # mmap_fd or hardware buffer there is a bad argument, not a crash);
         # pools only read are mapped read-only.
@@ -89,12 +122,20 @@ class RequestPools:
             else:
                 try:
                     # NOTE: mapped only if sealed against shrinking, else pread/pwrite: no SIGBUS
-                    view = pool_cache(m, k in out_pools) if pool_cache is not None else None
-                    if view is None:
-                        # NOTE: small pools used once are cheaper to pread/pwrite than to map and unmap
-                        mp = hal_memory.open_pool(m, writable=k in out_pools, map_min_bytes=hal_memory.MAP_MIN_BYTES)
-                        self._maps.append(mp)
-                        view = mp.view
+                    if kept is not None and kept[k] is not None:
+                        view = kept[k]
+                    elif opener is not None:  # NOTE: a device's PoolCache: opened once, kept or for this request
+                        view, mp = opener(m, k in out_pools, None if keys is None else keys[k])
+                        if mp is not None:
+                            self._maps.append(mp)
+                    else:
+                        view = pool_cache(m, k in out_pools) if pool_cache is not None else None
+                        if view is None:
+                            # NOTE: small pools used once are cheaper to pread/pwrite than to map and unmap
+                            mp = hal_memory.open_pool(m, writable=k in out_pools,
+                                                      map_min_bytes=hal_memory.MAP_MIN_BYTES)
+                            self._maps.append(mp)
+                            view = mp.view
                 except hal_memory.InvalidMemory as e:
                     self.close()
                     raise ValidationError(f"request pool {k}: {e}") from None
@@ -125,9 +166,10 @@ class RequestPools:
         for mp in self._maps:
             mp.close()
         self._maps = []
-        for img in self.images.values():
-            img.close()
-        self.images = {}
+        if self.images:
+            for img in self.images.values():
+                img.close()
+            self.images = {}
 
 
 class RequestPlan:
@@ -141,7 +183,7 @@ class RequestPlan:
     structure it validated (``PreparedModel._validated_request``), so
     an execution of a known structure reads nothing twice."""
 
-    __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens")
+    __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens", "pool_keys")
 
     def __init__(self, model: hal.Model, request: hal.Request):
         main = model.main
@@ -166,6 +208,9 @@ class RequestPlan:
         self.omitted = [k for k, a in enumerate(self.outputs) if a[0]]
         self.out_pools = frozenset(a[1] for a in self.outputs if not a[0])
         self.tokens = any(p.hidlMemory is None for p in request.pools)  # driver-managed buffers named
+        # NOTE: each pool's key in a device's PoolCache (None: not a memory it keeps), read once
+        self.pool_keys = tuple(None if p.hidlMemory is None else cache_key(p.hidlMemory, k in self.out_pools)
+                               for k, p in enumerate(request.pools))
 
 
 class PoolInput:
@@ -265,6 +310,11 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
             if direct and not boolean:
                 inputs.append(PoolInput(view, offset, shape, dtype, need))  # type: ignore[arg-type]
                 continue
+            if view.__class__ is memoryview and not boolean:
+                # NOTE: one array over the pool's bytes, then a copy of its own (the client may reuse its
+                # buffer at once): no intermediate slice nor byte array
+                inputs.append(np.ndarray(shape, dtype, view, offset).copy())
+                continue
             if view.__class__ is hal_memory.FdPool and not boolean:
                 # NOTE: pread straight into the input array (no intermediate buffer)
                 arr = np.empty(need // dtype.itemsize, dtype)
@@ -287,7 +337,8 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
         log.exception("reading the execution's inputs failed unexpectedly")
         return Result(S.GENERAL_FAILURE)
 
-    device_start = time.monotonic_ns()
+    timed = measure == hal.MeasureTiming.YES
+    device_start = time.monotonic_ns() if timed else 0
     try:
         outputs = executor.run(inputs, deadline_ns, loop_timeout_ns, plan.omitted)
     except hal_memory.InvalidMemory as e:  # NOTE: a PoolInput's pool shrunk since the launch
@@ -305,7 +356,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
     except Exception:  # never let a bug reach the client as an exception
         log.exception("execution failed unexpectedly")
         return Result(S.GENERAL_FAILURE)
-    device_end = time.monotonic_ns()
+    device_end = time.monotonic_ns() if timed else 0
 
     shapes: list[hal.OutputShape] = []
     sufficient = True
@@ -318,7 +369,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
             log.error("output %d has shape %s, the buffer of token %d is fixed to %s", k, dims, buf.token,
                       list(buf.fixed_dims))
             return Result(S.GENERAL_FAILURE)
-        ok = none or buf is not None or arr.nbytes <= _capacity(pools, p, length)
+        ok = none or buf is not None or arr.nbytes <= (_capacity(pools, p, length) if special else length)
         if given and any(d and d != a for d, a in zip(given, dims)):
             log.error("output %d has shape %s, the request said %s", k, dims, given)
             return Result(S.GENERAL_FAILURE)
@@ -330,7 +381,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
         shapes.append(shape)
     if not sufficient:
         return Result(S.OUTPUT_INSUFFICIENT_SIZE, shapes)
-    written: list[tuple[buffers.DeviceBuffer, bytes, list[int]]] = []
+    written: list[tuple[buffers.DeviceBuffer, bytes, list[int]]] = [] if special else _NOTHING_WRITTEN
     try:
         for (none, p, off, _, _), arr, shape in zip(plan.outputs, outputs, shapes):
             if none:
@@ -345,10 +396,13 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
                 pools.images[p].write(buffers.DeviceBuffer.encode(arr))
                 continue
             view = views[p]
-            try:
-                data = memoryview(arr).cast("B")  # NOTE: the array's own bytes, no copy
-            except TypeError:  # not C-contiguous (or an odd format): one contiguous copy
-                data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
+            if n <= _SMALL_OUTPUT:
+                data = arr.tobytes()  # NOTE: for a few KiB, a copy costs less than a cast byte view of the array
+            else:
+                try:
+                    data = memoryview(arr).cast("B")  # NOTE: the array's own bytes, no copy
+                except TypeError:  # not C-contiguous (or an odd format): one contiguous copy
+                    data = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
             if view.__class__ is hal_memory.FdPool:
                 view.write_at(off, data)
             else:
@@ -358,11 +412,15 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
         return Result(S.GENERAL_FAILURE)
     for buf, data, dims in written:
         buf.store(data, dims)
-    if measure == hal.MeasureTiming.YES:
+    if timed:
         end = time.monotonic_ns()
         return Result(S.NONE, shapes, hal.Timing(timeOnDevice=_us(device_end - device_start),
                                                  timeInDriver=_us(end - driver_start_ns)))
     return Result(S.NONE, shapes)
+
+
+_NOTHING_WRITTEN: list = []  # NOTE: never appended to (only requests with driver-managed buffers store any)
+_SMALL_OUTPUT = 4096  # bytes: outputs up to this size are written from a copy (arr.tobytes())
 
 
 def _capacity(pools: RequestPools, p: int, length: int) -> int:

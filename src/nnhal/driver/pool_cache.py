@@ -25,7 +25,12 @@ freeing the memory first releases it.
 An execution gets a view of its own of the mapping: a memory dropped from
 the cache while an execution reads it stays mapped until that execution
 lets go of it.  Memories that are not sealed are not kept (read and written
-with ``pread`` / ``pwrite`` per execution, as before).  Used for the HAL
+with ``pread`` / ``pwrite`` per execution, as before): :meth:`PoolCache.open`
+opens them for the execution (one validation, which reads the seals, the size
+and the access mode again every time: a pool the client shrinks is caught
+there), and remembers the key so later executions go straight to that open.
+The keys of a request's pools are computed once per request structure
+(``RequestPlan.pool_keys``, :func:`cache_key`).  Used for the HAL
 methods called in process; the service and bursts keep memories by slot
 (``nnhal.service.slots``, ``driver/burst.py``)."""
 
@@ -46,10 +51,15 @@ MAX_BYTES = 256 * 1024 * 1024
 
 
 class _Entry:
-    __slots__ = ("ident", "pool", "size")
+    __slots__ = ("ident", "dev", "ino", "pool", "size")
 
     def __init__(self, ident: tuple, pool: hal_memory.MappedPool, size: int):
         self.ident, self.pool, self.size = ident, pool, size
+        self.dev, self.ino = ident
+
+
+_fstat, _fcntl, _F_GETFL = os.fstat, fcntl.fcntl, fcntl.F_GETFL
+_O_ACCMODE, _O_RDWR, _O_RDONLY = os.O_ACCMODE, os.O_RDWR, os.O_RDONLY
 
 
 class PoolCache:
@@ -59,6 +69,9 @@ class PoolCache:
         self._max, self._max_bytes = max_entries, max_bytes
         self._lru: collections.OrderedDict[tuple, _Entry] = collections.OrderedDict()
         self._bytes = 0
+        # NOTE: memories found not sealed against shrinking (key -> file): opened per execution
+        # without looking here first (bounded like the kept ones)
+        self._unsealed: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
         _ALL.add(self)
 
@@ -66,64 +79,122 @@ class PoolCache:
         """A view of ``memory`` mapped (``writable``: it receives outputs), the
         execution's own, or None when it is not kept here (the caller opens it
         for this execution, which also reports what is wrong with it)."""
-        if memory.__class__ is not hal.Memory:
+        key = cache_key(memory, writable)
+        if key is None:
             return None
-        h = memory.handle
-        if h.__class__ is not hal.Handle:
+        try:
+            view, pool = self.open(memory, writable, key)
+        except hal_memory.InvalidMemory:
             return None
-        fds, ints = h.fds, h.ints
-        if fds.__class__ is not list or len(fds) != 1 or ints.__class__ is not list:
+        if pool is not None:
+            pool.close()
             return None
-        fd, name, size = fds[0], memory.name, memory.size
-        if fd.__class__ is not int or size.__class__ is not int or name.__class__ is not str \
-                or name not in _CACHEABLE or fd < 0:
-            return None
+        return view
+
+    def kept_views(self, keys: tuple) -> list:
+        """Per pool of a request, by its :func:`cache_key` (None: not a memory
+        kept here), the view of its mapping kept here when its descriptor still
+        names the same file with the access it had, else None (the caller
+        :meth:`open`-s it).  NOTE: the execution's fast path: two system calls
+        per pool and one lock for all of them."""
+        found: list = [None] * len(keys)
+        hits = []
+        unsealed = self._unsealed
+        k = -1
+        for key in keys:
+            k += 1
+            if key is None or (unsealed and key in unsealed):
+                continue
+            fd = key[1]
+            try:
+                st = _fstat(fd)
+                acc = _fcntl(fd, _F_GETFL) & _O_ACCMODE  # NOTE: see open()
+            except OSError:
+                continue
+            if acc != _O_RDWR and (key[4] or acc != _O_RDONLY):
+                continue
+            hits.append((k, key, st.st_dev, st.st_ino))
+        if hits:
+            lru = self._lru
+            with self._lock:
+                for k, key, dev, ino in hits:
+                    entry = lru.get(key)
+                    if entry is not None and entry.dev == dev and entry.ino == ino and not entry.pool.closed:
+                        lru.move_to_end(key)
+                        found[k] = entry.pool.view[:]
+        return found
+
+    def open(self, memory: Any, writable: bool, key: Optional[tuple] = None) -> tuple[Any, Any]:
+        """``(view, pool)``: the view of ``memory`` one execution uses and the
+        pool it closes after it (None when the view is of a mapping kept here).
+        A memory not kept (not sealed against shrinking, not a plain memory,
+        too big) is opened for the execution (``memory.open_pool``, read and
+        written with ``pread`` / ``pwrite`` below ``MAP_MIN_BYTES``), once.
+        ``key``: :func:`cache_key` of (``memory``, ``writable``) when the caller
+        computed it already.  Raises ``InvalidMemory`` (why it cannot be used).
+        NOTE: per execution, a kept memory costs two system calls (``fstat``,
+        ``F_GETFL``); a memory found unsealed before goes straight to
+        ``open_pool`` (whose validation reads the seals again every time)."""
+        if key is None:
+            key = cache_key(memory, writable)
+            if key is None:
+                return _per_execution(memory, writable)
+        if key in self._unsealed:
+            view, pool = _per_execution(memory, writable)
+            if pool.__class__ is hal_memory.MappedPool or pool.sealed:
+                with self._lock:
+                    self._unsealed.pop(key, None)  # NOTE: sealed now (another file at that number): kept next time
+            return view, pool
+        fd = key[1]
         try:
             st = os.fstat(fd)
             # NOTE: the access mode is the descriptor's, not the file's: the same file reopened
             # read-only under the same number must not receive outputs through our mapping
             acc = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
         except OSError:
-            return None  # NOTE: a closed descriptor: the per-execution path answers it
+            return _per_execution(memory, writable)  # NOTE: a closed descriptor: open_pool says why
         if acc != os.O_RDWR and (writable or acc != os.O_RDONLY):
-            return None  # NOTE: the per-execution path says why
-        key = (name, fd, tuple(ints), size, writable)
+            return _per_execution(memory, writable)  # NOTE: open_pool says why
         ident = (st.st_dev, st.st_ino)
         with self._lock:
             entry = self._lru.get(key)
             if entry is not None:
                 if entry.ident == ident and not entry.pool.closed:
                     self._lru.move_to_end(key)
-                    return entry.pool.view[:]
+                    return entry.pool.view[:], None
                 self._drop(key)  # NOTE: the number names another file now
-        try:
-            pool = hal_memory.open_pool(memory, writable=writable)
-        except hal_memory.InvalidMemory:
-            return None  # NOTE: opened again by the caller, which reports why
+        pool = hal_memory.open_pool(memory, writable=writable)
         if pool.__class__ is not hal_memory.MappedPool:
-            pool.close()  # NOTE: not sealed against shrinking: read and written per execution
-            return None
+            # NOTE: not sealed against shrinking: read and written per execution (this one with this pool)
+            with self._lock:
+                if len(self._unsealed) >= self._max:
+                    self._unsealed.clear()
+                self._unsealed[key] = ident
+            return pool.view, pool
         lease = pool.view[:]
         with self._lock:
             old = self._lru.pop(key, None)
             if old is not None:
                 self._release(old)
-            self._lru[key] = _Entry(ident, pool, size)
-            self._bytes += size
+            self._lru[key] = _Entry(ident, pool, memory.size)
+            self._bytes += memory.size
             while len(self._lru) > self._max or self._bytes > self._max_bytes:
                 self._drop(next(iter(self._lru)))
-        return lease
+        return lease, None
 
     def forget(self, ident: tuple) -> None:
         """Drops every memory on the file ``ident`` (st_dev, st_ino)."""
         with self._lock:
             for key in [k for k, e in self._lru.items() if e.ident == ident]:
                 self._drop(key)
+            for key in [k for k, i in self._unsealed.items() if i == ident]:
+                del self._unsealed[key]
 
     def clear(self) -> None:
         with self._lock:
             for key in list(self._lru):
                 self._drop(key)
+            self._unsealed.clear()
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -141,6 +212,36 @@ class PoolCache:
 
 
 _CACHEABLE = frozenset({"ashmem", "mmap_fd", "hardware_buffer_blob"})
+
+
+def cache_key(memory: Any, writable: bool) -> Optional[tuple]:
+    """The key a cache keeps ``memory`` under (mapped ``writable`` or not):
+    ``(name, fd, ints, size, writable)``, or None when it is not a plain
+    memory of one descriptor that can be kept (the caller opens it per
+    execution).  Plain values: a request's plan may hold it."""
+    if memory.__class__ is not hal.Memory:
+        return None
+    h = memory.handle
+    if h.__class__ is not hal.Handle:
+        return None
+    fds, ints = h.fds, h.ints
+    if fds.__class__ is not list or len(fds) != 1 or ints.__class__ is not list:
+        return None
+    fd, name, size = fds[0], memory.name, memory.size
+    if fd.__class__ is not int or size.__class__ is not int or name.__class__ is not str \
+            or name not in _CACHEABLE or fd < 0:
+        return None
+    for v in ints:
+        if v.__class__ is not int:
+            return None
+    return (name, fd, tuple(ints), size, bool(writable))
+
+
+def _per_execution(memory: Any, writable: bool) -> tuple[Any, Any]:
+    """A memory opened for one execution: small pools used once cost less to
+    ``pread`` / ``pwrite`` than to map and unmap."""
+    pool = hal_memory.open_pool(memory, writable=writable, map_min_bytes=hal_memory.MAP_MIN_BYTES)
+    return pool.view, pool
 _ALL: "weakref.WeakSet[PoolCache]" = weakref.WeakSet()
 
 

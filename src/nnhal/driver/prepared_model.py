@@ -61,6 +61,47 @@ def _upgrade_request(request: Any) -> hal.Request:
     return own_request(request)
 
 
+_MEASURES = dict(hal.MeasureTiming._value2member_map_)  # NOTE: NO / YES by value (an IntEnum member is its value)
+
+
+class _Job:
+    """One launched execution (validated, its pools open): called once to run
+    it (on the thread holding a worker slot), or ``abandon``-ed when it will
+    never run.  ``deadline_ns`` may be set before it runs (a fenced
+    execution's duration, once its fences signal)."""
+
+    __slots__ = ("prepared", "request", "plan", "pools", "measure", "deadline_ns", "loop_timeout_ns", "start_ns")
+
+    def __init__(self, prepared: "PreparedModel", request: hal.Request, plan: RequestPlan, pools: RequestPools,
+                 measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int, start_ns: int):
+        self.prepared, self.request, self.plan, self.pools = prepared, request, plan, pools
+        self.measure, self.deadline_ns, self.loop_timeout_ns, self.start_ns = measure, deadline_ns, loop_timeout_ns, \
+            start_ns
+
+    def abandon(self) -> None:
+        self.pools.close()
+
+    def __call__(self) -> Result:
+        pm = self.prepared
+        t0 = time.monotonic_ns()
+        dl = self.deadline_ns
+        pools = self.pools
+        try:
+            result = run_request(pm.model, pm.executor, self.request, pools, self.measure, dl, self.loop_timeout_ns,
+                                 self.start_ns, self.plan)
+        finally:
+            pools.close()
+        status = result.status
+        if status == S.NONE:
+            took = time.monotonic_ns() - t0
+            best = pm.best_ns
+            if best is None or took < best:
+                pm.best_ns = took
+        elif (status == S.MISSED_DEADLINE_TRANSIENT or status == S.MISSED_DEADLINE_PERSISTENT) and dl is not None:
+            result = Result(missed_deadline_status(self.start_ns, t0, dl, pm.best_ns))
+        return result
+
+
 class FrontEnd(Protocol):
     """What a prepared model needs of the device that prepared it (``driver.device.Device``)."""
 
@@ -159,53 +200,36 @@ class PreparedModel(hal.IPreparedModel):
         start = time.monotonic_ns() if start_ns is None else start_ns
         try:
             request, plan = self._validated_request(request, owned, allow_unspecified_output)
-            if measure not in hal.MeasureTiming._value2member_map_:
+            # NOTE: the member itself (one lookup, no Enum call per execution); a bad value is no key
+            timing = _MEASURES.get(measure) if measure.__hash__ is not None else None
+            if timing is None:
                 raise ValidationError(f"invalid MeasureTiming {measure!r}")
             dl = deadline_ns(deadline) if deadline_override is None else deadline_override
             lt = validate_timeout(loop_timeout)
             lookup = self.device.buffer_lookup(self) if plan.tokens else None  # NOTE: only token pools need it
             if pool_cache is None and not owned:
                 # NOTE: the HAL methods called in process: the device keeps the memories mapped
-                pool_cache = self.device.pool_cache.lease
-            pools = RequestPools(request, lookup, pool_cache, plan.out_pools)
+                pool_cache = self.device.pool_cache
+            pools = RequestPools(request, lookup, pool_cache, plan.out_pools, plan.pool_keys)
         except ValidationError as e:
             log.error("execution rejected: %s", e)
             return Refusal(e.status), None
         except Exception as e:  # malformed argument objects
             log.error("execution rejected: malformed argument (%s: %s)", type(e).__name__, e)
             return Refusal(S.INVALID_ARGUMENT), None
-        if deadline_passed(dl):
-            pools.close()
-            return Result(S.MISSED_DEADLINE_PERSISTENT), None
-        best = self.best_ns
-        if dl is not None and best is not None and dl - start < best:
-            # NOTE: the time left is shorter than this model's fastest execution so far:
-            # it cannot be met, now or after a delay; answered without running it
-            log.error("execution: %.3f ms left before the deadline, the model needs %.3f ms at best",
-                      (dl - start) / 1e6, best / 1e6)
-            pools.close()
-            return Result(S.MISSED_DEADLINE_PERSISTENT), None
-
-        def job() -> Result:
-            t0 = time.monotonic_ns()
-            dl = job.deadline_ns  # type: ignore[attr-defined]  # NOTE: a fenced execution sets it once its fences signal
-            try:
-                result = run_request(self.model, self.executor, request, pools, hal.MeasureTiming(measure), dl, lt,
-                                     start, plan)
-            finally:
+        if dl is not None:
+            if time.monotonic_ns() >= dl:
                 pools.close()
-            if result.status == S.NONE:
-                took = time.monotonic_ns() - t0
-                if self.best_ns is None or took < self.best_ns:
-                    self.best_ns = took
-            elif result.status in (S.MISSED_DEADLINE_TRANSIENT, S.MISSED_DEADLINE_PERSISTENT) and dl is not None:
-                result = Result(missed_deadline_status(start, t0, dl, self.best_ns))
-            return result
-
-        job.abandon = pools.close  # type: ignore[attr-defined]  # a job that will never run
-        job.deadline_ns = dl  # type: ignore[attr-defined]
-        job.start_ns = start  # type: ignore[attr-defined]
-        return None, job
+                return Result(S.MISSED_DEADLINE_PERSISTENT), None
+            best = self.best_ns
+            if best is not None and dl - start < best:
+                # NOTE: the time left is shorter than this model's fastest execution so far:
+                # it cannot be met, now or after a delay; answered without running it
+                log.error("execution: %.3f ms left before the deadline, the model needs %.3f ms at best",
+                          (dl - start) / 1e6, best / 1e6)
+                pools.close()
+                return Result(S.MISSED_DEADLINE_PERSISTENT), None
+        return None, _Job(self, request, plan, pools, timing, dl, lt, start)
 
     def _async(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, callback: Any,
                notify_name: str, owned: bool = False) -> S:

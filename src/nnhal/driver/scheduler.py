@@ -115,6 +115,7 @@ class Scheduler:
         self.top_parked = -(1 << 30)  # highest priority of a parked task
         self.max_spare = self.workers  # threads beyond ``workers``, taking the slots of parked tasks
         self.preempted = 0
+        self._yielders: dict[int, Callable[[], None]] = {}
         self._stopped = False
         self.completed = 0
         self.rejected = 0
@@ -149,44 +150,19 @@ class Scheduler:
         in priority order, and returns its result (or raises its exception).
         Raises :class:`QueueFull` when it would have to queue and the queue is
         full, :class:`Expired` if the deadline passes while it waits."""
-        if getattr(_tls, "worker", False):
+        tls = _tls
+        if getattr(tls, "worker", False):
             return fn()
         prio = int(priority)
-        box: dict[str, str] = {}
         with self._lock:
             if self._stopped:
                 self.rejected += 1
                 raise QueueFull(f"{self.name}: stopped")
             if not self._heap and self._slot_free(prio):
-                self._take_slot(prio)
+                self._take_slot(prio)  # NOTE: the common case: a free slot, nobody waiting
             else:
-                if len(self._heap) >= self.max_queued:
-                    self.rejected += 1
-                    raise QueueFull(f"{self.name}: {self.max_queued} tasks already queued")
-                try:
-                    self._start_threads(deadline_ns is not None)
-                except RuntimeError as e:  # NOTE: the deadline timer cannot start: refused like a full queue
-                    log.error("scheduler: cannot start threads: %s", e)
-                    self.rejected += 1
-                    raise QueueFull(f"{self.name}: no thread") from None
-                ticket = _Task((-prio, next(self._seq)), _no_run, lambda reason: box.setdefault("expired", reason),
-                               deadline_ns, ticket=True)
-                heapq.heappush(self._heap, ticket)
-                self.top_queued = -self._heap[0].key[0]
-                if deadline_ns is not None:
-                    self._timer.notify()
-                while "expired" not in box and not self._stopped and not (
-                        self._heap and self._heap[0] is ticket and self._can_start()):
-                    self._work.wait()
-                if self._stopped:
-                    box.setdefault("expired", "shutdown")
-                if "expired" in box:
-                    raise Expired(f"dropped while queued ({box['expired']})")
-                heapq.heappop(self._heap)
-                self.top_queued = -self._heap[0].key[0] if self._heap else -(1 << 30)
-                self._take_slot(prio)
+                self._wait_for_slot(prio, deadline_ns)
         # NOTE: not a worker (returned above), so this thread had no scheduler context to restore
-        tls = _tls
         tls.worker, tls.scheduler, tls.priority = True, self, prio
         try:
             if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
@@ -198,6 +174,36 @@ class Scheduler:
             tls.worker, tls.scheduler, tls.priority = False, None, None
             with self._lock:
                 self._release_slot(prio)
+
+    def _wait_for_slot(self, prio: int, deadline_ns: Optional[int]) -> None:
+        """:meth:`call`'s way to a slot through a ticket in the queue (lock held);
+        returns holding the slot, or raises QueueFull / Expired."""
+        if len(self._heap) >= self.max_queued:
+            self.rejected += 1
+            raise QueueFull(f"{self.name}: {self.max_queued} tasks already queued")
+        try:
+            self._start_threads(deadline_ns is not None)
+        except RuntimeError as e:  # NOTE: the deadline timer cannot start: refused like a full queue
+            log.error("scheduler: cannot start threads: %s", e)
+            self.rejected += 1
+            raise QueueFull(f"{self.name}: no thread") from None
+        box: dict[str, str] = {}
+        ticket = _Task((-prio, next(self._seq)), _no_run, lambda reason: box.setdefault("expired", reason),
+                       deadline_ns, ticket=True)
+        heapq.heappush(self._heap, ticket)
+        self.top_queued = -self._heap[0].key[0]
+        if deadline_ns is not None:
+            self._timer.notify()
+        while "expired" not in box and not self._stopped and not (
+                self._heap and self._heap[0] is ticket and self._can_start()):
+            self._work.wait()
+        if self._stopped:
+            box.setdefault("expired", "shutdown")
+        if "expired" in box:
+            raise Expired(f"dropped while queued ({box['expired']})")
+        heapq.heappop(self._heap)
+        self.top_queued = -self._heap[0].key[0] if self._heap else -(1 << 30)
+        self._take_slot(prio)
 
     def stats(self) -> dict:
         with self._lock:
@@ -244,13 +250,18 @@ class Scheduler:
 
     def _take_slot(self, prio: int) -> None:
         self._running += 1
-        self._running_by_priority[prio] = self._running_by_priority.get(prio, 0) + 1
-        self.top_active = _top(self._running_by_priority)
+        running = self._running_by_priority
+        running[prio] = running.get(prio, 0) + 1
+        if prio > self.top_active:  # NOTE: top_active is the highest priority holding a slot: no scan needed
+            self.top_active = prio
 
     def _release_slot(self, prio: int) -> None:
         self._running -= 1
-        self._running_by_priority[prio] -= 1
-        self.top_active = _top(self._running_by_priority)
+        running = self._running_by_priority
+        left = running[prio] - 1
+        running[prio] = left
+        if left == 0 and prio == self.top_active:  # NOTE: only then can the highest priority holding a slot change
+            self.top_active = _top(running) if self._running else -(1 << 30)
         self.completed += 1
         if self._heap or self.top_parked > -(1 << 30):
             # NOTE: workers, tickets and parked tasks held back by this one may start now
@@ -291,6 +302,19 @@ class Scheduler:
             finally:
                 with self._lock:
                     self._release_slot(prio)
+
+    def yielder(self, prio: int) -> Callable[[], None]:
+        """:meth:`yield_to_higher` for a task of priority ``prio`` (what a yield
+        point of that task runs, resolved once per execution): the two hints
+        tested without reading the thread's priority each time."""
+        y = self._yielders.get(prio)
+        if y is None:
+            def y() -> None:
+                if self.top_queued > prio or self.top_active > prio:
+                    self.yield_to_higher()
+
+            self._yielders[prio] = y  # NOTE: one per priority level (a handful), made once
+        return y
 
     def yield_to_higher(self) -> None:
         """Called by the running task at a yield point: if work of a higher
@@ -391,7 +415,10 @@ def thread_yield() -> Optional[Callable[[], None]]:
     off the scheduler's workers (installed as
     :data:`nnhal.ops.deadline.YIELD_FOR_THREAD`)."""
     sched = getattr(_tls, "scheduler", None)
-    return None if sched is None else sched.yield_to_higher
+    if sched is None:
+        return None
+    prio = getattr(_tls, "priority", None)
+    return sched.yield_to_higher if prio is None else sched.yielder(prio)
 
 
 op_deadline.YIELD = yield_point

@@ -238,22 +238,30 @@ class Executor:
         first."""
         run = _Run(self, deadline_ns, loop_timeout_ns)
         run.dry_run = dry_run
-        main = self.graphs[0].sg
-        run.omitted = {main.outputIndexes[k] for k in omitted_outputs if 0 <= k < len(main.outputIndexes)}
-        if deadline_ns is None and op_deadline.current() is None:
-            return run.run_graph(0, inputs)  # NOTE: no deadline to set: no context manager per execution
+        if omitted_outputs:
+            main = self.graphs[0].sg
+            run.omitted = {main.outputIndexes[k] for k in omitted_outputs if 0 <= k < len(main.outputIndexes)}
+        if deadline_ns is None:
+            # NOTE: no deadline to set (op_deadline.scope(None) keeps the thread's own, if any):
+            # no context manager per execution
+            return run.run_graph(0, inputs)
         with op_deadline.scope(deadline_ns):  # NOTE: long kernels poll it inside their outer loops
             return run.run_graph(0, inputs)
+
+
+_NO_OMITTED: frozenset = frozenset()
 
 
 class _Run:
     """The state of one execution (deadline, loop timeout)."""
 
+    __slots__ = ("executor", "deadline_ns", "loop_timeout_ns", "omitted", "dry_run", "yield_fn")
+
     def __init__(self, executor: Executor, deadline_ns: Optional[int], loop_timeout_ns: int):
         self.executor = executor
         self.deadline_ns = deadline_ns
         self.loop_timeout_ns = int(loop_timeout_ns)
-        self.omitted: set[int] = set()  # omitted main-graph outputs (operand indexes)
+        self.omitted: frozenset | set[int] = _NO_OMITTED  # omitted main-graph outputs (operand indexes)
         # only the verdict matters (nnhal.engine.reference_check): the heaviest kernels check, then skip their
         # arithmetic (their outputs are zeros of the right shape)
         self.dry_run = False

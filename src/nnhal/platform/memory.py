@@ -659,6 +659,11 @@ class FdPool:
     def view(self) -> FdPool:
         return self
 
+    @property
+    def sealed(self) -> bool:
+        """The memory was validated sealed against shrinking (it could be mapped)."""
+        return self._sealed
+
     def _span(self, key: slice) -> tuple[int, int]:
         if not isinstance(key, slice) or key.step not in (None, 1):
             raise TypeError("a pool is accessed by contiguous slices")
