@@ -377,6 +377,23 @@ def depthwise_nhwc(x: np.ndarray, w: np.ndarray, pads: tuple[int, int, int, int]
 # float32 constants tried by Requant._verify_f32: offsets in ulps from the rounded ones
 NUDGE_M = (0, 1, -1)
 NUDGE_C = (0, 1, -1, 2, -2, 3, -3)
+# the float32 requantization search's candidates, grouped by the multiplier's offset (in the order they are tried):
+# the rounded constants alone first (most channels pass), then the rest of the grid, then the wide search
+GRID_GROUPS = [(0, [0]), (0, list(NUDGE_C[1:]))] + [(km, list(NUDGE_C)) for km in NUDGE_M[1:]]
+WIDE_GROUPS = [(km, [kc for kc in range(-12, 13) if not (km in NUDGE_M and kc in NUDGE_C)]) for km in range(-4, 5)]
+SEARCH_VALUES = 1 << 20  # float32 values per batch of the search (candidates x channels x points)
+
+
+def _neighbours(a: np.ndarray, k: int) -> np.ndarray:
+    """[2k + 1, len(a)]: row k + j is ``a`` moved j float32 steps (j in -k..k)."""
+    rows = [a]
+    up, down = a, a
+    for _ in range(k):
+        up = np.nextafter(up, np.float32(np.inf))
+        down = np.nextafter(down, np.float32(-np.inf))
+        rows.append(up)
+        rows.insert(0, down)
+    return np.stack(rows)
 
 
 def _corr_stage(t: np.ndarray, pivot: np.float32, ncorr: Any, u: np.ndarray) -> None:
@@ -511,37 +528,45 @@ class Requant:
         chosen_c = np.zeros(nc, np.float32)
         corr32 = None if corr is None else (-corr).astype(np.float32)  # exact: powers of two
 
-        def nudge(a: np.ndarray, k: int) -> np.ndarray:
-            for _ in range(abs(k)):
-                a = np.nextafter(a, np.float32(np.inf if k > 0 else -np.inf))
-            return a
-
-        # NOTE: the rounded constants first, then their neighbouring floats
-        # for the channels still failing (a step lying within float32 error)
+        # NOTE: the rounded constants first, then their neighbouring floats for the channels still failing (a step
+        # lying within float32 error), in the order of GRID then WIDE; each candidate set of one m offset is tried
+        # for every channel still failing at once ([candidates, channels, points]), and a channel takes its first
+        # candidate that passes: the same choice as trying them one by one
+        m_near = _neighbours(m.astype(np.float32), 4)
+        c_near = _neighbours(c.astype(np.float32), 12)
         todo = np.arange(nc)
-        grid = [(km, kc) for km in NUDGE_M for kc in NUDGE_C]
-        wide = [(km, kc) for km in range(-4, 5) for kc in range(-12, 13) if (km, kc) not in grid]
-        for km, kc in grid + wide:
-            deadline.poll()  # NOTE: a preparation's deadline (the search is the long part of prepare)
-            if wide and (km, kc) == wide[0] and todo.size > 8:
+        for phase, groups in enumerate((GRID_GROUPS, WIDE_GROUPS)):
+            if phase == 1 and todo.size > 8:
                 break  # NOTE: the wide search only for a few stubborn channels (it is long)
-            m32 = nudge(m[todo].astype(np.float32), km)
-            cand = nudge(c[todo].astype(np.float32), kc)
-            t = v32[todo] * m32[:, None]
-            t += cand[:, None]
-            if corr32 is not None:
-                _corr_stage(t, pivot, corr32[todo, None], np.empty_like(t))
-            got = np.floor(t)
-            if rel is not None:
-                got = np.clip(got, self.lo + sh, self.hi + sh)
-                ok = np.all((got == exact[todo]) | np.isnan(exact[todo]), axis=1)
-            else:
-                ok = np.all(got == exact[todo], axis=1)
-            chosen_m[todo[ok]], chosen_c[todo[ok]] = m32[ok], cand[ok]
-            todo = todo[~ok]
-            if todo.size == 0:
-                self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
-                return
+            for km, kcs in groups:
+                if todo.size == 0:
+                    break
+                deadline.poll()  # NOTE: a preparation's deadline (the search is the long part of prepare)
+                step = max(1, SEARCH_VALUES // max(1, len(kcs) * v32.shape[1]))
+                passed = np.zeros(todo.size, bool)
+                for s0 in range(0, todo.size, step):
+                    ch = todo[s0:s0 + step]
+                    m32 = m_near[km + 4, ch]
+                    cand = c_near[np.asarray(kcs) + 12][:, ch]  # [candidates, channels]
+                    t = cand[:, :, None] + (v32[ch] * m32[:, None])[None]  # NOTE: fl(fl(v * m) + c), as applied
+                    if corr32 is not None:
+                        _corr_stage(t, pivot, corr32[None, ch, None], np.empty_like(t))
+                    np.floor(t, out=t)
+                    want = exact[ch][None]
+                    if rel is not None:
+                        UFUNC_CLIP(t, np.float32(self.lo + sh), np.float32(self.hi + sh), out=t)
+                        ok = np.logical_and.reduce((t == want) | np.isnan(want), axis=2)
+                    else:
+                        ok = np.logical_and.reduce(t == want, axis=2)
+                    hit = np.logical_or.reduce(ok, axis=0)
+                    first = ok.argmax(axis=0)[hit]
+                    chosen_m[ch[hit]] = m32[hit]
+                    chosen_c[ch[hit]] = cand[first, np.flatnonzero(hit)]
+                    passed[s0:s0 + step] = hit
+                todo = todo[~passed]
+        if todo.size == 0:
+            self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
+            return
         if todo.size <= nc // 4:
             # NOTE: a few channels without a float32 fit: the float32 pass over
             # everything, then those channels' columns again on the exact paths
