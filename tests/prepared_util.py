@@ -68,3 +68,15 @@ def assert_same_outputs(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> Non
     for x, y in zip(a, b):
         assert x.dtype == y.dtype and x.shape == y.shape
         assert np.ascontiguousarray(x).tobytes() == np.ascontiguousarray(y).tobytes()
+
+
+def assert_cache_round_trip(op: hal.OperationType, inputs: Sequence[Tensor], outputs: Sequence[OutputSpec],
+                            constant: Sequence[bool], want: Sequence[np.ndarray]) -> None:
+    """A one-operation model of ``op`` (inputs marked in ``constant`` as its constants) gives ``want`` bit for
+    bit both freshly prepared and restored from its compilation cache, whose state was recorded as "prepare"
+    (rebuilt at load from the model's own constants)."""
+    model, values = one_op_model(op, inputs, outputs, constant)
+    fresh, loaded, kinds = through_the_cache(model)
+    assert kinds == ["prepare"]
+    assert_same_outputs(fresh.run(values), want)
+    assert_same_outputs(loaded.run(values), want)

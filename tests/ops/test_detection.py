@@ -736,7 +736,7 @@ def test_prepared_parameters_equal_run_time_parameters(name):
     give most of them as model inputs), bit for bit, execution after
     execution, and the same through the compilation cache (prepared again on
     load: the cache stores nothing of them)."""
-    from tests.prepared_util import assert_same_outputs, one_op_model, through_the_cache
+    from tests.prepared_util import assert_cache_round_trip, assert_same_outputs
 
     op, ins, outs, data = _split_cases()[name]
     const, dynamic = _prepared_pair(op, ins, outs, data)
@@ -744,11 +744,7 @@ def test_prepared_parameters_equal_run_time_parameters(name):
     want = dynamic.run(ins)
     for _ in range(2):
         assert_same_outputs(const.run(ins), want)
-    model, values = one_op_model(op, ins, outs, [k not in data for k in range(len(ins))])
-    fresh, loaded, kinds = through_the_cache(model)
-    assert kinds == ["prepare"]
-    assert_same_outputs(fresh.run(values), want)
-    assert_same_outputs(loaded.run(values), want)
+    assert_cache_round_trip(op, ins, outs, [k not in data for k in range(len(ins))], want)
 
 
 def test_generate_proposals_anchor_grid_per_feature_map_size():

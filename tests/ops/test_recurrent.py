@@ -756,7 +756,7 @@ def test_bidirectional_prepared_weights_equal_run_time_weights(variant, aux):
     inputs), bit for bit, execution after execution, and the same through
     the compilation cache (prepared again on load: nothing of the float32
     copies is stored)."""
-    from tests.prepared_util import assert_same_outputs, one_op_model, through_the_cache
+    from tests.prepared_util import assert_cache_round_trip, assert_same_outputs
 
     from nnhal.ops.run import prepare_operation, tensor_info
 
@@ -771,12 +771,8 @@ def test_bidirectional_prepared_weights_equal_run_time_weights(variant, aux):
     want = dynamic.run(ins)
     for _ in range(2):
         assert_same_outputs(const.run(ins), want)
-    model, values = one_op_model(OP.BIDIRECTIONAL_SEQUENCE_LSTM, ins, outs,
-                                 [k not in _BIDI_DATA for k in range(len(ins))])
-    fresh, loaded, kinds = through_the_cache(model)
-    assert kinds == ["prepare"]
-    assert_same_outputs(fresh.run(values), want)
-    assert_same_outputs(loaded.run(values), want)
+    assert_cache_round_trip(OP.BIDIRECTIONAL_SEQUENCE_LSTM, ins, outs, [k not in _BIDI_DATA for k in range(len(ins))],
+                            want)
 
 
 def test_bidirectional_prepared_weights_unused_for_another_variant():

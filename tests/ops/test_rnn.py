@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.prepared_util import assert_same_outputs, one_op_model, through_the_cache
+from tests.prepared_util import assert_cache_round_trip, assert_same_outputs
 
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import (
@@ -339,11 +339,7 @@ def test_prepared_weights_equal_run_time_weights(op):
     want = dynamic.run(ins)
     for _ in range(2):
         assert_same_outputs(const.run(ins), want)
-    model, values = one_op_model(op, ins, outs, [k not in data for k in range(len(ins))])
-    fresh, loaded, kinds = through_the_cache(model)
-    assert kinds == ["prepare"]
-    assert_same_outputs(fresh.run(values), want)
-    assert_same_outputs(loaded.run(values), want)
+    assert_cache_round_trip(op, ins, outs, [k not in data for k in range(len(ins))], want)
 
 
 @pytest.mark.parametrize("op,pos,bad", [
