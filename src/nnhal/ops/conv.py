@@ -601,6 +601,16 @@ class _Plan:
         self.in_shape, self.out_shape, self.out_dtype, self.rq = in_shape, out_shape, np.dtype(out_dtype), rq
         self._tls = threading.local()
 
+    def _buffers(self) -> tuple:
+        """This thread's temporaries and the views into them (made once per thread)."""
+        raise NotImplementedError
+
+    def thread_buffers(self) -> tuple:
+        b = getattr(self._tls, "b", None)
+        if b is None:
+            b = self._tls.b = self._buffers()
+        return b
+
     def run(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
@@ -649,15 +659,10 @@ class _ConvPlan(_Plan):
             cols = cols6.reshape(n * oh * ow, kh * kw * c)
             src = (cols6, src)
         acc = ck.arena("acc", (n * oh * ow, self.out_shape[3]), np.float32)
-        b = (xin, src, cols, acc, acc.reshape(self.rq.shape), self.rq.buffers())
-        self._tls.b = b
-        return b
+        return xin, src, cols, acc, acc.reshape(self.rq.shape), self.rq.buffers()
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        b = getattr(self._tls, "b", None)
-        if b is None:
-            b = self._buffers()
-        xin, src, cols, acc, acc2, rqb = b
+        xin, src, cols, acc, acc2, rqb = self.thread_buffers()
         if self.raw:
             np.copyto(xin, x, casting="unsafe")
         else:
@@ -716,15 +721,10 @@ class _DepthwisePlan(_Plan):
         v = as_strided(ph, shape=(kh, self.ka, s, oh, ow * c),
                        strides=(st[1] * dh, col_step, st[0], st[1] * sh, st[3]), writeable=False)
         acc = ck.arena("acc", (oh, ow * c), np.float32)
-        b = (fills, v, acc, self.rq.buffers())
-        self._tls.b = b
-        return b
+        return fills, v, acc, self.rq.buffers()
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        b = getattr(self._tls, "b", None)
-        if b is None:
-            b = self._buffers()
-        fills, v, acc, rqb = b
+        fills, v, acc, rqb = self.thread_buffers()
         if self.raw:
             for dst, sl in fills:
                 np.copyto(dst, x[sl], casting="unsafe")
@@ -750,12 +750,12 @@ class _FcPlan(_Plan):
         self.st, self.wm, self.zp = st, st.filter[1], np.float32(zp)
         self.in_size = math.prod(in_shape) // out_shape[0]
 
+    def _buffers(self) -> tuple:
+        return (ck.arena("x", (self.out_shape[0], self.in_size), np.float32),
+                ck.arena("acc", self.out_shape, np.float32), self.rq.buffers())
+
     def run(self, x: np.ndarray) -> np.ndarray:
-        b = getattr(self._tls, "b", None)
-        if b is None:
-            b = self._tls.b = (ck.arena("x", (self.out_shape[0], self.in_size), np.float32),
-                               ck.arena("acc", self.out_shape, np.float32), self.rq.buffers())
-        xf, acc, rqb = b
+        xf, acc, rqb = self.thread_buffers()
         np.subtract(x.reshape(xf.shape), self.zp, out=xf)
         wm = self.wm
         np.matmul(xf, wm if wm is not None else _matrix(self.st), out=acc)
