@@ -36,6 +36,20 @@ def add_pm(device: Device) -> Any:
 
 
 @pytest.fixture
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The memories memory.open_pool is asked to open, in order, while the test runs."""
+    calls: list[Any] = []
+    real = memory.open_pool
+
+    def counting(m: Any, *a: Any, **k: Any) -> Any:
+        calls.append(m)
+        return real(m, *a, **k)
+
+    monkeypatch.setattr(memory, "open_pool", counting)
+    return calls
+
+
+@pytest.fixture
 def pools(device: Device) -> Iterator[ipcbench.Pools]:
     device.pool_cache.clear()
     with ipc_pools() as p:
@@ -50,15 +64,7 @@ def _out(p: ipcbench.Pools) -> np.ndarray:
 
 
 def test_a_memory_is_mapped_once_and_reused(device: Device, add_pm: Any, pools: ipcbench.Pools,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    opened: list[Any] = []
-    real = memory.open_pool
-
-    def counting(m: Any, *a: Any, **k: Any) -> Any:
-        opened.append(m)
-        return real(m, *a, **k)
-
-    monkeypatch.setattr(memory, "open_pool", counting)
+                                            opened: list[Any]) -> None:
     for _ in range(5):
         assert _run(add_pm, pools.request) == S.NONE
         pools.check()
@@ -203,22 +209,13 @@ def test_not_a_plain_memory_is_left_to_the_caller() -> None:
         memory.free(m)
 
 
-def test_an_unsealed_memory_is_opened_once_per_execution(device: Device, add_pm: Any,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unsealed_memory_is_opened_once_per_execution(device: Device, add_pm: Any, opened: list[Any]) -> None:
     """Not kept, and not validated twice per execution either (the cache's check, then the
     caller's open): one open_pool per execution, whose pread / pwrite pool the execution uses."""
     device.pool_cache.clear()
     fd = os.memfd_create("unsealed-client")
     os.ftruncate(fd, 48)
     os.pwrite(fd, np.arange(8, dtype=np.float32).tobytes(), 0)
-    opened: list[Any] = []
-    real = memory.open_pool
-
-    def counting(m: Any, *a: Any, **k: Any) -> Any:
-        opened.append(m)
-        return real(m, *a, **k)
-
-    monkeypatch.setattr(memory, "open_pool", counting)
     try:
         m = hal.Memory(name="ashmem", handle=hal.Handle(fds=[fd], ints=[]), size=48)
         req = hal.Request(inputs=[hal.RequestArgument(location=hal.DataLocation(0, 0, 16)),
