@@ -30,6 +30,7 @@ from nnhal.ops.base import (
     ExecContext,
     OpDef,
     OpInfo,
+    OutputSpec,
     Signature,
     Tensor,
     fused_activation,
@@ -267,21 +268,12 @@ def _mul_table(a: object, b: object, out: object, act: int) -> np.ndarray:
         codes = np.arange(256, dtype=np.int64) if a.type == T.TENSOR_QUANT8_ASYMM else np.arange(-128, 128)
         ta = Tensor(a.type, codes.astype(dt)[:, None], a.scale, a.zero_point)
         tb = Tensor(b.type, codes.astype(dt)[None, :], b.scale, b.zero_point)
-        table = _mul_quant(params, ta, tb, _OutDtype(NUMPY_DTYPE[out.type], out.zero_point))
+        table = _mul_quant(params, ta, tb, OutputSpec(out.type, (), out.scale, out.zero_point))
         if a.type != T.TENSOR_QUANT8_ASYMM:
             table = np.roll(table, 128, axis=(0, 1))  # NOTE: indexed by the int8 values' bit patterns
         return np.ascontiguousarray(table).reshape(-1)
 
     return _PAIR_TABLES.get_or_compute(key, build)
-
-
-class _OutDtype:
-    """What :func:`_mul_quant` reads of its output: dtype and zero point."""
-
-    __slots__ = ("dtype", "zero_point")
-
-    def __init__(self, dtype: np.dtype, zero_point: int) -> None:
-        self.dtype, self.zero_point = dtype, zero_point
 
 
 def _quant_params(op: OperationType, a: object, b: object, out: object, act: int) -> object:
