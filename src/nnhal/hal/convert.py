@@ -57,7 +57,8 @@ __all__ = [
 FLT_MAX = 3.4028234663852886e38
 
 # HAL versions as small ints (HalVersion's values)
-_V1_0, _V1_1, _V1_2, _V1_3 = (int(v) for v in v1_3.HalVersion)
+_V1_0, _V1_1, _V1_2, _V1_3 = (int(v) for v in (v1_3.HalVersion.V1_0, v1_3.HalVersion.V1_1, v1_3.HalVersion.V1_2,
+                                                 v1_3.HalVersion.V1_3))
 
 # Called as validator(operation_1_3, operands_1_3, version) -> bool, with
 # version 0..3 for HAL 1.0..1.3: does the operation, as used in the model,

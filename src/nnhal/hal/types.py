@@ -17,13 +17,37 @@ UINT64_MAX = 2**64 - 1
 
 
 class HalVersion(enum.IntEnum):
-    """The HAL versions 1.0-1.3 as ordered small ints (which version introduced
-    an operation, a data type or a rule; what a 1.x entry point accepts)."""
+    """The interface versions as ordered small ints: which version introduced
+    an operation, a data type or a rule; what an entry point accepts.  HIDL
+    1.0-1.3 are NNAPI feature levels 1-4 (Android API 27-30); the stable AIDL
+    ``android.hardware.neuralnetworks`` versions 1-4 are feature levels 5-8
+    (Android 12-15, API 31-35): AIDL v1 keeps 1.3's operations, v2 adds
+    BATCH_MATMUL, PACK and RESHAPE of TENSOR_INT32, v3 MIRROR_PAD, REVERSE and
+    quantized RSQRT, v4 reusable executions and hints (Android's canonical
+    ``nn::Version::Level``)."""
 
     V1_0 = 0
     V1_1 = 1
     V1_2 = 2
     V1_3 = 3
+    AIDL_V1 = 4
+    AIDL_V2 = 5
+    AIDL_V3 = 6
+    AIDL_V4 = 7
+
+    @property
+    def feature_level(self) -> int:
+        """The NNAPI feature level (1-8)."""
+        return int(self) + 1
+
+    @property
+    def android_api(self) -> int:
+        """The first Android API level of this feature level (27-30, 31, 33, 34, 35)."""
+        return _ANDROID_API[self.feature_level]
+
+
+# NOTE: Android 12L (API 32) added no feature level: API 31 and 32 are both feature level 5
+_ANDROID_API = {1: 27, 2: 28, 3: 29, 4: 30, 5: 31, 6: 33, 7: 34, 8: 35}
 
 
 class OperandType(enum.IntEnum):
