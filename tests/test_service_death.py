@@ -66,8 +66,10 @@ def _wait_all(cbs: list, t_kill: float) -> float:
 def test_sigkill_mid_work_answers_everyone(service_factory: Any) -> None:
     sp = service_factory()
     dev = sp.connect()
-    pm = prepared_model(slow_model(), dev)
-    pools = [slow_pools() for _ in range(24)]
+    # NOTE: enough queued work (64 executions of 300 ADDs) that the kill, sent once the first answer is in,
+    # lands while most of it is pending even when this process is starved for a while (tests run 2 at once)
+    pm = prepared_model(slow_model(300), dev)
+    pools = [slow_pools() for _ in range(64)]
     prep_cbs, exec_cbs, sync_results = [], [], []
     try:
         for _ in range(8):
