@@ -250,14 +250,15 @@ class PreparedModel(hal.IPreparedModel):
         validated once.  Raises ValidationError."""
         return self._validated_request(request, False, allow_unspecified_output)
 
-    def _sync(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, **kw: Any) -> tuple:
+    def _sync(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, owned: bool = False,
+              pool_cache: Any = None) -> tuple:
         """:meth:`execute_sync` for the HIDL methods (their deadline and loop timeout as 1.3 safe_unions)."""
         try:
-            dl, lt = deadline_ns(deadline), validate_timeout(loop_timeout)
-        except ValidationError as e:
-            log.error("execution rejected: %s", e)
-            return Refusal(e.status).as_tuple()
-        return self.execute_sync(request, measure, dl, lt, **kw).as_tuple()
+            err, job = self._launch(request, measure, deadline_ns(deadline), validate_timeout(loop_timeout),
+                                    owned=owned, pool_cache=pool_cache)
+        except ValidationError as e:  # NOTE: the deadline or the loop timeout (_launch returns its refusals)
+            err = _refused(e)
+        return (err if err is not None else self.run_job(job)).as_tuple()
 
     def _async(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, callback: Any,
                notify_name: str, owned: bool = False) -> S:
@@ -269,8 +270,7 @@ class PreparedModel(hal.IPreparedModel):
             err, job = self._launch(request, measure, deadline_ns(deadline), validate_timeout(loop_timeout),
                                     owned=owned)
         except ValidationError as e:  # NOTE: the deadline or the loop timeout (_launch returns its refusals)
-            log.error("execution rejected: %s", e)
-            err = Refusal(e.status)
+            err = _refused(e)
         if err is not None:
             _notify_exec(notify, notify_name, err)
             # NOTE: a request refused at launch returns its status too ("invoke the callback with the
@@ -343,7 +343,12 @@ class PreparedModel(hal.IPreparedModel):
         return self._async(request, measure, deadline, loopTimeoutDuration, callback, "notify_1_3")
 
     def executeSynchronously_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any) -> tuple:
-        return self._sync(request, measure, deadline, loopTimeoutDuration)
+        # NOTE: _sync inline: the per-execution path of every in-process HIDL client, no call more than it needs
+        try:
+            err, job = self._launch(request, measure, deadline_ns(deadline), validate_timeout(loopTimeoutDuration))
+        except ValidationError as e:
+            err = _refused(e)
+        return (err if err is not None else self.run_job(job)).as_tuple()
 
     # NOTE: the service's entry points (nnhal.service.server): the request was decoded from
     # the wire for this call and no one else holds it, so it is the driver's own already
@@ -494,6 +499,11 @@ class PreparedModel(hal.IPreparedModel):
                 fence.close(sync)
                 return S.RESOURCE_EXHAUSTED_TRANSIENT, None, None
         return S.NONE, sync, info
+
+
+def _refused(e: ValidationError) -> Refusal:
+    log.error("execution rejected: %s", e)
+    return Refusal(e.status)
 
 
 def _check_output_room(model: hal.Model, request: hal.Request) -> None:
