@@ -244,11 +244,12 @@ class PreparedModel(hal.IPreparedModel):
         err, job = self._launch(request, measure, dl, lt, owned=owned, pool_cache=pool_cache, validated=validated)
         return err if err is not None else self.run_job(job)
 
-    def validated_request(self, request: Any, allow_unspecified_output: bool = True) -> tuple:
-        """(the driver's own validated 1.3 copy of ``request``, its plan) for
-        executions to come (``validated=``): a reusable execution's request,
-        validated once.  Raises ValidationError."""
-        return self._validated_request(request, False, allow_unspecified_output)
+    def validated_request(self, request: Any, owned: bool = False) -> tuple:
+        """(the driver's own validated 1.3 copy of ``request`` (``request``
+        itself when ``owned``), its plan) for executions to come
+        (``validated=``): a reusable execution's request, validated once.
+        Raises ValidationError."""
+        return self._validated_request(request, owned, True)
 
     def _sync(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, owned: bool = False,
               pool_cache: Any = None) -> tuple:
