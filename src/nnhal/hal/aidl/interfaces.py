@@ -52,9 +52,9 @@ from nnhal.hal.types import HalVersion
 log = logging.getLogger("nnhal.hal")
 
 __all__ = [
-    "DeviceBuffer", "FencedExecutionResult", "IBuffer", "IBurst", "IDevice", "IExecution",
-    "IFencedExecutionCallback", "IPreparedModel", "IPreparedModelCallback", "IPreparedModelParcel",
-    "PreparedModelCallback", "ServiceSpecificError", "TransactionError", "VERSION", "since",
+    "DeviceBuffer", "FencedExecutionResult", "HASHES", "IBuffer", "IBurst", "IDevice", "IExecution",
+    "IFencedExecutionCallback", "INTERFACES", "IPreparedModel", "IPreparedModelCallback", "IPreparedModelParcel",
+    "METHODS", "PreparedModelCallback", "SINCE", "ServiceSpecificError", "TransactionError", "VERSION", "since",
 ]
 
 V1, V4 = HalVersion.AIDL_V1, HalVersion.AIDL_V4
