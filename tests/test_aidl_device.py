@@ -101,10 +101,24 @@ def test_what_aidl_cannot_mean_is_an_invalid_argument() -> None:
                                                                 extension=b"")
     oem_op = add_aidl()
     oem_op.main.operations[0].type = int(hal.OperationType.OEM_OPERATION)
-    for model in (oem, padded, two, oem_op):
+    sign = add_aidl()
+    sign.main.operands[0].type = (0x8001 << 16) | 1  # an extension prefix of 16 bits: AIDL's has 15
+    for model in (oem, padded, two, oem_op, sign):
         assert raised(lambda m=model: dev.getSupportedOperations(m)) == S.INVALID_ARGUMENT
         assert refused_prepare(lambda cb, m=model: dev.prepareModel(m, FAST, MEDIUM, -1, [], [], bytes(32), cb)) \
             == (S.INVALID_ARGUMENT, S.INVALID_ARGUMENT)
+
+
+def test_an_extension_through_the_aidl_face() -> None:
+    """example-fibonacci's extension types and operation (Android's com.example.fibonacci)."""
+    from tests.test_extensions_hal import fib_model
+
+    model = aidl.convert.from_canonical(fib_model())
+    dev = aidl.get_device("example-fibonacci")
+    assert [e.name for e in dev.getSupportedExtensions()] == ["com.example.fibonacci"]
+    assert dev.getSupportedOperations(model) == [True]
+    assert prepare(dev, model).getInterfaceVersion() == 4
+    assert aidl.get_device().getSupportedOperations(model) == [False]  # sample-all does not declare it
 
 
 @pytest.mark.parametrize("name", DEVICES)

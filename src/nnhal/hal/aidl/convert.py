@@ -7,7 +7,8 @@ canonical ones the front end, validation and the executor speak
   Timing, BufferRole, OutputShape list, ... (or a list of them) from AIDL.
   What AIDL cannot mean raises :class:`InvalidArgument` (the boundary's
   INVALID_ARGUMENT): a union with no member or several set, an OEM operand
-  or operation type (AIDL has none), a negative memory token, offset or
+  or operation type (AIDL has none) or one that is no non-negative int32
+  (an extension prefix has 15 bits in AIDL, 16 in HIDL), a negative memory token, offset or
   padding, a model operand with padding, a request argument whose padding
   runs past its pool, ``Timing`` below -1, an object of the wrong type
   where a parcelable is expected.  Values that are merely invalid (an
@@ -49,6 +50,7 @@ _I64_MAX = 2**63 - 1
 _BLOB = 0x21  # AHARDWAREBUFFER_FORMAT_BLOB / PixelFormat.BLOB
 _OEM_OPERAND_TYPES = frozenset({int(hal.OperandType.OEM), int(hal.OperandType.TENSOR_OEM_BYTE)})
 _OEM_OPERATION = int(hal.OperationType.OEM_OPERATION)
+_I32_LIMIT = 2**31  # NOTE: AIDL types are int32: an extension type's prefix has 15 bits, the sign bit is 0
 
 
 class InvalidArgument(ValueError):
@@ -163,10 +165,15 @@ def number_of_consumers(operands: list, operations: list) -> list[int]:
     return counts
 
 
+def _aidl_type(t: Any, oem: Any, what: str) -> None:
+    """An AIDL operand or operation type: no OEM value, an int32 with the sign bit 0 (IDevice.aidl)."""
+    if _is_int(t) and (int(t) in oem or not 0 <= t < _I32_LIMIT):
+        raise InvalidArgument(f"{what} {int(t)} does not exist in AIDL (no OEM types; a non-negative int32)")
+
+
 def _operand_to_canonical(o: Any, consumers: int, where: str) -> hal.Operand:
     _check(o, aidl.Operand, where)
-    if _is_int(o.type) and int(o.type) in _OEM_OPERAND_TYPES:
-        raise InvalidArgument(f"{where}: operand type {int(o.type)} (OEM) does not exist in AIDL")
+    _aidl_type(o.type, _OEM_OPERAND_TYPES, f"{where}: operand type")
     loc = _check(o.location, aidl.DataLocation, f"{where}.location")
     if loc.padding != 0:
         raise InvalidArgument(f"{where}: a model operand's location has padding {loc.padding!r} (must be 0)")
@@ -183,8 +190,7 @@ def _operand_to_canonical(o: Any, consumers: int, where: str) -> hal.Operand:
 
 def _operation_to_canonical(op: Any, where: str) -> hal.Operation:
     _check(op, hal.Operation, where)
-    if _is_int(op.type) and int(op.type) == _OEM_OPERATION:
-        raise InvalidArgument(f"{where}: OEM_OPERATION does not exist in AIDL")
+    _aidl_type(op.type, (_OEM_OPERATION,), f"{where}: operation type")
     return hal.Operation(type=_member(hal.OperationType, op.type), inputs=_own(op.inputs), outputs=_own(op.outputs))
 
 
@@ -211,8 +217,7 @@ def _model_to_canonical(m: Any) -> hal.Model:
 
 
 def _operand_from_canonical(o: hal.Operand) -> aidl.Operand:
-    if int(o.type) in _OEM_OPERAND_TYPES:
-        raise InvalidArgument(f"operand type {int(o.type)} (OEM) does not exist in AIDL")
+    _aidl_type(o.type, _OEM_OPERAND_TYPES, "operand type")
     extra = o.extraParams if hal.safe_union_discriminator(o.extraParams) is not None else None
     return aidl.Operand(type=_member(aidl.OperandType, o.type), dimensions=list(o.dimensions), scale=o.scale,
                         zeroPoint=o.zeroPoint, lifetime=_member(aidl.OperandLifeTime, o.lifetime),
@@ -222,8 +227,7 @@ def _operand_from_canonical(o: hal.Operand) -> aidl.Operand:
 
 
 def _operation_from_canonical(op: hal.Operation) -> hal.Operation:
-    if int(op.type) == _OEM_OPERATION:
-        raise InvalidArgument("OEM_OPERATION does not exist in AIDL")
+    _aidl_type(op.type, (_OEM_OPERATION,), "operation type")
     return hal.Operation(type=_member(aidl.OperationType, op.type), inputs=list(op.inputs), outputs=list(op.outputs))
 
 
