@@ -393,3 +393,87 @@ def test_no_descriptor_leaks(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> 
             del burst, execution, db, fenced, pm
         nnhal.get_device("sample-all").pool_cache.clear()
     assert settles_at(before), (fd_count(), before)
+
+
+# --------------------------------------------------------------------------
+# every method of every interface, per version
+
+
+class _Spy:
+    """A face object whose AIDL method calls are recorded (``called``: "IDevice.allocate", ...)."""
+
+    def __init__(self, iface: str, target: Any, called: set):
+        self.target, self._iface, self._called = target, iface, called
+
+    def __getattr__(self, name: str) -> Any:
+        self._called.add(f"{self._iface}.{name}")
+        return getattr(self.target, name)
+
+
+@pytest.mark.parametrize("name", DEVICES)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_method_of_the_version(name: str, version: int, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A happy path through each method the version has, on both devices; the
+    spy checks that nothing of the version's interfaces was left out."""
+    called: set[str] = set()
+
+    def spy(iface: str, target: Any) -> Any:
+        return _Spy(iface, target, called)
+
+    dev = spy("IDevice", aidl.get_device(name, version))
+    for query in ("getCapabilities", "getNumberOfCacheFilesNeeded", "getSupportedExtensions", "getType",
+                  "getVersionString"):
+        getattr(dev, query)()
+    assert dev.getSupportedOperations(add_aidl()) == [True]
+    if name == "sample-all":
+        monkeypatch.setenv("NNHAL_CACHE_KEY_DIR", str(tmp_path / "key"))
+        files = _cache_fds(tmp_path, "v")
+        try:
+            cb = CountingCallback()
+            dev.prepareModel(add_aidl(), FAST, MEDIUM, -1, *files, bytes(32), cb)
+            assert cb.wait(WAIT_S)[0] == S.NONE
+            cb = CountingCallback()
+            dev.prepareModelFromCache(-1, *files, bytes(32), cb)
+            status, pm = cb.wait(WAIT_S)
+            assert status == S.NONE and pm.getInterfaceVersion() == version
+        finally:
+            for fd in files[0] + files[1]:
+                os.close(fd)
+    else:  # the example backend has no compilation cache
+        assert refused_prepare(lambda cb: dev.prepareModelFromCache(-1, [], [], bytes(32), cb)) == \
+            (S.GENERAL_FAILURE, S.GENERAL_FAILURE)
+    pm = spy("IPreparedModel", prepare(dev, add_aidl()))
+    with add_pools() as pools:
+        req = pools.aidl_request()
+        assert pm.executeSynchronously(req, True, -1, -1).outputSufficientSize
+        fenced = pm.executeFenced(req, [], True, -1, -1, -1)
+        os.close(fenced.syncFence)
+        assert spy("IFencedExecutionCallback", fenced.callback).getExecutionInfo() in (S.NONE, S.GENERAL_FAILURE)
+        burst = spy("IBurst", pm.configureExecutionBurst())
+        assert burst.executeSynchronously(req, [0, 1], False, -1, -1).outputSufficientSize
+        burst.releaseMemoryResource(0)
+        db = dev.allocate(aidl.BufferDesc(), [aidl.IPreparedModelParcel(pm.target)], [_role()], [_role()])
+        buffer = spy("IBuffer", db.buffer)
+        src = hal_memory.allocate_filled(np.ones(4, np.float32).tobytes())
+        try:
+            buffer.copyFrom(memory(src), [2, 2])
+            buffer.copyTo(memory(src))
+        finally:
+            hal_memory.free(src)
+        if version >= 4:
+            config = aidl.ExecutionConfig(measureTiming=True)
+            assert pm.executeSynchronouslyWithConfig(req, config, -1).outputSufficientSize
+            os.close(pm.executeFencedWithConfig(req, [], config, -1, -1).syncFence)
+            assert burst.executeSynchronouslyWithConfig(req, [-1, -1], config, -1).outputSufficientSize
+            execution = spy("IExecution", pm.createReusableExecution(req, config))
+            assert execution.executeSynchronously(-1).outputSufficientSize
+            os.close(execution.executeFenced([], -1, -1).syncFence)
+            cb = CountingCallback()
+            dev.prepareModelWithConfig(add_aidl(), aidl.PrepareModelConfig(FAST, MEDIUM), cb)
+            assert cb.wait(WAIT_S)[0] == S.NONE
+    hal_version = hal.HalVersion.AIDL_V1 + version - 1
+    expected = {f"{i}.{m}" for i, ms in aidl.METHODS.items() for m, v in ms.items()
+                if v <= hal_version and i not in ("IPreparedModelCallback",)}
+    assert expected - called == set()
+    assert {"IPreparedModelCallback.notify"} == {f"IPreparedModelCallback.{m}" for m in aidl.METHODS[
+        "IPreparedModelCallback"]}  # the client's: called by the driver (CountingCallback counts it)
