@@ -477,3 +477,17 @@ def test_every_method_of_the_version(name: str, version: int, tmp_path: Any, mon
     assert expected - called == set()
     assert {"IPreparedModelCallback.notify"} == {f"IPreparedModelCallback.{m}" for m in aidl.METHODS[
         "IPreparedModelCallback"]}  # the client's: called by the driver (CountingCallback counts it)
+
+
+def test_the_readme_example_runs() -> None:
+    import re
+
+    from tests.aidl_util import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text[text.index("\n## The AIDL HAL"):], re.S).group(1)
+    with add_pools() as pools:
+        scope = {"model": add_aidl(), "request": pools.aidl_request()}
+        exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+        assert scope["status"] == S.NONE and scope["result"].outputSufficientSize
+        np.testing.assert_array_equal(pools.output(0, np.float32, (2, 2)), [[10, 11], [12, 13]])

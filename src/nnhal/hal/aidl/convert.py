@@ -76,11 +76,17 @@ def optional_ns(value: Any, what: str) -> Optional[int]:
     return None if value == -1 else int(value)
 
 
+# NOTE: each union's members, read once (dataclasses.fields per conversion would cost more than the rest)
+_MEMBERS = {cls: tuple(f.name for f in dataclasses.fields(cls))
+            for cls in (aidl.Memory, aidl.RequestMemoryPool, hal.OperandExtraParams)}
+
+
 def _one_member(union: Any, cls: type, what: str) -> str:
     """The name of the one member set in an AIDL union (exactly one)."""
     if type(union) is not cls:
         raise InvalidArgument(f"{what} is a {type(union).__name__}, not a {cls.__name__}")
-    set_ = [f.name for f in dataclasses.fields(cls) if getattr(union, f.name) is not None]
+    d = union.__dict__
+    set_ = [n for n in _MEMBERS[cls] if d[n] is not None]
     if len(set_) != 1:
         raise InvalidArgument(f"{what}: a union needs exactly one member set, got {set_ or 'none'}")
     return set_[0]
