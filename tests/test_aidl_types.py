@@ -174,3 +174,15 @@ def test_struct_and_enum() -> None:
 
     e = derive.enum("E", Base2, module=__name__, keep=derive.below(1), rename={"A": "Z"}, extra={"C": 7, "Z": 9})
     assert {n: int(m) for n, m in e.__members__.items()} == {"Z": 0, "ALIAS": 0, "OEM": 10000, "C": 7}
+
+
+def test_every_method_is_typed_for_a_transport() -> None:
+    """Each interface method's parameters and return value resolve to AIDL types
+    (what a service's wire encodes and decodes by)."""
+    for iface in aidl.INTERFACES:
+        for method in aidl.METHODS[iface.__name__]:
+            fn = getattr(iface, method)
+            hints = typing.get_type_hints(fn)
+            params = [p for p in inspect.signature(fn).parameters if p != "self"]
+            assert set(hints) == {*params, "return"}, (iface.__name__, method)
+            assert all(h is not typing.Any and h is not list for h in hints.values()), (iface.__name__, method, hints)

@@ -23,6 +23,10 @@ method, with Python's return and raise in place of the ``ScopedAStatus``:
   ``getInterfaceVersion()`` says which version it serves);
 - ``ParcelFileDescriptor`` is an int the callee duplicates if it keeps it;
   one it returns (a sync fence) belongs to the caller.
+
+Every method's annotations are the AIDL types (``typing.get_type_hints``
+resolves them: what a transport encodes and decodes by), and
+:data:`METHODS` lists the methods of each interface with their version.
 """
 
 from __future__ import annotations
@@ -36,12 +40,17 @@ from nnhal.hal import interfaces as _hidl
 from nnhal.hal.aidl import types as _types
 from nnhal.hal.aidl.types import (
     BufferDesc,
+    BufferRole,
+    Capabilities,
+    DeviceType,
     ErrorStatus,
     ExecutionConfig,
     ExecutionPreference,
     ExecutionResult,
+    Extension,
     Memory,
     Model,
+    NumberOfCacheFiles,
     PrepareModelConfig,
     Priority,
     Request,
@@ -209,23 +218,23 @@ class IDevice(Interface):
     OPERAND_TYPE_BASE_MAX = 0xFFFF
     OPERATION_TYPE_BASE_MAX = 0xFFFF
 
-    def allocate(self, desc: BufferDesc, preparedModels: list[IPreparedModelParcel], inputRoles: list,
-                 outputRoles: list) -> DeviceBuffer:
+    def allocate(self, desc: BufferDesc, preparedModels: list[IPreparedModelParcel], inputRoles: list[BufferRole],
+                 outputRoles: list[BufferRole]) -> DeviceBuffer:
         raise NotImplementedError
 
-    def getCapabilities(self) -> _types.Capabilities:
+    def getCapabilities(self) -> Capabilities:
         raise NotImplementedError
 
-    def getNumberOfCacheFilesNeeded(self) -> _types.NumberOfCacheFiles:
+    def getNumberOfCacheFilesNeeded(self) -> NumberOfCacheFiles:
         raise NotImplementedError
 
-    def getSupportedExtensions(self) -> list:
+    def getSupportedExtensions(self) -> list[Extension]:
         raise NotImplementedError
 
     def getSupportedOperations(self, model: Model) -> list[bool]:
         raise NotImplementedError
 
-    def getType(self) -> _types.DeviceType:
+    def getType(self) -> DeviceType:
         raise NotImplementedError
 
     def getVersionString(self) -> str:
