@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # longest matching prefix gives a module's layer.  One layer, one package (the
 # public API module ``nnhal/__init__`` and the public aliases are the two exceptions, named as such).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("hal", ("nnhal.hal",)),  # HAL types and interfaces; imports nothing else of nnhal
+    ("hal", ("nnhal.hal",)),  # HAL types and interfaces, HIDL 1.0-1.3 and AIDL 1-4 (nnhal.hal.aidl); nothing else
     ("platform", ("nnhal.platform",)),  # shared memory, fences, FMQ, burst packets, polling
     ("ops", ("nnhal.ops",)),  # the operations, declared as data; registry; quantization helpers
     ("tflite", ("nnhal.tflite",)),  # the TFLite format: schema, table, reader, writer (beside ops: see PEERS_APART)
@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("driver", ("nnhal.driver",)),  # the HAL front end every driver shares; the backend interface
     ("drivers", ("nnhal.drivers",)),  # the backends and the device table (plugins)
     ("service", ("nnhal.service",)),  # the driver as a service: server, wire, client proxies
-    ("api", ("nnhal",)),  # nnhal/__init__: get_device, open_device, connect, list_devices
+    ("api", ("nnhal", "nnhal.aidl")),  # nnhal/__init__: get_device, open_device, connect, list_devices; nnhal.aidl
     ("runtime", ("nnhal.runtime",)),  # the client runtime (model, compilation, partitions, burst controller)
     ("delegate", ("nnhal.delegate",)),  # TFLite models as Android's NNAPI delegate runs them
     ("conformance", ("nnhal.conformance",)),  # vectors, runners, VTS sections, reports

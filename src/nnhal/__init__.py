@@ -1,6 +1,7 @@
 """nnhal: the Android Neural Networks HAL 1.3 in Python.
 
-``nnhal.hal`` holds the HAL types and interfaces; ``get_device(name)`` gives
+``nnhal.hal`` holds the HAL types and interfaces (``nnhal.aidl`` the stable
+AIDL form, versions 1-4, with its own ``get_device``); ``get_device(name)`` gives
 an in-process driver (the CPU reference driver is ``sample-all``; plugins and
 ``module:Class`` backends too); ``connect(name)`` a proxy ``IDevice`` of a
 driver running as a service (``nnhal serve --name NAME``); ``open_device(name)``
@@ -100,7 +101,7 @@ def list_devices() -> list[str]:
 
 # NOTE: the public submodules API.md names (nnhal.hal, nnhal.memory, nnhal.fence, nnhal.burst...) load on first
 # use, so ``import nnhal`` is enough and stays light (PEP 562 module __getattr__)
-_SUBMODULES = frozenset({"hal", "memory", "fence", "burst", "platform", "engine", "conformance", "service", "driver",
+_SUBMODULES = frozenset({"hal", "aidl", "memory", "fence", "burst", "platform", "engine", "conformance", "service", "driver",
                          "ops", "tflite", "runtime", "drivers", "delegate", "tools", "cli"})
 
 

@@ -1,5 +1,9 @@
-"""The driver side of a burst (HAL 1.2 ``IPreparedModel.configureExecutionBurst``
-and ``IBurstContext``), as Android 11's ExecutionBurstServer.
+"""The driver side of a burst: HAL 1.2's ``IPreparedModel.configureExecutionBurst``
+and ``IBurstContext`` (:class:`ExecutionBurstServer`, as Android 11's
+ExecutionBurstServer), and AIDL's ``IBurst`` (:class:`TokenBurst`, as the
+memory cache of Android's AIDL adapter ``utils/adapter/aidl/src/Burst.cpp``).
+Both keep the client's memories as the driver's own duplicates by key
+(:class:`KeptMemories`: a slot, a memory identifier token), bounded.
 
 A server thread per burst reads request packets from the request queue,
 resolves their pool slots through a per-burst memory cache (asking the
@@ -23,6 +27,16 @@ What the server guarantees, whatever the client does:
 
 Every descriptor and memory it keeps is its own duplicate: the caller keeps
 ownership of what it passed in or returned from ``getMemories``.
+
+:class:`TokenBurst` runs synchronous executions whose request pools each come
+with a memory identifier token (-1: none): the memory of a token seen before
+is the one kept for it (as Android's adapter: the token names the memory), so
+its mapping is found again in the device's pool cache
+(``driver/pool_cache.py``) without a new validation, until
+``release(token)``, eviction (at most :data:`MAX_CACHED_SLOTS` tokens) or the
+burst's end frees it.  "A burst object may be used for at most one execution
+at a time" (IBurst.aidl): a second execution while one runs is
+GENERAL_FAILURE, as Android's sample driver answers.
 """
 
 from __future__ import annotations
@@ -31,9 +45,11 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Callable
+import weakref
+from typing import Any, Callable, Optional
 
 from nnhal import hal
+from nnhal.driver.execution import Refusal, Result
 from nnhal.driver.guard import hal_methods
 from nnhal.platform import burst_packets as bp
 from nnhal.platform import memory as hal_memory
@@ -68,6 +84,70 @@ def _v1_0(status: Any) -> int:
     return s if 0 <= s <= S.INVALID_ARGUMENT else int(S.GENERAL_FAILURE)
 
 
+class KeptMemories:
+    """Client memories the driver keeps by key: its own duplicates (the
+    client may close its descriptors once the call returns), at most
+    ``capacity``, least recently used first out.  Each is freed when dropped,
+    evicted or cleared, after ``on_drop(memory)`` (what the user keeps open of
+    it).  Not thread-safe: its user holds a lock across a lookup and the
+    execution that uses the memory."""
+
+    def __init__(self, capacity: int, on_drop: Optional[Callable[[hal.Memory], None]] = None):
+        self.capacity = capacity
+        self._on_drop = on_drop
+        self._memories: collections.OrderedDict[Any, hal.Memory] = collections.OrderedDict()
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._memories
+
+    def __len__(self) -> int:
+        return len(self._memories)
+
+    def get(self, key: Any) -> Optional[hal.Memory]:
+        """The memory kept for ``key`` (now the most recently used), or None."""
+        m = self._memories.get(key)
+        if m is not None:
+            self._memories.move_to_end(key)
+        return m
+
+    def put(self, key: Any, memory: hal.Memory) -> hal.Memory:
+        """Keeps a duplicate of a usable ``memory`` for ``key`` and returns it;
+        raises ``InvalidMemory`` (or TypeError / OSError) for one that cannot
+        be used, which is not kept."""
+        hal_memory.validate(memory)
+        owned = hal_memory.dup(memory)
+        self.drop(key)
+        self._memories[key] = owned
+        return owned
+
+    def drop(self, key: Any) -> bool:
+        m = self._memories.pop(key, None)
+        if m is not None:
+            self._free(m)
+        return m is not None
+
+    def trim(self, keep: Any = ()) -> bool:
+        """Drops the least recently used beyond the capacity, never one of
+        ``keep``; whether any was dropped."""
+        dropped = False
+        while len(self._memories) > self.capacity:
+            oldest = next(iter(self._memories))
+            if oldest in keep:
+                break  # NOTE: the keys in use are the newest: only they remain
+            dropped = self.drop(oldest) or dropped
+        return dropped
+
+    def clear(self) -> None:
+        kept, self._memories = list(self._memories.values()), collections.OrderedDict()
+        for m in kept:
+            self._free(m)
+
+    def _free(self, memory: hal.Memory) -> None:
+        if self._on_drop is not None:
+            self._on_drop(memory)
+        hal_memory.free(memory)
+
+
 class _MemoryUnavailable(Exception):
     def __init__(self, status: S, reason: str):
         super().__init__(reason)
@@ -84,7 +164,7 @@ class ExecutionBurstServer(hal.IBurstContext):
         self._callback = callback
         self._requests, self._results = request_queue, result_queue
         self._execute = execute
-        self._cache: collections.OrderedDict[int, hal.Memory] = collections.OrderedDict()
+        self._cache = KeptMemories(MAX_CACHED_SLOTS, self._close_pools)
         # NOTE: the cached memories stay open (mapped when sealed against shrinking, else read and
         # written with pread/pwrite, as every execution path does): no validation or mmap per execution
         self._open: dict[tuple[int, bool], Any] = {}
@@ -103,9 +183,7 @@ class ExecutionBurstServer(hal.IBurstContext):
             return
         # NOTE: waits for a running execution, which may be using the memory
         with self._lock:
-            mem = self._cache.pop(slot, None)
-            if mem is not None:
-                self._drop(mem)
+            self._cache.drop(slot)
 
     # ------------------------------------------------------------------ not HAL
     def close(self) -> None:
@@ -155,19 +233,16 @@ class ExecutionBurstServer(hal.IBurstContext):
         self._requests.close()
         self._results.close()
         with self._lock:
-            cached, self._cache = list(self._cache.values()), collections.OrderedDict()
-            for mem in cached:
-                self._drop(mem)
+            self._cache.clear()
         self._callback = None
 
-    def _drop(self, mem: hal.Memory) -> None:
-        """Close a cached memory and what is open of it (lock held)."""
+    def _close_pools(self, mem: hal.Memory) -> None:
+        """What is open of a cached memory being dropped (lock held)."""
         self._last_request = None
         for writable in (False, True):
             pool = self._open.pop((id(mem), writable), None)
             if pool is not None:
                 pool.close()
-        hal_memory.free(mem)
 
     def _pool(self, memory: hal.Memory, writable: bool) -> Any:
         """The view of a cached memory's open pool (lock held; raises InvalidMemory)."""
@@ -192,7 +267,7 @@ class ExecutionBurstServer(hal.IBurstContext):
         with self._lock:
             last = self._last_request
             if last is not None and last[0] is packet:
-                # NOTE: the same packet, and no cached memory dropped since (_drop forgets this):
+                # NOTE: the same packet, and no cached memory dropped since (_close_pools forgets this):
                 # the same memories, the same request
                 request = last[1]
             else:
@@ -223,15 +298,8 @@ class ExecutionBurstServer(hal.IBurstContext):
         unknown = sorted({s for s in slots if s not in self._cache})
         if unknown:
             self._fetch(unknown)
-        for s in slots:
-            self._cache.move_to_end(s)
-        out = [self._cache[s] for s in slots]
-        in_use = set(slots)
-        while len(self._cache) > MAX_CACHED_SLOTS:
-            oldest = next(iter(self._cache))
-            if oldest in in_use:
-                break  # NOTE: the slots of this packet are the newest: only they remain
-            self._drop(self._cache.pop(oldest))
+        out = [self._cache.get(s) for s in slots]
+        self._cache.trim(set(slots))
         return out
 
     def _fetch(self, unknown: list[int]) -> None:
@@ -254,26 +322,15 @@ class ExecutionBurstServer(hal.IBurstContext):
         if len(memories) != len(unknown):
             raise _MemoryUnavailable(S.GENERAL_FAILURE, f"getMemories returned {len(memories)} memories for "
                                                         f"{len(unknown)} slots")
-        owned: list[hal.Memory] = []
-        try:
-            for m in memories:
-                if not isinstance(m, hal.Memory) or not isinstance(m.handle, hal.Handle):
-                    raise _MemoryUnavailable(S.GENERAL_FAILURE, f"getMemories returned a {type(m).__name__}, "
-                                                                "not a hal.Memory")
-                try:
-                    # NOTE: an unusable memory is not cached: the client may answer better next time
-                    hal_memory.validate(m)
-                    owned.append(hal_memory.dup(m))
-                except (hal_memory.InvalidMemory, TypeError, OSError) as e:
-                    # NOTE: the request validation reports the bad memory (INVALID_ARGUMENT)
-                    raise _MemoryUnavailable(S.INVALID_ARGUMENT, f"a memory from getMemories is unusable: {e}") \
-                        from None
-        except _MemoryUnavailable:
-            for m in owned:
-                hal_memory.free(m)
-            raise
-        for slot, m in zip(unknown, owned):
-            self._cache[slot] = m
+        if not all(isinstance(m, hal.Memory) and isinstance(m.handle, hal.Handle) for m in memories):
+            raise _MemoryUnavailable(S.GENERAL_FAILURE, "getMemories returned something else than hal.Memory objects")
+        for slot, m in zip(unknown, memories):
+            try:
+                # NOTE: an unusable memory is not cached: the client may answer better next time
+                self._cache.put(slot, m)
+            except (hal_memory.InvalidMemory, TypeError, OSError) as e:
+                # NOTE: the request validation reports the bad memory (INVALID_ARGUMENT)
+                raise _MemoryUnavailable(S.INVALID_ARGUMENT, f"a memory from getMemories is unusable: {e}") from None
 
     def _send(self, status: int, shapes: list, timing: hal.Timing) -> None:
         try:
@@ -295,6 +352,67 @@ class ExecutionBurstServer(hal.IBurstContext):
                 if self._closing.is_set():
                     return
                 log.error("burst: the client has not read its results for %.0f s", RESULT_WRITE_TIMEOUT_S)
+
+
+class TokenBurst:
+    """AIDL's ``IBurst`` behaviour over the canonical types (see the module
+    doc): ``execute`` runs a (canonical, the driver's own) request through
+    ``prepared.execute_sync``, each pool's memory identifier token naming a
+    memory kept between executions; ``release(token)`` frees one; dropped
+    (or :meth:`close`-d), the burst frees them all."""
+
+    def __init__(self, prepared: Any):
+        self._prepared = prepared
+        self._memories = KeptMemories(MAX_CACHED_SLOTS)
+        self._lock = threading.Lock()  # the kept memories, held by the running execution
+        self._running = threading.Lock()  # NOTE: one execution at a time (taken without waiting)
+        self._free = weakref.finalize(self, self._memories.clear)
+
+    def execute(self, request: hal.Request, tokens: Any, measure: Any, dl: Optional[int], lt: int) -> Result:
+        """One execution (``dl`` / ``lt`` as ``PreparedModel.execute_sync``);
+        INVALID_ARGUMENT for tokens that are not one int >= -1 per pool."""
+        if not isinstance(tokens, (list, tuple)) or len(tokens) != len(request.pools) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and -1 <= t < 2**63 for t in tokens):
+            log.error("burst: %r are not one memory identifier token (-1 or >= 0) per request pool (%d)",
+                      tokens, len(request.pools))
+            return Refusal(S.INVALID_ARGUMENT)
+        if not self._running.acquire(blocking=False):
+            log.error("burst: an execution is running on this burst; a burst runs one at a time")
+            return Result(S.GENERAL_FAILURE)
+        try:
+            with self._lock:
+                pools = [self._kept(p, t) for p, t in zip(request.pools, tokens)]
+                self._memories.trim(set(tokens))
+                request = hal.Request(inputs=request.inputs, outputs=request.outputs, pools=pools)
+                # NOTE: the kept memories are found mapped in the device's pool cache by their descriptors
+                return self._prepared.execute_sync(request, measure, dl, lt, owned=True,
+                                                   pool_cache=self._prepared.device.pool_cache)
+        finally:
+            self._running.release()
+
+    def _kept(self, pool: hal.MemoryPool, token: int) -> hal.MemoryPool:
+        """The pool with the memory kept for ``token`` (lock held)."""
+        if token == -1 or pool.hidlMemory is None:
+            return pool  # NOTE: no identity, or a driver-managed buffer (its own token)
+        kept = self._memories.get(token)
+        if kept is None:
+            try:
+                kept = self._memories.put(token, pool.hidlMemory)
+            except (hal_memory.InvalidMemory, TypeError, OSError, AttributeError):
+                return pool  # NOTE: not kept: the execution reports the memory as sent
+        return hal.MemoryPool(hidlMemory=kept)
+
+    def release(self, token: int) -> None:
+        """Frees the memory of ``token`` (after a running execution); an unknown token is no error."""
+        with self._lock:
+            self._memories.drop(token)
+
+    def close(self) -> None:
+        with self._lock:
+            self._free()
+
+    def __len__(self) -> int:
+        return len(self._memories)
 
 
 def configure(callback: Any, requestChannel: Any, resultChannel: Any, execute: Execute) -> tuple:

@@ -1,6 +1,11 @@
-"""``IDevice`` of the shared HAL front end: the whole 1.3 surface and the
-inherited 1.0-1.2 methods (which upgrade their arguments and delegate, as
-Android's sample driver does), over a backend (``nnhal.driver.backend``):
+"""``IDevice`` of the shared HAL front end, over a backend
+(``nnhal.driver.backend``): the canonical entry points every interface's
+face calls (:meth:`Device.prepare`, :meth:`Device.prepare_from_cache`,
+:meth:`Device.supported_operations`, ``allocate``, the capabilities),
+parameterized by the interface version of the call (``HalVersion``: what the
+model may use), the HIDL 1.3 surface over them and the inherited 1.0-1.2
+methods (which upgrade their arguments and delegate, as Android's sample
+driver does); the AIDL face is ``nnhal.driver.aidl``.
 the CPU reference driver ``sample-all`` is this front end over the sample
 backend (``nnhal.drivers.sample``), ``litert-cpu`` over ``nnhal.drivers.litert``,
 a user's driver over its own (``nnhal.drivers.registry``: plugins)."""
@@ -11,7 +16,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -25,7 +30,14 @@ from nnhal.driver.prepared_model import PreparedModel, deadline_ns, deadline_pas
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
 from nnhal.engine.executor import DeadlineMissed
 from nnhal.engine.reference_check import Unchecked, held_to_reference, unheld_operations
-from nnhal.engine.validation import ValidationError, own_copy, validate_model, validate_preference, validate_priority
+from nnhal.engine.validation import (
+    ValidationError,
+    own_copy,
+    validate_hints,
+    validate_model,
+    validate_preference,
+    validate_priority,
+)
 from nnhal.hal import HalVersion
 from nnhal.ops import deadline as op_deadline
 from nnhal.ops.base import OpExecutionError
@@ -36,7 +48,10 @@ from nnhal.platform import memory as hal_memory
 log = logging.getLogger("nnhal.driver")
 
 S = hal.ErrorStatus
-__all__ = ["Device"]
+__all__ = ["Device", "Notify"]
+
+# how a preparation tells its outcome: notify(status, prepared model or None), called once
+Notify = Callable[[S, Optional[PreparedModel]], None]
 
 
 @hal_methods
@@ -179,7 +194,8 @@ class Device(hal.IDevice, hal.INnhalDevice):
         return hal.DeviceStatus.AVAILABLE
 
     # ------------------------------------------------------------------ supported operations
-    def _supported(self, model: Any, version: HalVersion) -> tuple:
+    def supported_operations(self, model: Any, version: HalVersion) -> tuple:
+        """(status, one bool per main operation) for a model sent at ``version``."""
         try:
             model13, pools, defs = self._validated(model, version)
         except ValidationError as e:
@@ -234,44 +250,69 @@ class Device(hal.IDevice, hal.INnhalDevice):
             return S.NONE, [f"the backend's supported() failed: {e}"] * len(model13.main.operations)
 
     def getSupportedOperations_1_3(self, model: Any) -> tuple:
-        return self._supported(model, HalVersion.V1_3)
+        return self.supported_operations(model, HalVersion.V1_3)
 
     def getSupportedOperations_1_2(self, model: Any) -> tuple:
-        status, ops = self._supported(model, HalVersion.V1_2)
+        status, ops = self.supported_operations(model, HalVersion.V1_2)
         return v1_0_status(status), ops
 
     def getSupportedOperations_1_1(self, model: Any) -> tuple:
-        status, ops = self._supported(model, HalVersion.V1_1)
+        status, ops = self.supported_operations(model, HalVersion.V1_1)
         return v1_0_status(status), ops
 
     def getSupportedOperations(self, model: Any) -> tuple:
-        status, ops = self._supported(model, HalVersion.V1_0)
+        status, ops = self.supported_operations(model, HalVersion.V1_0)
         return v1_0_status(status), ops
 
     # ------------------------------------------------------------------ preparation
-    def _prepare(self, model: Any, preference: Any, priority: Any, deadline: Any, callback: Any,
-                 notify_name: str, version: HalVersion, modelCache: Any = (), dataCache: Any = (),
-                 token: Any = b"") -> S:
-        launch_ns = time.monotonic_ns()
+    def _hidl_call(self, what: str, callback: Any, notify_name: str, version: HalVersion, deadline: Any,
+                   launch: Callable[[Notify, Optional[int]], S]) -> S:
+        """A HIDL preparation: the callback's ``notify_name`` as the canonical
+        notify (statuses a 1.0-1.2 caller cannot receive become
+        GENERAL_FAILURE), the 1.3 deadline in ns, then ``launch(notify, dl)``."""
         if callback is None or not hasattr(callback, notify_name):
-            log.error("prepareModel: invalid callback")
+            log.error("%s: invalid callback", what)
             return S.INVALID_ARGUMENT
-        notify = getattr(callback, notify_name)
+        method = getattr(callback, notify_name)
+
+        def notify(status: S, prepared: Optional[PreparedModel]) -> None:
+            method(status if version >= HalVersion.V1_3 else v1_0_status(status), prepared)
+
+        try:
+            dl = deadline_ns(deadline)
+        except ValidationError as e:
+            log.error("%s: %s", what, e)
+            _tell(notify, S.INVALID_ARGUMENT, None)
+            return S.INVALID_ARGUMENT
+        return launch(notify, dl)
+
+    def prepare(self, model: Any, preference: Any, priority: Any, dl: Optional[int], modelCache: Any,
+                dataCache: Any, token: Any, notify: Notify, version: HalVersion, hints: Sequence = (),
+                hint_extensions: Sequence = ()) -> S:
+        """The canonical preparation (every face's): validates ``model`` (of any
+        HIDL version, or canonical) as of interface ``version``, then prepares
+        it on the work queue in ``priority`` and tells ``notify`` once; saves
+        it to the cache files when they are given and usable.  ``dl``: the
+        deadline in ns on the steady clock (None: none); ``hints`` /
+        ``hint_extensions``: AIDL version 4's compilation hints and their
+        extension names (validated, then left: this driver takes no hints).
+        Returns the launch status (an error is also told to ``notify``)."""
+        launch_ns = time.monotonic_ns()
         try:
             validate_preference(preference)
             validate_priority(priority)
-            dl = deadline_ns(deadline)
+            validate_hints(hints, hint_extensions)
             model13, pools, defs = self._validated(model, version)
         except ValidationError as e:
             log.error("prepareModel: %s", e)
-            _notify(notify, S.INVALID_ARGUMENT, None, version)
+            _tell(notify, S.INVALID_ARGUMENT, None)
             return S.INVALID_ARGUMENT
         if not all(self.supported_flags(model13, defs)):
             log.error("prepareModel: the model has operations this driver does not support (each one's reason "
                       "is logged)")
             for p in pools:
                 p.close()
-            _notify(notify, S.GENERAL_FAILURE, None, version)
+            _tell(notify, S.GENERAL_FAILURE, None)
             return S.GENERAL_FAILURE
 
         save_to = None
@@ -288,7 +329,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
                 p.close()
             if save_to is not None:
                 save_to.close()
-            _notify(notify, status, None, version)
+            _tell(notify, status, None)
 
         def work() -> None:
             start_ns = time.monotonic_ns()
@@ -338,7 +379,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
             elif save_to is not None:
                 self.save_to_cache(prepared, save_to)
                 save_to.close()
-            _notify(notify, S.NONE, prepared, version)
+            _tell(notify, S.NONE, prepared)
 
         def expire(reason: str) -> None:
             log.error("prepareModel: dropped while queued (%s)", reason)
@@ -371,55 +412,59 @@ class Device(hal.IDevice, hal.INnhalDevice):
             return S.GENERAL_FAILURE
         return S.NONE
 
+    def _prepare_hidl(self, model: Any, preference: Any, priority: Any, deadline: Any, callback: Any,
+                      notify_name: str, version: HalVersion, modelCache: Any = (), dataCache: Any = (),
+                      token: Any = b"") -> S:
+        return self._hidl_call("prepareModel", callback, notify_name, version, deadline, lambda notify, dl: self.prepare(
+            model, preference, priority, dl, modelCache, dataCache, token, notify, version))
+
     def prepareModel(self, model: Any, callback: Any) -> S:
-        return v1_0_status(self._prepare(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
-                                          None, callback, "notify", HalVersion.V1_0))
+        return v1_0_status(self._prepare_hidl(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                              None, callback, "notify", HalVersion.V1_0))
 
     def prepareModel_1_1(self, model: Any, preference: Any, callback: Any) -> S:
-        return v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify",
-                                          HalVersion.V1_1))
+        return v1_0_status(self._prepare_hidl(model, preference, hal.Priority.MEDIUM, None, callback, "notify",
+                                              HalVersion.V1_1))
 
     def prepareModel_1_2(self, model: Any, preference: Any, modelCache: Any = None, dataCache: Any = None,
                          token: Any = None, callback: Any = None) -> S:
         # NOTE: the seed's draft form (model, preference, callback) too (hal.prepare_model_1_2_args)
         modelCache, dataCache, token, callback = hal.prepare_model_1_2_args(modelCache, dataCache, token, callback)
-        return v1_0_status(self._prepare(model, preference, hal.Priority.MEDIUM, None, callback, "notify_1_2",
-                                          HalVersion.V1_2, modelCache, dataCache, token))
+        return v1_0_status(self._prepare_hidl(model, preference, hal.Priority.MEDIUM, None, callback, "notify_1_2",
+                                              HalVersion.V1_2, modelCache, dataCache, token))
 
     def prepareModel_1_3(self, model: Any, preference: Any, priority: Any, deadline: Any, modelCache: list,
                          dataCache: list, token: bytes, callback: Any) -> S:
-        return self._prepare(model, preference, priority, deadline, callback, "notify_1_3", HalVersion.V1_3,
-                             modelCache, dataCache, token)
+        return self._prepare_hidl(model, preference, priority, deadline, callback, "notify_1_3", HalVersion.V1_3,
+                                  modelCache, dataCache, token)
 
     def prepareModelFromCache(self, modelCache: list, dataCache: list, token: bytes, callback: Any) -> S:
-        return v1_0_status(self._from_cache(None, modelCache, dataCache, token, callback, "notify_1_2",
-                                             HalVersion.V1_2))
+        return v1_0_status(self._hidl_call("prepareModelFromCache", callback, "notify_1_2", HalVersion.V1_2, None,
+                                           lambda notify, dl: self.prepare_from_cache(dl, modelCache, dataCache,
+                                                                                      token, notify)))
 
     def prepareModelFromCache_1_3(self, deadline: Any, modelCache: list, dataCache: list, token: bytes,
                                   callback: Any) -> S:
-        return self._from_cache(deadline, modelCache, dataCache, token, callback, "notify_1_3", HalVersion.V1_3)
+        return self._hidl_call("prepareModelFromCache", callback, "notify_1_3", HalVersion.V1_3, deadline,
+                               lambda notify, dl: self.prepare_from_cache(dl, modelCache, dataCache, token, notify))
 
-    def _from_cache(self, deadline: Any, modelCache: Any, dataCache: Any, token: Any, callback: Any,
-                    notify_name: str, version: HalVersion) -> S:
+    def prepare_from_cache(self, dl: Optional[int], modelCache: Any, dataCache: Any, token: Any,
+                           notify: Notify) -> S:
+        """The canonical preparation from the compilation cache (every face's):
+        checks the arguments and the files, then loads on the work queue and
+        tells ``notify`` once.  ``modelCache`` / ``dataCache``: lists of
+        one-fd ``hal.Handle``s; ``dl`` as :meth:`prepare`."""
         launch_ns = time.monotonic_ns()
-        if callback is None or not hasattr(callback, notify_name):
-            log.error("prepareModelFromCache: invalid callback")
-            return S.INVALID_ARGUMENT
-        notify = getattr(callback, notify_name)
         if not self.backend.caching:
             # NOTE: as Android's sample driver (and VTS's CompilationCachingTest when caching is not supported):
             # a driver without a cache has nothing to prepare from, whatever the arguments
             log.error("prepareModelFromCache: this driver does not support compilation caching")
-            _notify(notify, S.GENERAL_FAILURE, None, version)
+            _tell(notify, S.GENERAL_FAILURE, None)
             return S.GENERAL_FAILURE
         files: Optional[driver_cache.CacheFiles] = None
         try:
-            dl = deadline_ns(deadline)
             files = driver_cache.check_load_args(modelCache, dataCache, token)
             key = self.cache_key()
-        except ValidationError as e:
-            log.error("prepareModelFromCache: %s", e)
-            status = S.INVALID_ARGUMENT
         except driver_cache.CacheError as e:
             log.error("prepareModelFromCache: %s", e)
             status = e.status
@@ -431,45 +476,45 @@ class Device(hal.IDevice, hal.INnhalDevice):
         if status != S.NONE:
             if files is not None:
                 files.close()
-            _notify(notify, status, None, version)
+            _tell(notify, status, None)
             return status
 
         def work() -> None:
             start_ns = time.monotonic_ns()
             if deadline_passed(dl):
                 files.close()
-                _notify(notify, S.MISSED_DEADLINE_PERSISTENT, None, version)
+                _tell(notify, S.MISSED_DEADLINE_PERSISTENT, None)
                 return
             try:
                 with op_deadline.scope(dl):
                     r = self.backend.cache_load(files.model_fd, files.data_fd, key, files.token)
             except DeadlineMissed:
-                _notify(notify, missed_deadline_status(launch_ns, start_ns, dl), None, version)
+                _tell(notify, missed_deadline_status(launch_ns, start_ns, dl), None)
                 return
             except driver_cache.CacheError as e:
                 log.error("prepareModelFromCache: %s", e)
-                _notify(notify, e.status, None, version)
+                _tell(notify, e.status, None)
                 return
             except Exception:
                 log.exception("prepareModelFromCache failed unexpectedly")
-                _notify(notify, S.GENERAL_FAILURE, None, version)
+                _tell(notify, S.GENERAL_FAILURE, None)
                 return
             finally:
                 files.close()
-            _notify(notify, S.NONE, PreparedModel(self, r.model, r.pools, r.executor, r.hal_version,
-                                                        priority=r.priority), version)
+            _tell(notify, S.NONE, PreparedModel(self, r.model, r.pools, r.executor, r.hal_version,
+                                                priority=r.priority))
 
         def expire(reason: str) -> None:
             log.error("prepareModelFromCache: dropped while queued (%s)", reason)
             files.close()
-            _notify(notify, missed_deadline_status(launch_ns, time.monotonic_ns(), dl) if reason == "deadline"
-                    else S.DEVICE_UNAVAILABLE, None, version)
+            _tell(notify, missed_deadline_status(launch_ns, time.monotonic_ns(), dl) if reason == "deadline"
+                  else S.DEVICE_UNAVAILABLE, None)
 
         # NOTE: the priority is in the (not yet authenticated) cache: loading is queued as MEDIUM
         if not self.scheduler.submit(int(hal.Priority.MEDIUM), work, expire, dl):
             log.error("prepareModelFromCache: the driver's work queue is full")
             files.close()
-            _notify(notify, S.RESOURCE_EXHAUSTED_TRANSIENT, None, version)
+            _tell(notify, S.RESOURCE_EXHAUSTED_TRANSIENT, None)
             return S.RESOURCE_EXHAUSTED_TRANSIENT
         return S.NONE
 
@@ -509,8 +554,8 @@ def _with_bytes_values(model: Any) -> Any:
     return model
 
 
-def _notify(notify: Any, status: S, prepared: Optional[PreparedModel], version: HalVersion) -> None:
+def _tell(notify: Notify, status: S, prepared: Optional[PreparedModel]) -> None:
     try:
-        notify(status if version >= HalVersion.V1_3 else v1_0_status(status), prepared)
-    except Exception:
+        notify(status, prepared)
+    except Exception:  # NOTE: a client's callback failing must not take the driver down
         log.exception("prepare callback raised")

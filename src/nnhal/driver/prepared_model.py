@@ -1,5 +1,8 @@
-"""``IPreparedModel`` of the sample driver: the 1.3 surface plus the inherited
-1.0-1.2 methods, which upgrade their arguments and delegate."""
+"""``IPreparedModel`` of the shared front end: the canonical entry points
+every interface's face calls (:meth:`PreparedModel.execute_sync`,
+:meth:`PreparedModel.execute_fenced`, with times in nanoseconds), the HIDL
+1.3 surface over them and the inherited 1.0-1.2 methods, which upgrade their
+arguments and delegate (the AIDL face: ``nnhal.driver.aidl``)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.scheduler import Expired, QueueFull, Scheduler, missed_deadline_status
 from nnhal.engine.validation import (
     ValidationError,
+    loop_timeout_ns,
     operand_byte_size,
     own_request,
     request_from_key,
@@ -189,23 +193,23 @@ class PreparedModel(hal.IPreparedModel):
         return copy, plan
 
     # ------------------------------------------------------------------
-    def _launch(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any,
-                allow_unspecified_output: bool = True, deadline_override: Optional[int] = None,
-                start_ns: Optional[int] = None, owned: bool = False,
-                pool_cache: Any = None) -> tuple[Optional[Result], Any]:
+    def _launch(self, request: Any, measure: Any, dl: Optional[int], lt: int, allow_unspecified_output: bool = True,
+                start_ns: Optional[int] = None, owned: bool = False, pool_cache: Any = None,
+                validated: Optional[tuple] = None) -> tuple[Optional[Result], Any]:
         """Validates and maps; returns (error result, None) or (None, job).
-        ``deadline_override`` (ns) replaces ``deadline`` when given; ``owned``:
-        ``request`` is a 1.3 request the driver built itself (no copy needed);
-        ``pool_cache``: see ``RequestPools``."""
+        ``dl``: the deadline (ns on the steady clock, None: none); ``lt``: the
+        loop timeout (ns, default and maximum applied: ``validate_timeout``);
+        ``owned``: ``request`` is a 1.3 request the driver built itself (no
+        copy needed); ``pool_cache``: see ``RequestPools``; ``validated``: the
+        (request, plan) :meth:`validated_request` gave, not validated again."""
         start = time.monotonic_ns() if start_ns is None else start_ns
         try:
-            request, plan = self._validated_request(request, owned, allow_unspecified_output)
+            request, plan = validated if validated is not None else \
+                self._validated_request(request, owned, allow_unspecified_output)
             # NOTE: the member itself (one lookup, no Enum call per execution); a bad value is no key
             timing = _MEASURES.get(measure) if measure.__hash__ is not None else None
             if timing is None:
                 raise ValidationError(f"invalid MeasureTiming {measure!r}")
-            dl = deadline_ns(deadline) if deadline_override is None else deadline_override
-            lt = validate_timeout(loop_timeout)
             lookup = self.device.buffer_lookup(self) if plan.tokens else None  # NOTE: only token pools need it
             if pool_cache is None and not owned:
                 # NOTE: the HAL methods called in process: the device keeps the memories mapped
@@ -231,13 +235,43 @@ class PreparedModel(hal.IPreparedModel):
                 return Result(S.MISSED_DEADLINE_PERSISTENT), None
         return None, _Job(self, request, plan, pools, timing, dl, lt, start)
 
+    # ------------------------------------------------------------------ the canonical entry points
+    def execute_sync(self, request: Any, measure: Any, dl: Optional[int], lt: int, owned: bool = False,
+                pool_cache: Any = None, validated: Optional[tuple] = None) -> Result:
+        """One synchronous execution (every face's: HIDL 1.0-1.3, the AIDL
+        face, bursts, reusable executions): validated (unless ``validated``),
+        run through the work queue in this model's priority.  Never raises."""
+        err, job = self._launch(request, measure, dl, lt, owned=owned, pool_cache=pool_cache, validated=validated)
+        return err if err is not None else self.run_job(job)
+
+    def validated_request(self, request: Any, owned: bool = False) -> tuple:
+        """(the driver's own validated 1.3 copy of ``request`` (``request``
+        itself when ``owned``), its plan) for executions to come
+        (``validated=``): a reusable execution's request, validated once.
+        Raises ValidationError."""
+        return self._validated_request(request, owned, True)
+
+    def _sync(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, owned: bool = False,
+              pool_cache: Any = None) -> tuple:
+        """:meth:`execute_sync` for the HIDL methods (their deadline and loop timeout as 1.3 safe_unions)."""
+        try:
+            err, job = self._launch(request, measure, deadline_ns(deadline), validate_timeout(loop_timeout),
+                                    owned=owned, pool_cache=pool_cache)
+        except ValidationError as e:  # NOTE: the deadline or the loop timeout (_launch returns its refusals)
+            err = _refused(e)
+        return (err if err is not None else self.run_job(job)).as_tuple()
+
     def _async(self, request: Any, measure: Any, deadline: Any, loop_timeout: Any, callback: Any,
                notify_name: str, owned: bool = False) -> S:
         if callback is None or not hasattr(callback, notify_name):
             log.error("execute: invalid callback")
             return S.INVALID_ARGUMENT
         notify = getattr(callback, notify_name)
-        err, job = self._launch(request, measure, deadline, loop_timeout, owned=owned)
+        try:
+            err, job = self._launch(request, measure, deadline_ns(deadline), validate_timeout(loop_timeout),
+                                    owned=owned)
+        except ValidationError as e:  # NOTE: the deadline or the loop timeout (_launch returns its refusals)
+            err = _refused(e)
         if err is not None:
             _notify_exec(notify, notify_name, err)
             # NOTE: a request refused at launch returns its status too ("invoke the callback with the
@@ -274,7 +308,7 @@ class PreparedModel(hal.IPreparedModel):
         return v1_0_status(self._async(request, measure, None, None, callback, "notify_1_2"))
 
     def executeSynchronously(self, request: Any, measure: Any) -> tuple:
-        status, shapes, timing = self.executeSynchronously_1_3(request, measure, None, None)
+        status, shapes, timing = self._sync(request, measure, None, None)
         return v1_0_status(status), shapes, timing
 
     def configureExecutionBurst(self, callback: Any, requestChannel: Any, resultChannel: Any) -> tuple:
@@ -286,8 +320,7 @@ class PreparedModel(hal.IPreparedModel):
         """One burst execution: the synchronous path on a request the burst
         server built (not copied again) over its pools kept open by slot; the
         1.2 burst has no deadline and no loop timeout (the default applies)."""
-        err, job = self._launch(request, measure, None, None, owned=True, pool_cache=pool_cache)
-        return (err if err is not None else self.run_job(job)).as_tuple()
+        return self.execute_sync(request, measure, None, loop_timeout_ns(None), owned=True, pool_cache=pool_cache).as_tuple()
 
     def saveToCache(self, modelCache: Any, dataCache: Any, token: Any) -> S:
         """The draft 1.2 ``saveToCache(handle modelCache, handle dataCache,
@@ -311,7 +344,11 @@ class PreparedModel(hal.IPreparedModel):
         return self._async(request, measure, deadline, loopTimeoutDuration, callback, "notify_1_3")
 
     def executeSynchronously_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any) -> tuple:
-        err, job = self._launch(request, measure, deadline, loopTimeoutDuration)
+        # NOTE: _sync inline: the per-execution path of every in-process HIDL client, no call more than it needs
+        try:
+            err, job = self._launch(request, measure, deadline_ns(deadline), validate_timeout(loopTimeoutDuration))
+        except ValidationError as e:
+            err = _refused(e)
         return (err if err is not None else self.run_job(job)).as_tuple()
 
     # NOTE: the service's entry points (nnhal.service.server): the request was decoded from
@@ -319,8 +356,7 @@ class PreparedModel(hal.IPreparedModel):
     # (no by-value copy); the HAL methods above keep their signatures and copy.
     def executeSynchronously_1_3_owned(self, request: Any, measure: Any, deadline: Any,
                                        loopTimeoutDuration: Any, pool_cache: Any = None) -> tuple:
-        err, job = self._launch(request, measure, deadline, loopTimeoutDuration, owned=True, pool_cache=pool_cache)
-        return (err if err is not None else self.run_job(job)).as_tuple()
+        return self._sync(request, measure, deadline, loopTimeoutDuration, owned=True, pool_cache=pool_cache)
 
     def execute_1_3_owned(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any,
                           callback: Any) -> S:
@@ -328,24 +364,49 @@ class PreparedModel(hal.IPreparedModel):
 
     def executeFenced(self, request: Any, waitFor: list, measure: Any, deadline: Any, loopTimeoutDuration: Any,
                       duration: Any) -> tuple:
-        """Validates and maps at once, then returns (NONE, a sync fence, an
-        IFencedExecutionCallback) without waiting: the execution starts once
-        every waitFor fence is signaled (watched by nnhal.fence's watcher
-        thread, not by the caller) and signals the returned fence when done,
-        with an error if it failed (deadline, duration, a waitFor fence
-        signaling an error, the execution itself); getExecutionInfo reports
-        the status and timing then."""
+        """HIDL 1.3: :meth:`execute_fenced` with the deadline, loop timeout and duration as 1.3 safe_unions."""
+        try:
+            dl, lt, duration_ns = deadline_ns(deadline), validate_timeout(loopTimeoutDuration), _duration_ns(duration)
+        except ValidationError as e:
+            log.error("executeFenced rejected: %s", e)
+            return e.status, None, None
+        return self.execute_fenced(request, waitFor, measure, dl, lt, duration_ns)
+
+    def check_fenced(self, request: hal.Request) -> None:
+        """What a fenced execution needs of a (1.3) request beyond what every
+        execution does: outputs fully specified, non-zero-sized and each fitting
+        its location (there is no OUTPUT_INSUFFICIENT_SIZE to report after the
+        fence).  Raises ValidationError."""
+        validate_request(request, self.model, allow_unspecified_output=False)
+        if not output_sizes_known(self.model, request, self.device.buffer_lookup(self)):
+            raise ValidationError("fenced execution needs fully specified, non-zero-sized outputs")
+        _check_output_room(self.model, request)
+
+    def execute_fenced(self, request: Any, waitFor: Any, measure: Any, dl: Optional[int], lt: int,
+                       duration_ns: Optional[int], validated: Optional[tuple] = None,
+                       pool_cache: Any = None) -> tuple:
+        """The canonical fenced execution (every face's): validates and maps at
+        once, then returns (NONE, a sync fence (a ``hal.Handle``, the
+        caller's), an IFencedExecutionCallback) without waiting: the execution
+        starts once every ``waitFor`` fence (``hal.Handle``s) is signaled
+        (watched by nnhal.fence's watcher thread, not by the caller) and
+        signals the returned fence when done, with an error if it failed
+        (deadline, duration, a waitFor fence signaling an error, the execution
+        itself); getExecutionInfo reports the status and timing then.
+        ``dl`` / ``lt`` as :meth:`execute_sync`; ``duration_ns``: from when the
+        fences signal (None: none); ``validated``: a request of
+        :meth:`validated_request` that passed :meth:`check_fenced`."""
         from nnhal.platform import fence
 
         start = time.monotonic_ns()
         try:
-            req = _upgrade_request(request)
             if measure not in hal.MeasureTiming._value2member_map_:
                 raise ValidationError(f"invalid MeasureTiming {measure!r}")
-            validate_request(req, self.model, allow_unspecified_output=False)
-            if not output_sizes_known(self.model, req, self.device.buffer_lookup(self)):
-                raise ValidationError("fenced execution needs fully specified, non-zero-sized outputs")
-            _check_output_room(self.model, req)
+            if validated is None:
+                req = _upgrade_request(request)
+                self.check_fenced(req)
+            else:
+                req = validated[0]
             if waitFor is not None and not isinstance(waitFor, (list, tuple)):
                 raise ValidationError("waitFor is not a list of handles")
             pending = []
@@ -358,9 +419,6 @@ class PreparedModel(hal.IPreparedModel):
                     raise ValidationError(f"waitFor[{k}] is a fence in an error state ({st.name})")
                 if st == fence.FenceState.ACTIVE:
                     pending.append(h)
-            duration_ns = _duration_ns(duration)
-            validate_timeout(loopTimeoutDuration)
-            dl = deadline_ns(deadline)
         except ValidationError as e:
             log.error("executeFenced rejected: %s", e)
             return e.status, None, None
@@ -369,8 +427,8 @@ class PreparedModel(hal.IPreparedModel):
             return S.INVALID_ARGUMENT, None, None
         if deadline_passed(dl) or (not pending and duration_ns == 0):
             return S.MISSED_DEADLINE_PERSISTENT, None, None
-        err, job = self._launch(req, measure, None, loopTimeoutDuration, allow_unspecified_output=False,
-                                deadline_override=dl, start_ns=start)
+        err, job = self._launch(req, measure, dl, lt, allow_unspecified_output=False, start_ns=start,
+                                validated=validated, pool_cache=pool_cache)
         if err is not None:
             return err.status, None, None
         try:
@@ -442,6 +500,11 @@ class PreparedModel(hal.IPreparedModel):
                 fence.close(sync)
                 return S.RESOURCE_EXHAUSTED_TRANSIENT, None, None
         return S.NONE, sync, info
+
+
+def _refused(e: ValidationError) -> Refusal:
+    log.error("execution rejected: %s", e)
+    return Refusal(e.status)
 
 
 def _check_output_room(model: hal.Model, request: hal.Request) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.hal import HalVersion
+from nnhal.hal.aidl.types import TokenValuePair
 from nnhal.ops import registry
 from nnhal.ops.base import MAX_RANK, OpDef, OpInfo, OpValidationError, match_signature
 from nnhal.ops.extension import Extension, ExtensionOperandType, ModelExtensions, check_params, type_name
@@ -803,14 +804,22 @@ _EXT_NAME = re.compile(r"^[a-z0-9_.]+$")
 
 
 def _check_extensions(model: hal.Model) -> None:
+    check_extension_names(model.extensionNameToPrefix)
+
+
+def check_extension_names(entries: Any) -> None:
+    """A model's or a config's ``extensionNameToPrefix``: valid names
+    (``[a-z0-9_.]`` with a '.'), each name and each prefix (1..0xFFFF) once."""
+    if not _list_of(entries, hal.ExtensionNameAndPrefix):
+        raise _fail(f"extensionNameToPrefix is not a list of ExtensionNameAndPrefix: {entries!r:.200}")
     names, prefixes = set(), set()
-    for e in model.extensionNameToPrefix:
+    for e in entries:
         if not e.name or not _EXT_NAME.match(e.name) or "." not in e.name:
             raise _fail(f"invalid extension name {e.name!r}")
         if e.name in names or e.prefix in prefixes:
             raise _fail(f"extension name {e.name!r} or prefix {e.prefix} declared twice")
-        if not 0 < e.prefix <= 0xFFFF:
-            raise _fail(f"extension prefix {e.prefix} out of range")
+        if not _is_int(e.prefix) or not 0 < e.prefix <= 0xFFFF:
+            raise _fail(f"extension prefix {e.prefix!r} out of range")
         names.add(e.name)
         prefixes.add(e.prefix)
 
@@ -858,6 +867,25 @@ def validate_model(model: hal.Model, pools: Optional[Sequence[Any]] = None,
             result = defs
     _check_no_cycles(model)
     return result
+
+
+def validate_hints(hints: Any, extension_name_to_prefix: Any) -> None:
+    """The compilation or execution hints of an AIDL version 4 call
+    (``TokenValuePair``s) and the extension names they use, as Android's
+    canonical validation checks them: (int32 token, bytes value) pairs, no
+    token twice, the names and prefixes as a model's.  What a hint says is
+    the driver's to take or leave: this driver takes none ("The driver must
+    validate the data and ignore invalid hints")."""
+    if not _list_of(hints, TokenValuePair):
+        raise _fail(f"hints are not a list of TokenValuePair: {hints!r:.200}")
+    tokens: set[int] = set()
+    for k, h in enumerate(hints):
+        if not _is_i32(h.token) or not isinstance(h.value, (bytes, bytearray)):
+            raise _fail(f"hint {k} is malformed: {h!r:.200}")
+        if h.token in tokens:
+            raise _fail(f"hint token {h.token:#x} given twice")
+        tokens.add(h.token)
+    check_extension_names(extension_name_to_prefix)
 
 
 def validate_preference(preference: Any) -> None:
@@ -1048,15 +1076,20 @@ _LOOP_DEFAULT_NS = int(hal.LoopTimeoutDurationNs.DEFAULT)
 _LOOP_MAXIMUM_NS = int(hal.LoopTimeoutDurationNs.MAXIMUM)
 
 
+def loop_timeout_ns(ns: Optional[int]) -> int:
+    """The loop timeout an execution runs with, in ns, for a valid one asked
+    (None: the default, 2 s; at most the maximum, 15 s)."""
+    return _LOOP_DEFAULT_NS if ns is None else min(ns, _LOOP_MAXIMUM_NS)
+
+
 def validate_timeout(loop_timeout: Any) -> int:
-    """The loop timeout of an execution in ns (default 2 s, at most 15 s)."""
+    """The loop timeout of an execution in ns from a HIDL 1.3
+    ``OptionalTimeoutDuration`` (:func:`loop_timeout_ns`)."""
     if loop_timeout is None:
         return _LOOP_DEFAULT_NS
     if not isinstance(loop_timeout, hal.OptionalTimeoutDuration):
         raise _fail(f"loop timeout is not an OptionalTimeoutDuration: {loop_timeout!r}")
     ns = loop_timeout.nanoseconds
-    if ns is None:
-        return _LOOP_DEFAULT_NS
-    if not _is_int(ns) or not 0 <= ns < 2**64:
+    if ns is not None and (not _is_int(ns) or not 0 <= ns < 2**64):
         raise _fail(f"invalid loop timeout {ns!r}")
-    return min(ns, _LOOP_MAXIMUM_NS)
+    return loop_timeout_ns(ns)

@@ -1,8 +1,10 @@
 """The HAL types and interfaces of ``android.hardware.neuralnetworks`` 1.0-1.3.
 
 Names here are the 1.3 versions; older versions of types that changed live in
-:mod:`nnhal.hal.v1_0`, :mod:`nnhal.hal.v1_1` and :mod:`nnhal.hal.v1_2`.
-This package imports nothing else of nnhal.
+:mod:`nnhal.hal.v1_0`, :mod:`nnhal.hal.v1_1` and :mod:`nnhal.hal.v1_2`
+(declared as their differences from 1.3: :mod:`nnhal.hal.derive`).  The
+stable AIDL form, versions 1-4, is :mod:`nnhal.hal.aidl` (loaded when asked
+for).  This package imports nothing else of nnhal.
 """
 
 from nnhal.hal.interfaces import *  # noqa: F401,F403

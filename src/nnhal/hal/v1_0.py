@@ -6,15 +6,17 @@ OperandLifeTime with MODEL_INPUT/MODEL_OUTPUT, ErrorStatus, Capabilities,
 Operand, Operation, Model with flat operands/operations and ``vec<memory>``
 pools, Request with ``vec<memory>`` pools); the unchanged ones (DataLocation,
 PerformanceInfo, RequestArgument, FusedActivationFunc, DeviceStatus) are the
-very classes of :mod:`nnhal.hal.types`.  Conversions to and from 1.3 are in
-:mod:`nnhal.hal.convert`.
+very classes of :mod:`nnhal.hal.types`.  The changed ones are declared as their
+differences from 1.3 (:mod:`nnhal.hal.derive`).  Conversions to and from 1.3
+are in :mod:`nnhal.hal.convert`.
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
+from nnhal.hal import types as _t
+from nnhal.hal.derive import below, enum, struct
 from nnhal.hal.types import (
     DataLocation,
     DeviceStatus,
@@ -45,65 +47,12 @@ __all__ = [
 ]
 
 
-class OperandType(enum.IntEnum):
-    FLOAT32 = 0
-    INT32 = 1
-    UINT32 = 2
-    TENSOR_FLOAT32 = 3
-    TENSOR_INT32 = 4
-    TENSOR_QUANT8_ASYMM = 5
-    OEM = 10000
-    TENSOR_OEM_BYTE = 10001
-
-
-class OperationType(enum.IntEnum):
-    ADD = 0
-    AVERAGE_POOL_2D = 1
-    CONCATENATION = 2
-    CONV_2D = 3
-    DEPTHWISE_CONV_2D = 4
-    DEPTH_TO_SPACE = 5
-    DEQUANTIZE = 6
-    EMBEDDING_LOOKUP = 7
-    FLOOR = 8
-    FULLY_CONNECTED = 9
-    HASHTABLE_LOOKUP = 10
-    L2_NORMALIZATION = 11
-    L2_POOL_2D = 12
-    LOCAL_RESPONSE_NORMALIZATION = 13
-    LOGISTIC = 14
-    LSH_PROJECTION = 15
-    LSTM = 16
-    MAX_POOL_2D = 17
-    MUL = 18
-    RELU = 19
-    RELU1 = 20
-    RELU6 = 21
-    RESHAPE = 22
-    RESIZE_BILINEAR = 23
-    RNN = 24
-    SOFTMAX = 25
-    SPACE_TO_DEPTH = 26
-    SVDF = 27
-    TANH = 28
-    OEM_OPERATION = 10000
-
-
-class OperandLifeTime(enum.IntEnum):
-    TEMPORARY_VARIABLE = 0
-    MODEL_INPUT = 1
-    MODEL_OUTPUT = 2
-    CONSTANT_COPY = 3
-    CONSTANT_REFERENCE = 4
-    NO_VALUE = 5
-
-
-class ErrorStatus(enum.IntEnum):
-    NONE = 0
-    DEVICE_UNAVAILABLE = 1
-    GENERAL_FAILURE = 2
-    OUTPUT_INSUFFICIENT_SIZE = 3
-    INVALID_ARGUMENT = 4
+OperandType = enum("OperandType", _t.OperandType, module=__name__, keep=below(_t.OperandType.TENSOR_QUANT8_ASYMM))
+OperationType = enum("OperationType", _t.OperationType, module=__name__, keep=below(_t.OperationType.TANH))
+# NOTE: 1.3 renamed MODEL_INPUT / MODEL_OUTPUT (same values) and added SUBGRAPH
+OperandLifeTime = enum("OperandLifeTime", _t.OperandLifeTime, module=__name__, keep=below(5, oem=False),
+                       rename={"SUBGRAPH_INPUT": "MODEL_INPUT", "SUBGRAPH_OUTPUT": "MODEL_OUTPUT"})
+ErrorStatus = enum("ErrorStatus", _t.ErrorStatus, module=__name__, keep=below(4, oem=False))
 
 
 @dataclass
@@ -112,36 +61,12 @@ class Capabilities:
     quantized8Performance: PerformanceInfo = field(default_factory=PerformanceInfo)
 
 
-@dataclass
-class Operand:
-    type: OperandType = OperandType.FLOAT32
-    dimensions: list[int] = field(default_factory=list)
-    numberOfConsumers: int = 0
-    scale: float = 0.0
-    zeroPoint: int = 0
-    lifetime: OperandLifeTime = OperandLifeTime.TEMPORARY_VARIABLE
-    location: DataLocation = field(default_factory=DataLocation)
-
-
-@dataclass
-class Operation:
-    type: OperationType = OperationType.ADD
-    inputs: list[int] = field(default_factory=list)
-    outputs: list[int] = field(default_factory=list)
-
-
-@dataclass
-class Model:
-    operands: list[Operand] = field(default_factory=list)
-    operations: list[Operation] = field(default_factory=list)
-    inputIndexes: list[int] = field(default_factory=list)
-    outputIndexes: list[int] = field(default_factory=list)
-    operandValues: bytes = b""
-    pools: list[Memory] = field(default_factory=list)
-
-
-@dataclass
-class Request:
-    inputs: list[RequestArgument] = field(default_factory=list)
-    outputs: list[RequestArgument] = field(default_factory=list)
-    pools: list[Memory] = field(default_factory=list)
+Operand = struct("Operand", _t.Operand, module=__name__, drop=["extraParams"],
+                 retype={"type": (OperandType, OperandType.FLOAT32),
+                         "lifetime": (OperandLifeTime, OperandLifeTime.TEMPORARY_VARIABLE)})
+Operation = struct("Operation", _t.Operation, module=__name__, retype={"type": (OperationType, OperationType.ADD)})
+# NOTE: 1.0 models are flat: the operands and operations of 1.3's main subgraph, then the values and pools
+Model = struct("Model", (_t.Subgraph, _t.Model), module=__name__,
+               drop=["main", "referenced", "relaxComputationFloat32toFloat16", "extensionNameToPrefix"],
+               retype={"operands": (list[Operand], list), "operations": (list[Operation], list)})
+Request = struct("Request", _t.Request, module=__name__, retype={"pools": (list[Memory], list)})

@@ -10,10 +10,9 @@ the very class of :mod:`nnhal.hal.types`).
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-
 from nnhal.hal import types as _t
+from nnhal.hal import v1_0
+from nnhal.hal.derive import below, enum, struct
 from nnhal.hal.types import ExecutionPreference
 from nnhal.hal.v1_0 import (
     DataLocation,
@@ -50,36 +49,9 @@ __all__ = [
     "RequestArgument",
 ]
 
-# NOTE: the 1.1 enum is the 1.3 one cut at 1.1's last value (TRANSPOSE = 37),
-# plus OEM_OPERATION; HAL values never changed between versions.
-OperationType = enum.IntEnum(  # type: ignore[misc]
-    "OperationType",
-    [(m.name, m.value) for m in _t.OperationType if m.value <= 37 or m.value == 10000],
-    module=__name__,
-    qualname="OperationType",
-)
-
-
-@dataclass
-class Capabilities:
-    float32Performance: PerformanceInfo = field(default_factory=PerformanceInfo)
-    quantized8Performance: PerformanceInfo = field(default_factory=PerformanceInfo)
-    relaxedFloat32toFloat16Performance: PerformanceInfo = field(default_factory=PerformanceInfo)
-
-
-@dataclass
-class Operation:
-    type: OperationType = OperationType.ADD  # type: ignore[valid-type]
-    inputs: list[int] = field(default_factory=list)
-    outputs: list[int] = field(default_factory=list)
-
-
-@dataclass
-class Model:
-    operands: list[Operand] = field(default_factory=list)
-    operations: list[Operation] = field(default_factory=list)
-    inputIndexes: list[int] = field(default_factory=list)
-    outputIndexes: list[int] = field(default_factory=list)
-    operandValues: bytes = b""
-    pools: list[Memory] = field(default_factory=list)
-    relaxComputationFloat32toFloat16: bool = False
+OperationType = enum("OperationType", _t.OperationType, module=__name__, keep=below(_t.OperationType.TRANSPOSE))
+Capabilities = struct("Capabilities", v1_0.Capabilities, module=__name__,
+                      add=[("relaxedFloat32toFloat16Performance", PerformanceInfo, PerformanceInfo)])
+Operation = struct("Operation", v1_0.Operation, module=__name__, retype={"type": (OperationType, OperationType.ADD)})
+Model = struct("Model", v1_0.Model, module=__name__, retype={"operations": (list[Operation], list)},
+               add=[("relaxComputationFloat32toFloat16", bool, False)])

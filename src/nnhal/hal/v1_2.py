@@ -15,10 +15,9 @@ very classes of :mod:`nnhal.hal.types`.
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-
 from nnhal.hal import types as _t
+from nnhal.hal import v1_1
+from nnhal.hal.derive import below, enum, struct
 from nnhal.hal.types import (
     Constant,
     DeviceType,
@@ -93,103 +92,27 @@ __all__ = [
 ]
 
 
-class OperandType(enum.IntEnum):
-    FLOAT32 = 0
-    INT32 = 1
-    UINT32 = 2
-    TENSOR_FLOAT32 = 3
-    TENSOR_INT32 = 4
-    TENSOR_QUANT8_ASYMM = 5
-    BOOL = 6
-    TENSOR_QUANT16_SYMM = 7
-    TENSOR_FLOAT16 = 8
-    TENSOR_BOOL8 = 9
-    FLOAT16 = 10
-    TENSOR_QUANT8_SYMM_PER_CHANNEL = 11
-    TENSOR_QUANT16_ASYMM = 12
-    TENSOR_QUANT8_SYMM = 13
-    OEM = 10000
-    TENSOR_OEM_BYTE = 10001
-
-
-class OperandTypeRange(enum.IntEnum):
-    BASE_MIN = 0
-    FUNDAMENTAL_MIN = 0
-    FUNDAMENTAL_MAX = 13
-    OEM_MIN = 10000
-    OEM_MAX = 10001
-    BASE_MAX = 0xFFFF
-
-
-# NOTE: the 1.2 enum is the 1.3 one cut at 1.2's last value
-# (RESIZE_NEAREST_NEIGHBOR = 94), plus OEM_OPERATION; HAL values never changed.
-OperationType = enum.IntEnum(  # type: ignore[misc]
-    "OperationType",
-    [(m.name, m.value) for m in _t.OperationType if m.value <= 94 or m.value == 10000],
-    module=__name__,
-    qualname="OperationType",
-)
-
-
-class OperationTypeRange(enum.IntEnum):
-    BASE_MIN = 0
-    FUNDAMENTAL_MIN = 0
-    FUNDAMENTAL_MAX = 94
-    OEM_MIN = 10000
-    OEM_MAX = 10000
-    BASE_MAX = 0xFFFF
-
-
-@dataclass
-class OperandPerformance:
-    type: OperandType = OperandType.FLOAT32
-    info: PerformanceInfo = field(default_factory=PerformanceInfo)
-
-
-@dataclass
-class Capabilities:
-    relaxedFloat32toFloat16PerformanceScalar: PerformanceInfo = field(default_factory=PerformanceInfo)
-    relaxedFloat32toFloat16PerformanceTensor: PerformanceInfo = field(default_factory=PerformanceInfo)
-    operandPerformance: list[OperandPerformance] = field(default_factory=list)
-
-
-# ``Capabilities.OperandPerformance`` as spelled in the HAL file.
-Capabilities.OperandPerformance = OperandPerformance  # type: ignore[attr-defined]
-
-
-@dataclass
-class Operation:
-    type: int = OperationType.ADD  # NOTE: an int: extension operation types are outside the enum
-    inputs: list[int] = field(default_factory=list)
-    outputs: list[int] = field(default_factory=list)
-
-
-@dataclass
-class Operand:
-    type: int = OperandType.FLOAT32  # NOTE: an int: extension types are outside the enum
-    dimensions: list[int] = field(default_factory=list)
-    numberOfConsumers: int = 0
-    scale: float = 0.0
-    zeroPoint: int = 0
-    lifetime: OperandLifeTime = OperandLifeTime.TEMPORARY_VARIABLE
-    location: DataLocation = field(default_factory=DataLocation)
-    extraParams: OperandExtraParams = field(default_factory=OperandExtraParams)
-
-
-Operand.ExtraParams = OperandExtraParams  # type: ignore[attr-defined]
-
-
-@dataclass
-class Model:
-    operands: list[Operand] = field(default_factory=list)
-    operations: list[Operation] = field(default_factory=list)
-    inputIndexes: list[int] = field(default_factory=list)
-    outputIndexes: list[int] = field(default_factory=list)
-    operandValues: bytes = b""
-    pools: list[Memory] = field(default_factory=list)
-    relaxComputationFloat32toFloat16: bool = False
-    extensionNameToPrefix: list[ExtensionNameAndPrefix] = field(default_factory=list)
-
-
-Model.ExtensionNameAndPrefix = ExtensionNameAndPrefix  # type: ignore[attr-defined]
-Model.ExtensionTypeEncoding = ExtensionTypeEncoding  # type: ignore[attr-defined]
+OperandType = enum("OperandType", _t.OperandType, module=__name__, keep=below(_t.OperandType.TENSOR_QUANT8_SYMM))
+OperandTypeRange = enum("OperandTypeRange", _t.OperandTypeRange, module=__name__,
+                        values={"FUNDAMENTAL_MAX": OperandType.TENSOR_QUANT8_SYMM})
+OperationType = enum("OperationType", _t.OperationType, module=__name__,
+                     keep=below(_t.OperationType.RESIZE_NEAREST_NEIGHBOR))
+OperationTypeRange = enum("OperationTypeRange", _t.OperationTypeRange, module=__name__,
+                          values={"FUNDAMENTAL_MAX": OperationType.RESIZE_NEAREST_NEIGHBOR})
+OperandPerformance = struct("OperandPerformance", _t.OperandPerformance, module=__name__,
+                            retype={"type": (OperandType, OperandType.FLOAT32)})
+# ``Capabilities.OperandPerformance`` as spelled in the HAL file
+Capabilities = struct("Capabilities", _t.Capabilities, module=__name__, drop=["ifPerformance", "whilePerformance"],
+                      retype={"operandPerformance": (list[OperandPerformance], list)},
+                      attrs={"OperandPerformance": OperandPerformance})
+# NOTE: the fields of 1.3's, and yet other HAL types (the 1.2 enums): classes of their own; ``type`` an int:
+# extension types ((prefix << 16) | type) are outside the enum
+Operation = struct("Operation", _t.Operation, module=__name__, retype={"type": (int, OperationType.ADD)})
+Operand = struct("Operand", _t.Operand, module=__name__,
+                 retype={"type": (int, OperandType.FLOAT32),
+                         "lifetime": (OperandLifeTime, OperandLifeTime.TEMPORARY_VARIABLE)},
+                 attrs={"ExtraParams": OperandExtraParams})
+Model = struct("Model", v1_1.Model, module=__name__,
+               retype={"operands": (list[Operand], list), "operations": (list[Operation], list)},
+               add=[("extensionNameToPrefix", list[ExtensionNameAndPrefix], list)],
+               attrs={"ExtensionNameAndPrefix": ExtensionNameAndPrefix, "ExtensionTypeEncoding": ExtensionTypeEncoding})
