@@ -57,6 +57,12 @@ class ServiceProcess:
         """A proxy device (the test process's NNHAL_RUNTIME_DIR must be this one)."""
         return nnhal.connect(self.name, runtime_dir=self.runtime_dir)
 
+    def connect_aidl(self, version: int = 4) -> Any:
+        """The service's AIDL face (``nnhal.aidl.connect``) of interface ``version``."""
+        from nnhal import aidl
+
+        return aidl.connect(self.name, version, runtime_dir=self.runtime_dir)
+
     def terminate(self, timeout: float = 15.0) -> int:
         """SIGTERM and wait (killed if it does not stop in time); the exit status."""
         if self.proc is None:

@@ -56,10 +56,9 @@ def connect(name: str, version: int = 4, runtime_dir: Optional[Any] = None) -> I
     serving interface ``version`` (1-4) as :func:`get_device` does.  Raises
     LookupError (``nnhal.service.client.ServiceUnavailable``, naming the
     registry directory) if no such service runs."""
-    from nnhal.driver.aidl import hal_version
+    from nnhal.service.aidl_client import connect as _connect
 
-    hal_version(version)
-    raise LookupError(f"service {name!r}: the AIDL face of a service is not available yet")
+    return _connect(name, version, runtime_dir)
 
 
 def open_device(name: str, version: int = 4) -> IDevice:
