@@ -70,8 +70,6 @@ class AidlConnection(Connection):
         ``args``: the reply's values (the return value, then the out
         parameters); raises as the module doc says.  ``tokens``: a burst's
         table (the request's memories go by token)."""
-        if self._releases:
-            self._flush_releases()
         entry_ref: Optional[bytes] = None
 
         def ref_of(iface: str, obj: Any) -> Optional[bytes]:
@@ -90,6 +88,8 @@ class AidlConnection(Connection):
         if self.dead:
             self._raise(entry_ref, aidl_wire.dead())
         chan = self._call_channel()
+        if self._releases:
+            self._flush_releases(chan)  # NOTE: an object dropped before this call is gone for it
         for attempt in (0, 1):
             slots, forget, new = None, [], []
             out = sent

@@ -372,11 +372,13 @@ class Connection:
         except (PeerClosed, OSError, ValueError):
             pass  # NOTE: a channel that is gone: the service dropped the connection's objects with it
 
-    def _flush_releases(self) -> None:
+    def _flush_releases(self, chan: Optional[Channel] = None) -> None:
+        """Send the dropped references (on ``chan``, this thread's call channel:
+        in order with the thread's next call; else on the main connection)."""
         refs, self._releases = self._releases, []
         if refs and not self.dead:
             try:
-                self._send(wire.ENCODER.encode(wire.Release(refs)), None)
+                (chan.send if chan is not None else self._send)(wire.ENCODER.encode(wire.Release(refs)), None)
             except (PeerClosed, OSError):
                 pass
 
