@@ -117,43 +117,75 @@ class AidlConnection(Connection):
         if (call.slots is not None or call.forget) and not by_token:
             self._fail(call.cid, S.INVALID_ARGUMENT, f"memory slots on {iface}.{spec.name}", send)
             return
+        if tokens is not None and (by_token or spec.name == "releaseMemoryResource"):
+            self._burst_call(call, spec, obj, tokens, by_token, fds, send)
+            return
+        args = self._arguments(call, spec, iface, fds, send)
+        if args is not None:
+            self._run(call, spec, iface, obj, args, send)
+
+    def _arguments(self, call: wire.Call, spec: aidl_wire.AidlMethod, iface: str, fds: list[int],
+                   send: Any) -> Optional[list]:
+        """The call's arguments, decoded, with their descriptors and objects in
+        place and their memory tokens checked; None once a Fail is sent."""
         try:
             args = list(spec.arg_decoder.decode(call.args))
         except wire.DECODE_ERRORS as e:
             log.error("%s.%s: malformed arguments: %s", iface, spec.name, e)
             self._fail(call.cid, S.INVALID_ARGUMENT, f"malformed arguments: {e}", send)
-            return
+            return None
         if (fds or spec.arg_fds) and not aidl_wire.install_fds(spec.in_types, args, fds):
             log.error("%s.%s: %d descriptors do not match the arguments", iface, spec.name, len(fds))
             self._fail(call.cid, S.INVALID_ARGUMENT, "descriptor count mismatch", send)
-            return
+            return None
         if spec.arg_refs:
             aidl_wire.import_refs(spec.in_types, args, self._obj_of)
         for k in spec.requests:
             if not self._tokens_ok(args[k]):
                 self._fail(call.cid, S.INVALID_ARGUMENT, "a request names a memory token this client was not given",
                            send)
-                return
-        if tokens is None or not (by_token or spec.name == "releaseMemoryResource"):
-            self._run(call, spec, iface, obj, args, send)
-            return
+                return None
+        return args
+
+    def _burst_call(self, call: wire.Call, spec: aidl_wire.AidlMethod, obj: Any, tokens: ServiceTokens,
+                    by_token: bool, fds: list[int], send: Any) -> None:
+        """An IBurst execution (memories by token) or releaseMemoryResource."""
         # NOTE: held across the execution: a burst runs one at a time, and its kept memories stay open meanwhile
         if not tokens.lock.acquire(blocking=not by_token):
             self._fail(call.cid, S.GENERAL_FAILURE, "an execution is running on this burst; a burst runs one at a "
                                                     "time", send)
             return
+        held = True
+
+        def reply(body: bytes, out_fds: Any) -> None:
+            # NOTE: the answer is the call's last act: the burst is free before the client can send its next call
+            nonlocal held
+            if held:
+                held = False
+                tokens.lock.release()
+            send(body, out_fds)
+
         try:
-            if by_token:
-                err = tokens.resolve(args[0], args[1], call.slots, call.forget, fds)
-                if err:
-                    log.error("%s.%s: %s", iface, spec.name, err)
-                    self._fail(call.cid, S.INVALID_ARGUMENT, err, send)
+            # NOTE: a client executing in a loop sends the same call each time: decoded and resolved once
+            args = tokens.recall(call.args, call.slots) if by_token and not fds and not call.forget else None
+            if args is None:
+                args = self._arguments(call, spec, "IBurst", fds, reply)
+                if args is None:
                     return
-            elif spec.name == "releaseMemoryResource":
-                tokens.release(args[0])
-            self._run(call, spec, iface, obj, args, send)
+                if by_token:
+                    err = tokens.resolve(args[0], args[1], call.slots, call.forget, fds)
+                    if err:
+                        log.error("IBurst.%s: %s", spec.name, err)
+                        self._fail(call.cid, S.INVALID_ARGUMENT, err, reply)
+                        return
+                    if call.slots is not None:
+                        tokens.remember(call.args, call.slots, args)
+                else:
+                    tokens.release(args[0])
+            self._run(call, spec, "IBurst", obj, args, reply)
         finally:
-            tokens.lock.release()
+            if held:
+                tokens.lock.release()
 
     def _run(self, call: wire.Call, spec: aidl_wire.AidlMethod, iface: str, obj: Any, args: list, send: Any) -> None:
         full = args
