@@ -21,7 +21,7 @@ from nnhal import memory as hal_memory
 from nnhal.service import slots, transport
 from tests.aidl_util import add_aidl, add_pools, fd_count, prepare, raised, settles_at
 from tests.driver_util import add_model, execute_sync, prepared_model
-from tests.service_util import proc_counts
+from tests.service_util import settled
 
 S = aidl.ErrorStatus
 EXPECTED = [[10, 11], [12, 13]]  # add_pools: arange(4) + 10
@@ -239,15 +239,6 @@ def _every_executor(dev: Any, pm: Any) -> None:
         del db, burst, execution, fenced
 
 
-def _settled(pid: int, base: dict[str, int], timeout: float = 10.0) -> dict[str, int]:
-    end = time.monotonic() + timeout
-    counts = proc_counts(pid)
-    while time.monotonic() < end and (counts["fds"] > base["fds"] or counts["threads"] > base["threads"]):
-        time.sleep(0.05)
-        counts = proc_counts(pid)
-    return counts
-
-
 def test_no_descriptor_or_thread_leaks(service_process: Any) -> None:
     """Every executor, many times, on a connection of its own: nothing left in
     this process; and nothing left in the service once the connection closes."""
@@ -255,7 +246,7 @@ def test_no_descriptor_or_thread_leaks(service_process: Any) -> None:
     warm = sp.connect_aidl()
     _every_executor(warm, prepare(warm, add_aidl()))  # NOTE: what the service makes once (workers, pools)
     warm.close()
-    base = _settled(sp.pid, {"fds": 0, "threads": 0}, timeout=1.0)
+    base = settled(sp.pid, {"fds": 0, "threads": 0}, timeout=1.0)
     here = fd_count()
     threads = threading.active_count()
     dev = sp.connect_aidl()
@@ -269,6 +260,6 @@ def test_no_descriptor_or_thread_leaks(service_process: Any) -> None:
     while threading.active_count() > threads and time.monotonic() < end:
         time.sleep(0.02)
     assert threading.active_count() <= threads
-    after = _settled(sp.pid, base)
+    after = settled(sp.pid, base)
     assert after["fds"] <= base["fds"] and after["threads"] <= base["threads"], (base, after)
 

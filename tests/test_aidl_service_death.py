@@ -22,8 +22,8 @@ import pytest
 from nnhal import aidl
 from nnhal.hal.aidl import convert
 from tests.aidl_util import CountingCallback, add_aidl, add_pools, prepare, raised
-from tests.service_util import proc_counts
-from tests.test_service_death import ANSWER_S, slow_model, slow_pools
+from tests.service_util import client_deaths, proc_counts, settled
+from tests.test_service_death import ANSWER_S, slow_model, slow_pools, wait_all
 
 S = aidl.ErrorStatus
 DEAD = aidl.TransactionError.DEAD_OBJECT
@@ -36,14 +36,6 @@ def _dead(call: Callable[[], Any]) -> bool:
     except aidl.TransactionError as e:
         return e.status == DEAD
     return False
-
-
-def _wait_all(cbs: list, since: float) -> float:
-    latest = 0.0
-    for cb in cbs:
-        cb.wait(ANSWER_S + 5)
-        latest = max(latest, time.monotonic() - since)
-    return latest
 
 
 def test_sigkill_mid_work_answers_everyone(service_factory: Any) -> None:
@@ -89,7 +81,7 @@ def test_sigkill_mid_work_answers_everyone(service_factory: Any) -> None:
             cbs.append(cb)
         t_kill = time.monotonic()
         sp.kill()
-        latest = _wait_all(cbs, t_kill)
+        latest = wait_all(cbs, t_kill)
         for t in threads:
             t.join(ANSWER_S)
             assert not t.is_alive(), "a call still blocks after the service died"
@@ -133,7 +125,7 @@ def test_sigterm_answers_pending_callbacks(service_factory: Any) -> None:
         cbs.append(cb)
     t0 = time.monotonic()
     assert sp.terminate(timeout=15) == 0
-    _wait_all(cbs, t0)
+    wait_all(cbs, t0)
     for cb in cbs:
         assert len(cb.calls) == 1 and cb.calls[0] in (S.NONE, S.DEVICE_UNAVAILABLE), cb.calls
     assert not sp.socket_path.exists()
@@ -159,29 +151,13 @@ def _client_then_die(runtime_dir: str, name: str, k: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _deaths(n: int, sp: Any) -> None:
-    for k in range(n):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _client_then_die(str(sp.runtime_dir), sp.name, k)
-            finally:
-                os._exit(1)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
-
-
 def test_client_deaths_leave_nothing_behind(service_factory: Any) -> None:
     sp = service_factory()
-    _deaths(6, sp)  # warm-up: the driver's and the service's pools of threads and memory
+    client_deaths(6, sp, _client_then_die)  # warm-up: the driver's and the service's pools of threads and memory
     time.sleep(1.0)
     before = proc_counts(sp.pid)
-    _deaths(30, sp)
-    end = time.monotonic() + 20
-    after = proc_counts(sp.pid)
-    while time.monotonic() < end and (after["fds"] > before["fds"] or after["threads"] > before["threads"]):
-        time.sleep(0.1)
-        after = proc_counts(sp.pid)
+    client_deaths(30, sp, _client_then_die)
+    after = settled(sp.pid, before)
     print(f"\nservice after 30 AIDL client deaths: fds {before['fds']} -> {after['fds']}, threads "
           f"{before['threads']} -> {after['threads']}, RSS {before['rss_kb']} -> {after['rss_kb']} kB")
     assert after["fds"] <= before["fds"] and after["threads"] <= before["threads"]

@@ -22,7 +22,7 @@ from nnhal import aidl
 from nnhal.service import wire
 from tests.aidl_util import add_aidl, add_pools, prepare
 from tests.service_util import proc_counts
-from tests.test_service_hostile import RawClient
+from tests.test_service_hostile import RawClient, settled_fds
 
 S = aidl.ErrorStatus
 UNKNOWN = aidl.TransactionError.UNKNOWN_TRANSACTION
@@ -70,10 +70,7 @@ def baseline(dev: Any, service_process: Any) -> Any:
     with add_pools() as pools:
         assert pm.executeSynchronously(pools.aidl_request(), False, -1, -1).outputSufficientSize
         np.testing.assert_array_equal(pools.output(0, np.float32, (2, 2)), [[10, 11], [12, 13]])
-    end = time.monotonic() + 5
-    while proc_counts(service_process.pid)["fds"] > base and time.monotonic() < end:
-        time.sleep(0.05)
-    assert proc_counts(service_process.pid)["fds"] <= base, "descriptors leaked in the service"
+    assert settled_fds(service_process.pid, base) <= base, "descriptors leaked in the service"
 
 
 def test_a_bad_face_or_version_is_refused(path: str, baseline: int) -> None:

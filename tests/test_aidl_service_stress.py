@@ -6,11 +6,9 @@ gets against its own inputs)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from typing import Any
+
+from tests.service_util import run_clients
 
 CLIENTS = 3
 EXECUTIONS = 200
@@ -96,22 +94,6 @@ dev.close()
 
 
 def test_concurrent_aidl_clients_nothing_lost_or_crossed(service_process: Any) -> None:
-    env = dict(os.environ, NNHAL_RUNTIME_DIR=str(service_process.runtime_dir))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    scripts = [(_CLIENT, seed + 1) for seed in range(CLIENTS)] + [(_HIDL_CLIENT, 0)]
-    procs = [subprocess.Popen([sys.executable, "-c", script, service_process.name, str(seed), str(EXECUTIONS)],
-                              env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for script, seed in scripts]
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=300)
-            assert p.returncode == 0, err[-2000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for r in results:
+    scripts = [(_CLIENT, [str(seed + 1), str(EXECUTIONS)]) for seed in range(CLIENTS)]
+    for r in run_clients(service_process, [*scripts, (_HIDL_CLIENT, ["0", str(EXECUTIONS)])], timeout=300):
         assert r["nbad"] == 0 and r["ok"] == EXECUTIONS, r

@@ -171,6 +171,7 @@ class _AidlRemote(RemoteObject):
 
     _iface = ""
     _version: Optional[int] = None
+    _by_token: frozenset[str] = frozenset()  # methods whose request's memories go by token (self.tokens)
 
     def __init__(self, conn: AidlConnection, ref: bytes):
         super().__init__(conn, ref)
@@ -188,6 +189,7 @@ def _method(cls: type, spec: aidl_wire.AidlMethod) -> Callable:
     sig = inspect.signature(getattr(cls, spec.name))  # NOTE: the interface's declaration, with its defaults
     n = len(spec.params)
     ins, outs = spec.ins, tuple(zip(spec.outs, spec.out_classes))
+    by_token = spec.name in cls._by_token  # type: ignore[attr-defined]
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs or len(args) != n:
@@ -198,7 +200,7 @@ def _method(cls: type, spec: aidl_wire.AidlMethod) -> Callable:
             bound.apply_defaults()
             args = bound.args[1:]
         if not outs:
-            return self._conn.call_aidl(self._ref, spec, args if len(ins) == n else tuple(args[k] for k in ins))[0]
+            return self._conn.call_aidl(self._ref, spec, args, self.tokens if by_token else None)[0]
         for k, cls_ in outs:
             if args[k] is not None and type(args[k]) is not cls_:
                 raise ServiceSpecificError(S.INVALID_ARGUMENT, f"{spec.name}: the out parameter "
@@ -251,20 +253,11 @@ class RemoteAidlBurst(_AidlRemote, aidl.IBurst):
     """An ``IBurst`` of the service; the memories of tokens the service holds go without their descriptors."""
 
     _iface = "IBurst"
+    _by_token = frozenset({"executeSynchronously", "executeSynchronouslyWithConfig"})
 
     def __init__(self, conn: AidlConnection, ref: bytes):
         super().__init__(conn, ref)
         self.tokens = ClientTokens()
-
-    def executeSynchronously(self, request: Any, memoryIdentifierTokens: Any, measureTiming: Any, deadlineNs: Any,
-                             loopTimeoutDurationNs: Any) -> Any:
-        return self._conn.call_aidl(self._ref, _BURST_SYNC, (request, memoryIdentifierTokens, measureTiming,
-                                                             deadlineNs, loopTimeoutDurationNs), self.tokens)[0]
-
-    def executeSynchronouslyWithConfig(self, request: Any, memoryIdentifierTokens: Any, config: Any,
-                                       deadlineNs: Any) -> Any:
-        return self._conn.call_aidl(self._ref, _BURST_SYNC_CONFIG, (request, memoryIdentifierTokens, config,
-                                                                    deadlineNs), self.tokens)[0]
 
     def releaseMemoryResource(self, memoryIdentifierToken: Any) -> None:
         self.tokens.release(memoryIdentifierToken)
@@ -288,8 +281,6 @@ class RemoteAidlFencedCallback(_AidlRemote, aidl.IFencedExecutionCallback):
 
 _PROXIES = {c._iface: c for c in (RemoteAidlPreparedModel, RemoteAidlBurst, RemoteAidlExecution, RemoteAidlBuffer,
                                   RemoteAidlFencedCallback)}
-_BURST_SYNC = aidl_wire.SPECS["IBurst"]["executeSynchronously"]
-_BURST_SYNC_CONFIG = aidl_wire.SPECS["IBurst"]["executeSynchronouslyWithConfig"]
 _BURST_RELEASE = aidl_wire.SPECS["IBurst"]["releaseMemoryResource"]
 
 

@@ -26,8 +26,6 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-import msgspec
-
 from nnhal import hal
 from nnhal.driver.aidl import AidlDevice, hal_version
 from nnhal.hal import aidl
@@ -35,7 +33,6 @@ from nnhal.hal.aidl.interfaces import TransactionError
 from nnhal.service import aidl_wire, wire
 from nnhal.service.server import DEVICE, ClientRef, Connection
 from nnhal.service.slots import ServiceTokens
-from nnhal.service.transport import PeerClosed, close_fds
 
 log = logging.getLogger("nnhal.service")
 
@@ -214,26 +211,16 @@ class AidlConnection(Connection):
         self._answer(call.cid, spec, [result, *(full[k] for k in spec.outs)], send)
 
     def _answer(self, cid: int, spec: aidl_wire.AidlMethod, values: list, send: Any) -> None:
-        out_fds: list[int] = []
-        try:
-            # NOTE: a descriptor the face returns (a sync fence) is the caller's, the service's here: closed once
-            # sent, whatever happens
+        def answer(out_fds: list[int]) -> Any:
+            # NOTE: a descriptor the face returns (a sync fence) is the caller's, the service's here
             if spec.result_fds:
-                out_fds = aidl_wire.collect_fds(spec.result_types, values)
-            if spec.result_refs:
-                values = aidl_wire.export_refs(spec.result_types, values, self.ref_of)
-                if spec.name == "allocate" and values[0] is not None and values[0].buffer is not None:
-                    with self.lock:
-                        self.tokens[values[0].token] = values[0].buffer
-            body = wire.ENCODER.encode(wire.ReplyOut(cid, values))
-        except (TypeError, ValueError, msgspec.EncodeError) as e:
-            close_fds(out_fds)
-            log.error("%s: the face's answer cannot be sent: %s", spec.name, e)
-            self._fail(cid, S.GENERAL_FAILURE, "unencodable result", send)
-            return
-        try:
-            send(body, out_fds)
-        except (PeerClosed, OSError, ValueError) as e:
-            log.debug("%s: reply not delivered: %s", spec.name, e)
-        finally:
-            close_fds(out_fds)
+                out_fds += aidl_wire.collect_fds(spec.result_types, values)
+            if not spec.result_refs:
+                return values
+            out = aidl_wire.export_refs(spec.result_types, values, self.ref_of)
+            if spec.name == "allocate" and out[0] is not None and out[0].buffer is not None:
+                with self.lock:
+                    self.tokens[out[0].token] = out[0].buffer
+            return out
+
+        self.send_reply(cid, spec.name, answer, send)

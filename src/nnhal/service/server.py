@@ -1,12 +1,17 @@
 """The driver as a service process: ``nnhal serve --name NAME``.
 
 Implements the service side of the binding's IPC (the part binder and the
-HIDL stubs play on Android): it listens on the registry socket of its name
+HIDL / AIDL stubs play on Android): it listens on the registry socket of its name
 (:mod:`nnhal.service.registry`), accepts clients of the same user only
 (SO_PEERCRED), and runs every HAL call a client sends on the in-process
 driver, with the client's callbacks (``IPreparedModelCallback``,
 ``IExecutionCallback``, ``IBurstCallback``) replaced by proxies that call back
 across the socket.
+
+Faces: a client's Hello picks the face its connection speaks: HIDL (this
+module's :class:`Connection`, the ``nnhal.hal`` interfaces) or AIDL of a
+version (:class:`nnhal.service.aidl_server.AidlConnection`, over the
+driver's AIDL face); both share everything below.
 
 Isolation: each connection has its own object table.  A prepared model,
 buffer, burst context or fenced-execution callback handed to a client is
@@ -58,7 +63,7 @@ import threading
 import time
 import typing
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import msgspec
 
@@ -564,25 +569,35 @@ class Connection:
         return True
 
     def _reply(self, cid: int, spec: wire.MethodSpec, result: Any, attachments: Optional[list], send: Any) -> None:
+        def answer(out_fds: list[int]) -> Any:
+            out = self._export_result(spec, result, attachments or []) if spec.result_refs else result
+            if spec.result_has_handles and out is not None:
+                # NOTE: a handle the driver returns (executeFenced's sync fence) is the caller's: the client now
+                # holds its own copy
+                out_fds += wire.collect_fds(out)
+            return out
+
+        self.send_reply(cid, spec.name, answer, send)
+
+    def send_reply(self, cid: int, what: str, answer: Callable[[list[int]], Any], send: Any) -> None:
+        """Send ``answer(out_fds)`` as the reply to ``cid``: the result to encode,
+        the descriptors to send with it put in ``out_fds`` (the service's own:
+        closed once sent, whatever happens); GENERAL_FAILURE if it cannot be
+        encoded."""
         out_fds: list[int] = []
         try:
-            if spec.result_refs:
-                result = self._export_result(spec, result, attachments or [])
-            if spec.result_has_handles and result is not None:
-                out_fds = wire.collect_fds(result)
-            body = wire.ENCODER.encode(wire.ReplyOut(cid, result))
+            body = wire.ENCODER.encode(wire.ReplyOut(cid, answer(out_fds)))
         except (TypeError, ValueError, msgspec.EncodeError) as e:
-            log.error("%s: the driver's answer cannot be sent: %s", spec.name, e)
+            close_fds(out_fds)
+            log.error("%s: the answer cannot be sent: %s", what, e)
             self._fail(cid, S.GENERAL_FAILURE, "unencodable result", send)
             return
         try:
             send(body, out_fds)
         except (PeerClosed, OSError, ValueError) as e:
-            log.debug("%s: reply not delivered: %s", spec.name, e)
+            log.debug("%s: reply not delivered: %s", what, e)
         finally:
             if out_fds:
-                # NOTE: a handle the driver returns (executeFenced's sync fence) is the
-                # caller's: the client now holds its own copy.
                 close_fds(out_fds)
 
     def _export_result(self, spec: wire.MethodSpec, result: Any, attachments: list) -> Any:
@@ -866,7 +881,8 @@ def serve(name: str, driver: str = "sample-all") -> int:
         service.request_stop()
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    print(f"nnhal: serving {driver!r} as {name!r} on {service.path} (pid {os.getpid()})", flush=True)
+    print(f"nnhal: serving {driver!r} as {name!r} (HIDL 1.0-1.3 and AIDL 1-4: nnhal.connect / nnhal.aidl.connect) "
+          f"on {service.path} (pid {os.getpid()})", flush=True)
     try:
         service.serve_forever()
     finally:
