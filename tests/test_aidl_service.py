@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pytest
@@ -60,6 +60,29 @@ class SentFds:
 
 # --------------------------------------------------------------------------
 # one service, two faces
+
+
+def test_the_wire_table_is_the_interfaces_own() -> None:
+    """Every method of every interface, with its parameters, version, out
+    parameters and descriptor positions, as the binding declares them."""
+    import inspect
+
+    from nnhal.service import aidl_wire
+
+    for iface in aidl.INTERFACES:
+        specs = aidl_wire.SPECS[iface.__name__]
+        assert set(specs) == {*aidl.METHODS[iface.__name__], *aidl_wire.META}
+        for name, spec in specs.items():
+            params = [n for n in inspect.signature(getattr(iface, name)).parameters if n != "self"]
+            assert [n for n, _ in spec.params] == params
+            assert spec.since == aidl.METHODS[iface.__name__].get(name, hal.HalVersion.AIDL_V1)
+    info = aidl_wire.SPECS["IFencedExecutionCallback"]["getExecutionInfo"]
+    assert info.in_types == () and info.result_types[1:] == (Optional[aidl.Timing],) * 2
+    assert aidl_wire.SPECS["IPreparedModelCallback"]["notify"].oneway
+    assert aidl_wire.SPECS["IDevice"]["prepareModel"].callback == 7
+    assert [n for n, s in aidl_wire.SPECS["IPreparedModel"].items() if s.arg_fds] == [
+        "executeSynchronously", "executeFenced", "createReusableExecution", "executeSynchronouslyWithConfig",
+        "executeFencedWithConfig"]
 
 
 def test_both_faces_of_one_service(service_process: Any, dev: Any) -> None:
