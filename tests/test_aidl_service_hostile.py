@@ -39,6 +39,13 @@ class AidlRaw(RawClient):
         self.send(wire.ENCODER.encode(wire.CallOut(cid, target, method, args, slots, list(forget))), fds)
         return self.recv()
 
+    def prepare(self, cid: int) -> tuple[Any, Any]:
+        """prepareModel of the ADD with the callback reference b"cb": (the reply, the one-way notify), which
+        travel in either order (the preparation may finish before the launch's answer leaves)."""
+        first = self.call(cid, "prepareModel", [_builtins(add_aidl()), 1, 1, -1, [], [], bytes(32), b"cb"])
+        second = self.recv()
+        return (first, second) if type(first) is wire.Reply else (second, first)
+
 
 def _fail(env: Any, status: int, cid: int) -> bool:
     return type(env) is wire.Fail and env.cid == cid and env.status == status
@@ -100,9 +107,8 @@ def test_malformed_calls(path: str, baseline: int) -> None:
         assert _fail(c.call(12, "allocate", [{"dimensions": []}, [{"preparedModel": b"forged" * 3}], [role], []]),
                      S.INVALID_ARGUMENT, 12)
         # a prepareModel whose callback is a forged reference: the face's callback proxy calls it, one way
-        env = c.call(13, "prepareModel", [_builtins(add_aidl()), 1, 1, -1, [], [], bytes(32), b"cb"])
+        env, note = c.prepare(13)
         assert type(env) is wire.Reply and msgspec.msgpack.decode(env.result) == [None]
-        note = c.recv()
         assert type(note) is wire.Call and note.cid == 0 and note.method == "notify" and note.target == b"cb"
         status, ref = msgspec.msgpack.decode(note.args)
         assert status == S.NONE and isinstance(ref, bytes)
@@ -149,9 +155,9 @@ def test_memory_slots_where_none_belong(path: str, baseline: int, dev: Any) -> N
     try:
         assert _fail(c.call(1, "getCapabilities", [], slots=[1]), S.INVALID_ARGUMENT, 1)
         assert _fail(c.call(2, "getCapabilities", [], forget=[3]), S.INVALID_ARGUMENT, 2)
-        env = c.call(3, "prepareModel", [_builtins(add_aidl()), 1, 1, -1, [], [], bytes(32), b"cb"])
+        env, note = c.prepare(3)
         assert type(env) is wire.Reply
-        _, pm = msgspec.msgpack.decode(c.recv().args)
+        _, pm = msgspec.msgpack.decode(note.args)
         env = c.call(4, "configureExecutionBurst", [], target=pm)
         burst = msgspec.msgpack.decode(env.result)[0]
         with add_pools() as pools:
@@ -190,8 +196,7 @@ def test_another_clients_references(path: str, baseline: int, dev: Any) -> None:
     try:
         assert _fail(c.call(1, "getInterfaceVersion", [], target=pm._ref), S.INVALID_ARGUMENT, 1)
         assert _fail(c.call(2, "copyTo", [{"ashmem": None}], target=db.buffer._ref), S.INVALID_ARGUMENT, 2)
-        env = c.call(3, "prepareModel", [_builtins(add_aidl()), 1, 1, -1, [], [], bytes(32), b"cb"])
-        _, mine = msgspec.msgpack.decode(c.recv().args)
+        _, mine = msgspec.msgpack.decode(c.prepare(3)[1].args)
         with add_pools() as pools:
             req = _builtins(pools.aidl_request())
             req["pools"].append({"token": db.token})
