@@ -7,6 +7,7 @@ caching and memory domains through the front end."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,26 @@ from tests.driver_util import OT, WAIT_S, Builder, T, make_model
 S = aidl.ErrorStatus
 VERSIONS = [1, 2, 3, 4]
 DEVICES = ["sample-all", NUMPY_DRIVER]
+SERVICE = "service"  # sample-all's AIDL face through a service (nnhal.aidl.connect): the same answers
+SAMPLE = ["sample-all", SERVICE]
+
+
+@pytest.fixture(scope="module")
+def faces(service_process: Any) -> Iterator[Callable[..., aidl.IDevice]]:
+    """``faces(name, version=4)``: the AIDL IDevice of ``name`` in process, or
+    of sample-all through this module's service for SERVICE."""
+    conns: dict[int, Any] = {}
+
+    def get(name: str, version: int = 4) -> aidl.IDevice:
+        if name != SERVICE:
+            return aidl.get_device(name, version)
+        if version not in conns:
+            conns[version] = service_process.connect_aidl(version)
+        return conns[version]
+
+    yield get
+    for dev in conns.values():
+        dev.close()
 
 
 def sub_model() -> aidl.Model:
@@ -48,10 +69,10 @@ def sub_model() -> aidl.Model:
     return aidl.convert.from_canonical(make_model(b))
 
 
-@pytest.mark.parametrize("name", DEVICES)
+@pytest.mark.parametrize("name", [*DEVICES, SERVICE])
 @pytest.mark.parametrize("version", VERSIONS)
-def test_the_queries(name: str, version: int) -> None:
-    dev = aidl.get_device(name, version)
+def test_the_queries(name: str, version: int, faces: Any) -> None:
+    dev = faces(name, version)
     assert dev.getInterfaceVersion() == version
     assert dev.getInterfaceHash() == aidl.HASHES[version]
     caps = dev.getCapabilities()
@@ -63,7 +84,7 @@ def test_the_queries(name: str, version: int) -> None:
     assert caps.ifPerformance.execTime > 0 and caps.whilePerformance.powerUsage > 0
     files = dev.getNumberOfCacheFilesNeeded()
     assert type(files) is aidl.NumberOfCacheFiles
-    assert (files.numModelCache, files.numDataCache) == ((1, 1) if name == "sample-all" else (0, 0))
+    assert (files.numModelCache, files.numDataCache) == ((0, 0) if name == NUMPY_DRIVER else (1, 1))
     assert dev.getSupportedExtensions() == []
     assert dev.getType() == aidl.DeviceType.CPU
     assert isinstance(dev.getVersionString(), str) and dev.getVersionString()
@@ -77,21 +98,22 @@ def test_the_device_of_a_version_beyond_the_binding() -> None:
         aidl.get_device("no-such-device")
 
 
-@pytest.mark.parametrize("name", DEVICES)
-def test_get_supported_operations(name: str) -> None:
-    dev = aidl.get_device(name)
+@pytest.mark.parametrize("name", [*DEVICES, SERVICE])
+def test_get_supported_operations(name: str, faces: Any) -> None:
+    dev = faces(name)
     assert dev.getSupportedOperations(add_aidl()) == [True]
-    assert dev.getSupportedOperations(sub_model()) == [True, name == "sample-all"]
+    assert dev.getSupportedOperations(sub_model()) == [True, name != NUMPY_DRIVER]
     cycle = add_aidl()
     cycle.main.operations[0].outputs = [0]  # writes its own input
     for model in (cycle, aidl.Model(), None, "model", hal.Model(), add_aidl().main):
         assert raised(lambda m=model: dev.getSupportedOperations(m)) == S.INVALID_ARGUMENT, model
 
 
-def test_what_aidl_cannot_mean_is_an_invalid_argument() -> None:
+@pytest.mark.parametrize("name", SAMPLE)
+def test_what_aidl_cannot_mean_is_an_invalid_argument(name: str, faces: Any) -> None:
     """OEM types (AIDL has none), a model operand with padding, an extra
     params union with two members set: INVALID_ARGUMENT at the boundary."""
-    dev = aidl.get_device()
+    dev = faces(name)
     oem = add_aidl()
     oem.main.operands[0].type = int(hal.OperandType.TENSOR_OEM_BYTE)
     padded = add_aidl()
@@ -140,10 +162,11 @@ def test_prepare_and_execute(name: str) -> None:
         np.testing.assert_array_equal(pools.output(0, np.float32, (2, 2)), [[10, 11], [12, 13]])
 
 
-def test_a_refused_preparation_raises_and_notifies() -> None:
+@pytest.mark.parametrize("name", SAMPLE)
+def test_a_refused_preparation_raises_and_notifies(name: str, faces: Any) -> None:
     """ValidateModel / BasicTests.CycleTest: the launch raises INVALID_ARGUMENT
     and the callback hears it once, with no prepared model."""
-    dev = aidl.get_device()
+    dev = faces(name)
     cycle = add_aidl()
     cycle.main.operations[0].outputs = [0]
     calls = [
@@ -169,8 +192,9 @@ def test_an_unsupported_operation_fails_the_preparation() -> None:
         == (S.GENERAL_FAILURE, S.GENERAL_FAILURE)
 
 
-def test_a_deadline_already_passed() -> None:
-    dev = aidl.get_device()
+@pytest.mark.parametrize("name", SAMPLE)
+def test_a_deadline_already_passed(name: str, faces: Any) -> None:
+    dev = faces(name)
     cb = CountingCallback()
     dev.prepareModel(add_aidl(), FAST, MEDIUM, 0, [], [], bytes(32), cb)  # NOTE: 0 ns on the steady clock: passed
     assert cb.wait(WAIT_S) == (S.MISSED_DEADLINE_PERSISTENT, None)
@@ -190,8 +214,9 @@ def test_every_priority(priority: aidl.Priority) -> None:
 # version 4: prepareModelWithConfig and its hints
 
 
-def test_prepare_model_with_config_and_hints() -> None:
-    dev = aidl.get_device()
+@pytest.mark.parametrize("name", SAMPLE)
+def test_prepare_model_with_config_and_hints(name: str, faces: Any) -> None:
+    dev = faces(name)
     hints = [aidl.TokenValuePair(token=(0x7AAA << 16) | 0xB, value=b"\x01"), aidl.TokenValuePair(1, b"")]
     names = [aidl.ExtensionNameAndPrefix(name="vendor.test.test_extension", prefix=0x7AAA)]
     cb = CountingCallback()
@@ -214,9 +239,10 @@ def test_prepare_model_with_config_and_hints() -> None:
             (S.INVALID_ARGUMENT, S.INVALID_ARGUMENT), (hints, names)
 
 
+@pytest.mark.parametrize("name", SAMPLE)
 @pytest.mark.parametrize("version", [1, 2, 3])
-def test_methods_after_the_version_are_unknown_transactions(version: int) -> None:
-    dev = aidl.get_device("sample-all", version)
+def test_methods_after_the_version_are_unknown_transactions(version: int, name: str, faces: Any) -> None:
+    dev = faces(name, version)
     with pytest.raises(aidl.TransactionError) as e:
         dev.prepareModelWithConfig(add_aidl(), aidl.PrepareModelConfig(), aidl.PreparedModelCallback())
     assert e.value.status == aidl.TransactionError.UNKNOWN_TRANSACTION
@@ -263,9 +289,11 @@ def _cache_fds(tmp_path: Any, tag: str, flags: int = os.O_RDWR) -> tuple[list[in
             [os.open(tmp_path / f"{tag}.data", flags | os.O_CREAT, 0o600)])
 
 
-def test_compilation_caching(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name", SAMPLE)
+def test_compilation_caching(name: str, faces: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache files (ParcelFileDescriptors) written and read, in process and through a service."""
     monkeypatch.setenv("NNHAL_CACHE_KEY_DIR", str(tmp_path / "key"))
-    dev = aidl.get_device()
+    dev = faces(name)
     token = bytes(range(32))
     model_fds, data_fds = _cache_fds(tmp_path, "a")
     try:
@@ -314,8 +342,9 @@ def _role(io: int = 0, model: int = 0, probability: float = 1.0) -> aidl.BufferR
     return aidl.BufferRole(modelIndex=model, ioIndex=io, probability=probability)
 
 
-def test_allocate_copy_and_execute_with_a_device_buffer() -> None:
-    dev = aidl.get_device()
+@pytest.mark.parametrize("name", SAMPLE)
+def test_allocate_copy_and_execute_with_a_device_buffer(name: str, faces: Any) -> None:
+    dev = faces(name)
     pm = prepare(dev, add_aidl())
     parcel = [aidl.IPreparedModelParcel(pm)]
     db = dev.allocate(aidl.BufferDesc([2, 2]), parcel, [_role(0), _role(1)], [_role(0)])
@@ -340,19 +369,24 @@ def test_allocate_copy_and_execute_with_a_device_buffer() -> None:
         # errors of copyFrom / copyTo (MemoryDomainCopyTest); a failed copyFrom leaves it uninitialized
         assert raised(lambda: db.buffer.copyFrom(memory(dst), [2, 3])) == S.INVALID_ARGUMENT
         assert raised(lambda: db.buffer.copyTo(memory(dst))) == S.GENERAL_FAILURE
-        for junk in (None, aidl.Memory(), aidl.Memory(ashmem=aidl.Ashmem(-1, 16)), "m", memory(small)):
+        for junk, sendable in ((None, False), (aidl.Memory(), True), (aidl.Memory(ashmem=aidl.Ashmem(-1, 16)), False),
+                               ("m", False), (memory(small), True)):
             db.buffer.copyFrom(memory(src), [2, 2])
             assert raised(lambda j=junk: db.buffer.copyTo(j)) == S.INVALID_ARGUMENT
             assert raised(lambda j=junk: db.buffer.copyFrom(j, [])) == S.INVALID_ARGUMENT
-            assert raised(lambda: db.buffer.copyTo(memory(dst))) == S.GENERAL_FAILURE
+            # NOTE: through a service, what cannot travel (no Memory, no descriptor) is refused before the driver,
+            # as binder refuses to parcel it: the copy never started, the buffer keeps its contents
+            left = S.GENERAL_FAILURE if sendable or name != SERVICE else None
+            assert raised(lambda: db.buffer.copyTo(memory(dst))) == left
     finally:
         free(src, dst, small)
 
 
-def test_allocate_refuses_what_vts_names() -> None:
+@pytest.mark.parametrize("name", SAMPLE)
+def test_allocate_refuses_what_vts_names(name: str, faces: Any) -> None:
     """MemoryDomainAllocateTest: empty roles, a null or foreign prepared model,
     an index out of range, a probability outside (0, 1], a role twice."""
-    dev = aidl.get_device()
+    dev = faces(name)
     pm = prepare(dev, add_aidl())
     other = prepare(aidl.get_device(NUMPY_DRIVER), add_aidl())
     desc, parcel = aidl.BufferDesc(), [aidl.IPreparedModelParcel(pm)]
@@ -418,22 +452,25 @@ class _Spy:
         return getattr(self.target, name)
 
 
-@pytest.mark.parametrize("name", DEVICES)
+@pytest.mark.parametrize("name", [*DEVICES, SERVICE])
 @pytest.mark.parametrize("version", VERSIONS)
-def test_every_method_of_the_version(name: str, version: int, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A happy path through each method the version has, on both devices; the
-    spy checks that nothing of the version's interfaces was left out."""
+def test_every_method_of_the_version(name: str, version: int, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                     faces: Any) -> None:
+    """A happy path through each method the version has, on both devices in
+    process and on sample-all through a service (nnhal.aidl.connect: every
+    method crosses the process boundary); the spy checks that nothing of the
+    version's interfaces was left out."""
     called: set[str] = set()
 
     def spy(iface: str, target: Any) -> Any:
         return _Spy(iface, target, called)
 
-    dev = spy("IDevice", aidl.get_device(name, version))
+    dev = spy("IDevice", faces(name, version))
     for query in ("getCapabilities", "getNumberOfCacheFilesNeeded", "getSupportedExtensions", "getType",
                   "getVersionString"):
         getattr(dev, query)()
     assert dev.getSupportedOperations(add_aidl()) == [True]
-    if name == "sample-all":
+    if name != NUMPY_DRIVER:
         monkeypatch.setenv("NNHAL_CACHE_KEY_DIR", str(tmp_path / "key"))
         files = _cache_fds(tmp_path, "v")
         try:

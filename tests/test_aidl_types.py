@@ -186,3 +186,42 @@ def test_every_method_is_typed_for_a_transport() -> None:
             params = [p for p in inspect.signature(fn).parameters if p != "self"]
             assert set(hints) == {*params, "return"}, (iface.__name__, method)
             assert all(h is not typing.Any and h is not list for h in hints.values()), (iface.__name__, method, hints)
+
+
+def _is_pfd(hint: object) -> bool:
+    """Whether an annotation is a ParcelFileDescriptor, bare, nullable or in an array."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return hint is aidl.ParcelFileDescriptor or (len(args) == 1 and _is_pfd(args[0]))
+
+
+def _common(name: str) -> str:
+    path = f"common/aidl/aidl_api/android.hardware.common/2/android/hardware/common/{name}.aidl"
+    return subprocess.run(["git", "-C", str(MIRROR), "show", f"HEAD:{path}"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_descriptors_and_out_parameters_are_marked(version: int) -> None:
+    """Every ParcelFileDescriptor of the frozen version (field or parameter) is
+    annotated ``aidl.ParcelFileDescriptor``, and nothing else is; every ``out``
+    parameter is marked ``@out``: what a transport passes as a descriptor, and
+    sends back rather than there (nnhal.service.aidl_wire)."""
+    texts = {**_frozen(version), "Ashmem": _common("Ashmem"), "MappableFile": _common("MappableFile")}
+    for name, text in texts.items():
+        kind, _, items = _body(text)
+        ours = getattr(aidl, name)
+        items = [i for i in items if not i.startswith("const ")]
+        if kind in ("parcelable", "union"):
+            hints = typing.get_type_hints(ours)
+            for item in items:
+                decl = re.sub(r"\s*=.*", "", re.sub(r"@\w+\s*", "", item)).split()
+                assert _is_pfd(hints[decl[-1]]) == decl[0].startswith("ParcelFileDescriptor"), (name, item)
+        elif kind == "interface":
+            for item in items:
+                m = re.match(r"(?:oneway )?\S+ (\w+)\((.*)\)", item, re.S)
+                params = [p.split() for p in m.group(2).split(",") if p.strip()]
+                fn = getattr(ours, m.group(1))
+                hints = typing.get_type_hints(fn)
+                for p in params:
+                    assert _is_pfd(hints[p[-1]]) == p[-2].startswith("ParcelFileDescriptor"), (name, m.group(1), p)
+                assert set(getattr(fn, "aidl_out", ())) == {p[-1] for p in params if p[0] == "out"}, (name, p)

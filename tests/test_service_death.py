@@ -29,7 +29,7 @@ from tests.driver_util import (
     make_model,
     prepared_model,
 )
-from tests.service_util import proc_counts
+from tests.service_util import client_deaths, proc_counts, settled
 
 S = hal.ErrorStatus
 M = hal.MeasureTiming
@@ -54,7 +54,7 @@ def slow_pools() -> Pools:
     return Pools([np.ones(N, np.float32)], [N * 4])
 
 
-def _wait_all(cbs: list, t_kill: float) -> float:
+def wait_all(cbs: list, t_kill: float) -> float:
     """Waits for every callback; the latest answer, in seconds after the kill."""
     latest = 0.0
     for cb in cbs:
@@ -98,7 +98,7 @@ def test_sigkill_mid_work_answers_everyone(service_factory: Any) -> None:
             time.sleep(0.001)
         t_kill = time.monotonic()
         sp.kill()
-        latest = _wait_all(prep_cbs + exec_cbs, t_kill)
+        latest = wait_all(prep_cbs + exec_cbs, t_kill)
         for t in threads:
             t.join(ANSWER_S)
             assert not t.is_alive(), "a synchronous call still blocks after the service died"
@@ -156,7 +156,7 @@ def test_sigterm_answers_pending_and_removes_the_socket(service_factory: Any) ->
             cbs.append(cb)
         t0 = time.monotonic()
         assert sp.terminate(timeout=15) == 0
-        _wait_all(cbs, t0)
+        wait_all(cbs, t0)
         for cb in cbs:
             assert len(cb.calls) == 1 and cb.calls[0][1] in (S.NONE, S.DEVICE_UNAVAILABLE), cb.calls
         assert not sp.socket_path.exists()
@@ -196,36 +196,15 @@ def _client_then_die(path_env: str, name: str, k: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _deaths(n: int, sp: Any) -> None:
-    for k in range(n):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _client_then_die(str(sp.runtime_dir), sp.name, k)
-            finally:
-                os._exit(1)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
-
-
-def _settled(pid: int, base: dict[str, int], timeout: float = 20.0) -> dict[str, int]:
-    end = time.monotonic() + timeout
-    counts = proc_counts(pid)
-    while time.monotonic() < end and (counts["fds"] > base["fds"] or counts["threads"] > base["threads"]):
-        time.sleep(0.1)
-        counts = proc_counts(pid)
-    return counts
-
-
 def test_client_deaths_leave_nothing_behind(service_factory: Any) -> None:
     sp = service_factory()
-    _deaths(10, sp)  # warm-up: the driver's and the service's pools of threads and memory
-    before = _settled(sp.pid, {"fds": 0, "threads": 0}, timeout=3.0)
+    client_deaths(10, sp, _client_then_die)  # warm-up: the driver's and the service's pools of threads and memory
+    before = settled(sp.pid, {"fds": 0, "threads": 0}, timeout=3.0)
     time.sleep(1.0)
     before = proc_counts(sp.pid)
     t0 = time.monotonic()
-    _deaths(100, sp)
-    after = _settled(sp.pid, before)
+    client_deaths(100, sp, _client_then_die)
+    after = settled(sp.pid, before)
     print(f"\nservice after 100 client deaths ({time.monotonic() - t0:.1f} s): fds {before['fds']} -> {after['fds']}, "
           f"threads {before['threads']} -> {after['threads']}, RSS {before['rss_kb']} -> {after['rss_kb']} kB")
     assert after["fds"] <= before["fds"]

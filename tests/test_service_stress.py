@@ -5,14 +5,10 @@ checks every output it gets against its own inputs)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
 from typing import Any
 
-from tests.service_util import proc_counts
+from tests.service_util import proc_counts, run_clients
 
 CLIENTS = 8
 EXECUTIONS = 1000
@@ -62,24 +58,9 @@ dev.close()
 
 
 def test_concurrent_clients_nothing_lost_or_crossed(service_process: Any) -> None:
-    env = dict(os.environ, NNHAL_RUNTIME_DIR=str(service_process.runtime_dir))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     before = proc_counts(service_process.pid)
     t0 = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-c", _CLIENT, service_process.name, str(seed + 1), str(EXECUTIONS)],
-                              env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for seed in range(CLIENTS)]
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=600)
-            assert p.returncode == 0, err[-2000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    results = run_clients(service_process, [(_CLIENT, [str(seed + 1), str(EXECUTIONS)]) for seed in range(CLIENTS)])
     seconds = time.monotonic() - t0
     for r in results:
         assert r["nbad"] == 0 and r["ok"] == EXECUTIONS, r

@@ -26,12 +26,14 @@ AIDL face.  nnhal's own modules import :mod:`nnhal.hal.aidl`, never this one.
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from nnhal.hal.aidl import *  # noqa: F401,F403
 from nnhal.hal.aidl import __all__ as _all
 from nnhal.hal.aidl import convert  # noqa: F401
 from nnhal.hal.aidl.interfaces import IDevice
 
-__all__ = [*_all, "convert", "get_device"]
+__all__ = [*_all, "connect", "convert", "get_device", "open_device"]
 
 
 def get_device(name: str = "sample-all", version: int = 4) -> IDevice:
@@ -47,3 +49,26 @@ def get_device(name: str = "sample-all", version: int = 4) -> IDevice:
 
     hal_version(version)  # NOTE: a bad version says so before a driver is loaded
     return AidlDevice(registry.get_device(name), version)
+
+
+def connect(name: str, version: int = 4, runtime_dir: Optional[Any] = None) -> IDevice:
+    """The AIDL ``IDevice`` of the running service ``name`` (``nnhal serve``),
+    serving interface ``version`` (1-4) as :func:`get_device` does.  Raises
+    LookupError (``nnhal.service.client.ServiceUnavailable``, naming the
+    registry directory) if no such service runs."""
+    from nnhal.service.aidl_client import connect as _connect
+
+    return _connect(name, version, runtime_dir)
+
+
+def open_device(name: str, version: int = 4) -> IDevice:
+    """The AIDL ``IDevice`` of ``name`` as a user names a device on the command
+    line (as ``nnhal.open_device``): in process for a name of the device table
+    or a ``module:Class`` spec, else the running service of that name.
+    LookupError if neither exists, ValueError for a version this binding does
+    not serve."""
+    from nnhal.drivers import registry
+
+    if registry.knows(name):
+        return get_device(name, version)
+    return connect(name, version)

@@ -334,7 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_vts)
 
     s = command("serve", "run a driver as a service process (foreground, until SIGTERM / SIGINT)",
-                "nnhal serve --name nnhal-cpu --driver sample-all")
+                "nnhal serve --name nnhal-cpu --driver sample-all\n\n"
+                "the service serves both faces of the driver; a client picks one when it connects:\n"
+                "  nnhal.connect('nnhal-cpu')                      HIDL 1.0-1.3\n"
+                "  nnhal.aidl.connect('nnhal-cpu', version=4)      AIDL versions 1-4 (or nnhal.aidl.open_device)")
     s.add_argument("--name", required=True, help="instance name: exactly one '-', e.g. nnhal-cpu")
     s.add_argument("--driver", default="sample-all", help="the in-process driver to serve (default sample-all)")
     s.set_defaults(fn=cmd_serve)

@@ -51,6 +51,7 @@ from typing import Any, Optional
 import msgspec
 
 from nnhal import hal
+from nnhal.hal import aidl
 from nnhal.platform.spin import Spin, spin_limit_ns
 from nnhal.service import registry, wire
 from nnhal.service.slots import UNKNOWN_SLOT, ClientSlots
@@ -64,11 +65,19 @@ MAX_INFLIGHT = 64  # the service's limit per connection
 # most executions of small models answer within it
 CLIENT_SPIN_US = 1000
 _clock = time.perf_counter_ns
-_READY_CALLBACKS = (hal.PreparedModelCallback, hal.ExecutionCallback)
+_READY_CALLBACKS = (hal.PreparedModelCallback, hal.ExecutionCallback, aidl.PreparedModelCallback)
 
 
 class ServiceUnavailable(LookupError):
     """No service of that name runs (the message names the registry directory)."""
+
+
+class Unreachable(Exception):
+    """A call found the service gone (or its channel broken)."""
+
+
+class Unsendable(Exception):
+    """The socket refused a call (a descriptor that is not open, a frame over the limits)."""
 
 
 class _Entry:
@@ -91,12 +100,12 @@ def _error_args(iface: str, notify: str, status: S) -> tuple:
 class Connection:
     """One connection to a service."""
 
-    def __init__(self, name: str, path: str):
+    def __init__(self, name: str, path: str, hello: Optional[wire.Hello] = None):
         self.name = name
         self.path = path
         self.chan, self.service_pid = _open(path)
         try:
-            self.chan.send(wire.ENCODER.encode(wire.Hello()), None)
+            self.chan.send(wire.ENCODER.encode(hello or wire.Hello()), None)
             env = _handshake_answer(self.chan)
             if type(env) is not wire.Attach:
                 raise ServiceUnavailable(f"the service at {path} answered the handshake with {type(env).__name__}")
@@ -146,7 +155,7 @@ class Connection:
         self._local.slots = self._slot_table(chan) if chan is not None else None
         return chan
 
-    def _slot_table(self, chan: Channel) -> ClientSlots:
+    def _slot_table(self, chan: Channel) -> Optional[ClientSlots]:
         """The memory slots of a new call channel, with the connection's
         forgetter thread (started with the first) to send forgets at once."""
         q = self._forget_q
@@ -174,6 +183,19 @@ class Connection:
         except _ENCODE_ERRORS as e:
             log.error("%s: argument cannot be sent: %s", spec.name, e)
             return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
+        try:
+            env, rfds = self.exchange_main(cid, body, fds)
+        except Unreachable:
+            return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
+        except Unsendable as e:
+            log.error("%s: cannot send the call: %s", spec.name, e)
+            return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
+        return self._result(spec, entry_ref, env, rfds)
+
+    def exchange_main(self, cid: int, body: bytes, fds: Optional[list[int]]) -> tuple[Any, list[int]]:
+        """Send a call on the main connection and wait for its answer (the
+        envelope, its descriptors).  Raises :class:`Unreachable` if the service
+        is gone, :class:`Unsendable` for a call the socket refuses."""
         p = Pending()
         self._sem.acquire()
         with self._lock:
@@ -185,12 +207,44 @@ class Connection:
                 self._pending.pop(cid, None)
             self._sem.release()
             if isinstance(e, PeerClosed) or self.dead:
-                return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
-            log.error("%s: cannot send the call: %s", spec.name, e)
-            return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
+                raise Unreachable(str(e)) from None
+            raise Unsendable(str(e)) from None
         p.lock.acquire()
         self._sem.release()
-        return self._result(spec, entry_ref, p.value, p.fds)
+        if p.value is None:  # NOTE: the reader saw the service go (_die)
+            raise Unreachable("the service is gone")
+        return p.value, p.fds
+
+    def exchange_on(self, chan: Channel, cid: int, body: bytes, fds: Optional[list[int]]) -> tuple[Any, list[int]]:
+        """Send a call on this thread's call channel and read its answer (no
+        hand-over).  Raises :class:`Unreachable` if the service is gone or the
+        channel broke (dropped: the thread's next call opens a new one, refused
+        if the service is gone), :class:`Unsendable` for a call the socket
+        refuses (a descriptor that is not open, a frame over the limits)."""
+        spin = self._local.spin
+        try:
+            t0 = _clock()
+            chan.send(body, fds)
+            while True:
+                rbody, rfds = chan.recv(spin.window())
+                try:
+                    env = wire.ENVELOPE.decode(rbody)
+                except wire.DECODE_ERRORS as e:
+                    close_fds(rfds)
+                    raise ProtocolError(f"undecodable answer: {type(e).__name__}: {e}") from None
+                if getattr(env, "cid", None) == cid:
+                    break
+                close_fds(rfds)
+            spin.waited(_clock() - t0)
+        except (PeerClosed, ProtocolError) as e:
+            chan.close()
+            del self._local.chan
+            raise Unreachable(str(e)) from None
+        except (OSError, ValueError) as e:
+            if self.dead or chan.closed:
+                raise Unreachable(str(e)) from None
+            raise Unsendable(str(e)) from None
+        return env, rfds
 
     def _call_on(self, chan: Channel, target: bytes, spec: wire.MethodSpec, args: tuple,
                  entry_ref: Optional[bytes]) -> Any:
@@ -209,30 +263,11 @@ class Connection:
             except _ENCODE_ERRORS as e:
                 log.error("%s: argument cannot be sent: %s", spec.name, e)
                 return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
-            spin = local.spin
             try:
-                t0 = _clock()
-                chan.send(body, fds)
-                while True:
-                    rbody, rfds = chan.recv(spin.window())
-                    try:
-                        env = wire.ENVELOPE.decode(rbody)
-                    except wire.DECODE_ERRORS as e:
-                        close_fds(rfds)
-                        raise ProtocolError(f"undecodable answer: {type(e).__name__}: {e}") from None
-                    if getattr(env, "cid", None) == cid:
-                        break
-                    close_fds(rfds)
-                spin.waited(_clock() - t0)
-            except (PeerClosed, ProtocolError):
-                # NOTE: a broken channel is dropped; the thread's next call opens a new one
-                # (refused, and answered DEVICE_UNAVAILABLE, if the service is gone)
-                chan.close()
-                del local.chan
+                env, rfds = self.exchange_on(chan, cid, body, fds)
+            except Unreachable:
                 return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
-            except (OSError, ValueError) as e:
-                if self.dead or chan.closed:
-                    return self._failed(spec, entry_ref, S.DEVICE_UNAVAILABLE)
+            except Unsendable as e:
                 log.error("%s: cannot send the call: %s", spec.name, e)
                 return self._failed(spec, entry_ref, S.INVALID_ARGUMENT)
             if attempt == 0 and cache is not None and type(env) is wire.Fail \
@@ -275,20 +310,28 @@ class Connection:
                 if v is None or not callable(getattr(v, method, None)):
                     out[k] = None  # NOTE: as in process: the driver answers INVALID_ARGUMENT
                     continue
-                ref = next(self._ids).to_bytes(8, "little")
-                with self._lock:
-                    self._entries[ref] = _Entry(v, t.iface, spec.notify, t.iface != "IBurstCallback")
-                out[k] = entry_ref = ref
+                out[k] = entry_ref = self.register_entry(v, t.iface, spec.notify, t.iface != "IBurstCallback")
             elif isinstance(t, wire.Ref):
-                out[k] = self._ref_of(v)
+                out[k] = self.ref_of(v)
             else:
-                out[k] = [self._ref_of(x) for x in (v or [])]
+                out[k] = [self.ref_of(x) for x in (v or [])]
         return tuple(out), entry_ref
 
-    def _ref_of(self, obj: Any) -> Optional[bytes]:
-        if isinstance(obj, _RemoteObject) and obj._conn is self:
+    def register_entry(self, obj: Any, iface: str, notify: str, oneshot: bool = True) -> bytes:
+        """A new reference to a client object the service may call (``oneshot``:
+        a callback notified once, then forgotten)."""
+        ref = next(self._ids).to_bytes(8, "little")
+        with self._lock:
+            self._entries[ref] = _Entry(obj, iface, notify, oneshot)
+        return ref
+
+    def ref_of(self, obj: Any) -> Optional[bytes]:
+        """The reference of a service object's proxy of this connection; None for
+        anything else (an object of another connection or process is a null
+        reference here)."""
+        if isinstance(obj, RemoteObject) and obj._conn is self:
             return obj._ref
-        return None  # NOTE: an object of another connection or process is a null reference here
+        return None
 
     def _failed(self, spec: wire.MethodSpec, entry_ref: Optional[bytes], status: S) -> Any:
         if entry_ref is not None:
@@ -329,11 +372,13 @@ class Connection:
         except (PeerClosed, OSError, ValueError):
             pass  # NOTE: a channel that is gone: the service dropped the connection's objects with it
 
-    def _flush_releases(self) -> None:
+    def _flush_releases(self, chan: Optional[Channel] = None) -> None:
+        """Send the dropped references (on ``chan``, this thread's call channel:
+        in order with the thread's next call; else on the main connection)."""
         refs, self._releases = self._releases, []
         if refs and not self.dead:
             try:
-                self._send(wire.ENCODER.encode(wire.Release(refs)), None)
+                (chan.send if chan is not None else self._send)(wire.ENCODER.encode(wire.Release(refs)), None)
             except (PeerClosed, OSError):
                 pass
 
@@ -375,17 +420,15 @@ class Connection:
             entry = self._entries.get(call.target)
             if entry is not None and entry.oneshot:
                 del self._entries[call.target]
-        spec = wire.METHODS.get(entry.iface, {}).get(call.method) if entry is not None else None
-        if entry is None or spec is None:
+        spec = self._incoming_spec(entry.iface, call.method) if entry is not None else None
+        if entry is None or spec is None or bool(call.cid) == spec.oneway:
             close_fds(fds)
             log.debug("call %s on an unknown client object ignored", call.method)
             if call.cid:
                 self._reply_fail(call.cid, S.INVALID_ARGUMENT)
             return
         try:
-            args = list(spec.arg_decoder.decode(call.args))
-            if (fds or spec.has_handles) and not wire.install_fds(args, fds):
-                raise ValueError("descriptor count mismatch")
+            args = self._incoming_args(spec, call.args, fds)
         except (*wire.DECODE_ERRORS, ValueError) as e:
             close_fds(fds)
             log.error("malformed %s from the service: %s", call.method, e)
@@ -394,13 +437,25 @@ class Connection:
             elif call.cid:
                 self._reply_fail(call.cid, S.INVALID_ARGUMENT)
             return
-        for k, t in spec.arg_refs:
-            if args[k] is not None:
-                args[k] = _PROXIES[t.iface](self, args[k], None)
         if call.cid:
             self._dispatch(self._answer, call.cid, entry, spec, args)
         else:
             self._deliver(entry, call.method, tuple(args))
+
+    def _incoming_spec(self, iface: str, method: str) -> Any:
+        """The spec of a call the service makes to a client object (None: no such method)."""
+        return wire.METHODS.get(iface, {}).get(method)
+
+    def _incoming_args(self, spec: Any, raw: Any, fds: list[int]) -> list:
+        """The arguments of a call from the service, decoded (descriptors and
+        object proxies in place); raises for a malformed call."""
+        args = list(spec.arg_decoder.decode(raw))
+        if (fds or spec.has_handles) and not wire.install_fds(args, fds):
+            raise ValueError("descriptor count mismatch")
+        for k, t in spec.arg_refs:
+            if args[k] is not None:
+                args[k] = _PROXIES[t.iface](self, args[k], None)
+        return args
 
     def _deliver(self, entry: _Entry, method: str, args: tuple) -> None:
         # NOTE: after the connection died no reader needs protecting: on the caller's thread
@@ -461,7 +516,7 @@ class Connection:
         for ch in list(self._call_chans):
             ch.close()
         for p in pending:
-            p.value = wire.Fail(0, int(S.DEVICE_UNAVAILABLE), "service gone")
+            p.value = None  # NOTE: exchange_main's "service gone"
             p.lock.release()
         for e in entries:
             if e.oneshot:
@@ -546,7 +601,9 @@ def _invoke(obj: Any, method: str, args: tuple) -> None:
 # proxies
 
 
-class _RemoteObject:
+class RemoteObject:
+    """Base of the proxies of the service's objects: a reference, released when dropped."""
+
     _iface = ""
 
     def __init__(self, conn: Connection, ref: bytes, entry_ref: Optional[bytes] = None):
@@ -588,7 +645,7 @@ def _add_methods(cls: type, iface: str) -> type:
     return cls
 
 
-class RemoteDevice(_RemoteObject, hal.IDevice, hal.INnhalDevice):
+class RemoteDevice(RemoteObject, hal.IDevice, hal.INnhalDevice):
     """``IDevice`` of a service (``nnhal.connect(name)``)."""
 
     _iface = "IDevice"
@@ -620,7 +677,7 @@ class RemoteDevice(_RemoteObject, hal.IDevice, hal.INnhalDevice):
         return f"<RemoteDevice {self.name!r} (service pid {self._conn.service_pid})>"
 
 
-class RemotePreparedModel(_RemoteObject, hal.IPreparedModel):
+class RemotePreparedModel(RemoteObject, hal.IPreparedModel):
     _iface = "IPreparedModel"
 
     # NOTE: the hot paths written out (no signature binding)
@@ -631,7 +688,7 @@ class RemotePreparedModel(_RemoteObject, hal.IPreparedModel):
         return self._conn.call(self._ref, _ASYNC_1_3, (request, measure, deadline, loopTimeoutDuration, callback))
 
 
-class RemoteBuffer(_RemoteObject, hal.IBuffer):
+class RemoteBuffer(RemoteObject, hal.IBuffer):
     _iface = "IBuffer"
 
     def close(self) -> None:
@@ -653,7 +710,7 @@ class RemoteBuffer(_RemoteObject, hal.IBuffer):
         return self._conn.call(self._ref, _COPY_FROM, (src, dimensions))
 
 
-class RemoteBurstContext(_RemoteObject, hal.IBurstContext):
+class RemoteBurstContext(RemoteObject, hal.IBurstContext):
     _iface = "IBurstContext"
 
     def close(self) -> None:
@@ -661,7 +718,7 @@ class RemoteBurstContext(_RemoteObject, hal.IBurstContext):
         self._release_now()
 
 
-class RemoteFencedExecutionCallback(_RemoteObject, hal.IFencedExecutionCallback):
+class RemoteFencedExecutionCallback(RemoteObject, hal.IFencedExecutionCallback):
     _iface = "IFencedExecutionCallback"
 
 
@@ -728,11 +785,17 @@ def connect(name: str, runtime_dir: Optional[Any] = None) -> RemoteDevice:
     (naming the registry directory) if none runs.  ``runtime_dir``: the
     registry directory to look in (default: ``registry.runtime_dir``, from
     ``$NNHAL_RUNTIME_DIR``)."""
+    return RemoteDevice(open_connection(name, runtime_dir, Connection))
+
+
+def open_connection(name: str, runtime_dir: Optional[Any], make: Any) -> Any:
+    """``make(name, socket path)``: a connection to the running service
+    ``name`` (of the face ``make`` speaks); ServiceUnavailable if none runs."""
     registry.validate_name(name)
     d = registry.runtime_dir(create=False) if runtime_dir is None else Path(runtime_dir)
     path = d / (name + registry.SUFFIX)
     try:
-        conn = Connection(name, str(path))
+        return make(name, str(path))
     except (FileNotFoundError, ConnectionRefusedError) as e:
         if isinstance(e, ConnectionRefusedError):
             registry.probe(path)  # removes the stale socket
@@ -740,7 +803,6 @@ def connect(name: str, runtime_dir: Optional[Any] = None) -> RemoteDevice:
         raise ServiceUnavailable(
             f"no service named {name!r} runs (registry directory {d}; running: {', '.join(running) or 'none'}); "
             f"start one with: nnhal serve --name {name}") from None
-    return RemoteDevice(conn)
 
 
 _ = typing

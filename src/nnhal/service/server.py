@@ -1,12 +1,17 @@
 """The driver as a service process: ``nnhal serve --name NAME``.
 
 Implements the service side of the binding's IPC (the part binder and the
-HIDL stubs play on Android): it listens on the registry socket of its name
+HIDL / AIDL stubs play on Android): it listens on the registry socket of its name
 (:mod:`nnhal.service.registry`), accepts clients of the same user only
 (SO_PEERCRED), and runs every HAL call a client sends on the in-process
 driver, with the client's callbacks (``IPreparedModelCallback``,
 ``IExecutionCallback``, ``IBurstCallback``) replaced by proxies that call back
 across the socket.
+
+Faces: a client's Hello picks the face its connection speaks: HIDL (this
+module's :class:`Connection`, the ``nnhal.hal`` interfaces) or AIDL of a
+version (:class:`nnhal.service.aidl_server.AidlConnection`, over the
+driver's AIDL face); both share everything below.
 
 Isolation: each connection has its own object table.  A prepared model,
 buffer, burst context or fenced-execution callback handed to a client is
@@ -58,7 +63,7 @@ import threading
 import time
 import typing
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import msgspec
 
@@ -82,7 +87,7 @@ CLIENT_CALL_TIMEOUT_S = 10.0
 # before it blocks (transport.Spin): a client calling in a loop is not woken from sleep each time
 SERVER_SPIN_US = 200
 DEVICE = b""
-_OWNED_CALLS = frozenset({"executeSynchronously_1_3", "execute_1_3"})  # see _dispatch
+_OWNED_CALLS = frozenset({"executeSynchronously_1_3", "execute_1_3"})  # see _run_call
 _SLOTTED_CALL = "executeSynchronously_1_3"  # the call whose memories go by slot (nnhal.service.slots)
 
 
@@ -146,7 +151,7 @@ class WorkerPool:
 # client objects as the driver sees them
 
 
-class _ClientRef:
+class ClientRef:
     """Base of the proxies for the objects a client passes (its callbacks)."""
 
     def __init__(self, conn: "Connection", ref: bytes, notify: str):
@@ -166,12 +171,15 @@ class _ClientRef:
             conn.outstanding.discard(self)
         if conn.closed:
             return
-        spec = wire.METHODS[iface][method]
-        args = conn.export_refs(spec.args, args)
+        args = self._export(iface, method, args)
         try:
             conn.send(wire.ENCODER.encode(wire.CallOut(0, self._ref, method, args)), [])
         except (PeerClosed, OSError, ValueError, TypeError) as e:
             log.debug("callback %s not delivered: %s", method, e)
+
+    def _export(self, iface: str, method: str, args: tuple) -> Any:
+        """The arguments of a call to the client as they travel (the service's objects as new refs)."""
+        return self._conn.export_refs(wire.METHODS[iface][method].args, args)
 
     def fail(self, status: S) -> None:
         """Answer a pending callback with ``status`` (service shutting down)."""
@@ -189,7 +197,7 @@ def _error_notify_args(notify: str, status: S) -> tuple:
     return (status, [], hal.Timing())
 
 
-class _PreparedModelCallbackProxy(_ClientRef, hal.IPreparedModelCallback):
+class _PreparedModelCallbackProxy(ClientRef, hal.IPreparedModelCallback):
     def notify(self, status: Any, preparedModel: Any) -> None:
         self._oneway("IPreparedModelCallback", "notify", (int(status), preparedModel))
 
@@ -203,7 +211,7 @@ class _PreparedModelCallbackProxy(_ClientRef, hal.IPreparedModelCallback):
         getattr(self, self._notify)(status, None)
 
 
-class _ExecutionCallbackProxy(_ClientRef, hal.IExecutionCallback):
+class _ExecutionCallbackProxy(ClientRef, hal.IExecutionCallback):
     def notify(self, status: Any) -> None:
         self._oneway("IExecutionCallback", "notify", (int(status),))
 
@@ -214,7 +222,7 @@ class _ExecutionCallbackProxy(_ClientRef, hal.IExecutionCallback):
         self._oneway("IExecutionCallback", "notify_1_3", (int(status), list(outputShapes), timing))
 
 
-class _BurstCallbackProxy(_ClientRef, hal.IBurstCallback):
+class _BurstCallbackProxy(ClientRef, hal.IBurstCallback):
     def getMemories(self, slots: list) -> tuple:
         spec = wire.METHODS["IBurstCallback"]["getMemories"]
         # NOTE: the driver duplicates what it keeps from a getMemories answer
@@ -251,7 +259,7 @@ class Connection:
         self.lock = threading.Lock()
         self.objects: dict[bytes, tuple[str, Any, list]] = {}  # ref -> (iface, object, attachments)
         self.tokens: dict[int, bytes] = {}  # driver buffer token -> the IBuffer's ref
-        self.outstanding: set[_ClientRef] = set()
+        self.outstanding: set[ClientRef] = set()
         self.client_calls: dict[int, Pending] = {}
         self._next_cid = 1
         self.inflight = 0
@@ -354,7 +362,7 @@ class Connection:
                     close_fds(fds)
                     raise ProtocolError(f"a {type(env).__name__} on a call channel")
                 try:
-                    self._dispatch(env, fds, chan.send, slots)
+                    self.dispatch(env, fds, chan.send, slots)
                 except (PeerClosed, ProtocolError):
                     raise
                 except Exception:  # noqa: BLE001 - a bug here is this call's GENERAL_FAILURE, not the channel's end
@@ -439,13 +447,16 @@ class Connection:
     # ------------------------------------------------------------ calls from the client
     def _handle(self, call: wire.Call, fds: list[int]) -> None:
         try:
-            self._dispatch(call, fds, self.send)
+            self.dispatch(call, fds, self.send)
         finally:
             close_fds(fds)  # NOTE: HIDL semantics: the driver mapped or duplicated what it keeps
             with self.lock:
                 self.inflight -= 1
 
-    def _dispatch(self, call: wire.Call, fds: list[int], send: Any, slots: Optional[ServiceSlots] = None) -> None:
+    def dispatch(self, call: wire.Call, fds: list[int], send: Any, slots: Optional[ServiceSlots] = None) -> None:
+        """Run one call of the client's and send its answer with ``send`` (the
+        HIDL face; a face's own connection class overrides it).  ``fds``: the
+        call's descriptors, closed by the caller afterwards."""
         target = call.target
         if target == DEVICE:
             iface, obj = "IDevice", self.service.device
@@ -522,7 +533,7 @@ class Connection:
         if spec.callback is not None and result != S.NONE:
             # NOTE: a failed launch has notified already (or never will): nothing pending
             proxy = args[spec.callback]
-            if isinstance(proxy, _ClientRef):
+            if isinstance(proxy, ClientRef):
                 with self.lock:
                     proxy._done = True
                     self.outstanding.discard(proxy)
@@ -558,25 +569,35 @@ class Connection:
         return True
 
     def _reply(self, cid: int, spec: wire.MethodSpec, result: Any, attachments: Optional[list], send: Any) -> None:
+        def answer(out_fds: list[int]) -> Any:
+            out = self._export_result(spec, result, attachments or []) if spec.result_refs else result
+            if spec.result_has_handles and out is not None:
+                # NOTE: a handle the driver returns (executeFenced's sync fence) is the caller's: the client now
+                # holds its own copy
+                out_fds += wire.collect_fds(out)
+            return out
+
+        self.send_reply(cid, spec.name, answer, send)
+
+    def send_reply(self, cid: int, what: str, answer: Callable[[list[int]], Any], send: Any) -> None:
+        """Send ``answer(out_fds)`` as the reply to ``cid``: the result to encode,
+        the descriptors to send with it put in ``out_fds`` (the service's own:
+        closed once sent, whatever happens); GENERAL_FAILURE if it cannot be
+        encoded."""
         out_fds: list[int] = []
         try:
-            if spec.result_refs:
-                result = self._export_result(spec, result, attachments or [])
-            if spec.result_has_handles and result is not None:
-                out_fds = wire.collect_fds(result)
-            body = wire.ENCODER.encode(wire.ReplyOut(cid, result))
+            body = wire.ENCODER.encode(wire.ReplyOut(cid, answer(out_fds)))
         except (TypeError, ValueError, msgspec.EncodeError) as e:
-            log.error("%s: the driver's answer cannot be sent: %s", spec.name, e)
+            close_fds(out_fds)
+            log.error("%s: the answer cannot be sent: %s", what, e)
             self._fail(cid, S.GENERAL_FAILURE, "unencodable result", send)
             return
         try:
             send(body, out_fds)
         except (PeerClosed, OSError, ValueError) as e:
-            log.debug("%s: reply not delivered: %s", spec.name, e)
+            log.debug("%s: reply not delivered: %s", what, e)
         finally:
             if out_fds:
-                # NOTE: a handle the driver returns (executeFenced's sync fence) is the
-                # caller's: the client now holds its own copy.
                 close_fds(out_fds)
 
     def _export_result(self, spec: wire.MethodSpec, result: Any, attachments: list) -> Any:
@@ -764,7 +785,10 @@ class Service:
             chan.close()
             return
         if type(env) is wire.Hello:
-            conn = Connection(self, chan, pid)
+            conn = self._connection(env, chan, pid)
+            if conn is None:
+                chan.close()
+                return
             with self._lock:
                 self.connections.add(conn)
                 self.sessions[conn.session] = conn
@@ -799,6 +823,21 @@ class Service:
             return
         log.error("pid %d: bad handshake (%s); disconnected", pid, type(env).__name__)
         chan.close()
+
+    def _connection(self, hello: wire.Hello, chan: Channel, pid: int) -> Optional[Connection]:
+        """The connection of the face the client's Hello asks for (None: refused)."""
+        if hello.face == "hidl":
+            return Connection(self, chan, pid)
+        if hello.face == "aidl":
+            from nnhal.service.aidl_server import AidlConnection
+
+            try:
+                return AidlConnection(self, chan, pid, hello.version)
+            except ValueError as e:
+                log.error("pid %d: %s; disconnected", pid, e)
+                return None
+        log.error("pid %d: no face %r (hidl, aidl); disconnected", pid, hello.face)
+        return None
 
     def shutdown(self) -> None:
         if self.listener is not None:
@@ -842,7 +881,8 @@ def serve(name: str, driver: str = "sample-all") -> int:
         service.request_stop()
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    print(f"nnhal: serving {driver!r} as {name!r} on {service.path} (pid {os.getpid()})", flush=True)
+    print(f"nnhal: serving {driver!r} as {name!r} (HIDL 1.0-1.3 and AIDL 1-4: nnhal.connect / nnhal.aidl.connect) "
+          f"on {service.path} (pid {os.getpid()})", flush=True)
     try:
         service.serve_forever()
     finally:

@@ -42,7 +42,9 @@ import weakref
 from typing import Any, Callable, Optional
 
 from nnhal import hal
+from nnhal.hal import aidl
 from nnhal.platform import memory as hal_memory
+from nnhal.service.transport import close_fds
 
 log = logging.getLogger("nnhal.service")
 
@@ -374,3 +376,176 @@ class ServiceSlots:
         self._memo = None
         self._by_memory.pop(id(entry.memory), None)
         entry.close()
+
+
+# --------------------------------------------------------------------------
+# AIDL bursts: memories by identifier token
+#
+# An AIDL ``IBurst`` names each request pool's memory by a token the client
+# chooses (-1: none), and "the token names the memory" for the burst's life
+# (driver/burst.py's TokenBurst keeps the first memory of a token until
+# releaseMemoryResource).  So once the service holds a memory for a token,
+# the client sends that pool empty and marks it in ``Call.slots`` (1: "the
+# memory you keep for this pool's token", 0: sent as it is): no descriptor
+# passing per execution.  The client remembers which tokens the service holds
+# (:class:`ClientTokens`, at most :data:`CLIENT_TOKENS`, least recently used
+# ones forgotten with the next call in ``Call.forget``); the service keeps the
+# received descriptors themselves (:class:`ServiceTokens`, at most
+# :data:`SERVICE_TOKENS`) until the token is forgotten, released, replaced
+# or the burst dropped.  A token the service does not hold is
+# INVALID_ARGUMENT with :data:`UNKNOWN_SLOT` in the message; the client then
+# forgets them all and sends the memories again.
+
+CLIENT_TOKENS = 64
+SERVICE_TOKENS = 2 * CLIENT_TOKENS
+
+
+class ClientTokens:
+    """One AIDL burst's tokens whose memory the service holds, client side."""
+
+    def __init__(self, max_tokens: Optional[int] = None):
+        self._max = CLIENT_TOKENS if max_tokens is None else max_tokens
+        self._known: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._forget: list[int] = []
+        self._lock = threading.Lock()
+
+    def prepare(self, request: Any, tokens: Any) -> tuple[Any, Optional[list[int]], list[int], list[int]]:
+        """(the request to send, its pools' slots or None, tokens to forget, the
+        tokens whose memory this call sends).  The caller's request is left
+        alone; pools without a memory or a token travel as they are."""
+        pools = getattr(request, "pools", None)
+        with self._lock:
+            forget, self._forget = self._forget, []
+            if type(request) is not aidl.Request or type(pools) is not list or type(tokens) not in (list, tuple) \
+                    or len(tokens) != len(pools):
+                return request, None, forget, []
+            out, slots, sent = [], [], []
+            for p, t in zip(pools, tokens):
+                by_token = type(t) is int and t >= 0 and getattr(p, "pool", None) is not None \
+                    and getattr(p, "token", None) is None
+                if by_token and t in self._known:
+                    self._known.move_to_end(t)
+                    out.append(aidl.RequestMemoryPool())
+                    slots.append(1)
+                else:
+                    out.append(p)
+                    slots.append(0)
+                    if by_token:
+                        sent.append(t)
+        return aidl.Request(inputs=request.inputs, outputs=request.outputs, pools=out), slots, forget, sent
+
+    def confirm(self, sent: list[int]) -> None:
+        """The service answered a call that sent the memories of ``sent``: it holds them."""
+        with self._lock:
+            for t in sent:
+                self._known[t] = None
+                self._known.move_to_end(t)
+            while len(self._known) > self._max:
+                self._forget.append(self._known.popitem(last=False)[0])
+
+    def release(self, token: Any) -> None:
+        """``releaseMemoryResource(token)``: the service drops its copy itself."""
+        with self._lock:
+            self._known.pop(token, None)
+
+    def reset(self) -> None:
+        """Forget every token (the service did not hold one of them)."""
+        with self._lock:
+            self._known.clear()
+            self._forget = []
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
+class ServiceTokens:
+    """One AIDL burst's memories by token, service side: the received
+    descriptors, kept.  ``lock`` is held by the burst's running execution
+    (one at a time, as IBurst allows), so a memory is never dropped while an
+    execution uses it."""
+
+    def __init__(self, fds_of: Callable[[Any], list[int]], max_tokens: Optional[int] = None):
+        self._fds_of = fds_of  # NOTE: the descriptors of an aidl.Memory (nnhal.service.aidl_wire)
+        self._max = SERVICE_TOKENS if max_tokens is None else max_tokens
+        self._memories: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self.lock = threading.Lock()
+        self._gen = 0  # NOTE: bumped whenever a memory is kept or dropped: a remembered call is stale then
+        self._memo: Optional[tuple] = None
+
+    def remember(self, raw: Any, slots: list[int], args: list) -> None:
+        """Remember a resolved call that sent no memory and names no driver buffer
+        token: the same call again (:meth:`recall`) reuses its arguments (the face
+        never changes a request).  Lock held."""
+        if all(s == 1 for s in slots) and all(p.token is None for p in args[0].pools):
+            self._memo = (self._gen, raw, list(slots), args)
+
+    def recall(self, raw: Any, slots: Optional[list[int]]) -> Optional[list]:
+        """The arguments of the remembered call if this one is byte for byte the
+        same and no memory was kept or dropped since.  Lock held."""
+        m = self._memo
+        if m is not None and m[0] == self._gen and m[2] == slots and m[1] == raw:
+            return m[3]
+        return None
+
+    def resolve(self, request: Any, tokens: list[int], slots: Optional[list[int]], forget: list[int],
+                fds: list[int]) -> str:
+        """Drop the ``forget`` tokens, keep the memories the request sends with a
+        token (taking their descriptors out of the call's ``fds``: they are kept,
+        not closed with the call) and put the kept ones in the pools sent empty
+        (``request`` is the service's own, decoded for this call).  Returns an
+        error ("" if none).  Lock held."""
+        self.forget(forget)
+        if slots is None:
+            return ""
+        pools = request.pools
+        if len(slots) != len(pools) or len(tokens) != len(pools):
+            return f"{len(slots)} memory slots and {len(tokens)} tokens for {len(pools)} pools"
+        in_use = set(tokens)
+        seen: set[int] = set()
+        for k, (s, p, t) in enumerate(zip(slots, pools, tokens)):
+            if s == 0:
+                if t >= 0 and p.pool is not None and p.token is None and t not in seen:
+                    seen.add(t)  # NOTE: a token twice in one request: the first memory is kept
+                    self._keep(t, p.pool, fds, in_use)
+                continue
+            if s != 1 or t < 0 or p.pool is not None or p.token is not None:
+                return f"pool {k}: memory slot {s} with token {t} and a {'full' if p.pool or p.token else 'empty'} pool"
+            entry = self._memories.get(t)
+            if entry is None:
+                return f"{UNKNOWN_SLOT}: token {t} (pool {k})"
+            self._memories.move_to_end(t)
+            p.pool = entry[0]
+        return ""
+
+    def _keep(self, token: int, memory: Any, fds: list[int], in_use: set[int]) -> None:
+        own = self._fds_of(memory)
+        if not all(fd in fds for fd in own):
+            return  # NOTE: not the call's own descriptors (cannot happen for a decoded call): not kept
+        for fd in own:
+            fds.remove(fd)
+        self.release(token)
+        self._gen += 1
+        self._memories[token] = (memory, own)
+        while len(self._memories) > self._max:
+            oldest = next(iter(self._memories))
+            if oldest in in_use:
+                break
+            self.release(oldest)
+
+    def release(self, token: Any) -> None:
+        entry = self._memories.pop(token, None)
+        if entry is not None:
+            self._gen += 1
+            close_fds(entry[1])
+
+    def forget(self, tokens: list[int]) -> None:
+        for t in tokens:
+            self.release(t)
+
+    def close(self) -> None:
+        with self.lock:
+            for t in list(self._memories):
+                self.release(t)
+
+    def __len__(self) -> int:
+        return len(self._memories)

@@ -16,9 +16,11 @@ A message is one of four envelopes (msgpack arrays, first element the tag):
   turns ``status`` into the method's error values (:meth:`MethodSpec.error`).
 * ``Release(refs, slots)``: the sender dropped its references to these
   objects (and, on a call channel, these memory slots).
-* ``Hello()`` / ``Attach(session)``: the handshake.  A client opens one main
-  connection (``Hello``, answered by ``Attach`` with a 32-byte random session
-  secret), on which the service calls the client's callbacks, and one more
+* ``Hello(face, version)`` / ``Attach(session)``: the handshake.  A client
+  opens one main connection (``Hello``, which picks the face the connection
+  speaks: HIDL, this module's table, or AIDL of a version,
+  :mod:`nnhal.service.aidl_wire`; answered by ``Attach`` with a 32-byte random
+  session secret), on which the service calls the client's callbacks, and one more
   socket per calling thread (``Attach(secret)`` from the client, answered by
   ``Reply(0, nil)``), on which that thread's calls and their answers travel
   with no thread hand-over at either end.
@@ -102,7 +104,13 @@ class Release(Struct, array_like=True, tag=3):
 
 class Hello(Struct, array_like=True, tag=4):
     """The first message of a client's main connection; answered by ``Attach``
-    carrying the session's secret."""
+    carrying the session's secret.  ``face``: the interface the client speaks
+    on this connection, ``"hidl"`` (HIDL 1.0-1.3, this module's
+    :data:`METHODS`) or ``"aidl"`` (AIDL, :mod:`nnhal.service.aidl_wire`) of
+    interface ``version`` (1-4)."""
+
+    face: str = "hidl"
+    version: int = 0
 
 
 class Attach(Struct, array_like=True, tag=5):

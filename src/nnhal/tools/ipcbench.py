@@ -8,6 +8,13 @@ waiting on the sync fence), next to the bare round trip of the same machine:
 a minimal echo over a Unix-domain SOCK_STREAM socket between two Python
 processes, with the request and answer sizes of the synchronous call.
 
+The same execution through the AIDL face (``nnhal.aidl``): in process, and
+through the same service (``nnhal.aidl.connect``) synchronously
+(``IPreparedModel.executeSynchronously``: the memories' descriptors travel
+with each call, as binder passes a ParcelFileDescriptor per transaction) and
+by ``IBurst`` (memory identifier tokens: the service keeps the memories, no
+descriptor passes once it holds them).
+
 The modes are measured in interleaved rounds (each round runs every mode),
 so load from other work on the machine spreads over all of them; medians and
 99th percentiles in microseconds.  The issue's targets: a synchronous call
@@ -110,6 +117,38 @@ def _ok(status: Any, what: str) -> None:
         raise RuntimeError(f"{what} returned {hal.ErrorStatus(status).name}")
 
 
+def aidl_modes(local: Any, remote: Any, request: hal.Request) -> dict[str, Optional[Callable]]:
+    """The AIDL face's executions of ``request`` (canonical) on AIDL prepared models."""
+    from nnhal.hal import aidl
+
+    req = aidl.convert.from_canonical(request)
+    burst = remote.configureExecutionBurst()
+
+    def sync_local() -> None:
+        local.executeSynchronously(req, False, -1, -1)  # NOTE: raises ServiceSpecificError on failure
+
+    def sync_remote() -> None:
+        remote.executeSynchronously(req, False, -1, -1)
+
+    def burst_remote() -> None:
+        burst.executeSynchronously(req, [1, 2], False, -1, -1)
+
+    return {"AIDL in process (sync)": sync_local, "AIDL service sync": sync_remote,
+            "AIDL service burst": burst_remote}
+
+
+def prepare_aidl(device: Any, model: hal.Model) -> Any:
+    from nnhal.hal import aidl
+
+    cb = aidl.PreparedModelCallback()
+    device.prepareModel(aidl.convert.from_canonical(model), aidl.ExecutionPreference.FAST_SINGLE_ANSWER,
+                        aidl.Priority.MEDIUM, -1, [], [], bytes(32), cb)
+    status, prepared = cb.wait(60)
+    if status != hal.ErrorStatus.NONE:
+        raise RuntimeError(f"AIDL prepareModel gave {hal.ErrorStatus(status).name}")
+    return prepared
+
+
 def modes(local: Any, remote: Any, request: hal.Request, echo: Callable[[], None]) -> dict[str, Optional[Callable]]:
     from nnhal.platform import fence
 
@@ -194,22 +233,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     import nnhal
+    from nnhal import aidl
 
     tmp = tempfile.mkdtemp(prefix="nnhal-ipcbench-")
     procs: list[subprocess.Popen] = []
     echo_sock: Optional[socket.socket] = None
     pools: Optional[Pools] = None
-    remote = None
+    remote = remote_aidl = None
     try:
         if args.device:
-            remote = nnhal.connect(args.device)
+            remote, remote_aidl = nnhal.connect(args.device), aidl.connect(args.device)
         else:
             name = f"bench-{os.getpid()}"
             procs.append(start_service(name, tmp))
             old = os.environ.get("NNHAL_RUNTIME_DIR")
             os.environ["NNHAL_RUNTIME_DIR"] = tmp
             try:
-                remote = nnhal.connect(name)
+                remote, remote_aidl = nnhal.connect(name), aidl.connect(name)  # NOTE: both faces of one service
             finally:
                 if old is None:
                     del os.environ["NNHAL_RUNTIME_DIR"]
@@ -258,7 +298,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         # sleeps that long (on a VM an idle vCPU's wake-up grows with the wait)
         local_us = int(np.median(measure({"l": fns["in process (sync)"]}, 300, 1, 50)["l"]))
         fns = {"bare socket round trip": fns.pop("bare socket round trip"),
-               f"bare round trip + {local_us} us wait": echo_after(local_us), **fns}
+               f"bare round trip + {local_us} us wait": echo_after(local_us), **fns,
+               **aidl_modes(prepare_aidl(aidl.get_device("sample-all"), model), prepare_aidl(remote_aidl, model),
+                            request)}
         results = measure(fns, args.runs, args.rounds, args.warmup)
         pools.check()
         print(f"one ADD of two float32[4] per execution; {args.runs} runs per mode in {args.rounds} interleaved "
@@ -285,12 +327,18 @@ def main(argv: Optional[list[str]] = None) -> int:
             burst = float(np.median(results["service burst"]))
             print(f"target: service burst < that: {burst:.1f} us ({'met' if burst < min(target, sync) else 'MISSED'}; "
                   f"{burst / sync:.2f} x service sync)")
+        a_sync, a_local = (float(np.median(results[k])) for k in ("AIDL service sync", "AIDL in process (sync)"))
+        a_burst = float(np.median(results["AIDL service burst"]))
+        print(f"AIDL vs HIDL executeSynchronously through the service: {a_sync:.1f} us vs {sync:.1f} us "
+              f"({a_sync / sync:.2f}x); over their in-process times: {a_sync - a_local:.1f} us vs {sync - local:.1f} us; "
+              f"AIDL burst {a_burst:.1f} us")
         return 0
     finally:
         if echo_sock is not None:
             echo_sock.close()
-        if remote is not None:
-            remote.close()
+        for dev in (remote, remote_aidl):
+            if dev is not None:
+                dev.close()
         if pools is not None:
             pools.close()
         for p in procs:

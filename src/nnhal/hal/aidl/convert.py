@@ -85,8 +85,10 @@ def _one_member(union: Any, cls: type, what: str) -> str:
     """The name of the one member set in an AIDL union (exactly one)."""
     if type(union) is not cls:
         raise InvalidArgument(f"{what} is a {type(union).__name__}, not a {cls.__name__}")
+    # NOTE: .get: a union decoded from a message that left a null member out (msgspec keeps the class's
+    # default for it) has no instance attribute for it
     d = union.__dict__
-    set_ = [n for n in _MEMBERS[cls] if d[n] is not None]
+    set_ = [n for n in _MEMBERS[cls] if d.get(n) is not None]
     if len(set_) != 1:
         raise InvalidArgument(f"{what}: a union needs exactly one member set, got {set_ or 'none'}")
     return set_[0]

@@ -51,6 +51,7 @@ from nnhal.hal.aidl.types import (
     Memory,
     Model,
     NumberOfCacheFiles,
+    ParcelFileDescriptor,
     PrepareModelConfig,
     Priority,
     Request,
@@ -110,6 +111,17 @@ class TransactionError(Exception):
         return f"binder status {self.status}: {self.message}"
 
 
+def out(*params: str) -> Callable[[Callable], Callable]:
+    """Marks parameters of an interface method as AIDL ``out`` parameters
+    (objects the callee fills; a transport sends them back, not there)."""
+
+    def mark(fn: Callable) -> Callable:
+        fn.aidl_out = params  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
 def added(version: HalVersion) -> Callable[[Callable], Callable]:
     """Marks an interface method as added in ``version`` (not in version 1)."""
 
@@ -145,6 +157,7 @@ class IBuffer(Interface):
 
 
 class IFencedExecutionCallback(Interface):
+    @out("timingLaunched", "timingFenced")
     def getExecutionInfo(self, timingLaunched: Optional[Timing] = None,
                          timingFenced: Optional[Timing] = None) -> ErrorStatus:
         """The fenced execution's status; fills the ``out`` Timings given."""
@@ -171,7 +184,8 @@ class IExecution(Interface):
     def executeSynchronously(self, deadlineNs: int) -> ExecutionResult:
         raise NotImplementedError
 
-    def executeFenced(self, waitFor: list[int], deadlineNs: int, durationNs: int) -> FencedExecutionResult:
+    def executeFenced(self, waitFor: list[ParcelFileDescriptor], deadlineNs: int,
+                      durationNs: int) -> FencedExecutionResult:
         raise NotImplementedError
 
 
@@ -183,8 +197,8 @@ class IPreparedModel(Interface):
                              loopTimeoutDurationNs: int) -> ExecutionResult:
         raise NotImplementedError
 
-    def executeFenced(self, request: Request, waitFor: list[int], measureTiming: bool, deadlineNs: int,
-                      loopTimeoutDurationNs: int, durationNs: int) -> FencedExecutionResult:
+    def executeFenced(self, request: Request, waitFor: list[ParcelFileDescriptor], measureTiming: bool,
+                      deadlineNs: int, loopTimeoutDurationNs: int, durationNs: int) -> FencedExecutionResult:
         raise NotImplementedError
 
     def configureExecutionBurst(self) -> IBurst:
@@ -200,8 +214,8 @@ class IPreparedModel(Interface):
         raise NotImplementedError
 
     @added(V4)
-    def executeFencedWithConfig(self, request: Request, waitFor: list[int], config: ExecutionConfig,
-                                deadlineNs: int, durationNs: int) -> FencedExecutionResult:
+    def executeFencedWithConfig(self, request: Request, waitFor: list[ParcelFileDescriptor],
+                                config: ExecutionConfig, deadlineNs: int, durationNs: int) -> FencedExecutionResult:
         raise NotImplementedError
 
 
@@ -241,11 +255,12 @@ class IDevice(Interface):
         raise NotImplementedError
 
     def prepareModel(self, model: Model, preference: ExecutionPreference, priority: Priority, deadlineNs: int,
-                     modelCache: list[int], dataCache: list[int], token: bytes,
+                     modelCache: list[ParcelFileDescriptor], dataCache: list[ParcelFileDescriptor], token: bytes,
                      callback: IPreparedModelCallback) -> None:
         raise NotImplementedError
 
-    def prepareModelFromCache(self, deadlineNs: int, modelCache: list[int], dataCache: list[int], token: bytes,
+    def prepareModelFromCache(self, deadlineNs: int, modelCache: list[ParcelFileDescriptor],
+                              dataCache: list[ParcelFileDescriptor], token: bytes,
                               callback: IPreparedModelCallback) -> None:
         raise NotImplementedError
 
@@ -273,7 +288,7 @@ class FencedExecutionResult:
     caller owns; None once the execution is over)."""
 
     callback: Optional[IFencedExecutionCallback] = None
-    syncFence: Optional[int] = None
+    syncFence: Optional[ParcelFileDescriptor] = None
 
 
 @dataclass

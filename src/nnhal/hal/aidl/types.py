@@ -34,7 +34,7 @@ made with no arguments asks for nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NewType, Optional
 
 from nnhal.hal import types as _t
 from nnhal.hal.derive import OEM_MIN, below, enum, struct
@@ -63,13 +63,17 @@ __all__ = [
     "ExtensionOperandTypeInformation", "FusedActivationFunc", "HardwareBuffer", "HardwareBufferDescription",
     "MappableFile", "Memory", "Model", "NativeHandle", "NumberOfCacheFiles", "Operand", "OperandExtraParams",
     "OperandLifeTime", "OperandPerformance", "OperandType", "Operation", "OperationType", "OutputShape",
-    "PerformanceInfo", "PrepareModelConfig", "Priority", "Request", "RequestArgument", "RequestMemoryPool",
-    "Subgraph", "SymmPerChannelQuantParams", "Timing", "TokenValuePair",
+    "ParcelFileDescriptor", "PerformanceInfo", "PrepareModelConfig", "Priority", "Request", "RequestArgument",
+    "RequestMemoryPool", "Subgraph", "SymmPerChannelQuantParams", "Timing", "TokenValuePair",
 ]
 
 V1, V2, V3, V4 = HalVersion.AIDL_V1, HalVersion.AIDL_V2, HalVersion.AIDL_V3, HalVersion.AIDL_V4
 _M = __name__
 NO_TIME = -1  # NOTE: "When a time is not available, it must be reported as -1" (Timing.aidl); also "no deadline"
+
+# NOTE: android.os.ParcelFileDescriptor: an int at run time; the annotation is what tells a transport that
+# the int is a descriptor to pass (SCM_RIGHTS), not a number
+ParcelFileDescriptor = NewType("ParcelFileDescriptor", int)
 
 # --------------------------------------------------------------------------
 # android.hardware.common and android.hardware.graphics.common
@@ -79,7 +83,7 @@ NO_TIME = -1  # NOTE: "When a time is not available, it must be reported as -1" 
 class Ashmem:
     """``android.hardware.common.Ashmem``: the memory of HIDL's "ashmem"."""
 
-    fd: int = -1
+    fd: ParcelFileDescriptor = ParcelFileDescriptor(-1)
     size: int = 0
 
 
@@ -90,7 +94,7 @@ class MappableFile:
 
     length: int = 0
     prot: int = 0
-    fd: int = -1
+    fd: ParcelFileDescriptor = ParcelFileDescriptor(-1)
     offset: int = 0
 
 
@@ -212,8 +216,8 @@ class PrepareModelConfig:
     preference: ExecutionPreference = ExecutionPreference.LOW_POWER
     priority: Priority = Priority.LOW
     deadlineNs: int = NO_TIME
-    modelCache: list[int] = field(default_factory=list)
-    dataCache: list[int] = field(default_factory=list)
+    modelCache: list[ParcelFileDescriptor] = field(default_factory=list)
+    dataCache: list[ParcelFileDescriptor] = field(default_factory=list)
     cacheToken: bytes = bytes(32)
     compilationHints: list[TokenValuePair] = field(default_factory=list)
     extensionNameToPrefix: list[ExtensionNameAndPrefix] = field(default_factory=list)
