@@ -74,10 +74,13 @@ def test_sigkill_mid_work_answers_everyone(service_factory: Any) -> None:
         while len(done) < len(loops) and time.monotonic() < end:
             time.sleep(0.001)
         # NOTE: preparations launched just before the kill, while the executions run: some are pending then
+        # (models built first, so the launches follow each other closely; enough that some are pending even when
+        # this process is starved while the suite runs two tests at once)
+        models = [convert.from_canonical(slow_model(400 + k)) for k in range(12)]
         cbs = []
-        for k in range(8):
+        for m in models:
             cb = CountingCallback()
-            dev.prepareModel(convert.from_canonical(slow_model(200 + k)), FAST, MEDIUM, -1, [], [], bytes(32), cb)
+            dev.prepareModel(m, FAST, MEDIUM, -1, [], [], bytes(32), cb)
             cbs.append(cb)
         t_kill = time.monotonic()
         sp.kill()
