@@ -31,7 +31,7 @@ import numpy as np
 from nnhal.hal import OperandType, OperationType
 from nnhal.ops.base import AIDL_V2, ExecContext, OpDef, OperandInfo, OpInfo, Signature
 from nnhal.ops.fixedpoint import wrap32
-from nnhal.ops.prepared import RUNTIME, PerShape, frozen, param, prepared
+from nnhal.ops.prepared import PerShape, constants, frozen, prepared
 from nnhal.ops.quant import QUANT_RANGE, multiply_by_quantized_multiplier, quantize_multiplier
 
 T = OperandType
@@ -89,16 +89,10 @@ class _State:
     operands: tuple  # per matrix input: its _operand when a constant, else None
 
 
-def _adjoints(info: OpInfo) -> Optional[tuple[bool, bool]]:
-    flags = (param(info, 2), param(info, 3))
-    if any(f is RUNTIME or f is None for f in flags):
-        return None
-    return bool(flags[0]), bool(flags[1])
-
-
 def _prepare(info: OpInfo) -> _State:
     x, y = info.inputs[0], info.inputs[1]
-    adj = _adjoints(info)
+    flags = constants(info, 2, 3)
+    adj = (bool(flags[0]), bool(flags[1])) if flags is not None else None
     plans = PerShape(_plan)
     if adj is not None and x.dimensions and y.dimensions and 0 not in x.dimensions + y.dimensions:
         plans.prime((tuple(x.dimensions), tuple(y.dimensions)) + adj)

@@ -42,7 +42,17 @@ from nnhal.ops.base import (
     Signature,
 )
 from nnhal.ops.fixedpoint import round_half_away
-from nnhal.ops.prepared import RUNTIME, PerShape, frozen, param, prepared, run_now, static_shape
+from nnhal.ops.prepared import (
+    RUNTIME,
+    PerShape,
+    constants,
+    frozen,
+    param,
+    planned,
+    prepared,
+    run_now,
+    static_shape,
+)
 
 T = OperandType
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
@@ -669,19 +679,14 @@ def _pack_plan(shapes: tuple, axis: int) -> int:
 
 
 def _prepare_pack(info: OpInfo) -> object:
-    axis = param(info, 0)
-    if axis is RUNTIME or axis is None:
-        return None
+    axis = constants(info, 0)
     shapes = [static_shape(info, i) for i in range(1, len(info.inputs))]
-    return PerShape(_pack_plan, int(axis)).prime(None if None in shapes else tuple(shapes))
+    return axis and PerShape(_pack_plan, int(axis[0])).prime(None if None in shapes else tuple(shapes))
 
 
 def _exec_pack(ctx: ExecContext) -> list[np.ndarray]:
     tensors = [t.data for t in ctx.inputs[1:]]
-    shapes = tuple(t.shape for t in tensors)
-    st = ctx.state
-    axis = st.plan(ctx, shapes) if st is not None else run_now(ctx, _pack_plan, shapes, ctx.scalar(0))
-    return [np.stack(tensors, axis)]
+    return [np.stack(tensors, planned(ctx, tuple(t.shape for t in tensors), _pack_plan, ctx.scalar(0)))]
 
 
 _REFLECT, _SYMMETRIC = 0, 1
@@ -725,20 +730,13 @@ def _mirror_pad_plan(shape: tuple, paddings: np.ndarray, mode: int) -> tuple:
 
 
 def _prepare_mirror_pad(info: OpInfo) -> object:
-    paddings, mode = param(info, 1), param(info, 2)
-    if paddings is RUNTIME or mode is RUNTIME or paddings is None or mode is None:
-        return None
-    return PerShape(_mirror_pad_plan, paddings, int(mode)).prime(static_shape(info))
+    params = constants(info, 1, 2)
+    return params and PerShape(_mirror_pad_plan, params[0], int(params[1])).prime(static_shape(info))
 
 
 def _exec_mirror_pad(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
-    st = ctx.state
-    if st is not None:
-        index = st.plan(ctx, x.shape)
-    else:
-        index = run_now(ctx, _mirror_pad_plan, x.shape, ctx.inputs[1].data, ctx.scalar(2))
-    return [x[index]]
+    return [x[planned(ctx, x.shape, _mirror_pad_plan, ctx.inputs[1].data, ctx.scalar(2))]]
 
 
 def _validate_reverse(info: OpInfo) -> None:
@@ -762,17 +760,13 @@ def _reverse_plan(rank: int, axis: np.ndarray) -> int:
 
 
 def _prepare_reverse(info: OpInfo) -> object:
-    axis = param(info, 1)
-    if axis is RUNTIME or axis is None:
-        return None
-    return PerShape(_reverse_plan, axis).prime(info.inputs[0].rank or None)
+    axis = constants(info, 1)
+    return axis and PerShape(_reverse_plan, *axis).prime(info.inputs[0].rank or None)
 
 
 def _exec_reverse(ctx: ExecContext) -> list[np.ndarray]:
     x = ctx.inputs[0].data
-    st = ctx.state
-    axis = st.plan(ctx, x.ndim) if st is not None else run_now(ctx, _reverse_plan, x.ndim, ctx.inputs[1].data)
-    return [np.ascontiguousarray(np.flip(x, axis))]
+    return [np.ascontiguousarray(np.flip(x, planned(ctx, x.ndim, _reverse_plan, ctx.inputs[1].data)))]
 
 
 # --------------------------------------------------------------------------
