@@ -7,7 +7,8 @@ of sample-all."""
 
 from __future__ import annotations
 
-from typing import Callable
+import os
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -17,10 +18,11 @@ from nnhal import aidl, hal
 from nnhal.engine.executor import Executor
 from nnhal.engine.validation import ValidationError, validate_model
 from nnhal.ops.base import OpExecutionError
-from tests.aidl_util import AidlPools, prepare, raised, refused_prepare
-from tests.driver_util import Builder, make_model
+from tests.aidl_util import FAST, MEDIUM, AidlPools, CountingCallback, prepare, raised, refused_prepare
+from tests.driver_util import WAIT_S, Builder, make_model
 
 T, L, OT, V = hal.OperandType, hal.OperandLifeTime, hal.OperationType, hal.HalVersion
+S = aidl.ErrorStatus
 F32 = T.TENSOR_FLOAT32
 
 
@@ -172,3 +174,43 @@ def test_results_of_dynamic_output_shapes() -> None:
     np.testing.assert_array_equal(outs[0], np.pad(IN_MATRIX, [(1, 1), (2, 2)], "reflect"))
     outs = Executor(pack(out=(0, 0, 0)), []).run([IN_MATRIX, IN_MATRIX])
     assert outs[0].shape == (2, 2, 3)
+
+
+@pytest.mark.parametrize("device", ["sample-all", "litert-cpu"])
+def test_compilation_cache_round_trip(device: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model of every AIDL operation saved to the compilation cache and loaded: the prepared states
+    (plans, converted constants, tables) rebuilt at load give the same results."""
+    if device == "litert-cpu":
+        pytest.importorskip("ai_edge_litert")
+    monkeypatch.setenv("NNHAL_CACHE_KEY_DIR", str(tmp_path / "key"))
+    b = Builder()
+    x = b.input(F32, (2, 3))
+    w = b.const(F32, np.arange(12, dtype=np.float32).reshape(3, 4), (3, 4))
+    m = b.operand(F32, (2, 4))
+    b.op(OT.BATCH_MATMUL, [x, w, b.const(T.BOOL, b"\0"), b.const(T.BOOL, b"\0")], [m])
+    p = b.operand(F32, (2, 2, 4))
+    b.op(OT.PACK, [b.i32(1), m, m], [p])
+    r = b.operand(F32, (2, 2, 4))
+    b.op(OT.REVERSE, [p, b.const(T.TENSOR_INT32, np.array([2], np.int32), (1,))], [r])
+    pads = b.const(T.TENSOR_INT32, np.array([[0, 1], [1, 0], [2, 2]], np.int32), (3, 2))
+    b.op(OT.MIRROR_PAD, [r, pads, b.i32(0)], [b.output(F32, (3, 3, 8))])
+    model = aidl.convert.from_canonical(make_model(b))
+    xv = np.arange(6, dtype=np.float32).reshape(2, 3)
+    mm = xv @ np.arange(12, dtype=np.float32).reshape(3, 4)
+    want = np.pad(np.flip(np.stack([mm, mm], 1), 2), [(0, 1), (1, 0), (2, 2)], "reflect")
+    dev = aidl.get_device(device, 3)
+    fds = [os.open(tmp_path / name, os.O_RDWR | os.O_CREAT, 0o600) for name in ("model", "data")]
+    try:
+        cb = CountingCallback()
+        dev.prepareModel(model, FAST, MEDIUM, -1, fds[:1], fds[1:], bytes(range(32)), cb)
+        assert cb.wait(WAIT_S)[0] == S.NONE
+        cb = CountingCallback()
+        dev.prepareModelFromCache(-1, fds[:1], fds[1:], bytes(range(32)), cb)
+        status, pm = cb.wait(WAIT_S)
+        assert status == S.NONE
+        with AidlPools([xv], [want.nbytes]) as pools:
+            assert pm.executeSynchronously(pools.aidl_request(), False, -1, -1).outputSufficientSize
+            np.testing.assert_allclose(pools.output(0, np.float32, want.shape), want, rtol=1e-6)
+    finally:
+        for fd in fds:
+            os.close(fd)
