@@ -98,6 +98,9 @@ def test_valid_from_its_version(name: str, build: Callable, first: V, inputs: li
             validate_model(model, [], version)
     outs = Executor(model, []).run(inputs)
     np.testing.assert_array_equal(outs[0], expected)
+    # NOTE: without the prepared states too (the reference check's dry runs skip prepare)
+    unprepared = Executor(model, [], states=[[None] * len(model.main.operations)])
+    np.testing.assert_array_equal(unprepared.run(inputs)[0], expected)
 
 
 @pytest.mark.parametrize("name,build,first,inputs,expected", CASES, ids=IDS)

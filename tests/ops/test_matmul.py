@@ -214,3 +214,16 @@ def test_invalid_before_aidl_version_2(version: V) -> None:
         matmul(x, x, version=version)
     for later in (V.AIDL_V2, V.AIDL_V3, V.AIDL_V4):
         np.testing.assert_array_equal(matmul(x, x, version=later), np.full((2, 2), 2, np.float32))
+
+
+def test_without_a_prepared_state() -> None:
+    """The reference check's dry runs execute without prepare: the same results."""
+    from dataclasses import replace
+
+    from nnhal.ops.run import prepare_operation
+
+    x = Tensor(Q8S, RNG.integers(-128, 128, (2, 3, 5)).astype(np.int8), 0.3, 2)
+    y = Tensor(Q8S, RNG.integers(-128, 128, (1, 5, 4)).astype(np.int8), 0.2, -1)
+    ins = [x, y, flag(False), flag(False)]
+    prep = prepare_operation(Op.BATCH_MATMUL, ins, [OutputSpec(Q8S, (), 0.5, 7)], version=V.AIDL_V2)
+    np.testing.assert_array_equal(replace(prep, state=None).run(ins)[0], prep.run(ins)[0])
