@@ -19,6 +19,14 @@ def vectors_root() -> Path:
     return (ROOT / ".." / "shared" / "conformance").resolve()
 
 
+def aidl_vectors_root() -> Path:
+    """The AIDL HAL's vectors (nnhal.conformance.vectors.default_aidl_vectors, from the checkout)."""
+    env = os.environ.get("NNHAL_AIDL_VECTORS")
+    if env:
+        return Path(env)
+    return (ROOT / ".." / "shared" / "conformance-aidl").resolve()
+
+
 @pytest.fixture(scope="session")
 def vectors_dir() -> Path:
     root = vectors_root()

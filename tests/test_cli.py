@@ -266,6 +266,13 @@ def test_ops_from_the_signatures(capsys: pytest.CaptureFixture) -> None:
     assert "float32 1.0" in rows["ADD"] and "quant8_asymm_signed 1.3" in rows["ADD"]
     assert "float16 1.2" in rows["ROI_ALIGN"] and "quant8_asymm 1.2" in rows["ROI_ALIGN"]
     assert "float32 1.3" in rows["HARD_SWISH"] and "1.0" not in rows["HARD_SWISH"]
+    # NOTE: the AIDL HAL's operations and operand types with their AIDL versions; PACK named by its tensors
+    assert rows["PACK"].split(None, 1)[1] == ("float16 AIDL v2, float32 AIDL v2, int32 AIDL v2, quant8_asymm AIDL v2, "
+                                              "quant8_asymm_signed AIDL v2")
+    assert "quant8_asymm_signed AIDL v2" in rows["BATCH_MATMUL"] and "quant8_asymm AIDL" not in rows["BATCH_MATMUL"]
+    assert "float32 AIDL v3" in rows["MIRROR_PAD"] and "int32 AIDL v3" in rows["REVERSE"]
+    assert rows["RESHAPE"].endswith("quant8_asymm_signed 1.3, int32 AIDL v2")
+    assert rows["RSQRT"].endswith("float32 1.2, quant8_asymm AIDL v3, quant8_asymm_signed AIDL v3")
 
 
 def test_ops_as_the_device_answers(capsys: pytest.CaptureFixture) -> None:

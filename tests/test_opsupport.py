@@ -186,3 +186,29 @@ def test_litert_agrees_with_what_conformance_finds_supported(tmp_path: Path, cap
             for r in json.loads(conf.read_text())["operations_and_types"]}
     assert got == want
     assert got[("AVERAGE_POOL_2D", "float32")][1] > 0
+
+
+def test_aidl_forms_are_not_asked_through_hal_1_3(capsys: pytest.CaptureFixture, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """getSupportedOperations_1_3 cannot take the AIDL HAL's operations and operand types (a model using
+    one is INVALID_ARGUMENT there): the report says so instead of counting them refused, from the
+    signature probes and from AIDL vector forms alike."""
+    from tests.conftest import aidl_vectors_root
+
+    if not aidl_vectors_root().is_dir():
+        pytest.skip("no AIDL vectors")
+    monkeypatch.setenv("NNHAL_VECTORS", str(aidl_vectors_root()))
+    path = tmp_path / "ops.json"
+    text = _ops(capsys, "--device", "sample-all", "--ops", "PACK,RSQRT,REVERSE", "--json", str(path))
+    blocks = _blocks(text)
+    assert blocks["PACK"].startswith("PACK: not asked: an AIDL v2 operation (getSupportedOperations_1_3 takes only")
+    assert blocks["PACK"].rstrip().endswith(": float16, float32, int32, quant8 asymm, quant8 signed")
+    assert blocks["REVERSE"].startswith("REVERSE: not asked: an AIDL v3 operation")
+    assert re.search(r"^  quant8 signed +AIDL v3 +not asked \(not a HAL 1\.3 form\)$", blocks["RSQRT"], re.M)
+    assert re.search(r"^  float32 +HAL 1\.2 +no vector forms; unknown shapes: supported$", blocks["RSQRT"], re.M)
+    assert re.search(r"^1 of 1 operations supported by sample-all .*; 2 AIDL operations not asked\)", text, re.M)
+    report = json.loads(path.read_text())["operations"]
+    assert report["RSQRT"]["quant8 asymm"]["status"] == "not asked"
+    assert "a vector form of AIDL_V3" in report["RSQRT"]["quant8 asymm"]["not_asked"] or \
+        "an AIDL v3 signature" in report["RSQRT"]["quant8 asymm"]["not_asked"]
+    assert report["PACK"]["float32"]["hal_version"] == "AIDL v2"

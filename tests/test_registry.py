@@ -1,5 +1,5 @@
-"""The operation registry: every HAL 1.3 operation registered exactly once,
-with signatures that are well-formed."""
+"""The operation registry: every operation (HAL 1.3's and the AIDL HAL's)
+registered exactly once, with signatures that are well-formed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from nnhal.ops.base import OpDef, Signature
 
 def test_every_operation_type_is_registered_once() -> None:
     expected = {t for t in hal.OperationType if t != hal.OperationType.OEM_OPERATION}
-    assert len(expected) == 102
+    assert len(expected) == 106  # NOTE: HAL 1.3's 0..101, the AIDL HAL's 102..105
     missing = sorted(t.name for t in expected - set(registry.REGISTRY))
     assert not missing, f"not registered: {missing}"
     seen: dict = {}
@@ -33,7 +33,7 @@ def test_signatures_are_well_formed() -> None:
 
 
 def test_find_rejects_unknown_types() -> None:
-    assert registry.find(102) is None
+    assert registry.find(106) is None
     assert registry.find(9999) is None
     assert registry.find(-1) is None
     assert registry.find(hal.OperationType.ADD).type == hal.OperationType.ADD
@@ -50,3 +50,20 @@ def test_reference_dispatch_flags() -> None:
     assert {t for t, op in registry.REGISTRY.items() if op.bad_data_on_missing_operand} == bad_data
     omitted_outputs = {O.IF, O.WHILE, O.LSH_PROJECTION, O.LSTM, O.BIDIRECTIONAL_SEQUENCE_LSTM, O.SVDF}
     assert {t for t, op in registry.REGISTRY.items() if op.allow_omitted_outputs} == omitted_outputs
+
+
+def test_first_versions_of_the_aidl_operations() -> None:
+    """AIDL version 2 (feature level 6) added BATCH_MATMUL, PACK and RESHAPE of TENSOR_INT32, version 3
+    (feature level 7) MIRROR_PAD, REVERSE and quantized RSQRT; nothing else is newer than HAL 1.3."""
+    O, T, V = hal.OperationType, hal.OperandType, hal.HalVersion  # noqa: E741
+    newer = {(t, s.inputs[0] if s.inputs[0] != T.INT32 else s.variadic_inputs, s.version)
+             for t, op in registry.REGISTRY.items() for s in op.signatures if s.version > V.V1_3}
+    types = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32)
+    assert newer == {
+        *((O.BATCH_MATMUL, t, V.AIDL_V2) for t in (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32,
+                                                  T.TENSOR_QUANT8_ASYMM_SIGNED)),
+        *((O.PACK, t, V.AIDL_V2) for t in types), (O.RESHAPE, T.TENSOR_INT32, V.AIDL_V2),
+        *((O.MIRROR_PAD, t, V.AIDL_V3) for t in types), *((O.REVERSE, t, V.AIDL_V3) for t in types),
+        (O.RSQRT, T.TENSOR_QUANT8_ASYMM, V.AIDL_V3), (O.RSQRT, T.TENSOR_QUANT8_ASYMM_SIGNED, V.AIDL_V3)}
+    for t in (O.BATCH_MATMUL, O.PACK, O.MIRROR_PAD, O.REVERSE):
+        assert all(s.version > V.V1_3 for s in registry.REGISTRY[t].signatures), t.name

@@ -8,7 +8,7 @@ from typing import Any, Callable, Collection, Sequence
 import numpy as np
 import pytest
 
-from nnhal.hal import OperandLifeTime
+from nnhal.hal import HalVersion, OperandLifeTime
 from nnhal.ops.base import OperandInfo, OpExecutionError, OutputSpec, Tensor
 from nnhal.ops.run import PreparedOperation, prepare_operation, tensor_info
 
@@ -35,16 +35,18 @@ def _info(t: Tensor, constant: bool) -> OperandInfo:
 
 
 def _paths_agree(op: Any, inputs: Sequence[Tensor], outputs: Sequence[OutputSpec], constant: Collection[int],
-                 *others: Sequence[Tensor], validate: bool = True) -> tuple[PreparedOperation, list]:
+                 *others: Sequence[Tensor], validate: bool = True,
+                 version: HalVersion = HalVersion.V1_3) -> tuple[PreparedOperation, list]:
     """Prepares ``op`` twice, with the inputs at positions ``constant`` as the
     model's constants (the prepared path) and with every input given at run
-    time (the run-time path); on ``inputs`` and on each input list of
+    time (the run-time path), validated as of ``version``; on ``inputs`` and on each input list of
     ``others`` (the same constants, other run-time values and shapes: the
     declared shape is ``inputs``' own) both give the same bits, or fail with
     the same OpExecutionError, twice in a row.  Returns the prepared operation
     and the outcomes."""
-    prep = prepare_operation(op, [_info(t, i in constant) for i, t in enumerate(inputs)], outputs, validate=validate)
-    run = prepare_operation(op, [tensor_info(t) for t in inputs], outputs, validate=validate)
+    prep = prepare_operation(op, [_info(t, i in constant) for i, t in enumerate(inputs)], outputs, validate=validate,
+                             version=version)
+    run = prepare_operation(op, [tensor_info(t) for t in inputs], outputs, validate=validate, version=version)
     results = []
     for ins in (inputs, *others, inputs):
         a = outcome(prep, ins)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from nnhal.hal import OperandType, OperationType
+from nnhal.hal import HalVersion, OperandType, OperationType
 from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_0,
@@ -95,3 +95,51 @@ def test_floor_rank_limit(kernel_only):
 def test_zero_sized_inputs_are_not_allowed():
     for op in REFS:
         assert not REGISTRY[op].allow_zero_sized
+
+
+# --------------------------------------------------------------------------
+# RSQRT of quantized tensors (AIDL version 3): Android 13's Elementwise.cpp makeQuantized, transcribed one
+# value at a time (C++ float arithmetic as numpy float32 scalars; std::round, std::min / std::max as written)
+
+
+def _rsqrt_quant_reference(v: int, in_scale: float, in_zp: int, out_scale: float, out_zp: int, lo: int,
+                           hi: int) -> int:
+    f32 = np.float32
+    x = f32(v - in_zp) * f32(in_scale)
+    with np.errstate(all="ignore"):
+        res = f32(1.0) / np.sqrt(x)
+        q = res / f32(out_scale)
+    if np.isfinite(q):
+        r = math.floor(abs(float(q)) + 0.5)
+        q = f32(math.copysign(r, float(q)))
+    q = f32(out_zp) + q
+    m = q if q < f32(hi) else f32(hi)  # NOTE: std::min(hi, q): hi unless q < hi (a NaN keeps hi)
+    m = m if f32(lo) < m else f32(lo)  # NOTE: std::max(lo, m)
+    return int(m)
+
+
+@pytest.mark.parametrize("t", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("in_q,out_q", [((0.25, 0), (0.25, 0)), ((0.125, 10), (0.01, 75)), ((0.003, -3), (0.07, -100)),
+                                        ((1.7, 100), (0.0009, 0)), ((0.5, 127), (2.0, -128))])
+def test_rsqrt_quant8_every_value(t: T, in_q: tuple, out_q: tuple) -> None:
+    lo, hi = (0, 255) if t == T.TENSOR_QUANT8_ASYMM else (-128, 127)
+    clamp = lambda zp: min(hi, max(lo, zp))  # noqa: E731
+    (si, zi), (so, zo) = (in_q[0], clamp(in_q[1])), (out_q[0], clamp(out_q[1]))
+    values = np.arange(lo, hi + 1).astype(NUMPY_DTYPE[t])
+    got = run_operation(Op.RSQRT, [Tensor(t, values, si, zi)], [OutputSpec(t, (), so, zo)],
+                        version=HalVersion.AIDL_V3, **PHASES)[0]
+    want = [_rsqrt_quant_reference(int(v), si, zi, so, zo, lo, hi) for v in values]
+    np.testing.assert_array_equal(got.astype(np.int64), want)
+    assert got[values == zi][0] == hi  # NOTE: 0 -> +inf -> the maximum; a negative value -> NaN -> the maximum too
+    if zi > lo:
+        assert got[values == zi - 1][0] == hi
+
+
+def test_rsqrt_quant8_needs_aidl_version_3() -> None:
+    x = Tensor(T.TENSOR_QUANT8_ASYMM, np.array([4, 16], np.uint8), 0.25, 0)
+    out = [OutputSpec(T.TENSOR_QUANT8_ASYMM, (), 0.25, 0)]
+    for version in (HalVersion.V1_2, HalVersion.V1_3, HalVersion.AIDL_V1, HalVersion.AIDL_V2):
+        with pytest.raises(OpValidationError, match="before HAL AIDL_V3"):
+            run_operation(Op.RSQRT, [x], out, version=version, **PHASES)
+    np.testing.assert_array_equal(run_operation(Op.RSQRT, [x], out, version=HalVersion.AIDL_V3, **PHASES)[0],
+                                  [4, 2])

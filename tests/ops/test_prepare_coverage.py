@@ -16,7 +16,6 @@ NOTHING_TO_PREPARE: dict[Op, str] = {
     Op.FLOOR: _ELEMENTWISE,
     Op.LOG: _ELEMENTWISE,
     Op.NEG: _ELEMENTWISE,
-    Op.RSQRT: _ELEMENTWISE,
     Op.SIN: _ELEMENTWISE,
     Op.SQRT: _ELEMENTWISE,
     Op.POW: "float only, no parameter and no quantization",

@@ -92,10 +92,17 @@ class VectorModel:
 
     # ------------------------------------------------------------------
     @property
+    def version(self) -> Optional[hal.HalVersion]:
+        """``minSupportedVersion`` as a HalVersion (V1_0..V1_3, AIDL_V1..AIDL_V4: the interface version a
+        model needs, the one to validate it as of); None for UNKNOWN (the generator did not say)."""
+        return hal_version(self.minSupportedVersion)
+
+    @property
     def data_type(self) -> str:
         """The data type the model tests, named as Android's test generator does
         (float32, relaxed, float16, quant8 asymm, quant8 signed, ...): the type of
-        the first operation's first data input (after an IF condition and subgraph operands)."""
+        the first operation's first data input (after an IF condition and subgraph operands, a tensor
+        before a scalar)."""
         if not self.main.operations:
             return "none"
         return self.operation_data_type(self.main.operations[0])
@@ -104,6 +111,8 @@ class VectorModel:
         """The data type one operation of the main subgraph computes in, named as :attr:`data_type`."""
         ins = list(op.inputs[1:] if op.type == hal.OperationType.IF else op.inputs)
         ins = [i for i in ins if self.main.operands[i].type != hal.OperandType.SUBGRAPH]
+        # NOTE: the first tensor: PACK's input 0 is its axis scalar
+        ins = [i for i in ins if hal.is_tensor_type(self.main.operands[i].type)] or ins
         t = self.main.operands[ins[0]].type if ins else self.main.operands[op.outputs[0]].type
         if t in (hal.OperandType.TENSOR_FLOAT32, hal.OperandType.FLOAT32) and self.isRelaxed:
             return "relaxed"
@@ -191,6 +200,17 @@ class VectorModel:
                                                 for e in self.extensionNameToPrefix])
 
 
+def hal_version(name: str) -> Optional[hal.HalVersion]:
+    """A vector's ``minSupportedVersion`` (``V1_0``..``V1_3``, ``AIDL_V1``..``AIDL_V4``, ``UNKNOWN``) as a
+    HalVersion, None for UNKNOWN; ValueError for any other name."""
+    if name == "UNKNOWN":
+        return None
+    try:
+        return hal.HalVersion[name]
+    except KeyError:
+        raise ValueError(f"unknown minSupportedVersion {name!r}") from None
+
+
 def _operand(d: dict) -> VectorOperand:
     t = d["type"]
     type_ = hal.OperandType[t] if isinstance(t, str) else int(t)
@@ -236,8 +256,10 @@ def _subgraph(d: dict) -> VectorSubgraph:
 
 def parse_model(spec: str, m: dict) -> VectorModel:
     """One model of a vector file's ``models`` list (``spec``: the file's spec name)."""
+    version = m.get("minSupportedVersion", "UNKNOWN")
+    hal_version(version)  # NOTE: an unknown version name makes the file unreadable, as any malformed field
     return VectorModel(
-        name=m["name"], spec=spec, minSupportedVersion=m.get("minSupportedVersion", "UNKNOWN"),
+        name=m["name"], spec=spec, minSupportedVersion=version,
         isRelaxed=bool(m.get("isRelaxed", False)), expectFailure=bool(m.get("expectFailure", False)),
         multinomialTolerance=float(m.get("expectedMultinomialDistributionTolerance", 0) or 0),
         main=_subgraph(m["main"]), referenced=[_subgraph(s) for s in m.get("referenced", [])],
@@ -308,11 +330,17 @@ def load_indexed(paths: list[str | Path], ops: Optional[set[str]] = None,
 DEFAULT_VECTORS = Path(__file__).resolve().parents[3] / ".." / "shared" / "conformance"
 
 
-def default_vectors() -> str:
+def default_vectors(folder: str = "conformance", env: str = "NNHAL_VECTORS") -> str:
     """The vector folder to use: $NNHAL_VECTORS, else ../shared/conformance beside
-    the checkout or the current folder."""
-    for cand in (os.environ.get("NNHAL_VECTORS"), DEFAULT_VECTORS, Path.cwd() / ".." / "shared" / "conformance",
-                 Path.cwd() / "shared" / "conformance"):
+    the checkout or the current folder (``folder`` / ``env``: another set of shared vectors)."""
+    default = DEFAULT_VECTORS.parent / folder
+    for cand in (os.environ.get(env), default, Path.cwd() / ".." / "shared" / folder, Path.cwd() / "shared" / folder):
         if cand and Path(cand).is_dir():
             return str(Path(cand).resolve())
-    return str(DEFAULT_VECTORS.resolve())
+    return str(default.resolve())
+
+
+def default_aidl_vectors() -> str:
+    """The AIDL HAL's vectors (operations and operand types of AIDL versions 2 and 3, kept apart from
+    HAL 1.3's): $NNHAL_AIDL_VECTORS, else ../shared/conformance-aidl as :func:`default_vectors`."""
+    return default_vectors("conformance-aidl", "NNHAL_AIDL_VECTORS")

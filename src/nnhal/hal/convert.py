@@ -428,9 +428,16 @@ def _valid_operand_type(t: int, version: int) -> bool:
     return int(t) in v1_0.OperandType._value2member_map_
 
 
+# NOTE: the canonical OperationType also has the AIDL HAL's operations (BATCH_MATMUL = 102, ...): HIDL 1.3's
+# are those up to its OperationTypeRange.FUNDAMENTAL_MAX, and OEM_OPERATION
+_HIDL_1_3_OPERATIONS = frozenset(int(t) for t in v1_3.OperationType
+                                 if t <= v1_3.OperationTypeRange.FUNDAMENTAL_MAX or t == v1_3.OperationType.OEM_OPERATION)
+
+
 def _valid_operation_type(t: int, version: int) -> bool:
-    enum_cls = {_V1_0: v1_0.OperationType, _V1_1: v1_1.OperationType, _V1_2: v1_2.OperationType,
-                _V1_3: v1_3.OperationType}[version]
+    if version >= _V1_3:
+        return int(t) in _HIDL_1_3_OPERATIONS or _is_extension(t)
+    enum_cls = {_V1_0: v1_0.OperationType, _V1_1: v1_1.OperationType, _V1_2: v1_2.OperationType}[version]
     return int(t) in enum_cls._value2member_map_ or (version >= _V1_2 and _is_extension(t))
 
 

@@ -183,6 +183,14 @@ class OperationType(enum.IntEnum):
     HARD_SWISH = 99
     FILL = 100
     RANK = 101
+    # NOTE: the operations of the AIDL HAL (android.hardware.neuralnetworks), canonical here as in Android's
+    # nn::OperationType: feature level 6 (AIDL version 2) BATCH_MATMUL and PACK, feature level 7 (version 3)
+    # MIRROR_PAD and REVERSE.  Their signatures carry those versions, so a model using one through a HIDL
+    # entry point (validated as of 1.0-1.3) is INVALID_ARGUMENT; OperationTypeRange stays HIDL 1.3's.
+    BATCH_MATMUL = 102
+    PACK = 103
+    MIRROR_PAD = 104
+    REVERSE = 105
     OEM_OPERATION = 10000
 
 

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from nnhal.hal import HalVersion, OperandType, OperationType
+from nnhal.ops import lut
 from nnhal.ops.base import (
     NUMPY_DTYPE,
     V1_0,
@@ -23,11 +24,8 @@ from nnhal.ops.base import (
     V1_3,
     ExecContext,
     OpDef,
-    OpExecutionError,
     OpInfo,
-    OutputSpec,
     Signature,
-    Tensor,
 )
 from nnhal.ops.broadcast import broadcast_shape, check_max_rank, clamp, validate_max_rank
 from nnhal.ops.fixedpoint import (
@@ -161,7 +159,7 @@ def _execute_logistic(ctx: ExecContext) -> list[np.ndarray]:
             xf = x.data.astype(np.float32)
             res = np.float32(1.0) / (np.float32(1.0) + np.exp(-xf))
         return [res.astype(out.dtype)]
-    return [_lookup(ctx, _logistic_quant)]
+    return [lut.lookup(ctx, _logistic_quant)]
 
 
 def _logistic_quant(ctx: ExecContext) -> np.ndarray:
@@ -183,7 +181,7 @@ def _execute_tanh(ctx: ExecContext) -> list[np.ndarray]:
     check_max_rank(ctx, 4, 0)
     if x.type not in Q8:
         return [np.tanh(x.data.astype(np.float32)).astype(out.dtype)]
-    return [_lookup(ctx, _tanh_quant)]
+    return [lut.lookup(ctx, _tanh_quant)]
 
 
 def _tanh_quant(ctx: ExecContext) -> np.ndarray:
@@ -267,7 +265,7 @@ def _execute_hard_swish(ctx: ExecContext) -> list[np.ndarray]:
     if x.data.size == 0:
         return [np.zeros(x.shape, out.dtype)]
     if x.type in Q8:
-        return [_lookup(ctx, _hard_swish_quant)]
+        return [lut.lookup(ctx, _hard_swish_quant)]
     xf = x.data.astype(np.float32)
     res = xf * np.minimum(np.float32(6), np.maximum(np.float32(0), xf + np.float32(3))) / np.float32(6)
     return [res.astype(out.dtype)]
@@ -360,48 +358,11 @@ def _execute_prelu(ctx: ExecContext) -> list[np.ndarray]:
 
 
 # --------------------------------------------------------------------------
-# 8-bit lookup tables: an elementwise quantized function of one 8-bit input
-# has 256 possible results, computed once at prepare by the reference
-# pipeline itself (bit-identical by construction), then one lookup per element
+# the quantized LOGISTIC, TANH and HARD_SWISH by 256-entry tables of their pipelines (nnhal.ops.lut)
 
-_LUT_FUNCS: dict = {}  # OperationType -> the quantized pipeline (ctx -> array), filled below
-
-
-def _codes(t: OperandType) -> np.ndarray:
-    """The 256 values of an 8-bit type, entry i the value whose byte is i."""
-    return np.arange(256, dtype=np.uint8).view(np.uint8 if t == T.TENSOR_QUANT8_ASYMM else np.int8)
-
-
-def _build_lut(op: OperationType, x: object, out: object) -> np.ndarray:
-    """The 256-entry table of ``op`` for these quantization parameters;
-    ValueError with the reference's message where it refuses them."""
-    ctx = ExecContext(op, [Tensor(x.type, _codes(x.type), x.scale, x.zero_point)],
-                      [OutputSpec(out.type, (256,), out.scale, out.zero_point)])
-    try:
-        return np.ascontiguousarray(_LUT_FUNCS[op](ctx))
-    except OpExecutionError as e:
-        msg = str(e)
-        raise ValueError(msg[len(op.name) + 2:] if msg.startswith(op.name + ": ") else msg) from None
-
-
-def _prepare_lut(info: OpInfo) -> object:
-    x, out = info.inputs[0], info.outputs[0]
-    if x.type not in Q8:
-        return None
-    return prepared(lambda: _build_lut(info.type, x, out))
-
-
-def _lookup(ctx: ExecContext, fn: object) -> np.ndarray:
-    """``fn`` (the quantized pipeline) of the input by its prepared table."""
-    x, out = ctx.inputs[0], ctx.outputs[0]
-    st = ctx.state
-    if st is None:
-        st = prepared(lambda: _build_lut(ctx.type, x, out))
-    return st.value(ctx).take(x.data.view(np.uint8))
-
-
-_LUT_FUNCS.update({OperationType.LOGISTIC: _logistic_quant, OperationType.TANH: _tanh_quant,
-                   OperationType.HARD_SWISH: _hard_swish_quant})
+_LUT_FUNCS = {OperationType.LOGISTIC: _logistic_quant, OperationType.TANH: _tanh_quant,
+              OperationType.HARD_SWISH: _hard_swish_quant}
+_prepare_lut = lut.preparer(_LUT_FUNCS)
 
 OPS: list[OpDef] = [
     *[

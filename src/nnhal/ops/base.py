@@ -36,6 +36,8 @@ T = OperandType
 
 
 V1_0, V1_1, V1_2, V1_3 = HalVersion.V1_0, HalVersion.V1_1, HalVersion.V1_2, HalVersion.V1_3
+# the AIDL versions whose operations and operand types this package implements (feature levels 6 and 7)
+AIDL_V2, AIDL_V3 = HalVersion.AIDL_V2, HalVersion.AIDL_V3
 
 
 class OpValidationError(Exception):

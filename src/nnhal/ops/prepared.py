@@ -97,6 +97,13 @@ def param(info: OpInfo, i: int) -> Any:
     return o.value if o.is_constant else RUNTIME
 
 
+def constants(info: OpInfo, *positions: int) -> Optional[tuple]:
+    """The constant values of inputs ``positions`` (see :func:`param`), or None when one of them is
+    given at run time or absent (execute then parses what it gets)."""
+    values = tuple(param(info, i) for i in positions)
+    return None if any(v is RUNTIME or v is None for v in values) else values
+
+
 class PerShape:
     """Parameters known at prepare (the constant operands) and a plan per input
     shape: ``fn(key, *args)`` (``key`` the input's shape, or whatever the plan
@@ -124,6 +131,13 @@ class PerShape:
         if p is None:
             p = self.plans.put(key, attempt(self.fn, key, *self.args))
         return p.value(ctx)
+
+
+def planned(ctx: ExecContext, key: Any, fn: Callable[..., Any], *runtime_args: Any) -> Any:
+    """The plan of ``key``: the prepared :class:`PerShape`'s (``ctx.state``), or, when the parameters
+    are given at run time (no state), ``fn(key, *runtime_args)`` computed now."""
+    st = ctx.state
+    return st.plan(ctx, key) if st is not None else run_now(ctx, fn, key, *runtime_args)
 
 
 def frozen(a: Optional[np.ndarray]) -> Optional[np.ndarray]:

@@ -16,7 +16,8 @@ from nnhal.ops.extension import ExtensionOperationType
 # The family modules, each with its ``OPS`` list (nnhal/ops/<family>.py).
 FAMILY_NAMES = (
     "activation", "broadcast", "comparison", "control_flow", "conversion", "conv", "detection", "elementwise",
-    "lookup", "normalization", "pooling", "random", "recurrent", "reduce", "rnn", "shape", "softmax", "spatial",
+    "lookup", "matmul", "normalization", "pooling", "random", "recurrent", "reduce", "rnn", "shape", "softmax",
+    "spatial",
 )
 FAMILIES = tuple(importlib.import_module(f"nnhal.ops.{name}") for name in FAMILY_NAMES)
 

@@ -1,6 +1,9 @@
 """Tensor manipulation operations of the HAL 1.3 spec (``types.hal``
 ``OperationType``): RESHAPE, SQUEEZE, EXPAND_DIMS, TRANSPOSE, CONCATENATION,
-SPLIT, SLICE, STRIDED_SLICE, GATHER, TILE, FILL, RANK, PAD and PAD_V2.
+SPLIT, SLICE, STRIDED_SLICE, GATHER, TILE, FILL, RANK, PAD and PAD_V2; and
+those the AIDL HAL adds (``OperationType.aidl``): PACK and RESHAPE of
+TENSOR_INT32 (AIDL version 2, feature level 6), MIRROR_PAD and REVERSE
+(version 3, feature level 7), as Android 13's reference.
 
 These ops move data without arithmetic, so one kernel serves every storage
 type; only CONCATENATION requantizes (quantized inputs whose scale / zero
@@ -26,6 +29,8 @@ import numpy as np
 
 from nnhal.hal import HalVersion, OperandType, OperationType
 from nnhal.ops.base import (
+    AIDL_V2,
+    AIDL_V3,
     NUMPY_DTYPE,
     V1_0,
     V1_1,
@@ -37,7 +42,17 @@ from nnhal.ops.base import (
     Signature,
 )
 from nnhal.ops.fixedpoint import round_half_away
-from nnhal.ops.prepared import RUNTIME, PerShape, frozen, param, prepared, run_now, static_shape
+from nnhal.ops.prepared import (
+    RUNTIME,
+    PerShape,
+    constants,
+    frozen,
+    param,
+    planned,
+    prepared,
+    run_now,
+    static_shape,
+)
 
 T = OperandType
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
@@ -619,9 +634,146 @@ def _exec_pad(ctx: ExecContext) -> list[np.ndarray]:
 
 
 # --------------------------------------------------------------------------
+# The AIDL HAL's tensor operations (Android 13's Pack.cpp, MirrorPad.cpp, Reverse.cpp): the model
+# checks of common/types/operations/src (types, ranks where known, one quantization), the rest in the
+# reference's prepare, which runs at execution (a violation fails it: GENERAL_FAILURE)
+
+_AIDL_TYPES = (F16, F32, Q8, Q8S, I32)
+
+
+def _check_same_quant(info: OpInfo, positions: Sequence[int]) -> None:
+    """Quantized inputs at ``positions`` have the output's scale and zero point (compared as the
+    reference's float and int32 are)."""
+    out = info.outputs[0]
+    if out.type not in (Q8, Q8S):
+        return
+    for i in positions:
+        x = info.inputs[i]
+        if np.float32(x.scale) != np.float32(out.scale) or x.zero_point != out.zero_point:
+            raise info.fail(f"input {i} is quantized with scale {x.scale}, zeroPoint {x.zero_point}; the output "
+                            f"with scale {out.scale}, zeroPoint {out.zero_point}")
+
+
+def _validate_pack(info: OpInfo) -> None:
+    _check_same_quant(info, range(1, len(info.inputs)))
+    # NOTE: as the reference: the inputs' known ranks agree, and are one less than the output's when
+    # that is known and above 1 (a rank-1 output leaves it open)
+    rank = info.outputs[0].rank - 1 if info.outputs[0].rank else 0
+    for i, x in enumerate(info.inputs[1:], 1):
+        if x.rank and rank and x.rank != rank:
+            raise info.fail(f"input {i} has rank {x.rank}, expected {rank}")
+        rank = rank or x.rank
+
+
+def _pack_plan(shapes: tuple, axis: int) -> int:
+    """The axis, checked against the tensors' shapes (all the same, of rank >= 1)."""
+    first = shapes[0]
+    if not first:
+        raise ValueError("the input tensors must have rank >= 1")
+    for i, s in enumerate(shapes[1:], 1):
+        if s != first:
+            raise ValueError(f"input tensor {i} has shape {list(s)}, tensor 0 {list(first)}")
+    if not 0 <= axis <= len(first):
+        raise ValueError(f"axis {axis} out of range [0, {len(first) + 1})")
+    return axis
+
+
+def _prepare_pack(info: OpInfo) -> object:
+    axis = constants(info, 0)
+    shapes = [static_shape(info, i) for i in range(1, len(info.inputs))]
+    return axis and PerShape(_pack_plan, int(axis[0])).prime(None if None in shapes else tuple(shapes))
+
+
+def _exec_pack(ctx: ExecContext) -> list[np.ndarray]:
+    tensors = [t.data for t in ctx.inputs[1:]]
+    return [np.stack(tensors, planned(ctx, tuple(t.shape for t in tensors), _pack_plan, ctx.scalar(0)))]
+
+
+_REFLECT, _SYMMETRIC = 0, 1
+
+
+def _validate_mirror_pad(info: OpInfo) -> None:
+    x, p, out = info.inputs[0], info.inputs[1], info.outputs[0]
+    if p.rank and (p.rank != 2 or p.dimensions[1] not in (0, 2)):
+        raise info.fail(f"paddings must have shape [rank, 2], got {list(p.dimensions)}")
+    _check_same_quant(info, (0,))
+    if x.rank and p.rank and p.dimensions[0] and p.dimensions[0] != x.rank:
+        raise info.fail(f"paddings of shape {list(p.dimensions)} for an input of rank {x.rank}")
+    if x.rank and out.rank and out.rank != x.rank:
+        raise info.fail(f"output rank {out.rank} differs from the input's {x.rank}")
+
+
+def _mirror_index(size: int, before: int, after: int, mode: int) -> np.ndarray:
+    """The input index of each output position along one axis: mirrored about the first and last
+    element (REFLECT) or about the edges (SYMMETRIC)."""
+    i = np.arange(-before, size + after)
+    edge = 1 if mode == _SYMMETRIC else 0
+    i = np.where(i < 0, -i - edge, i)
+    return np.where(i >= size, 2 * size - 2 + edge - i, i)
+
+
+def _mirror_pad_plan(shape: tuple, paddings: np.ndarray, mode: int) -> tuple:
+    """The output as an open-mesh index of the input (np.ix_); ValueError where the reference's prepare fails."""
+    if not shape:
+        raise ValueError("the input must have rank >= 1")
+    if mode not in (_REFLECT, _SYMMETRIC):
+        raise ValueError(f"mode {mode}: 0 (REFLECT) or 1 (SYMMETRIC)")
+    amounts = _pad_amounts(paddings)
+    if len(amounts) != len(shape):
+        raise ValueError(f"paddings must have shape [{len(shape)}, 2], got {list(paddings.shape)}")
+    for d, (size, (a, b)) in enumerate(zip(shape, amounts)):
+        limit = size - (mode == _REFLECT)
+        if a > limit or b > limit:
+            raise ValueError(f"padding ({a}, {b}) of dimension {d} (size {size}) exceeds {limit} "
+                             f"({'REFLECT' if mode == _REFLECT else 'SYMMETRIC'})")
+    return np.ix_(*(frozen(_mirror_index(size, a, b, mode)) for size, (a, b) in zip(shape, amounts)))
+
+
+def _prepare_mirror_pad(info: OpInfo) -> object:
+    params = constants(info, 1, 2)
+    return params and PerShape(_mirror_pad_plan, params[0], int(params[1])).prime(static_shape(info))
+
+
+def _exec_mirror_pad(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    return [x[planned(ctx, x.shape, _mirror_pad_plan, ctx.inputs[1].data, ctx.scalar(2))]]
+
+
+def _validate_reverse(info: OpInfo) -> None:
+    x, a, out = info.inputs[0], info.inputs[1], info.outputs[0]
+    if a.rank and (a.rank != 1 or a.dimensions[0] not in (0, 1)):
+        raise info.fail(f"the axis must be a tensor of shape [1], got {list(a.dimensions)}")
+    _check_same_quant(info, (0,))
+    if x.rank and out.rank and out.rank != x.rank:
+        raise info.fail(f"output rank {out.rank} differs from the input's {x.rank}")
+
+
+def _reverse_plan(rank: int, axis: np.ndarray) -> int:
+    if not 1 <= rank <= 8:
+        raise ValueError(f"input rank {rank}, supported 1 to 8")
+    if axis.shape != (1,):
+        raise ValueError(f"the axis must be a tensor of shape [1], got {list(axis.shape)}")
+    a = int(axis[0])
+    if not 0 <= a < rank:
+        raise ValueError(f"axis {a} out of range [0, {rank})")
+    return a
+
+
+def _prepare_reverse(info: OpInfo) -> object:
+    axis = constants(info, 1)
+    return axis and PerShape(_reverse_plan, *axis).prime(info.inputs[0].rank or None)
+
+
+def _exec_reverse(ctx: ExecContext) -> list[np.ndarray]:
+    x = ctx.inputs[0].data
+    return [np.ascontiguousarray(np.flip(x, planned(ctx, x.ndim, _reverse_plan, ctx.inputs[1].data)))]
+
+
+# --------------------------------------------------------------------------
 
 OPS: list[OpDef] = [
-    OpDef(OperationType.RESHAPE, _sigs(_FQ_V1_0, lambda t: (I32,)), _exec_reshape, validate=_validate_rank_le4,
+    OpDef(OperationType.RESHAPE, _sigs(_FQ_V1_0 + ((I32, AIDL_V2),), lambda t: (I32,)), _exec_reshape,
+          validate=_validate_rank_le4,
           prepare=_prepare_reshape, bad_data_on_missing_operand=True),
     OpDef(OperationType.SQUEEZE, _sigs(_FQ_V1_1, lambda t: (I32,)), _exec_squeeze, validate=_validate_rank_le4,
           prepare=_prepare_squeeze, omittable_inputs=frozenset({1})),
@@ -656,4 +808,12 @@ OPS: list[OpDef] = [
           _sigs(((F32, V1_2), (F16, V1_2), (Q8, V1_2), (Q8S, V1_3)),
                 lambda t: (I32, {F32: T.FLOAT32, F16: T.FLOAT16}.get(t, T.INT32))),
           _exec_pad, validate=_validate_rank_le4, prepare=_prepare_pad, bad_data_on_missing_operand=True),
+    # NOTE: the axis, then one or more tensors
+    OpDef(OperationType.PACK,
+          [Signature((T.INT32,), (t,), AIDL_V2, variadic_inputs=t, min_variadic_inputs=1) for t in _AIDL_TYPES],
+          _exec_pack, validate=_validate_pack, prepare=_prepare_pack),
+    OpDef(OperationType.MIRROR_PAD, [Signature((t, I32, T.INT32), (t,), AIDL_V3) for t in _AIDL_TYPES],
+          _exec_mirror_pad, validate=_validate_mirror_pad, prepare=_prepare_mirror_pad),
+    OpDef(OperationType.REVERSE, [Signature((t, I32), (t,), AIDL_V3) for t in _AIDL_TYPES],
+          _exec_reverse, validate=_validate_reverse, prepare=_prepare_reverse),
 ]

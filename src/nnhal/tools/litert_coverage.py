@@ -6,7 +6,9 @@ models, the quant8-signed copies the conformance runner adds not counted),
 then the largest groups of unsupported models by the first reason
 the driver gives (``nnhal.supported_operations``: the reasons ``getSupportedOperations_1_3``
 logs; numbers stripped, so one reason groups every operand index); ``--operations``: per operation and
-data type, what :func:`nnhal.drivers.litert.lower.check_operation` gives."""
+data type, what :func:`nnhal.drivers.litert.lower.check_operation` gives.  A model of the AIDL HAL
+(``minSupportedVersion`` AIDL_V2.., ../shared/conformance-aidl) is asked through the AIDL face at its
+version (``getSupportedOperations``, which gives no reasons: a refusal's is the lowering's own check's)."""
 
 from __future__ import annotations
 
@@ -66,6 +68,20 @@ def operation_support(root: str, ops: set[str] | None = None) -> dict[str, dict[
     return dict(out)
 
 
+def _aidl_reasons(version: hal.HalVersion, model: hal.Model) -> list[str]:
+    """Per main operation, why litert-cpu's AIDL face at ``version`` refuses it ("" where it takes it)."""
+    from nnhal import aidl
+
+    device = aidl.get_device("litert-cpu", int(version) - int(hal.HalVersion.AIDL_V1) + 1)
+    try:
+        flags = device.getSupportedOperations(aidl.convert.from_canonical(model))
+    except aidl.ServiceSpecificError as e:
+        return [f"invalid model ({aidl.ErrorStatus(e.status).name})"] * len(model.main.operations)
+    views = [hal_memory.PrivateCopy(m).view for m in model.pools]
+    return ["" if ok else lower.check_operation(model, views, op) or "refused (the AIDL face gives no reason)"
+            for ok, op in zip(flags, model.main.operations)]
+
+
 def print_operations(support: dict[str, dict[str, list[int]]]) -> None:
     taken = sorted(op for op, types in support.items() if any(k for k, _ in types.values()))
     print(f"operations litert-cpu supports in at least one vector model ({len(taken)} of {len(support)} used "
@@ -109,9 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 # NOTE: the driver's own answer (validation, the operation checks, LiteRT preparing the
                 # lowered model, the operations no backend can be held to the reference on)
-                status, _, reasons = nnhal.supported_operations(device, model)
-                if status != hal.ErrorStatus.NONE:
-                    reasons = [f"invalid model ({hal.ErrorStatus(status).name})"] * len(model.main.operations)
+                if vm.version is not None and vm.version > hal.HalVersion.V1_3:
+                    reasons = _aidl_reasons(vm.version, model)
+                else:
+                    status, _, reasons = nnhal.supported_operations(device, model)
+                    if status != hal.ErrorStatus.NONE:
+                        reasons = [f"invalid model ({hal.ErrorStatus(status).name})"] * len(model.main.operations)
             finally:
                 for m in model.pools:
                     hal_memory.free(m)

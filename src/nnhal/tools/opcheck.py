@@ -28,8 +28,9 @@ from nnhal.ops.operands import constant_value, operand_info
 from nnhal.ops.run import prepare_operation
 
 
-def check_operations(model: hal.Model) -> None:
-    """Signature and op-specific validation (and prepare) of every operation (raises OpValidationError)."""
+def check_operations(model: hal.Model, version: hal.HalVersion = hal.HalVersion.V1_3) -> None:
+    """Signature and op-specific validation (and prepare) of every operation as of ``version`` (raises
+    OpValidationError)."""
     for sg in [model.main, *model.referenced]:
         for op in sg.operations:
             if registry.find(op.type) is None:
@@ -37,7 +38,7 @@ def check_operations(model: hal.Model) -> None:
             ins = [sg.operands[i] for i in op.inputs]
             outs = [sg.operands[i] for i in op.outputs]
             prepare_operation(op.type, [operand_info(o, constant_value(model, o, _POOLS)) for o in ins],
-                              [operand_info(o, None) for o in outs], subgraphs=model.referenced)
+                              [operand_info(o, None) for o in outs], subgraphs=model.referenced, version=version)
 
 
 _POOLS: list = []
@@ -54,7 +55,8 @@ def run_model(vm: vectors.VectorModel) -> tuple[bool, str, float]:
     model = vm.build_model(factory)
     _POOLS = pools
     try:
-        check_operations(model)
+        # NOTE: as of the model's version (the AIDL vectors' operations are invalid at HAL 1.3)
+        check_operations(model, max(vm.version or hal.HalVersion.V1_3, hal.HalVersion.V1_3))
         ex = Executor(model, pools)
         outs = ex.run(vm.input_values())
     except Exception as e:  # noqa: BLE001 - report every failure

@@ -65,7 +65,29 @@ def _types(spec: Any) -> list[T]:
 
 
 def _version(v: Any) -> str:
+    """1.0..1.3 for the HIDL versions, "AIDL v2".. for the AIDL ones."""
+    if v >= hal.HalVersion.AIDL_V1:
+        return f"AIDL v{int(v) - int(hal.HalVersion.AIDL_V1) + 1}"
     return v.name[1:].replace("_", ".")
+
+
+def _hal_label(version: Optional[str]) -> str:
+    return "no signature" if version is None else version if version.startswith("AIDL") else f"HAL {version}"
+
+
+def _data_spec(specs: list) -> Any:
+    """The spec naming an operation's data type: input 0's, unless it is a scalar parameter and a
+    tensor follows (PACK's axis)."""
+    def tensor(spec: Any) -> bool:
+        return all(hal.is_tensor_type(t) for t in _types(spec))
+
+    return specs[0] if tensor(specs[0]) else next((s for s in specs if tensor(s)), specs[0])
+
+
+# getSupportedOperations_1_3 takes HAL 1.3's operations and operand types: a later form is not asked
+_HIDL_NEWEST = hal.HalVersion.V1_3
+_NOT_ASKED = ("not asked: {} (getSupportedOperations_1_3 takes only HAL 1.3's forms; the device's AIDL "
+              "face answers it)")
 
 
 def signature_types() -> dict[hal.OperationType, dict[str, Any]]:
@@ -78,7 +100,7 @@ def signature_types() -> dict[hal.OperationType, dict[str, Any]]:
             if op in NOT_PROBED:  # NOTE: input 0 is the condition / a subgraph: name the data operands instead
                 specs = specs[1:] if op == hal.OperationType.IF else specs
                 specs = [s for s in specs if _types(s) != [T.SUBGRAPH]] or specs
-            for t in _types(specs[0]) if specs else []:
+            for t in _types(_data_spec(specs)) if specs else []:
                 if t == T.SUBGRAPH:
                     continue
                 name = type_name(t)
@@ -112,11 +134,12 @@ def probe_models(op: hal.OperationType) -> list[tuple[str, Any, hal.Model]]:
     for sig in REGISTRY[op].signatures:
         in_specs = sig.input_specs(len(sig.inputs) + sig.min_variadic_inputs)
         out_specs = sig.output_specs(len(sig.outputs) + sig.min_variadic_outputs)
-        for first in _types(in_specs[0]) if in_specs else []:
+        data = _data_spec(in_specs) if in_specs else None
+        for first in _types(data) if in_specs else []:
             values = bytearray()
-            ins = [_operand(first if k == 0 else _types(s)[0], values, "in") for k, s in enumerate(in_specs)]
-            # NOTE: an output of the same spec as input 0 takes its type (ADD of quant8 gives quant8)
-            outs = [_operand(first if s == in_specs[0] else _types(s)[0], values, "out") for s in out_specs]
+            ins = [_operand(first if s is data else _types(s)[0], values, "in") for s in in_specs]
+            # NOTE: an output of the same spec as the data input takes its type (ADD of quant8 gives quant8)
+            outs = [_operand(first if s == data else _types(s)[0], values, "out") for s in out_specs]
             operands = ins + outs
             main = hal.Subgraph(
                 operands=operands,
@@ -137,7 +160,8 @@ def _fmt(types: dict[str, Any]) -> str:
 
 def print_registry(out: TextIO) -> int:
     sigs = signature_types()
-    out.write("operation (from the operation signatures)  data types with the first HAL version allowing them\n")
+    out.write("operation (from the operation signatures)  data types with the first HAL version allowing them "
+              "(HIDL 1.0-1.3, AIDL v2-v3)\n")
     for op in sorted(hal.OperationType, key=lambda o: o.name):
         types = sigs.get(op)
         out.write(f"{op.name:34s} {_fmt(types) if types is not None else 'not implemented'}\n")
@@ -171,10 +195,13 @@ class TypeAnswer:
     invalid: Counter = field(default_factory=Counter)  # "getSupportedOperations_1_3 returned S" -> forms
     details: list[tuple[str, str]] = field(default_factory=list)  # (vector model, "" or why not), per form
     unknown: Optional[tuple[bool, str]] = None  # unknown-shape probe: (taken, why not); None: not probed
+    not_asked: str = ""  # why the device was not asked (a form newer than getSupportedOperations_1_3 takes)
 
     @property
     def status(self) -> str:
-        """supported / partly supported / refused (vector forms), or "no vector forms"."""
+        """supported / partly supported / refused (vector forms), "no vector forms" or "not asked"."""
+        if self.not_asked and not self.forms and self.unknown is None:
+            return "not asked"
         if not self.forms:
             return "no vector forms"
         return "supported" if self.supported == self.forms else "partly supported" if self.supported else "refused"
@@ -185,7 +212,7 @@ class TypeAnswer:
             "supported": self.supported, "refused": self.forms - self.supported - sum(self.invalid.values()),
             "reasons": dict(self.refusals.most_common()), "invalid": dict(self.invalid.most_common()),
             "unknown_shapes": None if self.unknown is None else
-            {"supported": self.unknown[0], "reason": self.unknown[1]}}
+            {"supported": self.unknown[0], "reason": self.unknown[1]}, "not_asked": self.not_asked or None}
         if details:
             d["details"] = [{"model": m, "supported": not r, "reason": r} for m, r in self.details]
         return d
@@ -316,6 +343,12 @@ def device_report(device: Any, ops: Optional[set[str]] = None, vectors_dir: Opti
             counted = [k for k in _counted_operations(vm) if vm.main.operations[k].type in report.operations]
             if not counted:
                 continue
+            if vm.version is not None and vm.version > _HIDL_NEWEST:
+                for k in counted:
+                    op = vm.main.operations[k]
+                    a = _answer(report.operations[op.type], vm.operation_data_type(op), sig_versions[op.type])
+                    a.not_asked = _NOT_ASKED.format(f"a vector form of {vm.minSupportedVersion}")
+                continue
             try:
                 model = vm.build_model()
             except Exception as e:  # noqa: BLE001  # NOTE: a vector the builder refuses is named, not asked
@@ -348,7 +381,8 @@ def device_report(device: Any, ops: Optional[set[str]] = None, vectors_dir: Opti
                     a.refusals[reason_key(why)] += 1
         report.note = (f"vector forms: {n_models} conformance vector models under {report.vectors} (concrete "
                        f"shapes; the quant8-signed copies the conformance runner makes included)")
-        missing = [op.name for op, types in report.operations.items() if not any(a.forms for a in types.values())]
+        missing = [op.name for op, types in report.operations.items() if not any(a.forms for a in types.values())
+                   and (op not in REGISTRY or any(sig.version <= _HIDL_NEWEST for sig in REGISTRY[op].signatures))]
         if missing:
             report.note += f"; no vector model uses {', '.join(missing)}: signature probes only there"
     else:
@@ -358,8 +392,12 @@ def device_report(device: Any, ops: Optional[set[str]] = None, vectors_dir: Opti
         for op in wanted:
             if op in NOT_PROBED or op not in REGISTRY:
                 continue
-            for tname, _, model in probe_models(op):
+            for tname, version, model in probe_models(op):
                 tname = _report_name(tname)
+                if version > _HIDL_NEWEST:
+                    _answer(report.operations[op], tname, sig_versions[op]).not_asked = \
+                        _NOT_ASKED.format(f"an {_version(version)} signature")
+                    continue
                 status, flags, reasons = _ask(device, model)
                 if status == hal.ErrorStatus.DEVICE_UNAVAILABLE:
                     raise DeviceUnavailable(f"the device became unavailable (DEVICE_UNAVAILABLE) at the unknown-shape "
@@ -404,9 +442,18 @@ def print_report(report: DeviceReport, name: str, out: TextIO, verbose: bool = F
                    "not probed: no vector model uses it, and its probe needs a referenced subgraph")
             out.write(f"\n{op.name}: {why}\n")
             continue
+        if all(a.status == "not asked" for a in types.values()):
+            first = min(a.hal_version or "" for a in types.values())
+            out.write(f"\n{op.name}: not asked: an {first} operation (getSupportedOperations_1_3 takes only HAL "
+                      f"1.3's operations; the device's AIDL face answers it): {', '.join(sorted(types))}\n")
+            continue
         out.write(f"\n{op.name}: {'supported' if op.name in done else 'not supported'}\n")
-        for tname, a in sorted(types.items(), key=lambda x: (x[1].hal_version or "9", x[0])):
-            hv = f"HAL {a.hal_version}" if a.hal_version else "no signature"
+        for tname, a in sorted(types.items(), key=lambda x: (x[1].hal_version is None, x[1].hal_version or "",
+                                                             x[0])):
+            hv = _hal_label(a.hal_version)
+            if a.status == "not asked":
+                out.write(f"  {tname:15s} {hv:12s} not asked (not a HAL 1.3 form)\n")
+                continue
             if a.forms:
                 vec = (f"supported in {a.supported} of {a.forms} vector forms" if a.supported else
                        f"refused in {a.forms} of {a.forms} vector forms")
@@ -425,12 +472,17 @@ def print_report(report: DeviceReport, name: str, out: TextIO, verbose: bool = F
             if verbose:
                 for model, why in a.details:
                     out.write(f"        {model}: {'supported' if not why else 'refused: ' + why}\n")
-    n_types = sum(len(t) for t in report.operations.values())
-    ok_types = sum(1 for t in report.operations.values() for a in t.values() if a.supported or
+    asked = {op: {t: a for t, a in types.items() if a.status != "not asked"}
+             for op, types in report.operations.items()}
+    asked = {op: types for op, types in asked.items() if types or not report.operations[op]}
+    n_types = sum(len(t) for t in asked.values())
+    ok_types = sum(1 for t in asked.values() for a in t.values() if a.supported or
                    (not a.forms and a.unknown and a.unknown[0]))
     basis = "in at least one vector form" if report.vectors is not None else "in the signature probes"
-    out.write(f"\n{len(done)} of {len(report.operations)} operations supported by {name} {basis} "
-              f"({ok_types} of {n_types} operation / data type pairs); {report.seconds:.1f} s\n")
+    later = len(report.operations) - len(asked)
+    not_asked = f"; {later} AIDL operation{'' if later == 1 else 's'} not asked" if later else ""
+    out.write(f"\n{len(done)} of {len(asked)} operations supported by {name} {basis} "
+              f"({ok_types} of {n_types} operation / data type pairs{not_asked}); {report.seconds:.1f} s\n")
 
 
 def run(device: Any, name: str, out: TextIO, ops: Optional[set[str]] = None, vectors_dir: Optional[str] = None,

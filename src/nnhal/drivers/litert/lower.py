@@ -47,6 +47,8 @@ from nnhal.tflite.table import (
     PADDING_TO_TFLITE,
     Arg,
     Mapping,
+    opt,
+    tensor,
 )
 
 T = hal.OperandType
@@ -95,6 +97,10 @@ _MEASURED: dict[Op, frozenset] = {
     Op.ADD: frozenset({I32}), Op.SUB: frozenset({I32}), Op.MUL: frozenset({I32}),
     Op.MAXIMUM: frozenset({I32}), Op.MINIMUM: frozenset({I32}), Op.NEG: frozenset({I32}), Op.ABS: frozenset({I32}),
 }
+# the AIDL HAL's operations (versions 2, 3), measured against the reference (tests/test_litert_aidl_ops.py);
+# float16 models compute in float32 as any.  Not: int8 / int32 BATCH_MATMUL, quantized RSQRT (REASONS_BY_TYPE)
+_MEASURED.update({Op.BATCH_MATMUL: frozenset({F}), Op.PACK: FQI, Op.MIRROR_PAD: FQI, Op.REVERSE: FQI,
+                  Op.RESHAPE: frozenset({I32})})
 for _t, _types in _MEASURED.items():
     EXACT[_t] = EXACT.get(_t, frozenset()) | _types
 # operations refused with a reason more precise than "no TFLite operator"
@@ -110,9 +116,27 @@ for _t in (Op.LSTM, Op.RNN, Op.SVDF, Op.UNIDIRECTIONAL_SEQUENCE_LSTM, Op.UNIDIRE
            Op.BIDIRECTIONAL_SEQUENCE_LSTM, Op.BIDIRECTIONAL_SEQUENCE_RNN):
     REASONS[_t] = ("not lowered: the HAL passes the recurrent state as model inputs and outputs, TFLite keeps "
                    "it in variable tensors")
+# (operation, type of its data input) refused with a measured reason
+REASONS_BY_TYPE: dict[tuple[Op, Any], str] = {
+    (Op.BATCH_MATMUL, I32): "TFLite's BATCH_MATMUL has no int32 kernel (float32, int8 and int16 only)",
+    (Op.BATCH_MATMUL, I8): "TFLite's int8 BATCH_MATMUL requantizes with one rounding, the reference with "
+                           "MultiplyByQuantizedMultiplier's two (measured: about 1 result in 1200 is 1 off)",
+    **{(Op.RSQRT, t): "TFLite's quantized RSQRT is not the reference's: int8 in fixed point (measured: results "
+                      "1 off the reference's float computation) failing the execution on a negative input (the "
+                      "reference gives the type's maximum), no uint8 kernel" for t in (U8, I8)},
+}
 _COMPARISONS = (Op.EQUAL, Op.NOT_EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER, Op.GREATER_EQUAL)
-# QUANTIZE's table entry is a rewrite (TFLite -> HAL); HAL -> TFLite it is the plain builtin
-_EXTRA = {Op.QUANTIZE: Mapping("QUANTIZE", Op.QUANTIZE, (Arg("tensor", index=0),))}
+# QUANTIZE's table entry is a rewrite (TFLite -> HAL); HAL -> TFLite it is the plain builtin.  The AIDL HAL's
+# operations (the importer's table is HAL 1.3's: TFLite's PACK, MIRROR_PAD, REVERSE_V2 are rewrites there)
+_EXTRA = {Op.QUANTIZE: Mapping("QUANTIZE", Op.QUANTIZE, (Arg("tensor", index=0),)),
+          Op.BATCH_MATMUL: Mapping("BATCH_MATMUL", Op.BATCH_MATMUL,
+                                   (tensor(0), tensor(1), opt("adjX", "bool", T.BOOL), opt("adjY", "bool", T.BOOL))),
+          Op.PACK: Mapping("PACK", Op.PACK),  # NOTE: the axis, then any number of tensors: plan_operation
+          Op.MIRROR_PAD: Mapping("MIRROR_PAD", Op.MIRROR_PAD, (tensor(0), tensor(1), opt("mode"))),
+          Op.REVERSE: Mapping("REVERSE_V2", Op.REVERSE, (tensor(0), tensor(1)))}
+# the options tables of the builtins the lowering writes
+_OPTIONS = {**OPTIONS, "BATCH_MATMUL": "BatchMatMulOptions", "PACK": "PackOptions",
+            "MIRROR_PAD": "MirrorPadOptions"}
 _DIRECT = {Op.MUL: ("MUL",), Op.PRELU: ("PRELU",), Op.CONCATENATION: ("CONCATENATION",)}
 _POOLS = (Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D)
 
@@ -437,8 +461,8 @@ class _Builder:
         plan = plan_operation(self.ctx, op)
         tfl_inputs: dict[int, int] = {}
         options = None
-        if plan.mapping.builtin in OPTIONS:
-            options = getattr(self.s, OPTIONS[plan.mapping.builtin] + "T")()
+        if plan.mapping.builtin in _OPTIONS:
+            options = getattr(self.s, _OPTIONS[plan.mapping.builtin] + "T")()
             if plan.mapping.builtin in ("ARG_MAX", "ARG_MIN"):
                 options.outputType = TFLITE_TYPE[T.TENSOR_INT32]  # NOTE: the HAL's index type
         if Op(op.type) in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.TRANSPOSE_CONV_2D) and len(op.inputs) > 2:
@@ -460,7 +484,7 @@ class _Builder:
         top.inputs = np.asarray([tfl_inputs.get(k, -1) for k in range(n_in)], dtype=np.int32)
         top.outputs = np.asarray([self.tensor_of(i) for i in op.outputs], dtype=np.int32)
         if options is not None:
-            top.builtinOptionsType = getattr(self.s.BuiltinOptions, OPTIONS[plan.mapping.builtin])
+            top.builtinOptionsType = getattr(self.s.BuiltinOptions, _OPTIONS[plan.mapping.builtin])
             top.builtinOptions = options
         self.ops.append(top)
 
@@ -940,7 +964,10 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         raise Unsupported(f"{t.name} has no direct TFLite operator in the table")
     if t not in EXACT:
         raise Unsupported(f"{t.name}: the lowering is not verified against the conformance vectors")
-    x0 = ctx.operand(op.inputs[0]) if op.inputs else None
+    # NOTE: the data input: PACK's input 0 is its axis
+    x0 = ctx.operand(op.inputs[1 if t == Op.PACK else 0]) if len(op.inputs) > (t == Op.PACK) else None
+    if x0 is not None and (t, x0.type) in REASONS_BY_TYPE:
+        raise Unsupported(f"{t.name} on {T(x0.type).name}: {REASONS_BY_TYPE[(t, x0.type)]}")
     if x0 is None or (x0.type not in EXACT[t] and id(op) not in ctx.byte_moves):
         raise Unsupported(f"{t.name} on {T(x0.type).name if x0 is not None else 'nothing'}: not an exact "
                           f"TFLite kernel here (exact for {sorted(T(v).name for v in EXACT[t])})")
@@ -971,6 +998,9 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if t == Op.CAST and x0.type == I32 and ctx.operand(op.outputs[0]).type in (U8, I8):
         raise Unsupported("CAST of int32 to quant8 (NNAPI saturates, TFLite wraps)")
     args: list = []
+    if t == Op.PACK:
+        args = [("tensor", k, i) for k, i in enumerate(ins[1:])]
+        return Plan(m, args + [("option", "valuesCount", len(ins) - 1), ("option", "axis", int(ctx.const(ins[0])))])
     if t == Op.CONCATENATION:
         axis = int(ctx.const(ins[-1]))
         rank = len(x0.dimensions)
