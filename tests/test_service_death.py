@@ -28,6 +28,8 @@ from tests.driver_util import (
     execute_sync,
     make_model,
     prepared_model,
+    vector_model,
+    vector_pools,
 )
 from tests.service_util import client_deaths, proc_counts, settled
 
@@ -96,6 +98,16 @@ def test_sigkill_mid_work_answers_everyone(service_factory: Any) -> None:
         end = time.monotonic() + 30
         while not any(cb.calls for cb in exec_cbs) and time.monotonic() < end:
             time.sleep(0.001)
+        # NOTE: one execution that is certainly pending at the kill, however starved this process is: an infinite
+        # WHILE loop under the longest loop timeout (15 s)
+        loop_vm = vector_model("V1_3/while_infinite_loop", "while_infinite_loop")
+        loop_pm = prepared_model(loop_vm.build_model(), dev)
+        loop_pools = vector_pools(loop_vm)
+        loop_cb = CountingExecutionCallback()
+        longest = hal.OptionalTimeoutDuration(nanoseconds=int(hal.LoopTimeoutDurationNs.MAXIMUM))
+        assert loop_pm.execute_1_3(loop_pools.request(), M.NO, None, longest, loop_cb) == S.NONE
+        exec_cbs.append(loop_cb)
+        pools.append(loop_pools)
         t_kill = time.monotonic()
         sp.kill()
         latest = wait_all(prep_cbs + exec_cbs, t_kill)
@@ -110,7 +122,7 @@ def test_sigkill_mid_work_answers_everyone(service_factory: Any) -> None:
             assert len(cb.calls) == 1, cb.calls
             assert cb.calls[0][1] in (S.NONE, S.DEVICE_UNAVAILABLE)
         statuses = [cb.calls[0][1] for cb in prep_cbs + exec_cbs]
-        assert S.DEVICE_UNAVAILABLE in statuses  # work was pending when it died
+        assert loop_cb.calls[0][1] == S.DEVICE_UNAVAILABLE  # work was pending when it died
         assert sync_results[-1][1] == S.DEVICE_UNAVAILABLE
         print(f"\n{statuses.count(S.DEVICE_UNAVAILABLE)} of {len(statuses)} callbacks answered DEVICE_UNAVAILABLE, "
               f"the last {latest * 1000:.0f} ms after SIGKILL")
