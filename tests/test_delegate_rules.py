@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (pip install 'nnhal[litert]')")
 
 from nnhal.delegate.model import Graph  # noqa: E402
-from nnhal.delegate.rules import API_LEVELS, RULES, validate  # noqa: E402
+from nnhal.delegate.rules import LEVELS, RULES, validate  # noqa: E402
 from nnhal.tflite.writer import Tensor, graph, one_op, options  # noqa: E402
 from tests.delegate_util import plan_of, run_and_compare, where  # noqa: E402
 
@@ -24,7 +24,7 @@ def lines(data: bytes, api: int, accel: bool = False, op: int = 0) -> list[int]:
 
 def accepted_from(data: bytes, **kw) -> int:
     """The first API level (27-30) at which the operator is delegated (99: never)."""
-    return next((api for api in API_LEVELS if not lines(data, api, **kw)), 99)
+    return next((api for api in LEVELS if not lines(data, api, **kw)), 99)
 
 
 def _q(shape, dtype="int8", scale=0.5, zp=0, data=None, axis=0):
@@ -125,7 +125,7 @@ def test_reshape_needs_a_constant_shape():
     """RESHAPE: "The shape input tensor must be constant." (nnapi_delegate.cc:2623) at every level."""
     ts = [Tensor([2, 3]), Tensor([2], "int32"), Tensor([3, 2])]
     computed = graph(ts, [("RESHAPE", [0, 1], [2], None)], inputs=[0, 1], outputs=[2])
-    assert all(lines(computed, api) == [2623] for api in API_LEVELS)
+    assert all(lines(computed, api) == [2623] for api in LEVELS)
     const = one_op("RESHAPE", [Tensor([2, 3]), Tensor([2], "int32", data=np.array([3, 2], np.int32))],
                    [Tensor([3, 2])])
     assert accepted_from(const) == 27
