@@ -664,8 +664,10 @@ def add_plan_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--plan", choices=["delegate", "max"], default="delegate",
                    help="delegate (default): the operators Android's NNAPI delegate hands to NNAPI, rule for rule, "
                         "the rest on LiteRT's CPU kernels; max: everything nnhal can express in the HAL on NNAPI")
-    s.add_argument("--android-api", type=int, default=30, choices=[27, 28, 29, 30],
-                   help="the device's Android API level (27-30; NNAPI partitions as HAL 1.0-1.3; default 30)")
+    s.add_argument("--android-api", type=int, default=30, choices=range(27, 36), metavar="{27..35}",
+                   help="the device's Android API level (27-30: NNAPI partitions as HAL 1.0-1.3; 31-35: feature "
+                        "levels 5-8 (31 and 32 both 5), partitions as AIDL v1-v4 through the device's AIDL face; "
+                        "default 30)")
     s.add_argument("--max-partitions", type=int, default=3,
                    help="the delegate's max_number_delegated_partitions: the largest N NNAPI partitions are "
                         "delegated, the rest run on the CPU (default 3; 0: no limit)")
