@@ -115,9 +115,11 @@ class Levels:
     why: str  # which lines decided the Validate level
 
     def describe(self) -> str:
-        how = {"sync": "each request sent (executeSynchronously)",
-               "burst": f"through a burst (nnapi_delegate.cc:{BURST_LINE})",
-               "reusable": f"as reusable executions (IExecution, nnapi_delegate.cc:{REUSABLE_LINE})"}[self.execution]
+        sync = "IPreparedModel.executeSynchronously" if self.version >= V.AIDL_V1 else "executeSynchronously_1_3"
+        how = {"sync": f"each execution sending its request ({sync})",
+               "burst": f"through a burst (IBurst: target devices at feature levels 5-7, nnapi_delegate.cc:{BURST_LINE})",
+               "reusable": f"as a reusable execution (IExecution: executions reusable from feature level 5, "
+                           f"nnapi_delegate.cc:{REUSABLE_LINE}, kept by the runtime from AIDL v4)"}[self.execution]
         return (f"runtime {level_name(self.runtime)}; Validate at {level_name(self.validate)} ({self.why}); "
                 f"NNAPI partitions as {interface_name(self.version)}, executed {how}")
 
