@@ -595,10 +595,41 @@ class _Loader:
         return None
 
     def native(self, op: Any, nat: Native) -> None:
-        ins: list[int] = []
-        for a in nat.inputs:
+        args = list(nat.inputs)
+        ins: list[int] = self.batch_operands(op) if nat.op == "BATCH_MATMUL" else []
+        for a in args[len(ins):]:
             ins.extend(self.arg(a, op))
         self.emit(nat.type, ins, [self.out(int(k)) for k in op.outputs])
+
+    def batch_operands(self, op: Any) -> list[int]:
+        """BATCH_MATMUL's two operands: TFLite's broadcasts the batch dimensions, NNAPI's takes equal ones,
+        so an input with fewer or smaller batch dimensions is brought to the broadcast batch shape first (a
+        constant at load, else RESHAPE to the rank and TILE: copies, exact)."""
+        x, y = int(op.inputs[0]), int(op.inputs[1])
+        a, b = self.dims(x), self.dims(y)
+        batch = list(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
+        out = []
+        for k, d in ((x, a), (y, b)):
+            full = batch + d[-2:]
+            if d == full:
+                out.append(self.operand(k))
+                continue
+            t, sc, zp, _ = self.hal_type(k)
+            if self.is_const(k):
+                v = self.array(k)
+                self.shared.reserve(int(np.prod(full)) * v.itemsize, "a broadcast BATCH_MATMUL input")
+                out.append(self.const(np.ascontiguousarray(np.broadcast_to(v.reshape(d), full)), t, sc, zp))
+                continue
+            src = self.operand(k)
+            ranked = [1] * (len(full) - len(d)) + d
+            if ranked != d:
+                r = self.like(k, ranked)
+                self.emit(Op.RESHAPE, [src, self.i32(ranked)], [r])
+                src = r
+            tiled = self.like(k, full)
+            self.emit(Op.TILE, [src, self.i32([f // r for f, r in zip(full, ranked)])], [tiled])
+            out.append(tiled)
+        return out
 
     def d_pack_axis(self, op: Any, a: Arg) -> list[int]:
         rank = len(self.shape(int(op.inputs[0])))
@@ -636,10 +667,13 @@ class _Loader:
         x, y = int(op.inputs[0]), int(op.inputs[1])
         if self.tclass(x) != self.tclass(y):
             raise _Refuse(f"BATCH_MATMUL of {self.tclass(x)} by {self.tclass(y)} (hybrid): NNAPI's takes one type")
-        a, b = self.shape(x), self.shape(y)
-        if not 2 <= len(a) <= 4 or len(a) != len(b) or a[:-2] != b[:-2]:
-            raise _Refuse(f"BATCH_MATMUL of shapes {a} and {b}: NNAPI's takes ranks 2-4, equal, with the same "
-                          "batch dimensions (no broadcast)")
+        a, b = self.dims(x), self.dims(y)
+        if not (2 <= len(a) <= 4 and 2 <= len(b) <= 4) or any(d <= 0 for d in a + b):
+            raise _Refuse(f"BATCH_MATMUL of shapes {a} and {b}: NNAPI's takes known ranks 2-4")
+        try:
+            np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
+        except ValueError:
+            raise _Refuse(f"BATCH_MATMUL of shapes {a} and {b}: batch dimensions that do not broadcast") from None
 
     def custom_extension_op(self, op: Any, name: str, extension: str, type_: int) -> None:
         """A custom operator the target device implements as extension operation ``type_`` of
