@@ -136,7 +136,7 @@ def test_reverse_by_api_level():
     at33, at35 = plan_of(reverse_model(), 33), plan_of(reverse_model(), 35)
     assert at33.operators[1].where == "cpu" and "(nnapi_delegate.cc:3643)" in at33.operators[1].reason
     assert where(at35) == ["nnapi"] * 3 and OP["REVERSE"] in hal_operations(at35)
-    two = plan_of(reverse_model((0, -1)), 34)
+    two = plan_of(reverse_model((0, -2)), 34)
     assert where(two) == ["nnapi"] * 3 and OP["REVERSE"] not in hal_operations(two)
     for plan in (at33, at35, two):
         assert ok(run_and_compare(plan))
