@@ -78,6 +78,8 @@ def test_discovery_and_partitions_across_a_service_and_in_process_drivers(quant_
     ref = runtime.Compilation(three_partitions(), ["sample-all"]).run(inputs())
     with runtime.Compilation(three_partitions(), ["sample-float-fast", "h9-quant", "sample-minimal"]) as c:
         assert [s.device.name for s in c.steps][-1] == "h9-quant" and not c.steps[-1].device.in_process
+        # NOTE: the service too through its AIDL face (nnhal.aidl.connect), at the 1.3 model's level
+        assert c.face(c.steps[-1].device).interface == "AIDL v1"
         for mode in ("sync", "burst", "fenced"):
             out = c.run(inputs(), mode=mode)
             np.testing.assert_array_equal(out["r"], ref["r"])
