@@ -57,7 +57,7 @@ def test_open_face_gives_the_aidl_face_when_there_is_one():
     assert isinstance(duck, HidlFace) and duck.version == V.V1_3 and duck.name == "hidl-only"
     assert face.method("getSupportedOperations") == "IDevice.getSupportedOperations (AIDL v4)"
     with pytest.raises(LookupError):
-        open_face("no-such-device-anywhere")
+        open_face("nothing-here")
 
 
 def test_model_version_is_the_feature_level_the_model_needs():
