@@ -59,11 +59,22 @@ def model_errors(path: str) -> Iterator[None]:
 
 
 def _load(path: str, batch: Optional[int], expose: bool = False,
-          custom_ops: Optional[dict] = None) -> tuple[Any, IODescription]:
+          custom_ops: Optional[dict] = None, version: Optional[Any] = None) -> tuple[Any, IODescription]:
     """``load``; a model that cannot be converted exits with status 2 (:func:`model_errors`)."""
     with model_errors(path):
-        return load(path, batch=batch, expose_intermediates=expose, custom_ops=custom_ops)
+        return load(path, batch=batch, expose_intermediates=expose, custom_ops=custom_ops,
+                    **({"version": version} if version is not None else {}))
     raise AssertionError("unreachable")  # NOTE: model_errors either returns the model or exits
+
+
+def api_version(args: argparse.Namespace) -> Any:
+    """The HAL interface of ``--android-api`` (HAL 1.0-1.3, AIDL v1-v4), or None without it."""
+    api = getattr(args, "android_api", None)
+    if api is None:
+        return None
+    from nnhal.delegate.levels import runtime_feature_level, version_of
+
+    return version_of(runtime_feature_level(api))
 
 
 def custom_operators(devices: list) -> dict[str, tuple[str, int]]:
@@ -493,7 +504,7 @@ def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]
     each main operation (.tflite; -1: none))."""
     path = args.model
     if path.endswith(".tflite"):
-        model, io = _load(path, 1)
+        model, io = _load(path, 1, version=api_version(args))
         names = [f"TFLite op {i} {io.operator_names[i]}" if i >= 0 else "" for i in io.hal_to_tflite]
         operand_names = {io.tensor_operand[t]: d.name for t, d in io.tensors.items() if t in io.tensor_operand}
         for d in io.inputs + io.outputs:
@@ -577,7 +588,7 @@ def graph_main(args: argparse.Namespace, device_of: DeviceOf,
                         "--devices the runtime's partitions)")
     if fallback is not None and args.model.endswith(".tflite"):
         try:
-            free_model(load(args.model, batch=1)[0])
+            free_model(load(args.model, batch=1, **({"version": api_version(args)} if api_version(args) else {}))[0])
         except InvalidModelError as e:
             raise UserError(f"{args.model}: not a valid TFLite model: {e}") from None
         except UnsupportedModelError as e:
