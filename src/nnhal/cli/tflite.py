@@ -31,6 +31,7 @@ from nnhal.delegate.run import (
     make_inputs,
     timed,
 )
+from nnhal.hal.types import HalVersion
 from nnhal.tflite.errors import InvalidModelError, UnsupportedModelError
 from nnhal.tflite.loader import IODescription, free_model, load
 from nnhal.tflite.schema import MissingDependency
@@ -58,20 +59,19 @@ def model_errors(path: str) -> Iterator[None]:
     raise SystemExit(2) from None
 
 
-def _load(path: str, batch: Optional[int], expose: bool = False,
-          custom_ops: Optional[dict] = None, version: Optional[Any] = None) -> tuple[Any, IODescription]:
+def _load(path: str, batch: Optional[int], expose: bool = False, custom_ops: Optional[dict] = None,
+          version: HalVersion = HalVersion.V1_3) -> tuple[Any, IODescription]:
     """``load``; a model that cannot be converted exits with status 2 (:func:`model_errors`)."""
     with model_errors(path):
-        return load(path, batch=batch, expose_intermediates=expose, custom_ops=custom_ops,
-                    **({"version": version} if version is not None else {}))
+        return load(path, batch=batch, expose_intermediates=expose, custom_ops=custom_ops, version=version)
     raise AssertionError("unreachable")  # NOTE: model_errors either returns the model or exits
 
 
-def api_version(args: argparse.Namespace) -> Any:
-    """The HAL interface of ``--android-api`` (HAL 1.0-1.3, AIDL v1-v4), or None without it."""
+def api_version(args: argparse.Namespace) -> HalVersion:
+    """The HAL interface of ``--android-api`` (HAL 1.0-1.3, AIDL v1-v4; HAL 1.3 without it)."""
     api = getattr(args, "android_api", None)
     if api is None:
-        return None
+        return HalVersion.V1_3
     from nnhal.delegate.levels import runtime_feature_level, version_of
 
     return version_of(runtime_feature_level(api))
@@ -588,7 +588,7 @@ def graph_main(args: argparse.Namespace, device_of: DeviceOf,
                         "--devices the runtime's partitions)")
     if fallback is not None and args.model.endswith(".tflite"):
         try:
-            free_model(load(args.model, batch=1, **({"version": api_version(args)} if api_version(args) else {}))[0])
+            free_model(load(args.model, batch=1, version=api_version(args))[0])
         except InvalidModelError as e:
             raise UserError(f"{args.model}: not a valid TFLite model: {e}") from None
         except UnsupportedModelError as e:
