@@ -244,10 +244,7 @@ class HidlFace(Face):
                   timeout: Optional[float]) -> tuple[S, Optional[Prepared]]:
         if launch != S.NONE:
             return S(launch), None
-        status, prepared = cb.wait(timeout)
-        if status != S.NONE or prepared is None:
-            return S(status) if status != S.NONE else S.GENERAL_FAILURE, None
-        return S.NONE, HidlPrepared(prepared, self.version)
+        return _wait_prepared(cb, timeout, lambda raw: HidlPrepared(raw, self.version))
 
     def allocate(self, desc: hal.BufferDesc, prepared: Sequence[Prepared], input_roles: Sequence[hal.BufferRole],
                  output_roles: Sequence[hal.BufferRole]) -> tuple[S, Optional[Buffer], int]:
@@ -256,6 +253,14 @@ class HidlFace(Face):
         if status != S.NONE or buffer is None:
             return S(status) if status != S.NONE else S.GENERAL_FAILURE, None, 0
         return S.NONE, _HidlBuffer(buffer), int(token)
+
+
+def _wait_prepared(cb: Any, timeout: Optional[float], wrap: Callable[[Any], Prepared]) -> tuple[S, Optional[Prepared]]:
+    """What a preparation's callback was told: the prepared model wrapped, or the failure's status."""
+    status, prepared = cb.wait(timeout)
+    if status != S.NONE or prepared is None:
+        return S(status) if status != S.NONE else S.GENERAL_FAILURE, None
+    return S.NONE, wrap(prepared)
 
 
 def _handles(fds: Sequence[int]) -> list[hal.Handle]:
@@ -398,10 +403,7 @@ class AidlFace(Face):
         return self._prepared(cb, timeout)
 
     def _prepared(self, cb: Any, timeout: Optional[float]) -> tuple[S, Optional[Prepared]]:
-        status, prepared = cb.wait(timeout)
-        if status != S.NONE or prepared is None:
-            return S(status) if status != S.NONE else S.GENERAL_FAILURE, None
-        return S.NONE, AidlPrepared(prepared, self.version)
+        return _wait_prepared(cb, timeout, lambda raw: AidlPrepared(raw, self.version))
 
     def allocate(self, desc: hal.BufferDesc, prepared: Sequence[Prepared], input_roles: Sequence[hal.BufferRole],
                  output_roles: Sequence[hal.BufferRole]) -> tuple[S, Optional[Buffer], int]:
