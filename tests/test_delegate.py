@@ -190,11 +190,13 @@ def test_sparse_float16_weights_behind_densify():
 
 # --------------------------------------------------------------------------- the shared models
 
-@pytest.mark.parametrize("mode", ["delegate", "max"])
+@pytest.mark.parametrize("api,mode", [(30, "delegate"), (30, "max"), (35, "delegate")])
 @pytest.mark.parametrize("name", SHARED)
-def test_shared_models_match_litert_at_api_30(name, mode):
+def test_shared_models_match_litert(name, api, mode):
+    """Whole on NNAPI at API 30 (HAL 1.3) and at 35 (one AIDL v4 partition through the AIDL face, a reusable
+    execution; python -m nnhal.tools.delegate_report sweeps every level)."""
     kernels = "ref" if "int8" in name else "builtin"
-    plan = plan_of(_model(name), 30, plan=mode)
+    plan = plan_of(_model(name), api, plan=mode)
     assert all(o.where == "nnapi" for o in plan.operators)
     assert _ok(run_and_compare(plan, kernels))
 

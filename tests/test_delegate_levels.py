@@ -17,6 +17,7 @@ from nnhal import cli, hal  # noqa: E402
 from nnhal.delegate.plan import Planner  # noqa: E402
 from nnhal.delegate.run import HalSession  # noqa: E402
 from nnhal.runtime.face import AidlPrepared  # noqa: E402
+from nnhal.tflite.writer import Tensor  # noqa: E402
 from tests.delegate_util import (  # noqa: E402
     batch_matmul_model,
     mirror_pad_model,
@@ -24,6 +25,7 @@ from tests.delegate_util import (  # noqa: E402
     plan_of,
     reverse_model,
     run_and_compare,
+    sandwich,
     where,
 )
 
@@ -139,6 +141,19 @@ def test_reverse_by_api_level():
     two = plan_of(reverse_model((0, -2)), 34)
     assert where(two) == ["nnapi"] * 3 and OP["REVERSE"] not in hal_operations(two)
     for plan in (at33, at35, two):
+        assert ok(run_and_compare(plan))
+
+
+def test_int32_reshape_from_api_33():
+    """RESHAPE of int32: the delegate takes it from feature level 6 (nnapi_delegate.cc:2612; before 2610),
+    the HAL from AIDL v2; at API 30 even --plan max keeps it on the CPU (no HAL 1.3 form)."""
+    shape = Tensor([2], "int32", data=np.array([3, 2], np.int32))
+    data = sandwich("RESHAPE", [shape], Tensor([3, 2], "int32"), None, x_shape=(2, 3), dtype="int32")
+    at30, max30, at33 = plan_of(data, 30), plan_of(data, 30, plan="max"), plan_of(data, 33)
+    assert at30.operators[1].where == "cpu" and "(nnapi_delegate.cc:2610)" in at30.operators[1].reason
+    assert max30.operators[1].where == "cpu" and "needs AIDL v2; this partition is HAL 1.3" in max30.operators[1].reason
+    assert where(at33) == ["nnapi"] * 3 and "the feature level 6 (1000006) branch (:2612)" in at33.operators[1].rule
+    for plan in (at30, max30, at33):
         assert ok(run_and_compare(plan))
 
 
