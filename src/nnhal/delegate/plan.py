@@ -210,7 +210,7 @@ def _ranges(idx: list[int]) -> str:
 class Planner:
     """Builds the :class:`Plan` of a graph (see the module docstring)."""
 
-    def __init__(self, g: Graph, opts: Options, device_of: DeviceOf):
+    def __init__(self, g: Graph, opts: Options, device_of: Optional[DeviceOf] = None):
         self.g, self.o, self.device_of = g, opts, device_of
         ops = g.operators
         # NOTE: IsDequantizeConstFloat16: a DEQUANTIZE of a float16 constant of the file (one behind a
@@ -234,10 +234,18 @@ class Planner:
 
     def face(self, name: str) -> Face:
         """The face device ``name`` is spoken to through at the API level (its AIDL face from API 31 when it
-        has one, else HIDL: :func:`nnhal.runtime.face.open_face`), opened once."""
+        has one, else HIDL: :func:`nnhal.runtime.face.open_face`), opened once: by name, or through the
+        ``device_of`` given."""
         if name not in self._faces:
-            self._faces[name] = open_face(self.device_of(name), self.o.api_version, name)
+            target = name if self.device_of is None else self.device_of(name)
+            self._faces[name] = open_face(target, self.o.api_version, name)
         return self._faces[name]
+
+    def close(self) -> None:
+        """Lets go of the service connections the faces opened."""
+        for face in self._faces.values():
+            face.close()
+        self._faces.clear()
 
     @property
     def checked(self) -> Any:
@@ -475,7 +483,12 @@ def boundary(g: Graph, load: list[int], members: set[int], weights: set[int],
     return ins, outs
 
 
-def build_plan(source: Any, opts: Options, device_of: DeviceOf) -> Plan:
-    """The plan of a .tflite file (a path, its bytes, or a :class:`Graph`)."""
+def build_plan(source: Any, opts: Options, device_of: Optional[DeviceOf] = None) -> Plan:
+    """The plan of a .tflite file (a path, its bytes, or a :class:`Graph`); ``device_of``: how a device
+    name becomes an ``IDevice`` (default: its face opened by name, :func:`nnhal.runtime.face.open_face`)."""
     g = source if isinstance(source, Graph) else Graph(source)
-    return Planner(g, opts, device_of).build()
+    planner = Planner(g, opts, device_of)
+    try:
+        return planner.build()
+    finally:
+        planner.close()

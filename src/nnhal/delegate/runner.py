@@ -68,7 +68,7 @@ def output_descs(g: Graph) -> list[TensorDesc]:
 
 
 class HalPartition:
-    def __init__(self, planner: Planner, p: PartitionPlan, device_of: DeviceOf):
+    def __init__(self, planner: Planner, p: PartitionPlan):
         o = planner.o
         self.model, io, self.unsigned = planner.hal_model(p.load_ops, p.inputs, p.outputs)
         self.folded = dict(io.folded_outputs)
@@ -169,11 +169,9 @@ class Runner:
 
     def __init__(self, plan: Plan, device_of: DeviceOf | None = None, kernels: str = "builtin", threads: int = 1,
                  per_tensor: bool = False):
-        if device_of is None:
-            from nnhal.delegate import default_device as device_of
         self.plan, self.device_of = plan, device_of
         g = plan.graph
-        planner = Planner(g, plan.options, device_of)
+        self.planner = planner = Planner(g, plan.options, device_of)
         self.engines: list[Any] = []
         self.times: list[float] = [0.0] * len(plan.partitions)
         self.values: dict[int, np.ndarray] = {}
@@ -184,7 +182,7 @@ class Runner:
                     written = sorted({k for i in p.load_ops for k in g.operators[i].outputs if k >= 0})
                     p = dataclasses.replace(p, outputs=written)
                 if p.where == "nnapi":
-                    e = HalPartition(planner, p, device_of)
+                    e = HalPartition(planner, p)
                 else:
                     e = _Cpu(g, p, kernels, threads, plan)
                 self.engines.append(e)
@@ -222,6 +220,7 @@ class Runner:
         for e in self.engines:
             e.close()
         self.engines = []
+        self.planner.close()
 
     def __enter__(self) -> "Runner":
         return self

@@ -267,7 +267,10 @@ class Compilation:
             self.extension_dtypes = rt_extensions.model_dtypes(model)
             self.input_names = [f"input{k}" for k in range(len(model.main.inputIndexes))]
             self.output_names = [f"output{k}" for k in range(len(model.main.outputIndexes))]
-        self.devices = [rt_devices.get(d) for d in (devices if devices is not None else rt_devices.names())]
+        given = list(devices) if devices is not None else rt_devices.names()
+        self.devices = [rt_devices.get(d) for d in given]
+        # NOTE: the devices this compilation opened by name are its own: close() lets their connections go
+        self._opened = [dev for d, dev in zip(given, self.devices) if isinstance(d, str)]
         if not self.devices:
             raise CompilationError("no devices", S.INVALID_ARGUMENT)
         # NOTE: the feature level the model needs, and the interface the devices are spoken to through
@@ -313,8 +316,10 @@ class Compilation:
     # ------------------------------------------------------------------ placement
     def reference(self) -> rt_devices.Device:
         if self._reference is None:
-            self._reference = next((d for d in self.devices if d.name == rt_devices.REFERENCE), None) or \
-                rt_devices.get(rt_devices.REFERENCE)
+            self._reference = next((d for d in self.devices if d.name == rt_devices.REFERENCE), None)
+            if self._reference is None:
+                self._reference = rt_devices.get(rt_devices.REFERENCE)
+                self._opened.append(self._reference)
         return self._reference
 
     def face(self, d: rt_devices.Device) -> Face:
@@ -592,13 +597,16 @@ class Compilation:
         return self.execution().compute(inputs, **kwargs)
 
     def close(self) -> None:
-        """Ends the bursts and releases the shared memories."""
+        """Ends the bursts, releases the shared memories and lets go of the service connections it opened
+        (the devices it was given by name)."""
         for s in [*self.steps, *([self._whole] if self._whole is not None else [])]:
             s.close_burst()
         arena = getattr(self, "arena", None)
         if arena is not None:
             arena.close()
             self.arena = None
+        for d in self._opened:
+            d.close()
 
     def __enter__(self) -> "Compilation":
         return self.finish()

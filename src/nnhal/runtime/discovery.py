@@ -19,8 +19,8 @@ class Device:
     """One device: its name, its ``IDevice`` (either interface, or a face given as such), its faces
     (opened once per interface version) and (fetched once) its capabilities."""
 
-    def __init__(self, name: str, device: Any, in_process: bool):
-        self.name, self.in_process = name, in_process
+    def __init__(self, name: str, device: Any, in_process: bool, owns: bool = False):
+        self.name, self.in_process, self.owns = name, in_process, owns
         self.fixed: Optional[Face] = device if isinstance(device, Face) else None
         self.device = device.device if isinstance(device, Face) else device
         self._faces: dict[hal.HalVersion, Face] = {}
@@ -44,6 +44,16 @@ class Device:
             # NOTE: a device that cannot say what it costs is taken as the worst choice, not an error
             self._caps = caps if status == hal.ErrorStatus.NONE and caps is not None else hal.Capabilities()
         return self._caps
+
+    def close(self) -> None:
+        """Closes the connections it opened: its faces', and the device's when it opened it by name."""
+        for face in self._faces.values():
+            face.close()
+        self._faces.clear()
+        close = getattr(self.device, "close", None) if self.owns else None
+        if close is not None:
+            self.owns = False
+            close()
 
     def extensions(self) -> list[hal.Extension]:
         """What it declares (``getSupportedExtensions``; empty when it cannot say)."""
@@ -74,7 +84,8 @@ def get(name: Any) -> Device:
         return Device(name.name, name, True)
     if not isinstance(name, str):
         return Device(getattr(name, "name", type(name).__name__), name, True)
-    return Device(name, nnhal.open_device(name), nnhal.is_in_process(name))
+    local = nnhal.is_in_process(name)
+    return Device(name, nnhal.open_device(name), local, owns=not local)
 
 
 def devices() -> list[Device]:

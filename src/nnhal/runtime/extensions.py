@@ -79,6 +79,8 @@ def _discover() -> dict[str, hal.Extension]:
             register(name, d.extensions())
         except Exception:  # noqa: BLE001 - a device that breaks declares nothing
             log.exception("%s: getSupportedExtensions raised", name)
+        finally:
+            d.close()
     with _LOCK:
         if _DECLARED is None:
             _DECLARED = {}

@@ -75,11 +75,21 @@ def _ns(value: Optional[int]) -> int:
 class Face:
     """A device through one of its interfaces (see the module doc): ``name``,
     ``version`` (the interface version it is spoken at), ``device`` (the
-    ``IDevice`` object)."""
+    ``IDevice`` object); ``owns``: the face opened that object (a service
+    connection), and :meth:`close` closes it."""
 
     name: str
     version: V
     device: Any
+    owns: bool = False
+
+    def close(self) -> None:
+        """Closes the connection the face opened (a service's; nothing for an in-process device or a device
+        the caller gave)."""
+        close = getattr(self.device, "close", None) if self.owns else None
+        if close is not None:
+            self.owns = False
+            close()
 
     @property
     def interface(self) -> str:
@@ -188,9 +198,10 @@ class HidlFace(Face):
     """A HIDL ``IDevice`` at ``version`` (1.0-1.3): the methods of that version (``prepareModel``,
     ``_1_1``, ``_1_2``, ``_1_3``; the model converted down), 1.3's for everything 1.0-1.2 lacks."""
 
-    def __init__(self, device: Any, name: str = "", version: V = V.V1_3):
+    def __init__(self, device: Any, name: str = "", version: V = V.V1_3, owns: bool = False):
         self.device, self.name = device, name or getattr(device, "name", type(device).__name__)
         self.version = min(V(version), V.V1_3)
+        self.owns = owns
 
     def capabilities(self) -> tuple[S, Optional[hal.Capabilities]]:
         status, caps = self.device.getCapabilities_1_3()
@@ -345,10 +356,11 @@ class AidlFace(Face):
     nnhal ``INnhalDevice`` of the same device asked why an operation is refused (nnhal's addition, a
     1.3 model only), when there is one."""
 
-    def __init__(self, device: Any, name: str = "", reasons: Any = None):
+    def __init__(self, device: Any, name: str = "", reasons: Any = None, owns: bool = False):
         self.device, self.name = device, name or type(device).__name__
         self.version = V(V.AIDL_V1 + int(device.getInterfaceVersion()) - 1)
         self.reasons = reasons if isinstance(reasons, hal.INnhalDevice) else None
+        self.owns = owns
 
     def capabilities(self) -> tuple[S, Optional[hal.Capabilities]]:
         try:
@@ -567,8 +579,9 @@ def _aidl_version(version: V) -> int:
 def open_face(device: Any, version: V = V.AIDL_V4, name: str = "") -> Face:
     """The face to speak to ``device`` (a name, or an ``IDevice`` object of either interface) at
     ``version``: its AIDL face at that version when ``version`` is AIDL 1-4 and the device has one,
-    else its HIDL face at ``min(version, 1.3)`` (see the module doc).  Raises LookupError for a name
-    no device or service has."""
+    else its HIDL face at ``min(version, 1.3)`` (see the module doc).  A face of a service connection it
+    opened (a name, or the AIDL face of a HIDL service proxy) owns it: :meth:`Face.close` closes it.
+    Raises LookupError for a name no device or service has."""
     if isinstance(device, Face):
         return device
     if isinstance(device, aidl.IDevice):
@@ -579,7 +592,7 @@ def open_face(device: Any, version: V = V.AIDL_V4, name: str = "") -> Face:
             face = _aidl_by_name(device, _aidl_version(version))
             if face is not None:
                 return face
-        return HidlFace(nnhal.open_device(device), device, version)
+        return HidlFace(nnhal.open_device(device), device, version, owns=not nnhal.is_in_process(device))
     if wants_aidl:
         from nnhal.driver.device import Device
         from nnhal.service.client import RemoteDevice
@@ -602,7 +615,7 @@ def _aidl_by_name(name: str, version: int, hidl: Any = None) -> Optional[AidlFac
     if nnhal.is_in_process(name):
         return AidlFace(aidl_api.get_device(name, version), name, reasons=nnhal.get_device(name))
     try:
-        return AidlFace(aidl_api.connect(name, version), name, reasons=hidl)
+        return AidlFace(aidl_api.connect(name, version), name, reasons=hidl, owns=True)
     except LookupError:
         raise  # NOTE: no such service: the caller's mistake, said as such
     except (OSError, TransactionError, ServiceSpecificError, ValueError):
