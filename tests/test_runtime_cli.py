@@ -27,6 +27,17 @@ def test_conformance_through_the_runtime_over_partial_drivers(capsys):
     assert "0 failed" in out and "client runtime" in out
 
 
+@pytest.mark.skipif(not (VECTORS.parent / "conformance-aidl").is_dir(), reason="no AIDL conformance vectors")
+def test_aidl_vectors_through_the_runtime_over_partial_drivers(capsys):
+    # BATCH_MATMUL / PACK (AIDL v2): the runtime speaks AIDL v2 to every device; the partial drivers refuse
+    # them and the CPU reference takes them, in every mode and variant
+    code = cli.main(["conformance", "--devices", PARTIAL, str(VECTORS.parent / "conformance-aidl"), "--ops",
+                     "BATCH_MATMUL,PACK", "--no-progress", "--jobs", "1", "--plain"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    assert "0 failed" in out and "client runtime" in out and "BATCH_MATMUL / float32" in out
+
+
 @pytest.mark.skipif(not VECTORS.is_dir(), reason="no conformance vectors")
 def test_zero_sized_temporaries_between_partitions_run_the_whole_model_on_the_reference(capsys):
     # BOX_WITH_NMS_LIMIT (sample-quant / the reference) leaves no box for the next partition: a request
