@@ -5,12 +5,17 @@ with everything nnhal can express on NNAPI (``plan="max"``).
 The delegate plan, step by step as the delegate takes them:
 
 1. every operator through ``Validate`` (:mod:`nnhal.delegate.rules`) at the
-   API level; float16 weights behind a constant DEQUANTIZE are checked on the
+   level the delegate calls it with (:mod:`nnhal.delegate.levels`: the API
+   level, or from API 29 with target devices the runtime's feature level
+   lowered to the devices'; the rule that takes each operator is kept for
+   ``explain``); float16 weights behind a constant DEQUANTIZE are checked on the
    float16 constant (``FP16GraphPartitionHelper``): the model is delegated
    whole with them when everything else is supported, else those DEQUANTIZEs
    stay on the CPU (the NNAPI partitions still read the weights as constants);
 2. nnhal must express the operator in the HAL at the partition's HAL version
-   (its importer, ``load_operators``; an operator it cannot map stays on the
+   (HIDL 1.0-1.3 to API 30, AIDL 1-4 from 31, no newer than the device's
+   face; its importer, ``load_operators``, with the AIDL operations as
+   themselves from their version; an operator it cannot map stays on the
    CPU, named as nnhal's limit, not the delegate's);
 3. with a named accelerator, or from API 29 unless ``allow_nnapi_cpu``
    (the delegate's ``is_accelerator_specified``), each NNAPI partition is asked
