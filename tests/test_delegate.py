@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (pip install 'nnhal[litert]')")
 
-from nnhal import cli  # noqa: E402
+from nnhal import cli, hal  # noqa: E402
 from nnhal.tflite.writer import Tensor, graph, one_op, options  # noqa: E402
 from tests.delegate_util import MODELS, plan_of, run_and_compare, sandwich, where  # noqa: E402
 
@@ -190,11 +190,13 @@ def test_sparse_float16_weights_behind_densify():
 
 # --------------------------------------------------------------------------- the shared models
 
-@pytest.mark.parametrize("mode", ["delegate", "max"])
+@pytest.mark.parametrize("api,mode", [(30, "delegate"), (30, "max"), (35, "delegate")])
 @pytest.mark.parametrize("name", SHARED)
-def test_shared_models_match_litert_at_api_30(name, mode):
+def test_shared_models_match_litert(name, api, mode):
+    """Whole on NNAPI at API 30 (HAL 1.3) and at 35 (one AIDL v4 partition through the AIDL face, a reusable
+    execution; python -m nnhal.tools.delegate_report sweeps every level)."""
     kernels = "ref" if "int8" in name else "builtin"
-    plan = plan_of(_model(name), 30, plan=mode)
+    plan = plan_of(_model(name), api, plan=mode)
     assert all(o.where == "nnapi" for o in plan.operators)
     assert _ok(run_and_compare(plan, kernels))
 
@@ -324,12 +326,20 @@ def test_float16_model_refused_by_the_device_is_not_delegated():
     assert any("Only allow full model delegation for fp16 model" in r for r in reasons)
 
 
-@pytest.mark.parametrize("api", [29, 30])
+@pytest.mark.parametrize("api", [29, 30, 33])
 def test_accelerator_as_a_service(service_process, api):
     """--accelerator naming a running service: its getSupportedOperations (of the API level's HAL
-    version) and prepareModel over IPC; int8 crosses as uint8 at API 29."""
+    version) and prepareModel over IPC; int8 crosses as uint8 at API 29; at API 33 through the service's
+    AIDL face (nnhal.aidl.connect), version 2, executed through an IBurst; the connections closed after."""
+    import gc
+    import threading
+
     from nnhal import delegate
 
+    def clients() -> int:
+        return sum(t.name.startswith("nnhal-client") for t in threading.enumerate())
+
+    before = clients()
     plan = delegate.make_plan(_model("kws_mobilenetv2_int8"), android_api=api, accelerator=service_process.name)
     assert all(o.where == "nnapi" and o.device == service_process.name for o in plan.operators)
     from nnhal.delegate.run import LiteRT, diff, make_inputs
@@ -338,5 +348,10 @@ def test_accelerator_as_a_service(service_process, api):
     x = make_inputs(IODescription(inputs=delegate.runner.input_descs(plan.graph)))
     with delegate.Runner(plan) as r:
         y = r.run(x)
+        if api == 33:
+            session = r.engines[0].session
+            assert session.mode == "burst" and session.prepared.version == hal.HalVersion.AIDL_V2
     ref = LiteRT(plan.graph.original, kernels="ref").run(x)
     assert diff(y[0], ref[0], delegate.runner.output_descs(plan.graph)[0]).steps == 0
+    gc.collect()
+    assert clients() == before  # NOTE: the plan's and the runner's connections (HIDL or AIDL) closed

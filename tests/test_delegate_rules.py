@@ -10,8 +10,11 @@ import pytest
 
 pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed (pip install 'nnhal[litert]')")
 
+from nnhal.delegate import levels  # noqa: E402
+from nnhal.delegate.levels import LEVEL5, LEVEL6, LEVEL7, LEVEL8  # noqa: E402
 from nnhal.delegate.model import Graph  # noqa: E402
-from nnhal.delegate.rules import API_LEVELS, RULES, validate  # noqa: E402
+from nnhal.delegate.rules import LEVELS, RULES, validate  # noqa: E402
+from nnhal.hal.types import HalVersion  # noqa: E402
 from nnhal.tflite.writer import Tensor, graph, one_op, options  # noqa: E402
 from tests.delegate_util import plan_of, run_and_compare, where  # noqa: E402
 
@@ -23,8 +26,8 @@ def lines(data: bytes, api: int, accel: bool = False, op: int = 0) -> list[int]:
 
 
 def accepted_from(data: bytes, **kw) -> int:
-    """The first API level (27-30) at which the operator is delegated (99: never)."""
-    return next((api for api in API_LEVELS if not lines(data, api, **kw)), 99)
+    """The first level (API 27-30, feature levels 5-8) at which the operator is delegated (99: never)."""
+    return next((api for api in LEVELS if not lines(data, api, **kw)), 99)
 
 
 def _q(shape, dtype="int8", scale=0.5, zp=0, data=None, axis=0):
@@ -125,7 +128,7 @@ def test_reshape_needs_a_constant_shape():
     """RESHAPE: "The shape input tensor must be constant." (nnapi_delegate.cc:2623) at every level."""
     ts = [Tensor([2, 3]), Tensor([2], "int32"), Tensor([3, 2])]
     computed = graph(ts, [("RESHAPE", [0, 1], [2], None)], inputs=[0, 1], outputs=[2])
-    assert all(lines(computed, api) == [2623] for api in API_LEVELS)
+    assert all(lines(computed, api) == [2623] for api in LEVELS)
     const = one_op("RESHAPE", [Tensor([2, 3]), Tensor([2], "int32", data=np.array([3, 2], np.int32))],
                    [Tensor([3, 2])])
     assert accepted_from(const) == 27
@@ -295,3 +298,82 @@ def test_cast_of_int8_from_api_30():
     """CAST from API 29 (nnapi_delegate.cc:3208); int8 only from 30 (3215; before: 3226)."""
     data = one_op("CAST", [_q([4], "int8", 1.0)], [Tensor([4])])
     assert lines(data, 28) == [3208, 3226] and lines(data, 29) == [3226] and lines(data, 30) == []
+
+
+# --------------------------------------------------------------------------- feature levels 5-8
+
+def _bmm(a=(1, 2, 8), b=(1, 8, 5), dtype="float32", dtype_b=None, version=1):
+    ta = _q(a, dtype, 0.5) if dtype == "int8" else Tensor(list(a), dtype)
+    db = dtype_b or dtype
+    tb = _q(b, db, 0.5) if db == "int8" else Tensor(list(b), db)
+    out = list(a[:-1]) + [b[-1]]
+    to = _q(out, dtype, 1.0) if dtype == "int8" else Tensor(out, dtype)
+    return one_op("BATCH_MATMUL", [ta, tb], [to], options("BatchMatMulOptions"), version=version)
+
+
+def test_batch_matmul_from_feature_level_6():
+    """BATCH_MATMUL (nnapi_delegate.cc:3602): feature level 6 (3604); float32 / int32 / int8 (3608), both
+    inputs of one type (3610), rank 2-4 (3613), no broadcast batch (IsBroadcastBatchMatMul, 3617); op
+    version 2 at most (3603)."""
+    assert lines(_bmm(), 30) == [3604] and lines(_bmm(), LEVEL5) == [3604]
+    assert accepted_from(_bmm()) == LEVEL6 and accepted_from(_bmm(dtype="int8")) == LEVEL6
+    assert lines(_bmm(), 33) == [3604]  # NOTE: the API level itself as the level (no target devices)
+    assert lines(_bmm(dtype="uint8"), LEVEL6) == [3608]
+    assert lines(_bmm(dtype="float32", dtype_b="int8"), LEVEL6) == [3610]
+    assert lines(_bmm((2, 1, 1, 2, 8), (2, 1, 1, 8, 5)), LEVEL6) == [3613]
+    assert lines(_bmm((3, 2, 8), (1, 8, 5)), LEVEL6) == [3617] and lines(_bmm((2, 8), (1, 8, 5)), LEVEL6) == [3617]
+    assert lines(_bmm(version=3), LEVEL8) == [3603]
+
+
+def test_reshape_of_int32_and_pack_from_feature_level_6():
+    """RESHAPE of int32 from feature level 6 (nnapi_delegate.cc:2612; before: float or quant8, 2610);
+    PACK of int32 / uint8 and along the last axis from level 6 (3546; before: float32 / int8 (3549) and not
+    the last axis (3551))."""
+    reshape = one_op("RESHAPE", [Tensor([2, 3], "int32"), Tensor([2], "int32", data=np.array([3, 2], np.int32))],
+                     [Tensor([3, 2], "int32")])
+    assert lines(reshape, 30) == [2610] and lines(reshape, LEVEL5) == [2610] and accepted_from(reshape) == LEVEL6
+    pack = one_op("PACK", [Tensor([2], "int32"), Tensor([2], "int32")], [Tensor([2, 2], "int32")],
+                  options("PackOptions", valuesCount=2, axis=-1))
+    assert lines(pack, 30) == [3549, 3551] and accepted_from(pack) == LEVEL6
+    boolean = one_op("PACK", [Tensor([2], "bool"), Tensor([2], "bool")], [Tensor([2, 2], "bool")],
+                     options("PackOptions", valuesCount=2, axis=0))
+    assert lines(boolean, LEVEL6) == [3546]
+
+
+def test_mirror_pad_reverse_and_quantized_rsqrt_from_feature_level_7():
+    """MIRROR_PAD (nnapi_delegate.cc:3621) and REVERSE_V2 (3641) from feature level 7 (3623 / 3643), of
+    float, quant8 or int32 (3625 / 3645), MIRROR_PAD of a tensor with elements (3633); quantized RSQRT from
+    level 7 (2991; before: float only, 2989)."""
+    pads = Tensor([2, 2], "int32", data=np.array([[1, 1], [0, 0]], np.int32))
+    mp = one_op("MIRROR_PAD", [Tensor([3, 2], "int32"), pads], [Tensor([5, 2], "int32")],
+                options("MirrorPadOptions", mode=0))
+    assert lines(mp, LEVEL6) == [3623] and accepted_from(mp) == LEVEL7
+    empty = one_op("MIRROR_PAD", [Tensor([3, 0]), pads], [Tensor([5, 0])], options("MirrorPadOptions", mode=1))
+    assert lines(empty, LEVEL7) == [3633]
+    axis = Tensor([1], "int32", data=np.array([0], np.int32))
+    rev = one_op("REVERSE_V2", [_q([4, 2], "uint8"), axis], [_q([4, 2], "uint8")])
+    assert lines(rev, LEVEL6) == [3643] and accepted_from(rev) == LEVEL7
+    assert lines(one_op("REVERSE_V2", [Tensor([4], "bool"), axis], [Tensor([4], "bool")]), LEVEL7) == [3645]
+    rsqrt = one_op("RSQRT", [_q([4], "int8", 0.5)], [_q([4], "int8", 0.25)], version=2)
+    assert lines(rsqrt, 30) == [2989] and lines(rsqrt, LEVEL6) == [2989] and accepted_from(rsqrt) == LEVEL7
+    assert accepted_from(one_op("RSQRT", [Tensor([4])], [Tensor([4])])) == 29
+
+
+def test_the_levels_validate_is_called_with():
+    """Validate's level (nnhal.delegate.levels): with target devices the runtime's feature level
+    (GetTargetFeatureLevel, nnapi_delegate.cc:6865; 31 and 32 both level 5, 35 level 8), lowered to the
+    devices' (678: a HIDL 1.3 device keeps it at 30); without, the API level itself (6842)."""
+    V = HalVersion
+    want = {27: (27, V.V1_0), 28: (28, V.V1_1), 29: (29, V.V1_2), 30: (30, V.V1_3), 31: (LEVEL5, V.AIDL_V1),
+            32: (LEVEL5, V.AIDL_V1), 33: (LEVEL6, V.AIDL_V2), 34: (LEVEL7, V.AIDL_V3), 35: (LEVEL8, V.AIDL_V4)}
+    for api, (level, version) in want.items():
+        got = levels.levels(api, True, [V.AIDL_V4])
+        assert (got.runtime, got.validate, got.version) == (level, level, version), api
+        assert got.execution == ("reusable" if api == 35 else "burst" if api >= 31 else "sync"), api
+    hidl = levels.levels(33, True, [V.V1_3])
+    assert (hidl.validate, hidl.version, hidl.execution) == (30, V.V1_3, "sync") and ":678" in hidl.why
+    free = levels.levels(33, False, [V.AIDL_V4])
+    assert (free.validate, free.version, free.execution) == (33, V.AIDL_V2, "sync") and "6842" in free.why
+    assert levels.levels(28, True, [V.AIDL_V4]).validate == 28  # NOTE: no target devices before API 29
+    with pytest.raises(ValueError, match="27..35"):
+        levels.check_api(36)

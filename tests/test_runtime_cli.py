@@ -27,6 +27,17 @@ def test_conformance_through_the_runtime_over_partial_drivers(capsys):
     assert "0 failed" in out and "client runtime" in out
 
 
+@pytest.mark.skipif(not (VECTORS.parent / "conformance-aidl").is_dir(), reason="no AIDL conformance vectors")
+def test_aidl_vectors_through_the_runtime_over_partial_drivers(capsys):
+    # BATCH_MATMUL / PACK (AIDL v2): the runtime speaks AIDL v2 to every device; the partial drivers refuse
+    # them and the CPU reference takes them, in every mode and variant
+    code = cli.main(["conformance", "--devices", PARTIAL, str(VECTORS.parent / "conformance-aidl"), "--ops",
+                     "BATCH_MATMUL,PACK", "--no-progress", "--jobs", "1", "--plain"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    assert "0 failed" in out and "client runtime" in out and "BATCH_MATMUL / float32" in out
+
+
 @pytest.mark.skipif(not VECTORS.is_dir(), reason="no conformance vectors")
 def test_zero_sized_temporaries_between_partitions_run_the_whole_model_on_the_reference(capsys):
     # BOX_WITH_NMS_LIMIT (sample-quant / the reference) leaves no box for the next partition: a request
@@ -78,6 +89,8 @@ def test_discovery_and_partitions_across_a_service_and_in_process_drivers(quant_
     ref = runtime.Compilation(three_partitions(), ["sample-all"]).run(inputs())
     with runtime.Compilation(three_partitions(), ["sample-float-fast", "h9-quant", "sample-minimal"]) as c:
         assert [s.device.name for s in c.steps][-1] == "h9-quant" and not c.steps[-1].device.in_process
+        # NOTE: the service too through its AIDL face (nnhal.aidl.connect), at the 1.3 model's level
+        assert c.face(c.steps[-1].device).interface == "AIDL v1"
         for mode in ("sync", "burst", "fenced"):
             out = c.run(inputs(), mode=mode)
             np.testing.assert_array_equal(out["r"], ref["r"])

@@ -128,8 +128,10 @@ def test_table_is_consistent():
         assert m.builtin not in seen
         seen.add(m.builtin)
         assert m.hal is None or isinstance(m.hal, hal.OperationType)
-        assert m.rewrite or m.inputs, m.builtin  # a direct mapping says how every HAL input is made
+        assert m.rewrite or m.inputs or m.native, m.builtin  # a direct mapping says how every HAL input is made
         assert m.types, m.builtin
+        if m.native is not None:  # NOTE: an AIDL operation of versions 2-3, its inputs said too
+            assert m.native.inputs and m.native.version >= hal.HalVersion.AIDL_V2, m.builtin
     assert not seen & set(table.REFUSED)
     # HAL -> TFLite: the direct entries per HAL operation (what a LiteRT-backed driver reads)
     assert [m.builtin for m in table.BY_HAL[hal.OperationType.CONV_2D]] == ["CONV_2D"]

@@ -295,23 +295,26 @@ def isolated(plan: Plan, device_of: DeviceOf, ref: "Reference") -> list[tuple[in
     g = plan.graph
     planner = Planner(g, plan.options, device_of)
     res = []
-    for o in plan.operators:
-        if o.where != "nnapi" or o.index in g.folded or o.index in planner.fp16:
-            continue
-        op = g.operators[o.index]
-        weights = [planner.fp16_out[k] for k in op.inputs if k in planner.fp16_out]
-        ins = [k for k in dict.fromkeys(op.inputs) if k >= 0 and not g.is_const(k) and k not in planner.fp16_out]
-        outs = [k for k in op.outputs if k >= 0]
-        part = PartitionPlan(-1, "nnapi", [o.index], o.device, ins, outs, sorted([o.index] + weights))
-        e = HalPartition(planner, part, device_of)
-        try:
-            values = {k: ref.lite.tensor(k) for k in ins}
-            e.run(values)
-        finally:
-            e.close()
-        for k in outs:
-            if k in values:
-                res.append((o.index, o.name, diff(np.asarray(values[k]), ref.lite.tensor(k), tensor_desc(g, k))))
+    try:
+        for o in plan.operators:
+            if o.where != "nnapi" or o.index in g.folded or o.index in planner.fp16:
+                continue
+            op = g.operators[o.index]
+            weights = [planner.fp16_out[k] for k in op.inputs if k in planner.fp16_out]
+            ins = [k for k in dict.fromkeys(op.inputs) if k >= 0 and not g.is_const(k) and k not in planner.fp16_out]
+            outs = [k for k in op.outputs if k >= 0]
+            part = PartitionPlan(-1, "nnapi", [o.index], o.device, ins, outs, sorted([o.index] + weights))
+            e = HalPartition(planner, part)
+            try:
+                values = {k: ref.lite.tensor(k) for k in ins}
+                e.run(values)
+            finally:
+                e.close()
+            for k in outs:
+                if k in values:
+                    res.append((o.index, o.name, diff(np.asarray(values[k]), ref.lite.tensor(k), tensor_desc(g, k))))
+    finally:
+        planner.close()
     return res
 
 

@@ -31,6 +31,7 @@ from nnhal.delegate.run import (
     make_inputs,
     timed,
 )
+from nnhal.hal.types import HalVersion
 from nnhal.tflite.errors import InvalidModelError, UnsupportedModelError
 from nnhal.tflite.loader import IODescription, free_model, load
 from nnhal.tflite.schema import MissingDependency
@@ -58,12 +59,22 @@ def model_errors(path: str) -> Iterator[None]:
     raise SystemExit(2) from None
 
 
-def _load(path: str, batch: Optional[int], expose: bool = False,
-          custom_ops: Optional[dict] = None) -> tuple[Any, IODescription]:
+def _load(path: str, batch: Optional[int], expose: bool = False, custom_ops: Optional[dict] = None,
+          version: HalVersion = HalVersion.V1_3) -> tuple[Any, IODescription]:
     """``load``; a model that cannot be converted exits with status 2 (:func:`model_errors`)."""
     with model_errors(path):
-        return load(path, batch=batch, expose_intermediates=expose, custom_ops=custom_ops)
+        return load(path, batch=batch, expose_intermediates=expose, custom_ops=custom_ops, version=version)
     raise AssertionError("unreachable")  # NOTE: model_errors either returns the model or exits
+
+
+def api_version(args: argparse.Namespace) -> HalVersion:
+    """The HAL interface of ``--android-api`` (HAL 1.0-1.3, AIDL v1-v4; HAL 1.3 without it)."""
+    api = getattr(args, "android_api", None)
+    if api is None:
+        return HalVersion.V1_3
+    from nnhal.delegate.levels import runtime_feature_level, version_of
+
+    return version_of(runtime_feature_level(api))
 
 
 def custom_operators(devices: list) -> dict[str, tuple[str, int]]:
@@ -493,7 +504,7 @@ def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]
     each main operation (.tflite; -1: none))."""
     path = args.model
     if path.endswith(".tflite"):
-        model, io = _load(path, 1)
+        model, io = _load(path, 1, version=api_version(args))
         names = [f"TFLite op {i} {io.operator_names[i]}" if i >= 0 else "" for i in io.hal_to_tflite]
         operand_names = {io.tensor_operand[t]: d.name for t, d in io.tensors.items() if t in io.tensor_operand}
         for d in io.inputs + io.outputs:
@@ -577,7 +588,7 @@ def graph_main(args: argparse.Namespace, device_of: DeviceOf,
                         "--devices the runtime's partitions)")
     if fallback is not None and args.model.endswith(".tflite"):
         try:
-            free_model(load(args.model, batch=1)[0])
+            free_model(load(args.model, batch=1, version=api_version(args))[0])
         except InvalidModelError as e:
             raise UserError(f"{args.model}: not a valid TFLite model: {e}") from None
         except UnsupportedModelError as e:
@@ -664,8 +675,10 @@ def add_plan_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--plan", choices=["delegate", "max"], default="delegate",
                    help="delegate (default): the operators Android's NNAPI delegate hands to NNAPI, rule for rule, "
                         "the rest on LiteRT's CPU kernels; max: everything nnhal can express in the HAL on NNAPI")
-    s.add_argument("--android-api", type=int, default=30, choices=[27, 28, 29, 30],
-                   help="the device's Android API level (27-30; NNAPI partitions as HAL 1.0-1.3; default 30)")
+    s.add_argument("--android-api", type=int, default=30, choices=range(27, 36), metavar="{27..35}",
+                   help="the device's Android API level (27-30: NNAPI partitions as HAL 1.0-1.3; 31-35: feature "
+                        "levels 5-8 (31 and 32 both 5), partitions as AIDL v1-v4 through the device's AIDL face; "
+                        "default 30)")
     s.add_argument("--max-partitions", type=int, default=3,
                    help="the delegate's max_number_delegated_partitions: the largest N NNAPI partitions are "
                         "delegated, the rest run on the CPU (default 3; 0: no limit)")

@@ -37,8 +37,9 @@ def make_plan(model: Any, device_of: Optional[Callable[[str], Any]] = None, **op
     """The plan of a .tflite model (a path, its bytes or a :class:`Graph`); ``options`` are
     :class:`Options`' fields (``plan``, ``android_api``, ``max_partitions``, ``accelerator``, ``device``,
     ``devices``, ``allow_fp16``, ``allow_nnapi_cpu``, ``preference``, ``batch``); ``device_of``: how a
-    device name becomes an ``IDevice`` (default ``nnhal.open_device``)."""
-    return build_plan(model, Options(**options), device_of or default_device)
+    device name becomes an ``IDevice`` of either interface (default: the device's face opened by name,
+    AIDL from API 31 when it has one: ``nnhal.runtime.face.open_face``)."""
+    return build_plan(model, Options(**options), device_of)
 
 
 def default_device(name: str) -> Any:

@@ -1,5 +1,6 @@
 """An NNAPI partition's HAL model at the HAL version its API level gives
-(27: 1.0, 28: 1.1, 29: 1.2, 30: 1.3), as the delegate builds it:
+(27: 1.0, 28: 1.1, 29: 1.2, 30: 1.3, then AIDL 1-4 for feature levels 5-8:
+:mod:`nnhal.delegate.levels`), as the delegate builds it:
 
 - before API 30 signed int8 tensors are not NNAPI types: every
   TENSOR_QUANT8_ASYMM_SIGNED operand becomes TENSOR_QUANT8_ASYMM with its
@@ -11,25 +12,27 @@
 - an operation that still has no form at that HAL version is named by
   :func:`noncompliant` (its TFLite operator then stays on the CPU).
 
-:func:`prepare` prepares a model with the HAL method of its version
-(``prepareModel``, ``_1_1``, ``_1_2``, ``_1_3``).
+:func:`prepare` prepares a model through the device's face at the
+partition's version (:mod:`nnhal.runtime.face`: HIDL ``prepareModel``,
+``_1_1``, ``_1_2``, ``_1_3``, or the AIDL ``IDevice.prepareModel`` of that
+interface version), :func:`supported` asks the same face which operations it
+takes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
 from nnhal import hal
 from nnhal.engine.validation import ValidationError, validate_operation
-from nnhal.hal import convert
 from nnhal.hal.types import HalVersion
 from nnhal.platform import memory as hal_memory
+from nnhal.runtime.face import Face, Prepared
 
 T, L, Op = hal.OperandType, hal.OperandLifeTime, hal.OperationType
-VERSIONS = {27: HalVersion.V1_0, 28: HalVersion.V1_1, 29: HalVersion.V1_2, 30: HalVersion.V1_3}
 _DTYPES = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_FLOAT16: np.float16, T.TENSOR_INT32: np.int32,
            T.TENSOR_QUANT8_ASYMM: np.uint8, T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8, T.TENSOR_BOOL8: np.bool_,
            T.TENSOR_QUANT16_SYMM: np.int16, T.TENSOR_QUANT8_SYMM: np.int8, T.TENSOR_QUANT16_ASYMM: np.uint16}
@@ -153,39 +156,20 @@ def noncompliant(model: hal.Model, version: HalVersion) -> dict[int, str]:
     return out
 
 
-def prepare(device: Any, model: hal.Model, version: HalVersion, preference: str = "fast_single_answer",
-            relaxed: bool = False) -> Any:
+def prepare(face: Face, model: hal.Model, preference: str = "fast_single_answer",
+            relaxed: bool = False) -> Prepared:
     """The prepared model (raises RuntimeError with the status when the device refuses)."""
-    model.relaxComputationFloat32toFloat16 = bool(relaxed and version >= HalVersion.V1_1)
-    pref = _PREFERENCE[preference]
-    cb = hal.PreparedModelCallback()
-    if version == HalVersion.V1_0:
-        st = device.prepareModel(convert.convert_to_v1_0(model), cb)
-    elif version == HalVersion.V1_1:
-        st = device.prepareModel_1_1(convert.convert_to_v1_1(model), pref, cb)
-    elif version == HalVersion.V1_2:
-        st = device.prepareModel_1_2(convert.convert_to_v1_2(model), pref, [], [], bytes(32), cb)
-    else:
-        st = device.prepareModel_1_3(model, pref, hal.Priority.MEDIUM, hal.OptionalTimePoint(), [], [], bytes(32), cb)
-    status, prepared = cb.wait()
-    if st != hal.ErrorStatus.NONE or status != hal.ErrorStatus.NONE or prepared is None:
-        name = {HalVersion.V1_0: "prepareModel", HalVersion.V1_1: "prepareModel_1_1",
-                HalVersion.V1_2: "prepareModel_1_2"}.get(version, "prepareModel_1_3")
-        raise RuntimeError(f"{name}: {hal.ErrorStatus(int(st) or int(status)).name}")
+    model.relaxComputationFloat32toFloat16 = bool(relaxed and face.version >= HalVersion.V1_1)
+    status, prepared = face.prepare(model, _PREFERENCE[preference], hal.Priority.MEDIUM, None, [], [], bytes(32))
+    if status != hal.ErrorStatus.NONE or prepared is None:
+        raise RuntimeError(f"{face.method('prepareModel')}: {status.name}")
     return prepared
 
 
-def supported(device: Any, model: hal.Model, version: HalVersion) -> Optional[list[bool]]:
-    """The device's answer per main operation (the getSupportedOperations method of ``version``);
-    None when it refuses the model as a whole."""
-    if version == HalVersion.V1_0:
-        status, ok = device.getSupportedOperations(convert.convert_to_v1_0(model))
-    elif version == HalVersion.V1_1:
-        status, ok = device.getSupportedOperations_1_1(convert.convert_to_v1_1(model))
-    elif version == HalVersion.V1_2:
-        status, ok = device.getSupportedOperations_1_2(convert.convert_to_v1_2(model))
-    else:
-        status, ok = device.getSupportedOperations_1_3(model)
+def supported(face: Face, model: hal.Model) -> Optional[list[bool]]:
+    """The device's answer per main operation (the getSupportedOperations method of the face's
+    version); None when it refuses the model as a whole."""
+    status, ok, _ = face.supported(model)
     return list(ok) if status == hal.ErrorStatus.NONE else None
 
 

@@ -5,12 +5,17 @@ with everything nnhal can express on NNAPI (``plan="max"``).
 The delegate plan, step by step as the delegate takes them:
 
 1. every operator through ``Validate`` (:mod:`nnhal.delegate.rules`) at the
-   API level; float16 weights behind a constant DEQUANTIZE are checked on the
+   level the delegate calls it with (:mod:`nnhal.delegate.levels`: the API
+   level, or from API 29 with target devices the runtime's feature level
+   lowered to the devices'; the rule that takes each operator is kept for
+   ``explain``); float16 weights behind a constant DEQUANTIZE are checked on the
    float16 constant (``FP16GraphPartitionHelper``): the model is delegated
    whole with them when everything else is supported, else those DEQUANTIZEs
    stay on the CPU (the NNAPI partitions still read the weights as constants);
 2. nnhal must express the operator in the HAL at the partition's HAL version
-   (its importer, ``load_operators``; an operator it cannot map stays on the
+   (HIDL 1.0-1.3 to API 30, AIDL 1-4 from 31, no newer than the device's
+   face; its importer, ``load_operators``, with the AIDL operations as
+   themselves from their version; an operator it cannot map stays on the
    CPU, named as nnhal's limit, not the delegate's);
 3. with a named accelerator, or from API 29 unless ``allow_nnapi_cpu``
    (the delegate's ``is_accelerator_specified``), each NNAPI partition is asked
@@ -35,11 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from nnhal import hal
-from nnhal.delegate import halmodel
+from nnhal.delegate import halmodel, levels
+from nnhal.delegate.levels import Levels
 from nnhal.delegate.model import Graph
 from nnhal.delegate.partition import Subset, largest, partition
-from nnhal.delegate.rules import API_LEVELS, HAL_VERSION, validate
+from nnhal.delegate.rules import decided_by, validate
 from nnhal.hal.types import HalVersion
+from nnhal.runtime.face import Face, interface_name, open_face
 from nnhal.tflite.loader import UnsupportedModelError, free_model, load_operators, operator_failures, verify
 
 DeviceOf = Callable[[str], Any]
@@ -70,8 +77,7 @@ class Options:
     def __post_init__(self) -> None:
         if self.plan not in ("delegate", "max"):
             raise ValueError(f"--plan {self.plan}: give delegate or max")
-        if self.android_api not in API_LEVELS:
-            raise ValueError(f"--android-api {self.android_api}: give one of {', '.join(map(str, API_LEVELS))}")
+        levels.check_api(self.android_api)
         if self.max_partitions < 0:
             raise ValueError("--max-partitions: give 0 (no limit) or more")
         if self.batch is not None and self.batch < 1:
@@ -91,8 +97,9 @@ class Options:
         return bool(self.accelerator) or (not self.allow_nnapi_cpu and self.android_api >= 29)
 
     @property
-    def hal_version(self) -> HalVersion:
-        return halmodel.VERSIONS[self.android_api]
+    def api_version(self) -> HalVersion:
+        """The newest HAL interface of the API level's runtime (1.0-1.3, AIDL 1-4)."""
+        return levels.version_of(levels.runtime_feature_level(self.android_api))
 
 
 @dataclass
@@ -103,6 +110,7 @@ class OperatorPlan:
     partition: Optional[int] = None
     device: Optional[str] = None
     reason: str = ""
+    rule: str = ""  # on NNAPI in a delegate plan: the delegate's rule that took it
 
 
 @dataclass
@@ -122,7 +130,13 @@ class Plan:
     options: Options
     operators: list[OperatorPlan]
     partitions: list[PartitionPlan]
+    levels: Optional[Levels] = None  # the delegate's levels (Validate's, the partitions' interface, ...)
     graph_path: str = ""  # how the commands name the model
+
+    @property
+    def version(self) -> HalVersion:
+        """The HAL interface the NNAPI partitions are built for and sent through."""
+        return self.levels.version if self.levels is not None else self.options.api_version
 
     @property
     def nnapi(self) -> list[PartitionPlan]:
@@ -156,11 +170,12 @@ class Plan:
     def explain(self, times: Optional[list[float]] = None) -> str:
         """Partitions in order, the root causes of CPU placement with counts, the time per partition."""
         o = self.options
-        head = (f"plan {o.plan}, Android API {o.android_api} (NNAPI partitions as HAL "
-                f"{HAL_VERSION[o.android_api]}), "
+        head = (f"plan {o.plan}, Android API {o.android_api} (NNAPI partitions as {interface_name(self.version)}), "
                 f"max partitions {o.max_partitions if o.plan == 'delegate' and o.max_partitions else 'no limit'}, "
                 f"NNAPI device {o.device_label}")
         lines = [head]
+        if self.levels is not None:
+            lines.append(f"  levels: {self.levels.describe()}")
         for p in self.partitions:
             names = collections.Counter(self.operators[i].name for i in p.operators)
             what = ", ".join(f"{k} {v}" for k, v in names.most_common(6)) + (", ..." if len(names) > 6 else "")
@@ -170,6 +185,10 @@ class Plan:
         n_nn = sum(1 for x in self.operators if x.where == "nnapi")
         lines.append(f"  {n_nn} of {len(self.operators)} operators on NNAPI in {len(self.nnapi)} partition(s), "
                      f"{len(self.operators) - n_nn} on the CPU")
+        by_rule = collections.Counter((x.name, x.rule) for x in self.operators if x.where == "nnapi" and x.rule)
+        if by_rule:
+            lines.append("  on NNAPI by the delegate's rules: " + "; ".join(
+                f"{name}{f' x{n}' if n > 1 else ''} ({rule})" for (name, rule), n in sorted(by_rule.items())))
         for reason, n, names in self.causes():
             who = ", ".join(f"{k} {v}" if v > 1 else k for k, v in names.most_common(4))
             lines.append(f"  cpu x{n} ({who}): {reason}")
@@ -196,7 +215,7 @@ def _ranges(idx: list[int]) -> str:
 class Planner:
     """Builds the :class:`Plan` of a graph (see the module docstring)."""
 
-    def __init__(self, g: Graph, opts: Options, device_of: DeviceOf):
+    def __init__(self, g: Graph, opts: Options, device_of: Optional[DeviceOf] = None):
         self.g, self.o, self.device_of = g, opts, device_of
         ops = g.operators
         # NOTE: IsDequantizeConstFloat16: a DEQUANTIZE of a float16 constant of the file (one behind a
@@ -205,9 +224,33 @@ class Planner:
                      and g.tensors[op.inputs[0]].type == "float16" and g.tensors[op.inputs[0]].stored}
         self.fp16_out = {ops[i].outputs[0]: i for i in self.fp16}
         self.reasons: dict[int, str] = {}
+        self.rules: dict[int, str] = {}  # operator -> the delegate's rule that took it
         self.device_refused = False
         self._nn_fail: Optional[dict[int, str]] = None
         self._checked: Any = None
+        self._faces: dict[str, Face] = {}
+        self.levels = levels.levels(opts.android_api, opts.accelerator_specified,
+                                    [self.face(n).version for n in opts.targets])
+
+    @property
+    def version(self) -> HalVersion:
+        """The NNAPI partitions' HAL interface version."""
+        return self.levels.version
+
+    def face(self, name: str) -> Face:
+        """The face device ``name`` is spoken to through at the API level (its AIDL face from API 31 when it
+        has one, else HIDL: :func:`nnhal.runtime.face.open_face`), opened once: by name, or through the
+        ``device_of`` given."""
+        if name not in self._faces:
+            target = name if self.device_of is None else self.device_of(name)
+            self._faces[name] = open_face(target, self.o.api_version, name)
+        return self._faces[name]
+
+    def close(self) -> None:
+        """Lets go of the service connections the faces opened."""
+        for face in self._faces.values():
+            face.close()
+        self._faces.clear()
 
     @property
     def checked(self) -> Any:
@@ -224,7 +267,7 @@ class Planner:
     def nn_fail(self) -> dict[int, str]:
         if self._nn_fail is None:
             self._nn_fail = operator_failures(self.g.data, batch=self.o.batch, checked=self.checked,
-                                              custom_ops=self._custom_ops)
+                                              custom_ops=self._custom_ops, version=self.version)
         return self._nn_fail
 
     def subsets(self, delegated: set[int]) -> list[Subset]:
@@ -248,7 +291,7 @@ class Planner:
                 else:
                     supported.add(i)
                 continue
-            fails = validate(op, g, o.android_api, o.accelerator_specified, remap)
+            fails = validate(op, g, self.levels.validate, o.accelerator_specified, remap)
             if fails:
                 why = "; ".join(str(f) for f in fails)
                 if i not in self.nn_fail and i not in g.folded:
@@ -258,6 +301,7 @@ class Planner:
                 self.reasons[i] = f"the delegate would take it, nnhal has no exact HAL form: {self.nn_fail[i]}"
             else:
                 supported.add(i)
+                self.rules[i] = decided_by(op, self.levels.validate)
         if self.fp16:
             if o.plan == "max" or len(supported) + len(self.fp16) == len(g.operators):
                 supported |= self.fp16
@@ -275,23 +319,25 @@ class Planner:
         return sorted((set(s.nodes) | extra) - set(g.folded))
 
     def hal_model(self, nodes: list[int], inputs: list[int], outputs: list[int]) -> tuple[hal.Model, Any, bool]:
-        """The HAL model of some operators at the plan's HAL version (int8 as uint8 and HARD_SWISH
-        decomposed before 1.3, pre-1.2 operation forms before 1.2), its io description, and whether its
-        int8 tensors became uint8."""
+        """The HAL model of some operators at the plan's HAL version (the operations of AIDL 2-3 as
+        themselves from their version on, their rewrites before; int8 as uint8 and HARD_SWISH decomposed
+        before 1.3, pre-1.2 operation forms before 1.2), its io description, and whether its int8 tensors
+        became uint8."""
+        v = self.version
         model, io = load_operators(self.g.data, nodes, inputs, outputs, batch=self.o.batch, checked=self.checked,
-                                   custom_ops=self._custom_ops)
+                                   custom_ops=self._custom_ops, version=v)
         unsigned = False
-        if self.o.hal_version < halmodel.VERSIONS[30]:
+        if v < HalVersion.V1_3:
             unsigned = halmodel.to_unsigned(model)
             halmodel.decompose_hard_swish(model, io.hal_to_tflite)
-            if self.o.hal_version < halmodel.VERSIONS[29]:
+            if v < HalVersion.V1_2:
                 halmodel.older_forms(model)
                 halmodel.compact(model)
         return model, io, unsigned
 
     def check(self, subsets: list[Subset], query: bool) -> set[int]:
         """Operators of the delegated subsets that must leave NNAPI (reasons recorded)."""
-        g, o = self.g, self.o
+        g = self.g
         out: set[int] = set()
         for s in subsets:
             if not s.delegated:
@@ -318,11 +364,11 @@ class Planner:
                 out |= moved
                 continue
             try:
-                for j, why in halmodel.noncompliant(model, o.hal_version).items():
+                for j, why in halmodel.noncompliant(model, self.version).items():
                     i = io.hal_to_tflite[j]
                     if i >= 0 and i not in self.fp16:
                         self.reasons[i] = _noncompliant_reason(model.main.operations[j].type, why,
-                                                               HAL_VERSION[o.android_api])
+                                                               interface_name(self.version))
                         out.add(i)
                 if query and not out and model.main.operations:  # NOTE: all computed at load: nothing to ask
                     out |= self.query(model, io)
@@ -335,7 +381,7 @@ class Planner:
         ok = [False] * len(model.main.operations)
         answers = []
         for name in self.o.targets:
-            a = halmodel.supported(self.device_of(name), model, self.o.hal_version)
+            a = halmodel.supported(self.face(name), model)
             answers.append((name, a))
             if a is not None:
                 ok = [x or y for x, y in zip(ok, a)]
@@ -345,9 +391,9 @@ class Planner:
             i = io.hal_to_tflite[j]
             if not good and i >= 0 and i not in self.fp16:
                 refused = [n for n, a in answers if a is None or not a[j]]
+                method = self.face(self.o.targets[0]).method("getSupportedOperations")
                 self.reasons[i] = (f"{', '.join(refused)} does not support it "
-                                   f"({hal.OperationType(model.main.operations[j].type).name}; "
-                                   f"getSupportedOperations at HAL {HAL_VERSION[self.o.android_api]})")
+                                   f"({hal.operation_name(model.main.operations[j].type)}; {method})")
                 out.add(i)
         return out
 
@@ -390,7 +436,8 @@ class Planner:
 
     def finish(self, subsets: list[Subset]) -> Plan:
         g, o = self.g, self.o
-        ops = [OperatorPlan(op.index, op.name, "cpu", reason=self.reasons.get(op.index, "")) for op in g.operators]
+        ops = [OperatorPlan(op.index, op.name, "cpu", reason=self.reasons.get(op.index, ""),
+                            rule=self.rules.get(op.index, "")) for op in g.operators]
         parts = []
         cpu = {i for s in subsets if not s.delegated for i in s.nodes}
         for k, s in enumerate(subsets):
@@ -404,18 +451,21 @@ class Planner:
                 ops[i].where, ops[i].partition, ops[i].device = where, k, dev
                 if s.delegated:
                     ops[i].reason = ""
-                elif not ops[i].reason:
-                    ops[i].reason = "not delegated"
-        return Plan(g, o, ops, parts)
+                else:
+                    ops[i].rule = ""
+                    if not ops[i].reason:
+                        ops[i].reason = "not delegated"
+        return Plan(g, o, ops, parts, self.levels)
 
 
 def _noncompliant_reason(op_type: int, why: str, version: str) -> str:
-    """Why an operation has no form at HAL ``version``, short: "PRELU: HAL 1.2 (this partition is HAL 1.0)"."""
-    m = re.search(r"before HAL V1_(\d)", why)
-    name = hal.OperationType(op_type).name if op_type in hal.OperationType._value2member_map_ else str(op_type)
+    """Why an operation has no form at ``version`` ("HAL 1.0", "AIDL v1"), short: "nnhal's HAL form
+    (PRELU) needs HAL 1.2; this partition is HAL 1.0"."""
+    m = re.search(r"before HAL (V1_\d|AIDL_V\d)", why)
+    name = hal.operation_name(op_type)
     if m:
-        return f"nnhal's HAL form ({name}) needs HAL 1.{m.group(1)}; this partition is HAL {version}"
-    return f"nnhal's HAL form ({name}) is not valid at HAL {version}: {why.split('; accepted:')[0]}"
+        return f"nnhal's HAL form ({name}) needs {interface_name(HalVersion[m.group(1)])}; this partition is {version}"
+    return f"nnhal's HAL form ({name}) is not valid at {version}: {why.split('; accepted:')[0]}"
 
 
 def boundary(g: Graph, load: list[int], members: set[int], weights: set[int],
@@ -438,7 +488,12 @@ def boundary(g: Graph, load: list[int], members: set[int], weights: set[int],
     return ins, outs
 
 
-def build_plan(source: Any, opts: Options, device_of: DeviceOf) -> Plan:
-    """The plan of a .tflite file (a path, its bytes, or a :class:`Graph`)."""
+def build_plan(source: Any, opts: Options, device_of: Optional[DeviceOf] = None) -> Plan:
+    """The plan of a .tflite file (a path, its bytes, or a :class:`Graph`); ``device_of``: how a device
+    name becomes an ``IDevice`` (default: its face opened by name, :func:`nnhal.runtime.face.open_face`)."""
     g = source if isinstance(source, Graph) else Graph(source)
-    return Planner(g, opts, device_of).build()
+    planner = Planner(g, opts, device_of)
+    try:
+        return planner.build()
+    finally:
+        planner.close()

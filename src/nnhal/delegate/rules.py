@@ -12,9 +12,15 @@ source it comes from (``SOURCE``, the same function in TensorFlow's
 message is the delegate's own.  Builtins without a rule, and every custom
 operator, are "Unsupported operation type." as in the switch's ``default``.
 
-API levels: 27 (NNAPI 1.0), 28 (1.1), 29 (1.2), 30 (1.3); the delegate's
-later feature levels (31, 1000006, 1000007) are beyond nnhal's HAL and so
-never reached here (RESHAPE of int32, BATCH_MATMUL, MIRROR_PAD, REVERSE_V2).
+Levels: a rule compares the level ``Validate`` is called with (its
+``android_sdk_version`` argument; :mod:`nnhal.delegate.levels` says which:
+the Android API level, or the runtime's feature level with target devices):
+27 (NNAPI 1.0), 28 (1.1), 29 (1.2), 30 (1.3), then feature levels 5 (31),
+6 (1000006), 7 (1000007) and 8 (1000008) (:data:`LEVELS`).  Feature level 6
+adds BATCH_MATMUL, RESHAPE of int32 and PACK of int32 / uint8 along any axis;
+level 7 MIRROR_PAD, REVERSE_V2 and quantized RSQRT; level 8 no rule.  An API
+level of 31-35 used as the level itself (no target devices) is below feature
+level 6, so none of those pass.
 """
 
 from __future__ import annotations
@@ -22,14 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from nnhal.delegate.levels import LEVEL5, LEVEL6, LEVEL7, LEVEL8, NNAPI11, NNAPI12, NNAPI13, level_name
 from nnhal.delegate.model import Graph, OperatorInfo, TensorInfo
 
 SOURCE = ("google-ai-edge/LiteRT tflite/delegates/nnapi/nnapi_delegate.cc at "
           "f67457790c9c2ab67347d6fe53270e8d3df20868")
 VALIDATE_LINE = 2358  # NNAPIDelegateKernel::Validate
-API_LEVELS = (27, 28, 29, 30)
-HAL_VERSION = {27: "1.0", 28: "1.1", 29: "1.2", 30: "1.3"}
-NNAPI11, NNAPI12, NNAPI13, LEVEL6, LEVEL7 = 28, 29, 30, 1000006, 1000007
+LEVELS = (27, NNAPI11, NNAPI12, NNAPI13, LEVEL5, LEVEL6, LEVEL7, LEVEL8)  # every level Validate is called with
 
 FLOAT = frozenset({"float32"})
 QUANT = frozenset({"uint8", "int8"})
@@ -98,6 +103,11 @@ class Check:
     line: int
     message: str
     ok: Callable[[Ctx], bool]
+    since: int = 0  # a branch taken from this level on (``if (android_sdk_version >= ...)``), 0: always
+    until: int = 0  # a branch taken below this level, 0: always
+
+    def applies(self, level: int) -> bool:
+        return level >= self.since and (not self.until or level < self.until)
 
 
 @dataclass(frozen=True)
@@ -122,8 +132,8 @@ class Failure:
         return f"{self.message} (nnapi_delegate.cc:{self.line})"
 
 
-def C(line: int, message: str, ok: Callable[[Ctx], bool]) -> Check:
-    return Check(line, message, ok)
+def C(line: int, message: str, ok: Callable[[Ctx], bool], since: int = 0, until: int = 0) -> Check:
+    return Check(line, message, ok, since, until)
 
 
 def types_in(line: int, allowed: frozenset, i: int = 0, what: str = "") -> Check:
@@ -273,6 +283,12 @@ def _count(a: Any) -> int:
     return 0 if a is None else len(a)
 
 
+def _broadcast_batch_matmul(x: Ctx) -> bool:
+    """``IsBroadcastBatchMatMul`` (nnapi_delegate.cc:371): ranks differ, or a batch dimension does."""
+    a, b = x.it(0), x.it(1)
+    return a is None or b is None or a.rank != b.rank or a.shape[:-2] != b.shape[:-2]
+
+
 def _lstm_basic(x: Ctx) -> bool:
     return x.n_in == 5
 
@@ -328,7 +344,8 @@ RULES: dict[str, Rule] = {
         C(2600, "Before API level 29 only 2D and 4D input tensors were supported.",
           lambda x: x.api >= NNAPI12 or x.rank(0) in (2, 4)))),
     "RESHAPE": Rule(2607, 1, version_line=2608, checks=(
-        float_or_quant8(2610),
+        C(2610, "Input should be Float or Quant8", lambda x: x.type(0) in F_Q, until=LEVEL6),
+        C(2612, "Input should be Float, Quant8, or Int32", lambda x: x.type(0) in F_Q_I32, since=LEVEL6),
         rank_le4(2615, (0,), "Input rank should be <= 4"),
         C(2619, "Output rank should be <= 4", lambda x: x.ot(0) is not None and x.ot(0).rank <= 4),
         C(2623, "The shape input tensor must be constant.", lambda x: x.n_in < 2 or x.const(1)),
@@ -406,7 +423,9 @@ RULES: dict[str, Rule] = {
     "STRIDED_SLICE": Rule(2956, 2, version_line=2957, min_api=NNAPI11, api_line=2959, checks=(float_or_quant8(2958),)),
     "TRANSPOSE": Rule(2962, 2, version_line=2963, min_api=NNAPI11, api_line=2964, checks=(
         C(2969, "Dynamically-sized tensors not supported.", lambda x: x.n_in > 1 and x.const(1)),)),
-    "RSQRT": Rule(2984, 2, version_line=2985, min_api=NNAPI12, api_line=2986, checks=(is_float(2989),)),
+    "RSQRT": Rule(2984, 2, version_line=2985, min_api=NNAPI12, api_line=2986, checks=(
+        C(2989, "Input should be Float", lambda x: x.type(0) in FLOAT, until=LEVEL7),
+        C(2991, "Input should be Float or Quant8", lambda x: x.type(0) in F_Q, since=LEVEL7))),
     "SLICE": Rule(2994, 2, version_line=2995, min_api=NNAPI12, api_line=2996, checks=(
         types_in(3001, frozenset({"float32", "int32", "uint8", "int8"})),
         C(3003, "Begin type should be Int32", lambda x: x.type(1) == "int32"),
@@ -503,9 +522,12 @@ RULES: dict[str, Rule] = {
                 "we can convert them to int32 if the value isn't too large.", _fill_int64),
         types_in(3526, frozenset({"float32", "int32", "int64"}), i=1))),
     "PACK": Rule(3540, 2, version_line=3541, min_api=NNAPI13, api_line=3542, checks=(
-        types_in(3549, frozenset({"float32", "int8"})),
+        C(3546, "Input type not in expected list kTfLiteInt32, kTfLiteFloat32, kTfLiteInt8, kTfLiteUInt8",
+          lambda x: x.type(0) in F_Q_I32, since=LEVEL6),
+        C(3549, "Input type not in expected list kTfLiteFloat32, kTfLiteInt8",
+          lambda x: x.type(0) in {"float32", "int8"}, until=LEVEL6),
         C(3551, "NNAPI does not support axis being the last dimension",
-          lambda x: int(x.opt("axis", 0)) != -1 and int(x.opt("axis", 0)) != x.rank(0)))),
+          lambda x: int(x.opt("axis", 0)) != -1 and int(x.opt("axis", 0)) != x.rank(0), until=LEVEL6))),
     "UNPACK": Rule(3559, 2, version_line=3560, min_api=NNAPI13, api_line=3561, checks=(
         types_in(3564, frozenset({"float32", "uint8", "int8"})),
         C(3566, "NNAPI does not support unpacking a rank-1 tensor", lambda x: x.rank(0) > 1),
@@ -516,9 +538,20 @@ RULES: dict[str, Rule] = {
         C(3587, "Input type not in expected list (float32; uint8 from API 29; int8, int32 from API 30)",
           lambda x: x.type(0) in (F_Q_I32 if x.api >= NNAPI13 else F_U8 if x.api >= NNAPI12 else FLOAT)),
         rank_le4(3598, message="NNAPI does not support input rank greater than 4"))),
-    "BATCH_MATMUL": Rule(3602, 2, version_line=3603, min_api=LEVEL6, api_line=3604),
-    "MIRROR_PAD": Rule(3621, 2, version_line=3622, min_api=LEVEL7, api_line=3623),
-    "REVERSE_V2": Rule(3641, 3, version_line=3642, min_api=LEVEL7, api_line=3643),
+    "BATCH_MATMUL": Rule(3602, 2, version_line=3603, min_api=LEVEL6, api_line=3604, checks=(
+        C(3608, "Input type not in expected list kTfLiteFloat32, kTfLiteInt32, kTfLiteInt8",
+          lambda x: x.type(0) in {"float32", "int32", "int8"}),
+        C(3610, "NNAPI does not support hybrid batch matmul", lambda x: x.type(0) == x.type(1)),
+        C(3613, "NNAPI does not support input rank greater than 4 or less than 2", lambda x: 2 <= x.rank(0) <= 4),
+        C(3617, "NNAPI does not support broadcast batch matmul", lambda x: not _broadcast_batch_matmul(x)))),
+    "MIRROR_PAD": Rule(3621, 2, version_line=3622, min_api=LEVEL7, api_line=3623, checks=(
+        C(3625, "Input should be Float, Quant8, or Int32", lambda x: x.type(0) in F_Q_I32),
+        C(3626, "Unknown padding mode", lambda x: int(x.opt("mode", 0)) in (0, 1)),
+        C(3633, "NN API pad ops do not support input tensors with no elements", _no_zero_dims),
+        C(3637, "Expecting 2 inputs", lambda x: x.n_in == 2))),
+    "REVERSE_V2": Rule(3641, 3, version_line=3642, min_api=LEVEL7, api_line=3643, checks=(
+        C(3645, "Input should be Float, Quant8, or Int32", lambda x: x.type(0) in F_Q_I32),
+        C(3646, "Expecting 2 inputs", lambda x: x.n_in == 2))),
 }
 
 _PAD = Rule(2898, 2, version_line=2900, min_api=NNAPI11, api_line=2902, checks=(
@@ -583,6 +616,8 @@ def validate(op: OperatorInfo, g: Graph, api: int, accel: bool = False,
     if api < rule.min_api:
         fails.append(Failure(f"Android sdk version less than {rule.min_api}", rule.api_line))
     for c in rule.checks:
+        if not c.applies(api):
+            continue
         try:
             if not c.ok(x):
                 fails.append(Failure(c.message, c.line))
@@ -590,3 +625,20 @@ def validate(op: OperatorInfo, g: Graph, api: int, accel: bool = False,
             # NOTE: a malformed operator (missing input, option) fails the check it breaks, said as such
             fails.append(Failure(f"{c.message} (cannot be checked: {type(e).__name__}: {e})", c.line))
     return fails
+
+
+def decided_by(op: OperatorInfo, level: int) -> str:
+    """The delegate's rule that takes ``op`` (which :func:`validate` passed) at ``level``: the ``case``
+    line, the level the operator needs (``ExpectMinAndroidSdkVersion``) and the level-dependent branches
+    taken, e.g. "nnapi_delegate.cc:3602, needs feature level 6 (1000006) (:3604)"."""
+    rule = None if op.custom else RULES.get(op.builtin)
+    if rule is None:
+        return ""
+    out = f"nnapi_delegate.cc:{rule.line}"
+    if rule.min_api > 27:
+        out += f", needs {level_name(rule.min_api)} (:{rule.api_line})"
+    branches = [c for c in rule.checks if (c.since or c.until) and c.applies(level)]
+    if branches:
+        out += ", " + ", ".join(f"the {level_name(c.since)} branch (:{c.line})" if c.since
+                                else f"the branch below {level_name(c.until)} (:{c.line})" for c in branches)
+    return out

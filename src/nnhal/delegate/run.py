@@ -1,6 +1,9 @@
 """Running an imported TFLite model through a HAL device (public API only:
 ``prepareModel_1_3`` + ``executeSynchronously_1_3`` on ``nnhal.memory`` pools,
-as an NNAPI client does), LiteRT as the reference, and the comparisons
+as an NNAPI client does, or a model prepared through another face of the
+device, :mod:`nnhal.runtime.face`: an AIDL partition executed as the
+delegate does at its level, each request sent, through a burst or as a
+reusable execution), LiteRT as the reference, and the comparisons
 ``nnhal run --compare / --per-tensor`` print.
 
 Generated inputs (when none are given) are seeded (``seed``, default 0) and
@@ -25,6 +28,7 @@ import numpy as np
 from nnhal import hal
 from nnhal.engine.validation import request_key
 from nnhal.platform import memory as hal_memory
+from nnhal.runtime.face import AidlPrepared, HidlPrepared, Prepared
 from nnhal.tflite.loader import IODescription, TensorDesc
 from nnhal.tflite.schema import interpreter_module, make_interpreter
 
@@ -121,18 +125,25 @@ class PoolLayout:
 class HalSession:
     """A model prepared on ``device``; ``run(inputs)`` executes it synchronously:
     ``executeSynchronously_1_3`` on one shared memory pool (inputs written
-    into it, outputs read from it), as an NNAPI client does."""
+    into it, outputs read from it), as an NNAPI client does.  ``prepared``: a
+    model the caller prepared another way (an older HAL version's method, a
+    :class:`~nnhal.runtime.face.Prepared` of either face); ``mode`` how it
+    executes: "sync" (each request sent), "burst" (one burst for the session),
+    "reusable" (one reusable execution per pool layout)."""
 
-    def __init__(self, device: Any, model: hal.Model, io: IODescription, prepared: Any = None):
+    def __init__(self, device: Any, model: hal.Model, io: IODescription, prepared: Any = None, mode: str = "sync"):
         self.device, self.model, self.io = device, model, io
-        if prepared is None:  # NOTE: a caller may prepare it another way (an older HAL version's method)
+        if prepared is None:
             cb = hal.PreparedModelCallback()
             st = device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
                                          hal.OptionalTimePoint(), [], [], bytes(32), cb)
             status, prepared = cb.wait()
             if st != hal.ErrorStatus.NONE or status != hal.ErrorStatus.NONE or prepared is None:
                 raise ExecutionError(f"prepareModel_1_3: {hal.ErrorStatus(st if st else status).name}")
-        self.prepared = prepared
+        self.prepared: Prepared = prepared if isinstance(prepared, Prepared) else HidlPrepared(prepared)
+        self.mode = mode
+        self._burst: Any = None
+        self._execution: Any = None  # NOTE: the reusable execution of the current pool layout
         sg = model.main
         self.out_types = [sg.operands[i].type for i in sg.outputIndexes]
         self.out_dtypes = [np.dtype(_HAL_DTYPES[t]) for t in self.out_types]
@@ -140,7 +151,6 @@ class HalSession:
         # NOTE: (the output's own rank: a TFLite scalar is [1] in the HAL model, its dtype)
         self.out_desc = [(bool(d.shape), np.dtype(d.dtype)) for d in io.all_outputs]
         self._layout: Optional[PoolLayout] = None
-        self._no_deadline, self._no_timeout = hal.OptionalTimePoint(), hal.OptionalTimeoutDuration()
 
     def _layout_for(self, inputs: Sequence[np.ndarray], dims: Optional[list[list[int]]]) -> PoolLayout:
         lay = self._layout
@@ -155,9 +165,28 @@ class HalSession:
         return lay
 
     def close_pools(self) -> None:
+        if self._execution is not None:
+            self._execution.close()
+            self._execution = None
         if self._layout is not None:
             self._layout.close()
             self._layout = None
+
+    def _execute(self, request: hal.Request) -> tuple:
+        """(status, output shapes, timing) of one execution in the session's mode."""
+        if self.mode == "burst":
+            if self._burst is None:
+                status, self._burst = self.prepared.burst()
+                if status != hal.ErrorStatus.NONE:
+                    raise ExecutionError(f"configureExecutionBurst: {hal.ErrorStatus(status).name}")
+            return self._burst.execute(request, False, None, None)
+        if self.mode == "reusable":
+            if self._execution is None:
+                status, self._execution = self.prepared.reusable(request, False, None)
+                if status != hal.ErrorStatus.NONE:
+                    raise ExecutionError(f"createReusableExecution: {hal.ErrorStatus(status).name}")
+            return self._execution.execute(None)
+        return self.prepared.execute(request, False, None, None)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The outputs (model outputs, then exposed intermediates) with their actual shapes."""
@@ -166,13 +195,12 @@ class HalSession:
             lay = self._layout_for(inputs, dims)
             for dst, a in zip(lay.in_views, inputs):
                 np.copyto(dst, a)
-            status, shapes, _ = self.prepared.executeSynchronously_1_3(
-                lay.request, hal.MeasureTiming.NO, self._no_deadline, self._no_timeout)
+            status, shapes, _ = self._execute(lay.request)
             if status == hal.ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
                 dims = [list(s.dimensions) for s in shapes]
                 continue
             if status != hal.ErrorStatus.NONE:
-                raise ExecutionError(f"executeSynchronously_1_3: {hal.ErrorStatus(status).name}")
+                raise ExecutionError(f"{_EXECUTE[self.mode](self.prepared)}: {hal.ErrorStatus(status).name}")
             res = []
             for k, (v, (ranked, dt)) in enumerate(zip(lay.out_views, self.out_desc)):
                 got = shapes[k].dimensions if k < len(shapes) else None
@@ -186,6 +214,16 @@ class HalSession:
 
     def close(self) -> None:
         self.close_pools()
+        if self._burst is not None:
+            self._burst.close()
+            self._burst = None
+
+
+_EXECUTE = {"sync": lambda p: "IPreparedModel.executeSynchronously" if isinstance(p, AidlPrepared)
+            else "executeSynchronously_1_3",
+            "burst": lambda p: "IBurst.executeSynchronously" if isinstance(p, AidlPrepared) else "burst execution",
+            "reusable": lambda p: "IExecution.executeSynchronously" if isinstance(p, AidlPrepared)
+            else "executeSynchronously_1_3"}
 
 
 class LiteRT:

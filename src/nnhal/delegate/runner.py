@@ -2,10 +2,14 @@
 tensors passed between them in the model's own types and quantization.
 
 - an NNAPI partition is a HAL model (``load_operators``, at the plan's HAL
-  version) prepared on its device with that version's method and executed
-  through ``executeSynchronously_1_3`` on shared memory, or, with
-  ``Options.devices``, compiled by the client runtime over those devices;
-  before HAL 1.3 its int8 inputs and outputs are moved to uint8 and back;
+  version) prepared on its device through the face of that version (HIDL
+  1.0-1.3 with that version's method, AIDL 1-4 from API 31 when the device
+  has an AIDL face: :mod:`nnhal.runtime.face`) and executed on shared memory
+  as the delegate does at its level (``Levels.execution``: each request
+  sent, a burst, or a reusable execution), or, with ``Options.devices``,
+  compiled by the client runtime over those devices (speaking no newer
+  interface than the API level's); before HAL 1.3 its int8 inputs and outputs
+  are moved to uint8 and back;
 - a CPU partition is a TFLite sub-model (:func:`nnhal.delegate.cut.submodel`)
   run by LiteRT's interpreter (``kernels``: its builtin, reference or
   XNNPACK kernels).
@@ -64,7 +68,7 @@ def output_descs(g: Graph) -> list[TensorDesc]:
 
 
 class HalPartition:
-    def __init__(self, planner: Planner, p: PartitionPlan, device_of: DeviceOf):
+    def __init__(self, planner: Planner, p: PartitionPlan):
         o = planner.o
         self.model, io, self.unsigned = planner.hal_model(p.load_ops, p.inputs, p.outputs)
         self.folded = dict(io.folded_outputs)
@@ -82,15 +86,16 @@ class HalPartition:
             if o.devices:
                 from nnhal.runtime import Compilation
 
-                self.runtime = Compilation(self.model, o.devices)
+                self.runtime = Compilation(self.model, o.devices, version=planner.version)
                 self.run_hal = self._run_runtime
             else:
                 if self.unsigned:
                     io = dataclasses.replace(io, inputs=[_as_u8(d) for d in io.inputs],
                                              outputs=[_as_u8(d) for d in io.outputs])
-                dev = device_of(o.targets[0])
-                prepared = halmodel.prepare(dev, self.model, o.hal_version, o.preference, o.allow_fp16)
-                self.session = HalSession(dev, self.model, io, prepared=prepared)
+                face = planner.face(o.targets[0])
+                prepared = halmodel.prepare(face, self.model, o.preference, o.allow_fp16)
+                self.session = HalSession(face.device, self.model, io, prepared=prepared,
+                                          mode=planner.levels.execution)
                 self.run_hal = self.session.run
         except RuntimeError as e:
             free_model(self.model)
@@ -164,11 +169,9 @@ class Runner:
 
     def __init__(self, plan: Plan, device_of: DeviceOf | None = None, kernels: str = "builtin", threads: int = 1,
                  per_tensor: bool = False):
-        if device_of is None:
-            from nnhal.delegate import default_device as device_of
         self.plan, self.device_of = plan, device_of
         g = plan.graph
-        planner = Planner(g, plan.options, device_of)
+        self.planner = planner = Planner(g, plan.options, device_of)
         self.engines: list[Any] = []
         self.times: list[float] = [0.0] * len(plan.partitions)
         self.values: dict[int, np.ndarray] = {}
@@ -179,7 +182,7 @@ class Runner:
                     written = sorted({k for i in p.load_ops for k in g.operators[i].outputs if k >= 0})
                     p = dataclasses.replace(p, outputs=written)
                 if p.where == "nnapi":
-                    e = HalPartition(planner, p, device_of)
+                    e = HalPartition(planner, p)
                 else:
                     e = _Cpu(g, p, kernels, threads, plan)
                 self.engines.append(e)
@@ -217,6 +220,7 @@ class Runner:
         for e in self.engines:
             e.close()
         self.engines = []
+        self.planner.close()
 
     def __enter__(self) -> "Runner":
         return self

@@ -45,6 +45,11 @@ class HalVersion(enum.IntEnum):
         """The first Android API level of this feature level (27-30, 31, 33, 34, 35)."""
         return _ANDROID_API[self.feature_level]
 
+    @property
+    def label(self) -> str:
+        """How reports name the interface: "HAL 1.3" (HIDL), "AIDL v2"."""
+        return f"AIDL v{self - HalVersion.AIDL_V1 + 1}" if self >= HalVersion.AIDL_V1 else f"HAL 1.{int(self)}"
+
 
 # NOTE: Android 12L (API 32) added no feature level: API 31 and 32 are both feature level 5
 _ANDROID_API = {1: 27, 2: 28, 3: 29, 4: 30, 5: 31, 6: 33, 7: 34, 8: 35}

@@ -2,7 +2,17 @@
 (``nn/runtime/ExecutionPlan.cpp``, ``CompilationBuilder.cpp``), through the
 public HAL API only.
 
-For every main operation, the devices whose ``getSupportedOperations_1_3``
+Each device is spoken to through its AIDL face when it has one
+(:mod:`nnhal.runtime.face`: every in-process device, a service through
+``nnhal.aidl.connect``; a HIDL-only device through HIDL 1.3), at the
+interface version of the feature level the model needs
+(:func:`~nnhal.runtime.face.model_version`: AIDL 1 for a model HIDL 1.3
+could carry, AIDL 2 for BATCH_MATMUL, ...), no newer than the compilation's
+``version`` (the runtime's own: below AIDL 1, as Android 11's, it speaks
+HIDL 1.3 to every device).  A device whose face is older than the model
+needs is not asked: it takes none of the model's operations.
+
+For every main operation, the devices whose ``getSupportedOperations``
 answer yes are candidates; the best under the compilation's preference by
 their ``getCapabilities_1_3`` figures wins (execTime, or powerUsage for
 LOW_POWER; of the operation's first input type, or IF / WHILE
@@ -33,11 +43,11 @@ from typing import Any, Optional, Sequence, Union
 
 import msgspec
 
-import nnhal
 from nnhal import hal
 from nnhal.platform import memory as hal_memory
 from nnhal.runtime import discovery as rt_devices
 from nnhal.runtime import extensions as rt_extensions
+from nnhal.runtime.face import Face, Prepared, interface_name, model_version
 from nnhal.runtime.model import Model, numpy_dtype
 
 S = hal.ErrorStatus
@@ -99,13 +109,13 @@ class _LogCapture(logging.Handler):
 
 
 class Step:
-    """One partition: a step model prepared on one device."""
+    """One partition: a step model prepared on one device (``prepared``: through the device's face)."""
 
     def __init__(self, device: rt_devices.Device, ops: list[int], model: hal.Model, inputs: list[int],
                  outputs: list[int], token: bytes):
         self.device, self.ops, self.model, self.token = device, ops, model, token
         self.inputs, self.outputs = inputs, outputs  # main-model operand indexes, in step I/O order
-        self.prepared: Any = None
+        self.prepared: Optional[Prepared] = None
         self.fallback = ""  # why it runs on the reference instead of its device
         self.burst: Any = None
         self.lock = threading.Lock()
@@ -236,16 +246,18 @@ class Compilation:
 
     ``model``: a :class:`nnhal.runtime.Model` or a ``hal.Model`` (its inputs
     and outputs then named ``input0``.., ``output0``..); ``devices``: names,
-    :class:`~nnhal.runtime.discovery.Device` s or ``IDevice`` s (default: every
-    device that can be had); ``cpu_fallback``: operations no device takes,
-    and partitions that fail to compile or execute, run on the CPU reference
-    (``sample-all``); ``cache_dir``: where the devices' compilation caches
-    are kept.  :meth:`finish` partitions and prepares."""
+    :class:`~nnhal.runtime.discovery.Device` s, ``IDevice`` s of either
+    interface or faces (default: every device that can be had);
+    ``cpu_fallback``: operations no device takes, and partitions that fail to
+    compile or execute, run on the CPU reference (``sample-all``);
+    ``cache_dir``: where the devices' compilation caches are kept;
+    ``version``: the newest interface the runtime speaks (default AIDL 4;
+    below AIDL 1: HIDL 1.3 only).  :meth:`finish` partitions and prepares."""
 
     def __init__(self, model: Union[Model, hal.Model], devices: Optional[Sequence[Any]] = None,
                  preference: hal.ExecutionPreference = hal.ExecutionPreference.FAST_SINGLE_ANSWER,
                  priority: hal.Priority = hal.Priority.MEDIUM, cpu_fallback: bool = True,
-                 cache_dir: Optional[str] = None):
+                 cache_dir: Optional[str] = None, version: hal.HalVersion = hal.HalVersion.AIDL_V4):
         if isinstance(model, Model):
             self.hal_model = model.finish()
             self.input_names, self.output_names = model.input_names(), model.output_names()
@@ -255,9 +267,18 @@ class Compilation:
             self.extension_dtypes = rt_extensions.model_dtypes(model)
             self.input_names = [f"input{k}" for k in range(len(model.main.inputIndexes))]
             self.output_names = [f"output{k}" for k in range(len(model.main.outputIndexes))]
-        self.devices = [rt_devices.get(d) for d in (devices if devices is not None else rt_devices.names())]
+        given = list(devices) if devices is not None else rt_devices.names()
+        self.devices = [rt_devices.get(d) for d in given]
+        # NOTE: the devices this compilation opened by name are its own: close() lets their connections go
+        self._opened = [dev for d, dev in zip(given, self.devices) if isinstance(d, str)]
         if not self.devices:
             raise CompilationError("no devices", S.INVALID_ARGUMENT)
+        # NOTE: the feature level the model needs, and the interface the devices are spoken to through
+        self.needs = model_version(self.hal_model)
+        if version >= hal.HalVersion.AIDL_V1:
+            self.interface = min(max(self.needs, hal.HalVersion.AIDL_V1), hal.HalVersion(version))
+        else:
+            self.interface = hal.HalVersion.V1_3
         self.preference = hal.ExecutionPreference(preference)
         self.priority = hal.Priority(priority)
         self.cpu_fallback = cpu_fallback
@@ -295,16 +316,29 @@ class Compilation:
     # ------------------------------------------------------------------ placement
     def reference(self) -> rt_devices.Device:
         if self._reference is None:
-            self._reference = next((d for d in self.devices if d.name == rt_devices.REFERENCE), None) or \
-                rt_devices.get(rt_devices.REFERENCE)
+            self._reference = next((d for d in self.devices if d.name == rt_devices.REFERENCE), None)
+            if self._reference is None:
+                self._reference = rt_devices.get(rt_devices.REFERENCE)
+                self._opened.append(self._reference)
         return self._reference
+
+    def face(self, d: rt_devices.Device) -> Face:
+        """The face this compilation speaks to ``d`` through (see the module doc)."""
+        return d.face(self.interface)
 
     def _supported(self, d: rt_devices.Device, n: int) -> tuple[list[bool], list[str]]:
         model = self.hal_model
         capture = _LogCapture()
         logging.getLogger("nnhal").addHandler(capture)
+        method = "getSupportedOperations"
         try:
-            status, supported, reasons = nnhal.supported_operations(d.device, model)
+            face = self.face(d)
+            method = face.method(method)
+            if face.version < self.needs:
+                # NOTE: as Android's HIDL adapters: a model newer than the interface does not go through it
+                why = f"the model needs {interface_name(self.needs)}; {d.name} is spoken to through {face.interface}"
+                return [False] * n, [why] * n
+            status, supported, reasons = face.supported(model)
         except Exception as e:  # noqa: BLE001 - a device that breaks takes nothing
             status, supported = S.GENERAL_FAILURE, []
             capture.lines.append(f"raised {type(e).__name__}: {e}")
@@ -312,8 +346,7 @@ class Compilation:
             logging.getLogger("nnhal").removeHandler(capture)
         if status != S.NONE or len(supported) != n:
             log_line = f": {capture.lines[-1]}" if capture.lines else ""
-            why = f"getSupportedOperations_1_3 returned {S(status).name if status in S._value2member_map_ else status}" \
-                  f"{log_line}"
+            why = f"{method} returned {S(status).name if status in S._value2member_map_ else status}{log_line}"
             return [False] * n, [why] * n
         return supported, [r or None for r in reasons]
 
@@ -392,44 +425,48 @@ class Compilation:
         return steps
 
     # ------------------------------------------------------------------ preparation
-    def _cache_files(self, d: rt_devices.Device, token: bytes) -> tuple[list, list, bool]:
+    def _cache_files(self, face: Face, name: str, token: bytes) -> tuple[list[int], list[int], bool]:
         if self.cache_dir is None:
             return [], [], False
-        status, n_model, n_data = d.device.getNumberOfCacheFilesNeeded()
+        status, n_model, n_data = face.cache_files()
         if status != S.NONE or not (0 < n_model + n_data <= 2 * hal.Constant.MAX_NUMBER_OF_CACHE_FILES):
             return [], [], False
         os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
-        base = os.path.join(self.cache_dir, f"{token.hex()}-{d.name}")
+        base = os.path.join(self.cache_dir, f"{token.hex()}-{name}")
         paths = [f"{base}.m{k}" for k in range(n_model)] + [f"{base}.d{k}" for k in range(n_data)]
         existed = all(os.path.exists(p) and os.path.getsize(p) > 0 for p in paths)
-        handles = [hal.Handle(fds=[os.open(p, os.O_RDWR | os.O_CREAT, 0o600)]) for p in paths]
-        return handles[:n_model], handles[n_model:], existed
+        fds = [os.open(p, os.O_RDWR | os.O_CREAT, 0o600) for p in paths]
+        return fds[:n_model], fds[n_model:], existed
 
     def _prepare_on(self, d: rt_devices.Device, model: hal.Model, token: bytes,
-                    deadline: hal.OptionalTimePoint) -> tuple[S, Any]:
-        model_cache, data_cache, cached = self._cache_files(d, token)
+                    deadline_ns: Optional[int]) -> tuple[S, Optional[Prepared]]:
+        model_cache: list[int] = []
+        data_cache: list[int] = []
+        face: Optional[Face] = None
         try:
+            face = self.face(d)
+            model_cache, data_cache, cached = self._cache_files(face, d.name, token)
             if cached:
-                cb = hal.PreparedModelCallback()
-                if d.device.prepareModelFromCache_1_3(deadline, model_cache, data_cache, token, cb) == S.NONE:
-                    status, prepared = cb.wait(PREPARE_TIMEOUT_S)
-                    if status == S.NONE and prepared is not None:
-                        return status, prepared
-                for h in [*model_cache, *data_cache]:
-                    os.ftruncate(h.fds[0], 0)  # NOTE: a stale or foreign cache: written afresh below
-            cb = hal.PreparedModelCallback()
-            launch = d.device.prepareModel_1_3(model, self.preference, self.priority, deadline, model_cache,
-                                               data_cache, token, cb)
-            if launch != S.NONE:
-                return S(launch), None
-            status, prepared = cb.wait(PREPARE_TIMEOUT_S)
-            return S(status), prepared
+                status, prepared = face.prepare_from_cache(deadline_ns, model_cache, data_cache, token,
+                                                           PREPARE_TIMEOUT_S)
+                if status == S.NONE and prepared is not None:
+                    return status, prepared
+                for fd in [*model_cache, *data_cache]:
+                    os.ftruncate(fd, 0)  # NOTE: a stale or foreign cache: written afresh below
+            return face.prepare(model, self.preference, self.priority, deadline_ns, model_cache, data_cache, token,
+                                PREPARE_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - a device that raises failed to prepare
-            logging.getLogger("nnhal.runtime").exception("prepareModel_1_3 on %s raised", d.name)
+            logging.getLogger("nnhal.runtime").exception("%s on %s raised", self._prepare_method(d), d.name)
             return S.GENERAL_FAILURE, None
         finally:
-            for h in [*model_cache, *data_cache]:
-                os.close(h.fds[0])
+            for fd in [*model_cache, *data_cache]:
+                os.close(fd)
+
+    def _prepare_method(self, d: rt_devices.Device) -> str:
+        try:
+            return self.face(d).method("prepareModel")
+        except Exception:  # noqa: BLE001 - a device whose face cannot be had: named by the runtime's default
+            return "prepareModel"
 
     def plan(self) -> list[tuple[str, list[int]]]:
         """The partitions :meth:`finish` would prepare, without preparing:
@@ -453,7 +490,7 @@ class Compilation:
             for k in ops:
                 step_of[k] = s
         model_outputs = set(main.outputIndexes)
-        deadline = hal.OptionalTimePoint(nanosecondsSinceEpoch=deadline_ns)
+        deadline = deadline_ns
         for s, (d, ops) in enumerate(groups):
             produced = [i for k in ops for i in main.operations[k].outputs]
             produced_set = set(produced)
@@ -480,14 +517,14 @@ class Compilation:
                 ext_op = self._has_extension_op(ops)
                 if ext_op is not None:
                     self.close()
-                    raise CompilationError(f"partition {s} on {d.name}: prepareModel_1_3 gave {status.name}, and its "
-                                           f"{ext_op} cannot run on the CPU reference",
+                    raise CompilationError(f"partition {s} on {d.name}: {self._prepare_method(d)} gave {status.name}, "
+                                           f"and its {ext_op} cannot run on the CPU reference",
                                            status if status != S.NONE else S.GENERAL_FAILURE)
                 if not self.cpu_fallback or d.name == ref.name:
                     self.close()
-                    raise CompilationError(f"partition {s} on {d.name}: prepareModel_1_3 gave {status.name}",
+                    raise CompilationError(f"partition {s} on {d.name}: {self._prepare_method(d)} gave {status.name}",
                                            status if status != S.NONE else S.GENERAL_FAILURE)
-                step.fallback = f"prepareModel_1_3 on {d.name} gave {status.name}: prepared on {ref.name}"
+                step.fallback = f"{self._prepare_method(d)} on {d.name} gave {status.name}: prepared on {ref.name}"
                 step.device = ref
                 step.token = cache_token(sm, ref.name)
                 status, prepared = self._prepare_on(ref, sm, step.token, deadline)
@@ -506,7 +543,7 @@ class Compilation:
             raise CompilationError(f"{why}; its {ext_op} cannot run on the CPU reference")
         ref = self.reference()
         token = cache_token(step.model, ref.name)
-        status, prepared = self._prepare_on(ref, step.model, token, hal.OptionalTimePoint())
+        status, prepared = self._prepare_on(ref, step.model, token, None)
         if status != S.NONE or prepared is None:
             raise CompilationError(f"{why}; preparing on {ref.name} gave {status.name}", status)
         step.close_burst()
@@ -528,9 +565,10 @@ class Compilation:
             token = cache_token(self.hal_model, ref.name)
             step = Step(ref, list(range(len(main.operations))), self.hal_model, list(main.inputIndexes),
                         list(main.outputIndexes), token)
-            status, prepared = self._prepare_on(ref, self.hal_model, token, hal.OptionalTimePoint())
+            status, prepared = self._prepare_on(ref, self.hal_model, token, None)
             if status != S.NONE or prepared is None:
-                raise CompilationError(f"the whole model on {ref.name}: prepareModel_1_3 gave {status.name}", status)
+                raise CompilationError(f"the whole model on {ref.name}: {self._prepare_method(ref)} gave "
+                                       f"{status.name}", status)
             step.prepared = prepared
             step.fallback = "a zero-sized temporary between partitions: the whole model on the CPU reference"
             self._whole = step
@@ -559,13 +597,16 @@ class Compilation:
         return self.execution().compute(inputs, **kwargs)
 
     def close(self) -> None:
-        """Ends the bursts and releases the shared memories."""
+        """Ends the bursts, releases the shared memories and lets go of the service connections it opened
+        (the devices it was given by name)."""
         for s in [*self.steps, *([self._whole] if self._whole is not None else [])]:
             s.close_burst()
         arena = getattr(self, "arena", None)
         if arena is not None:
             arena.close()
             self.arena = None
+        for d in self._opened:
+            d.close()
 
     def __enter__(self) -> "Compilation":
         return self.finish()

@@ -1,15 +1,19 @@
 """Executions of a :class:`~nnhal.runtime.compilation.Compilation`, as NNAPI's
 ``ANeuralNetworksExecution`` (``compute``, ``startCompute`` with an
 ``ANeuralNetworksEvent``, ``burstCompute``, ``startComputeWithDependencies``)
-over the HAL 1.3 ``IPreparedModel``: numpy arrays in and out, one request
-per partition, the partitions' temporaries in shared memory between them.
+over each partition's prepared model, through its device's face
+(:mod:`nnhal.runtime.face`: AIDL or HIDL 1.3): numpy arrays in and out, one
+request per partition, the partitions' temporaries in shared memory between
+them.
 
-Modes: ``sync`` (``executeSynchronously_1_3``), ``async``
-(``execute_1_3`` and a callback), ``burst`` (one
-``nnhal.burst.BurstController`` per partition, made at the first burst
-execution and reused by later ones; a 1.2 burst has no deadline or loop
-timeout), ``fenced`` (``executeFenced``, each partition waiting for the
-previous one's sync fence; every output must then have a known shape).
+Modes: ``sync`` (``executeSynchronously``), ``async`` (HIDL ``execute_1_3``
+and a callback; AIDL has no asynchronous execution, the synchronous one runs
+on the event's thread, as Android's runtime does), ``burst`` (one burst per
+partition, made at the first burst execution and reused by later ones: the
+HIDL 1.2 ``nnhal.burst.BurstController``, which has no deadline or loop
+timeout, or the AIDL ``IBurst`` with its memory tokens), ``fenced``
+(``executeFenced``, each partition waiting for the previous one's sync fence;
+every output must then have a known shape).
 Outputs of unknown shape get a buffer that grows when the driver answers
 OUTPUT_INSUFFICIENT_SIZE with the real shape (as Android's runtime).  A
 partition that fails (other than by a missed deadline) is prepared and run
@@ -276,26 +280,21 @@ class Execution:
             outs.append(hal.RequestArgument(location=hal.DataLocation(len(pools) - 1, 0, max(n, 1))))
         return hal.Request(inputs=ins, outputs=outs, pools=pools)
 
-    def _execute(self, step: Step, request: hal.Request, mode: str, deadline: hal.OptionalTimePoint,
-                 loop: hal.OptionalTimeoutDuration, measure: hal.MeasureTiming) -> tuple:
+    def _execute(self, step: Step, request: hal.Request, mode: str, deadline_ns: Optional[int],
+                 loop_ns: Optional[int], measure: bool) -> tuple:
         prepared = step.prepared
         try:
             if mode == "burst":
-                from nnhal.runtime.burst import BurstController
-
                 with step.lock:
                     if step.burst is None:
-                        status, step.burst = BurstController.create(prepared, timeout=EXECUTE_TIMEOUT_S)
+                        status, step.burst = prepared.burst(timeout=EXECUTE_TIMEOUT_S)
                         if status != S.NONE:
+                            step.burst = None
                             return status, [], hal.Timing()
-                return step.burst.execute(request, measure)
+                return step.burst.execute(request, measure, deadline_ns, loop_ns)
             if mode == "async":
-                cb = hal.ExecutionCallback()
-                launch = prepared.execute_1_3(request, measure, deadline, loop, cb)
-                if launch != S.NONE:
-                    return launch, [], hal.Timing()
-                return cb.wait(EXECUTE_TIMEOUT_S)
-            return prepared.executeSynchronously_1_3(request, measure, deadline, loop)
+                return prepared.execute_async(request, measure, deadline_ns, loop_ns, EXECUTE_TIMEOUT_S)
+            return prepared.execute(request, measure, deadline_ns, loop_ns)
         except Exception as e:  # noqa: BLE001 - a device that raises failed this execution
             return S.GENERAL_FAILURE, [], hal.Timing(), f"raised {type(e).__name__}: {e}"
 
@@ -303,14 +302,11 @@ class Execution:
                   deadline_ns: Optional[int], loop_timeout_ns: Optional[int], measure: bool,
                   memories: dict) -> Optional[hal.Timing]:
         comp = self.compilation
-        deadline = hal.OptionalTimePoint(nanosecondsSinceEpoch=deadline_ns)
-        loop = hal.OptionalTimeoutDuration(nanoseconds=loop_timeout_ns)
-        m = hal.MeasureTiming.YES if measure else hal.MeasureTiming.NO
         capacity: dict[int, int] = {}
         fell_back = False
         for _ in range(MAX_GROW + 2):
             request = self._request(step, values, dims, capacity, memories)
-            answer = self._execute(step, request, mode, deadline, loop, m)
+            answer = self._execute(step, request, mode, deadline_ns, loop_timeout_ns, measure)
             status, shapes, timing = answer[0], answer[1], answer[2]
             status = S(status) if status in S._value2member_map_ else S.GENERAL_FAILURE
             if status == S.NONE:
@@ -365,9 +361,6 @@ class Execution:
         for step in comp.steps:
             for i in step.outputs:
                 dims[i] = list(main.operands[i].dimensions)
-        deadline = hal.OptionalTimePoint(nanosecondsSinceEpoch=deadline_ns)
-        loop = hal.OptionalTimeoutDuration(nanoseconds=loop_timeout_ns)
-        m = hal.MeasureTiming.YES if measure else hal.MeasureTiming.NO
         fences: list[hal.Handle] = []
         callbacks = []
         failed: Optional[tuple] = None
@@ -376,8 +369,8 @@ class Execution:
                 request = self._request(step, values, dims, {}, memories)
                 wait_for = fences[-1:]
                 try:
-                    status, sync_fence, cb = step.prepared.executeFenced(request, wait_for, m, deadline, loop,
-                                                                         hal.OptionalTimeoutDuration())
+                    status, sync_fence, cb = step.prepared.execute_fenced(request, wait_for, measure, deadline_ns,
+                                                                          loop_timeout_ns, None)
                 except Exception as e:  # noqa: BLE001
                     status, sync_fence, cb = S.GENERAL_FAILURE, None, None
                     failed = (step, S.GENERAL_FAILURE, f"raised {type(e).__name__}: {e}")
@@ -391,7 +384,7 @@ class Execution:
                 hal_fence.sync_wait(fences[-1], EXECUTE_TIMEOUT_S)
             total, timed = [0, 0], measure
             for step, cb in callbacks:
-                status, launched, _ = cb.getExecutionInfo() if cb is not None else (S.GENERAL_FAILURE, None, None)
+                status, launched, _ = cb() if cb is not None else (S.GENERAL_FAILURE, None, None)
                 if status != S.NONE and failed is None:
                     failed = (step, S(status), "getExecutionInfo")
                 if launched is None or launched.timeOnDevice == hal.UINT64_MAX:

@@ -75,7 +75,12 @@ def _discover() -> dict[str, hal.Extension]:
             d = discovery.get(name)
         except Exception:  # noqa: BLE001 - a device that cannot be had declares nothing
             continue
-        register(name, device_extensions(d.device))
+        try:
+            register(name, d.extensions())
+        except Exception:  # noqa: BLE001 - a device that breaks declares nothing
+            log.exception("%s: getSupportedExtensions raised", name)
+        finally:
+            d.close()
     with _LOCK:
         if _DECLARED is None:
             _DECLARED = {}

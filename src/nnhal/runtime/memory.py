@@ -1,8 +1,9 @@
 """Device memories for the client runtime (NNAPI 1.3's
 ``ANeuralNetworksMemory_createFromDesc``): a buffer allocated by the device
 that runs the partitions using it (``IDevice.allocate`` with the roles of
-the prepared partitions, HAL 1.3), so state can stay on the device between
-executions; filled and read through ``IBuffer.copyFrom`` / ``copyTo``."""
+the prepared partitions, through the compilation's face of that device: HAL
+1.3 or AIDL), so state can stay on the device between executions; filled and
+read through ``IBuffer.copyFrom`` / ``copyTo``."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ class Memory:
         if device is None or operand is None:
             raise MemoryError_("no partition uses these inputs / outputs", S.INVALID_ARGUMENT)
         desc = hal.BufferDesc(dimensions=list(dimensions) if dimensions is not None else [])
-        status, buffer, token = device.device.allocate(desc, prepared, roles[0], roles[1])
+        status, buffer, token = comp.face(device).allocate(desc, prepared, roles[0], roles[1])
         if status != S.NONE or buffer is None:
             raise MemoryError_(f"IDevice.allocate on {device.name} gave {S(status).name}", S(status))
         self.device, self.buffer, self.token, self.operand = device, buffer, token, operand
@@ -73,7 +74,7 @@ class Memory:
         mem = hal_memory.allocate(max(a.nbytes, 1))
         try:
             hal_memory.map(mem)[:a.nbytes] = a.reshape(-1).view(np.uint8)
-            status = self.buffer.copyFrom(mem, list(a.shape))
+            status = self.buffer.copy_from(mem, list(a.shape))
         finally:
             hal_memory.free(mem)
         if status != S.NONE:
@@ -86,7 +87,7 @@ class Memory:
         n = int(np.prod(shape)) * np.dtype(self.dtype).itemsize if shape else np.dtype(self.dtype).itemsize
         mem = hal_memory.allocate(max(n, 1))
         try:
-            status = self.buffer.copyTo(mem)
+            status = self.buffer.copy_to(mem)
             if status != S.NONE:
                 raise MemoryError_(f"IBuffer.copyTo gave {S(status).name}", S(status))
             return np.frombuffer(bytes(hal_memory.map(mem)[:n]), dtype=self.dtype).reshape(shape).copy()

@@ -380,6 +380,8 @@ class Model:
                           relaxComputationFloat32toFloat16=self.relaxed,
                           extensionNameToPrefix=[hal.ExtensionNameAndPrefix(name=n, prefix=p)
                                                  for n, p in sorted(prefixes.items(), key=lambda kv: kv[1])])
-        validate_model(model, [])
+        # NOTE: as the NDK's ModelBuilder: valid as of the runtime's newest feature level (AIDL v4); which
+        # level the model needs decides the devices' face (nnhal.runtime.face.model_version)
+        validate_model(model, [], version=hal.HalVersion.AIDL_V4)
         self._finished = model
         return model

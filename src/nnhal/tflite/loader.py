@@ -1,5 +1,8 @@
 """``.tflite`` -> HAL 1.3 ``Model`` (``types.hal``), as Android's NNAPI delegate
-builds an NNAPI model from a TFLite graph.
+builds an NNAPI model from a TFLite graph; with ``version`` AIDL 2 or 3 the
+operators those versions have an operation for (BATCH_MATMUL, PACK,
+MIRROR_PAD, REVERSE_V2: the table's ``native`` forms) become that operation,
+as the delegate maps them from feature level 6 / 7.
 
 Reads the flatbuffer with the schema module of ``ai-edge-litert`` (object API)
 and maps each operator through :data:`nnhal.tflite.table.MAPPINGS`.  Tensors
@@ -44,10 +47,11 @@ from nnhal import hal
 from nnhal.hal import OperandLifeTime as L
 from nnhal.hal import OperandType as T
 from nnhal.hal import OperationType as Op
+from nnhal.hal.types import HalVersion
 from nnhal.tflite import schema as sch
 from nnhal.tflite import verify as vfy
 from nnhal.tflite.errors import InvalidModelError, ModelError, UnsupportedModelError
-from nnhal.tflite.table import ACTIVATIONS, BY_BUILTIN, PADDING, READ_OPTIONS, REFUSED, Arg, Mapping, arity
+from nnhal.tflite.table import ACTIVATIONS, BY_BUILTIN, PADDING, READ_OPTIONS, REFUSED, Arg, Mapping, Native, arity
 
 __all__ = ["load", "free_model", "IODescription", "TensorDesc", "UnsupportedModelError", "InvalidModelError",
            "ModelError"]
@@ -109,7 +113,8 @@ class IODescription:
 
 def load(path: Union[str, Path, bytes], *, batch: Optional[int] = 1,
          expose_intermediates: bool = False, max_bytes: Optional[int] = None,
-         custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> tuple[hal.Model, IODescription]:
+         custom_ops: Optional[dict[str, tuple[str, int]]] = None,
+         version: HalVersion = HalVersion.V1_3) -> tuple[hal.Model, IODescription]:
     """A HAL 1.3 model and its io description from a .tflite file (or its bytes).
 
     ``batch``: the value given to unknown (-1) dimensions; ``None`` keeps them unknown (0 in the
@@ -123,10 +128,11 @@ def load(path: Union[str, Path, bytes], *, batch: Optional[int] = 1,
     cannot be read.  ``custom_ops``: TFLite custom operators a target device implements as
     extension operations, ``{custom code: (extension name, operation type within the
     extension)}``; each becomes that operation (its inputs and outputs the custom operator's, in
-    order), the model numbering the extensions it uses in ``extensionNameToPrefix``."""
+    order), the model numbering the extensions it uses in ``extensionNameToPrefix``.  ``version``: the
+    interface the model is for (default HAL 1.3; AIDL 2-3 add the native forms of the module doc)."""
     data = bytes(path) if isinstance(path, (bytes, bytearray)) else Path(path).read_bytes()
     checked = vfy.verify(data, max_bytes=max_bytes, batch=batch)
-    shared = _Shared(data, batch, checked)
+    shared = _Shared(data, batch, checked, version)
     shared.custom_ops = dict(custom_ops or {})
     # NOTE: constants from the file may be NaN or huge; what they become is the HAL validation's to judge,
     # without numpy warnings on the way
@@ -200,8 +206,10 @@ class _Shared:
     """What every subgraph's loader shares: the parsed file, the failures, the referenced subgraphs
     (TFLite subgraph index -> position in ``Model.referenced``) and the constant layout."""
 
-    def __init__(self, data: bytes, batch: Optional[int], checked: vfy.Verified):
+    def __init__(self, data: bytes, batch: Optional[int], checked: vfy.Verified,
+                 version: HalVersion = HalVersion.V1_3):
         self.data = data
+        self.version = HalVersion(version)
         self.m = checked.model
         self.max_bytes = checked.max_bytes
         self.folded_bytes = 0
@@ -460,7 +468,7 @@ class _Loader:
     def emit(self, type_: Op, ins: list[int], outs: list[int]) -> None:
         self.ops.append(hal.Operation(type_, list(ins), list(outs)))
         self.io.hal_to_tflite.append(self.cur)
-        self.io.hal_operations[Op(type_).name] += 1
+        self.io.hal_operations[hal.operation_name(type_)] += 1
 
     # ------------------------------------------------------------------ operators
 
@@ -494,7 +502,7 @@ class _Loader:
                 self.map_operator(op, name, code)
             except _Refuse as e:
                 for o in self.ops[n_ops:]:
-                    self.io.hal_operations[Op(o.type).name] -= 1
+                    self.io.hal_operations[hal.operation_name(o.type)] -= 1
                 self.io.hal_operations += collections.Counter()  # NOTE: drops the zero counts
                 del self.ops[n_ops:]
                 del self.io.hal_to_tflite[n_ops:]
@@ -555,6 +563,13 @@ class _Loader:
                     raise _Refuse(f"tensor {k} is per-channel quantized; NNAPI's {mp.builtin} form takes one scale")
         if mp.check:
             getattr(self, "check_" + mp.check)(op, mp)
+        if mp.native is not None:
+            why = self.native_refusal(op, mp.native)
+            if why is None:
+                self.native(op, mp.native)
+                return
+            if not mp.rewrite and mp.hal is None:
+                raise _Refuse(why)
         if mp.rewrite:
             done = getattr(self, "rw_" + mp.rewrite)(op, mp)
             if done:
@@ -562,6 +577,103 @@ class _Loader:
                     self.io.rewrites[mp.rewrite] += 1
                 return
         self.generic(op, mp)
+
+    def native_refusal(self, op: Any, nat: Native) -> Optional[str]:
+        """Why the operator cannot be the AIDL operation ``nat`` here (None: it can)."""
+        v = self.shared.version
+        if v < nat.version:
+            return (f"{nat.op} is an operation of {nat.version.label} (NNAPI feature level "
+                    f"{nat.version.feature_level}), not {v.label}")
+        c = self.tclass(int(op.inputs[0]))
+        if c not in nat.types:
+            return f"NNAPI's {nat.op} is exact for {sorted(nat.types)} inputs, not {c}"
+        if nat.check:
+            try:
+                getattr(self, "check_" + nat.check)(op, None)
+            except _Refuse as e:
+                return str(e)
+        return None
+
+    def native(self, op: Any, nat: Native) -> None:
+        args = list(nat.inputs)
+        ins: list[int] = self.batch_operands(op) if nat.op == "BATCH_MATMUL" else []
+        for a in args[len(ins):]:
+            ins.extend(self.arg(a, op))
+        self.emit(nat.type, ins, [self.out(int(k)) for k in op.outputs])
+
+    def batch_operands(self, op: Any) -> list[int]:
+        """BATCH_MATMUL's two operands: TFLite's broadcasts the batch dimensions, NNAPI's takes equal ones,
+        so an input with fewer or smaller batch dimensions is brought to the broadcast batch shape first (a
+        constant at load, else RESHAPE to the rank and TILE: copies, exact)."""
+        x, y = int(op.inputs[0]), int(op.inputs[1])
+        a, b = self.dims(x), self.dims(y)
+        batch = list(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
+        out = []
+        for k, d in ((x, a), (y, b)):
+            full = batch + d[-2:]
+            if d == full:
+                out.append(self.operand(k))
+                continue
+            t, sc, zp, _ = self.hal_type(k)
+            if self.is_const(k):
+                v = self.array(k)
+                self.shared.reserve(int(np.prod(full)) * v.itemsize, "a broadcast BATCH_MATMUL input")
+                out.append(self.const(np.ascontiguousarray(np.broadcast_to(v.reshape(d), full)), t, sc, zp))
+                continue
+            src = self.operand(k)
+            ranked = [1] * (len(full) - len(d)) + d
+            if ranked != d:
+                r = self.like(k, ranked)
+                self.emit(Op.RESHAPE, [src, self.i32(ranked)], [r])
+                src = r
+            tiled = self.like(k, full)
+            self.emit(Op.TILE, [src, self.i32([f // r for f, r in zip(full, ranked)])], [tiled])
+            out.append(tiled)
+        return out
+
+    def d_pack_axis(self, op: Any, a: Arg) -> list[int]:
+        rank = len(self.shape(int(op.inputs[0])))
+        axis = int(self.option(op, "axis", 0))
+        axis = axis + rank + 1 if axis < 0 else axis
+        if not 0 <= axis <= rank:
+            raise _Refuse(f"PACK axis {axis} of rank-{rank} inputs")
+        return [self.scalar(T.INT32, axis)]
+
+    def d_reverse_axis(self, op: Any, a: Arg) -> list[int]:
+        rank = len(self.shape(int(op.inputs[0])))
+        axis = int(self.const_input(op, 1).reshape(-1)[0])
+        return [self.i32(np.asarray([axis + rank if axis < 0 else axis]))]
+
+    def check_one_axis(self, op: Any, mp: Optional[Mapping]) -> None:
+        rank = len(self.shape(int(op.inputs[0])))
+        axes = {int(a) + rank if int(a) < 0 else int(a) for a in self.const_input(op, 1).reshape(-1)}
+        if len(axes) != 1 or not 0 <= next(iter(axes)) < rank:
+            raise _Refuse(f"NNAPI's REVERSE reverses one axis, not {sorted(axes)} of a rank-{rank} input")
+
+    def check_mirror_pad(self, op: Any, mp: Optional[Mapping]) -> None:
+        dims = self.dims(int(op.inputs[0]))
+        pads = self.const_input(op, 1)
+        if pads.size != 2 * len(dims) or pads.dtype.kind not in "iu":
+            raise _Refuse(f"MIRROR_PAD paddings of shape {list(pads.shape)} for a rank-{len(dims)} input")
+        mode = int(self.option(op, "mode", 0))
+        if mode not in (0, 1):
+            raise _Refuse(f"MIRROR_PAD mode {mode}")
+        for d, (p, q) in zip(dims, pads.reshape(-1, 2).astype(np.int64)):
+            if min(p, q) < 0 or max(p, q) > d - (1 - mode):
+                raise _Refuse(f"MIRROR_PAD of {int(p)}/{int(q)} on an axis of {d} ({('REFLECT', 'SYMMETRIC')[mode]})")
+        self.check_same_quant(op, mp)
+
+    def check_batch_matmul(self, op: Any, mp: Optional[Mapping]) -> None:
+        x, y = int(op.inputs[0]), int(op.inputs[1])
+        if self.tclass(x) != self.tclass(y):
+            raise _Refuse(f"BATCH_MATMUL of {self.tclass(x)} by {self.tclass(y)} (hybrid): NNAPI's takes one type")
+        a, b = self.dims(x), self.dims(y)
+        if not (2 <= len(a) <= 4 and 2 <= len(b) <= 4) or any(d <= 0 for d in a + b):
+            raise _Refuse(f"BATCH_MATMUL of shapes {a} and {b}: NNAPI's takes known ranks 2-4")
+        try:
+            np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
+        except ValueError:
+            raise _Refuse(f"BATCH_MATMUL of shapes {a} and {b}: batch dimensions that do not broadcast") from None
 
     def custom_extension_op(self, op: Any, name: str, extension: str, type_: int) -> None:
         """A custom operator the target device implements as extension operation ``type_`` of
@@ -875,10 +987,15 @@ class _Loader:
         if np.any(self.const_input(op, 2) != 0):
             raise _Refuse("BATCH_TO_SPACE_ND with non-zero crops")
 
-    def check_same_quant(self, op: Any, mp: Mapping) -> None:
+    def check_same_quant(self, op: Any, mp: Optional[Mapping]) -> None:
         a, b = self.hal_type(int(op.inputs[0])), self.hal_type(int(op.outputs[0]))
         if a[1:3] != b[1:3]:
             raise _Refuse("input and output quantization differ")
+
+    def check_all_same_quant(self, op: Any, mp: Optional[Mapping]) -> None:
+        b = self.hal_type(int(op.outputs[0]))
+        if any(self.hal_type(int(k))[1:3] != b[1:3] for k in op.inputs):
+            raise _Refuse("the inputs' and the output's quantization differ")
 
     def check_no_act(self, op: Any, mp: Mapping) -> None:
         if self.act_of(op):
@@ -1350,9 +1467,10 @@ def verify(data: bytes, *, batch: Optional[int] = 1, max_bytes: Optional[int] = 
 
 
 def _subset_shared(data: bytes, batch: Optional[int], checked: Optional[vfy.Verified],
-                   custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> _Shared:
+                   custom_ops: Optional[dict[str, tuple[str, int]]] = None,
+                   version: HalVersion = HalVersion.V1_3) -> _Shared:
     checked = checked if checked is not None else verify(data, batch=batch)
-    shared = _Shared(data, batch, checked)
+    shared = _Shared(data, batch, checked, version)
     shared.custom_ops = dict(custom_ops or {})  # NOTE: as load(): custom operators a target device implements
     for g in checked.order:  # NOTE: the IF / WHILE bodies first, as load does
         shared.map_subgraph(g)
@@ -1361,14 +1479,16 @@ def _subset_shared(data: bytes, batch: Optional[int], checked: Optional[vfy.Veri
 
 def load_operators(data: bytes, operators: list[int], inputs: list[int], outputs: list[int], *,
                    batch: Optional[int] = 1, checked: Optional[vfy.Verified] = None,
-                   custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> tuple[hal.Model, IODescription]:
+                   custom_ops: Optional[dict[str, tuple[str, int]]] = None,
+                   version: HalVersion = HalVersion.V1_3) -> tuple[hal.Model, IODescription]:
     """A HAL model of some of the main subgraph's operators (indexes ``operators``): its inputs are the
     TFLite tensors ``inputs`` (those the operators read; ``io.inputs`` lists the ones they do), its
     outputs the tensors ``outputs`` (written by the operators; one computed at load, e.g. the shape a
     SHAPE gives, is in ``io.folded_outputs`` instead).  ``checked``: :func:`verify`'s result, for many
     calls on one file.  Raises :class:`UnsupportedModelError` naming only the operators of the subset
-    that have no HAL form (or those of a referenced subgraph they need).  ``custom_ops``: as :func:`load`."""
-    shared = _subset_shared(data, batch, checked, custom_ops)
+    that have no HAL form (or those of a referenced subgraph they need).  ``custom_ops``, ``version``: as
+    :func:`load`."""
+    shared = _subset_shared(data, batch, checked, custom_ops, version)
     with np.errstate(all="ignore"):
         sub = _SubsetLoader(shared, set(operators), inputs, outputs)
         sub.run()
@@ -1376,11 +1496,12 @@ def load_operators(data: bytes, operators: list[int], inputs: list[int], outputs
 
 
 def operator_failures(data: bytes, *, batch: Optional[int] = 1, checked: Optional[vfy.Verified] = None,
-                      custom_ops: Optional[dict[str, tuple[str, int]]] = None) -> dict[int, str]:
+                      custom_ops: Optional[dict[str, tuple[str, int]]] = None,
+                      version: HalVersion = HalVersion.V1_3) -> dict[int, str]:
     """Per main-subgraph operator that has no HAL form of its own, the reason (each operator judged
     alone: a tensor an unmapped operator writes is taken as given, so no knock-on refusals).
-    ``custom_ops``: as :func:`load`."""
-    shared = _subset_shared(data, batch, checked, custom_ops)
+    ``custom_ops``, ``version``: as :func:`load`."""
+    shared = _subset_shared(data, batch, checked, custom_ops, version)
     with np.errstate(all="ignore"):
         sub = _SubsetLoader(shared, None, [], [])
         sub.run()

@@ -22,8 +22,13 @@ HAL operations (or a constant); they are exact where the note says so and
 are named in the load report.  Custom operators with an NNAPI form are
 entries under their custom code (MediaPipe's ``Convolution2DTransposeBias``,
 SSD's ``TFLite_Detection_PostProcess``); IF / WHILE map their subgraphs to
-``Model.referenced``.  Everything else is refused per operator (``REFUSED``
-gives the fixed reasons).
+``Model.referenced``.  An entry's ``native`` form is an operation the AIDL
+HAL added (BATCH_MATMUL, PACK of feature level 6, MIRROR_PAD, REVERSE of
+level 7): a model loaded for that interface version or a later one has the
+operator as that one operation (as the NNAPI delegate maps it there), an
+earlier one the entry's rewrite (or the refusal, for BATCH_MATMUL).
+Everything else is refused per operator (``REFUSED`` gives the fixed
+reasons).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nnhal.hal import OperandType, OperationType
+from nnhal.hal.aidl.types import NEW_OPERATIONS
+from nnhal.hal.types import HalVersion
 
 Op = OperationType
 T = OperandType
@@ -95,6 +102,26 @@ NHWC = const(False, OperandType.BOOL)
 
 
 @dataclass(frozen=True)
+class Native:
+    """The AIDL HAL's operation ``op`` (a name of :data:`nnhal.hal.aidl.types.NEW_OPERATIONS`) an operator is
+    from that operation's version on: its HAL ``inputs``, the TFLite element types it is exact for, and the
+    name of an extra loader check (``check_<name>``; it refuses the native form, the rewrite then applies)."""
+
+    op: str
+    inputs: tuple[Arg, ...]
+    types: frozenset
+    check: str = ""
+
+    @property
+    def type(self) -> int:
+        return NEW_OPERATIONS[self.op][0]
+
+    @property
+    def version(self) -> HalVersion:
+        return NEW_OPERATIONS[self.op][1]
+
+
+@dataclass(frozen=True)
 class Mapping:
     """TFLite ``builtin`` -> HAL ``hal``.
 
@@ -115,6 +142,7 @@ class Mapping:
     rewrite: str = ""
     note: str = ""
     type_input: int = 0  # which TFLite input's element type ``types`` constrains
+    native: Optional[Native] = None  # the AIDL operation it is from that operation's version on
 
 
 def _unary(b: str, h: OperationType, types: frozenset = FQ, note: str = "") -> Mapping:
@@ -231,7 +259,9 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("PAD", Op.PAD, (tensor(0), derived("int32_const1")), types=FQ),
     Mapping("PADV2", Op.PAD_V2, (tensor(0), derived("int32_const1"), derived("pad_value")), types=FQ),
     Mapping("MIRROR_PAD", Op.GATHER, types=FQI, rewrite="mirror_pad",
-            note="one GATHER per padded axis with constant indices (REFLECT / SYMMETRIC), exact"),
+            note="one GATHER per padded axis with constant indices (REFLECT / SYMMETRIC), exact; MIRROR_PAD itself "
+                 "from AIDL v3",
+            native=Native("MIRROR_PAD", (tensor(0), derived("int32_const1"), opt("mode")), FQI, "mirror_pad")),
     Mapping("STRIDED_SLICE", Op.STRIDED_SLICE,
             (tensor(0), derived("int32_const1"), derived("int32_const2"), derived("int32_const3"),
              opt("beginMask"), opt("endMask"), opt("shrinkAxisMask")), types=FQI, check="strided_slice"),
@@ -247,7 +277,8 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("BATCH_TO_SPACE_ND", Op.BATCH_TO_SPACE_ND, (tensor(0), derived("int32_const1"), NHWC), types=FQ,
             check="zero_crops"),
     Mapping("PACK", Op.CONCATENATION, types=ANY, rewrite="pack",
-            note="CONCATENATION along the axis, then RESHAPE to the packed shape (exact)"),
+            note="CONCATENATION along the axis, then RESHAPE to the packed shape (exact); PACK itself from AIDL v2",
+            native=Native("PACK", (derived("pack_axis"), derived("all_inputs")), FQI | {F16}, "all_same_quant")),
     Mapping("UNPACK", Op.SPLIT, types=ANY, rewrite="unpack",
             note="SPLIT along the axis, then one RESHAPE per output (exact)"),
     Mapping("SHAPE", None, types=ANY, rewrite="shape",
@@ -339,7 +370,13 @@ MAPPINGS: tuple[Mapping, ...] = (
     Mapping("BROADCAST_TO", Op.TILE, types=FQI, rewrite="broadcast_to",
             note="RESHAPE to the output rank, then TILE (exact)"),
     Mapping("REVERSE_V2", Op.GATHER, types=FQI, rewrite="reverse",
-            note="one GATHER per reversed axis with constant reversed indices (exact)"),
+            note="one GATHER per reversed axis with constant reversed indices (exact); REVERSE itself (one axis) "
+                 "from AIDL v3",
+            native=Native("REVERSE", (tensor(0), derived("reverse_axis")), FQI, "one_axis")),
+    Mapping("BATCH_MATMUL", None, types=frozenset({F32, I8}),
+            note="BATCH_MATMUL itself from AIDL v2 (NNAPI feature level 6); none before",
+            native=Native("BATCH_MATMUL", (tensor(0), tensor(1), opt("adjX", "bool", T.BOOL),
+                                           opt("adjY", "bool", T.BOOL)), frozenset({F32, I8}), "batch_matmul")),
     Mapping("RANGE", None, types=frozenset({I32, F32}), rewrite="range",
             note="constant start / limit / delta: the sequence as a constant (refused otherwise)"),
     Mapping("ADD_N", Op.ADD, types=frozenset({F32, I32}), rewrite="add_n",
@@ -367,7 +404,6 @@ REFUSED: dict[str, str] = {
     "READ_VARIABLE": "resource variables have no NNAPI 1.3 form",
     "ASSIGN_VARIABLE": "resource variables have no NNAPI 1.3 form",
     "CALL_ONCE": "initialisation subgraphs (resource variables) have no NNAPI 1.3 form",
-    "BATCH_MATMUL": "BATCH_MATMUL is NNAPI feature level 6, not HAL 1.3",
     "GELU": "no NNAPI 1.3 operation computes GELU's erf exactly",
     "CUSTOM": "custom operator",
     "FLOOR_DIV": "no NNAPI 1.3 operation divides with flooring",
@@ -408,6 +444,7 @@ OPTIONS: dict[str, str] = {
 READ_OPTIONS: dict[str, str] = {
     **OPTIONS, "IF": "IfOptions", "WHILE": "WhileOptions", "PACK": "PackOptions", "UNPACK": "UnpackOptions",
     "MIRROR_PAD": "MirrorPadOptions", "LEAKY_RELU": "LeakyReluOptions", "RNN": "RNNOptions",
+    "BATCH_MATMUL": "BatchMatMulOptions",
     "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions", "SVDF": "SVDFOptions", "LSTM": "LSTMOptions",
     "BIDIRECTIONAL_SEQUENCE_RNN": "BidirectionalSequenceRNNOptions",
     "BIDIRECTIONAL_SEQUENCE_LSTM": "BidirectionalSequenceLSTMOptions",
@@ -422,12 +459,12 @@ _ARITY: dict[str, tuple[int, int, Optional[int]]] = {
     "SPLIT": (2, 1, None), "TOPK_V2": (2, 2, 2), "HASHTABLE_LOOKUP": (3, 2, 2), "BIDIRECTIONAL_SEQUENCE_RNN": (9, 1, 2),
     "BIDIRECTIONAL_SEQUENCE_LSTM": (48, 1, 2), "SPLIT_V": (3, 1, None), "BROADCAST_TO": (2, 1, 1),
     "REVERSE_V2": (2, 1, 1), "RANGE": (3, 1, 1), "ADD_N": (1, 1, 1), "QUANTIZE": (1, 1, 1), "DEQUANTIZE": (1, 1, 1),
-    "BATCH_TO_SPACE_ND": (3, 1, 1),
+    "BATCH_TO_SPACE_ND": (3, 1, 1), "BATCH_MATMUL": (2, 1, 1),
 }
 # derived HAL inputs: how many TFLite inputs each reads (a trailing digit n: input n)
 _DERIVED_INPUTS = {"bias": 2, "tconv_bias": 3, "depth_multiplier": 2, "all_inputs": 1, "reshape_shape": 1,
                    "squeeze_dims": 1, "axis_scalar": 2, "k_scalar": 2, "split_axis": 2, "pad_value": 3,
-                   "leaky_alpha": 1}
+                   "leaky_alpha": 1, "pack_axis": 1, "reverse_axis": 2}
 
 
 def arity(mp: Mapping) -> tuple[int, int, Optional[int]]:
