@@ -80,7 +80,7 @@ def test_the_runtime_speaks_aidl_at_the_models_level():
         p = c.placement()
         assert p.operations[1].device == "sample-all"
         assert p.operations[1].refused["hidl-only"] == "the model needs AIDL v2; hidl-only is spoken to through HAL 1.3"
-        assert "AIDL v2" in p.operations[1].refused["sample-minimal"]
+        assert "not BATCH_MATMUL" in p.operations[1].refused["sample-minimal"]  # NOTE: the device's own reason
 
 
 @pytest.mark.parametrize("mode", ["sync", "async", "burst", "fenced"])
@@ -140,3 +140,13 @@ def test_the_aidl_burst_names_memories_by_token():
     finally:
         for m in mems:
             free(m)
+
+
+def test_refusals_of_a_later_feature_level_model_come_with_the_devices_reason():
+    """nnhal's reasons query takes a canonical model of any version: a refused BATCH_MATMUL (AIDL v2) says why."""
+    model = add_matmul().finish()
+    status, flags, reasons = open_face("sample-minimal").supported(model)
+    assert status == hal.ErrorStatus.NONE and flags == [True, False]
+    assert reasons[0] == "" and "not BATCH_MATMUL" in reasons[1], reasons
+    status, flags, _ = open_face("sample-minimal", V.V1_3).supported(model)
+    assert status == hal.ErrorStatus.INVALID_ARGUMENT and flags == []  # NOTE: HIDL 1.3 has no BATCH_MATMUL

@@ -232,9 +232,11 @@ class Device(hal.IDevice, hal.INnhalDevice):
     def nnhal_getSupportedOperationsReasons(self, model: Any) -> tuple:
         """Why this driver refuses each main operation of ``model`` ("" where it
         takes it): the backend's reasons (hal.INnhalDevice, nnhal's addition;
-        the HAL answers one bool per operation)."""
+        the HAL answers one bool per operation).  ``model`` is a canonical model of any interface version
+        (validated as of the newest: the question is asked after a face at some version has answered false,
+        so an AIDL v2 model with BATCH_MATMUL gets its reasons too)."""
         try:
-            model13, pools, defs = self._validated(model, HalVersion.V1_3)
+            model13, pools, defs = self._validated(model, max(HalVersion))
         except ValidationError:
             return S.INVALID_ARGUMENT, []
         except Exception:  # noqa: BLE001 - never an exception out of a device method

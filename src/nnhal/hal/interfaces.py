@@ -107,8 +107,10 @@ class INnhalDevice:
     it refuses an operation, which ``getSupportedOperations_1_3`` cannot."""
 
     def nnhal_getSupportedOperationsReasons(self, model: Any) -> tuple:  # (ErrorStatus, list[str])
-        """For a 1.3 ``model``: ``(NONE, reasons)`` with one string per main
-        operation, empty where ``getSupportedOperations_1_3`` answers true,
+        """For a canonical ``model`` (``nnhal.hal``: HIDL 1.3's types, and the
+        operations of the AIDL versions too): ``(NONE, reasons)`` with one string
+        per main operation, empty where the device's ``getSupportedOperations``
+        (of either face) answers true,
         else the driver's reason; ``(INVALID_ARGUMENT, [])`` for an invalid
         model (as ``getSupportedOperations_1_3``)."""
         raise NotImplementedError
