@@ -174,6 +174,12 @@ class Face(ABC):
         """Whether the face has the version-4 config calls."""
         return False
 
+    @abstractmethod
+    def too_new(self, version: str) -> str:
+        """Why a vector model of ``minSupportedVersion`` ``version`` ("V1_2",
+        "AIDL_V2", ...) is not run through this face ("" when it is): as the
+        AIDL VTS skips a model newer than the device's interface version."""
+
     # -- executions
     @abstractmethod
     def request(self, request: hal.Request,
@@ -270,6 +276,11 @@ class HidlFace(Face):
 
     def device_status(self) -> Any:
         return self.device.getStatus()
+
+    def too_new(self, version: str) -> str:
+        if version.startswith("AIDL_"):
+            return f"a model of {version}: HAL 1.3 has none of its operations or operand types"
+        return ""
 
     def supported(self, model: hal.Model, reasons: bool = False) -> tuple[int, list[bool], list[str]]:
         if reasons:
@@ -429,6 +440,11 @@ class AidlFace(Face):
     @property
     def has_config(self) -> bool:
         return self.version >= 4
+
+    def too_new(self, version: str) -> str:
+        if version.startswith("AIDL_V") and version[6:].isdigit() and int(version[6:]) > self.version:
+            return f"device interface version {self.version} is older than the model's {version} (as VTS, skipped)"
+        return ""
 
     def call(self, fn: Callable[..., Any], *args: Any) -> tuple[int, Any]:
         """(NONE, what ``fn`` returns), or (the status, None) of the

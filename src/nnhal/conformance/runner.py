@@ -468,13 +468,6 @@ class Runner:
             for m in model.pools:
                 hal_memory.free(m)
 
-    def execute(self, prepared: Any, request: hal.Request, mode: str, measure: Any,
-                loop_timeout: Optional[int] = None) -> tuple:
-        """(status, shapes, timing) of one execution of a canonical request; a
-        launch status that contradicts the result is GENERAL_FAILURE."""
-        o = self.face.execute(prepared, self.face.request(request), mode, bool(measure), None, loop_timeout)
-        return (o.status if o.consistent else S.GENERAL_FAILURE), o.shapes, o.timing
-
     def close_burst(self) -> None:
         """End the burst of the last prepared model (done after each variant)."""
         self.face.close_bursts()
@@ -489,6 +482,9 @@ class Runner:
             return self._run_variant_logged(vm, variant, dynamic, result)
 
     def _run_variant_logged(self, vm: VectorModel, variant: str, dynamic: bool, result: Any) -> list[CaseResult]:
+        too_new = self.face.too_new(vm.minSupportedVersion)
+        if too_new:
+            return [result(m, "skip", too_new) for m in self.modes]
         try:
             status, prepared, msg = self.prepare(vm, dynamic)
         except Exception as e:  # noqa: BLE001 - a driver that raises is a failing driver
