@@ -90,6 +90,16 @@ def test_the_sections_at_interface_version_3() -> None:
 # sections that catch an AIDL driver breaking a rule
 
 
+class _Delegate:
+    """Answers what it does not define as ``inner`` does."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 class _Device:
     def __init__(self, **overrides: Any):
         self.inner = aidl.get_device("sample-all")
@@ -118,12 +128,10 @@ def _wrapping(wrap_burst: Any = None, wrap_prepared: Any = None) -> _Device:
     return dev
 
 
-class _Prepared:
+class _Prepared(_Delegate):
     def __init__(self, inner: Any, wrap_burst: Any):
-        self.inner, self.wrap_burst = inner, wrap_burst
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+        super().__init__(inner)
+        self.wrap_burst = wrap_burst
 
     def configureExecutionBurst(self) -> Any:
         b = self.inner.configureExecutionBurst()
@@ -131,13 +139,7 @@ class _Prepared:
 
 
 def test_a_burst_accepting_a_bad_token_fails_those_cases() -> None:
-    class Lenient:
-        def __init__(self, inner: Any):
-            self.inner = inner
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
-
+    class Lenient(_Delegate):
         def releaseMemoryResource(self, token: int) -> None:
             if token != -2:
                 self.inner.releaseMemoryResource(token)
@@ -168,13 +170,7 @@ def test_prepare_with_config_is_judged_as_prepare() -> None:
 
 
 def test_an_execution_with_config_accepting_a_bad_request_fails_those_cases() -> None:
-    class Lenient:
-        def __init__(self, inner: Any):
-            self.inner = inner
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
-
+    class Lenient(_Delegate):
         def executeSynchronouslyWithConfig(self, req: Any, config: Any, deadline: int) -> Any:
             try:
                 return self.inner.executeSynchronouslyWithConfig(req, config, deadline)

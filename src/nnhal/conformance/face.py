@@ -128,6 +128,7 @@ class Face(ABC):
 
     def __init__(self, device: Any):
         self.device = device
+        self._burst: tuple[Any, Any] = (None, None)  # (the last prepared model a burst ran, its burst)
 
     # -- the device
     @abstractmethod
@@ -254,10 +255,6 @@ class HidlFace(Face):
     method_suffix = "_1_3"
     burst_takes_tokens = False
     cache_handles_hold_fds = True
-
-    def __init__(self, device: Any):
-        super().__init__(device)
-        self._burst: tuple[Any, Any] = (None, None)  # (prepared model, its BurstController)
 
     def capabilities(self) -> tuple[int, hal.Capabilities]:
         return self.device.getCapabilities_1_3()
@@ -435,7 +432,6 @@ class AidlFace(Face):
         self.version = int(device.getInterfaceVersion())
         self.modes = AIDL_MODES if self.has_config else AIDL_MODES[:3]
         self.all_modes = (*self.modes, *AIDL_CONFIG_MODES) if self.has_config else self.modes
-        self._burst: tuple[Any, Any] = (None, None)  # (prepared model, its IBurst)
 
     @property
     def has_config(self) -> bool:
