@@ -55,6 +55,16 @@ def test_a_sample_passes_in_every_executor(face: AidlFace) -> None:
     assert len(results) > 800
 
 
+def test_the_aidl_vectors_pass_in_every_executor(face: AidlFace) -> None:
+    """The operations and operand types of AIDL versions 2 and 3, through the face that can carry them."""
+    files = sorted(AIDL_ROOT.rglob("*.json.gz"))
+    assert len(files) >= 4, AIDL_ROOT
+    runner = Runner(face, face.all_modes)
+    results = [r for f in files for vm in vectors.load_file(f) for r in runner.run_model(vm)]
+    assert not _bad(results), "\n".join(_bad(results)[:20])
+    assert {r.model.split("_")[0] for r in results} >= {"batch", "pack", "reshape", "rsqrt"} and len(results) > 700
+
+
 @pytest.mark.parametrize("memory", ["device", "hardware_buffer_blob", "mmap_fd"])
 def test_every_request_memory(face: AidlFace, memory: str) -> None:
     """Driver-allocated buffers go through the IBurst too (memory identifier token -1), as the AIDL VTS runs them."""

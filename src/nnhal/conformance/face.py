@@ -176,10 +176,10 @@ class Face(ABC):
         return False
 
     @abstractmethod
-    def too_new(self, version: str) -> str:
-        """Why a vector model of ``minSupportedVersion`` ``version`` ("V1_2",
-        "AIDL_V2", ...) is not run through this face ("" when it is): as the
-        AIDL VTS skips a model newer than the device's interface version."""
+    def too_new(self, version: Optional[hal.HalVersion]) -> str:
+        """Why a vector model needing interface ``version`` (``VectorModel.version``;
+        None: unknown) is not run through this face ("" when it is): as the AIDL
+        VTS skips a model newer than the device's interface version."""
 
     # -- executions
     @abstractmethod
@@ -274,9 +274,9 @@ class HidlFace(Face):
     def device_status(self) -> Any:
         return self.device.getStatus()
 
-    def too_new(self, version: str) -> str:
-        if version.startswith("AIDL_"):
-            return f"a model of {version}: HAL 1.3 has none of its operations or operand types"
+    def too_new(self, version: Optional[hal.HalVersion]) -> str:
+        if version is not None and version > hal.HalVersion.V1_3:
+            return f"a model of {version.name}: HAL 1.3 has none of its operations or operand types"
         return ""
 
     def supported(self, model: hal.Model, reasons: bool = False) -> tuple[int, list[bool], list[str]]:
@@ -437,9 +437,10 @@ class AidlFace(Face):
     def has_config(self) -> bool:
         return self.version >= 4
 
-    def too_new(self, version: str) -> str:
-        if version.startswith("AIDL_V") and version[6:].isdigit() and int(version[6:]) > self.version:
-            return f"device interface version {self.version} is older than the model's {version} (as VTS, skipped)"
+    def too_new(self, version: Optional[hal.HalVersion]) -> str:
+        if version is not None and version > hal.HalVersion.AIDL_V1 + self.version - 1:
+            return f"device interface version {self.version} is older than the model's {version.name} (as VTS, " \
+                   f"skipped)"
         return ""
 
     def call(self, fn: Callable[..., Any], *args: Any) -> tuple[int, Any]:

@@ -482,7 +482,7 @@ class Runner:
             return self._run_variant_logged(vm, variant, dynamic, result)
 
     def _run_variant_logged(self, vm: VectorModel, variant: str, dynamic: bool, result: Any) -> list[CaseResult]:
-        too_new = self.face.too_new(vm.minSupportedVersion)
+        too_new = self.face.too_new(vm.version)
         if too_new:
             return [result(m, "skip", too_new) for m in self.modes]
         try:

@@ -119,7 +119,7 @@ def run_unit(config: Config, unit: Unit) -> list[Case]:
             return [_failure(unit, None, f"{type(e).__name__}: {e}")]
     out: list[Case] = []
     for vm in unit.models:
-        too_new = device.too_new(vm.minSupportedVersion)
+        too_new = device.too_new(vm.version)
         if too_new:  # NOTE: as the AIDL VTS's SkipIfDriverOlderThanTestModel (and a 1.3 device has no AIDL model)
             out.append(Case(unit.section, unit.section, f"{vm.spec}/{vm.name}", "", "", "unsupported", "unsupported",
                             too_new))
