@@ -16,7 +16,7 @@ import pytest
 
 from nnhal import hal, memory
 from nnhal.driver import Device
-from nnhal.driver.pool_cache import PoolCache
+from nnhal.driver.pool_cache import PoolCache, cache_key
 from nnhal.drivers.sample import sample_device
 from nnhal.tools import ipcbench
 from tests.driver_util import float_output, ipc_pools, sync_status
@@ -253,3 +253,34 @@ def test_a_number_that_named_an_unsealed_file_is_kept_once_it_names_a_sealed_one
         assert _run(add_pm, pools.request) == S.NONE
         pools.check()
     assert len(device.pool_cache) == 2
+
+
+def test_a_memory_freed_inside_the_cache_by_the_garbage_collector() -> None:
+    """A finalizer the GC runs at an allocation while this thread is inside the cache's lock (a dropped AIDL
+    burst or reusable execution freeing the memories it kept) frees a memory the cache keeps: the cache
+    forgets it without waiting for its own lock (it used to deadlock: the AIDL conformance run hung)."""
+    import collections
+    import threading
+
+    cache = PoolCache()
+    kept, victim = memory.allocate(4096), memory.allocate(4096)
+    assert cache.lease(kept, False) is not None and cache.lease(victim, False) is not None
+
+    class FreeingOnce(collections.OrderedDict):
+        # NOTE: white-box: the lookup the locked fast path makes stands for "the GC ran a finalizer here"
+        def get(self, key: Any, default: Any = None) -> Any:
+            if victim.handle.fds:
+                memory.free(victim)
+            return super().get(key, default)
+
+    cache._lru = FreeingOnce(cache._lru)
+    views: list = []
+    t = threading.Thread(target=lambda: views.extend(cache.kept_views((cache_key(kept, False),))), daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "the cache waited for its own lock"  # NOTE: (then freeing kept would wait too)
+    try:
+        assert views and views[0] is not None and len(cache) == 1  # NOTE: the freed memory forgotten
+    finally:
+        views.clear()
+        memory.free(kept)

@@ -86,7 +86,7 @@ def test_jobs_give_the_cases_of_one_process(tmp_path: Path, vectors_dir: Path) -
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--hal", "aidl"], "not available"),
+    (["--hal", "aidl", "--device", "no-such"], "no device named 'no-such'"),
     (["--section", "modle"], "did you mean model"),
     (["--device", "no-such"], "no device named 'no-such'"),
     (["--ops", "ADDD"], "no operation named ADDD"),

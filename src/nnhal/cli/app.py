@@ -29,6 +29,16 @@ def _device(name: str):  # noqa: ANN202
         raise UserError(str(e)) from None
 
 
+def _face(name: str, hal: str):  # noqa: ANN202
+    """The face ``hal`` of the device ``name`` (nnhal.conformance.face), or one line for the user."""
+    from nnhal.conformance.vts.device import DeviceNotFound, open_face
+
+    try:
+        return open_face(name, hal)
+    except DeviceNotFound as e:
+        raise UserError(str(e)) from None
+
+
 def _device_info(name: str, kind: str, verbose: bool) -> dict:
     from nnhal import hal
 
@@ -119,7 +129,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         raise UserError(command.missing_vectors_message(env))
     args.default_vectors = _default_vectors()
     try:
-        return command.run(args, _device, nnhal.__version__)
+        return command.run(args, lambda name: _face(name, args.hal), nnhal.__version__)
     except command.UserError as e:
         raise UserError(str(e)) from None
 
@@ -300,8 +310,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ops", action="append", help="only models whose operations are all in this "
                                                   "comma-separated list (repeatable)")
     s.add_argument("--model", default="", help="only models whose name contains this")
-    s.add_argument("--mode", choices=["sync", "async", "burst", "fenced", "all"], default="all",
-                   help="executor: executeSynchronously_1_3, execute_1_3, a burst, executeFenced, or all four")
+    s.add_argument("--mode", choices=["sync", "async", "burst", "fenced", "reusable", "reusable-fenced",
+                                      "sync-config", "burst-config", "fenced-config", "all"], default="all",
+                   help="executor: HAL 1.3: executeSynchronously_1_3, execute_1_3, a burst, executeFenced; AIDL: "
+                        "executeSynchronously, an IBurst, executeFenced, a reusable IExecution run synchronously "
+                        "or fenced, the version-4 *WithConfig calls; all: every one of the face (AIDL: but the "
+                        "*-config ones)")
+    s.add_argument("--hal", choices=["hidl", "aidl"], default="hidl",
+                   help="the interface to judge the device through (hidl: HAL 1.3; aidl: the stable AIDL "
+                        "android.hardware.neuralnetworks, which also runs the AIDL vectors)")
     s.add_argument("--skip-variant", action="append", choices=["dynamic", "signed"],
                    help="leave out the dynamic-shape or the quant8-signed variant of the models (repeatable)")
     s.add_argument("--device", default="sample-all", help="the device to test: an in-process driver or a running "

@@ -70,7 +70,8 @@ def check_operations(names: set[str]) -> None:
 
 def vector_paths(args: argparse.Namespace) -> list[str]:
     """The vector files or folders a command was given (each must exist), else the default folder (which
-    must be one): a mistake is one line (UserError).  ``nnhal conformance`` and ``nnhal vts`` share it."""
+    must be one; through the AIDL face, with the AIDL vectors' folder when there is one): a mistake is one line
+    (UserError).  ``nnhal conformance`` and ``nnhal vts`` share it."""
     if args.paths:
         for p in args.paths:
             if not Path(p).exists():
@@ -78,7 +79,8 @@ def vector_paths(args: argparse.Namespace) -> list[str]:
         return list(args.paths)
     if not Path(args.default_vectors).is_dir():
         raise UserError(missing_vectors_message(args.default_vectors))
-    return [args.default_vectors]
+    aidl_vectors = vectors.default_aidl_vectors() if getattr(args, "hal", "hidl") == "aidl" else None
+    return [args.default_vectors, *([aidl_vectors] if aidl_vectors and Path(aidl_vectors).is_dir() else [])]
 
 
 def missing_vectors_message(path: str) -> str:
@@ -143,29 +145,38 @@ class Progress:
             self._rich = None
 
 
-def run(args: argparse.Namespace, open_device: Callable[[str], Any], version: str) -> int:
-    """The command; ``open_device(name)`` gives the device (or raises UserError)."""
+def run(args: argparse.Namespace, open_face: Callable[[str], Any], version: str) -> int:
+    """The command; ``open_face(name)`` gives the device's face of ``args.hal`` (or raises UserError)."""
     for flag, what in (("json", "--json"), ("html", "--html"), ("junit_xml", "--junit-xml")):
         check_writable(getattr(args, flag, None), what)
     ops = None
     if args.ops:
         ops = {o.strip().upper() for o in ",".join(args.ops).split(",") if o.strip()}
         check_operations(ops)
-    paths = vector_paths(args)
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     if jobs < 1:
         raise UserError(f"--jobs {jobs}: give 1 or more worker processes")
     devices = getattr(args, "devices", None) or []
     if isinstance(devices, str):
         devices = [d.strip() for d in devices.split(",") if d.strip()]
-    # NOTE: an unknown device is refused before the vectors load
-    device = open_device(args.device) if not devices else None
+    if devices and args.hal != "hidl":
+        raise UserError(f"--devices runs through the client runtime, which speaks HAL 1.3: not with --hal {args.hal}")
+    if devices and args.mode not in ("all", *MODES):
+        raise UserError(f"--mode {args.mode}: the client runtime runs {', '.join(MODES)}")
+    paths = vector_paths(args)
+    # NOTE: an unknown device (or executor it has not) is refused before the vectors load
+    face = open_face(args.device) if not devices else None
     for name in devices:
-        close = getattr(open_device(name), "close", None)
-        if close is not None:
-            close()
-    settings = rep.Settings(device=f"{', '.join(devices)} (client runtime)" if devices else args.device, modes=list(MODES if args.mode == "all" else (args.mode,)),
-                            variants=[v for v in VARIANTS if v not in (args.skip_variant or [])],
+        open_face(name).close()
+    modes = list(MODES) if face is None else list(face.modes)
+    if args.mode != "all":
+        if face is not None and args.mode not in face.all_modes:
+            face.close()
+            raise UserError(f"--mode {args.mode}: the {face.name} face has no such executor (it has "
+                            f"{', '.join(face.all_modes)})")
+        modes = [args.mode]
+    settings = rep.Settings(device=f"{', '.join(devices)} (client runtime)" if devices else args.device, hal=args.hal,
+                            modes=modes, variants=[v for v in VARIANTS if v not in (args.skip_variant or [])],
                             memory=args.memory, paths=[str(Path(p).resolve()) for p in paths], version=version,
                             jobs=jobs, **rep.run_metadata())
 
@@ -205,15 +216,14 @@ def run(args: argparse.Namespace, open_device: Callable[[str], Any], version: st
 
     try:
         if jobs == 1 or len(found) <= 1:
-            runner = make_runner(device, settings.modes, settings.variants, args.memory, devices)
+            runner = make_runner(face, settings.modes, settings.variants, args.memory, devices)
             for k, (_, _, vm) in enumerate(found):
                 done(k, runner.run_model(vm))
         else:
-            close = getattr(device, "close", None)
-            if close is not None:  # NOTE: each worker opens its own device / connection
-                close()
+            if face is not None:  # NOTE: each worker opens its own device / connection
+                face.close()
             level = getattr(args, "log_level", 50)
-            config = WorkerConfig(args.device, settings.modes, settings.variants, args.memory, level,
+            config = WorkerConfig(args.device, settings.modes, settings.variants, args.memory, level, args.hal,
                                   {"devices": devices} if devices else {})
             run_parallel([(str(f), i) for f, i, _ in found], config, jobs, done, died)
     except KeyboardInterrupt:

@@ -1,9 +1,10 @@
-"""``nnhal vts``: every VTS 1.3 functional section against one device, here,
-in ``--jobs N`` local worker processes or on a Ray cluster (``--cluster``).
+"""``nnhal vts``: every functional section of the VTS of one interface
+(``--hal hidl``: VTS 1.3; ``--hal aidl``: the AIDL VTS, versions 1-4)
+against one device, here, in ``--jobs N`` local worker processes or on a
+Ray cluster (``--cluster``).
 
 Mistakes (an unknown device, section, operation or model, a report path
-that cannot be written, ``--hal aidl``) raise :class:`UserError` before
-anything runs.  Ctrl-C stops the run (worker processes ended, cluster tasks
+that cannot be written) raise :class:`UserError` before anything runs.  Ctrl-C stops the run (worker processes ended, cluster tasks
 cancelled) and reports the units that ended (exit status 130).  Otherwise
 the exit status is 0 exactly when every case passed.
 """
@@ -62,8 +63,6 @@ def _models(args: argparse.Namespace, ops: Optional[set[str]]) -> tuple[list[Any
 
 
 def run(args: argparse.Namespace, version: str) -> int:
-    if args.hal == "aidl":
-        raise UserError("--hal aidl: not available (there is no AIDL binding yet)")
     for flag, what in (("json", "--json"), ("html", "--html"), ("junit_xml", "--junit-xml")):
         check_writable(getattr(args, flag, None), what)
     if args.sample is not None and args.sample < 0:
@@ -76,14 +75,14 @@ def run(args: argparse.Namespace, version: str) -> int:
     if args.ops:
         ops = {o.strip().upper() for o in ",".join(args.ops).split(",") if o.strip()}
         check_operations(ops)
-    from nnhal.conformance.vts.device import DeviceNotFound, close_device, open_device
+    from nnhal.conformance.vts.device import DeviceNotFound, open_face
 
-    try:  # NOTE: an unknown device is refused before anything loads
-        close_device(open_device(args.device))
+    try:  # NOTE: an unknown device (or one without the face asked for) is refused before anything loads
+        open_face(args.device, args.hal).close()
     except DeviceNotFound as e:
         raise UserError(str(e)) from None
     models, paths = _models(args, ops) if any(s in PER_MODEL for s in sections) else ([], [])
-    config = Config(args.device, args.sample, getattr(args, "log_level", 60))
+    config = Config(args.device, args.sample, getattr(args, "log_level", 60), args.hal)
     workers = 1 if args.cluster else jobs
     units = plan(sections, models, batch_size(len(models), 8 if args.cluster else workers))
     settings = rep.Settings(device=args.device, hal=args.hal, sections=sections, sample=args.sample,

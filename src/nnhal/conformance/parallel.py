@@ -42,6 +42,7 @@ class WorkerConfig:
     variants: list[str]
     memory: str
     log_level: int = 50
+    hal: str = "hidl"  # the face the device is judged through (nnhal.conformance.face)
     extra: dict[str, Any] = field(default_factory=dict)  # options other runners may add (e.g. a device list)
 
 
@@ -74,8 +75,9 @@ def _read(f: BinaryIO) -> Optional[bytes]:
 
 def make_runner(device: Any, modes: Sequence[str], variants: Sequence[str], memory: str,
                 devices: Sequence[str] = ()) -> Any:
-    """The runner of a run: the HAL runner on ``device``, or with ``devices``
-    (``--devices A,B``) the client runtime's runner over those devices."""
+    """The runner of a run: the HAL runner on ``device`` (a device or one of
+    its faces), or with ``devices`` (``--devices A,B``) the client runtime's
+    runner over those devices."""
     if devices:
         from nnhal.conformance.runtime_runner import RuntimeRunner
 
@@ -85,12 +87,12 @@ def make_runner(device: Any, modes: Sequence[str], variants: Sequence[str], memo
     return Runner(device, tuple(modes), tuple(variants), memory)
 
 
-def open_device(name: str) -> Any:
-    """The device ``name``: an in-process driver (a plugin or ``module:Class`` too), else a connection to the
-    service of that name (``nnhal.open_device``)."""
-    import nnhal
+def open_device(name: str, hal: str = "hidl") -> Any:
+    """The face ``hal`` of the device ``name``: an in-process driver (a plugin or ``module:Class`` too), else a
+    connection to the service of that name."""
+    from nnhal.conformance.vts.device import open_face
 
-    return nnhal.open_device(name)
+    return open_face(name, hal)
 
 
 # --------------------------------------------------------------------------
@@ -201,7 +203,7 @@ def _worker_main() -> int:
     config = msgspec.msgpack.decode(raw, type=WorkerConfig)
     logs.install(config.log_level)
     devices = list(config.extra.get("devices", []))
-    runner = make_runner(None if devices else open_device(config.device), config.modes, config.variants,
+    runner = make_runner(None if devices else open_device(config.device, config.hal), config.modes, config.variants,
                          config.memory, devices)
     loaded: tuple[str, list] = ("", [])
     encoder = msgspec.msgpack.Encoder()

@@ -29,6 +29,7 @@ STATUSES = ("pass", "fail", "unsupported", "skip")
 class Settings:
     """What the run was asked to do (echoed by every report)."""
     device: str = "sample-all"
+    hal: str = "hidl"  # the interface the device was judged through (hidl: HAL 1.3; aidl: the stable AIDL)
     modes: list[str] = field(default_factory=list)
     variants: list[str] = field(default_factory=list)
     memory: str = "ashmem"
@@ -42,7 +43,7 @@ class Settings:
     command: str = ""  # the command line
 
     def lines(self) -> list[tuple[str, str]]:
-        out = [("nnhal", self.version), ("device", self.device), ("modes", ", ".join(self.modes)),
+        out = [("nnhal", self.version), ("device", self.device), ("hal", self.hal), ("modes", ", ".join(self.modes)),
                ("variants", ", ".join(self.variants)), ("memory", self.memory),
                ("vectors", ", ".join(self.paths)), ("jobs", str(self.jobs))]
         out += [(k, v) for k, v in (("started", self.started), ("host", self.host), ("command", self.command)) if v]

@@ -1,21 +1,25 @@
 """The conformance runner: prepares and runs the vector models on any
-``IDevice`` through the public HAL API, the way Android's
-``GeneratedTestHarness`` does, and judges the results.
+device through the public HAL API of one of its faces
+(:mod:`nnhal.conformance.face`: HAL 1.3, or the stable AIDL), the way
+Android's ``GeneratedTestHarness`` of that interface does, and judges the
+results.  One runner for both faces: what differs (preparing, executing in
+each executor, reading an error status) is the face's.
+
+Executors (``modes``; the face's, see :mod:`nnhal.conformance.face`): HIDL
+``sync``, ``async``, ``burst``, ``fenced``; AIDL ``sync``, ``burst``,
+``fenced``, ``reusable``, ``reusable-fenced`` (version 4: run twice on the
+same ``IExecution``, as VTS does), and the version-4 ``*-config`` calls.
+Timing NO and YES are asked alternately.  The 1.2 burst has no loop
+timeout, so the infinite loop ends by the default 2 s one there (VTS does
+not run that test through the HIDL burst).  Fenced execution needs fully
+specified, non-zero sized outputs: for a zero-sized output and in the
+dynamic variant the driver must answer INVALID_ARGUMENT
+(GeneratedTestHarness.cpp).
 
 Variants per model (VTS.md section 3):
-  * ``sync`` / ``async``: executeSynchronously_1_3 / execute_1_3 + callback,
-    with timing NO and YES alternately checked;
-  * ``burst``: through ``nnhal.burst.BurstController`` (one burst per
-    prepared model, its memories cached across executions); the 1.2 burst
-    has no loop timeout, so the infinite loop ends by the default 2 s one
-    (VTS does not run that test through the burst);
-  * ``fenced``: executeFenced without fences, then again waiting for the
-    first one's sync fence, as VTS; status and timing from
-    ``getExecutionInfo``.  Fenced execution needs fully specified, non-zero
-    sized outputs: for a zero-sized output and in the dynamic variant the
-    driver must answer INVALID_ARGUMENT (GeneratedTestHarness.cpp);
   * ``dynamic``: output dimensions set to 0 (rank kept); the driver must
-    return NONE and the real shapes; then output 0 one byte short must give
+    return NONE and the real shapes; then output 0 one byte short (the AIDL
+    request gives that byte to its padding, as VTS) must give
     OUTPUT_INSUFFICIENT_SIZE with ``isSufficient`` false for output 0 only;
   * ``signed``: models with TENSOR_QUANT8_ASYMM operands converted to
     QUANT8_ASYMM_SIGNED (zeroPoint - 128, data - 128).
@@ -25,7 +29,9 @@ or ``device``: every input and output in its own driver-allocated buffer, as
 VTS's memory-domain runs (:class:`DevicePools`).  With device memory the
 dynamic variant checks that buffers of unknown shape take the real output
 shapes; its one-byte-short check does not apply (a device buffer has no
-length to shorten).
+length to shorten).  The pools are laid out as the face's VTS does: HIDL
+arguments 4-byte aligned; AIDL 64-byte aligned, each padded to 64 bytes
+(``nn::kDefaultRequestMemoryAlignment`` / ``Padding``).
 """
 
 from __future__ import annotations
@@ -37,21 +43,19 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-import nnhal
 from nnhal import hal
 from nnhal.conformance import logs
 from nnhal.conformance.compare import compare
+from nnhal.conformance.face import FENCED_MODES, HIDL_MODES, REUSABLE_MODES, Face, Outcome, as_face
 from nnhal.conformance.vectors import VectorModel, VectorOperand
 from nnhal.platform import memory as hal_memory
 
 S = hal.ErrorStatus
 T = hal.OperandType
 
-MODES = ("sync", "async", "burst", "fenced")  # NOTE: VTS runs all four executors
+MODES = HIDL_MODES  # NOTE: VTS 1.3 runs all four executors
 BASIC_MODES = ("sync", "async")
 VARIANTS = ("plain", "dynamic", "signed")
-PREPARE_TIMEOUT_S = 120.0
-EXECUTE_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -162,27 +166,32 @@ def dynamic_eligible(vm: VectorModel) -> bool:
 
 class RequestPools:
     """The request layout of Android's test harness: pool 0 holds the inputs,
-    pool 1 the outputs, each at a 4-byte-aligned offset with its exact
-    length; an input without data is ``hasNoValue``; a zero-sized output gets
+    pool 1 the outputs, each at an ``align``-byte aligned offset with its
+    exact length; an input without data is ``hasNoValue``; a zero-sized output gets
     a 1-byte buffer (the caller's ``out_sizes``).  ``kind`` is the shared-memory kind of both pools
     (``"mmap_fd"`` pools start ``offset`` bytes into their file); ``out_dims``
-    optionally gives each output's dimensions in the request."""
+    optionally gives each output's dimensions in the request.  ``paddings``
+    (inputs, outputs): the bytes after each argument up to the next aligned
+    offset, which an AIDL request names (``DataLocation.padding``)."""
 
     def __init__(self, inputs: Sequence[Optional[np.ndarray]], out_sizes: Sequence[int], kind: str = "ashmem",
-                 offset: int = 0, out_dims: Optional[Sequence[Sequence[int]]] = None):
+                 offset: int = 0, out_dims: Optional[Sequence[Sequence[int]]] = None, align: int = 4):
         self.kind, self.offset = kind, offset
         self.in_args: list[hal.RequestArgument] = []
+        in_pads: list[int] = []
         off = 0
         layout = []
         for v in inputs:
             if v is None:
                 self.in_args.append(hal.RequestArgument(hasNoValue=True))
+                in_pads.append(0)
                 layout.append(None)
                 continue
             n = v.nbytes
             layout.append((off, n))
             self.in_args.append(hal.RequestArgument(location=hal.DataLocation(0, off, n)))
-            off = (off + n + 3) // 4 * 4
+            in_pads.append(_aligned(n, align) - n)
+            off = _aligned(off + n, align)
         self.in_mem = self._alloc(max(off, 4))
         view = hal_memory.map(self.in_mem)
         for v, lo in zip(inputs, layout):
@@ -191,13 +200,16 @@ class RequestPools:
         view.release()
         self.out_args: list[hal.RequestArgument] = []
         self.out_layout: list[tuple[int, int]] = []
+        out_pads: list[int] = []
         off = 0
         for k, n in enumerate(out_sizes):
             dims = list(out_dims[k]) if out_dims else []
             self.out_args.append(hal.RequestArgument(location=hal.DataLocation(1, off, n), dimensions=dims))
             self.out_layout.append((off, n))
-            off = (off + n + 3) // 4 * 4
+            out_pads.append(_aligned(n, align) - n)
+            off = _aligned(off + n, align)
         self.out_mem = self._alloc(max(off, 4))
+        self.paddings = (in_pads, out_pads)
 
     def _alloc(self, size: int) -> hal.Memory:
         if self.kind == "mmap_fd" and self.offset:
@@ -207,6 +219,19 @@ class RequestPools:
     def request(self) -> hal.Request:
         return hal.Request(inputs=self.in_args, outputs=self.out_args,
                            pools=[hal.MemoryPool(hidlMemory=self.in_mem), hal.MemoryPool(hidlMemory=self.out_mem)])
+
+    def shorten(self, k: int) -> None:
+        """Output ``k`` one byte short, its padding one byte longer (VTS's makeOutputInsufficientSize)."""
+        loc = self.out_args[k].location
+        self.out_args[k] = hal.RequestArgument(location=hal.DataLocation(loc.poolIndex, loc.offset, loc.length - 1),
+                                               dimensions=list(self.out_args[k].dimensions))
+        self.paddings[1][k] += 1
+
+    def clear_outputs(self) -> None:
+        """Zeroes the output pool (so a second run of an execution must write its outputs again)."""
+        view = hal_memory.map(self.out_mem)
+        view[:] = bytes(len(view))
+        view.release()
 
     def output(self, k: int, dtype: Any, shape: Sequence[int]) -> np.ndarray:
         """Output ``k`` read back as ``dtype`` of ``shape``."""
@@ -234,11 +259,15 @@ class RequestPools:
         self.close()
 
 
+def _aligned(n: int, align: int) -> int:
+    return (n + align - 1) // align * align
+
+
 class DevicePools:
     """The request layout of VTS's memory-domain runs (GeneratedTestHarness,
     MemoryType::DEVICE): pools 0 and 1 are shared memory (inputs, outputs),
     then one driver-managed buffer per input and per output, each allocated
-    with ``IDevice.allocate`` (an empty descriptor and the one role, frequency
+    with the face's ``allocate`` (an empty descriptor and the one role, frequency
     1.0); inputs are loaded with ``IBuffer.copyFrom`` and outputs read back
     with ``IBuffer.copyTo``.  As in VTS, an argument whose allocation fails
     (GENERAL_FAILURE) and an omitted input fall back to shared memory; a
@@ -248,7 +277,9 @@ class DevicePools:
 
     BEGIN = 2
 
-    def __init__(self, device: Any, prepared: Any, inputs: Sequence[Optional[np.ndarray]], out_sizes: Sequence[int]):
+    def __init__(self, face: Face, prepared: Any, inputs: Sequence[Optional[np.ndarray]], out_sizes: Sequence[int],
+                 align: int = 4):
+        self.face = face
         self.error = ""
         self.buffers: list[Any] = []
         tokens: list[int] = []
@@ -256,25 +287,27 @@ class DevicePools:
         out_dev: dict[int, tuple[Any, int]] = {}
         for k, v in enumerate(inputs):
             if v is not None and v.nbytes and not self.error:
-                got = self._allocate(device, prepared, k, hal.BufferRole(0, k, 1.0), True)
+                got = self._allocate(prepared, k, hal.BufferRole(0, k, 1.0), True)
                 if got is not None:
                     in_dev[k] = got
                     self._load(got[0], v, k)
         for k in range(len(out_sizes)):
             if not self.error:
-                got = self._allocate(device, prepared, k, hal.BufferRole(0, k, 1.0), False)
+                got = self._allocate(prepared, k, hal.BufferRole(0, k, 1.0), False)
                 if got is not None:
                     out_dev[k] = got
         # NOTE: the shared pools hold what is not in device memory, at the offsets VTS uses
         self.shared = RequestPools([None if k in in_dev else v for k, v in enumerate(inputs)],
-                                   [1 if k in out_dev else n for k, n in enumerate(out_sizes)])
+                                   [1 if k in out_dev else n for k, n in enumerate(out_sizes)], align=align)
         self.in_args = list(self.shared.in_args)
         self.out_args = list(self.shared.out_args)
+        self.paddings = self.shared.paddings
         self.pools = [hal.MemoryPool(hidlMemory=self.shared.in_mem), hal.MemoryPool(hidlMemory=self.shared.out_mem)]
         self.out_buffers: dict[int, Any] = {}
-        for args, dev in ((self.in_args, in_dev), (self.out_args, out_dev)):
+        for args, dev, pads in ((self.in_args, in_dev, self.paddings[0]), (self.out_args, out_dev, self.paddings[1])):
             for k, (buf, token) in dev.items():
                 args[k] = hal.RequestArgument(location=hal.DataLocation(self.BEGIN + len(tokens), 0, 0))
+                pads[k] = 0
                 tokens.append(token)
                 if dev is out_dev:
                     self.out_buffers[k] = buf
@@ -285,9 +318,9 @@ class DevicePools:
         """How many arguments are in device memory."""
         return len(self.pools) - self.BEGIN
 
-    def _allocate(self, device: Any, prepared: Any, k: int, role: hal.BufferRole, is_input: bool) -> Any:
+    def _allocate(self, prepared: Any, k: int, role: hal.BufferRole, is_input: bool) -> Any:
         ins, outs = ([role], []) if is_input else ([], [role])
-        status, buf, token = device.allocate(hal.BufferDesc(), [prepared], ins, outs)
+        status, buf, token = self.face.allocate([], [prepared], ins, outs)
         what = f"allocate for {'input' if is_input else 'output'} {k}"
         if status == S.NONE:
             if buf is None or not isinstance(token, int) or token <= 0:
@@ -306,7 +339,7 @@ class DevicePools:
             view = hal_memory.map(tmp)
             view[:] = np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes()
             view.release()
-            status = buf.copyFrom(tmp, [])
+            status = self.face.copy_from(buf, tmp, [])
             if status != S.NONE:
                 self.error = f"copyFrom for input {k} returned {S(status).name}"
         finally:
@@ -314,6 +347,9 @@ class DevicePools:
 
     def request(self) -> hal.Request:
         return hal.Request(inputs=self.in_args, outputs=self.out_args, pools=self.pools)
+
+    def clear_outputs(self) -> None:
+        self.shared.clear_outputs()  # NOTE: a device buffer is written whole by each run, or the run fails
 
     def read_output(self, k: int, operand: VectorOperand, shape: Sequence[int]) -> np.ndarray:
         buf = self.out_buffers.get(k)
@@ -325,7 +361,7 @@ class DevicePools:
             return np.zeros(shape, dt)
         tmp = hal_memory.allocate(n * dt.itemsize)
         try:
-            status = buf.copyTo(tmp)
+            status = self.face.copy_to(buf, tmp)
             if status != S.NONE:
                 raise AssertionError(f"copyTo for output {k} returned {S(status).name}")
             view = hal_memory.map(tmp)
@@ -374,15 +410,30 @@ def nbytes(o: VectorOperand) -> int:
 
 
 class Runner:
+    """Runs vector models on ``device`` (an ``IDevice``, or a :class:`Face`:
+    a HAL 1.3 device is judged through its HIDL face) in the executors
+    ``modes`` and the ``variants``; ``memory`` is the kind of the request
+    pools ("ashmem", "mmap_fd", "hardware_buffer_blob", or "device":
+    driver-managed buffers from allocate, as VTS's memory-domain runs);
+    ``prepare_config``: models prepared with the face's prepareModelWithConfig
+    (AIDL version 4)."""
+
     def __init__(self, device: Any, modes: tuple[str, ...] = BASIC_MODES, variants: tuple[str, ...] = VARIANTS,
-                 memory: str = "ashmem"):
+                 memory: str = "ashmem", prepare_config: bool = False):
         self.device = device
+        self.face = as_face(device)
+        unknown = [m for m in modes if m not in self.face.all_modes]
+        if unknown:
+            raise ValueError(f"the {self.face.name} face has no executor {', '.join(unknown)} (it has "
+                             f"{', '.join(self.face.all_modes)})")
+        if prepare_config and not self.face.has_config:
+            raise ValueError(f"the {self.face.name} face has no prepareModelWithConfig")
         self.modes = modes
-        self._burst: tuple[Any, Any] = (None, None)  # (prepared model, its BurstController)
         self.variants = variants
-        # kind of the request pools: "ashmem", "mmap_fd", "hardware_buffer_blob", or "device" (driver-managed
-        # buffers from IDevice.allocate, as VTS's memory-domain runs)
         self.memory = memory
+        self.prepare_config = prepare_config
+        # NOTE: the pools as the face's VTS lays them out (AIDL: nn::kDefaultRequestMemoryAlignment / Padding)
+        self.align = 4 if self.face.name == "hidl" else 64
         self._measure_toggle = 0
 
     def prepare(self, vm: VectorModel, dynamic: bool) -> tuple[S, Any, str]:
@@ -391,67 +442,35 @@ class Runner:
             for i in model.main.outputIndexes:
                 o = model.main.operands[i]
                 o.dimensions = [0] * len(o.dimensions)
+        face, v = self.face, self.face.method_suffix
         try:
-            status, supported, reasons = nnhal.supported_operations(self.device, model)
+            # NOTE: the device says why where it can (nnhal's hal.INnhalDevice, in process or through a service):
+            # the report groups unsupported models by the first reason
+            status, supported, reasons = face.supported(model, reasons=True)
             if status != S.NONE:
-                return status, None, f"getSupportedOperations_1_3 returned {S(status).name}"
+                return status, None, f"getSupportedOperations{v} returned {S(status).name}"
             if not all(supported):
                 names = [hal.operation_name(op.type) for op, s in zip(model.main.operations, supported) if not s]
-                # NOTE: the device says why (nnhal's hal.INnhalDevice, in process or through a service): the
-                # report groups unsupported models by the first reason
                 why = next((r if r.startswith(n) else f"{n}: {r}" for n, r in
                             ((hal.operation_name(op.type), r) for op, r in zip(model.main.operations, reasons)) if r), "")
                 return S.GENERAL_FAILURE, None, f"unsupported: {','.join(names)} -- {why}"
-            cb = hal.PreparedModelCallback()
-            launch = self.device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER,
-                                                  hal.Priority.MEDIUM, hal.OptionalTimePoint(), [], [],
-                                                  bytes(32), cb)
-            status, prepared = cb.wait(PREPARE_TIMEOUT_S)
+            launch, status, prepared = face.prepare(model, config=self.prepare_config)
+            what = "prepareModelWithConfig" if self.prepare_config else f"prepareModel{v}"
             if launch != status:
-                return S.GENERAL_FAILURE, None, f"prepareModel_1_3 launch status {S(launch).name} != callback " \
+                return S.GENERAL_FAILURE, None, f"{what} launch status {S(launch).name} != callback " \
                                                 f"status {S(status).name}"
             if status != S.NONE:
-                return status, None, f"prepareModel_1_3 gave {S(status).name}"
+                return status, None, f"{what} gave {S(status).name}"
             if prepared is None:
-                return S.GENERAL_FAILURE, None, "prepareModel_1_3 gave NONE without a model"
+                return S.GENERAL_FAILURE, None, f"{what} gave NONE without a model"
             return S.NONE, prepared, ""
         finally:
             for m in model.pools:
                 hal_memory.free(m)
 
-    def execute(self, prepared: Any, request: hal.Request, mode: str, measure: hal.MeasureTiming,
-                loop_timeout: Optional[int] = None) -> tuple:
-        timeout = hal.OptionalTimeoutDuration(nanoseconds=loop_timeout)
-        if mode == "sync":
-            return prepared.executeSynchronously_1_3(request, measure, hal.OptionalTimePoint(), timeout)
-        if mode == "burst":
-            return self._execute_burst(prepared, request, measure)
-        if mode == "fenced":
-            return _execute_fenced(prepared, request, measure, timeout)
-        cb = hal.ExecutionCallback()
-        launch = prepared.execute_1_3(request, measure, hal.OptionalTimePoint(), timeout, cb)
-        status, shapes, timing = cb.wait(EXECUTE_TIMEOUT_S)
-        if launch != S.NONE and launch != status:
-            return S.GENERAL_FAILURE, [], hal.Timing()
-        return status, shapes, timing
-
-    def _execute_burst(self, prepared: Any, request: hal.Request, measure: hal.MeasureTiming) -> tuple:
-        from nnhal.runtime.burst import BurstController
-
-        if self._burst[0] is not prepared:
-            self.close_burst()
-            status, controller = BurstController.create(prepared, timeout=EXECUTE_TIMEOUT_S)
-            if status != S.NONE:
-                return status, [], hal.Timing()
-            self._burst = (prepared, controller)
-        return self._burst[1].execute(request, measure)
-
     def close_burst(self) -> None:
         """End the burst of the last prepared model (done after each variant)."""
-        _, controller = self._burst
-        self._burst = (None, None)
-        if controller is not None:
-            controller.close()
+        self.face.close_bursts()
 
     def run_model(self, vm: VectorModel) -> list[CaseResult]:
         return run_variants(vm, self.variants, self._run_variant)
@@ -463,6 +482,9 @@ class Runner:
             return self._run_variant_logged(vm, variant, dynamic, result)
 
     def _run_variant_logged(self, vm: VectorModel, variant: str, dynamic: bool, result: Any) -> list[CaseResult]:
+        too_new = self.face.too_new(vm.version)
+        if too_new:
+            return [result(m, "skip", too_new) for m in self.modes]
         try:
             status, prepared, msg = self.prepare(vm, dynamic)
         except Exception as e:  # noqa: BLE001 - a driver that raises is a failing driver
@@ -483,139 +505,133 @@ class Runner:
             self.close_burst()
         return out
 
+    def _pools(self, prepared: Any, inputs: list, sizes: list[int]) -> Any:
+        if self.memory == "device":
+            return DevicePools(self.face, prepared, inputs, sizes, self.align)
+        return RequestPools(inputs, sizes, self.memory, align=self.align)
+
     def run_mode(self, vm: VectorModel, prepared: Any, mode: str, dynamic: bool, result: Any) -> CaseResult:
         inputs = vm.input_values()
         outs = vm.output_operands()
         sizes = [max(nbytes(o), 1) for o in outs]  # NOTE: a zero-sized output gets a 1-byte buffer
         self._measure_toggle ^= 1
-        measure = hal.MeasureTiming(self._measure_toggle)
-        if self.memory == "device" and mode == "burst":
-            # NOTE: as VTS (no burst in its memory-domain runs): a 1.2 burst packet cannot carry a token
+        measure = bool(self._measure_toggle)
+        if self.memory == "device" and mode.startswith("burst") and not self.face.burst_takes_tokens:
+            # NOTE: as VTS (no burst in its 1.3 memory-domain runs): a 1.2 burst packet cannot carry a token
             return result(mode, "skip", "a burst cannot carry driver-allocated buffers")
-        if self.memory == "device":
-            pools: Any = DevicePools(self.device, prepared, inputs, sizes)
-            if pools.error or not pools.used:
-                pools.close()
-                if pools.error:
-                    return result(mode, "fail", pools.error)
-                return result(mode, "skip", "no device memory allocated (as VTS, skipped)")
-        else:
-            pools = RequestPools(inputs, sizes, self.memory)
+        pools = self._pools(prepared, inputs, sizes)
+        if self.memory == "device" and (pools.error or not pools.used):
+            pools.close()
+            if pools.error:
+                return result(mode, "fail", pools.error)
+            return result(mode, "skip", "no device memory allocated (as VTS, skipped)")
+        fenced = mode in FENCED_MODES
+        # NOTE: as VTS's InfiniteLoopTimeoutTest, the infinite loop runs with a 1 ms loop timeout
+        infinite_loop = vm.expectFailure and vm.main.operations[0].type == hal.OperationType.WHILE
+        fenced_refused = fenced and (dynamic or any(nbytes(o) == 0 for o in outs))
+        expect_error = vm.expectFailure or fenced_refused
+        verdict: tuple[str, str, float] = ("pass", "", 0.0)
+        worst = 0.0
         try:
-            # NOTE: as VTS's InfiniteLoopTimeoutTest, the infinite loop runs with a 1 ms loop timeout
-            infinite_loop = vm.expectFailure and vm.main.operations[0].type == hal.OperationType.WHILE
-            fenced_refused = mode == "fenced" and (dynamic or any(nbytes(o) == 0 for o in outs))
-            with logs.running(logs.current_model(), vm.expectFailure or fenced_refused):
-                status, shapes, timing = self.execute(prepared, pools.request(), mode, measure,
-                                                      1_000_000 if infinite_loop else None)
-            if fenced_refused and not vm.expectFailure:
-                # NOTE: as VTS: "For Executor::FENCED, the output shape must be fully specified"
-                if status != S.INVALID_ARGUMENT:
-                    return result(mode, "fail", f"fenced execution with unspecified or zero-sized outputs gave "
-                                                f"{S(status).name}, not INVALID_ARGUMENT")
-                if dynamic and outs and sizes[0] > 1 and self.memory != "device":
-                    problem = self._insufficient(vm, prepared, mode, inputs, sizes, outs)
-                    if problem:
-                        return result(mode, "fail", problem)
-                return result(mode, "pass", "INVALID_ARGUMENT as expected (fenced needs fully specified outputs)")
-            if vm.expectFailure:
-                if status == S.NONE:
-                    return result(mode, "fail", "expected a failure, the execution succeeded")
-                if shapes and status != S.OUTPUT_INSUFFICIENT_SIZE:
-                    return result(mode, "fail", f"error {S(status).name} came with output shapes")
-                return result(mode, "pass", f"failed as expected ({S(status).name})")
-            if status != S.NONE:
-                return result(mode, "fail", f"execution returned {S(status).name}")
-            if mode == "fenced" and not shapes:
-                shapes = [hal.OutputShape(list(o.dimensions), True) for o in outs]  # NOTE: fenced returns none
-            problem = _check_timing(measure, timing) or _check_shapes(shapes, outs)
-            if problem:
-                return result(mode, "fail", problem)
-            worst = 0.0
-            has_fp16 = any(o.type in (T.TENSOR_FLOAT16, T.FLOAT16) for sg in [vm.main, *vm.referenced]
-                           for o in sg.operands)
-            for k, o in enumerate(outs):
-                got = pools.read_output(k, o, list(shapes[k].dimensions))
-                expected = o.data if o.data is not None else np.zeros(o.dimensions, _dtype(o.type))
-                v = compare(got, expected, o.type, model_has_fp16=has_fp16, relaxed=vm.isRelaxed, name=vm.name,
-                            ignored=o.isIgnored, multinomial_tolerance=vm.multinomialTolerance,
-                            multinomial_logits=inputs[0] if vm.multinomialTolerance > 0 else None)
-                worst = max(worst, v.max_error)
-                if not v.ok:
-                    return result(mode, "fail", f"output {k}: {v.message}", v.max_error)
+            request = self.face.request(pools.request(), pools.paddings)
+            with self.face.execution(prepared, request, mode, measure, None,
+                                     1_000_000 if infinite_loop else None) as run:
+                # NOTE: as VTS, a reusable execution runs twice (each run must write the outputs again)
+                for k in range(2 if mode in REUSABLE_MODES else 1):
+                    if k:
+                        pools.clear_outputs()
+                    with logs.running(logs.current_model(), expect_error):
+                        outcome = run()
+                    verdict = self._judge(vm, pools, outcome, measure, fenced, fenced_refused, inputs, outs)
+                    worst = max(worst, verdict[2])
+                    if verdict[0] != "pass":
+                        return result(mode, verdict[0], verdict[1], verdict[2])
         finally:
             pools.close()
         # NOTE: as VTS, only when output 0 is larger than one byte (and not in device memory, which
         # takes any output shape: there is no short buffer to give)
-        if dynamic and outs and sizes[0] > 1 and self.memory != "device":
-            problem = self._insufficient(vm, prepared, mode, inputs, sizes, outs)
+        if dynamic and outs and sizes[0] > 1 and self.memory != "device" and not vm.expectFailure:
+            problem = self._insufficient(prepared, mode, inputs, sizes, outs)
             if problem:
                 return result(mode, "fail", problem, worst)
-        return result(mode, "pass", "", worst)
+        return result(mode, "pass", verdict[1], worst)
 
-    def _insufficient(self, vm: VectorModel, prepared: Any, mode: str, inputs: list, sizes: list[int],
+    def _judge(self, vm: VectorModel, pools: Any, outcome: Outcome, measure: bool, fenced: bool,
+               fenced_refused: bool, inputs: list, outs: list[VectorOperand]) -> tuple[str, str, float]:
+        """(verdict, message, worst error) of one execution's outcome."""
+        status = outcome.status if outcome.consistent else S.GENERAL_FAILURE
+        shapes = outcome.shapes
+        if fenced_refused and not vm.expectFailure:
+            # NOTE: as VTS: "For Executor::FENCED, the output shape must be fully specified"
+            if status != S.INVALID_ARGUMENT:
+                return "fail", f"fenced execution with unspecified or zero-sized outputs gave {S(status).name}, " \
+                               f"not INVALID_ARGUMENT", 0.0
+            return "pass", "INVALID_ARGUMENT as expected (fenced needs fully specified outputs)", 0.0
+        if vm.expectFailure:
+            if status == S.NONE:
+                return "fail", "expected a failure, the execution succeeded", 0.0
+            if shapes and status != S.OUTPUT_INSUFFICIENT_SIZE:
+                return "fail", f"error {S(status).name} came with output shapes", 0.0
+            return "pass", f"failed as expected ({S(status).name})", 0.0
+        if status != S.NONE:
+            return "fail", f"execution returned {S(status).name}", 0.0
+        if fenced and not shapes:
+            shapes = [hal.OutputShape(list(o.dimensions), True) for o in outs]  # NOTE: fenced returns none
+        problem = _check_timing(measure, outcome.timing) or _check_shapes(shapes, outs)
+        if problem:
+            return "fail", problem, 0.0
+        worst = 0.0
+        has_fp16 = any(o.type in (T.TENSOR_FLOAT16, T.FLOAT16) for sg in [vm.main, *vm.referenced]
+                       for o in sg.operands)
+        for k, o in enumerate(outs):
+            got = pools.read_output(k, o, list(shapes[k].dimensions))
+            expected = o.data if o.data is not None else np.zeros(o.dimensions, _dtype(o.type))
+            v = compare(got, expected, o.type, model_has_fp16=has_fp16, relaxed=vm.isRelaxed, name=vm.name,
+                        ignored=o.isIgnored, multinomial_tolerance=vm.multinomialTolerance,
+                        multinomial_logits=inputs[0] if vm.multinomialTolerance > 0 else None)
+            worst = max(worst, v.max_error)
+            if not v.ok:
+                return "fail", f"output {k}: {v.message}", v.max_error
+        return "pass", "", worst
+
+    def _insufficient(self, prepared: Any, mode: str, inputs: list, sizes: list[int],
                       outs: list[VectorOperand]) -> str:
-        short = list(sizes)
-        short[0] -= 1
-        pools = RequestPools(inputs, short, self.memory)
+        pools = RequestPools(inputs, sizes, self.memory, align=self.align)
+        pools.shorten(0)
         try:
-            with logs.running(logs.current_model(), expect_failure=True):  # NOTE: the driver must refuse it
-                status, shapes, timing = self.execute(prepared, pools.request(), mode, hal.MeasureTiming.NO)
+            request = self.face.request(pools.request(), pools.paddings)
+            with self.face.execution(prepared, request, mode, False) as run:
+                for _ in range(2 if mode in REUSABLE_MODES else 1):
+                    with logs.running(logs.current_model(), expect_failure=True):  # NOTE: the driver must refuse it
+                        o = run()
+                    problem = _insufficient_problem(mode, o, outs)
+                    if problem:
+                        return problem
         finally:
             pools.close()
-        if mode == "fenced":
-            return "" if status == S.INVALID_ARGUMENT else \
-                f"fenced, output 0 one byte short: expected INVALID_ARGUMENT, got {S(status).name}"
-        if status != S.OUTPUT_INSUFFICIENT_SIZE:
-            return f"output 0 one byte short: expected OUTPUT_INSUFFICIENT_SIZE, got {S(status).name}"
-        if len(shapes) != len(outs):
-            return f"OUTPUT_INSUFFICIENT_SIZE came with {len(shapes)} shapes for {len(outs)} outputs"
-        for k, (s, o) in enumerate(zip(shapes, outs)):
-            if list(s.dimensions) != list(o.dimensions):
-                return f"OUTPUT_INSUFFICIENT_SIZE: output {k} shape {list(s.dimensions)} != {o.dimensions}"
-            if s.isSufficient != (k != 0):
-                return f"OUTPUT_INSUFFICIENT_SIZE: output {k} isSufficient is {s.isSufficient}"
         return ""
 
 
-def _execute_fenced(prepared: Any, request: hal.Request, measure: hal.MeasureTiming,
-                    timeout: hal.OptionalTimeoutDuration) -> tuple:
-    """(status, [], timingLaunched) of a fenced execution, as VTS runs it."""
-    from nnhal.platform import fence
-
-    status, sync_fence, callback = prepared.executeFenced(request, [], measure, hal.OptionalTimePoint(), timeout,
-                                                          hal.OptionalTimeoutDuration())
-    fences = [sync_fence] if not fence.is_null(sync_fence) else []
-    try:
-        if status != S.NONE:
-            if fences or callback is not None:
-                return S.GENERAL_FAILURE, [], hal.Timing()  # an error must come without a fence or a callback
-            return status, [], hal.Timing()
-        if fences:
-            # NOTE: as VTS: a second run waiting for the first one's fence
-            first = callback
-            status, second, callback = prepared.executeFenced(request, [sync_fence], measure, hal.OptionalTimePoint(),
-                                                              timeout, hal.OptionalTimeoutDuration())
-            if not fence.is_null(second):
-                fences.append(second)
-            if status != S.NONE:
-                # NOTE: right only if the first run failed (its fence in an error state is INVALID_ARGUMENT)
-                fence.sync_wait(sync_fence, EXECUTE_TIMEOUT_S)
-                first_status = first.getExecutionInfo()[0] if first is not None else S.NONE
-                return (first_status if first_status != S.NONE else S.GENERAL_FAILURE), [], hal.Timing()
-            if not fence.is_null(second):
-                fence.sync_wait(second, EXECUTE_TIMEOUT_S)
-        if callback is None:
-            return S.GENERAL_FAILURE, [], hal.Timing()
-        status, timing_launched, _ = callback.getExecutionInfo()
-        return status, [], timing_launched
-    finally:
-        for h in fences:
-            fence.close(h)
+def _insufficient_problem(mode: str, o: Outcome, outs: list[VectorOperand]) -> str:
+    status = o.status if o.consistent else S.GENERAL_FAILURE
+    if mode in FENCED_MODES:
+        return "" if status == S.INVALID_ARGUMENT else \
+            f"fenced, output 0 one byte short: expected INVALID_ARGUMENT, got {S(status).name}"
+    if status != S.OUTPUT_INSUFFICIENT_SIZE:
+        return f"output 0 one byte short: expected OUTPUT_INSUFFICIENT_SIZE, got {S(status).name}"
+    if len(o.shapes) != len(outs):
+        return f"OUTPUT_INSUFFICIENT_SIZE came with {len(o.shapes)} shapes for {len(outs)} outputs"
+    for k, (s, op) in enumerate(zip(o.shapes, outs)):
+        if list(s.dimensions) != list(op.dimensions):
+            return f"OUTPUT_INSUFFICIENT_SIZE: output {k} shape {list(s.dimensions)} != {op.dimensions}"
+        if s.isSufficient != (k != 0):
+            return f"OUTPUT_INSUFFICIENT_SIZE: output {k} isSufficient is {s.isSufficient}"
+    return ""
 
 
-def _check_timing(measure: hal.MeasureTiming, timing: hal.Timing) -> str:
-    if measure == hal.MeasureTiming.NO:
+
+def _check_timing(measure: Any, timing: hal.Timing) -> str:
+    if not measure:
         if timing.timeOnDevice != hal.UINT64_MAX or timing.timeInDriver != hal.UINT64_MAX:
             return f"timing reported without MeasureTiming.YES: {timing}"
     elif timing.timeOnDevice != hal.UINT64_MAX and timing.timeInDriver != hal.UINT64_MAX:

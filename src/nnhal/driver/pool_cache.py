@@ -72,7 +72,7 @@ class PoolCache:
         # NOTE: memories found not sealed against shrinking (key -> file): opened per execution
         # without looking here first (bounded like the kept ones)
         self._unsealed: dict[tuple, tuple] = {}
-        self._lock = threading.Lock()
+        self._lock = _OwnLock(self._forget)
         _ALL.add(self)
 
     def lease(self, memory: Any, writable: bool) -> Optional[memoryview]:
@@ -184,11 +184,19 @@ class PoolCache:
 
     def forget(self, ident: tuple) -> None:
         """Drops every memory on the file ``ident`` (st_dev, st_ino)."""
+        if self._lock.held_here():
+            # NOTE: a finalizer the garbage collector ran at an allocation inside one of our locked sections
+            # (a dropped burst or reusable execution freeing the memories it kept): done when that section ends
+            self._lock.deferred.append(ident)
+            return
         with self._lock:
-            for key in [k for k, e in self._lru.items() if e.ident == ident]:
-                self._drop(key)
-            for key in [k for k, i in self._unsealed.items() if i == ident]:
-                del self._unsealed[key]
+            self._forget(ident)
+
+    def _forget(self, ident: tuple) -> None:  # lock held
+        for key in [k for k, e in self._lru.items() if e.ident == ident]:
+            self._drop(key)
+        for key in [k for k, i in self._unsealed.items() if i == ident]:
+            del self._unsealed[key]
 
     def clear(self) -> None:
         with self._lock:
@@ -209,6 +217,38 @@ class PoolCache:
     def _release(self, entry: _Entry) -> None:  # lock held
         self._bytes -= entry.size
         entry.pool.close()  # NOTE: a mapping still viewed by an execution lives until it lets go
+
+
+class _OwnLock:
+    """The cache's lock, knowing the thread that holds it (so that :meth:`PoolCache.forget`
+    called by that thread inside a locked section defers instead of waiting for itself), and
+    running the deferred forgets before it is released."""
+
+    __slots__ = ("_lock", "_holder", "deferred", "_forget")
+
+    def __init__(self, forget: Any):
+        # NOTE: a weak reference: the cache holding its lock must not live in a reference cycle (dropped with its
+        # device, its mappings go at once, not at the next collection)
+        self._lock, self._holder, self.deferred = threading.Lock(), 0, []
+        self._forget = weakref.WeakMethod(forget)
+
+    def held_here(self) -> bool:
+        return self._holder == threading.get_ident()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._holder = threading.get_ident()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            while self.deferred:
+                idents, self.deferred = self.deferred, []
+                forget = self._forget()
+                for ident in idents if forget is not None else ():
+                    forget(ident)
+        finally:
+            self._holder = 0
+            self._lock.release()
 
 
 _CACHEABLE = frozenset({"ashmem", "mmap_fd", "hardware_buffer_blob"})

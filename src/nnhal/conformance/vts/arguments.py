@@ -12,7 +12,9 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
                                             "../shared/conformance)")
     s.add_argument("--device", default="sample-all", help="the device to test: an in-process driver or a running "
                                                          "service (nnhal devices lists them)")
-    s.add_argument("--hal", choices=["hidl", "aidl"], default="hidl", help="the interface to test (hidl: HAL 1.3)")
+    s.add_argument("--hal", choices=["hidl", "aidl"], default="hidl",
+                   help="the interface to test: hidl (HAL 1.3, VTS 1.3's sections) or aidl (the stable AIDL at the "
+                        "device's interface version, the AIDL VTS's sections; the AIDL vectors run too)")
     s.add_argument("--section", action="append", nargs="+", metavar="S",
                    help=f"only these sections (repeatable; comma-separated too): {', '.join(SECTIONS)}")
     s.add_argument("--ops", action="append", help="only models whose operations are all in this comma-separated "

@@ -1,7 +1,13 @@
-"""Section "basic": VTS 1.3's ``BasicTests.cpp`` (and the device checks of
-``VtsHalNeuralnetworks.cpp``): the device's status, capabilities, version,
-type, extensions, cache file counts and instance name, and models with a
-cycle (through operations, or through referenced subgraphs) rejected."""
+"""Section "basic": the device checks of each interface's VTS, through the
+face judged (:mod:`nnhal.conformance.face`).  VTS 1.3's ``BasicTests.cpp``
+(and ``VtsHalNeuralnetworks.cpp``): the device's status, capabilities,
+version, type, extensions, cache file counts and instance name, and models
+with a cycle (through operations, or through referenced subgraphs) rejected.
+The AIDL VTS's ``BasicTests.cpp`` keeps the capabilities and the cycle
+(``NeuralNetworksAidlTest``); the other 1.3 device checks ask the same of
+the AIDL methods (AIDL has no ``getStatus``), and the interface version and
+hash must be a frozen version's.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from nnhal import hal
+from nnhal.conformance.face import AidlFace, Face, HidlFace, as_face
 from nnhal.conformance.vts.case import Case, Recorder, name
 from nnhal.conformance.vts.model import Mutation, judge
 
@@ -24,10 +31,10 @@ def _perf_ok(p: hal.PerformanceInfo) -> bool:
     return p.execTime > 0 and p.powerUsage > 0
 
 
-def _capabilities(device: hal.IDevice) -> tuple[str, str]:
-    status, caps = device.getCapabilities_1_3()
+def _capabilities(face: Face) -> tuple[str, str]:
+    status, caps = face.capabilities()
     if status != S.NONE:
-        return name(status), f"getCapabilities_1_3 gave {name(status)}"
+        return name(status), f"getCapabilities{face.method_suffix} gave {name(status)}"
     perfs = [caps.relaxedFloat32toFloat16PerformanceScalar, caps.relaxedFloat32toFloat16PerformanceTensor,
              caps.ifPerformance, caps.whilePerformance] + [p.info for p in caps.operandPerformance]
     if not all(_perf_ok(p) for p in perfs):
@@ -40,19 +47,19 @@ def _capabilities(device: hal.IDevice) -> tuple[str, str]:
     return "NONE", ""
 
 
-def _status(device: hal.IDevice) -> tuple[str, str]:
-    s = device.getStatus()
+def _status(face: HidlFace) -> tuple[str, str]:
+    s = face.device_status()
     got = hal.DeviceStatus(s).name if s in hal.DeviceStatus._value2member_map_ else repr(s)
     return got, "" if s == hal.DeviceStatus.AVAILABLE else f"getStatus gave {got}"
 
 
-def _version(device: hal.IDevice) -> tuple[str, str]:
-    status, version = device.getVersionString()
+def _version(face: Face) -> tuple[str, str]:
+    status, version = face.version_string()
     return name(status), "" if status == S.NONE and version else f"{name(status)}, version {version!r}"
 
 
-def _type(device: hal.IDevice) -> tuple[str, str]:
-    status, t = device.getType()
+def _type(face: Face) -> tuple[str, str]:
+    status, t = face.device_type()
     ok = status == S.NONE and t in hal.DeviceType._value2member_map_  # OTHER, CPU, GPU, ACCELERATOR
     return name(status), "" if ok else f"{name(status)}, type {t!r}"
 
@@ -60,8 +67,8 @@ def _type(device: hal.IDevice) -> tuple[str, str]:
 _EXTENSION = re.compile(r"^[a-z0-9_.]+$")
 
 
-def _extensions(device: hal.IDevice) -> tuple[str, str]:
-    status, extensions = device.getSupportedExtensions()
+def _extensions(face: Face) -> tuple[str, str]:
+    status, extensions = face.extensions()
     if status != S.NONE:
         return name(status), f"getSupportedExtensions gave {name(status)}"
     for e in extensions:
@@ -70,8 +77,8 @@ def _extensions(device: hal.IDevice) -> tuple[str, str]:
     return "NONE", ""
 
 
-def _cache_files(device: hal.IDevice) -> tuple[str, str]:
-    status, n_model, n_data = device.getNumberOfCacheFilesNeeded()
+def _cache_files(face: Face) -> tuple[str, str]:
+    status, n_model, n_data = face.cache_files()
     if status != S.NONE or not (0 <= n_model <= 32 and 0 <= n_data <= 32):
         return name(status), f"{name(status)}, {n_model} model and {n_data} data cache files"
     return "NONE", ""
@@ -122,34 +129,51 @@ def if_model(then_index: int, else_index: int) -> hal.Model:
                      operandValues=bytes(4))
 
 
-def _rejected(device: hal.IDevice, model: hal.Model) -> tuple[str, str]:
-    return judge(device, Mutation("cycle", "", model))
+def _interface_version(face: AidlFace) -> tuple[str, str]:
+    from nnhal import aidl
+
+    version, digest = face.device.getInterfaceVersion(), face.device.getInterfaceHash()
+    if aidl.HASHES.get(version) != digest:
+        return f"{version}", f"interface version {version!r} with hash {digest!r}: not a frozen version of the HAL"
+    return f"{version}", ""
 
 
-def run(device: hal.IDevice, device_name: str = "") -> list[Case]:
+def _rejected(face: Face, model: hal.Model) -> tuple[str, str]:
+    return judge(face, Mutation("cycle", "", model))
+
+
+def run(device: Any, device_name: str = "") -> list[Case]:
+    face = as_face(device)
     rec = Recorder(SECTION)
-    checks: list[tuple[str, str, str, Any]] = [
-        ("NeuralnetworksHidlTest.StatusTest", "getStatus", "AVAILABLE", lambda: _status(device)),
-        ("NeuralnetworksHidlTest.GetCapabilitiesTest", "getCapabilities_1_3",
-         "NONE; values > 0; sorted; no SUBGRAPH", lambda: _capabilities(device)),
-        ("NeuralnetworksHidlTest.GetDeviceVersionStringTest", "getVersionString", "NONE, non-empty",
-         lambda: _version(device)),
-        ("NeuralnetworksHidlTest.GetDeviceTypeTest", "getType", "NONE, a DeviceType", lambda: _type(device)),
-        ("NeuralnetworksHidlTest.GetDeviceSupportedExtensionsTest", "getSupportedExtensions",
-         "NONE, valid names", lambda: _extensions(device)),
-        ("NeuralnetworksHidlTest.GetNumberOfCacheFilesNeeded", "getNumberOfCacheFilesNeeded", "NONE, <= 32 each",
-         lambda: _cache_files(device)),
+    t = face.vts_prefix
+    checks: list[tuple[str, str, str, Any]] = []
+    if isinstance(face, HidlFace):
+        checks.append((f"{t}.StatusTest", "getStatus", "AVAILABLE", lambda: _status(face)))
+    else:
+        checks.append((f"{t}.InterfaceVersion", "getInterfaceVersion, getInterfaceHash", "a frozen version, its hash",
+                       lambda: _interface_version(face)))
+    v = face.method_suffix
+    checks += [
+        (f"{t}.GetCapabilitiesTest", f"getCapabilities{v}", "NONE; values > 0; sorted; no SUBGRAPH",
+         lambda: _capabilities(face)),
+        (f"{t}.GetDeviceVersionStringTest", "getVersionString", "NONE, non-empty", lambda: _version(face)),
+        (f"{t}.GetDeviceTypeTest", "getType", "NONE, a DeviceType", lambda: _type(face)),
+        (f"{t}.GetDeviceSupportedExtensionsTest", "getSupportedExtensions", "NONE, valid names",
+         lambda: _extensions(face)),
+        (f"{t}.GetNumberOfCacheFilesNeeded", "getNumberOfCacheFilesNeeded", "NONE, <= 32 each",
+         lambda: _cache_files(face)),
     ]
     if device_name and ":" not in device_name:
-        checks.append(("NeuralnetworksHidlTest.InstanceName", device_name, "exactly one '-', not first or last",
+        checks.append((f"{t}.InstanceName", device_name, "exactly one '-', not first or last",
                        lambda: _instance_name(device_name)))
+    cycle = f"{t}.ModelWithCycle" if isinstance(face, HidlFace) else f"{t}.CycleTest"
     for order in ((0, 1, 2), (1, 0, 2), (2, 1, 0), (0, 2, 1)):
-        checks.append(("NeuralnetworksHidlTest.ModelWithCycle", f"operations in order {list(order)}",
-                       "INVALID_ARGUMENT", lambda order=order: _rejected(device, cycle_model(order))))
-    checks.append(("NeuralnetworksHidlTest.ModelWithSubgraphCycle", "referenced 0 calls itself (then)",
-                   "INVALID_ARGUMENT", lambda: _rejected(device, if_model(0, 1))))
-    checks.append(("NeuralnetworksHidlTest.ModelWithSubgraphCycle", "referenced 0 calls itself (else)",
-                   "INVALID_ARGUMENT", lambda: _rejected(device, if_model(1, 0))))
+        checks.append((cycle, f"operations in order {list(order)}",
+                       "INVALID_ARGUMENT", lambda order=order: _rejected(face, cycle_model(order))))
+    checks.append((f"{t}.ModelWithSubgraphCycle", "referenced 0 calls itself (then)",
+                   "INVALID_ARGUMENT", lambda: _rejected(face, if_model(0, 1))))
+    checks.append((f"{t}.ModelWithSubgraphCycle", "referenced 0 calls itself (else)",
+                   "INVALID_ARGUMENT", lambda: _rejected(face, if_model(1, 0))))
     for test, what, expected, fn in checks:
         rec.check(test, what, expected, fn)
     return rec.cases

@@ -1,6 +1,11 @@
-"""Section "burst": the burst server's robustness as VTS 1.3's
-``ValidateBurst.cpp`` checks it, for every base model that prepares.
+"""Section "burst": the burst's robustness, for every base model that
+prepares: as VTS 1.3's ``ValidateBurst.cpp`` checks the HAL 1.3 burst
+server (below), and as the AIDL VTS's ``validateBurst``
+(``ValidateRequest.cpp``) checks an ``IBurst``: a valid request with one
+pool's memory identifier token -2, with one token too few or too many, and
+``releaseMemoryResource(-2)`` must each raise INVALID_ARGUMENT.
 
+HAL 1.3:
 The client side is driven by hand, as VTS drives it: two fast message queues
 (``nnhal.fmq``, the binding's form of ``MQDescriptorSync``), an
 ``IBurstCallback`` answering slots with the request's memories, and request
@@ -19,6 +24,7 @@ import struct
 from typing import Any, Optional
 
 from nnhal import hal
+from nnhal.conformance.face import AidlFace, as_face
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case, Recorder, name, sample_indexes
 from nnhal.conformance.vts.request import RequestPools, gate, model_id
@@ -156,46 +162,89 @@ def _judge_sanitized(raw: RawBurst, packet: bytes) -> tuple[str, str]:
     return name(status), ""
 
 
-def run_model(device: hal.IDevice, vm: VectorModel, sample: Optional[int] = None) -> list[Case]:
+class _NoBurst(Exception):
+    """configureExecutionBurst refused: the model's one (failed) case."""
+
+    def __init__(self, test: str, status: Any):
+        super().__init__(test, status)
+        self.test, self.status = test, status
+
+
+def _packet_plan(prepared: Any, pools: RequestPools, closers: list) -> list[tuple[str, str, Any]]:
+    """(VTS test, mutation, judge) of every HAL 1.3 burst packet check (ValidateBurst.cpp)."""
+    request = pools.request()
+    good = bp.encode_request(request.inputs, request.outputs, [0, 1], hal.MeasureTiming.YES)
+    raw = RawBurst(prepared, {0: pools.in_mem, 1: pools.out_mem})
+    closers.append(raw.close)
+    if raw.status != S.NONE:
+        raise _NoBurst("ValidationTest.configureExecutionBurst", raw.status)
+    planned = [(f"ValidationTest.validateBurstSerialization.{t}", what,
+                lambda p=p: _judge_error(raw, p)) for t, what, p in serialization_mutations(good)]
+    planned.append(("ValidationTest.validateBurstFmqLength", "result larger than the result queue",
+                    lambda: _judge_fmq_length(prepared, pools, good, len(request.outputs))))
+    planned.append(("ValidationTest.validateBurstSanitized", "padding of the result",
+                    lambda: _judge_sanitized(raw, good)))
+    return planned
+
+
+def _token_plan(face: AidlFace, prepared: Any, pools: RequestPools) -> list[tuple[str, str, Any]]:
+    """(VTS test, mutation, judge) of every AIDL ``IBurst`` check (ValidateRequest.cpp's validateBurst)."""
+    status, burst = face.call(prepared.configureExecutionBurst)
+    if status != S.NONE:
+        raise _NoBurst("ValidationTest.validateBurst", status)
+    request = face.request(pools.request())
+    good = list(range(len(request.pools)))  # NOTE: two shared-memory pools: tokens 0, 1
+
+    def refused(call: Any, *args: Any) -> tuple[str, str]:
+        got, _ = face.call(call, *args)
+        return name(got), "" if got == S.INVALID_ARGUMENT else f"gave {name(got)}, VTS wants INVALID_ARGUMENT"
+
+    def execute(tokens: list[int]) -> tuple[str, str]:
+        return refused(burst.executeSynchronously, request, tokens, False, -1, -1)
+
+    planned = [("ValidationTest.validateBurst", f"memory identifier token of pool {k} -2",
+                lambda k=k: execute(good[:k] + [-2] + good[k + 1:])) for k in range(len(good))]
+    planned += [("ValidationTest.validateBurst", f"{len(good) - 1} memory identifier tokens for {len(good)} pools",
+                 lambda: execute([-1] * (len(good) - 1))),
+                ("ValidationTest.validateBurst", f"{len(good) + 1} memory identifier tokens for {len(good)} pools",
+                 lambda: execute([-1] * (len(good) + 1))),
+                ("ValidationTest.validateBurst", "releaseMemoryResource(-2)",
+                 lambda: refused(burst.releaseMemoryResource, -2))]
+    return planned
+
+
+def run_model(device: Any, vm: VectorModel, sample: Optional[int] = None) -> list[Case]:
+    face = as_face(device)
     rec = Recorder(SECTION, model_id(vm))
     model = vm.build_model()
     pools: Optional[RequestPools] = None
-    raw: Optional[RawBurst] = None
-    prepared: Any = None
+    closers: list = []
     try:
         if vm.expectFailure:
             return rec.cases  # NOTE: VTS validates bursts only with the models' valid requests
-        if not gate(rec, "ValidationTest.validateBurst", "an error result", device, model, vm):
+        if not gate(rec, "ValidationTest.validateBurst", "an error result", face, model, vm):
             return rec.cases
-        cb = hal.PreparedModelCallback()
-        device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
-                                hal.OptionalTimePoint(), [], [], bytes(32), cb)
-        status, prepared = cb.wait(WAIT_S)
+        _, status, prepared = face.prepare(model)
         if status != S.NONE or prepared is None:
             rec.add("ValidationTest.createPreparedModel", "", "NONE", name(status), False,
                     f"a supported model did not prepare: {name(status)}")
             return rec.cases
         pools = RequestPools(vm)
-        request = pools.request()
-        good = bp.encode_request(request.inputs, request.outputs, [0, 1], hal.MeasureTiming.YES)
-        raw = RawBurst(prepared, {0: pools.in_mem, 1: pools.out_mem})
-        if raw.status != S.NONE:
-            rec.add("ValidationTest.configureExecutionBurst", "", "NONE", name(raw.status), False,
-                    f"configureExecutionBurst gave {name(raw.status)}")
+        try:
+            planned = _token_plan(face, prepared, pools) if isinstance(face, AidlFace) else \
+                _packet_plan(prepared, pools, closers)
+        except _NoBurst as e:
+            rec.add(e.test, "configureExecutionBurst", "NONE", name(e.status), False,
+                    f"configureExecutionBurst gave {name(e.status)}")
             return rec.cases
-        planned = [(f"ValidationTest.validateBurstSerialization.{t}", what,
-                    lambda p=p: _judge_error(raw, p)) for t, what, p in serialization_mutations(good)]
-        planned.append(("ValidationTest.validateBurstFmqLength", "result larger than the result queue",
-                        lambda: _judge_fmq_length(prepared, pools, good, len(request.outputs))))
-        planned.append(("ValidationTest.validateBurstSanitized", "padding of the result",
-                        lambda: _judge_sanitized(raw, good)))
         for k in sample_indexes(len(planned), sample):
             test, what, run = planned[k]
-            expected = "padding zero" if test.endswith("Sanitized") else "an error, no shapes, no timing"
+            expected = "padding zero" if test.endswith("Sanitized") else \
+                "INVALID_ARGUMENT" if isinstance(face, AidlFace) else "an error, no shapes, no timing"
             rec.check(test, what, expected, run)
     finally:
-        if raw is not None:
-            raw.close()
+        for close in closers:
+            close()
         if pools is not None:
             pools.close()
         for p in model.pools:

@@ -1,13 +1,16 @@
-"""Opening the device under test: the one place ``nnhal vts`` (and each of
-its worker processes or cluster tasks) turns a ``--device`` name into an
-``IDevice``: a name of the device table (built-in drivers, installed
-plugins), a ``module:Class`` / ``file.py:Class`` backend, or a running
-service (``nnhal.open_device``)."""
+"""Opening the device under test: the one place ``nnhal vts`` and ``nnhal
+conformance`` (and each of their worker processes or cluster tasks) turn a
+``--device`` name into an ``IDevice``, or into the face of the interface
+asked for (``--hal hidl|aidl``, :func:`open_face`): a name of the device
+table (built-in drivers, installed plugins), a ``module:Class`` /
+``file.py:Class`` backend, or a running service (``nnhal.open_device``)."""
 
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, Callable
+
+from nnhal.conformance.face import AidlFace, Face, HidlFace, aidl_device
 
 
 class DeviceNotFound(LookupError):
@@ -19,10 +22,24 @@ def open_device(name: str) -> Any:
     spec), else a connection to the running service of that name (raises
     :class:`DeviceNotFound`)."""
     import nnhal
+
+    return _open(name, nnhal.open_device)
+
+
+def open_face(name: str, hal: str = "hidl") -> Face:
+    """The face ``hal`` ("hidl": HAL 1.3; "aidl": the stable AIDL) of the
+    device named ``name`` (raises :class:`DeviceNotFound`)."""
+    if hal == "aidl":
+        return AidlFace(_open(name, aidl_device))
+    return HidlFace(open_device(name))
+
+
+def _open(name: str, opener: Callable[[str], Any]) -> Any:
+    import nnhal
     from nnhal.drivers.registry import DriverLoadError
 
     try:
-        return nnhal.open_device(name)
+        return opener(name)
     except DriverLoadError as e:
         raise DeviceNotFound(f"device {name!r} cannot be loaded: {e}") from None
     except (LookupError, ValueError, OSError) as e:  # NOTE: no such service runs, or not a service name

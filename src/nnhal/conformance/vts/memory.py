@@ -1,12 +1,14 @@
-"""Section "memory": memory domains as VTS 1.3's ``MemoryDomainTests.cpp``
-checks them, for TENSOR_FLOAT32, FLOAT16, QUANT8_ASYMM and
-QUANT8_ASYMM_SIGNED operands of shape [1, 32, 32, 8].
+"""Section "memory": memory domains as the ``MemoryDomainTests.cpp`` of VTS
+1.3 and of the AIDL VTS check them, through the face judged, for
+TENSOR_FLOAT32, FLOAT16, QUANT8_ASYMM and QUANT8_ASYMM_SIGNED operands of
+shape [1, 32, 32, 8].
 
 ``IDevice.allocate`` must refuse (INVALID_ARGUMENT or GENERAL_FAILURE, no
-buffer, token 0) what VTS's ``MemoryDomainAllocateTest`` gives it;
-``IBuffer.copyFrom`` / ``copyTo`` must answer the statuses of
-``MemoryDomainCopyTest``; executions through async, sync and fenced with
-bad device-memory pools must answer those of ``MemoryDomainExecutionTest``.
+buffer, token 0; AIDL: either raised) what VTS's ``MemoryDomainAllocateTest``
+gives it; ``IBuffer.copyFrom`` / ``copyTo`` must answer the statuses of
+``MemoryDomainCopyTest``; executions with bad device-memory pools must
+answer those of ``MemoryDomainExecutionTest``, through async, sync and
+fenced (VTS 1.3) or sync, a burst and fenced (AIDL).
 A driver without memory domains answers GENERAL_FAILURE to ``allocate``:
 VTS then skips the copy and execution tests, reported here as unsupported
 (as are the tests of a model the driver does not prepare).
@@ -19,6 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
+from nnhal.conformance.face import Face, as_face
 from nnhal.conformance.vts.case import Case, Recorder, name
 from nnhal.platform import memory as hal_memory
 
@@ -35,8 +38,7 @@ CONFLICT_TYPE = {T.TENSOR_FLOAT32: T.TENSOR_FLOAT16, T.TENSOR_FLOAT16: T.TENSOR_
                  T.TENSOR_QUANT8_ASYMM: T.TENSOR_QUANT8_ASYMM_SIGNED,
                  T.TENSOR_QUANT8_ASYMM_SIGNED: T.TENSOR_QUANT8_ASYMM}
 REFUSED = "INVALID_ARGUMENT or GENERAL_FAILURE, no buffer, token 0"
-EXECUTORS = ("ASYNC", "SYNC", "FENCED")
-WAIT_S = 60.0
+EXECUTORS = {"hidl": ("ASYNC", "SYNC", "FENCED"), "aidl": ("SYNC", "BURST", "FENCED")}  # per face, as each VTS
 
 
 def _is_float(t: T) -> bool:
@@ -104,13 +106,6 @@ def add_model(o: Operand) -> hal.Model:
     return hal.Model(main=hal.Subgraph(operands, [hal.Operation(OT.ADD, [0, 1, 2], [3])], [0, 1, 2], [3]))
 
 
-class _ForeignPreparedModel(hal.IPreparedModel):
-    """A prepared model the device never made (VTS's InvalidPreparedModel)."""
-
-    def execute_1_3(self, *args: Any) -> Any:
-        return S.GENERAL_FAILURE
-
-
 def role(io: int = 0, model: int = 0, frequency: float = 1.0) -> hal.BufferRole:
     return hal.BufferRole(modelIndex=model, ioIndex=io, frequency=frequency)
 
@@ -122,8 +117,8 @@ class _Skip(Exception):
 class Tests:
     """Every memory-domain case of one operand type."""
 
-    def __init__(self, device: hal.IDevice, t: T, rec: Recorder):
-        self.device, self.t, self.rec = device, t, rec
+    def __init__(self, face: Face, t: T, rec: Recorder):
+        self.face, self.t, self.rec = face, t, rec
         self.operand = Operand(t)
         self.size = _size(t)
         self._prepared: dict[Any, Any] = {}
@@ -134,17 +129,15 @@ class Tests:
         key = (kind, o.type, tuple(o.dims), o.scale, o.zero_point, n)
         if key not in self._prepared:
             model = conv_model(o, n) if kind == "conv" else add_model(o)
-            status, supported = self.device.getSupportedOperations_1_3(model)
+            status, supported, _ = self.face.supported(model)
             if status != S.NONE or not all(supported):
                 refused = ", ".join(f"operation {k} {OT(op.type).name}" for k, (op, ok) in
                                     enumerate(zip(model.main.operations, supported)) if not ok)
-                why = f"getSupportedOperations_1_3 gave {name(status)}" if status != S.NONE else f"{refused} refused"
+                why = f"getSupportedOperations{self.face.method_suffix} gave {name(status)}" if status != S.NONE \
+                    else f"{refused} refused"
                 self._prepared[key] = f"the device does not support VTS's {kind.upper()} model ({why})"
             else:
-                cb = hal.PreparedModelCallback()
-                self.device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
-                                             hal.OptionalTimePoint(), [], [], bytes(32), cb)
-                status, pm = cb.wait(WAIT_S)
+                _, status, pm = self.face.prepare(model)
                 self._prepared[key] = pm if status == S.NONE and pm is not None else \
                     f"the {kind.upper()} model did not prepare ({name(status)})"
         pm = self._prepared[key]
@@ -163,8 +156,7 @@ class Tests:
     def allocate_buffer(self, pm: Any, ins: Sequence[int], outs: Sequence[int], dims: Sequence[int] = ()) -> tuple:
         """VTS's allocateBuffer: NONE with a buffer and a token > 0, or
         GENERAL_FAILURE (memory domains not supported: the test is skipped)."""
-        status, buf, token = self.device.allocate(hal.BufferDesc(dimensions=list(dims)), [pm],
-                                                  [role(i) for i in ins], [role(i) for i in outs])
+        status, buf, token = self.face.allocate(dims, [pm], [role(i) for i in ins], [role(i) for i in outs])
         if status == S.NONE and buf is not None and isinstance(token, int) and token > 0:
             return buf, token
         if status == S.GENERAL_FAILURE and buf is None and token == 0:
@@ -173,7 +165,7 @@ class Tests:
                              "buffer and a token, or GENERAL_FAILURE with neither")
 
     def initialize(self, buf: Any) -> None:
-        status = buf.copyFrom(self.shared(self.size), list(DIMS))
+        status = self.face.copy_from(buf, self.shared(self.size), DIMS)
         if status != S.NONE:
             raise AssertionError(f"copyFrom to initialize the buffer gave {name(status)}")
 
@@ -197,7 +189,7 @@ class Tests:
             self.rec.add(full, "", "", "", True, model=model)
 
     def refused(self, desc_dims: Sequence[int], pms: list, ins: list, outs: list) -> tuple[str, str]:
-        status, buf, token = self.device.allocate(hal.BufferDesc(dimensions=list(desc_dims)), pms, ins, outs)
+        status, buf, token = self.face.allocate(desc_dims, pms, ins, outs)
         if status not in (S.INVALID_ARGUMENT, S.GENERAL_FAILURE) or buf is not None or token != 0:
             return name(status), f"allocate gave {name(status)}, buffer {buf!r}, token {token!r}"
         return name(status), ""
@@ -231,7 +223,7 @@ def allocate_tests(x: Tests) -> None:
         check("null prepared model, output role", REFUSED, lambda: ref([], [None], [], [role()]))
 
     def invalid_pm(check: Callable) -> None:
-        bad = _ForeignPreparedModel()
+        bad = x.face.foreign_prepared_model()
         check("foreign prepared model, input role", REFUSED, lambda: ref([], [bad], [role()], []))
         check("foreign prepared model, output role", REFUSED, lambda: ref([], [bad], [], [role()]))
 
@@ -308,10 +300,10 @@ def copy_tests(x: Tests) -> None:
     dynamic = Operand(x.t, [0] + DIMS[1:])
 
     def copy_from(buf: Any, mem: hal.Memory, dims: list[int], expected: S) -> Callable[[], tuple[str, str]]:
-        return lambda: _status(buf.copyFrom(mem, dims), expected, f"copyFrom({mem.size} bytes, {dims})")
+        return lambda: _status(x.face.copy_from(buf, mem, dims), expected, f"copyFrom({mem.size} bytes, {dims})")
 
     def copy_to(buf: Any, mem: hal.Memory, expected: S) -> Callable[[], tuple[str, str]]:
-        return lambda: _status(buf.copyTo(mem), expected, f"copyTo({mem.size} bytes)")
+        return lambda: _status(x.face.copy_to(buf, mem), expected, f"copyTo({mem.size} bytes)")
 
     def from_size(o: Optional[Operand]) -> Callable:
         def body(check: Callable) -> None:
@@ -376,33 +368,13 @@ def _arg(pool: int, length: int = 0, dims: Sequence[int] = ()) -> hal.RequestArg
     return hal.RequestArgument(location=hal.DataLocation(pool, 0, length), dimensions=list(dims))
 
 
-def execute(pm: Any, request: hal.Request, executor: str) -> tuple[S, str]:
-    """(status, a rule broken on the way or "") through one executor, timing NO, as VTS's testExecution."""
-    no_time = hal.Timing()
-    if executor == "SYNC":
-        status, shapes, timing = pm.executeSynchronously_1_3(request, hal.MeasureTiming.NO, hal.OptionalTimePoint(),
-                                                             hal.OptionalTimeoutDuration())
-    elif executor == "ASYNC":
-        cb = hal.ExecutionCallback()
-        launch = pm.execute_1_3(request, hal.MeasureTiming.NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
-                                cb)
-        status, shapes, timing = cb.wait(WAIT_S)
-        if launch != S.NONE and launch != status:
-            return launch, f"launch gave {name(launch)} but the callback {name(status)}"
-    else:
-        status, fence, callback = pm.executeFenced(request, [], hal.MeasureTiming.NO, hal.OptionalTimePoint(),
-                                                   hal.OptionalTimeoutDuration(), hal.OptionalTimeoutDuration())
-        if status != S.NONE:
-            if fence is not None or callback is not None:
-                return status, "an error with a sync fence or a callback"
-            return status, ""
-        if fence is not None and fence.fds:
-            from nnhal.platform import fence as hal_fence
-
-            hal_fence.sync_wait(fence, WAIT_S)
-        status, timing, _ = callback.getExecutionInfo()
-        shapes = []
-    if timing != no_time:
+def execute(face: Face, pm: Any, request: hal.Request, executor: str) -> tuple[S, str]:
+    """(status, a rule broken on the way or "") through one executor, timing NO, as VTS's testExecution (a
+    fenced execution runs once)."""
+    status, shapes, timing, launch = face.execute(pm, face.request(request), executor.lower(), False, chain=False)
+    if launch is not None and launch != S.NONE and launch != status:
+        return launch, f"launch gave {name(launch)} but the callback {name(status)}"
+    if timing != hal.Timing():
         return status, f"timing {timing} with MeasureTiming.NO"
     if status != S.NONE and shapes:
         return status, f"{name(status)} with {len(shapes)} output shapes"
@@ -418,7 +390,7 @@ def execution_tests(x: Tests, executor: str) -> None:
             hal.MemoryPool(token=p) if isinstance(p, int) else hal.MemoryPool(hidlMemory=p) for p in pools])
 
         def judge() -> tuple[str, str]:
-            status, broken = execute(pm, request, executor)
+            status, broken = execute(x.face, pm, request, executor)
             if broken:
                 return name(status), broken
             return _status(status, expected, executor.lower())
@@ -513,10 +485,7 @@ def execution_tests(x: Tests, executor: str) -> None:
 
 def _prepare_again(x: Tests) -> Any:
     """A second preparation of the same CONV model: another prepared model."""
-    cb = hal.PreparedModelCallback()
-    x.device.prepareModel_1_3(conv_model(x.operand), hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
-                              hal.OptionalTimePoint(), [], [], bytes(32), cb)
-    status, pm = cb.wait(WAIT_S)
+    _, status, pm = x.face.prepare(conv_model(x.operand))
     if status != S.NONE or pm is None:
         raise _Skip(f"the CONV model did not prepare again ({name(status)})")
     return pm
@@ -525,15 +494,17 @@ def _prepare_again(x: Tests) -> Any:
 PARTS = ("allocate", "copy", "execution")
 
 
-def run(device: hal.IDevice, types: Sequence[T] = tuple(TYPES)) -> list[Case]:
+def run(device: Any, types: Sequence[T] = tuple(TYPES)) -> list[Case]:
+    face = as_face(device)
     rec = Recorder(SECTION)
     for t in types:
-        x = Tests(device, t, rec)
+        x = Tests(face, t, rec)
         try:
             allocate_tests(x)
             copy_tests(x)
-            for executor in EXECUTORS:
+            for executor in EXECUTORS[face.name]:
                 execution_tests(x, executor)
         finally:
             x.close()
+            face.close_bursts()
     return rec.cases

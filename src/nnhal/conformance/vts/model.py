@@ -1,13 +1,19 @@
 """Section "model": model validation as VTS 1.3's ``ValidateModel.cpp`` does it
-(and the cycle check of ``BasicTests.cpp``), through the public HAL only.
+(and the cycle check of ``BasicTests.cpp``), and the AIDL VTS's
+``ValidateModel.cpp`` through the AIDL face, through the public HAL only.
 
 Every base model's ``main`` is mutated in each of the ways VTS mutates one,
-and each mutated model must be rejected: ``getSupportedOperations_1_3``
+and each mutated model must be rejected: ``getSupportedOperations(_1_3)``
 returns INVALID_ARGUMENT (not asked for the preference / priority mutations,
-whose model is fine), and ``prepareModel_1_3`` returns INVALID_ARGUMENT at
-launch while the callback gets INVALID_ARGUMENT and no prepared model.  A
+whose model is fine), and ``prepareModel(_1_3)`` returns INVALID_ARGUMENT at
+launch (AIDL: raises it) while the callback gets INVALID_ARGUMENT and no
+prepared model; from AIDL version 4, ``prepareModelWithConfig`` the same.  A
 case is one mutation of one model, named by VTS's test function
-(``mutateOperandTypeTest``...) and VTS's description of the mutation.
+(``mutateOperandTypeTest``...) and VTS's description of the mutation.  The
+AIDL VTS mutates as the 1.3 one but: an AIDL operand has no
+``numberOfConsumers`` (the driver counts them: no such mutation), the
+invalid operand and operation types are -1 and the enum's last value + 1,
+and PACK's inputs after the first are not removed.
 
 Where this port differs from VTS, on purpose: a removed operand is removed
 with its references renumbered (VTS's renumbering is a no-op, also ported as
@@ -26,7 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-from nnhal import hal
+from nnhal import aidl, hal
+from nnhal.conformance.face import as_face
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case, Recorder, name, sample_indexes
 from nnhal.platform import memory as hal_memory
@@ -181,9 +188,17 @@ class Planned:
         return mutation
 
 
-def plan(model: hal.Model) -> list[Planned]:
-    """Every mutation of ``model`` in VTS's order, named, none made yet."""
-    return [Planned(kind, what, change) for kind, gen in MUTATORS for what, change in gen(model)]
+def plan(model: hal.Model, face: str = "hidl") -> list[Planned]:
+    """Every mutation of ``model`` in VTS's order, named, none made yet (as
+    the VTS of ``face``, "hidl" or "aidl", mutates)."""
+    mutators = MUTATORS if face == "hidl" else _aidl_mutators()
+    return [Planned(kind, what, change) for kind, gen in mutators for what, change in gen(model)]
+
+
+def _aidl_mutators() -> list[tuple[str, Generator]]:
+    """The AIDL VTS's mutations: the 1.3 ones with AIDL's invalid types, without numberOfConsumers."""
+    swap: dict[str, Generator] = {"operand type": _operand_type_aidl, "operation type": _operation_type_aidl}
+    return [(kind, swap.get(kind, gen)) for kind, gen in MUTATORS if kind != "operand numberOfConsumers"]
 
 
 @mutator("execution order")
@@ -215,14 +230,27 @@ INVALID_OPERAND_TYPES = (
 )
 
 
-@mutator("operand type")
-def _operand_type(model: hal.Model):
+def _operand_types(model: hal.Model, invalid: Sequence[int]):
     for i in range(len(model.main.operands)):
-        for t in INVALID_OPERAND_TYPES:
+        for t in invalid:
             def change(m: hal.Model, i: int = i, t: int = t) -> None:
                 m.main.operands[i].type = t
 
             yield f"operand {i} type {t}", change
+
+
+@mutator("operand type")
+def _operand_type(model: hal.Model):
+    yield from _operand_types(model, INVALID_OPERAND_TYPES)
+
+
+def _aidl_invalid(enum: Any) -> tuple[int, int]:
+    """AIDL VTS's invalid values of an enum: -1 and one past its last value."""
+    return -1, max(int(v) for v in enum) + 1
+
+
+def _operand_type_aidl(model: hal.Model):
+    yield from _operand_types(model, _aidl_invalid(aidl.OperandType))
 
 
 @mutator("operand rank")
@@ -449,14 +477,22 @@ INVALID_OPERATION_TYPES = (int(hal.OperationTypeRange.FUNDAMENTAL_MAX) + 1, int(
                            int(hal.OperationTypeRange.OEM_MAX) + 1)
 
 
-@mutator("operation type")
-def _operation_type(model: hal.Model):
+def _operation_types(model: hal.Model, invalid: Sequence[int]):
     for k in range(len(model.main.operations)):
-        for t in INVALID_OPERATION_TYPES:
+        for t in invalid:
             def change(m: hal.Model, k: int = k, t: int = t) -> None:
                 m.main.operations[k].type = t
 
             yield f"operation {k} type {t}", change
+
+
+@mutator("operation type")
+def _operation_type(model: hal.Model):
+    yield from _operation_types(model, INVALID_OPERATION_TYPES)
+
+
+def _operation_type_aidl(model: hal.Model):
+    yield from _operation_types(model, _aidl_invalid(aidl.OperationType))
 
 
 def _operand_index_out_of_range(model: hal.Model, field: str):
@@ -598,7 +634,12 @@ def removing_input_is_legal(op: hal.Operation, j: int) -> bool:
         return (n, j) == (6, 5)
     if t == Op.SOFTMAX:
         return (n, j) == (3, 2)
+    if t == _PACK:  # NOTE: AIDL version 2: the axis, then two or more tensors
+        return n > 2 and j != 0
     return False
+
+
+_PACK = int(aidl.OperationType.PACK)  # NOTE: AIDL version 2 (the canonical 1.3 enum has no PACK)
 
 
 @mutator("remove operation input")
@@ -689,31 +730,32 @@ def _valid_preference_and_priority(m: Mutation) -> bool:
     return m.preference in hal.ExecutionPreference._value2member_map_ and m.priority in hal.Priority._value2member_map_
 
 
-def judge(device: hal.IDevice, m: Mutation) -> tuple[str, str]:
-    """(the driver's answers, what went wrong or "") for one mutated model:
-    VTS wants INVALID_ARGUMENT from getSupportedOperations_1_3 (when the
-    preference and priority are valid), at prepareModel_1_3's launch and in
-    its callback, with no prepared model."""
-    answers = []
+def judge(device: Any, m: Mutation) -> tuple[str, str]:
+    """(the driver's answers, what went wrong or "") for one mutated model
+    through ``device``'s face (a HAL 1.3 ``IDevice`` is judged through its
+    HIDL face): VTS wants INVALID_ARGUMENT from getSupportedOperations (when
+    the preference and priority are valid), at prepareModel's launch and in
+    its callback, with no prepared model; from AIDL version 4, from
+    prepareModelWithConfig the same."""
+    face = as_face(device)
+    v = face.method_suffix
     if _valid_preference_and_priority(m):
-        status, _ = device.getSupportedOperations_1_3(m.model)
-        answers.append(name(status))
+        status, _, _ = face.supported(m.model)
         if status != S.INVALID_ARGUMENT:
-            return name(status), f"getSupportedOperations_1_3 returned {name(status)}"
-    cb = hal.PreparedModelCallback()
-    launch = device.prepareModel_1_3(m.model, m.preference, m.priority, hal.OptionalTimePoint(), [], [], bytes(32),
-                                     cb)
-    status, prepared = cb.wait(60)
-    if launch != S.INVALID_ARGUMENT:
-        return name(launch), f"prepareModel_1_3 launch returned {name(launch)}"
-    if status != S.INVALID_ARGUMENT:
-        return name(status), f"prepareModel_1_3 callback gave {name(status)}"
-    if prepared is not None:
-        return "NONE", "prepareModel_1_3 callback gave a prepared model"
+            return name(status), f"getSupportedOperations{v} returned {name(status)}"
+    for config in (False, True) if face.has_config else (False,):
+        launch, status, prepared = face.prepare(m.model, m.preference, m.priority, config=config)
+        what = "prepareModelWithConfig" if config else f"prepareModel{v}"
+        if launch != S.INVALID_ARGUMENT:
+            return name(launch), f"{what} launch returned {name(launch)}"
+        if status != S.INVALID_ARGUMENT:
+            return name(status), f"{what} callback gave {name(status)}"
+        if prepared is not None:
+            return "NONE", f"{what} callback gave a prepared model"
     return "INVALID_ARGUMENT", ""
 
 
-def rejection_problem(device: hal.IDevice, m: Mutation) -> Optional[str]:
+def rejection_problem(device: Any, m: Mutation) -> Optional[str]:
     """None when the device rejects the mutated model as VTS requires, else
     what went wrong."""
     return judge(device, m)[1] or None
@@ -751,18 +793,19 @@ def model_id(vm: VectorModel) -> str:
     return f"{vm.spec}/{vm.name}"
 
 
-def run_model(device: hal.IDevice, vm: VectorModel, sample: Optional[int] = None,
+def run_model(device: Any, vm: VectorModel, sample: Optional[int] = None,
               kinds: Optional[Sequence[str]] = None) -> list[Case]:
     """The cases of one base model: every mutation (or ``sample`` of them,
-    spread evenly), each judged by :func:`judge`."""
+    spread evenly) the VTS of the device's face makes, each judged by :func:`judge`."""
+    face = as_face(device)
     model = vm.build_model()
     rec = Recorder(SECTION, model_id(vm))
     try:
-        planned = [p for p in plan(model) if kinds is None or p.kind in kinds]
+        planned = [p for p in plan(model, face.name) if kinds is None or p.kind in kinds]
         for k in sample_indexes(len(planned), sample):
             p = planned[k]
             test = "ValidationTest." + VTS_TESTS[p.kind]
-            rec.check(test, p.what, "INVALID_ARGUMENT", lambda p=p: judge(device, p.make(model)))
+            rec.check(test, p.what, "INVALID_ARGUMENT", lambda p=p: judge(face, p.make(model)))
     finally:
         for pool in model.pools:
             hal_memory.free(pool)

@@ -1,14 +1,16 @@
-"""Section "qos": deadlines and priorities as VTS 1.3's
-``QualityOfServiceTests.cpp`` checks them, for every generated model that
-is not expected to fail (``DeadlineTest``).
+"""Section "qos": deadlines and priorities as the
+``QualityOfServiceTests.cpp`` of VTS 1.3 and of the AIDL VTS check them,
+for every generated model that is not expected to fail (``DeadlineTest``).
 
-Preparation with each priority (LOW, MEDIUM, HIGH) and each deadline bound
-(NOW, SHORT = now + 5 ms, UNLIMITED = INT64_MAX ns, which must not
-overflow) must launch with NONE and give NONE or MISSED_DEADLINE_* (NONE
-for UNLIMITED), a prepared model exactly when NONE.  Executions through
-async and sync, timing NO and YES, with each deadline bound: the same
-statuses, output shapes and correct results exactly when NONE, no shapes
-and no timing otherwise.
+Preparation (VTS 1.3: each priority LOW, MEDIUM, HIGH with each deadline
+bound; AIDL: LOW and HIGH without a deadline, then MEDIUM with each bound)
+with the deadline bounds NOW, SHORT = now + 5 ms and UNLIMITED = INT64_MAX
+ns (which must not overflow) must launch with NONE and give NONE or
+MISSED_DEADLINE_* (NONE for UNLIMITED or none), a prepared model exactly
+when NONE.  Executions (VTS 1.3: async and sync, timing NO and YES; AIDL:
+sync and a burst, timing NO) with each deadline bound: the same statuses,
+output shapes and correct results exactly when NONE, no shapes and no
+timing otherwise.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.conformance.compare import compare
+from nnhal.conformance.face import Face, as_face
 from nnhal.conformance.runner import RequestPools, nbytes
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case, Recorder, name
@@ -33,38 +36,47 @@ M = hal.MeasureTiming
 MISSED = (S.MISSED_DEADLINE_TRANSIENT, S.MISSED_DEADLINE_PERSISTENT)
 BOUNDS = ("NOW", "UNLIMITED", "SHORT")
 PRIORITIES = (hal.Priority.LOW, hal.Priority.MEDIUM, hal.Priority.HIGH)
+# per face: the preparations (priority, deadline bound or None for none) and the executions
+# (executor, timing) each VTS makes
+PREPARATIONS = {
+    "hidl": tuple((p, b) for p in PRIORITIES for b in BOUNDS),
+    "aidl": ((hal.Priority.LOW, None), (hal.Priority.HIGH, None), *((hal.Priority.MEDIUM, b) for b in BOUNDS)),
+}
+EXECUTIONS = {
+    "hidl": tuple((e, m) for e in ("ASYNC", "SYNC") for m in (M.NO, M.YES)),
+    "aidl": (("SYNC", M.NO), ("BURST", M.NO)),
+}
 INT64_MAX = 2**63 - 1
-WAIT_S = 60.0
 
 
-def deadline(bound: str) -> hal.OptionalTimePoint:
+def deadline(bound: Optional[str]) -> Optional[int]:
+    """The deadline of a bound, nanoseconds on the steady clock (None: no deadline)."""
+    if bound is None:
+        return None
     if bound == "NOW":
-        return hal.OptionalTimePoint(nanosecondsSinceEpoch=time.monotonic_ns())
+        return time.monotonic_ns()
     if bound == "SHORT":
-        return hal.OptionalTimePoint(nanosecondsSinceEpoch=time.monotonic_ns() + 5_000_000)
-    return hal.OptionalTimePoint(nanosecondsSinceEpoch=INT64_MAX)
+        return time.monotonic_ns() + 5_000_000
+    return INT64_MAX
 
 
-def _expected(bound: str) -> str:
-    return "NONE" if bound == "UNLIMITED" else "NONE or MISSED_DEADLINE_*"
+def _expected(bound: Optional[str]) -> str:
+    return "NONE" if bound in ("UNLIMITED", None) else "NONE or MISSED_DEADLINE_*"
 
 
-def _status_ok(status: Any, bound: str) -> bool:
-    return status == S.NONE or (bound != "UNLIMITED" and status in MISSED)
+def _status_ok(status: Any, bound: Optional[str]) -> bool:
+    return status == S.NONE or (bound not in ("UNLIMITED", None) and status in MISSED)
 
 
-def _prepare(device: hal.IDevice, model: hal.Model, priority: hal.Priority, bound: str) -> tuple[Any, Any, str]:
-    cb = hal.PreparedModelCallback()
-    launch = device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, priority, deadline(bound),
-                                     [], [], bytes(32), cb)
-    status, prepared = cb.wait(WAIT_S)
+def _prepare(face: Face, model: hal.Model, priority: hal.Priority, bound: Optional[str]) -> tuple[Any, Any, str]:
+    launch, status, prepared = face.prepare(model, priority=priority, deadline_ns=deadline(bound))
     if launch != S.NONE:
-        return launch, None, f"prepareModel_1_3 launch gave {name(launch)}"
+        return launch, None, f"prepareModel{face.method_suffix} launch gave {name(launch)}"
     return status, prepared, ""
 
 
-def _judge_prepare(device: hal.IDevice, model: hal.Model, priority: hal.Priority, bound: str) -> tuple[str, str]:
-    status, prepared, broken = _prepare(device, model, priority, bound)
+def _judge_prepare(face: Face, model: hal.Model, priority: hal.Priority, bound: Optional[str]) -> tuple[str, str]:
+    status, prepared, broken = _prepare(face, model, priority, bound)
     if broken:
         return name(status), broken
     if not _status_ok(status, bound):
@@ -74,19 +86,15 @@ def _judge_prepare(device: hal.IDevice, model: hal.Model, priority: hal.Priority
     return name(status), ""
 
 
-def _judge_execute(vm: VectorModel, prepared: Any, executor: str, measure: M, bound: str) -> tuple[str, str]:
+def _judge_execute(face: Face, vm: VectorModel, prepared: Any, executor: str, measure: M,
+                   bound: str) -> tuple[str, str]:
     inputs = vm.input_values()
     outs = vm.output_operands()
     with RequestPools(inputs, [max(nbytes(o), 1) for o in outs]) as pools:
-        if executor == "SYNC":
-            status, shapes, timing = prepared.executeSynchronously_1_3(pools.request(), measure, deadline(bound),
-                                                                       hal.OptionalTimeoutDuration())
-        else:
-            cb = hal.ExecutionCallback()
-            launch = prepared.execute_1_3(pools.request(), measure, deadline(bound), hal.OptionalTimeoutDuration(), cb)
-            status, shapes, timing = cb.wait(WAIT_S)
-            if launch != S.NONE:
-                return name(launch), f"execute_1_3 launch gave {name(launch)}"
+        status, shapes, timing, launch = face.execute(prepared, face.request(pools.request()), executor.lower(),
+                                                      measure == M.YES, deadline(bound))
+        if launch is not None and launch != S.NONE:
+            return name(launch), f"execute_1_3 launch gave {name(launch)}"
         if not _status_ok(status, bound):
             return name(status), f"gave {name(status)}"
         if status != S.NONE:
@@ -112,30 +120,30 @@ def _judge_execute(vm: VectorModel, prepared: Any, executor: str, measure: M, bo
     return "NONE", ""
 
 
-def run_model(device: hal.IDevice, vm: VectorModel, sample: Optional[int] = None) -> list[Case]:
+def run_model(device: Any, vm: VectorModel, sample: Optional[int] = None) -> list[Case]:
+    face = as_face(device)
     rec = Recorder(SECTION, model_id(vm))
     if vm.expectFailure:
         return rec.cases  # NOTE: as VTS: DeadlineTest is instantiated for the models expected to succeed
     model = vm.build_model()
     try:
-        if not gate(rec, "DeadlineTest", "NONE or MISSED_DEADLINE_*", device, model, vm):
+        if not gate(rec, "DeadlineTest", "NONE or MISSED_DEADLINE_*", face, model, vm):
             return rec.cases
-        for priority in PRIORITIES:
-            for bound in BOUNDS:
-                rec.check("DeadlineTest.prepareModel", f"priority {priority.name}, deadline {bound}", _expected(bound),
-                          lambda p=priority, b=bound: _judge_prepare(device, model, p, b))
-        status, prepared, broken = _prepare(device, model, hal.Priority.MEDIUM, "UNLIMITED")
+        for priority, bound in PREPARATIONS[face.name]:
+            rec.check("DeadlineTest.prepareModel", f"priority {priority.name}, deadline {bound or 'none'}",
+                      _expected(bound), lambda p=priority, b=bound: _judge_prepare(face, model, p, b))
+        status, prepared, broken = _prepare(face, model, hal.Priority.MEDIUM, "UNLIMITED")
         if status != S.NONE or prepared is None:
             rec.add("DeadlineTest.execute", "prepare", "NONE", name(status), False,
-                    broken or f"prepareModel_1_3 without a deadline gave {name(status)}")
+                    broken or f"prepareModel{face.method_suffix} without a deadline gave {name(status)}")
             return rec.cases
-        for executor in ("ASYNC", "SYNC"):
-            for measure in (M.NO, M.YES):
-                for bound in BOUNDS:
-                    rec.check("DeadlineTest.execute", f"{executor}, timing {measure.name}, deadline {bound}",
-                              _expected(bound), lambda e=executor, m=measure, b=bound:
-                              _judge_execute(vm, prepared, e, m, b))
+        for executor, measure in EXECUTIONS[face.name]:
+            for bound in BOUNDS:
+                rec.check("DeadlineTest.execute", f"{executor}, timing {measure.name}, deadline {bound}",
+                          _expected(bound), lambda e=executor, m=measure, b=bound:
+                          _judge_execute(face, vm, prepared, e, m, b))
     finally:
+        face.close_bursts()
         for p in model.pools:
             hal_memory.free(p)
     return rec.cases

@@ -1,17 +1,23 @@
-"""Section "request": request validation as VTS 1.3's ``ValidateRequest.cpp``
-does it (and the fenced-execution checks of ``VtsHalNeuralnetworks.cpp``),
-through the public HAL only.
+"""Section "request": request validation as the ``ValidateRequest.cpp`` of
+VTS 1.3 (and the fenced-execution checks of its ``VtsHalNeuralnetworks.cpp``)
+and of the AIDL VTS do it, through the face judged and its public HAL only.
 
 For every base model that prepares, each request input and each request
 output in turn is removed from a valid request, and the driver must answer
-INVALID_ARGUMENT through ``execute_1_3`` (at launch, and the callback with
-no output shapes and no timing), ``executeSynchronously_1_3`` (no shapes, no
-timing), ``executeFenced`` (no sync fence, no callback) and the burst
-(``nnhal.burst.BurstController``, one per prepared model: no shapes, no
-timing).  A valid request fenced on an invalid sync fence must give
-INVALID_ARGUMENT too, and the models that must fail (``expectFailure``)
-must fail to execute, with no shapes and no timing.  A model the driver
-does not support (``getSupportedOperations_1_3``) is one unsupported case.
+INVALID_ARGUMENT, with no output shapes and no timing, through every
+executor of the face: HAL 1.3 ``execute_1_3`` (at launch, and the
+callback), ``executeSynchronously_1_3``, ``executeFenced`` (no sync fence,
+no callback) and the burst (``nnhal.burst.BurstController``, one per
+prepared model); AIDL ``executeSynchronously``, ``executeFenced``, the
+``IBurst`` and, from version 4, ``createReusableExecution`` (refusing the
+request, or its ``IExecution`` refusing to run it, synchronously and
+fenced) and the ``*WithConfig`` calls (an error raised as a
+``ServiceSpecificError``).  On HAL 1.3 a valid request fenced on an invalid
+sync fence must give INVALID_ARGUMENT too (AIDL cannot send one: a
+``ParcelFileDescriptor`` is a descriptor).  The models that must fail
+(``expectFailure``) must fail to execute, with no shapes and no timing.  A
+model the driver does not support (``getSupportedOperations``) is one
+unsupported case.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any, Optional
 import numpy as np
 
 from nnhal import hal
+from nnhal.conformance.face import FENCED_MODES, Face, Outcome, as_face
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case, Recorder, name, sample_indexes
 from nnhal.platform import memory as hal_memory
@@ -30,7 +37,6 @@ SECTION = "request"
 S = hal.ErrorStatus
 T = hal.OperandType
 NO_TIME = hal.UINT64_MAX
-WAIT_S = 60.0
 
 _ITEM_SIZE = {T.TENSOR_FLOAT32: 4, T.FLOAT32: 4, T.TENSOR_INT32: 4, T.INT32: 4, T.UINT32: 4, T.TENSOR_FLOAT16: 2,
               T.FLOAT16: 2, T.TENSOR_QUANT16_SYMM: 2, T.TENSOR_QUANT16_ASYMM: 2}
@@ -90,33 +96,32 @@ def model_id(vm: VectorModel) -> str:
     return f"{vm.spec}/{vm.name}"
 
 
-def gate(rec: Recorder, test: str, expected: str, device: hal.IDevice, model: hal.Model, vm: VectorModel) -> bool:
-    """Whether a section goes on with ``vm`` on ``device`` (as VTS: only the
-    models it prepares).  A model that must fail and is refused is a passed
-    case; one whose operations the device does not support, an unsupported
-    case; a valid model that getSupportedOperations_1_3 calls invalid, a
-    failure."""
-    status, supported = device.getSupportedOperations_1_3(model)
-    refused = [hal.OperationType(op.type).name for op, ok in zip(model.main.operations, supported) if not ok] \
+def gate(rec: Recorder, test: str, expected: str, device: Any, model: hal.Model, vm: VectorModel) -> bool:
+    """Whether a section goes on with ``vm`` on ``device`` (a face, or a HAL
+    1.3 ``IDevice``; as VTS: only the models it prepares).  A model that must
+    fail and is refused is a passed case; one whose operations the device
+    does not support, an unsupported case; a valid model that
+    getSupportedOperations calls invalid, a failure."""
+    face = as_face(device)
+    status, supported, _ = face.supported(model)
+    refused = [hal.operation_name(op.type) for op, ok in zip(model.main.operations, supported) if not ok] \
         if status == S.NONE else []
     if status == S.NONE and not refused:
         return True
     if vm.expectFailure:
         rec.add("ValidationTest.createPreparedModel", "", "an error (expectFailure)", name(status), True)
     elif status != S.NONE:
-        rec.add(test, "getSupportedOperations_1_3", "NONE", name(status), False,
-                f"getSupportedOperations_1_3 gave {name(status)} for a valid model")
+        what = f"getSupportedOperations{face.method_suffix}"
+        rec.add(test, what, "NONE", name(status), False, f"{what} gave {name(status)} for a valid model")
     else:
         rec.unsupported(test, "", expected, f"unsupported: {','.join(refused)}")
     return False
 
 
-def prepare(device: hal.IDevice, vm: VectorModel) -> tuple[Optional[hal.IPreparedModel], hal.Model]:
+def prepare(device: Any, vm: VectorModel) -> tuple[Any, hal.Model]:
+    """(the prepared model or None, the model: its pools are the caller's to free)."""
     model = vm.build_model()
-    cb = hal.PreparedModelCallback()
-    device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
-                            hal.OptionalTimePoint(), [], [], bytes(32), cb)
-    status, prepared = cb.wait(WAIT_S)
+    _, status, prepared = as_face(device).prepare(model)
     return (prepared if status == S.NONE else None), model
 
 
@@ -132,28 +137,20 @@ def no_timing(timing: hal.Timing) -> bool:
     return timing.timeOnDevice == NO_TIME and timing.timeInDriver == NO_TIME
 
 
-def _refused(what: str, status: Any, shapes: list, timing: hal.Timing) -> tuple[str, str]:
+def _refused(what: str, outcome: Outcome) -> tuple[str, str]:
+    """VTS's judgement of an invalid request's execution: INVALID_ARGUMENT
+    (at launch too, where the executor has a launch status), no output
+    shapes, no timing."""
+    status, shapes, timing, launch = outcome
+    if launch is not None and launch != S.INVALID_ARGUMENT:
+        return name(launch), f"{what} launch gave {name(launch)}"
     if status != S.INVALID_ARGUMENT or shapes or not no_timing(timing):
         return name(status), f"{what} gave {name(status)}, {len(shapes)} shapes, {timing}"
     return name(status), ""
 
 
-def judge_async(prepared: hal.IPreparedModel, request: hal.Request, measure: hal.MeasureTiming) -> tuple[str, str]:
-    cb = hal.ExecutionCallback()
-    launch = prepared.execute_1_3(request, measure, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(), cb)
-    status, shapes, timing = cb.wait(WAIT_S)
-    if launch != S.INVALID_ARGUMENT:
-        return name(launch), f"execute_1_3 launch gave {name(launch)}"
-    return _refused("execute_1_3 callback", status, shapes, timing)
-
-
-def judge_sync(prepared: hal.IPreparedModel, request: hal.Request, measure: hal.MeasureTiming) -> tuple[str, str]:
-    status, shapes, timing = prepared.executeSynchronously_1_3(request, measure, hal.OptionalTimePoint(),
-                                                               hal.OptionalTimeoutDuration())
-    return _refused("executeSynchronously_1_3", status, shapes, timing)
-
-
 def judge_fenced(prepared: hal.IPreparedModel, request: hal.Request, wait_for: list) -> tuple[str, str]:
+    """A HAL 1.3 executeFenced waiting for ``wait_for``: INVALID_ARGUMENT with no fence and no callback."""
     status, fence, callback = prepared.executeFenced(request, wait_for, hal.MeasureTiming.NO, hal.OptionalTimePoint(),
                                                      hal.OptionalTimeoutDuration(), hal.OptionalTimeoutDuration())
     if status != S.INVALID_ARGUMENT or fence is not None or callback is not None:
@@ -161,21 +158,21 @@ def judge_fenced(prepared: hal.IPreparedModel, request: hal.Request, wait_for: l
     return name(status), ""
 
 
-def judge_burst(burst: Any, request: hal.Request, measure: hal.MeasureTiming) -> tuple[str, str]:
-    status, shapes, timing = burst.execute(request, measure)
-    return _refused("burst", status, shapes, timing)
+# the executors of an invalid request, per face, named as VTS's traces name them
+PATHS = {
+    "hidl": (("execute_1_3", "async"), ("executeSynchronously_1_3", "sync"), ("executeFenced", "fenced"),
+             ("burst", "burst")),
+    "aidl": (("executeSynchronously", "sync"), ("executeFenced", "fenced"), ("burst", "burst")),
+}
+AIDL_V4_PATHS = (("createReusableExecution, executeSynchronously", "reusable"),
+                 ("createReusableExecution, executeFenced", "reusable-fenced"),
+                 ("executeSynchronouslyWithConfig", "sync-config"), ("executeFencedWithConfig", "fenced-config"),
+                 ("burst executeSynchronouslyWithConfig", "burst-config"))
 
 
-def rejection_problems(prepared: hal.IPreparedModel, request: hal.Request, message: str,
-                       burst: Any = None) -> list[str]:
-    """What each execution path got wrong about an invalid request (empty:
-    all gave INVALID_ARGUMENT the way VTS wants)."""
-    measure = measure_for(message)
-    judged = [judge_async(prepared, request, measure), judge_sync(prepared, request, measure),
-              judge_fenced(prepared, request, [])]
-    if burst is not None:
-        judged.append(judge_burst(burst, request, measure))
-    return [f"{message}: {p}" for _, p in judged if p]
+def paths(face: Face) -> tuple[tuple[str, str], ...]:
+    """(VTS's name, the face's executor) of every way an invalid request is sent."""
+    return PATHS[face.name] + (AIDL_V4_PATHS if face.has_config else ())
 
 
 def _closed_fd_handle() -> hal.Handle:
@@ -208,23 +205,17 @@ def planned_mutations(n_inputs: int, n_outputs: int) -> list[tuple[str, str, Any
     return out
 
 
-def run_model(device: hal.IDevice, vm: VectorModel, sample: Optional[int] = None) -> list[Case]:
+def run_model(device: Any, vm: VectorModel, sample: Optional[int] = None) -> list[Case]:
     """The request cases of one model (nothing but an unsupported case when
     the device does not take it)."""
-    from nnhal.runtime.burst import BurstController
-
+    face = as_face(device)
     rec = Recorder(SECTION, model_id(vm))
     model = vm.build_model()
     pools: Optional[RequestPools] = None
-    prepared: Any = None
-    burst: Any = None
     try:
-        if not gate(rec, "ValidationTest.validateRequest", "INVALID_ARGUMENT", device, model, vm):
+        if not gate(rec, "ValidationTest.validateRequest", "INVALID_ARGUMENT", face, model, vm):
             return rec.cases
-        cb = hal.PreparedModelCallback()
-        device.prepareModel_1_3(model, hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
-                                hal.OptionalTimePoint(), [], [], bytes(32), cb)
-        status, prepared = cb.wait(WAIT_S)
+        _, status, prepared = face.prepare(model)
         if status != S.NONE or prepared is None:
             ok = vm.expectFailure
             rec.add("ValidationTest.createPreparedModel", "", "NONE", name(status), ok,
@@ -234,28 +225,28 @@ def run_model(device: hal.IDevice, vm: VectorModel, sample: Optional[int] = None
         valid = pools.request()
         if vm.expectFailure:
             rec.check("ValidationTest.validateRequestFailure", "", "an error, no shapes, no timing",
-                      lambda: _judge_failure(prepared, valid))
+                      lambda: _judge_failure(face, prepared, face.request(valid)))
             return rec.cases
         planned = planned_mutations(len(valid.inputs), len(valid.outputs))
-        chosen = [planned[k] for k in sample_indexes(len(planned), sample)]
-        if any(what[0] != "fence" for _, _, what in chosen):
-            status, burst = BurstController.create(prepared, timeout=WAIT_S)
-            if status != S.NONE:
-                burst = None
-        for test, what, (field, k) in chosen:
+        if face.name != "hidl":
+            planned = [m for m in planned if m[2][0] != "fence"]  # NOTE: AIDL cannot send an invalid fence
+        for k in sample_indexes(len(planned), sample):
+            test, what, (field, index) = planned[k]
             if field == "fence":
                 rec.check(f"ValidationTest.{test}", what, "INVALID_ARGUMENT",
-                          lambda k=k: judge_fenced(prepared, pools.request(), [INVALID_FENCES[k]()]))
+                          lambda k=index: judge_fenced(prepared, pools.request(), [INVALID_FENCES[k]()]))
                 continue
             request = pools.request()
-            del getattr(request, field)[k]
-            message = f"{test[:-4]}: {what}"
-            measure = measure_for(message)
-            for path, run in _paths(prepared, burst, request, measure):
-                rec.check(f"ValidationTest.{test}", f"{what} [{path}]", "INVALID_ARGUMENT", run)
+            del getattr(request, field)[index]
+            native = face.request(request)
+            measure = measure_for(f"{test[:-4]}: {what}") == hal.MeasureTiming.YES
+            for path, mode in paths(face):
+                # NOTE: as VTS, a fenced execution never asks for timing
+                rec.check(f"ValidationTest.{test}", f"{what} [{path}]", "INVALID_ARGUMENT",
+                          lambda path=path, mode=mode, native=native, m=measure and mode not in FENCED_MODES:
+                          _refused(path, face.execute(prepared, native, mode, m)))
     finally:
-        if burst is not None:
-            burst.close()
+        face.close_bursts()
         if pools is not None:
             pools.close()
         for p in model.pools:
@@ -263,22 +254,8 @@ def run_model(device: hal.IDevice, vm: VectorModel, sample: Optional[int] = None
     return rec.cases
 
 
-def _paths(prepared: Any, burst: Any, request: hal.Request, measure: hal.MeasureTiming) -> list[tuple[str, Any]]:
-    """The four executors of an invalid request, each a judge to call."""
-    def burst_judge() -> tuple[str, str]:
-        if burst is None:
-            return "no burst", "configureExecutionBurst failed"
-        return judge_burst(burst, request, measure)
-
-    return [("execute_1_3", lambda: judge_async(prepared, request, measure)),
-            ("executeSynchronously_1_3", lambda: judge_sync(prepared, request, measure)),
-            ("executeFenced", lambda: judge_fenced(prepared, request, [])),
-            ("burst", burst_judge)]
-
-
-def _judge_failure(prepared: hal.IPreparedModel, request: hal.Request) -> tuple[str, str]:
-    status, shapes, timing = prepared.executeSynchronously_1_3(request, hal.MeasureTiming.NO, hal.OptionalTimePoint(),
-                                                               hal.OptionalTimeoutDuration())
+def _judge_failure(face: Face, prepared: Any, request: Any) -> tuple[str, str]:
+    status, shapes, timing, _ = face.execute(prepared, request, "sync", False)
     if status == S.NONE or (shapes and status != S.OUTPUT_INSUFFICIENT_SIZE) or not no_timing(timing):
         return name(status), f"expectFailure execution gave {name(status)}, {len(shapes)} shapes, {timing}"
     return name(status), ""

@@ -6,11 +6,12 @@ SECTIONS = ("basic", "generated", "model", "request", "burst", "memory", "cachin
 PER_MODEL = ("generated", "model", "request", "burst", "qos")
 DESCRIPTIONS = {
     "basic": "BasicTests: status, capabilities, version, type, extensions, cache files, cycles",
-    "generated": "GeneratedTestHarness: the vector models in the four executors, dynamic shapes, "
+    "generated": "GeneratedTestHarness: the vector models in every executor, dynamic shapes, "
                  "quant8 signed coupling, device memory",
     "model": "ValidateModel: every model mutated, each must be rejected",
-    "request": "ValidateRequest: requests with an input or output removed, invalid fences",
-    "burst": "ValidateBurst: burst packets with a datum removed, added or replaced; result queue; padding",
+    "request": "ValidateRequest: requests with an input or output removed (every executor), invalid fences",
+    "burst": "ValidateBurst: burst packets with a datum removed, added or replaced; result queue; padding "
+             "(AIDL: IBurst memory identifier tokens)",
     "memory": "MemoryDomainTests: allocate, copyFrom / copyTo, executions with device memory",
     "caching": "CompilationCachingTests: save / load, bad handles, TOCTOU, corrupted caches and tokens",
     "qos": "QualityOfServiceTests: priorities and deadlines for prepare and execute",

@@ -6,8 +6,9 @@ the units run here, in local worker processes
 back in unit order, so every way gives the same cases in the same order.
 
 Each worker process or task opens its own device (or service connection)
-with :func:`nnhal.conformance.vts.device.open_device`, once, and keeps it for
-every unit it runs.  A worker process that dies (a driver that crashes)
+with :func:`nnhal.conformance.vts.device.open_face`, once, and keeps it for
+every unit it runs; the sections judge it through that face (HAL 1.3 or the
+stable AIDL, ``Config.hal``).  A worker process that dies (a driver that crashes)
 fails only the unit it was running: the units that had started are rerun one
 at a time in a fresh process, and the one that kills it again is recorded as
 a failure naming its exit; the others go on.
@@ -36,6 +37,7 @@ class Config:
     device: str
     sample: Optional[int] = None
     log_level: int = logging.CRITICAL + 10
+    hal: str = "hidl"
 
 
 @dataclass
@@ -83,22 +85,21 @@ _DEVICE: dict[str, Any] = {}
 
 
 def device_for(config: Config) -> Any:
-    """The device of this process (opened once, kept for its units)."""
-    if config.device not in _DEVICE:
+    """The device of this process, as the face ``config.hal`` shows it (opened once, kept for its units)."""
+    key = f"{config.hal}:{config.device}"
+    if key not in _DEVICE:
         from nnhal.conformance import logs
-        from nnhal.conformance.vts.device import open_device
+        from nnhal.conformance.vts.device import open_face
 
         logs.install(config.log_level)
-        _DEVICE[config.device] = open_device(config.device)
-    return _DEVICE[config.device]
+        _DEVICE[key] = open_face(config.device, config.hal)
+    return _DEVICE[key]
 
 
 def forget_device(config: Config) -> None:
-    from nnhal.conformance.vts.device import close_device
-
-    device = _DEVICE.pop(config.device, None)
-    if device is not None:
-        close_device(device)
+    face = _DEVICE.pop(f"{config.hal}:{config.device}", None)
+    if face is not None:
+        face.close()
 
 
 def _failure(unit: Unit, vm: Optional[VectorModel], message: str) -> Case:
@@ -118,6 +119,11 @@ def run_unit(config: Config, unit: Unit) -> list[Case]:
             return [_failure(unit, None, f"{type(e).__name__}: {e}")]
     out: list[Case] = []
     for vm in unit.models:
+        too_new = device.too_new(vm.version)
+        if too_new:  # NOTE: as the AIDL VTS's SkipIfDriverOlderThanTestModel (and a 1.3 device has no AIDL model)
+            out.append(Case(unit.section, unit.section, f"{vm.spec}/{vm.name}", "", "", "unsupported", "unsupported",
+                            too_new))
+            continue
         try:
             out += module.run_model(device, vm, config.sample)
         except Exception as e:  # noqa: BLE001
