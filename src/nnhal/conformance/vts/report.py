@@ -33,6 +33,7 @@ class Settings:
     version: str = ""
     vectors: list[str] = field(default_factory=list)
     interrupted: bool = False
+    extra: list[tuple[str, str]] = field(default_factory=list)  # NOTE: a section's own settings (random)
 
     def lines(self) -> list[tuple[str, str]]:
         out = [("nnhal", self.version), ("device", self.device), ("hal", self.hal),
@@ -41,6 +42,7 @@ class Settings:
                ("models", f"{self.models}" + (f" (operations {', '.join(self.ops)})" if self.ops else "")
                 + (f" (name contains {self.model_filter!r})" if self.model_filter else "")),
                ("vectors", ", ".join(self.vectors)), ("runner", self.runner)]
+        out += self.extra
         if self.interrupted:
             out.append(("interrupted", "yes: the cases of the units that ended"))
         return out
@@ -99,7 +101,8 @@ def print_report(report: Report, settings: Settings, out: Optional[TextIO] = Non
     if bad:
         out.write(f"\nfailures ({len(bad)} cases):\n")
         for c in bad[:failures]:
-            out.write(f"  {c.name}: expected {c.expected}, got {c.actual}: {plain_message(c.message)}\n")
+            msg = plain_message(c.message).replace("\n", "\n    ")  # NOTE: a finding's lines (random) indented
+            out.write(f"  {c.name}: expected {c.expected}, got {c.actual}: {msg}\n")
         if len(bad) > failures:
             out.write(f"  ... and {len(bad) - failures} more (see --json / --html)\n")
     reasons = unsupported_reasons(report.cases)
@@ -115,6 +118,17 @@ def print_report(report: Report, settings: Settings, out: Optional[TextIO] = Non
 
 _ENCODER = msgspec.json.Encoder()
 _FIELDS = Case.__struct_fields__
+_RANDOM_ONLY = ("operations", "reproducer")
+
+
+def case_dict(c: Case) -> dict[str, Any]:
+    """A case as the reports write it: its fields, without the worker's attachment, with the random
+    section's ``operations`` and ``reproducer`` only where a reproducer was written."""
+    d = {x: getattr(c, x) for x in _FIELDS if x != "attachment"}
+    if not c.reproducer:
+        for x in _RANDOM_ONLY:
+            del d[x]
+    return d
 
 
 def write_json(report: Report, path: str, settings: Settings) -> None:
@@ -126,7 +140,7 @@ def write_json(report: Report, path: str, settings: Settings) -> None:
     with open(path, "w") as f:
         f.write(json.dumps(head, indent=1)[:-2] + ',\n "cases": [')
         for k, c in enumerate(report.cases):
-            d = dict(zip(_FIELDS, (getattr(c, x) for x in _FIELDS)))
+            d = case_dict(c)
             d["name"] = c.name
             f.write(("\n  " if k == 0 else ",\n  ") + _ENCODER.encode(d).decode())
         f.write("\n ]\n}\n")
@@ -209,4 +223,4 @@ def write_html(report: Report, path: str, settings: Settings, limit: int = 5000)
 
 
 def to_dicts(cases: Iterable[Case]) -> list[dict[str, Any]]:
-    return [dict(zip(_FIELDS, (getattr(c, x) for x in _FIELDS))) for c in cases]
+    return [case_dict(c) for c in cases]

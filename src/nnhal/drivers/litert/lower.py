@@ -557,9 +557,24 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
             r = _instance_normalization(ctx, op)
         elif t == Op.ELU:
             r = _elu_alpha(ctx, op)
+        elif t == Op.TRANSPOSE:
+            r = _default_perm(ctx, op)
     if r is None:
         return [op]
     return [x for o in r for x in expand(ctx, o, depth + 1)]
+
+
+def _default_perm(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """TRANSPOSE with its optional perm omitted (NO_VALUE): the axes reversed, as a constant (TFLite's
+    TRANSPOSE reads a perm tensor: given none, LiteRT crashed in AllocateTensors; found by nnhal vts
+    --section random)."""
+    if len(op.inputs) < 2 or ctx.operand(op.inputs[1]).lifetime != L.NO_VALUE:
+        return None
+    rank = len(ctx.operand(op.inputs[0]).dimensions)
+    if not rank:
+        raise Unsupported("TRANSPOSE with an omitted perm of an input of unknown rank")
+    return [_op(Op.TRANSPOSE, [op.inputs[0], ctx.constant(np.arange(rank - 1, -1, -1, dtype=np.int32))],
+                op.outputs)]
 
 
 def _nchw(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
