@@ -95,21 +95,17 @@ def _int(model: hal.Model, k: int, pool_views: list) -> Optional[int]:
 
 
 class DilationIgnoredWithStride(_PlantedReference):
-    """CONV_2D ignores its dilation factors when a stride is above 1."""
+    """CONV_2D with explicit padding ignores its dilation factors when a stride is above 1.  (With implicit
+    padding the vectors see it: conv2d_dilation_nhwc_3 has stride 2 and dilation 3.)"""
 
     name = "planted-dilation"
 
     def rewrite(self, model: hal.Model, pool_views: list) -> None:
         for op in model.main.operations:
-            if op.type != OP.CONV_2D:
-                continue
-            n = len(op.inputs)
-            implicit = n in (7, 10) and (n == 7 or model.main.operands[op.inputs[7]].type == T.BOOL)
-            if n not in (10, 13) or (n == 10 and not implicit):
-                continue
-            strides = [_int(model, op.inputs[k], pool_views) for k in ((4, 5) if implicit else (7, 8))]
-            if any(s is not None and s > 1 for s in strides):
-                op.inputs = op.inputs[:-2]
+            if op.type == OP.CONV_2D and len(op.inputs) == 13:
+                strides = [_int(model, op.inputs[k], pool_views) for k in (7, 8)]
+                if any(s is not None and s > 1 for s in strides):
+                    op.inputs = op.inputs[:-2]
 
 
 class AddZeroPoint(_PlantedReference):

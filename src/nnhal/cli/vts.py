@@ -235,7 +235,31 @@ def _write_reproducer(c: Case, directory: Path) -> None:
     from nnhal.conformance.vts.random import PLACEHOLDER
 
     c.message = c.message.replace(PLACEHOLDER, c.reproducer or "(not written)")
+    if c.reproducer:
+        picture = _picture(Path(c.reproducer), c.attachment)
+        c.message += f"\npicture: {picture}" if picture else \
+            f"\npicture: nnhal graph {c.reproducer} -o picture.html (needs Graphviz)"
     c.attachment = b""
+
+
+def _picture(path: Path, data: bytes) -> str:
+    """The shrunk model drawn beside its reproducer (``nnhal graph``'s SVG), or '' without Graphviz."""
+    import gzip
+    import json
+
+    from nnhal.conformance.randgraph.graph import copies_only
+    from nnhal.conformance.vectors import parse_model
+    from nnhal.tools import graphview
+
+    doc = json.loads(gzip.decompress(data))
+    vm = parse_model(doc["spec"], doc["models"][0])
+    source, _ = graphview.dot_source(copies_only(vm).build_model(), graphview.GraphInfo(title=path.name))
+    try:
+        svg = path.with_name(path.name.replace(".json.gz", ".svg"))
+        svg.write_bytes(graphview.render(source, "svg"))
+    except (graphview.GraphError, OSError):
+        return ""
+    return str(svg)
 
 
 def _crashes(cases: list[Case], config: object, reproducers: Path) -> list[Case]:

@@ -119,10 +119,11 @@ def _read(pools: RequestPools, vm: VectorModel, shapes: list, expected_dims: boo
     return outs
 
 
-def run_reference(ref: Any, vm: VectorModel) -> tuple[str, Optional[list[np.ndarray]]]:
-    """The reference's answer ("NONE", "prepare X", "execute X") and its outputs."""
+def run_reference(ref: Any, vm: VectorModel, dynamic: bool = False) -> tuple[str, Optional[list[np.ndarray]]]:
+    """The reference's answer ("NONE", "prepare X", "execute X") and its outputs
+    (``dynamic``: the model's outputs declared of unknown dimensions)."""
     runner = Runner(ref, ("sync",), ("plain",))
-    status, prepared, msg = runner.prepare(vm, False)
+    status, prepared, msg = runner.prepare(vm, dynamic)
     if status != S.NONE:
         return f"prepare {_status_name(status)} ({msg})", None
     with RequestPools(vm.input_values(), _sizes(vm)) as pools:
@@ -136,7 +137,7 @@ def differential(devices: Devices, model: RandomModel, name: str = "random", spe
                  locate: bool = True) -> Outcome:
     """The verdict on ``model``: the device against the reference."""
     vm = model.to_vector(name, spec)
-    ref_answer, expected = run_reference(devices.reference, vm)
+    ref_answer, expected = run_reference(devices.reference, vm, model.dynamic_outputs)
     if expected is None:
         return _both_refuse(devices, vm, model, ref_answer)
     vm = model.to_vector(name, spec, expected)
@@ -148,7 +149,8 @@ def differential(devices: Devices, model: RandomModel, name: str = "random", spe
                        reference="NONE", expected=expected)
     if status != S.NONE:
         if msg.startswith("unsupported"):
-            return Outcome("unsupported", reason=msg[len("unsupported: "):], reference="NONE")
+            # NOTE: "unsupported: OPS -- reason": the device's reason for the first refused operation
+            return Outcome("unsupported", reason=msg.split(" -- ", 1)[-1], reference="NONE")
         if status == S.GENERAL_FAILURE:
             return Outcome("unsupported", reason=f"the device refused to prepare the model ({msg})", reference="NONE")
         return Outcome("fail", [Failure(("prepare", _status_name(status)),
@@ -171,7 +173,7 @@ def differential(devices: Devices, model: RandomModel, name: str = "random", spe
 def _both_refuse(devices: Devices, vm: VectorModel, model: RandomModel, ref_answer: str) -> Outcome:
     """The reference refused the model (the generator keeps this rare): the
     device must refuse it at the same stage with the same status."""
-    dev_answer, _ = run_reference(devices.dut, vm)
+    dev_answer, _ = run_reference(devices.dut, vm, model.dynamic_outputs)
     same = dev_answer.split(" (")[0] == ref_answer.split(" (")[0]
     if same or dev_answer.startswith("prepare GENERAL_FAILURE (unsupported"):
         return Outcome("pass" if same else "unsupported", reason=dev_answer, reference=ref_answer)

@@ -328,8 +328,10 @@ class Build:
         self.ins.append(k)
         return k
 
-    def param(self, name: str, t: T, value: Any, show: Any = None) -> Any:
-        """A scalar parameter (a constant; sometimes a model input)."""
+    def param(self, name: str, t: T, value: Any, show: Any = None, record: bool = True) -> Any:
+        """A scalar parameter (a constant; sometimes a model input), recorded
+        under ``name`` (as ``show`` when given; not when ``record`` is false:
+        the recipe records a combined one, e.g. a stride as height x width)."""
         v = np.asarray(value, NUMPY[t]).reshape(())
         as_input = self.d.flag(0.08) and not self.gen.in_body and not self.gen.forbid_inputs
         o = Operand(t, (), 0.0, 0, None, INPUT if as_input else CONST, v)
@@ -338,7 +340,8 @@ class Build:
         if as_input:
             self.g.inputs.append(k)
         self.ins.append(k)
-        self.params[name] = show if show is not None else v.item()
+        if record:
+            self.params[name] = show if show is not None else v.item()
         return value
 
     def ints(self, name: str, values: Sequence[int], dims: Optional[Sequence[int]] = None) -> None:
@@ -432,10 +435,12 @@ class Generator:
         primary = self.d.pick(types, weights=w)
         self.model.dtype = SHORT.get(primary, primary.name)
         self.model.relaxed = primary == T.TENSOR_FLOAT32 and self.d.flag(0.2)
-        count = 0
-        while count < self.options.max_operations and (count == 0 or self.d.flag(0.85)):
+        count = tries = 0
+        while count < self.options.max_operations and tries < 2 * self.options.max_operations + 4 and \
+                (count == 0 or self.d.flag(0.85)):
+            tries += 1
             with self.d.span("op"):
-                if self.step(primary):
+                if self.step(primary) is not None:
                     count += 1
         if not self.g.ops:
             raise StepFailed("no operation could be drawn")
@@ -448,6 +453,11 @@ class Generator:
                        and (not preserving or self.recipes[op].preserving)
                        and (self.depth < MAX_DEPTH or self.recipes[op].family != "control")),
                       key=lambda op: op.name)
+
+    def forms(self, op: OT, t: T) -> int:
+        """How many signatures of ``op`` take an anchor of type ``t`` here (at most 4: CAST has one per
+        result type, which is not more to test)."""
+        return min(4, sum(t in self.recipes[op].anchor(s) for s in self.allowed.get(op, ())))
 
     def pick_anchor(self, primary: T) -> Optional[int]:
         cands = [k for k, o in enumerate(self.g.operands) if o.kind in (INPUT, TEMP) and o.is_tensor]
@@ -474,7 +484,9 @@ class Generator:
             return None
         # NOTE: a body's step tries other operations too: not every draw of one keeps the variable's spec
         for _ in range(3 if preserve and op is None else 1):
-            chosen = op if op is not None else self.d.pick(ops)
+            # NOTE: as Android's generator, which draws a signature: an operation with more forms (padding
+            # kinds, optional layout / dilation inputs, parameter types) is drawn more often
+            chosen = op if op is not None else self.d.pick(ops, weights=[self.forms(o, t) for o in ops])
             done = self._attempts(chosen, t, anchor, preserve)
             if done is not None:
                 return done
@@ -568,6 +580,10 @@ class Generator:
                     o.declared = None
             has_control = any(op.type in (OT.IF, OT.WHILE, OT.RANK) for _, op in self.model.all_ops())
             self.model.dynamic_outputs = not has_control and self.d.flag(0.1)
+            if self.model.dynamic_outputs and validate(self.model):
+                # NOTE: e.g. Android's CAST validation refuses an input of unknown dimensions (an output also
+                # consumed) beside an output of known ones: the reference keeps that rule
+                self.model.dynamic_outputs = False
         problem = validate(self.model)
         if problem:
             raise StepFailed(f"the model is not valid: {problem}")

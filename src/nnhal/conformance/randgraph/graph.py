@@ -7,6 +7,7 @@ validation and executor, :func:`evaluate`)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -219,10 +220,11 @@ class Rejected(Exception):
     """The reference refuses the operation as drawn (at validation or execution)."""
 
 
-def one_op_model(model: RandomModel, g: Graph, op: Op, out_specs: Sequence[Operand]) -> tuple[hal.Model, list]:
+def one_op_model(model: RandomModel, g: Graph, op: Op, out_specs: Sequence[Operand],
+                 known: bool = False) -> tuple[hal.Model, list]:
     """``op`` alone as a HAL model (its non-constant inputs as model inputs, its
-    outputs of unknown rank), with every referenced graph of ``model``; and
-    the input values."""
+    outputs of unknown rank unless ``known``: then of the specs' dimensions),
+    with every referenced graph of ``model``; and the input values."""
     sg = Graph()
     remap: dict[int, int] = {}
     for i in op.inputs:
@@ -243,7 +245,7 @@ def one_op_model(model: RandomModel, g: Graph, op: Op, out_specs: Sequence[Opera
     vm = rm.to_vector("check", "check")
     for k, j in enumerate(vm.main.outputIndexes):
         o = vm.main.operands[j]
-        if out_specs[k].is_tensor:
+        if out_specs[k].is_tensor and not known:
             o.dimensions = []
     return copies_only(vm).build_model(), [sg.operands[i].value for i in sg.inputs]
 
@@ -264,10 +266,21 @@ def evaluate(model: RandomModel, g: Graph, op: Op, out_specs: Sequence[Operand])
     from nnhal.engine.validation import ValidationError, validate_model
     from nnhal.ops.base import OpExecutionError
 
+    # NOTE: the outputs' shapes are what the reference computes: unknown dimensions need HAL 1.2, so the
+    # operation runs as a 1.3 model first (its signatures were chosen at the model's version), then, for an
+    # older version, is validated again with the computed shapes
     hm, values = one_op_model(model, g, op, out_specs)
     try:
-        validate_model(hm, version=model.version)
-        return Executor(hm, []).run(values)
+        validate_model(hm, version=max(model.version, hal.HalVersion.V1_3))
+        # NOTE: a draw may overflow (float16); the result is then refused as not meaningful, silently
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            outs = Executor(hm, []).run(values)
+        if model.version < hal.HalVersion.V1_2:
+            known = [Operand(s.type, tuple(np.shape(v)), s.scale, s.zero_point, s.channel) for s, v in
+                     zip(out_specs, outs)]
+            validate_model(one_op_model(model, g, op, known, known=True)[0], version=model.version)
+        return outs
     except ValidationError as e:
         raise Rejected(f"invalid: {e}") from None
     except OpExecutionError as e:
@@ -280,8 +293,12 @@ def validate(model: RandomModel) -> str:
     """'' when the reference's validation accepts the whole model, else why not."""
     from nnhal.engine.validation import ValidationError, validate_model
 
+    hm = copies_only(model.to_vector("check", "check")).build_model()
+    if model.dynamic_outputs:
+        for i in hm.main.outputIndexes:
+            hm.main.operands[i].dimensions = [0] * len(hm.main.operands[i].dimensions)
     try:
-        validate_model(copies_only(model.to_vector("check", "check")).build_model(), version=model.version)
+        validate_model(hm, version=model.version)
     except ValidationError as e:
         return str(e)
     return ""

@@ -17,7 +17,7 @@ import msgspec
 
 from nnhal.conformance.report import PAGE_CSS, PAGE_JS, plain_message
 from nnhal.conformance.vts.case import STATUSES, Case
-from nnhal.conformance.vts.sections import DESCRIPTIONS, SECTIONS
+from nnhal.conformance.vts.sections import DESCRIPTIONS, OPT_IN, PER_MODEL, SECTIONS
 
 
 @dataclass
@@ -37,11 +37,13 @@ class Settings:
 
     def lines(self) -> list[tuple[str, str]]:
         out = [("nnhal", self.version), ("device", self.device), ("hal", self.hal),
-               ("sections", ", ".join(self.sections)),
-               ("mutations", "all (full sweep)" if self.sample is None else f"{self.sample} per model (sample)"),
-               ("models", f"{self.models}" + (f" (operations {', '.join(self.ops)})" if self.ops else "")
-                + (f" (name contains {self.model_filter!r})" if self.model_filter else "")),
-               ("vectors", ", ".join(self.vectors)), ("runner", self.runner)]
+               ("sections", ", ".join(self.sections))]
+        if any(s in PER_MODEL for s in self.sections):  # NOTE: the vector models' settings, where they are used
+            out += [("mutations", "all (full sweep)" if self.sample is None else f"{self.sample} per model (sample)"),
+                    ("models", f"{self.models}" + (f" (operations {', '.join(self.ops)})" if self.ops else "")
+                     + (f" (name contains {self.model_filter!r})" if self.model_filter else "")),
+                    ("vectors", ", ".join(self.vectors))]
+        out.append(("runner", self.runner))
         out += self.extra
         if self.interrupted:
             out.append(("interrupted", "yes: the cases of the units that ended"))
@@ -66,7 +68,7 @@ def by_test(cases: Iterable[Case]) -> dict[str, list[tuple[str, dict[str, int]]]
     for c in cases:
         row = rows[c.section].setdefault(c.test, dict.fromkeys(STATUSES, 0))
         row[c.status] += 1
-    order = [s for s in SECTIONS if s in rows] + [s for s in rows if s not in SECTIONS]
+    order = [s for s in SECTIONS + OPT_IN if s in rows] + [s for s in rows if s not in SECTIONS + OPT_IN]
     return {s: list(rows[s].items()) for s in order}
 
 
@@ -157,7 +159,7 @@ def write_junit(report: Report, path: str, settings: Settings) -> None:
     per: dict[str, list[Case]] = defaultdict(list)
     for x in report.cases:
         per[x.section].append(x)
-    for section in [s for s in SECTIONS if s in per] + [s for s in per if s not in SECTIONS]:
+    for section in [s for s in SECTIONS + OPT_IN if s in per] + [s for s in per if s not in SECTIONS + OPT_IN]:
         cases = per[section]
         n = {s: sum(x.status == s for x in cases) for s in STATUSES}
         suite = ET.SubElement(root, "testsuite", name=section, tests=str(len(cases)), failures=str(n["fail"]),

@@ -74,7 +74,7 @@ def partner_dims(b: Build, dims: Sequence[int], within: bool = False) -> tuple[t
     goes first: the same shape, some axes (a middle one included) 1, a lower
     rank, or (unless ``within``) a larger one the anchor broadcasts into."""
     dims = tuple(dims)
-    kind = b.d.index(3 if within else 5, weights=(0.45, 0.35, 0.2) if within else (0.35, 0.25, 0.15, 0.15, 0.1))
+    kind = b.d.index(3 if within else 5, weights=(0.35, 0.45, 0.2) if within else (0.25, 0.35, 0.15, 0.15, 0.1))
     if kind == 0:
         return dims, False
     if kind == 1:

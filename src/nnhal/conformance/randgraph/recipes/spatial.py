@@ -50,7 +50,7 @@ def _padding(b: Build, explicit: bool, kernel: tuple[int, int], dilation: tuple[
 def _emit_padding(b: Build, pad: tuple) -> None:
     if pad[0] == "explicit":
         for name, v in zip(("pad_left", "pad_right", "pad_top", "pad_bottom"), pad[1]):
-            b.param(name, T.INT32, v)
+            b.param(name, T.INT32, v, record=False)
         b.params["padding"] = pad[1]
     else:
         b.param("padding", T.INT32, pad[1], SCHEMES[pad[1] - 1])
@@ -71,8 +71,8 @@ def _stride(b: Build) -> tuple[int, int]:
 
 
 def _emit_stride(b: Build, s: tuple[int, int]) -> None:
-    b.param("stride_w", T.INT32, s[1])
-    b.param("stride_h", T.INT32, s[0])
+    b.param("stride_w", T.INT32, s[1], record=False)
+    b.param("stride_h", T.INT32, s[0], record=False)
     b.params["stride"] = s
 
 
@@ -102,16 +102,12 @@ def _bias(b: Build, t: T, n: int, in_scale: float, f_scale: float) -> None:
         b.tensor(t, (n,), domain="small", role="weight")
 
 
-def _dilation_tail(b: Build, n_opt: int, dilation: tuple[int, int]) -> bool:
-    """The optional (layout, dilation w, dilation h) inputs of CONV_2D / DEPTHWISE_CONV_2D."""
-    nchw = False
-    if n_opt >= 1:
-        nchw = b.params["layout"] == "NCHW"
+def _dilation_tail(b: Build, n_opt: int, dilation: tuple[int, int]) -> None:
+    """The optional dilation inputs of CONV_2D / DEPTHWISE_CONV_2D (after the layout)."""
     if n_opt == 3:
-        b.param("dilation_w", T.INT32, dilation[1])
-        b.param("dilation_h", T.INT32, dilation[0])
+        b.param("dilation_w", T.INT32, dilation[1], record=False)
+        b.param("dilation_h", T.INT32, dilation[0], record=False)
         b.params["dilation"] = dilation
-    return nchw
 
 
 def _conv(b: Build) -> None:
@@ -205,8 +201,8 @@ def _pool(b: Build) -> None:
     xo = b.operand(x)
     _emit_padding(b, pad)
     _emit_stride(b, stride)
-    b.param("filter_w", T.INT32, kernel[1])
-    b.param("filter_h", T.INT32, kernel[0])
+    b.param("filter_w", T.INT32, kernel[1], record=False)
+    b.param("filter_h", T.INT32, kernel[0], record=False)
     b.params["kernel"] = kernel
     act(b)
     if has_layout:
