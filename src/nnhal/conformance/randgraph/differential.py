@@ -281,6 +281,10 @@ def _cache_round_trip(devices: Devices, model: RandomModel, vm: VectorModel,
             cb = hal.PreparedModelCallback()
             dut.prepareModelFromCache_1_3(hal.OptionalTimePoint(), mc, dc, token, cb)
             status, prepared = cb.wait(WAIT_S)
+            if status == S.GENERAL_FAILURE and prepared is None:
+                # NOTE: as VTS's CompilationCachingTest (checkEarlyTermination): a driver may decline to cache
+                # a model it prepared; loading then fails with GENERAL_FAILURE and no model
+                return []
             if status != S.NONE or prepared is None:
                 return [Failure((CACHE, "load", _status_name(status)),
                                 f"cache: prepareModelFromCache_1_3 gave {_status_name(status)} after a save")]

@@ -333,7 +333,7 @@ class Build:
         under ``name`` (as ``show`` when given; not when ``record`` is false:
         the recipe records a combined one, e.g. a stride as height x width)."""
         v = np.asarray(value, NUMPY[t]).reshape(())
-        as_input = self.d.flag(0.08) and not self.gen.in_body and not self.gen.forbid_inputs
+        as_input = self.d.flag(0.04) and not self.gen.in_body and not self.gen.forbid_inputs
         o = Operand(t, (), 0.0, 0, None, INPUT if as_input else CONST, v)
         k = self.g.add(o)
         self.created.append(k)
@@ -348,7 +348,7 @@ class Build:
         """A TENSOR_INT32 parameter (axes, shapes, paddings...)."""
         arr = np.asarray(values, np.int32)
         dims = tuple(dims) if dims is not None else arr.shape
-        as_input = self.d.flag(0.08) and not self.gen.in_body and not self.gen.forbid_inputs
+        as_input = self.d.flag(0.04) and not self.gen.in_body and not self.gen.forbid_inputs
         o = Operand(T.TENSOR_INT32, dims, 0.0, 0, None, INPUT if as_input else CONST, arr.reshape(dims))
         k = self.g.add(o)
         self.created.append(k)

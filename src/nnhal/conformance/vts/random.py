@@ -148,7 +148,7 @@ def _failed(config: RandomConfig, n: int, original: RandomModel, shrunk: Shrunk,
                          *[f"  {line}" for line in lines],
                          f"replay: nnhal conformance --device {config.device} {PLACEHOLDER}",
                          f"draw again: {config.command(n)}"])
-    return Case(SECTION, _test(original), case_name(config, n), f"{original.op_count()} operations", EXPECTED,
+    return Case(SECTION, _test(original), case_name(config, n), "", EXPECTED,
                 _actual(first.kind), "fail", message, seconds, operations=m.op_count(),
                 reproducer=reproducer_name(config, n), attachment=encode_file(vm.spec, [vm]))
 
@@ -209,6 +209,6 @@ def crash(config: RandomConfig, n: int, tries: int = 60, timeout: float = 120.0)
                          *[f"  {line}" for line in lines],
                          f"replay: nnhal conformance --device {config.device} {PLACEHOLDER}",
                          f"draw again: {config.command(n)}"])
-    return Case(SECTION, _test(model), case_name(config, n), f"{model.op_count()} operations", EXPECTED,
+    return Case(SECTION, _test(model), case_name(config, n), "", EXPECTED,
                 "the process died", "fail", message, time.perf_counter() - t0, operations=m.op_count(),
                 reproducer=reproducer_name(config, n), attachment=encode_file(vm.spec, [vm]))

@@ -171,7 +171,9 @@ def _read_into_tensor(view: Any, x: Any) -> bool:
     LiteRT's invoke() requires (it refuses while a numpy view of it lives)."""
     t = view()
     try:
-        if t.dtype != x.dtype or t.nbytes != x.nbytes or not t.flags.c_contiguous:
+        # NOTE: LiteRT hands out some input tensors read-only (an EXPAND_DIMS axis, an ARGMAX axis, a TOPK_V2
+        # k given as a model input: found by nnhal vts --section random); set_tensor then writes them
+        if t.dtype != x.dtype or t.nbytes != x.nbytes or not t.flags.c_contiguous or not t.flags.writeable:
             return False
         with memoryview(t) as m, m.cast("B") as flat:
             x.read_into(flat)

@@ -1,0 +1,86 @@
+"""What the random section found in our drivers (issue 27), each as its shrunk
+reproducer: litert-cpu now agrees with the reference on them; and the
+generator keeps to the rules the reference (as Android's) leaves unchecked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nnhal
+from nnhal import hal
+from nnhal.conformance.randgraph.differential import Devices, differential
+from nnhal.conformance.randgraph.generator import Options, generate
+from nnhal.conformance.randgraph.graph import INPUT, OMITTED, Graph, Op, Operand, RandomModel, describe
+from nnhal.conformance.vts import random as section
+
+OT, T = hal.OperationType, hal.OperandType
+
+
+def _litert() -> object:
+    try:
+        return nnhal.open_device("litert-cpu")
+    except LookupError as e:
+        pytest.skip(f"no litert-cpu: {e}")
+
+
+def _model(op: OT, ins: list[Operand], outs: list[tuple[T, tuple]]) -> RandomModel:
+    g = Graph()
+    idx = [g.add(o) for o in ins]
+    g.inputs = [k for k in idx if g.operands[k].kind == INPUT]
+    g.outputs = [g.add(Operand(t, dims)) for t, dims in outs]
+    g.ops = [Op(op, idx, g.outputs)]
+    return RandomModel(g)
+
+
+def _agrees(device: object, model: RandomModel) -> None:
+    o = differential(Devices(device, section.reference(), ("sync", "async", "fenced")), model)
+    assert o.status == "pass", (o.reason, [f.message for f in o.failures], describe(model))
+
+
+def test_litert_transpose_with_its_perm_omitted() -> None:
+    """LiteRT crashed (SIGSEGV in AllocateTensors, in getSupportedOperations_1_3) on TFLite's TRANSPOSE
+    without a perm tensor: the lowering now gives the reversed axes."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+        m = _model(OT.TRANSPOSE, [Operand(t, (2, 3), kind=INPUT, value=x.astype(np.float16 if t == T.TENSOR_FLOAT16
+                                                                                  else np.float32)),
+                                  Operand(T.TENSOR_INT32, (), kind=OMITTED)], [(t, (3, 2))])
+        _agrees(_litert(), m)
+
+
+@pytest.mark.parametrize("op,param,value,out", [
+    (OT.EXPAND_DIMS, T.INT32, 0, (T.TENSOR_FLOAT32, (1, 2, 2))),
+    (OT.ARGMAX, T.INT32, 1, (T.TENSOR_INT32, (2,))),
+])
+def test_litert_a_scalar_parameter_given_as_a_model_input(op: OT, param: T, value: int, out: tuple) -> None:
+    """LiteRT hands such an input tensor out read-only: the backend wrote into it and failed every execution
+    (GENERAL_FAILURE); it now sets it."""
+    x = np.array([[1.0, -2.0], [0.5, 3.0]], np.float32)
+    m = _model(op, [Operand(T.TENSOR_FLOAT32, (2, 2), kind=INPUT, value=x),
+                    Operand(param, (), kind=INPUT, value=np.array(value, np.int32))], [out])
+    _agrees(_litert(), m)
+
+
+def test_litert_topk_with_k_a_model_input() -> None:
+    x = np.array([[1.0, -2.0, 4.0], [0.5, 3.0, -1.0]], np.float32)
+    m = _model(OT.TOPK_V2, [Operand(T.TENSOR_FLOAT32, (2, 3), kind=INPUT, value=x),
+                            Operand(T.INT32, (), kind=INPUT, value=np.array(2, np.int32))],
+               [(T.TENSOR_FLOAT32, (2, 2)), (T.TENSOR_INT32, (2, 2))])
+    _agrees(_litert(), m)
+
+
+def test_quantized_mean_keeps_its_input_quantization() -> None:
+    """The spec: MEAN's quantized result has its input's scale and zeroPoint.  The reference (as Android's)
+    does not check it and computes as if it were so, LiteRT requantizes: the generator drew such models
+    and they differed (found on litert-cpu); it keeps to the spec now."""
+    seen = 0
+    for n in range(60):
+        m, _ = generate(2, n, Options(ops=frozenset({"MEAN", "RELU"}), max_operations=3))
+        for op in m.main.ops:
+            x, y = m.main.operands[op.inputs[0]], m.main.operands[op.outputs[0]]
+            if op.type == OT.MEAN and x.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
+                seen += 1
+                assert (x.scale, x.zero_point) == (y.scale, y.zero_point)
+    assert seen
+
