@@ -525,6 +525,9 @@ class Generator:
             problem = check(ins, values)
             if problem:
                 raise StepFailed(problem)
+        problem = self.stable(b, op, specs, values)
+        if problem:
+            raise StepFailed(problem)
         outs = []
         for s, v in zip(specs, values):
             v = np.asarray(v)
@@ -535,6 +538,55 @@ class Generator:
         op.outputs = outs
         self.g.ops.append(op)
         return len(self.g.ops) - 1
+
+    def stable(self, b: Build, op: Op, specs: list[Operand], values: list) -> str:
+        """'' when the results hardly move under the differences a device may
+        rightly have in the operation's computed inputs: a quantized input a
+        step off in some places, a float one a few units in the last place off
+        (relaxed or float16: about 2^-10).  A comparison that flips, an index
+        that moves, a gain that turns one step into many (LOGISTIC of a
+        coarse input, L2_NORMALIZATION of a short vector, DEQUANTIZE of a
+        coarse scale) would make a right device fail: such a step is drawn
+        again.  Judged with Android's small-graph criteria (the computed input
+        means at least two operations); integer and boolean results must not
+        move at all."""
+        from nnhal.conformance.randgraph import criteria
+
+        moved = [k for k in dict.fromkeys(b.ins) if b.computed(k) and self.g.operands[k].is_tensor and
+                 (self.g.operands[k].type in QUANT or self.g.operands[k].type in (T.TENSOR_FLOAT32,
+                                                                                   T.TENSOR_FLOAT16))]
+        if not moved:
+            return ""
+        rng = np.random.default_rng([len(self.g.operands), int(op.type)])
+        saved = {k: self.g.operands[k].value for k in moved}
+        try:
+            for k in moved:
+                o = self.g.operands[k]
+                v = np.asarray(o.value)
+                if o.type in QUANT:
+                    lo, hi = QRANGE[o.type]
+                    step = rng.integers(-1, 2, v.shape) * (rng.random(v.shape) < 0.3)
+                    o.value = np.clip(v.astype(np.int64) + step, lo, hi).astype(v.dtype)
+                else:
+                    eps = 2e-3 if (o.type == T.TENSOR_FLOAT16 or self.model.relaxed) else 2e-6
+                    o.value = (v.astype(np.float64) * (1 + rng.uniform(-eps, eps, v.shape))).astype(v.dtype)
+            try:
+                other = evaluate(self.model, self.g, op, specs)
+            except Rejected as e:
+                return f"refused when its computed inputs move a little ({e})"
+        finally:
+            for k, v in saved.items():
+                self.g.operands[k].value = v
+        for s, a, e in zip(specs, other, values):
+            a, e = np.asarray(a), np.asarray(e)
+            if a.shape != e.shape:
+                return "its result's shape depends on the last bits of its inputs"
+            if e.dtype.kind in "biu" and s.type not in QUANT:
+                if not np.array_equal(a, e):
+                    return "a result that flips when its computed inputs move a little"
+            elif not criteria.judge(a, e, s.type, criteria.SMALL, self.model.relaxed).ok:
+                return "a result too sensitive to the last bits of its computed inputs"
+        return ""
 
     def dtype_of(self, b: Build) -> str:
         t = self.g.operands[b.ins[0]].type if b.ins else b.outs[0].type

@@ -302,5 +302,13 @@ def _output_dims(model: hal.Model) -> list[list[int]]:
 
 
 def _needs_builtin(model: hal.Model) -> bool:
-    ops = model.main.operations
-    return any((op.type, model.main.operands[op.inputs[0]].type) in BUILTIN_ONLY for op in ops if op.inputs)
+    ops, operands = model.main.operations, model.main.operands
+    return any((op.type, operands[op.inputs[0]].type) in BUILTIN_ONLY or _constant_dequantize(op, operands)
+               for op in ops if op.inputs)
+
+
+def _constant_dequantize(op: hal.Operation, operands: list) -> bool:
+    """DEQUANTIZE of a constant: XNNPACK fails to set it up, or leaves its result unwritten (found by
+    nnhal vts --section random); LiteRT's builtin kernel computes it."""
+    return op.type == hal.OperationType.DEQUANTIZE and operands[op.inputs[0]].lifetime in (
+        hal.OperandLifeTime.CONSTANT_COPY, hal.OperandLifeTime.CONSTANT_REFERENCE)

@@ -559,9 +559,34 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
             r = _elu_alpha(ctx, op)
         elif t == Op.TRANSPOSE:
             r = _default_perm(ctx, op)
+        elif t in _REDUCTIONS:
+            r = _reduced_to_one(ctx, op)
     if r is None:
         return [op]
     return [x for o in r for x in expand(ctx, o, depth + 1)]
+
+
+_REDUCTIONS = frozenset({Op.MEAN, Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_ANY,
+                         Op.REDUCE_ALL})
+
+
+def _reduced_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """A reduction over every axis without keep_dims: the HAL's result is [1], TFLite's a scalar, which a
+    later operator reads with the wrong rank (SLICE failed: found by nnhal vts --section random): reduced
+    with keep_dims, then RESHAPEd to [1]."""
+    x, axes, keep = op.inputs[:3]
+    o = ctx.operand(keep)
+    if o.lifetime not in _CONST or ctx.operand(axes).lifetime not in _CONST or bool(ctx.const(keep) > 0):
+        return None
+    rank = len(ctx.operand(x).dimensions)
+    reduced = {int(a) % rank for a in np.asarray(ctx.const(axes)).reshape(-1)} if rank else set()
+    if not rank or len(reduced) != rank:
+        return None
+    kept = ctx.temp(op.outputs[0], [1] * rank)
+    red = _op(Op(op.type), [x, axes, ctx.constant(1, T.INT32) if o.type == T.INT32 else ctx.constant(True, T.BOOL)],
+              [kept])
+    ctx.final.add(id(red))
+    return [red, _op(Op.RESHAPE, [kept, ctx.constant([1])], op.outputs)]
 
 
 def _default_perm(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
@@ -683,9 +708,11 @@ def _requantized_inputs(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Opera
 def _compare_real_values(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
     """A comparison of quantized inputs of different scales / zero points: NNAPI compares the real
     values (x - zero point) * scale in float32, TFLite would rescale one input to the other's
-    quantization (rounding): DEQUANTIZE both (the same float32 products), compare in float32."""
+    quantization (rounding): DEQUANTIZE both (the same float32 products), compare in float32.  So too
+    for a scale of 1 or more: LiteRT's quantized comparison (builtin and reference kernels) aborts the
+    process at a scale of 1 and compares wrongly above it (found by nnhal vts --section random)."""
     a, b = (ctx.operand(i) for i in op.inputs[:2])
-    if a.type not in (U8, I8) or (a.scale, a.zeroPoint) == (b.scale, b.zeroPoint):
+    if a.type not in (U8, I8) or ((a.scale, a.zeroPoint) == (b.scale, b.zeroPoint) and a.scale < 1.0):
         return None
     ops, reals = [], []
     for i in op.inputs[:2]:

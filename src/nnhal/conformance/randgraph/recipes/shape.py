@@ -135,15 +135,16 @@ def strided_slice(b: Build) -> None:
         if stride > 0:
             s, e = min(lo, hi), max(lo, hi) + 1
         else:
-            s, e = max(lo, hi), min(lo, hi) - 1
+            # NOTE: a negative stride ends before index 0 at -d - 1 (-1 would be the last element)
+            s, e = max(lo, hi), min(lo, hi) - 1 if min(lo, hi) else -d - 1
+        if stride > 0 and e - s == 1 and b.d.flag(0.4):
+            shrink |= 1 << k
         if b.d.flag(0.25):
             s -= d  # NOTE: negative indices count from the end
-        if e >= 0 and b.d.flag(0.25):
+        if 0 <= e < d and b.d.flag(0.25):
             e -= d
-        if stride > 0 and abs(e - s) == 1 and b.d.flag(0.4):
-            shrink |= 1 << k
         begin.append(s)
-        end.append(e if e >= -d else -d - 1)
+        end.append(e)
         strides.append(stride)
     b.ints("begin", begin)
     b.ints("end", end)
