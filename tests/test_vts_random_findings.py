@@ -11,7 +11,7 @@ import nnhal
 from nnhal import hal
 from nnhal.conformance.randgraph.differential import Devices, differential
 from nnhal.conformance.randgraph.generator import Options, generate
-from nnhal.conformance.randgraph.graph import INPUT, OMITTED, Graph, Op, Operand, RandomModel, describe
+from nnhal.conformance.randgraph.graph import CONST, INPUT, OMITTED, Graph, Op, Operand, RandomModel, describe
 from nnhal.conformance.vts import random as section
 
 OT, T = hal.OperationType, hal.OperandType
@@ -84,3 +84,46 @@ def test_quantized_mean_keeps_its_input_quantization() -> None:
                 assert (x.scale, x.zero_point) == (y.scale, y.zero_point)
     assert seen
 
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0])
+@pytest.mark.parametrize("op", [OT.GREATER, OT.EQUAL])
+def test_litert_quantized_comparison_at_a_scale_of_one_or_more(op: OT, scale: float) -> None:
+    """LiteRT's quantized comparison aborted the process at scale 1 and compared wrongly above it: such
+    comparisons now run on the dequantized values."""
+    a = np.array([131, 120, 128], np.uint8)
+    b = np.array([130, 125, 128], np.uint8)
+    m = _model(op, [Operand(T.TENSOR_QUANT8_ASYMM, (3,), scale, 128, kind=INPUT, value=a),
+                    Operand(T.TENSOR_QUANT8_ASYMM, (3,), scale, 128, kind=INPUT, value=b)], [(T.TENSOR_BOOL8, (3,))])
+    _agrees(_litert(), m)
+
+
+def test_litert_dequantize_of_a_constant() -> None:
+    """XNNPACK failed to set up (or left unwritten) a DEQUANTIZE of a constant: it runs on the builtin kernels."""
+    x = Operand(T.TENSOR_QUANT8_ASYMM_SIGNED, (3,), 0.5, 0, kind=CONST, value=np.array([3, -2, 1], np.int8))
+    _agrees(_litert(), _model(OT.DEQUANTIZE, [x], [(T.TENSOR_FLOAT32, (3,))]))
+
+
+@pytest.mark.parametrize("reduce,t,value", [
+    (OT.MEAN, T.TENSOR_QUANT8_ASYMM_SIGNED, np.array([[[3, -2]]], np.int8)),
+    (OT.REDUCE_ANY, T.TENSOR_BOOL8, np.array([[[True, False]]])),
+])
+def test_litert_a_reduction_to_one_value_read_by_a_later_operation(reduce: OT, t: T, value: np.ndarray) -> None:
+    """TFLite reduces every axis to a scalar where the HAL gives [1]: a later SLICE / LOGICAL_NOT read it with
+    the wrong rank and failed."""
+    g = Graph()
+    quant = (0.5, 0) if t == T.TENSOR_QUANT8_ASYMM_SIGNED else (0.0, 0)
+    x = g.add(Operand(t, (1, 1, 2), *quant, kind=INPUT, value=value))
+    axes = g.add(Operand(T.TENSOR_INT32, (3,), kind=CONST, value=np.array([0, 1, 2], np.int32)))
+    keep = g.add(Operand(T.INT32 if reduce == OT.MEAN else T.BOOL, (), kind=CONST,
+                         value=np.array(0, np.int32 if reduce == OT.MEAN else bool)))
+    r = g.add(Operand(t, (1,), *quant))
+    y = g.add(Operand(t, (1,), *quant))
+    g.inputs, g.outputs = [x], [y]
+    if reduce == OT.MEAN:
+        begin = g.add(Operand(T.TENSOR_INT32, (1,), kind=CONST, value=np.array([0], np.int32)))
+        size = g.add(Operand(T.TENSOR_INT32, (1,), kind=CONST, value=np.array([1], np.int32)))
+        g.ops = [Op(reduce, [x, axes, keep], [r]), Op(OT.SLICE, [r, begin, size], [y])]
+    else:
+        g.ops = [Op(reduce, [x, axes, keep], [r]), Op(OT.LOGICAL_NOT, [r], [y])]
+    _agrees(_litert(), RandomModel(g))

@@ -586,7 +586,9 @@ def _reduced_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation
     red = _op(Op(op.type), [x, axes, ctx.constant(1, T.INT32) if o.type == T.INT32 else ctx.constant(True, T.BOOL)],
               [kept])
     ctx.final.add(id(red))
-    return [red, _op(Op.RESHAPE, [kept, ctx.constant([1])], op.outputs)]
+    shape = _op(Op.RESHAPE, [kept, ctx.constant([1])], op.outputs)
+    ctx.byte_moves.add(id(shape))  # NOTE: RESHAPE moves bytes, whatever the element type (REDUCE_ANY's bool)
+    return [red, shape]
 
 
 def _default_perm(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
