@@ -45,6 +45,7 @@ from nnhal.conformance.randgraph.graph import (
     QRANGE,
     QUANT,
     SHORT,
+    SUBGRAPH,
     TEMP,
     Graph,
     Op,
@@ -513,7 +514,7 @@ class Generator:
     def commit(self, b: Build, preserve: bool) -> int:
         ins = [self.g.operands[k] for k in b.ins]
         specs = self.out_specs(b)
-        op = Op(b.op, list(b.ins), [], dict(b.params), dtype=self.dtype_of(b))
+        op = Op(b.op, list(b.ins), [], dict(b.params), dtype=self.dtype_of(b), signature=b.sig)
         values = evaluate(self.model, self.g, op, specs)
         if len(values) != len(specs):
             raise StepFailed("output count")
@@ -589,7 +590,11 @@ class Generator:
         return ""
 
     def dtype_of(self, b: Build) -> str:
-        t = self.g.operands[b.ins[0]].type if b.ins else b.outs[0].type
+        """The data type an operation computes in: its first data input's (IF / WHILE: their first
+        variable's, not the condition or a subgraph)."""
+        data = [k for j, k in enumerate(b.ins) if self.g.operands[k].kind != SUBGRAPH and
+                not (b.op == OT.IF and j == 0)]
+        t = self.g.operands[data[0]].type if data else b.outs[0].type
         name = SHORT.get(t, t.name)
         return "relaxed" if name == "float32" and self.model.relaxed else name
 

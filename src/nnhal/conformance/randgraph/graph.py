@@ -100,6 +100,7 @@ class Op:
     outputs: list[int]
     params: dict[str, Any] = field(default_factory=dict)
     dtype: str = ""  # the data type it computes in (SHORT names; "relaxed" for float32 in a relaxed model)
+    signature: Any = None  # the declared signature it was drawn from (nnhal.ops.base.Signature; the coverage)
 
 
 @dataclass

@@ -123,13 +123,13 @@ def while_(b: Build) -> None:
     i, n = cond.inputs[m], cond.inputs[m + 1]
     flip = b.d.flag(0.4)
     out = cond.add(Operand(T.TENSOR_BOOL8, (1,), kind=TEMP, value=np.array([0 < limit])))
-    cond.ops.append(Op(OT.GREATER if flip else OT.LESS, [n, i] if flip else [i, n], [out]))
+    cond.ops.append(Op(OT.GREATER if flip else OT.LESS, [n, i] if flip else [i, n], [out], dtype="int32"))
     cond.outputs = [out]
 
     body = _mirror(b, carried)
     one, none = _int_const(body, 1), body.add(Operand(T.INT32, (), kind=CONST, value=np.array(0, np.int32)))
     nxt = body.add(Operand(T.TENSOR_INT32, (1,), kind=TEMP, value=np.array([1], np.int32)))
-    body.ops.append(Op(OT.ADD, [body.inputs[m], one, none], [nxt]))
+    body.ops.append(Op(OT.ADD, [body.inputs[m], one, none], [nxt], {"act": "NONE"}, dtype="int32"))
     body.outputs = [_chain(b, body, body.inputs[j]) for j in range(m)] + [nxt]
 
     cond_i, body_i = _register(b, cond), _register(b, body)
