@@ -360,7 +360,10 @@ class Build:
 
     def omit(self, name: str = "") -> None:
         """The next input omitted (NO_VALUE)."""
-        k = self.g.add(Operand(self.type(len(self.ins)), (), kind=OMITTED))
+        t = self.type(len(self.ins))
+        # NOTE: an omitted quantized operand still needs a valid scale (the operand checks come first)
+        k = self.g.add(Operand(t, (), 1.0 if t in QUANT and t != T.TENSOR_QUANT8_SYMM_PER_CHANNEL else 0.0,
+                               kind=OMITTED))
         self.created.append(k)
         self.ins.append(k)
         if name:

@@ -33,6 +33,4 @@ RECIPES: dict[OT, Recipe] = _collect()
 EXCLUDED: dict[OT, str] = {
     OT.RANDOM_MULTINOMIAL: "its outputs are random samples: only their distribution can be compared, which needs "
                            "thousands of samples per model (the vectors' multinomial check does that)",
-    OT.QUANTIZED_LSTM: "its 32 inputs need per-gate intermediate scales and layer-norm and projection "
-                       "quantization the generator does not derive (the vectors' QUANTIZED_LSTM models test it)",
 }

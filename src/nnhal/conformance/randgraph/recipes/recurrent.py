@@ -260,3 +260,68 @@ def quantized_16bit_lstm(b: Build) -> None:
     b.tensor(q8, (batch, units), scale=1.0 / 128, zp=128, connect=False)
     b.out(T.TENSOR_QUANT16_SYMM, (1.0 / 2048, 0))
     b.out(q8, (1.0 / 128, 128))
+
+
+@recipe(OT.QUANTIZED_LSTM, "recurrent")
+def quantized_lstm(b: Build) -> None:
+    """The integer LSTM as the vectors' QUANTIZED_LSTM models build it (layer normalization on, biases of
+    scale 0, cell state 2^-15): their quantization, random weights and sizes, CIFG and projection drawn."""
+    s8, q8, q16 = T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM
+    x = b.main(s8, ranks=(2,), fits=lambda d: d[1] <= 8)
+    o = b.operand(x)
+    if (o.scale, o.zero_point) != (1.0 / 128, 0):
+        if b.anchor == x:
+            b.ins.pop()
+            x = b.tensor(s8, o.dims, scale=1.0 / 128, zp=0, connect=False)
+        else:
+            o.scale, o.zero_point = 1.0 / 128, 0
+    batch, n_in = b.operand(x).dims
+    cifg, projection = b.d.flag(0.3), b.d.flag(0.3)
+    b.params.update({"cifg": cifg, "projection": projection})
+    units = b.d.integer(1, 5)
+    out = b.d.integer(1, 4) if projection else units
+    rng = np.random.default_rng(b.d.seed())
+    w_scale = b.d.pick((1.0 / 127.5, 1.0 / 255, 1.0 / 64))
+
+    def weights(dims: tuple, scale: float = w_scale) -> None:
+        b.tensor(q8, dims, scale=scale, zp=0, value=np.clip(np.rint(rng.normal(0, 50, dims)), -127, 127)
+                 .astype(np.int8), role="weight", connect=False)
+
+    for dims in ((units, n_in),) * 4 + ((units, out),) * 4:
+        if cifg and dims in ((units, n_in), (units, out)) and len(b.ins) in (1, 5):
+            b.omit()
+        else:
+            weights(dims)
+    for _ in range(3):
+        b.omit()  # NOTE: no peephole
+    for gate in range(4):
+        if gate == 0 and cifg:
+            b.omit()
+        else:
+            b.tensor(T.TENSOR_INT32, (units,), scale=0.0, zp=0, value=rng.integers(-2 ** 23, 2 ** 23, units)
+                     .astype(np.int32), role="weight", connect=False)
+    if projection:
+        weights((out, units), 1.0 / 255)
+    else:
+        b.omit()
+    b.omit()  # NOTE: no projection bias
+    state = 2.0 ** -15
+    b.tensor(s8, (batch, out), scale=state, zp=0, connect=False)
+    b.tensor(q16, (batch, units), scale=state, zp=0, value=rng.integers(-4096, 4096, (batch, units))
+             .astype(np.int16), connect=False)
+    for gate in range(4):
+        if gate == 0 and cifg:
+            b.omit()
+        else:
+            b.tensor(q16, (units,), scale=float(np.float32(3.05182e-05)), zp=0,
+                     value=rng.integers(6000, 27000, units).astype(np.int16), role="weight", connect=False)
+    b.param("cell_clip", T.FLOAT32, 0.0)
+    b.param("projection_clip", T.FLOAT32, 0.0)
+    for name, v in zip(("input_scale", "forget_scale", "cell_scale", "output_scale"),
+                       (0.007059, 0.007812, 0.007059, 0.007812)):
+        b.param(f"{name}", T.FLOAT32, v, record=False)
+    b.param("hidden_zero_point", T.INT32, 0)
+    b.param("hidden_scale", T.FLOAT32, 0.007)
+    b.out(s8, (state, 0))
+    b.out(q16, (state, 0))
+    b.out(s8, (state, 0))
