@@ -73,7 +73,7 @@ def test_the_random_section_finds_it_and_shrinks_it(planted: tuple[str, set[str]
     spec, _ = planted
     device = nnhal.open_device(spec)
     claims = probe.claims(device, Options())
-    config = RandomConfig(spec, seed=0, claims=tuple(sorted(claims)), shrink_seconds=60)
+    config = RandomConfig(spec, seed=0, claims=tuple(sorted(claims)), shrink_seconds=40)
     for n in range(BUDGET):
         (case,) = section.run_cases(device, config, n, 1)
         if case.status == "fail":

@@ -55,21 +55,25 @@ class Shrinker:
         self.seen: set[tuple] = set()
         self.result: Optional[Shrunk] = None
 
-    def out_of_budget(self) -> bool:
+    def out_of_budget(self, reserve: int = 0) -> bool:
         r = self.result
-        return r is not None and (r.tried >= self.max_tries or time.monotonic() > self.deadline)
+        return r is not None and (r.tried >= self.max_tries - reserve or time.monotonic() > self.deadline)
 
     # ------------------------------------------------------------------
     def run(self, model: RandomModel, choices: list[int]) -> Shrunk:
         t0 = time.monotonic()
         self.result = Shrunk(model, list(choices))
         self.seen.add(tuple(choices))
-        improved = True
-        while improved and not self.out_of_budget():
-            improved = self._choice_passes()
-        improved = True
-        while improved and not self.out_of_budget():
-            improved = self._model_passes()
+        # NOTE: fewer operations first (what a reader needs most), the parameters then, with a reserve of
+        # candidates kept for the passes on the model itself
+        while not self.out_of_budget() and (self._fewer_operations() or self._detach()):
+            pass
+        reserve = min(80, self.max_tries // 4)
+        while not self.out_of_budget(reserve) and self._lower_choices(reserve):
+            while not self.out_of_budget(reserve) and (self._fewer_operations() or self._detach()):
+                pass
+        while not self.out_of_budget() and self._model_passes():
+            pass
         self.result.seconds = time.monotonic() - t0
         return self.result
 
@@ -101,45 +105,51 @@ class Shrinker:
         _, d = replay(self.result.choices, self.options)
         return [(s.start, s.end) for s in d.spans if s.label == "op" and s.end > s.start]
 
-    def _choice_passes(self) -> bool:
-        improved = False
-        # 1. fewer operations: the draw cut after each operation (the "another operation?" flag set to 0)
-        spans = self._spans()
-        for start, _ in spans[1:]:
-            c = self.result.choices[:start - 1] + [0]
-            if self._try_choices(c, "fewer operations"):
-                improved = True
-                break
-        # 2. one operation's choices deleted (with its flag), then zeroed
+    def _fewer_operations(self) -> bool:
+        """The draw cut after an operation (its "another operation?" flag 0), or one operation's choices
+        deleted (with that flag)."""
+        for start, _ in self._spans()[1:]:
+            if self._try_choices(self.result.choices[:start - 1] + [0], "fewer operations"):
+                return True
         for start, end in reversed(self._spans()):
             c = self.result.choices
             if start > 0 and self._try_choices(c[:start - 1] + c[end:], "an operation dropped"):
-                improved = True
-                continue
-            c = self.result.choices
-            if end <= len(c) and any(c[start:end]) and \
-                    self._try_choices(c[:start] + [0] * (end - start) + c[end:], "an operation simplified"):
-                improved = True
-        # 3. each choice lowered: 0, half, one less
+                return True
+        return False
+
+    def _detach(self) -> bool:
+        """An operation's anchor choice set to 0 (a new model input rather than an earlier result), last
+        operation first: the operations before it then feed nothing it needs, and go."""
+        for start, end in reversed(self._spans()):
+            c = list(self.result.choices)
+            if end <= len(c) and c[start]:
+                c[start] = 0
+                if self._try_choices(c, "an operation detached from the earlier ones"):
+                    return True
+        return False
+
+    def _lower_choices(self, reserve: int) -> bool:
+        """Each choice lowered (0, half, one less), the last operation's first."""
+        improved = False
         _, d = replay(self.result.choices, self.options)
         kinds = list(d.kinds)
-        i = 0
-        while i < len(self.result.choices) and not self.out_of_budget():
+        order = [i for start, end in reversed(self._spans()) for i in range(start, end)]
+        order += [i for i in range(len(self.result.choices)) if i not in set(order)]
+        for i in order:
+            if self.out_of_budget(reserve) or i >= len(self.result.choices):
+                continue
             v = self.result.choices[i]
-            if v:
-                kind = kinds[i] if i < len(kinds) else INDEX
-                tries = [0] if kind == SEED else sorted({0, v // 2, v - 1})
-                for w in tries:
-                    c = list(self.result.choices)
-                    if i >= len(c) or c[i] <= w:
-                        continue
-                    c[i] = w
-                    if self._try_choices(c, "a choice lowered"):
-                        improved = True
-                        _, d = replay(self.result.choices, self.options)
-                        kinds = list(d.kinds)
-                        break
-            i += 1
+            if not v:
+                continue
+            kind = kinds[i] if i < len(kinds) else INDEX
+            for w in [0] if kind == SEED else sorted({0, v // 2, v - 1}):
+                c = list(self.result.choices)
+                if i >= len(c) or c[i] <= w:
+                    continue
+                c[i] = w
+                if self._try_choices(c, "a choice lowered"):
+                    improved = True
+                    break
         return improved
 
     # ------------------------------------------------------------------
