@@ -43,8 +43,9 @@ class Shrunk:
 
 
 def _key(model: RandomModel, choices: Optional[list[int]]) -> tuple:
-    inputs = len(model.main.inputs)
-    return (model.op_count(), inputs, len(choices) if choices is not None else 0, choices or [])
+    """Simpler is smaller: fewer operations, outputs, inputs, then a shortlex-smaller choice list."""
+    return (model.op_count(), len(model.main.outputs), len(model.main.inputs),
+            len(choices) if choices is not None else 0, choices or [])
 
 
 class Shrinker:
@@ -88,14 +89,19 @@ class Shrinker:
             model, d = replay(choices, self.options)
         except (StepFailed, Rejected, NoChoice):
             return False
-        used = list(d.choices)
+        return self._keep(model, list(d.choices), what)
+
+    def _keep(self, model: RandomModel, choices: Optional[list[int]], what: str) -> bool:
+        """A candidate simpler than the current model, kept when it still fails (``choices``: None once
+        a pass on the model itself made it)."""
         cur = self.result
-        if _key(model, used) >= _key(cur.model, cur.choices):
+        n = 5 if choices is not None and cur.choices is not None else 3
+        if _key(model, choices)[:n] >= _key(cur.model, cur.choices)[:n]:
             return False
         cur.tried += 1
         if not self.still_fails(model):
             return False
-        cur.model, cur.choices = model, used
+        cur.model, cur.choices = model, choices
         cur.kept += 1
         cur.steps.append(what)
         return True
@@ -154,18 +160,7 @@ class Shrinker:
 
     # ------------------------------------------------------------------
     def _try_model(self, model: RandomModel, what: str) -> bool:
-        if self.out_of_budget():
-            return False
-        cur = self.result
-        if _key(model, None)[:2] >= _key(cur.model, None)[:2] and what != "an input made a constant":
-            return False
-        cur.tried += 1
-        if not self.still_fails(model):
-            return False
-        cur.model, cur.choices = model, None
-        cur.kept += 1
-        cur.steps.append(what)
-        return True
+        return not self.out_of_budget() and self._keep(model, None, what)
 
     def _model_passes(self) -> bool:
         improved = False

@@ -188,63 +188,61 @@ def lstm(b: Build) -> None:
 
 @recipe(OT.UNIDIRECTIONAL_SEQUENCE_LSTM, "recurrent")
 def unidirectional_sequence_lstm(b: Build) -> None:
+    _sequence_lstm(b, 1)
+
+
+def _sequence_lstm(b: Build, directions: int) -> None:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM (one direction) or BIDIRECTIONAL_SEQUENCE_LSTM (two, the auxiliary
+    input omitted): each direction's weights, then each's states, then the scalars and layer norms."""
     time_major = b.d.flag(0.5)
     _, t, _, batch, n_in = _sequence(b, time_major)
     v = _lstm_variant(b)
-    units = b.d.integer(1, 5)
-    out = b.d.integer(1, 4) if v["projection"] else units
-    _lstm_weights(b, t, v, n_in, units, out)
-    _state(b, t, (batch, out))
-    _state(b, t, (batch, units))
+    units = b.d.integer(1, 5 if directions == 1 else 4)
+    out = b.d.integer(1, 4 if directions == 1 else 3) if v["projection"] else units
+    for _ in range(directions):
+        _lstm_weights(b, t, v, n_in, units, out)
+    for _ in range(directions):
+        _state(b, t, (batch, out))
+        _state(b, t, (batch, units))
+    if directions == 2:
+        for _ in range(9):  # NOTE: the auxiliary input and its forward and backward weights
+            b.omit()
     _act(b, ACT)
     _clips(b, t)
+    if directions == 2:
+        b.param("merge_outputs", T.BOOL, len(b.sig.outputs) in (1, 5))
     b.param("time_major", T.BOOL, time_major)
     norm = b.d.flag(0.3)
     b.params["layer_norm"] = norm
-    _layer_norm(b, t, v, units, norm)
+    for _ in range(directions):
+        _layer_norm(b, t, v, units, norm)
     for _ in b.sig.outputs:
         b.out(t, None)
 
 
 @recipe(OT.BIDIRECTIONAL_SEQUENCE_LSTM, "recurrent")
 def bidirectional_sequence_lstm(b: Build) -> None:
-    time_major = b.d.flag(0.5)
-    _, t, _, batch, n_in = _sequence(b, time_major)
-    v = _lstm_variant(b)
-    units = b.d.integer(1, 4)
-    out = b.d.integer(1, 3) if v["projection"] else units
-    for _ in range(2):
-        _lstm_weights(b, t, v, n_in, units, out)
-    for _ in range(2):
-        _state(b, t, (batch, out))
-        _state(b, t, (batch, units))
-    for _ in range(9):  # NOTE: the auxiliary input and its forward and backward weights
-        b.omit()
-    _act(b, ACT)
-    _clips(b, t)
-    merge = len(b.sig.outputs) in (1, 5)
-    b.param("merge_outputs", T.BOOL, merge)
-    b.param("time_major", T.BOOL, time_major)
-    norm = b.d.flag(0.3)
-    b.params["layer_norm"] = norm
-    for _ in range(2):
-        _layer_norm(b, t, v, units, norm)
-    for _ in b.sig.outputs:
-        b.out(t, None)
+    _sequence_lstm(b, 2)
+
+
+def _quantized_input(b: Build, t: T, zp: int, max_size: int) -> tuple[int, int]:
+    """Input 0 of a quantized LSTM, of the scale 1/128 and zero point it requires (an anchor of others
+    replaced by a new input); its (batch, input size)."""
+    x = b.main(t, ranks=(2,), fits=lambda d: d[1] <= max_size)
+    o = b.operand(x)
+    if (o.scale, o.zero_point) != (1.0 / 128, zp):
+        if b.anchor == x:
+            b.ins.pop()
+            x = b.tensor(t, o.dims, scale=1.0 / 128, zp=zp, connect=False)
+        else:
+            o.scale, o.zero_point = 1.0 / 128, zp
+    return b.operand(x).dims
 
 
 @recipe(OT.QUANTIZED_16BIT_LSTM, "recurrent")
 def quantized_16bit_lstm(b: Build) -> None:
     q8 = T.TENSOR_QUANT8_ASYMM
-    x = b.main(q8, ranks=(2,), fits=lambda d: d[1] <= 16)
-    o = b.operand(x)
-    if (o.scale, o.zero_point) != (1.0 / 128, 128):
-        if b.anchor == x:
-            b.ins.pop()
-            x = b.tensor(q8, o.dims, scale=1.0 / 128, zp=128, connect=False)
-        else:
-            o.scale, o.zero_point = 1.0 / 128, 128
-    batch, n_in = b.operand(x).dims
+    batch, n_in = _quantized_input(b, q8, 128, 16)
     units = b.d.integer(1, 5)
     w_scale, w_zp = b.d.pick((1.0 / 256, 1.0 / 128, 1.0 / 64)), b.d.pick((128, 120, 135))
     rng = np.random.default_rng(b.d.seed())
@@ -267,15 +265,7 @@ def quantized_lstm(b: Build) -> None:
     """The integer LSTM as the vectors' QUANTIZED_LSTM models build it (layer normalization on, biases of
     scale 0, cell state 2^-15): their quantization, random weights and sizes, CIFG and projection drawn."""
     s8, q8, q16 = T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM
-    x = b.main(s8, ranks=(2,), fits=lambda d: d[1] <= 8)
-    o = b.operand(x)
-    if (o.scale, o.zero_point) != (1.0 / 128, 0):
-        if b.anchor == x:
-            b.ins.pop()
-            x = b.tensor(s8, o.dims, scale=1.0 / 128, zp=0, connect=False)
-        else:
-            o.scale, o.zero_point = 1.0 / 128, 0
-    batch, n_in = b.operand(x).dims
+    batch, n_in = _quantized_input(b, s8, 0, 8)
     cifg, projection = b.d.flag(0.3), b.d.flag(0.3)
     b.params.update({"cifg": cifg, "projection": projection})
     units = b.d.integer(1, 5)

@@ -240,17 +240,21 @@ def _layout_dims(b: Build, nchw: bool, n: int = 0, h: int = 0, w: int = 0, c: in
     return (n, c, h, w) if nchw else (n, h, w, c)
 
 
+def _layout_last(b: Build, nchw: bool, without: int, x: int) -> None:
+    """The layout flag, where the signature has more than ``without`` inputs, and the result (as ``x``)."""
+    if len(b.sig.inputs) > without:
+        b.param("layout", T.BOOL, nchw, "NCHW" if nchw else "NHWC")
+    b.out(b.operand(x).type)
+
+
 @recipe(OT.SPACE_TO_DEPTH, "shape")
 def space_to_depth(b: Build) -> None:
     block = b.d.integer(2, 3)
     nchw = len(b.sig.inputs) > 2 and b.d.flag(0.35)
     x = b.main(ranks=(4,), fits=lambda d: nhwc(d, nchw)[1] % block == 0 and nhwc(d, nchw)[2] % block == 0,
                make=lambda: _layout_dims(b, nchw, h=block * b.d.integer(1, 3), w=block * b.d.integer(1, 3)))
-    o = b.operand(x)
     b.param("block_size", T.INT32, block)
-    if len(b.sig.inputs) > 2:
-        b.param("layout", T.BOOL, nchw, "NCHW" if nchw else "NHWC")
-    b.out(o.type)
+    _layout_last(b, nchw, 2, x)
 
 
 @recipe(OT.DEPTH_TO_SPACE, "shape")
@@ -259,11 +263,8 @@ def depth_to_space(b: Build) -> None:
     nchw = len(b.sig.inputs) > 2 and b.d.flag(0.35)
     x = b.main(ranks=(4,), fits=lambda d: nhwc(d, nchw)[3] % (block * block) == 0,
                make=lambda: _layout_dims(b, nchw, c=block * block * b.d.integer(1, 2)))
-    o = b.operand(x)
     b.param("block_size", T.INT32, block)
-    if len(b.sig.inputs) > 2:
-        b.param("layout", T.BOOL, nchw, "NCHW" if nchw else "NHWC")
-    b.out(o.type)
+    _layout_last(b, nchw, 2, x)
 
 
 @recipe(OT.SPACE_TO_BATCH_ND, "shape")
@@ -275,12 +276,9 @@ def space_to_batch_nd(b: Build) -> None:
                (nhwc(d, nchw)[2] + pads[2] + pads[3]) % block[1] == 0,
                make=lambda: _layout_dims(b, nchw, h=block[0] * b.d.integer(1, 3) + 3 * block[0] - pads[0] - pads[1],
                                          w=block[1] * b.d.integer(1, 3) + 3 * block[1] - pads[2] - pads[3]))
-    o = b.operand(x)
     b.ints("block_shape", block)
     b.ints("paddings", pads, (2, 2))
-    if len(b.sig.inputs) > 3:
-        b.param("layout", T.BOOL, nchw, "NCHW" if nchw else "NHWC")
-    b.out(o.type)
+    _layout_last(b, nchw, 3, x)
 
 
 @recipe(OT.BATCH_TO_SPACE_ND, "shape")
@@ -289,11 +287,8 @@ def batch_to_space_nd(b: Build) -> None:
     block = [b.d.integer(1, 3, simplest=2), b.d.integer(1, 3, simplest=2)]
     x = b.main(ranks=(4,), fits=lambda d: d[0] % (block[0] * block[1]) == 0,
                make=lambda: _layout_dims(b, nchw, n=block[0] * block[1] * b.d.integer(1, 2)))
-    o = b.operand(x)
     b.ints("block_shape", block)
-    if len(b.sig.inputs) > 2:
-        b.param("layout", T.BOOL, nchw, "NCHW" if nchw else "NHWC")
-    b.out(o.type)
+    _layout_last(b, nchw, 2, x)
 
 
 @recipe(OT.CHANNEL_SHUFFLE, "shape", preserving=True)
