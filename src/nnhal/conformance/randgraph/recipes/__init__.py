@@ -10,11 +10,11 @@ from types import ModuleType
 
 from nnhal import hal
 from nnhal.conformance.randgraph.generator import Recipe
-from nnhal.conformance.randgraph.recipes import control, detection, elementwise, lookup, recurrent, shape, spatial
+from nnhal.conformance.randgraph.recipes import aidl, control, detection, elementwise, lookup, recurrent, shape, spatial
 
 OT = hal.OperationType
 
-MODULES: tuple[ModuleType, ...] = (elementwise, shape, spatial, lookup, detection, recurrent, control)
+MODULES: tuple[ModuleType, ...] = (elementwise, shape, spatial, lookup, detection, recurrent, control, aidl)
 
 
 def _collect() -> dict[OT, Recipe]:
