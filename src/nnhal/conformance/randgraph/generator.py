@@ -604,7 +604,8 @@ class Generator:
     def out_specs(self, b: Build) -> list[Operand]:
         """The outputs' types and quantization; "auto": what covers the
         results of the same operation computed in float32."""
-        first = self.g.operands[b.ins[0]] if b.ins else None
+        # NOTE: "same" is the first quantized tensor input's (PACK's is input 1, after its axis)
+        first = next((self.g.operands[k] for k in b.ins if self.g.operands[k].type in QUANT), None)
         specs = []
         auto = [s.type in QUANT and s.quant == "auto" for s in b.outs]
         ranges = float_ranges(self, b) if any(auto) else None
