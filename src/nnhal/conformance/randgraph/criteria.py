@@ -97,6 +97,9 @@ CLASS: dict[OT, str] = {
     OT.IF: _M, OT.WHILE: _M,  # by rule: their bodies' operations count as the graph's
     OT.RANDOM_MULTINOMIAL: _R,  # not drawn (recipes.EXCLUDED)
 }
+# NOTE: the AIDL versions' operations, where OperationType has them: by the same rule
+CLASS.update({OT[name]: c for name, c in (("BATCH_MATMUL", _C), ("PACK", _S), ("MIRROR_PAD", _S), ("REVERSE", _S))
+              if name in OT.__members__})
 
 _KIND = {T.TENSOR_FLOAT32: "float32", T.FLOAT32: "float32", T.TENSOR_FLOAT16: "float16", T.FLOAT16: "float16",
          T.TENSOR_INT32: "int32", T.INT32: "int32", T.UINT32: "int32"}
