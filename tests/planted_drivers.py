@@ -120,3 +120,36 @@ class AddZeroPoint(_PlantedReference):
                                                                        T.TENSOR_QUANT8_ASYMM_SIGNED):
                 a, b = sg.operands[op.inputs[0]], sg.operands[op.inputs[1]]
                 b.zeroPoint = a.zeroPoint
+
+
+class _Crashing:
+    """The reference's executor, killing its process (SIGSEGV, as a native crash) on ``crashes(inputs)``."""
+
+    def __init__(self, inner: Executor, crashes: object) -> None:
+        self.inner, self.crashes = inner, crashes
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def run(self, inputs: list, *args: object, **kwargs: object) -> list:
+        if self.crashes:
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return self.inner.run(inputs, *args, **kwargs)
+
+
+class CrashOnBroadcastMul(_PlantedReference):
+    """The process dies executing a MUL whose inputs have different shapes (a native crash in a driver)."""
+
+    name = "planted-crash"
+
+    def rewrite(self, model: hal.Model, pool_views: list) -> None:
+        pass
+
+    def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> Executor:
+        sg = model.main
+        crashes = any(op.type == OP.MUL and sg.operands[op.inputs[0]].dimensions != sg.operands[op.inputs[1]].dimensions
+                      for op in sg.operations)
+        return _Crashing(Executor(model, pool_views), crashes)

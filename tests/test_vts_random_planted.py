@@ -129,3 +129,22 @@ def test_campaign_sample_all_finds_nothing(tmp_path: Path) -> None:
                         "--seconds", "120", "--seed", "11", "--jobs", "2", "--reproducers", str(tmp_path)],
                        capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stdout[-4000:]
+
+
+def test_a_driver_crash_is_found_isolated_and_shrunk(tmp_path: Path) -> None:
+    """A case that kills the worker process: the other cases of its unit run again one at a time, the case
+    fails as a crash, and the command shrinks it, each candidate in a process of its own."""
+    spec = f"{HERE / 'planted_drivers.py'}:CrashOnBroadcastMul"
+    j = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "nnhal", "vts", "--device", spec, "--section", "random", "--cases",
+                        "8", "--ops", "MUL,ADD,RELU", "--max-operations", "3", "--seed", "3", "--jobs", "2",
+                        "--json", str(j), "--reproducers", str(tmp_path / "found")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    cases = json.loads(j.read_text())["cases"]
+    crashed = [c for c in cases if c["status"] == "fail"]
+    assert crashed and len(cases) == 8
+    for c in crashed:
+        assert "a driver crash" in c["message"] and 1 <= c["operations"] <= 3, c["message"]
+        assert "MUL" in c["message"] and Path(c["reproducer"]).is_file()
+    assert any(c["status"] == "pass" for c in cases)

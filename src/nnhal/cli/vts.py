@@ -160,6 +160,8 @@ def run(args: argparse.Namespace, version: str) -> int:
                         or args.progress, fancy=sys.stderr.isatty(), title="vts", noun="units")
     results: dict[int, list[Case]] = {}
     t0 = time.perf_counter()
+    deadline = random_config.deadline if random_config is not None else None
+    stop = (lambda: time.time() >= deadline) if deadline is not None else None
 
     def done(unit: Unit, cases: list[Case]) -> None:
         first = unit.index not in results
@@ -178,11 +180,13 @@ def run(args: argparse.Namespace, version: str) -> int:
                 settings.runner += f" ({cpus} CPUs)"
             except ClusterError as e:
                 raise UserError(str(e)) from None
-        elif jobs == 1 or len(units) <= 1:
+        elif jobs == 1 or (len(units) <= 1 and random_config is None):  # NOTE: a random case may crash a driver
             for unit in units:
+                if stop is not None and stop():
+                    break
                 done(unit, run_unit(config, unit))
         else:
-            run_local(units, config, jobs, done)
+            run_local(units, config, jobs, done, stop)
     except KeyboardInterrupt:
         settings.interrupted = True
     finally:

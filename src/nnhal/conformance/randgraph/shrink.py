@@ -1,23 +1,26 @@
 """Shrinking a failing random model to the smallest one that fails the same
 way (Hypothesis's shrinking, on this generator's choices).
 
-Two kinds of passes, repeated while one helps, within a budget of
-candidates and seconds:
+In order, each repeated while it helps, within a budget of candidates and
+seconds:
 
-* on the choices the model was drawn from (:mod:`.draw`): cut the draw after
-  an operation (fewer operations), delete one operation's choices, set them
-  all to their simplest, and lower each single choice (0 first: the default
-  parameter, the smallest dimension, an input rather than a constant, plain
-  data; then halved, then one less);
-* on the model itself, once the choices are as simple as they get: drop
-  outputs (and the operations only they needed), cut an operation out by
-  turning the temporaries it computed into model inputs holding the same
-  values, and turn inputs into constants.
+* fewer operations, on the choices the model was drawn from (:mod:`.draw`):
+  the draw cut after an operation, one operation's choices deleted, an
+  operation *detached* (its anchor choice 0: a new model input instead of an
+  earlier result, so the operations before it can go); the last operation
+  first, where a failure usually shows;
+* simpler parameters: each choice lowered (0 first: the default parameter,
+  the smallest dimension, an input rather than a constant, plain data; then
+  halved, then one less), the last operation's first, cuts retried after each
+  success; a reserve of candidates is kept for
+* the model itself: outputs dropped (and the operations only they needed), an
+  operation cut out by turning the temporaries it computed into model inputs
+  holding the same values, inputs made constants.
 
-A candidate is kept when it is simpler (fewer operations, then fewer model
-inputs, then a shortlex-smaller choice list) and ``still_fails(model)`` says
-it fails the same way (same stage, executor and status; for wrong values the
-same first differing operation).
+A candidate is kept when it is simpler (fewer operations, then outputs, then
+model inputs, then a shortlex-smaller choice list) and ``still_fails(model)``
+says it fails the same way (same stage, executor and status; for wrong values
+the same first differing operation).
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
 
 
 def run_local(units: Sequence[Unit], config: Config, jobs: int,
-              on_done: Callable[[Unit, list[Case]], None]) -> None:
+              on_done: Callable[[Unit, list[Case]], None], stop: Optional[Callable[[], bool]] = None) -> None:
     """Runs ``units`` in ``jobs`` worker processes (spawned: the parent may
     hold driver threads), calling ``on_done(unit, cases)`` as each ends.
     KeyboardInterrupt ends the workers and is re-raised."""
@@ -187,7 +187,7 @@ def run_local(units: Sequence[Unit], config: Config, jobs: int,
             unit = isolated.pop(0)
             _run_pool([unit], config, 1, on_done, ctx, lone=True)
             continue
-        todo, suspects = _run_pool(todo, config, jobs, on_done, ctx)
+        todo, suspects = _run_pool(todo, config, jobs, on_done, ctx, stop=stop)
         # NOTE: a unit that was running when a worker died is rerun model by model, each alone (same index:
         # its cases still come in order)
         isolated += [Unit(u.index, u.section, (vm,)) for u in suspects for vm in u.models] + \
@@ -197,7 +197,7 @@ def run_local(units: Sequence[Unit], config: Config, jobs: int,
 
 
 def _run_pool(units: list[Unit], config: Config, jobs: int, on_done: Callable[[Unit, list[Case]], None],
-              ctx: Any, lone: bool = False) -> tuple[list[Unit], list[Unit]]:
+              ctx: Any, lone: bool = False, stop: Optional[Callable[[], bool]] = None) -> tuple[list[Unit], list[Unit]]:
     """One pool over ``units``: ([], []) when all ran, else (the units not
     started, the units running) when a worker died."""
     started = ctx.SimpleQueue()
@@ -209,7 +209,14 @@ def _run_pool(units: list[Unit], config: Config, jobs: int, on_done: Callable[[U
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            if stop is not None and stop():
+                # NOTE: a time budget spent (the random section's --seconds): the units not started are dropped
+                for f in pending:
+                    f.cancel()
             for f in finished:
+                if f.cancelled():
+                    done_ids.add(futures[f].index)
+                    continue
                 unit = futures[f]
                 try:
                     cases = f.result()
