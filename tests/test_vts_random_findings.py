@@ -127,3 +127,46 @@ def test_litert_a_reduction_to_one_value_read_by_a_later_operation(reduce: OT, t
     else:
         g.ops = [Op(reduce, [x, axes, keep], [r]), Op(OT.LOGICAL_NOT, [r], [y])]
     _agrees(_litert(), RandomModel(g))
+
+
+def _two(first: tuple, second: tuple, x: Operand) -> RandomModel:
+    """``x`` through two operations: ``(op, [extra operands], dims of its result)`` each."""
+    g = Graph()
+    k = g.add(x)
+    g.inputs = [k] if x.kind == INPUT else []
+    for op, extra, dims in (first, second):
+        ins = [k] + [g.add(o) for o in extra]
+        out = g.add(Operand(T.TENSOR_INT32 if op in (OT.ARGMAX, OT.ARGMIN) else x.type, dims))
+        g.ops.append(Op(op, ins, [out]))
+        k = out
+    g.outputs = [k]
+    return RandomModel(g)
+
+
+def _i32(v: int) -> Operand:
+    return Operand(T.INT32, (), kind=CONST, value=np.array(v, np.int32))
+
+
+def test_litert_argmax_of_a_vector_read_by_a_later_operation() -> None:
+    """TFLite's ARGMAX of a 1-D tensor is a scalar where the HAL's is [1]: a later EXPAND_DIMS made [1]
+    instead of [1, 1]."""
+    x = Operand(T.TENSOR_FLOAT32, (3,), kind=INPUT, value=np.array([0.5, 2.0, -1.0], np.float32))
+    _agrees(_litert(), _two((OT.ARGMAX, [_i32(0)], (1,)), (OT.EXPAND_DIMS, [_i32(0)], (1, 1)), x))
+
+
+def test_litert_squeeze_of_every_dimension_read_by_a_later_operation() -> None:
+    """TFLite squeezes [1] to a scalar where the HAL keeps [1]: a LOG_SOFTMAX of it crashed LiteRT."""
+    x = Operand(T.TENSOR_FLOAT32, (1,), kind=INPUT, value=np.array([0.5], np.float32))
+    m = _two((OT.SQUEEZE, [Operand(T.TENSOR_INT32, (), kind=OMITTED)], (1,)),
+             (OT.LOG_SOFTMAX, [Operand(T.FLOAT32, (), kind=CONST, value=np.array(1.0, np.float32)), _i32(0)],
+              (1,)), x)
+    _agrees(_litert(), m)
+
+
+def test_litert_prelu_broadcasting_its_input_is_refused() -> None:
+    """TFLite's PRELU broadcasts the alpha only: a smaller input failed every execution; now refused."""
+    x = Operand(T.TENSOR_FLOAT32, (1, 2), kind=INPUT, value=np.array([[0.5, -2.0]], np.float32))
+    alpha = Operand(T.TENSOR_FLOAT32, (3, 2), kind=CONST, value=np.full((3, 2), 0.25, np.float32))
+    m = _model(OT.PRELU, [x, alpha], [(T.TENSOR_FLOAT32, (3, 2))])
+    o = differential(Devices(_litert(), section.reference(), ("sync",)), m)
+    assert o.status == "unsupported" and "PRELU" in o.reason

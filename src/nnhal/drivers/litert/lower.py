@@ -561,6 +561,10 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
             r = _default_perm(ctx, op)
         elif t in _REDUCTIONS:
             r = _reduced_to_one(ctx, op)
+        elif t in (Op.ARGMAX, Op.ARGMIN):
+            r = _arg_of_vector(ctx, op)
+        elif t == Op.SQUEEZE:
+            r = _squeezed_to_one(ctx, op)
     if r is None:
         return [op]
     return [x for o in r for x in expand(ctx, o, depth + 1)]
@@ -589,6 +593,32 @@ def _reduced_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation
     shape = _op(Op.RESHAPE, [kept, ctx.constant([1])], op.outputs)
     ctx.byte_moves.add(id(shape))  # NOTE: RESHAPE moves bytes, whatever the element type (REDUCE_ANY's bool)
     return [red, shape]
+
+
+def _arg_of_vector(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """ARGMAX / ARGMIN of a 1-D tensor: the HAL's result is [1], TFLite's a scalar (a later EXPAND_DIMS
+    made the wrong rank: found by nnhal vts --section random): of the input RESHAPEd to [1, n], on axis 1."""
+    x = ctx.operand(op.inputs[0])
+    if len(x.dimensions) != 1 or not x.dimensions[0]:
+        return None
+    row = ctx.temp(op.inputs[0], [1, x.dimensions[0]])
+    shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1, x.dimensions[0]])], [row])
+    ctx.byte_moves.add(id(shape))
+    arg = _op(Op(op.type), [row, ctx.constant(1, T.INT32)], op.outputs)
+    ctx.final.add(id(arg))
+    return [shape, arg]
+
+
+def _squeezed_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """A SQUEEZE of every dimension: the HAL's result is [1], TFLite's a scalar (a later LOG_SOFTMAX crashed
+    LiteRT: found by nnhal vts --section random): a RESHAPE to [1]."""
+    y = ctx.operand(op.outputs[0])
+    x = ctx.operand(op.inputs[0])
+    if list(y.dimensions) != [1] or not x.dimensions or any(d != 1 for d in x.dimensions):
+        return None
+    shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1])], op.outputs)
+    ctx.byte_moves.add(id(shape))
+    return [shape]
 
 
 def _default_perm(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
@@ -1012,6 +1042,10 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if t == Op.SELECT and ctx.operand(op.inputs[1]).type in (U8, I8) and len(
             {(ctx.operand(i).scale, ctx.operand(i).zeroPoint) for i in (*op.inputs[1:3], op.outputs[0])}) > 1:
         raise Unsupported("SELECT of quantized values of different scales / zero points (TFLite copies bytes)")
+    if t == Op.PRELU and list(x0.dimensions) != list(ctx.operand(op.outputs[0]).dimensions):
+        # NOTE: TFLite's PRELU broadcasts the alpha into the input only (it failed to prepare otherwise:
+        # found by nnhal vts --section random)
+        raise Unsupported("PRELU whose input is smaller than its result (TFLite broadcasts the alpha only)")
     if t == Op.CAST and x0.type == I32 and ctx.operand(op.outputs[0]).type in (U8, I8):
         raise Unsupported("CAST of int32 to quant8 (NNAPI saturates, TFLite wraps)")
     args: list = []

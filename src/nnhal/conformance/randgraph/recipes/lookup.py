@@ -30,7 +30,7 @@ def hashtable_lookup(b: Build) -> None:
     dims = a.dims if a is not None and a.type == t else b.shape(b.d.integer(1, 3))
     rows = dims[0]
     rng = np.random.default_rng(b.d.seed())
-    keys = np.sort(rng.choice(np.arange(-20, 40), size=rows, replace=False)).astype(np.int32)
+    keys = np.sort(rng.choice(np.arange(-20, 40 + rows), size=rows, replace=False)).astype(np.int32)
     n = b.d.integer(1, 5)
     hits = rng.random(n) < 0.7
     lookups = np.where(hits, rng.choice(keys, n), rng.integers(100, 120, n)).astype(np.int32)
