@@ -233,9 +233,14 @@ class Face(ABC):
 
 
 def as_face(device: Any) -> Face:
-    """``device`` itself when it is a :class:`Face`, else the HAL 1.3 face of
-    an ``IDevice`` (what the sections were given before there were faces)."""
-    return device if isinstance(device, Face) else HidlFace(device)
+    """``device`` itself when it is a :class:`Face`, the AIDL face of an AIDL
+    ``IDevice``, else the HAL 1.3 face of an ``IDevice`` (what the sections
+    were given before there were faces)."""
+    if isinstance(device, Face):
+        return device
+    from nnhal.hal.aidl import interfaces as aidl_interfaces
+
+    return AidlFace(device) if isinstance(device, aidl_interfaces.IDevice) else HidlFace(device)
 
 
 def _fence_fd_valid(fd: Any) -> bool:

@@ -267,6 +267,49 @@ def parse_model(spec: str, m: dict) -> VectorModel:
                                for e in m.get("extensionNameToPrefix", [])])
 
 
+_DTYPE_NAMES = {np.dtype(v): k for k, v in DTYPES.items()}
+
+
+def _operand_dict(o: VectorOperand) -> dict:
+    d: dict = {"name": o.name, "type": hal.OperandType(o.type).name if o.type in hal.OperandType._value2member_map_
+               else int(o.type), "dimensions": [int(x) for x in o.dimensions],
+               "numberOfConsumers": int(o.numberOfConsumers), "scale": float(o.scale), "zeroPoint": int(o.zeroPoint),
+               "lifetime": hal.OperandLifeTime(o.lifetime).name,
+               "channelQuant": {"channelDim": int(o.channelQuant.channelDim),
+                                "scales": [float(x) for x in o.channelQuant.scales]} if o.channelQuant else None,
+               "isIgnored": bool(o.isIgnored)}
+    if o.data is not None:
+        data = np.asarray(o.data)
+        d["data"] = {"dtype": _DTYPE_NAMES[data.dtype], "values": data.reshape(-1).tolist()}
+    if o.extension is not None:
+        d["extension"] = o.extension.hex()
+    return d
+
+
+def _subgraph_dict(sg: VectorSubgraph) -> dict:
+    return {"operands": [_operand_dict(o) for o in sg.operands],
+            "operations": [{"type": hal.operation_name(op.type), "inputs": list(op.inputs), "outputs": list(op.outputs)}
+                           for op in sg.operations],
+            "inputIndexes": list(sg.inputIndexes), "outputIndexes": list(sg.outputIndexes)}
+
+
+def model_dict(m: VectorModel) -> dict:
+    """A model as a vector file's ``models`` entry (``shared/conformance/README.md``); :func:`parse_model` reads it back."""
+    d = {"name": m.name, "minSupportedVersion": m.minSupportedVersion, "isRelaxed": bool(m.isRelaxed),
+         "expectFailure": bool(m.expectFailure),
+         "expectedMultinomialDistributionTolerance": float(m.multinomialTolerance), "main": _subgraph_dict(m.main),
+         "referenced": [_subgraph_dict(s) for s in m.referenced]}
+    if m.extensionNameToPrefix:
+        d["extensionNameToPrefix"] = [{"name": e.name, "prefix": int(e.prefix)} for e in m.extensionNameToPrefix]
+    return d
+
+
+def encode_file(spec: str, models: list[VectorModel]) -> bytes:
+    """A vector file (gzipped JSON) of ``models`` under ``spec``."""
+    doc = {"spec": spec, "models": [model_dict(m) for m in models]}
+    return gzip.compress(json.dumps(doc).encode(), mtime=0)
+
+
 def load_file(path: str | Path) -> list[VectorModel]:
     with gzip.open(path, "rt") as f:
         doc = json.load(f)

@@ -22,7 +22,11 @@ class Case(msgspec.Struct, array_like=True):
     the ``mutation`` (what was changed or asked; "" when nothing), the
     ``expected`` and the ``actual`` answer of the driver (status names),
     and the verdict: ``pass``, ``fail`` or ``unsupported`` (with the driver's
-    reason in ``message``)."""
+    reason in ``message``).  A failed case of the random section also
+    carries ``operations`` (the operations of its shrunk model) and
+    ``reproducer`` (the path of that model's vector file); ``attachment``
+    carries the file's bytes from the worker to the command, which writes
+    it (never reported)."""
     section: str
     test: str
     model: str
@@ -32,6 +36,9 @@ class Case(msgspec.Struct, array_like=True):
     status: str
     message: str = ""
     seconds: float = 0.0
+    operations: int = 0
+    reproducer: str = ""
+    attachment: bytes = b""
 
     @property
     def name(self) -> str:

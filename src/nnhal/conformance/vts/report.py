@@ -17,7 +17,7 @@ import msgspec
 
 from nnhal.conformance.report import PAGE_CSS, PAGE_JS, plain_message
 from nnhal.conformance.vts.case import STATUSES, Case
-from nnhal.conformance.vts.sections import DESCRIPTIONS, SECTIONS
+from nnhal.conformance.vts.sections import DESCRIPTIONS, OPT_IN, PER_MODEL, SECTIONS
 
 
 @dataclass
@@ -33,14 +33,18 @@ class Settings:
     version: str = ""
     vectors: list[str] = field(default_factory=list)
     interrupted: bool = False
+    extra: list[tuple[str, str]] = field(default_factory=list)  # NOTE: a section's own settings (random)
 
     def lines(self) -> list[tuple[str, str]]:
         out = [("nnhal", self.version), ("device", self.device), ("hal", self.hal),
-               ("sections", ", ".join(self.sections)),
-               ("mutations", "all (full sweep)" if self.sample is None else f"{self.sample} per model (sample)"),
-               ("models", f"{self.models}" + (f" (operations {', '.join(self.ops)})" if self.ops else "")
-                + (f" (name contains {self.model_filter!r})" if self.model_filter else "")),
-               ("vectors", ", ".join(self.vectors)), ("runner", self.runner)]
+               ("sections", ", ".join(self.sections))]
+        if any(s in PER_MODEL for s in self.sections):  # NOTE: the vector models' settings, where they are used
+            out += [("mutations", "all (full sweep)" if self.sample is None else f"{self.sample} per model (sample)"),
+                    ("models", f"{self.models}" + (f" (operations {', '.join(self.ops)})" if self.ops else "")
+                     + (f" (name contains {self.model_filter!r})" if self.model_filter else "")),
+                    ("vectors", ", ".join(self.vectors))]
+        out.append(("runner", self.runner))
+        out += self.extra
         if self.interrupted:
             out.append(("interrupted", "yes: the cases of the units that ended"))
         return out
@@ -64,7 +68,7 @@ def by_test(cases: Iterable[Case]) -> dict[str, list[tuple[str, dict[str, int]]]
     for c in cases:
         row = rows[c.section].setdefault(c.test, dict.fromkeys(STATUSES, 0))
         row[c.status] += 1
-    order = [s for s in SECTIONS if s in rows] + [s for s in rows if s not in SECTIONS]
+    order = [s for s in SECTIONS + OPT_IN if s in rows] + [s for s in rows if s not in SECTIONS + OPT_IN]
     return {s: list(rows[s].items()) for s in order}
 
 
@@ -99,7 +103,8 @@ def print_report(report: Report, settings: Settings, out: Optional[TextIO] = Non
     if bad:
         out.write(f"\nfailures ({len(bad)} cases):\n")
         for c in bad[:failures]:
-            out.write(f"  {c.name}: expected {c.expected}, got {c.actual}: {plain_message(c.message)}\n")
+            msg = plain_message(c.message).replace("\n", "\n    ")  # NOTE: a finding's lines (random) indented
+            out.write(f"  {c.name}: expected {c.expected}, got {c.actual}: {msg}\n")
         if len(bad) > failures:
             out.write(f"  ... and {len(bad) - failures} more (see --json / --html)\n")
     reasons = unsupported_reasons(report.cases)
@@ -115,6 +120,17 @@ def print_report(report: Report, settings: Settings, out: Optional[TextIO] = Non
 
 _ENCODER = msgspec.json.Encoder()
 _FIELDS = Case.__struct_fields__
+_RANDOM_ONLY = ("operations", "reproducer")
+
+
+def case_dict(c: Case) -> dict[str, Any]:
+    """A case as the reports write it: its fields, without the worker's attachment, with the random
+    section's ``operations`` and ``reproducer`` only where a reproducer was written."""
+    d = {x: getattr(c, x) for x in _FIELDS if x != "attachment"}
+    if not c.reproducer:
+        for x in _RANDOM_ONLY:
+            del d[x]
+    return d
 
 
 def write_json(report: Report, path: str, settings: Settings) -> None:
@@ -126,7 +142,7 @@ def write_json(report: Report, path: str, settings: Settings) -> None:
     with open(path, "w") as f:
         f.write(json.dumps(head, indent=1)[:-2] + ',\n "cases": [')
         for k, c in enumerate(report.cases):
-            d = dict(zip(_FIELDS, (getattr(c, x) for x in _FIELDS)))
+            d = case_dict(c)
             d["name"] = c.name
             f.write(("\n  " if k == 0 else ",\n  ") + _ENCODER.encode(d).decode())
         f.write("\n ]\n}\n")
@@ -143,7 +159,7 @@ def write_junit(report: Report, path: str, settings: Settings) -> None:
     per: dict[str, list[Case]] = defaultdict(list)
     for x in report.cases:
         per[x.section].append(x)
-    for section in [s for s in SECTIONS if s in per] + [s for s in per if s not in SECTIONS]:
+    for section in [s for s in SECTIONS + OPT_IN if s in per] + [s for s in per if s not in SECTIONS + OPT_IN]:
         cases = per[section]
         n = {s: sum(x.status == s for x in cases) for s in STATUSES}
         suite = ET.SubElement(root, "testsuite", name=section, tests=str(len(cases)), failures=str(n["fail"]),
@@ -209,4 +225,4 @@ def write_html(report: Report, path: str, settings: Settings, limit: int = 5000)
 
 
 def to_dicts(cases: Iterable[Case]) -> list[dict[str, Any]]:
-    return [dict(zip(_FIELDS, (getattr(c, x) for x in _FIELDS))) for c in cases]
+    return [case_dict(c) for c in cases]

@@ -28,27 +28,34 @@ from typing import Any, Callable, Optional, Sequence
 
 from nnhal.conformance.vectors import VectorModel
 from nnhal.conformance.vts.case import Case
-from nnhal.conformance.vts.sections import DESCRIPTIONS, PER_MODEL, SECTIONS  # noqa: F401 - re-exported
+from nnhal.conformance.vts.sections import DESCRIPTIONS, OPT_IN, PER_MODEL, SECTIONS  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
 class Config:
-    """What every worker needs (plain data: it crosses processes and machines)."""
+    """What every worker needs (plain data: it crosses processes and machines);
+    ``random``: the random section's options (``nnhal.conformance.vts.random.RandomConfig``)."""
     device: str
     sample: Optional[int] = None
     log_level: int = logging.CRITICAL + 10
     hal: str = "hidl"
+    random: Any = None
 
 
 @dataclass
 class Unit:
-    """One section over a batch of models (none for a fixed section)."""
+    """One section over a batch of models (none for a fixed section), or the
+    random section over a range of case numbers (``cases``: start, count)."""
     index: int
     section: str
     models: tuple[VectorModel, ...] = ()
+    cases: tuple[int, int] = (0, 0)
 
     @property
     def label(self) -> str:
+        if self.cases[1]:
+            a, n = self.cases
+            return f"{self.section} case {a}" if n == 1 else f"{self.section} cases {a}-{a + n - 1}"
         if not self.models:
             return self.section
         first = self.models[0]
@@ -56,11 +63,19 @@ class Unit:
         return f"{self.section} {first.spec}/{first.name}{more}"
 
 
-def plan(sections: Sequence[str], models: Sequence[VectorModel], batch: int) -> list[Unit]:
-    """The units of a run, in the order their cases are reported."""
+def plan(sections: Sequence[str], models: Sequence[VectorModel], batch: int,
+         random_cases: Sequence[int] = (), random_batch: int = 8) -> list[Unit]:
+    """The units of a run, in the order their cases are reported (``random_cases``: the random section's
+    case numbers, consecutive, in units of ``random_batch``)."""
     units: list[Unit] = []
-    for section in SECTIONS:
+    for section in SECTIONS + OPT_IN:
         if section not in sections:
+            continue
+        if section == "random":
+            cases = list(random_cases)
+            for k in range(0, len(cases), random_batch):
+                chunk = cases[k:k + random_batch]
+                units.append(Unit(len(units), section, cases=(chunk[0], len(chunk))))
             continue
         if section not in PER_MODEL:
             units.append(Unit(len(units), section))
@@ -82,6 +97,7 @@ def batch_size(n_models: int, workers: int) -> int:
 # running one unit (in this process, a worker process or a Ray task)
 
 _DEVICE: dict[str, Any] = {}
+DIED = "the worker process died running it"
 
 
 def device_for(config: Config) -> Any:
@@ -103,7 +119,7 @@ def forget_device(config: Config) -> None:
 
 
 def _failure(unit: Unit, vm: Optional[VectorModel], message: str) -> Case:
-    model = f"{vm.spec}/{vm.name}" if vm is not None else ""
+    model = f"{vm.spec}/{vm.name}" if vm is not None else unit.label if unit.cases[1] else ""
     return Case(unit.section, unit.section, model, "", "the section runs", "raised", "fail", message)
 
 
@@ -112,6 +128,11 @@ def run_unit(config: Config, unit: Unit) -> list[Case]:
     (a driver that raises out of a HAL method) is a failed case naming it."""
     device = device_for(config)
     module = importlib.import_module(f"nnhal.conformance.vts.{unit.section}")
+    if unit.cases[1]:
+        try:
+            return module.run_cases(device, config.random, *unit.cases)
+        except Exception as e:  # noqa: BLE001
+            return [_failure(unit, None, f"{type(e).__name__}: {e}")]
     if not unit.models:
         try:
             return module.run(device, config.device) if unit.section == "basic" else module.run(device)
@@ -160,7 +181,7 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
 
 
 def run_local(units: Sequence[Unit], config: Config, jobs: int,
-              on_done: Callable[[Unit, list[Case]], None]) -> None:
+              on_done: Callable[[Unit, list[Case]], None], stop: Optional[Callable[[], bool]] = None) -> None:
     """Runs ``units`` in ``jobs`` worker processes (spawned: the parent may
     hold driver threads), calling ``on_done(unit, cases)`` as each ends.
     KeyboardInterrupt ends the workers and is re-raised."""
@@ -172,15 +193,17 @@ def run_local(units: Sequence[Unit], config: Config, jobs: int,
             unit = isolated.pop(0)
             _run_pool([unit], config, 1, on_done, ctx, lone=True)
             continue
-        todo, suspects = _run_pool(todo, config, jobs, on_done, ctx)
+        todo, suspects = _run_pool(todo, config, jobs, on_done, ctx, stop=stop)
         # NOTE: a unit that was running when a worker died is rerun model by model, each alone (same index:
         # its cases still come in order)
         isolated += [Unit(u.index, u.section, (vm,)) for u in suspects for vm in u.models] + \
-            [u for u in suspects if not u.models]
+            [Unit(u.index, u.section, cases=(n, 1)) for u in suspects if u.cases[1] > 1
+             for n in range(u.cases[0], u.cases[0] + u.cases[1])] + \
+            [u for u in suspects if not u.models and u.cases[1] <= 1]
 
 
 def _run_pool(units: list[Unit], config: Config, jobs: int, on_done: Callable[[Unit, list[Case]], None],
-              ctx: Any, lone: bool = False) -> tuple[list[Unit], list[Unit]]:
+              ctx: Any, lone: bool = False, stop: Optional[Callable[[], bool]] = None) -> tuple[list[Unit], list[Unit]]:
     """One pool over ``units``: ([], []) when all ran, else (the units not
     started, the units running) when a worker died."""
     started = ctx.SimpleQueue()
@@ -192,7 +215,14 @@ def _run_pool(units: list[Unit], config: Config, jobs: int, on_done: Callable[[U
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            if stop is not None and stop():
+                # NOTE: a time budget spent (the random section's --seconds): the units not started are dropped
+                for f in pending:
+                    f.cancel()
             for f in finished:
+                if f.cancelled():
+                    done_ids.add(futures[f].index)
+                    continue
                 unit = futures[f]
                 try:
                     cases = f.result()
@@ -218,7 +248,7 @@ def _run_pool(units: list[Unit], config: Config, jobs: int, on_done: Callable[[U
     left = [u for u in units if u.index not in done_ids]
     if lone:
         for u in left:
-            on_done(u, [_failure(u, u.models[0] if u.models else None, f"the worker process died running it "
+            on_done(u, [_failure(u, u.models[0] if u.models else None, f"{DIED} "
                                  f"(exit status {', '.join(map(str, codes)) or 'unknown'})")])
         return [], []
     if not ran & {u.index for u in left}:

@@ -171,7 +171,9 @@ def _read_into_tensor(view: Any, x: Any) -> bool:
     LiteRT's invoke() requires (it refuses while a numpy view of it lives)."""
     t = view()
     try:
-        if t.dtype != x.dtype or t.nbytes != x.nbytes or not t.flags.c_contiguous:
+        # NOTE: LiteRT hands out some input tensors read-only (an EXPAND_DIMS axis, an ARGMAX axis, a TOPK_V2
+        # k given as a model input: found by nnhal vts --section random); set_tensor then writes them
+        if t.dtype != x.dtype or t.nbytes != x.nbytes or not t.flags.c_contiguous or not t.flags.writeable:
             return False
         with memoryview(t) as m, m.cast("B") as flat:
             x.read_into(flat)
@@ -300,5 +302,13 @@ def _output_dims(model: hal.Model) -> list[list[int]]:
 
 
 def _needs_builtin(model: hal.Model) -> bool:
-    ops = model.main.operations
-    return any((op.type, model.main.operands[op.inputs[0]].type) in BUILTIN_ONLY for op in ops if op.inputs)
+    ops, operands = model.main.operations, model.main.operands
+    return any((op.type, operands[op.inputs[0]].type) in BUILTIN_ONLY or _constant_dequantize(op, operands)
+               for op in ops if op.inputs)
+
+
+def _constant_dequantize(op: hal.Operation, operands: list) -> bool:
+    """DEQUANTIZE of a constant: XNNPACK fails to set it up, or leaves its result unwritten (found by
+    nnhal vts --section random); LiteRT's builtin kernel computes it."""
+    return op.type == hal.OperationType.DEQUANTIZE and operands[op.inputs[0]].lifetime in (
+        hal.OperandLifeTime.CONSTANT_COPY, hal.OperandLifeTime.CONSTANT_REFERENCE)

@@ -581,9 +581,81 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
             r = _instance_normalization(ctx, op)
         elif t == Op.ELU:
             r = _elu_alpha(ctx, op)
+        elif t == Op.TRANSPOSE:
+            r = _default_perm(ctx, op)
+        elif t in _REDUCTIONS:
+            r = _reduced_to_one(ctx, op)
+        elif t in (Op.ARGMAX, Op.ARGMIN):
+            r = _arg_of_vector(ctx, op)
+        elif t == Op.SQUEEZE:
+            r = _squeezed_to_one(ctx, op)
     if r is None:
         return [op]
     return [x for o in r for x in expand(ctx, o, depth + 1)]
+
+
+_REDUCTIONS = frozenset({Op.MEAN, Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_ANY,
+                         Op.REDUCE_ALL})
+
+
+def _reduced_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """A reduction over every axis without keep_dims: the HAL's result is [1], TFLite's a scalar, which a
+    later operator reads with the wrong rank (SLICE failed: found by nnhal vts --section random): reduced
+    with keep_dims, then RESHAPEd to [1]."""
+    x, axes, keep = op.inputs[:3]
+    o = ctx.operand(keep)
+    if o.lifetime not in _CONST or ctx.operand(axes).lifetime not in _CONST or bool(ctx.const(keep) > 0):
+        return None
+    rank = len(ctx.operand(x).dimensions)
+    reduced = {int(a) % rank for a in np.asarray(ctx.const(axes)).reshape(-1)} if rank else set()
+    if not rank or len(reduced) != rank:
+        return None
+    kept = ctx.temp(op.outputs[0], [1] * rank)
+    red = _op(Op(op.type), [x, axes, ctx.constant(1, T.INT32) if o.type == T.INT32 else ctx.constant(True, T.BOOL)],
+              [kept])
+    ctx.final.add(id(red))
+    shape = _op(Op.RESHAPE, [kept, ctx.constant([1])], op.outputs)
+    ctx.byte_moves.add(id(shape))  # NOTE: RESHAPE moves bytes, whatever the element type (REDUCE_ANY's bool)
+    return [red, shape]
+
+
+def _arg_of_vector(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """ARGMAX / ARGMIN of a 1-D tensor: the HAL's result is [1], TFLite's a scalar (a later EXPAND_DIMS
+    made the wrong rank: found by nnhal vts --section random): of the input RESHAPEd to [1, n], on axis 1."""
+    x = ctx.operand(op.inputs[0])
+    if len(x.dimensions) != 1 or not x.dimensions[0]:
+        return None
+    row = ctx.temp(op.inputs[0], [1, x.dimensions[0]])
+    shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1, x.dimensions[0]])], [row])
+    ctx.byte_moves.add(id(shape))
+    arg = _op(Op(op.type), [row, ctx.constant(1, T.INT32)], op.outputs)
+    ctx.final.add(id(arg))
+    return [shape, arg]
+
+
+def _squeezed_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """A SQUEEZE of every dimension: the HAL's result is [1], TFLite's a scalar (a later LOG_SOFTMAX crashed
+    LiteRT: found by nnhal vts --section random): a RESHAPE to [1]."""
+    y = ctx.operand(op.outputs[0])
+    x = ctx.operand(op.inputs[0])
+    if list(y.dimensions) != [1] or not x.dimensions or any(d != 1 for d in x.dimensions):
+        return None
+    shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1])], op.outputs)
+    ctx.byte_moves.add(id(shape))
+    return [shape]
+
+
+def _default_perm(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
+    """TRANSPOSE with its optional perm omitted (NO_VALUE): the axes reversed, as a constant (TFLite's
+    TRANSPOSE reads a perm tensor: given none, LiteRT crashed in AllocateTensors; found by nnhal vts
+    --section random)."""
+    if len(op.inputs) < 2 or ctx.operand(op.inputs[1]).lifetime != L.NO_VALUE:
+        return None
+    rank = len(ctx.operand(op.inputs[0]).dimensions)
+    if not rank:
+        raise Unsupported("TRANSPOSE with an omitted perm of an input of unknown rank")
+    return [_op(Op.TRANSPOSE, [op.inputs[0], ctx.constant(np.arange(rank - 1, -1, -1, dtype=np.int32))],
+                op.outputs)]
 
 
 def _nchw(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
@@ -692,9 +764,11 @@ def _requantized_inputs(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Opera
 def _compare_real_values(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
     """A comparison of quantized inputs of different scales / zero points: NNAPI compares the real
     values (x - zero point) * scale in float32, TFLite would rescale one input to the other's
-    quantization (rounding): DEQUANTIZE both (the same float32 products), compare in float32."""
+    quantization (rounding): DEQUANTIZE both (the same float32 products), compare in float32.  So too
+    for a scale of 1 or more: LiteRT's quantized comparison (builtin and reference kernels) aborts the
+    process at a scale of 1 and compares wrongly above it (found by nnhal vts --section random)."""
     a, b = (ctx.operand(i) for i in op.inputs[:2])
-    if a.type not in (U8, I8) or (a.scale, a.zeroPoint) == (b.scale, b.zeroPoint):
+    if a.type not in (U8, I8) or ((a.scale, a.zeroPoint) == (b.scale, b.zeroPoint) and a.scale < 1.0):
         return None
     ops, reals = [], []
     for i in op.inputs[:2]:
@@ -995,6 +1069,10 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if t == Op.SELECT and ctx.operand(op.inputs[1]).type in (U8, I8) and len(
             {(ctx.operand(i).scale, ctx.operand(i).zeroPoint) for i in (*op.inputs[1:3], op.outputs[0])}) > 1:
         raise Unsupported("SELECT of quantized values of different scales / zero points (TFLite copies bytes)")
+    if t == Op.PRELU and list(x0.dimensions) != list(ctx.operand(op.outputs[0]).dimensions):
+        # NOTE: TFLite's PRELU broadcasts the alpha into the input only (it failed to prepare otherwise:
+        # found by nnhal vts --section random)
+        raise Unsupported("PRELU whose input is smaller than its result (TFLite broadcasts the alpha only)")
     if t == Op.CAST and x0.type == I32 and ctx.operand(op.outputs[0]).type in (U8, I8):
         raise Unsupported("CAST of int32 to quant8 (NNAPI saturates, TFLite wraps)")
     args: list = []

@@ -1,0 +1,172 @@
+"""What the random section found in our drivers (issue 27), each as its shrunk
+reproducer: litert-cpu now agrees with the reference on them; and the
+generator keeps to the rules the reference (as Android's) leaves unchecked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nnhal
+from nnhal import hal
+from nnhal.conformance.randgraph.differential import Devices, differential
+from nnhal.conformance.randgraph.generator import Options, generate
+from nnhal.conformance.randgraph.graph import CONST, INPUT, OMITTED, Graph, Op, Operand, RandomModel, describe
+from nnhal.conformance.vts import random as section
+
+OT, T = hal.OperationType, hal.OperandType
+
+
+def _litert() -> object:
+    try:
+        return nnhal.open_device("litert-cpu")
+    except LookupError as e:
+        pytest.skip(f"no litert-cpu: {e}")
+
+
+def _model(op: OT, ins: list[Operand], outs: list[tuple[T, tuple]]) -> RandomModel:
+    g = Graph()
+    idx = [g.add(o) for o in ins]
+    g.inputs = [k for k in idx if g.operands[k].kind == INPUT]
+    g.outputs = [g.add(Operand(t, dims)) for t, dims in outs]
+    g.ops = [Op(op, idx, g.outputs)]
+    return RandomModel(g)
+
+
+def _agrees(device: object, model: RandomModel) -> None:
+    o = differential(Devices(device, section.reference(), ("sync", "async", "fenced")), model)
+    assert o.status == "pass", (o.reason, [f.message for f in o.failures], describe(model))
+
+
+def test_litert_transpose_with_its_perm_omitted() -> None:
+    """LiteRT crashed (SIGSEGV in AllocateTensors, in getSupportedOperations_1_3) on TFLite's TRANSPOSE
+    without a perm tensor: the lowering now gives the reversed axes."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+        m = _model(OT.TRANSPOSE, [Operand(t, (2, 3), kind=INPUT, value=x.astype(np.float16 if t == T.TENSOR_FLOAT16
+                                                                                  else np.float32)),
+                                  Operand(T.TENSOR_INT32, (), kind=OMITTED)], [(t, (3, 2))])
+        _agrees(_litert(), m)
+
+
+@pytest.mark.parametrize("op,param,value,out", [
+    (OT.EXPAND_DIMS, T.INT32, 0, (T.TENSOR_FLOAT32, (1, 2, 2))),
+    (OT.ARGMAX, T.INT32, 1, (T.TENSOR_INT32, (2,))),
+])
+def test_litert_a_scalar_parameter_given_as_a_model_input(op: OT, param: T, value: int, out: tuple) -> None:
+    """LiteRT hands such an input tensor out read-only: the backend wrote into it and failed every execution
+    (GENERAL_FAILURE); it now sets it."""
+    x = np.array([[1.0, -2.0], [0.5, 3.0]], np.float32)
+    m = _model(op, [Operand(T.TENSOR_FLOAT32, (2, 2), kind=INPUT, value=x),
+                    Operand(param, (), kind=INPUT, value=np.array(value, np.int32))], [out])
+    _agrees(_litert(), m)
+
+
+def test_litert_topk_with_k_a_model_input() -> None:
+    x = np.array([[1.0, -2.0, 4.0], [0.5, 3.0, -1.0]], np.float32)
+    m = _model(OT.TOPK_V2, [Operand(T.TENSOR_FLOAT32, (2, 3), kind=INPUT, value=x),
+                            Operand(T.INT32, (), kind=INPUT, value=np.array(2, np.int32))],
+               [(T.TENSOR_FLOAT32, (2, 2)), (T.TENSOR_INT32, (2, 2))])
+    _agrees(_litert(), m)
+
+
+def test_quantized_mean_keeps_its_input_quantization() -> None:
+    """The spec: MEAN's quantized result has its input's scale and zeroPoint.  The reference (as Android's)
+    does not check it and computes as if it were so, LiteRT requantizes: the generator drew such models
+    and they differed (found on litert-cpu); it keeps to the spec now."""
+    seen = 0
+    for n in range(60):
+        m, _ = generate(2, n, Options(ops=frozenset({"MEAN", "RELU"}), max_operations=3))
+        for op in m.main.ops:
+            x, y = m.main.operands[op.inputs[0]], m.main.operands[op.outputs[0]]
+            if op.type == OT.MEAN and x.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED):
+                seen += 1
+                assert (x.scale, x.zero_point) == (y.scale, y.zero_point)
+    assert seen
+
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0])
+@pytest.mark.parametrize("op", [OT.GREATER, OT.EQUAL])
+def test_litert_quantized_comparison_at_a_scale_of_one_or_more(op: OT, scale: float) -> None:
+    """LiteRT's quantized comparison aborted the process at scale 1 and compared wrongly above it: such
+    comparisons now run on the dequantized values."""
+    a = np.array([131, 120, 128], np.uint8)
+    b = np.array([130, 125, 128], np.uint8)
+    m = _model(op, [Operand(T.TENSOR_QUANT8_ASYMM, (3,), scale, 128, kind=INPUT, value=a),
+                    Operand(T.TENSOR_QUANT8_ASYMM, (3,), scale, 128, kind=INPUT, value=b)], [(T.TENSOR_BOOL8, (3,))])
+    _agrees(_litert(), m)
+
+
+def test_litert_dequantize_of_a_constant() -> None:
+    """XNNPACK failed to set up (or left unwritten) a DEQUANTIZE of a constant: it runs on the builtin kernels."""
+    x = Operand(T.TENSOR_QUANT8_ASYMM_SIGNED, (3,), 0.5, 0, kind=CONST, value=np.array([3, -2, 1], np.int8))
+    _agrees(_litert(), _model(OT.DEQUANTIZE, [x], [(T.TENSOR_FLOAT32, (3,))]))
+
+
+@pytest.mark.parametrize("reduce,t,value", [
+    (OT.MEAN, T.TENSOR_QUANT8_ASYMM_SIGNED, np.array([[[3, -2]]], np.int8)),
+    (OT.REDUCE_ANY, T.TENSOR_BOOL8, np.array([[[True, False]]])),
+])
+def test_litert_a_reduction_to_one_value_read_by_a_later_operation(reduce: OT, t: T, value: np.ndarray) -> None:
+    """TFLite reduces every axis to a scalar where the HAL gives [1]: a later SLICE / LOGICAL_NOT read it with
+    the wrong rank and failed."""
+    g = Graph()
+    quant = (0.5, 0) if t == T.TENSOR_QUANT8_ASYMM_SIGNED else (0.0, 0)
+    x = g.add(Operand(t, (1, 1, 2), *quant, kind=INPUT, value=value))
+    axes = g.add(Operand(T.TENSOR_INT32, (3,), kind=CONST, value=np.array([0, 1, 2], np.int32)))
+    keep = g.add(Operand(T.INT32 if reduce == OT.MEAN else T.BOOL, (), kind=CONST,
+                         value=np.array(0, np.int32 if reduce == OT.MEAN else bool)))
+    r = g.add(Operand(t, (1,), *quant))
+    y = g.add(Operand(t, (1,), *quant))
+    g.inputs, g.outputs = [x], [y]
+    if reduce == OT.MEAN:
+        begin = g.add(Operand(T.TENSOR_INT32, (1,), kind=CONST, value=np.array([0], np.int32)))
+        size = g.add(Operand(T.TENSOR_INT32, (1,), kind=CONST, value=np.array([1], np.int32)))
+        g.ops = [Op(reduce, [x, axes, keep], [r]), Op(OT.SLICE, [r, begin, size], [y])]
+    else:
+        g.ops = [Op(reduce, [x, axes, keep], [r]), Op(OT.LOGICAL_NOT, [r], [y])]
+    _agrees(_litert(), RandomModel(g))
+
+
+def _two(first: tuple, second: tuple, x: Operand) -> RandomModel:
+    """``x`` through two operations: ``(op, [extra operands], dims of its result)`` each."""
+    g = Graph()
+    k = g.add(x)
+    g.inputs = [k] if x.kind == INPUT else []
+    for op, extra, dims in (first, second):
+        ins = [k] + [g.add(o) for o in extra]
+        out = g.add(Operand(T.TENSOR_INT32 if op in (OT.ARGMAX, OT.ARGMIN) else x.type, dims))
+        g.ops.append(Op(op, ins, [out]))
+        k = out
+    g.outputs = [k]
+    return RandomModel(g)
+
+
+def _i32(v: int) -> Operand:
+    return Operand(T.INT32, (), kind=CONST, value=np.array(v, np.int32))
+
+
+def test_litert_argmax_of_a_vector_read_by_a_later_operation() -> None:
+    """TFLite's ARGMAX of a 1-D tensor is a scalar where the HAL's is [1]: a later EXPAND_DIMS made [1]
+    instead of [1, 1]."""
+    x = Operand(T.TENSOR_FLOAT32, (3,), kind=INPUT, value=np.array([0.5, 2.0, -1.0], np.float32))
+    _agrees(_litert(), _two((OT.ARGMAX, [_i32(0)], (1,)), (OT.EXPAND_DIMS, [_i32(0)], (1, 1)), x))
+
+
+def test_litert_squeeze_of_every_dimension_read_by_a_later_operation() -> None:
+    """TFLite squeezes [1] to a scalar where the HAL keeps [1]: a LOG_SOFTMAX of it crashed LiteRT."""
+    x = Operand(T.TENSOR_FLOAT32, (1,), kind=INPUT, value=np.array([0.5], np.float32))
+    m = _two((OT.SQUEEZE, [Operand(T.TENSOR_INT32, (), kind=OMITTED)], (1,)),
+             (OT.LOG_SOFTMAX, [Operand(T.FLOAT32, (), kind=CONST, value=np.array(1.0, np.float32)), _i32(0)],
+              (1,)), x)
+    _agrees(_litert(), m)
+
+
+def test_litert_prelu_broadcasting_its_input_is_refused() -> None:
+    """TFLite's PRELU broadcasts the alpha only: a smaller input failed every execution; now refused."""
+    x = Operand(T.TENSOR_FLOAT32, (1, 2), kind=INPUT, value=np.array([[0.5, -2.0]], np.float32))
+    alpha = Operand(T.TENSOR_FLOAT32, (3, 2), kind=CONST, value=np.full((3, 2), 0.25, np.float32))
+    m = _model(OT.PRELU, [x, alpha], [(T.TENSOR_FLOAT32, (3, 2))])
+    o = differential(Devices(_litert(), section.reference(), ("sync",)), m)
+    assert o.status == "unsupported" and "PRELU" in o.reason
