@@ -75,8 +75,8 @@ def plan_model(path: str, args: argparse.Namespace, device_of: DeviceOf) -> Plan
     try:
         with model_errors(path):
             raw = Path(path).read_bytes()
-            verify(raw, batch=opts.batch)  # NOTE: the whole flatbuffer checked before anything reads it
-            return build_plan(Graph(raw), opts, device_of)
+            checked = verify(raw, batch=opts.batch)  # NOTE: the whole flatbuffer checked before anything reads it
+            return build_plan(Graph(raw, checked, opts.batch), opts, device_of)
     except (ValueError, AttributeError, IndexError, TypeError, KeyError) as e:
         # NOTE: a graph the reader passed but the plan finds inconsistent (a tensor index out of range)
         print(f"{path}: cannot read the model: {e}", file=sys.stderr)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import json
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -40,7 +41,7 @@ from nnhal.delegate.model import Graph
 from nnhal.delegate.partition import Subset, largest, partition
 from nnhal.delegate.rules import API_LEVELS, HAL_VERSION, validate
 from nnhal.hal.types import HalVersion
-from nnhal.tflite.loader import UnsupportedModelError, free_model, load_operators, operator_failures, verify
+from nnhal.tflite.loader import UnsupportedModelError, free_model, load_operators, operator_failures
 
 DeviceOf = Callable[[str], Any]
 FP16_PARTIAL = ("float16 weights (constant DEQUANTIZE): in a partial delegation the delegate keeps these on the "
@@ -116,6 +117,44 @@ class PartitionPlan:
     load_ops: list[int] = field(default_factory=list)  # operators a HAL partition maps (with its fp16 weights)
 
 
+class Prebuilt:
+    """HAL models of NNAPI partitions the planner built while checking them, kept for the runner
+    (:meth:`take`: each once) instead of built again; the rest freed by :meth:`release` or when this
+    goes (their pools are shared memory)."""
+
+    def __init__(self) -> None:
+        self.models: dict[tuple, tuple] = {}
+        self._finalizer = weakref.finalize(self, _free_all, self.models)
+
+    @staticmethod
+    def key(nodes: list[int], inputs: list[int], outputs: list[int]) -> tuple:
+        return tuple(nodes), tuple(inputs), tuple(outputs)
+
+    def put(self, key: tuple, built: tuple) -> None:
+        old = self.models.pop(key, None)
+        if old is not None:
+            free_model(old[0])
+        self.models[key] = built
+
+    def keep(self, keys: set) -> None:
+        """Frees every model but those of ``keys``."""
+        for k in [k for k in self.models if k not in keys]:
+            free_model(self.models.pop(k)[0])
+
+    def take(self, key: tuple) -> Optional[tuple]:
+        """(model, io, unsigned) of ``key``, now the caller's to free, or None."""
+        return self.models.pop(key, None)
+
+    def release(self) -> None:
+        _free_all(self.models)
+
+
+def _free_all(models: dict) -> None:
+    for built in models.values():
+        free_model(built[0])
+    models.clear()
+
+
 @dataclass
 class Plan:
     graph: Graph
@@ -123,6 +162,7 @@ class Plan:
     operators: list[OperatorPlan]
     partitions: list[PartitionPlan]
     graph_path: str = ""  # how the commands name the model
+    prebuilt: Prebuilt = field(default_factory=Prebuilt, repr=False, compare=False)
 
     @property
     def nnapi(self) -> list[PartitionPlan]:
@@ -208,12 +248,13 @@ class Planner:
         self.device_refused = False
         self._nn_fail: Optional[dict[int, str]] = None
         self._checked: Any = None
+        self.prebuilt = Prebuilt()
 
     @property
     def checked(self) -> Any:
         """The file as the importer's reader checked it, once (``nnhal.tflite.loader.verify``)."""
         if self._checked is None:
-            self._checked = verify(self.g.data, batch=self.o.batch)
+            self._checked = self.g.verified(self.o.batch)
         return self._checked
 
     @property
@@ -301,7 +342,8 @@ class Planner:
                 continue
             ins, outs = boundary(g, nodes, set(nodes), set(self.fp16_out))
             try:
-                model, io, _ = self.hal_model(nodes, ins, outs)
+                built = self.hal_model(nodes, ins, outs)
+                model, io, _ = built
             except UnsupportedModelError as e:
                 # NOTE: the root causes only: an operator refused because a refused one feeds it is mapped
                 # again once its input crosses from the CPU
@@ -326,8 +368,10 @@ class Planner:
                         out.add(i)
                 if query and not out and model.main.operations:  # NOTE: all computed at load: nothing to ask
                     out |= self.query(model, io)
-            finally:
+            except BaseException:
                 free_model(model)
+                raise
+            self.prebuilt.put(Prebuilt.key(nodes, ins, outs), built)  # NOTE: the runner's, if the partition stays
         return out
 
     def query(self, model: hal.Model, io: Any) -> set[int]:
@@ -392,6 +436,7 @@ class Planner:
         g, o = self.g, self.o
         ops = [OperatorPlan(op.index, op.name, "cpu", reason=self.reasons.get(op.index, "")) for op in g.operators]
         parts = []
+        keys: set = set()
         cpu = {i for s in subsets if not s.delegated for i in s.nodes}
         for k, s in enumerate(subsets):
             where = "nnapi" if s.delegated else "cpu"
@@ -400,13 +445,16 @@ class Planner:
             # NOTE: a float16 weight DEQUANTIZE's output goes to CPU readers only: HAL partitions fold it
             ins, outs = boundary(g, load, set(s.nodes), set(self.fp16_out), cpu)
             parts.append(PartitionPlan(k, where, list(s.nodes), dev, ins, outs, load))
+            if s.delegated:
+                keys.add(Prebuilt.key(load, ins, outs))
             for i in s.nodes:
                 ops[i].where, ops[i].partition, ops[i].device = where, k, dev
                 if s.delegated:
                     ops[i].reason = ""
                 elif not ops[i].reason:
                     ops[i].reason = "not delegated"
-        return Plan(g, o, ops, parts)
+        self.prebuilt.keep(keys)
+        return Plan(g, o, ops, parts, prebuilt=self.prebuilt)
 
 
 def _noncompliant_reason(op_type: int, why: str, version: str) -> str:

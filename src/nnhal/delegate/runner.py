@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from nnhal.delegate import cut, halmodel
 from nnhal.delegate.model import Graph
-from nnhal.delegate.plan import PartitionPlan, Plan, Planner
+from nnhal.delegate.plan import PartitionPlan, Plan, Planner, Prebuilt
 from nnhal.delegate.run import HalSession, LiteRT
 from nnhal.tflite.loader import TensorDesc, free_model
 from nnhal.tflite.schema import MissingDependency
@@ -64,9 +64,11 @@ def output_descs(g: Graph) -> list[TensorDesc]:
 
 
 class HalPartition:
-    def __init__(self, planner: Planner, p: PartitionPlan, device_of: DeviceOf):
+    def __init__(self, planner: Planner, p: PartitionPlan, device_of: DeviceOf, prebuilt: Optional[Prebuilt] = None):
         o = planner.o
-        self.model, io, self.unsigned = planner.hal_model(p.load_ops, p.inputs, p.outputs)
+        built = prebuilt.take(Prebuilt.key(p.load_ops, p.inputs, p.outputs)) if prebuilt is not None else None
+        self.model, io, self.unsigned = built if built is not None else planner.hal_model(p.load_ops, p.inputs,
+                                                                                          p.outputs)
         self.folded = dict(io.folded_outputs)
         self.ins = [d.tensor for d in io.inputs]
         self.outs = [d.tensor for d in io.outputs]
@@ -179,13 +181,15 @@ class Runner:
                     written = sorted({k for i in p.load_ops for k in g.operators[i].outputs if k >= 0})
                     p = dataclasses.replace(p, outputs=written)
                 if p.where == "nnapi":
-                    e = HalPartition(planner, p, device_of)
+                    e = HalPartition(planner, p, device_of, plan.prebuilt)
                 else:
                     e = _Cpu(g, p, kernels, threads, plan)
                 self.engines.append(e)
         except Exception:
             self.close()
             raise
+        finally:
+            plan.prebuilt.release()  # NOTE: what no partition took (another runner of the plan builds its own)
 
     @staticmethod
     def _check_cpu(plan: Plan) -> None:
