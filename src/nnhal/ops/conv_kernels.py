@@ -385,15 +385,19 @@ SEARCH_VALUES = 1 << 20  # float32 values per batch of the search (candidates x 
 
 
 def _neighbours(a: np.ndarray, k: int) -> np.ndarray:
-    """[2k + 1, len(a)]: row k + j is ``a`` moved j float32 steps (j in -k..k)."""
-    rows = [a]
-    up, down = a, a
-    for _ in range(k):
-        up = np.nextafter(up, np.float32(np.inf))
-        down = np.nextafter(down, np.float32(-np.inf))
-        rows.append(up)
-        rows.insert(0, down)
-    return np.stack(rows)
+    """[2k + 1, len(a)]: row k + j is ``a`` moved j float32 steps (j in -k..k), as j nextafter calls
+    would (float32 bit patterns ordered as integers: negative ones mirrored)."""
+    return _step32(a, np.arange(-k, k + 1)[:, None])
+
+
+def _step32(a: np.ndarray, j: Any) -> np.ndarray:
+    """float32 ``a`` moved ``j`` representable steps (broadcast; finite values that stay finite)."""
+    bits = np.asarray(a, np.float32).view(np.int32).astype(np.int64)
+    key = np.where(bits < 0, -(bits & 0x7FFFFFFF), bits) + j
+    out = np.where(key < 0, (-key) | 0x80000000, key).astype(np.uint32).view(np.float32)
+    if np.ndim(j) == 0 or not np.any(np.asarray(j) == 0):
+        return out
+    return np.where(np.asarray(j) == 0, np.asarray(a, np.float32), out)  # NOTE: a itself (-0.0 stays -0.0)
 
 
 def _corr_stage(t: np.ndarray, pivot: np.float32, ncorr: Any, u: np.ndarray) -> None:
@@ -438,9 +442,91 @@ def exact_steps(q_eff: np.ndarray, r: np.ndarray, bias: np.ndarray, k: np.ndarra
     return v - bias
 
 
-def _search(groups: list, todo: np.ndarray, pts: np.ndarray, thr: np.ndarray, m_near: np.ndarray,
+def _search(groups: list, todo: np.ndarray, pts: np.ndarray, thr: np.ndarray, tau: np.ndarray, m_near: np.ndarray,
             c_near: np.ndarray, corr32: np.ndarray | None, pivot: np.float32, chosen_m: np.ndarray,
             chosen_c: np.ndarray) -> np.ndarray:
+    """:func:`_search_each`'s choice, found without trying each c32: for a given m32, every point's
+    condition on t1 = fl(fl(acc * m32) + c32) (below ``tau`` [2, channel, points] at pts[0], at least it
+    at pts[1]; tau: the float32 value t1 needs so that the output, after the negative-tie stage, reaches
+    the level) holds exactly for c32 on one side of a threshold (fl is monotone in c32), so the
+    candidates that pass are those in [max of the lower thresholds, min of the upper ones): one
+    threshold per point and m offset (:func:`_c_thresholds`), then the first candidate of each group in
+    that interval.  Channels where a threshold cannot be pinned down exactly take the search one by one
+    (as do groups of one candidate: one evaluation is cheaper).  Returns the channels no candidate fits
+    (ascending)."""
+    if all(len(kcs) == 1 for _, kcs in groups):
+        return _search_each(groups, todo, pts, thr, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
+    deadline.poll()  # NOTE: a preparation's deadline
+    # NOTE: the thresholds of every m offset of the groups at once ([offset, 2, channel, points])
+    kms = sorted({km for km, _ in groups})
+    m32 = m_near[np.asarray(kms) + 4][:, todo]  # [offset, channel]
+    cmin, bad = _c_thresholds(pts[None] * m32[:, None, :, None], np.broadcast_to(tau, (len(kms), *tau.shape)))
+    lo_all = cmin[:, 1].max(axis=2, initial=-np.inf)  # [offset, channel]
+    hi_all = cmin[:, 0].min(axis=2, initial=np.inf)
+    each = np.logical_or.reduce(bad, axis=0)
+    rows = np.flatnonzero(~each)
+    for km, kcs in groups:
+        if rows.size == 0:
+            break
+        j = kms.index(km)
+        ch = todo[rows]
+        cand = c_near[np.asarray(kcs) + 12][:, ch]  # [candidates, channels]
+        ok = (cand >= lo_all[j, rows]) & (cand < hi_all[j, rows])
+        hit = np.logical_or.reduce(ok, axis=0)
+        first = ok.argmax(axis=0)[hit]
+        chosen_m[ch[hit]] = m32[j, rows[hit]]
+        chosen_c[ch[hit]] = cand[first, np.flatnonzero(hit)]
+        rows = rows[~hit]
+    left = todo[rows]
+    if np.any(each):
+        r = np.flatnonzero(each)
+        left = np.sort(np.concatenate([left, _search_each(groups, todo[r], pts[:, r], thr[:, r], m_near, c_near,
+                                                          corr32, pivot, chosen_m, chosen_c)]))
+    return left
+
+
+def _stage_thresholds(k: np.ndarray, ncorr: np.ndarray, pivot: np.float32) -> np.ndarray:
+    """[channel, level]: the smallest float32 t whose negative-tie stage (:func:`_corr_stage` with
+    ``ncorr`` [channel] = -2^-r) is at least level ``k`` (shifted output units), nan where it is not
+    within two floats of k + 2^-r below the pivot (k above: the stage leaves t >= pivot alone).  Found by
+    running the stage on the five floats around the estimate (it is monotone)."""
+    est = k[None, :] - np.where(k[None, :] < pivot, ncorr[:, None].astype(np.float64), 0.0)
+    base = est.astype(np.float32)
+    j = np.arange(-2, 3)[:, None, None]
+    t = _step32(base[None], j)  # [5, channel, level]
+    _corr_stage(t, pivot, ncorr[None, :, None], np.empty_like(t))
+    ok = t >= k[None, None, :].astype(np.float32)
+    first = ok.argmax(axis=0)
+    good = ok[-1] & ~ok[0]
+    out = np.take_along_axis(_step32(base[None], j), first[None], axis=0)[0]
+    return np.where(good, out, np.float32(np.nan))
+
+
+def _c_thresholds(p: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For float32 ``p`` and thresholds ``tau`` (same shape [..., 2, channel, points], +-inf: no condition):
+    the smallest float32 c with fl(p + c) >= tau (+-inf where tau is), found as y = tau - h - p rounded up
+    (h half the float32 gap below tau: round to nearest) and then checked exactly with float32 sums
+    (ties, or a y float64 could not hold, move it a step); and per channel whether some threshold
+    stayed unsure (the caller then tries the candidates one by one)."""
+    fin = np.isfinite(tau)
+    unsure = np.isnan(tau)  # NOTE: a stage threshold _stage_thresholds could not pin down
+    t32 = np.where(fin, tau, 0).astype(np.float32)
+    up, down = np.float32(np.inf), np.float32(-np.inf)
+    t64 = t32.astype(np.float64)
+    y = t64 - (t64 - np.nextafter(t32, down)) / 2 - p
+    c = y.astype(np.float32)
+    c = np.where(c < y, np.nextafter(c, up), c)
+    # NOTE: the float32 sums decide: c must reach tau, the float below it must not
+    c = np.where(p + c < t32, np.nextafter(c, up), c)
+    below = np.nextafter(c, down)
+    c = np.where(p + below >= t32, below, c)
+    bad = unsure | (fin & ~((p + c >= t32) & (p + np.nextafter(c, down) < t32)))
+    return np.where(fin, c, tau).astype(np.float32), np.logical_or.reduce(bad, axis=(-3, -1))
+
+
+def _search_each(groups: list, todo: np.ndarray, pts: np.ndarray, thr: np.ndarray, m_near: np.ndarray,
+                 c_near: np.ndarray, corr32: np.ndarray | None, pivot: np.float32, chosen_m: np.ndarray,
+                 chosen_c: np.ndarray) -> np.ndarray:
     """Tries the float32 candidates of ``groups`` ((m offset, c offsets) in
     order) for channels ``todo``, checked at their points ``pts`` against the
     thresholds ``thr`` ([2, channel, points]: the float32 value must be below
@@ -581,16 +667,16 @@ class Requant:
         chosen_m, chosen_c = m_near[4].copy(), c_near[12].copy()
         todo = np.arange(nc)
         kmax = float(levels.max(initial=0) + sh + 1)
-        for groups, cap in ((GRID_GROUPS[:1], (1, 1)), (GRID_GROUPS[1:], (3, 7))):
-            # NOTE: the rounded constants, then the GRID (m moved up to 1 float, c up to 3): each checked at the
-            # levels its error bound leaves uncertain (few), for the channels still failing
+        tau = None if corr32 is None else _stage_thresholds(levels + sh, corr32, pivot)
+        for groups, cap in ((GRID_GROUPS[:1], (1, 1)), (GRID_GROUPS[1:], (3, 7)), (WIDE_GROUPS, (9, 25))):
+            # NOTE: the rounded constants, then the GRID (m moved up to 1 float, c up to 3), then the wide search
+            # (m up to 4 floats, c up to 12) for a few stubborn channels: each checked at the levels its error
+            # bound leaves uncertain, for the channels still failing
+            if todo.size == 0 or (groups is WIDE_GROUPS and todo.size > 8):
+                break
             unsure = self._uncertain(dist[todo], m[todo], c[todo], kmax, cap)
-            pts, thr = self._points(todo, unsure, levels, lim, sh)
-            todo = _search(groups, todo, pts, thr, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
-        if 0 < todo.size <= 8:
-            # NOTE: the wide search (m moved up to 4 floats, c up to 12) for a few stubborn channels
-            pts, thr = self._points(todo, self._uncertain(dist[todo], m[todo], c[todo], kmax, (9, 25)), levels, lim, sh)
-            todo = _search(WIDE_GROUPS, todo, pts, thr, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
+            pts, thr, tt = self._points(todo, unsure, levels, lim, sh, tau)
+            todo = _search(groups, todo, pts, thr, tt, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
         if todo.size == 0:
             self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
             return
@@ -650,13 +736,15 @@ class Requant:
             + np.exp2(-44.0) * (a + 600.0)
         return dist <= err[:, None]
 
-    def _points(self, todo: np.ndarray, unsure: np.ndarray, levels: np.ndarray, lim: np.ndarray,
-                sh: int) -> tuple[np.ndarray, np.ndarray]:
+    def _points(self, todo: np.ndarray, unsure: np.ndarray, levels: np.ndarray, lim: np.ndarray, sh: int,
+                tau: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For channels ``todo`` and their ``unsure`` levels ([channel,
         level]): the float32 accumulators [2, channel, points] just below the
-        exact step and at it (clipped to [-lim, lim]) and the thresholds the
-        float32 value must be below there and at least at it (inf / -inf: a
-        step outside the interval, or padding: no condition)."""
+        exact step and at it (clipped to [-lim, lim]), the levels the float32
+        output must be below there and reach at it (inf / -inf: a step outside
+        the interval, or padding: no condition), and the same as thresholds
+        of the value before the negative-tie stage (``tau`` [channel, level],
+        :func:`_stage_thresholds`; the levels themselves without it)."""
         ri, li = np.nonzero(unsure)
         ci, k = todo[ri], levels[li]
         steps = exact_steps(self.q_eff[ci], self.r[ci], self.bias[ci], k - self.zp, self.vneg[ci])
@@ -673,7 +761,13 @@ class Requant:
         thr[0], thr[1] = inf, -inf
         thr[0, ri, col] = np.where(steps > -b, want, inf)
         thr[1, ri, col] = np.where(steps <= b, want, -inf)
-        return pts, thr
+        if tau is None:
+            return pts, thr, thr
+        tt = thr.copy()
+        t = tau[ci, li]
+        tt[0, ri, col] = np.where(steps > -b, t, inf)
+        tt[1, ri, col] = np.where(steps <= b, t, -inf)
+        return pts, thr, tt
 
     def acc_mode(self) -> tuple[bool, bool]:
         """(may_round, want32) for :func:`gemm_exact`: the float paths only
