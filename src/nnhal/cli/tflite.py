@@ -261,6 +261,7 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
             raise UserError(str(e)) from None
     status = 0
     args.results = []
+    _warm(args, device_of, baseline)
     for path in args.model:
         try:
             status = max(status, _bench_one(path, args, device_of, None if baseline == "none" else baseline,
@@ -273,6 +274,18 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
         write_json(args.json, {"device": args.device, "threads": args.threads, "models": args.results})
         print(f"wrote {args.json}")
     return status
+
+
+def _warm(args: argparse.Namespace, device_of: DeviceOf, baseline: str) -> None:
+    """The process's one-time imports (and the devices opened) before any init is timed; said in one line."""
+    from nnhal.tools.bench import modelbench as mb
+
+    try:
+        w = mb.warm_imports(lambda: [device_of(d) for d in (args.device, baseline) if d and d != "none"])
+    except (UserError, SystemExit):
+        return  # NOTE: a device that cannot be opened is reported with the first model
+    print(f"one-time imports, not in init: nnhal {w['nnhal_ms']:.0f} ms (devices opened), "
+          f"LiteRT {w['litert_ms']:.0f} ms")
 
 
 def print_bench_help(model_parser: argparse.ArgumentParser) -> None:
@@ -476,6 +489,7 @@ def _time_engines(title: str, engines: list, figs: list, start_rss: float, args:
         fig.warmup, fig.steady = mb.steady(warm[name]), mb.steady(times[name])
         res[name] = fig.steady["median_ms"] / 1e3
     mb.print_figures(figs, start_rss)
+    mb.print_init_ratios(figs)
     ours = res[engines[0][0]]
     for name, _ in engines[1:]:
         label = f"nnhal {args.device}" if name.startswith("nnhal") else "nnhal"
