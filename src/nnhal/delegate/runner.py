@@ -106,7 +106,9 @@ class HalPartition:
         xs = [values[k] for k in self.ins]
         if self.unsigned:
             xs = [(a.astype(np.int16) + 128).astype(np.uint8) if a.dtype == np.int8 else a for a in xs]
-        xs = [np.asarray(a).astype(dt, copy=False) if dt is not None else a for a, dt in zip(xs, self.in_dtypes)]
+        # NOTE: converted only where the HAL input's dtype differs (an int64 tensor as TENSOR_INT32)
+        xs = [a if dt is None or (a.__class__ is np.ndarray and a.dtype == dt) else np.asarray(a).astype(dt, copy=False)
+              for a, dt in zip(xs, self.in_dtypes)]
         ys = self.run_hal(xs)
         for k, y in zip(self.outs, ys):
             values[k] = y
