@@ -486,19 +486,20 @@ def _search(groups: list, todo: np.ndarray, pts: np.ndarray, thr: np.ndarray, ta
 
 
 def _stage_thresholds(k: np.ndarray, ncorr: np.ndarray, pivot: np.float32) -> np.ndarray:
-    """[channel, level]: the smallest float32 t whose negative-tie stage (:func:`_corr_stage` with
-    ``ncorr`` [channel] = -2^-r) is at least level ``k`` (shifted output units), nan where it is not
-    within two floats of k + 2^-r below the pivot (k above: the stage leaves t >= pivot alone).  Found by
-    running the stage on the five floats around the estimate (it is monotone)."""
-    est = k[None, :] - np.where(k[None, :] < pivot, ncorr[:, None].astype(np.float64), 0.0)
-    base = est.astype(np.float32)
-    j = np.arange(-2, 3)[:, None, None]
-    t = _step32(base[None], j)  # [5, channel, level]
-    _corr_stage(t, pivot, ncorr[None, :, None], np.empty_like(t))
-    ok = t >= k[None, None, :].astype(np.float32)
+    """Per (level, channel) pair (``k``: the level in shifted output units, ``ncorr``: the channel's
+    -2^-r): the smallest float32 t whose negative-tie stage (:func:`_corr_stage`) is at least k, nan where
+    it is not within two floats of k + 2^-r below the pivot (k above: the stage leaves t >= pivot alone).
+    Found by running the stage on the five floats around the estimate (it is monotone)."""
+    base = (k - np.where(k < pivot, ncorr.astype(np.float64), 0.0)).astype(np.float32)
+    lo1 = np.nextafter(base, np.float32(-np.inf))
+    hi1 = np.nextafter(base, np.float32(np.inf))
+    cand = np.stack([np.nextafter(lo1, np.float32(-np.inf)), lo1, base, hi1, np.nextafter(hi1, np.float32(np.inf))])
+    t = cand.copy()
+    _corr_stage(t, pivot, ncorr[None], np.empty_like(t))
+    ok = t >= k.astype(np.float32)
     first = ok.argmax(axis=0)
     good = ok[-1] & ~ok[0]
-    out = np.take_along_axis(_step32(base[None], j), first[None], axis=0)[0]
+    out = np.take_along_axis(cand, first[None], axis=0)[0]
     return np.where(good, out, np.float32(np.nan))
 
 
@@ -667,7 +668,7 @@ class Requant:
         chosen_m, chosen_c = m_near[4].copy(), c_near[12].copy()
         todo = np.arange(nc)
         kmax = float(levels.max(initial=0) + sh + 1)
-        tau = None if corr32 is None else _stage_thresholds(levels + sh, corr32, pivot)
+        tau = None if corr32 is None else (corr32, pivot)
         for groups, cap in ((GRID_GROUPS[:1], (1, 1)), (GRID_GROUPS[1:], (3, 7)), (WIDE_GROUPS, (9, 25))):
             # NOTE: the rounded constants, then the GRID (m moved up to 1 float, c up to 3), then the wide search
             # (m up to 4 floats, c up to 12) for a few stubborn channels: each checked at the levels its error
@@ -737,17 +738,24 @@ class Requant:
         return dist <= err[:, None]
 
     def _points(self, todo: np.ndarray, unsure: np.ndarray, levels: np.ndarray, lim: np.ndarray, sh: int,
-                tau: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                tau: tuple | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For channels ``todo`` and their ``unsure`` levels ([channel,
         level]): the float32 accumulators [2, channel, points] just below the
         exact step and at it (clipped to [-lim, lim]), the levels the float32
         output must be below there and reach at it (inf / -inf: a step outside
         the interval, or padding: no condition), and the same as thresholds
-        of the value before the negative-tie stage (``tau`` [channel, level],
-        :func:`_stage_thresholds`; the levels themselves without it)."""
+        of the value before the negative-tie stage (``tau``: its (-2^-r per channel, pivot), the
+        thresholds from :func:`_stage_thresholds`; the levels themselves without it)."""
         ri, li = np.nonzero(unsure)
         ci, k = todo[ri], levels[li]
-        steps = exact_steps(self.q_eff[ci], self.r[ci], self.bias[ci], k - self.zp, self.vneg[ci])
+        q, r = self.q_eff, self.r
+        if ri.size > levels.size and np.all(q == q[0]) and np.all(r == r[0]):
+            # NOTE: one multiplier for the layer (per-tensor weights): the steps of acc + bias are the same
+            # for every channel, found once per level
+            v = exact_steps(q[:1], r[:1], np.zeros(1, np.int64), levels - self.zp, self.vneg[:1])
+            steps = v[li] - self.bias[ci]
+        else:
+            steps = exact_steps(q[ci], r[ci], self.bias[ci], k - self.zp, self.vneg[ci])
         b = lim[ci]
         counts = np.bincount(ri, minlength=todo.size)
         width = int(counts.max(initial=0))
@@ -764,7 +772,13 @@ class Requant:
         if tau is None:
             return pts, thr, thr
         tt = thr.copy()
-        t = tau[ci, li]
+        t = want.copy()
+        low = np.flatnonzero(k + sh < tau[1])  # NOTE: at and above the pivot the stage leaves t alone
+        # NOTE: a function of the level and of r alone: one table per distinct r (a handful), then gathered
+        rs, which = np.unique(r, return_inverse=True)
+        table = _stage_thresholds((levels + sh).astype(np.float64)[None, :],
+                                  (-np.exp2(-rs.astype(np.float64)) * (rs > 0)).astype(np.float32)[:, None], tau[1])
+        t[low] = table[which[ci[low]], li[low]]
         tt[0, ri, col] = np.where(steps > -b, t, inf)
         tt[1, ri, col] = np.where(steps <= b, t, -inf)
         return pts, thr, tt
