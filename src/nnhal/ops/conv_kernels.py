@@ -604,14 +604,18 @@ class Requant:
 
     def __post_init__(self) -> None:
         q, shift, bias = self.q, self.shift, self.bias
+        # NOTE: array methods rather than np.all / np.any (their Python wrappers cost more than these small
+        # arrays' arithmetic: a cached model rebuilds dozens of these at load)
         left = np.maximum(shift, 0)
         r = np.maximum(-shift, 0)
         self.q_eff = q << left
         self.r = r
-        self.use_float = bool(np.all(r <= 11) and np.all(np.abs(bias) <= (1 << 20)))
+        rmax = int(r.max(initial=0))
+        self.use_float = bool(rmax <= 11 and (bias.size == 0 or max(int(bias.max()), -int(bias.min())) <= (1 << 20)))
         # the rounding of a negative half away from zero (v*q < -2^30)
-        self.vneg = np.where(q > (1 << 30), 0, -1).astype(np.int64)
-        self.need_corr = bool(self.lo < self.zp and np.any(r > 0))
+        self.vneg = (q <= (1 << 30)).astype(np.int64)
+        np.negative(self.vneg, out=self.vneg)
+        self.need_corr = bool(self.lo < self.zp and rmax > 0)
         if self.use_float:
             m1 = self.q_eff.astype(np.float64) * np.exp2(-(31.0 + r))
             c = bias.astype(np.float64) * m1 + 0.5 + np.where(r > 0, np.exp2(-(r + 1.0)), 0.0) + self.zp
