@@ -239,7 +239,10 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
                          "request read by value, the pools checked, inputs and outputs through shared memory): "
                          "a lower bound for a HAL driver over LiteRT")
     if engine is not None:
+        from nnhal.cli.delegate import add_cache_argument
+
         add_plan_arguments(ap)
+        add_cache_argument(ap)
     if any(a in ("-h", "--help") for a in argv):
         print_bench_help(ap)
         return 0

@@ -154,19 +154,21 @@ def noncompliant(model: hal.Model, version: HalVersion) -> dict[int, str]:
 
 
 def prepare(device: Any, model: hal.Model, version: HalVersion, preference: str = "fast_single_answer",
-            relaxed: bool = False) -> Any:
-    """The prepared model (raises RuntimeError with the status when the device refuses)."""
+            relaxed: bool = False, cache: Optional[tuple] = None) -> Any:
+    """The prepared model (raises RuntimeError with the status when the device refuses); ``cache``:
+    (model cache handles, data cache handles, token) the driver saves into (HAL 1.2 and 1.3)."""
     model.relaxComputationFloat32toFloat16 = bool(relaxed and version >= HalVersion.V1_1)
     pref = _PREFERENCE[preference]
     cb = hal.PreparedModelCallback()
+    mc, dc, token = cache if cache is not None else ([], [], bytes(32))
     if version == HalVersion.V1_0:
         st = device.prepareModel(convert.convert_to_v1_0(model), cb)
     elif version == HalVersion.V1_1:
         st = device.prepareModel_1_1(convert.convert_to_v1_1(model), pref, cb)
     elif version == HalVersion.V1_2:
-        st = device.prepareModel_1_2(convert.convert_to_v1_2(model), pref, [], [], bytes(32), cb)
+        st = device.prepareModel_1_2(convert.convert_to_v1_2(model), pref, mc, dc, token, cb)
     else:
-        st = device.prepareModel_1_3(model, pref, hal.Priority.MEDIUM, hal.OptionalTimePoint(), [], [], bytes(32), cb)
+        st = device.prepareModel_1_3(model, pref, hal.Priority.MEDIUM, hal.OptionalTimePoint(), mc, dc, token, cb)
     status, prepared = cb.wait()
     if st != hal.ErrorStatus.NONE or status != hal.ErrorStatus.NONE or prepared is None:
         name = {HalVersion.V1_0: "prepareModel", HalVersion.V1_1: "prepareModel_1_1",

@@ -67,6 +67,9 @@ class Options:
     # the TFLite custom operators the target devices implement as extension operations (code -> (extension,
     # operation type)): the max plan maps them through the HAL; the delegate's own rules never delegate one
     custom_ops: dict = field(default_factory=dict)
+    # the delegate's cache_dir with its model_token (nnhal.delegate.compile_cache.CacheDir): NNAPI partitions
+    # load from it, or prepare and save into it
+    cache: Any = None
 
     def __post_init__(self) -> None:
         if self.plan not in ("delegate", "max"):

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from nnhal.delegate import cut, halmodel
+from nnhal.delegate import compile_cache, cut, halmodel
 from nnhal.delegate.model import Graph
 from nnhal.delegate.plan import PartitionPlan, Plan, Planner, Prebuilt
 from nnhal.delegate.run import HalSession, LiteRT
@@ -77,6 +77,7 @@ class HalPartition:
         # NOTE: the dtype each HAL input holds (an int64 TFLite tensor is TENSOR_INT32 in the HAL)
         self.in_dtypes = [halmodel.dtype_of(sg.operands[i].type) for i in sg.inputIndexes]
         self.runtime = self.session = None
+        self.how = "prepared"  # NOTE: or loaded from / saved to the compilation cache (Options.cache)
         if not self.model.main.operations:  # NOTE: every output computed at load (SHAPE, DENSIFY, ...)
             self.run_hal = lambda xs: []
             return
@@ -91,7 +92,12 @@ class HalPartition:
                     io = dataclasses.replace(io, inputs=[_as_u8(d) for d in io.inputs],
                                              outputs=[_as_u8(d) for d in io.outputs])
                 dev = device_of(o.targets[0])
-                prepared = halmodel.prepare(dev, self.model, o.hal_version, o.preference, o.allow_fp16)
+                if o.cache is not None:
+                    prepared, self.how = compile_cache.prepare(dev, self.model, o.hal_version, o.preference,
+                                                               o.allow_fp16, o.cache, Prebuilt.key(
+                                                                   p.load_ops, p.inputs, p.outputs))
+                else:
+                    prepared = halmodel.prepare(dev, self.model, o.hal_version, o.preference, o.allow_fp16)
                 self.session = HalSession(dev, self.model, io, prepared=prepared)
                 self.run_hal = self.session.run
         except RuntimeError as e:
