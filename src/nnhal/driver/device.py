@@ -28,6 +28,7 @@ from nnhal.driver.guard import hal_methods
 from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.prepared_model import PreparedModel, deadline_ns, deadline_passed, v1_0_status
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
+from nnhal.driver.validation_memo import ValidationMemo
 from nnhal.engine.executor import DeadlineMissed
 from nnhal.engine.reference_check import Unchecked, held_to_reference, unheld_operations
 from nnhal.engine.validation import (
@@ -80,6 +81,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
         self._buffers = BufferRegistry()  # driver-managed buffers (memory domains), by token
         self.extensions = _declared_extensions(name, backend)
         self.pool_cache = PoolCache()  # request memories of in-process calls, kept mapped (driver/pool_cache.py)
+        self._validation_memo = ValidationMemo()  # the last model validated (driver/validation_memo.py)
 
     # ------------------------------------------------------------------ helpers
     def buffer_lookup(self, prepared: PreparedModel) -> Any:
@@ -125,7 +127,11 @@ class Device(hal.IDevice, hal.INnhalDevice):
         model13 = self._upgrade(model)
         pools = self._map_pools(model13) if isinstance(model13, hal.Model) else []
         try:
-            defs = validate_model(model13, [p.view for p in pools], version, self.extensions)
+            views = [p.view for p in pools]
+            defs = self._validation_memo.take(model13, views, version)  # NOTE: getSupportedOperations, then prepare
+            if defs is None:
+                defs = validate_model(model13, views, version, self.extensions)
+                self._validation_memo.keep(model13, views, version, defs)
             if self.extensions and model13.extensionNameToPrefix:
                 # NOTE: the types of the extensions this driver declares carry their declarations from here on
                 model13 = resolve_extensions(model13, self.extensions).apply(model13)
