@@ -503,6 +503,9 @@ def _time_engines(title: str, engines: list, figs: list, start_rss: float, args:
         # NOTE: the same engine on the same graph: the difference is what a HAL execution costs
         # around it (request read and checked, pools checked, inputs and outputs through shared memory)
         print(f"  nnhal {args.device} - LiteRT xnnpack: {(ours - res['LiteRT xnnpack']) * 1e6:+.1f} us per execution")
+        if "HAL data path floor" in res:
+            print(f"  nnhal {args.device} - HAL data path floor: {(ours - res['HAL data path floor']) * 1e6:+.1f} us "
+                  f"per execution")
 
 
 def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]], dict[int, str], Optional[list]]:
