@@ -39,28 +39,47 @@ def _default_models() -> list[str]:
     return [str(root / f"{m}.tflite") for m in MODELS]
 
 
+def _plan(path: str, device: str, cache_dir: str, device_of: Any) -> Any:
+    """What ``nnhal bench``'s init does first (``cli.delegate.plan_model``): the file read and verified,
+    the plan built (the delegate's rules, nnhal's mapping, the device's answers)."""
+    from nnhal.delegate.model import Graph
+    from nnhal.delegate.plan import Options, build_plan
+    from nnhal.tflite.loader import verify
+
+    raw = Path(path).read_bytes()
+    opts = Options(device=device, batch=1)
+    if cache_dir:
+        from nnhal.delegate.compile_cache import CacheDir
+
+        opts.cache = CacheDir.for_model(cache_dir, raw)
+    checked = verify(raw, batch=1)
+    try:
+        g = Graph(raw, checked, 1)
+    except TypeError:  # NOTE: an older checkout's Graph parses the file itself
+        g = Graph(raw)
+    return build_plan(g, opts, device_of)
+
+
 def measure(path: str, device: str, runs: int, cache_dir: str = "") -> dict[str, Any]:
     """In this process: ``runs`` inits of ``path`` on ``device`` (each closed before the next), after the
     one-time imports; per init {"plan": (wall ms, CPU ms), "prepare": (...), "total": (...)}, and LiteRT's
     interpreter creation (XNNPACK) in ms."""
-    from nnhal.cli.app import _device
-    from nnhal.cli.delegate import open_runner, plan_model
+    import nnhal
+    from nnhal.delegate.runner import Runner
     from nnhal.tools.bench import modelbench as mb
     from nnhal.tools.bench import set_blas_threads
 
     set_blas_threads(1)
     if device.startswith("litert-"):
         os.environ.setdefault("NNHAL_LITERT_THREADS", "1")
-    warm = mb.warm_imports(lambda: _device(device)) if hasattr(mb, "warm_imports") else _warm(device)
-    args = argparse.Namespace(plan="delegate", android_api=30, max_partitions=3, accelerator="", device=device,
-                              devices="", allow_fp16=False, allow_nnapi_cpu=False, preference="fast_single_answer",
-                              batch=0, keep_unknown=False, seed=0, threads=1, cache_dir=cache_dir)
+    device_of = nnhal.open_device
+    warm = mb.warm_imports(lambda: device_of(device)) if hasattr(mb, "warm_imports") else _warm(device)
     out: dict[str, Any] = {"model": path, "device": device, "imports_ms": warm["nnhal_ms"], "inits": []}
     for _ in range(runs):
         t0, c0 = time.perf_counter(), time.process_time()
-        plan = plan_model(path, args, _device)
+        plan = _plan(path, device, cache_dir, device_of)
         t1, c1 = time.perf_counter(), time.process_time()
-        runner = open_runner(plan, _device, threads=1)
+        runner = Runner(plan, device_of, threads=1)
         t2, c2 = time.perf_counter(), time.process_time()
         runner.close()
         out["inits"].append({"plan": ((t1 - t0) * 1e3, (c1 - c0) * 1e3), "prepare": ((t2 - t1) * 1e3, (c2 - c1) * 1e3),
@@ -78,13 +97,13 @@ def measure(path: str, device: str, runs: int, cache_dir: str = "") -> dict[str,
 
 def _warm(device: str) -> dict[str, float]:
     """warm_imports for an nnhal without it (an older checkout measured with this file: PYTHONPATH)."""
-    from nnhal.cli.app import _device
+    import nnhal
     from nnhal.delegate import plan, runner  # noqa: F401
     from nnhal.tflite import schema
 
     t0 = time.perf_counter()
     schema.schema()
-    _device(device)
+    nnhal.open_device(device)
     return {"nnhal_ms": (time.perf_counter() - t0) * 1e3}
 
 
