@@ -300,21 +300,29 @@ def test_bounded_float32_search_is_exact_on_its_interval():
         rq._verify_f32(bound=bound)
         if rq.f32 is None:
             continue
-        m32, c32, sh, corr32, pivot = rq.f32
         redo = set() if rq.f32_fix is None else set(rq.f32_fix[0].tolist())
         for ch in range(nc):
             if ch in redo:
                 continue
-            acc = np.arange(-bound[ch], bound[ch] + 1, dtype=np.float64)
-            want = rq._apply_int(acc[:, None] * np.ones((1, nc)), 1, np.empty((acc.size, nc), np.int64))[:, ch]
-            t = acc.astype(np.float32) * m32[ch]
-            t += c32[ch]
-            if corr32 is not None:
-                ck._corr_stage(t, pivot, corr32[ch], np.empty_like(t))
-            got = np.clip(np.floor(t), rq.lo + sh, rq.hi + sh) - sh
-            np.testing.assert_array_equal(got, want)
+            _assert_float32_path_exact(rq, ch, np.arange(-bound[ch], bound[ch] + 1, dtype=np.float64))
             accepted += 1
     assert accepted > 50
+
+
+def _assert_float32_path_exact(rq, ch: int, acc: np.ndarray) -> None:
+    """Channel ``ch`` of ``rq``'s float32 path (with the negative-tie stage), clamped, equals the int64
+    reference on the accumulators ``acc``."""
+    from nnhal.ops import conv_kernels as ck
+
+    m32, c32, sh, corr32, pivot = rq.f32
+    nc = rq.q.shape[0]
+    want = rq._apply_int(acc[:, None] * np.ones((1, nc)), 1, np.empty((acc.size, nc), np.int64))[:, ch]
+    t = acc.astype(np.float32) * m32[ch]
+    t += c32[ch]
+    if corr32 is not None:
+        ck._corr_stage(t, pivot, corr32[ch], np.empty_like(t))
+    got = np.clip(np.floor(t), rq.lo + sh, rq.hi + sh) - sh
+    np.testing.assert_array_equal(got, want)
 
 
 def _random_requant(r, nc: int, trial: int, wide: bool = False):
@@ -396,19 +404,12 @@ def test_unbounded_float32_search_is_exact_everywhere():
         rq._verify_f32()
         if rq.f32 is None:
             continue
-        m32, c32, sh, corr32, pivot = rq.f32
         redo = set() if rq.f32_fix is None else set(rq.f32_fix[0].tolist())
         k = np.arange(rq.lo + 1, rq.hi + 1, dtype=np.int64) - rq.zp
         steps = ck.exact_steps(rq.q_eff[:, None], rq.r[:, None], rq.bias[:, None], k[None, :], rq.vneg[:, None])
         for ch in set(range(6)) - redo:
             span = np.arange(steps[ch].min() - 50, steps[ch].max() + 50)
-            acc = np.concatenate([span, [-(1 << 24) + 8, (1 << 24) - 8]]).astype(np.float64)
-            want = rq._apply_int(acc[:, None] * np.ones((1, 6)), 1, np.empty((acc.size, 6), np.int64))[:, ch]
-            t = acc.astype(np.float32) * m32[ch]
-            t += c32[ch]
-            if corr32 is not None:
-                ck._corr_stage(t, pivot, corr32[ch], np.empty_like(t))
-            got = np.clip(np.floor(t), rq.lo + sh, rq.hi + sh) - sh
-            np.testing.assert_array_equal(got, want)
+            _assert_float32_path_exact(rq, ch, np.concatenate([span, [-(1 << 24) + 8, (1 << 24) - 8]]).astype(
+                np.float64))
             accepted += 1
     assert accepted > 30
