@@ -53,18 +53,34 @@ def test_a_changed_model_or_version_is_validated_again(monkeypatch):
 
 
 def test_pool_bytes_compared():
-    """A constant in a pool the client rewrote between the calls: not the same model."""
+    """A constant in a pool the client rewrote between the calls, another model, a replaced operation
+    definition, values that cannot be compared: not the same model."""
+    import dataclasses
+
+    from nnhal.engine.validation import validate_model
+    from nnhal.hal.types import HalVersion
+    from nnhal.ops import registry
+
+    model = add_model()
+    defs = validate_model(model, [], HalVersion.V1_3)
     memo = ValidationMemo()
     a = bytearray(b"\x01" * 64)
-    memo.keep("model", [memoryview(bytes(a))], 3, ["def"])
-    assert memo.take("model", [memoryview(bytes(a))], 3) == ["def"]
-    assert memo.take("model", [memoryview(bytes(a))], 3) is None  # NOTE: used up
-    memo.keep("model", [memoryview(bytes(a))], 3, ["def"])
+    memo.keep(model, [memoryview(bytes(a))], 3, defs)
+    assert memo.take(add_model(), [memoryview(bytes(a))], 3) == defs
+    assert memo.take(model, [memoryview(bytes(a))], 3) is None  # NOTE: used up
+    memo.keep(model, [memoryview(bytes(a))], 3, defs)
     a[10] = 2
-    assert memo.take("model", [memoryview(bytes(a))], 3) is None
-    memo.keep("model", [memoryview(bytes(a))], 3, ["def"])
-    assert memo.take("other", [memoryview(bytes(a))], 3) is None
-    memo.keep(float("nan"), [], 3, [])
-    assert memo.take(float("nan"), [], 3) is None  # NOTE: NaN is not equal to itself: validated again
+    assert memo.take(model, [memoryview(bytes(a))], 3) is None
+    memo.keep(model, [memoryview(bytes(a))], 3, defs)
+    assert memo.take(add_model(dims=(2, 3)), [memoryview(bytes(a))], 3) is None
+    memo.keep(model, [], 3, defs)
+    assert memo.take(model, [], 2) is None
+    memo.keep(model, [], 3, defs)
+    add = registry.REGISTRY[hal.OperationType.ADD]
+    registry.REGISTRY[hal.OperationType.ADD] = dataclasses.replace(add)
+    try:
+        assert memo.take(model, [], 3) is None
+    finally:
+        registry.REGISTRY[hal.OperationType.ADD] = add
     memo.keep(np.zeros(3), [], 3, [])
     assert memo.take(np.zeros(3), [], 3) is None  # NOTE: an uncomparable value: not the same model
