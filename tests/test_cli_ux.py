@@ -63,7 +63,8 @@ def test_run_names_inputs_device_latency_and_saves_inputs(tmp_path, capsys):
     assert rc == 0
     assert "input 0 input_1: float32[1, 96, 96, 3] RANDOM (seed 3" in out
     assert "device: sample-all (nnhal-sample-all" in out
-    assert "latency: plan " in out and "partitioned), prepare " in out and " ms, execute " in out
+    assert "latency: imports " in out and " ms, plan " in out and "partitioned), prepare " in out \
+        and " ms, execute " in out
     x = np.load(tmp_path / "o" / "input_0.npy")
     assert x.shape == (1, 96, 96, 3) and (tmp_path / "o" / "output_0.npy").exists()
     # the saved inputs run the same again, named as given, with the same outputs

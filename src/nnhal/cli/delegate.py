@@ -169,6 +169,7 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
 
     check_run_flags(args)
     args.device = args.device or "sample-all"
+    imports_ms = _start_up(args, device_of)
     t_plan = time.perf_counter()
     plan = plan_model(args.model, args, device_of)
     plan_ms = (time.perf_counter() - t_plan) * 1e3
@@ -215,7 +216,7 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
         runner.close()
         return 3
     t2 = time.perf_counter()
-    print(prepare_line(args.model, plan_ms, (t1 - t0) * 1e3, (t2 - t1) * 1e3, runner))
+    print(prepare_line(args.model, plan_ms, (t1 - t0) * 1e3, (t2 - t1) * 1e3, runner, imports_ms))
     if args.explain:
         print(plan.explain(runner.times))
         for p, e in zip(plan.partitions, runner.engines):
@@ -228,12 +229,32 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
         runner.close()
 
 
-def prepare_line(model: str, plan_ms: float, prepare_ms: float, first_ms: float, runner: Runner) -> str:
-    """``nnhal run``'s timing line: what a user waits for before the first result (reading, checking and
-    planning the model; preparing its partitions, or loading them from the compilation cache), then the
-    first execution."""
+def _start_up(args: argparse.Namespace, device_of: DeviceOf) -> float:
+    """The process's one-time imports with the devices opened (``modelbench.warm_imports``), in ms; an
+    unknown device is left to the plan to report."""
+    from nnhal.tools.bench import modelbench as mb
+
+    def open_devices() -> None:
+        for name in options(args).targets:
+            try:
+                device_of(name)
+            except (UserError, LookupError, OSError):
+                pass  # NOTE: said by plan_model, in its words
+
+    try:
+        return mb.warm_imports(open_devices)["nnhal_ms"]
+    except (ValueError, MissingDependency):
+        return 0.0  # NOTE: a bad option or LiteRT missing: plan_model says so
+
+
+def prepare_line(model: str, plan_ms: float, prepare_ms: float, first_ms: float, runner: Runner,
+                 imports_ms: float = 0.0) -> str:
+    """``nnhal run``'s timing line: what a user waits for before the first result (the process's imports;
+    reading, checking and planning the model; preparing its partitions, or loading them from the
+    compilation cache), then the first execution."""
     how = sorted({e.how for e in runner.engines if getattr(e, "how", "")} - {"prepared"})
-    return (f"latency: plan {plan_ms:.1f} ms (read, verified, partitioned), prepare {prepare_ms:.1f} ms"
+    return (f"latency: imports {imports_ms:.0f} ms, plan {plan_ms:.1f} ms (read, verified, partitioned), "
+            f"prepare {prepare_ms:.1f} ms"
             + (f" ({'; '.join(how)})" if how else "") + f", execute {first_ms:.1f} ms (first execution; nnhal bench "
             f"{Path(model).name} for steady-state figures)")
 
