@@ -34,7 +34,8 @@ def test_bench_model_phases_profile_json(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     for word in ("init", "first", "warm-up", "mean", "median", "p90", "std", "peak memory (process RSS)",
-                 "top 4 operations", "by operation type", "DEPTHWISE_CONV_2D", "no per-operator profiler"):
+                 "top 4 operations", "by operation type", "DEPTHWISE_CONV_2D", "no per-operator profiler",
+                 "one-time imports, not in init", "init nnhal sample-all", "x LiteRT xnnpack (", "(CPU "):
         assert word in out, word
     doc = json.loads(out_json.read_text())
     m = doc["models"][0]
@@ -42,6 +43,7 @@ def test_bench_model_phases_profile_json(tmp_path, capsys):
     assert set(engines) == {"nnhal sample-all", "LiteRT xnnpack", "LiteRT builtin"}
     e = engines["nnhal sample-all"]
     assert e["init_ms"] > 0 and e["first_ms"] > 0 and e["steady"]["count"] == 3 and e["peak_rss_mb"] > 0
+    assert 0 < e["init_cpu_ms"]
     assert {"mean_ms", "median_ms", "p90_ms", "std_ms"} <= set(e["steady"])
     prof = m["profile"]
     assert len(prof["operations"]) == 33  # every HAL operation of the model
@@ -57,3 +59,22 @@ def test_bench_json_path_refused_before_timing(capsys):
     assert cli.main(["bench", str(path), "--json", "/proc/b.json"]) == 2
     err = capsys.readouterr().err
     assert "--json /proc/b.json" in err and len(err.strip().splitlines()) == 1
+
+
+def test_initbench_phases_and_litert(capsys):
+    """python -m nnhal.tools.initbench: per init the plan and prepare phases in wall and CPU time, LiteRT's
+    interpreter creation beside (in this process: measure(); the command runs it per model in a child)."""
+    from nnhal.tools import initbench
+
+    path = MODELS / "vww_mobilenetv1_int8.tflite"
+    if not path.exists():
+        pytest.skip("no models")
+    r = initbench.measure(str(path), "sample-all", 2)
+    assert len(r["inits"]) == 2 and r["litert_ms"] > 0
+    for init in r["inits"]:
+        assert set(init) == {"plan", "prepare", "total"}
+        assert all(w > 0 and c > 0 for w, c in init.values())
+        assert abs(init["total"][1] - init["plan"][1] - init["prepare"][1]) < 1.0
+    initbench.report([r])
+    out = capsys.readouterr().out
+    assert "vww_mobilenetv1_int8.tflite" in out and "sample-all" in out and "x)" in out

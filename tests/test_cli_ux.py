@@ -63,7 +63,8 @@ def test_run_names_inputs_device_latency_and_saves_inputs(tmp_path, capsys):
     assert rc == 0
     assert "input 0 input_1: float32[1, 96, 96, 3] RANDOM (seed 3" in out
     assert "device: sample-all (nnhal-sample-all" in out
-    assert "latency: prepare " in out and " ms, execute " in out
+    assert "latency: imports " in out and " ms, plan " in out and "partitioned), prepare " in out \
+        and " ms, execute " in out
     x = np.load(tmp_path / "o" / "input_0.npy")
     assert x.shape == (1, 96, 96, 3) and (tmp_path / "o" / "output_0.npy").exists()
     # the saved inputs run the same again, named as given, with the same outputs
@@ -71,6 +72,21 @@ def test_run_names_inputs_device_latency_and_saves_inputs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and f"from {tmp_path / 'o' / 'input_0.npy'}" in out and "RANDOM" not in out
     np.testing.assert_array_equal(np.load(tmp_path / "o" / "output_0.npy"), np.load(tmp_path / "p" / "output_0.npy"))
+
+
+def test_run_cache_dir_prepares_then_loads(tmp_path, capsys):
+    """--cache-dir: the first run says it prepared and saved, the second that it loaded, same outputs; a
+    --cache-dir that is a file is one line and exit status 2."""
+    path = str(model_path("vww_mobilenetv1_int8"))
+    outs = []
+    for k, said in enumerate(("prepared and saved to the compilation cache", "loaded from the compilation cache")):
+        rc = cli.main(["run", path, "--cache-dir", str(tmp_path / "c"), "-o", str(tmp_path / str(k))])
+        out = capsys.readouterr().out
+        assert rc == 0 and said in out, out
+        outs.append(np.load(tmp_path / str(k) / "output_0.npy"))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    (tmp_path / "f").write_text("")
+    one_line_error(capsys, cli.main(["run", path, "--cache-dir", str(tmp_path / "f")]), "--cache-dir")
 
 
 def test_run_verdict_line_and_no_top5_on_two_classes(capsys):

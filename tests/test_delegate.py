@@ -355,3 +355,52 @@ def test_accelerator_as_a_service(service_process, api):
     assert diff(y[0], ref[0], delegate.runner.output_descs(plan.graph)[0]).steps == 0
     gc.collect()
     assert clients() == before  # NOTE: the plan's and the runner's connections (HIDL or AIDL) closed
+
+
+def test_cache_dir_loads_the_second_time(tmp_path):
+    """--cache-dir (the delegate's cache_dir with a model_token from the model's bytes): the first run
+    prepares and saves the NNAPI partition's compilation, the second loads it and computes the same bits;
+    tampered files are refused by the driver and the partition is prepared (and saved) again; before
+    HAL 1.2 there is no compilation cache to use."""
+    import nnhal
+    from nnhal.delegate.compile_cache import CacheDir
+    from nnhal.delegate.runner import Runner
+
+    data = sandwich("MUL", [Tensor([1, 8], "float32", data=np.arange(8, dtype=np.float32))], Tensor([1, 8], "float32"),
+                    options("MulOptions"))
+    cache = CacheDir.for_model(str(tmp_path / "cache"), data)
+    x = [np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)]
+
+    def run(api: int = 30) -> tuple[list, str]:
+        plan = plan_of(data, api, cache=cache)
+        r = Runner(plan, nnhal.get_device)
+        try:
+            return r.run(x), r.engines[0].how
+        finally:
+            r.close()
+
+    first, how1 = run()
+    second, how2 = run()
+    assert how1.startswith("prepared and saved") and how2.startswith("loaded from the compilation cache")
+    np.testing.assert_array_equal(first[0], second[0])
+    files = sorted((tmp_path / "cache").iterdir())
+    assert len(files) == 2 and all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+    raw = bytearray(files[0].read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    files[0].write_bytes(bytes(raw))
+    third, how3 = run()
+    assert how3.startswith("prepared and saved")
+    np.testing.assert_array_equal(first[0], third[0])
+    assert run()[1].startswith("loaded")
+    assert "has no compilation cache" in run(28)[1]
+    # NOTE: from API 31 through the AIDL face (its own token: another interface version)
+    aidl_first, how = run(33)
+    assert how.startswith("prepared and saved") and run(33)[1].startswith("loaded")
+    np.testing.assert_array_equal(first[0], aidl_first[0])
+    other = CacheDir.for_model(str(tmp_path / "cache"), data + b"\0")  # NOTE: another model token: its own files
+    plan = plan_of(data, 30, cache=other)
+    r = Runner(plan, nnhal.get_device)
+    try:
+        assert r.engines[0].how.startswith("prepared and saved")
+    finally:
+        r.close()

@@ -202,7 +202,8 @@ def test_dead_channels_take_the_bounded_float32_path():
     p = _prep(Op.CONV_2D, ops, t, oscale, ozp)
     st = p.state
     assert st.requant[0].f32 is None and not st.requant[0].use_float
-    assert ("plain", 0) in st.bounded and st.plan is not None and st.plan.rq.mode == "f32"
+    # NOTE: the plan's requantization (of raw codes, the zero point folded, or plain) searched within its bound
+    assert set(st.bounded) & {("plain", 0), ("fold", 0)} and st.plan is not None and st.plan.rq.mode == "f32"
     np.testing.assert_array_equal(p.run([o.tensor() for o in ops])[0], want)
     np.testing.assert_array_equal(_general(p, ops), want)
 
@@ -299,18 +300,116 @@ def test_bounded_float32_search_is_exact_on_its_interval():
         rq._verify_f32(bound=bound)
         if rq.f32 is None:
             continue
-        m32, c32, sh, corr32, pivot = rq.f32
         redo = set() if rq.f32_fix is None else set(rq.f32_fix[0].tolist())
         for ch in range(nc):
             if ch in redo:
                 continue
-            acc = np.arange(-bound[ch], bound[ch] + 1, dtype=np.float64)
-            want = rq._apply_int(acc[:, None] * np.ones((1, nc)), 1, np.empty((acc.size, nc), np.int64))[:, ch]
-            t = acc.astype(np.float32) * m32[ch]
-            t += c32[ch]
-            if corr32 is not None:
-                ck._corr_stage(t, pivot, corr32[ch], np.empty_like(t))
-            got = np.clip(np.floor(t), rq.lo + sh, rq.hi + sh) - sh
-            np.testing.assert_array_equal(got, want)
+            _assert_float32_path_exact(rq, ch, np.arange(-bound[ch], bound[ch] + 1, dtype=np.float64))
             accepted += 1
     assert accepted > 50
+
+
+def _assert_float32_path_exact(rq, ch: int, acc: np.ndarray) -> None:
+    """Channel ``ch`` of ``rq``'s float32 path (with the negative-tie stage), clamped, equals the int64
+    reference on the accumulators ``acc``."""
+    from nnhal.ops import conv_kernels as ck
+
+    m32, c32, sh, corr32, pivot = rq.f32
+    nc = rq.q.shape[0]
+    want = rq._apply_int(acc[:, None] * np.ones((1, nc)), 1, np.empty((acc.size, nc), np.int64))[:, ch]
+    t = acc.astype(np.float32) * m32[ch]
+    t += c32[ch]
+    if corr32 is not None:
+        ck._corr_stage(t, pivot, corr32[ch], np.empty_like(t))
+    got = np.clip(np.floor(t), rq.lo + sh, rq.hi + sh) - sh
+    np.testing.assert_array_equal(got, want)
+
+
+def _random_requant(r, nc: int, trial: int, wide: bool = False):
+    from nnhal.ops import conv_kernels as ck
+    from nnhal.ops.quant import quantize_multiplier
+
+    lo_m, hi_m = (0.3, 3.0) if wide else (0.0005, 0.02)
+    qs, shifts = zip(*(quantize_multiplier(float(s)) for s in r.uniform(lo_m, hi_m, nc)))
+    zp = int(r.integers(-128, 128))
+    lo = -128 if trial % 2 else zp  # NOTE: no activation (negative ties in range) / RELU
+    return ck.Requant(q=np.array(qs, np.int64), shift=np.array(shifts, np.int64),
+                      bias=r.integers(-20000, 20000, nc).astype(np.int64), zp=zp, lo=lo, hi=127,
+                      out_dtype=np.dtype(np.int8))
+
+
+def test_exact_steps_are_the_int64_references_steps():
+    """ck.exact_steps (closed form, int64): the reference's output is below the level just before the
+    step and reaches it at the step, for right and left shifts, q == 2^30, negative ties, large biases."""
+    from nnhal.ops import conv_kernels as ck
+    from nnhal.ops.quant import quantize_multiplier
+
+    r = np.random.default_rng(5)
+    reals = np.concatenate([r.uniform(1e-6, 0.05, 40), r.uniform(0.5, 40.0, 10), [2.0 ** -5, 2.0 ** -12, 1.0]])
+    qs, shifts = zip(*(quantize_multiplier(float(v)) for v in reals))
+    nc = len(reals)
+    rq = ck.Requant(q=np.array(qs, np.int64), shift=np.array(shifts, np.int64),
+                    bias=r.integers(-(1 << 24), 1 << 24, nc).astype(np.int64), zp=3, lo=-128, hi=127,
+                    out_dtype=np.dtype(np.int8))
+    k = np.arange(-200, 201, dtype=np.int64)  # NOTE: levels before the zero point (3) is added
+    steps = ck.exact_steps(rq.q_eff[:, None], rq.r[:, None], rq.bias[:, None], k[None, :], rq.vneg[:, None])
+    ok = np.abs(steps) < (1 << 40)
+    for pts, want_ge in ((steps - 1, False), (steps, True)):
+        v = np.where(ok, pts, 0).T.astype(np.float64)  # [level, channel]
+        got = rq._apply_int(v, 1, np.empty(v.shape, np.int64), clamp=False).T - rq.zp
+        np.testing.assert_array_equal((got >= k[None, :])[ok], np.full(ok.sum(), want_ge))
+
+
+def test_threshold_search_chooses_as_candidate_by_candidate(monkeypatch):
+    """The GRID / WIDE search through per-point c32 thresholds (ck._search) makes exactly the choice of
+    trying the candidates one by one (ck._search_each), with and without the negative-tie stage."""
+    from nnhal.ops import conv_kernels as ck
+
+    fast, each, compared, fell_back = ck._search, ck._search_each, [], []
+
+    def counted(groups, todo, *args):
+        if any(len(kcs) > 1 for _, kcs in groups):
+            fell_back.append(len(todo))  # NOTE: thresholds the float32 sums could not confirm
+        return each(groups, todo, *args)
+
+    def both(groups, todo, pts, thr, tau, m_near, c_near, corr32, pivot, cm, cc):
+        cm2, cc2 = cm.copy(), cc.copy()
+        left = fast(groups, todo, pts, thr, tau, m_near, c_near, corr32, pivot, cm, cc)
+        left2 = each(groups, todo, pts, thr, m_near, c_near, corr32, pivot, cm2, cc2)
+        assert np.array_equal(left, np.sort(left2))
+        assert np.array_equal(cm.view(np.uint32), cm2.view(np.uint32))
+        assert np.array_equal(cc.view(np.uint32), cc2.view(np.uint32))
+        compared.append(len(todo))
+        return left
+
+    monkeypatch.setattr(ck, "_search", both)
+    monkeypatch.setattr(ck, "_search_each", counted)
+    r = np.random.default_rng(17)
+    for trial in range(16):
+        rq = _random_requant(r, 48, trial)
+        rq._verify_f32(bound=r.integers(1000, 300000, 48).astype(np.int64) if trial % 4 else None)
+    assert sum(compared) > 100 and sum(fell_back) == 0
+
+
+def test_unbounded_float32_search_is_exact_everywhere():
+    """Requant._verify_f32 without a bound: wherever it accepts a channel, the float32 path's clamped
+    output equals the int64 reference for every accumulator (checked exhaustively around all of the
+    channel's steps, and at the float32 extremes where every output clamps)."""
+    from nnhal.ops import conv_kernels as ck
+
+    r = np.random.default_rng(23)
+    accepted = 0
+    for trial in range(12):
+        rq = _random_requant(r, 6, trial, wide=trial % 3 == 0)
+        rq._verify_f32()
+        if rq.f32 is None:
+            continue
+        redo = set() if rq.f32_fix is None else set(rq.f32_fix[0].tolist())
+        k = np.arange(rq.lo + 1, rq.hi + 1, dtype=np.int64) - rq.zp
+        steps = ck.exact_steps(rq.q_eff[:, None], rq.r[:, None], rq.bias[:, None], k[None, :], rq.vneg[:, None])
+        for ch in set(range(6)) - redo:
+            span = np.arange(steps[ch].min() - 50, steps[ch].max() + 50)
+            _assert_float32_path_exact(rq, ch, np.concatenate([span, [-(1 << 24) + 8, (1 << 24) - 8]]).astype(
+                np.float64))
+            accepted += 1
+    assert accepted > 30

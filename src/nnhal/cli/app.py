@@ -365,9 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("run", "run a .tflite model through a HAL device (optionally against LiteRT)",
                 "nnhal run model.tflite --compare")
+    from nnhal.cli.delegate import add_cache_argument
     from nnhal.cli.tflite import add_graph_arguments, add_run_arguments
 
     add_run_arguments(s)
+    add_cache_argument(s)
     s.set_defaults(fn=cmd_run)
 
     s = command("graph", "an SVG / HTML picture of the HAL model of a .tflite or vector model",

@@ -63,6 +63,28 @@ def _custom_ops(args: argparse.Namespace, devices: list[str]) -> dict:
     return custom_operators(found)
 
 
+def add_cache_argument(s: argparse.ArgumentParser) -> None:
+    """``--cache-dir`` (``nnhal run``, ``nnhal bench MODEL.tflite``)."""
+    s.add_argument("--cache-dir", default="",
+                   help="the NNAPI delegate's cache_dir (with a model_token from the model file's bytes): each NNAPI "
+                        "partition loads from the compilation cache files there, or is prepared and saved into them "
+                        "(HAL 1.2 and 1.3), so the next run of the same model loads instead of preparing")
+
+
+def _cache(path: str, raw: bytes, args: argparse.Namespace) -> Any:
+    """The plan's compilation cache for ``--cache-dir`` (None without); a directory that cannot be used is
+    the user's mistake (one line, exit status 2)."""
+    directory = getattr(args, "cache_dir", "") or ""
+    if not directory:
+        return None
+    from nnhal.delegate.compile_cache import CacheDir
+
+    try:
+        return CacheDir.for_model(directory, raw)
+    except OSError as e:
+        raise UserError(f"--cache-dir {directory}: {e.strerror or e}") from None
+
+
 def plan_model(path: str, args: argparse.Namespace, device_of: DeviceOf) -> Plan:
     """The plan, or SystemExit(2) with one line for a bad option or an unreadable model."""
     try:
@@ -75,8 +97,9 @@ def plan_model(path: str, args: argparse.Namespace, device_of: DeviceOf) -> Plan
     try:
         with model_errors(path):
             raw = Path(path).read_bytes()
-            verify(raw, batch=opts.batch)  # NOTE: the whole flatbuffer checked before anything reads it
-            return build_plan(Graph(raw), opts, device_of)
+            opts.cache = _cache(path, raw, args)
+            checked = verify(raw, batch=opts.batch)  # NOTE: the whole flatbuffer checked before anything reads it
+            return build_plan(Graph(raw, checked, opts.batch), opts, device_of)
     except (ValueError, AttributeError, IndexError, TypeError, KeyError) as e:
         # NOTE: a graph the reader passed but the plan finds inconsistent (a tensor index out of range)
         print(f"{path}: cannot read the model: {e}", file=sys.stderr)
@@ -146,7 +169,10 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
 
     check_run_flags(args)
     args.device = args.device or "sample-all"
+    imports_ms = _start_up(args, device_of)
+    t_plan = time.perf_counter()
     plan = plan_model(args.model, args, device_of)
+    plan_ms = (time.perf_counter() - t_plan) * 1e3
     plan.graph_path = args.model
     if args.plan_json:
         try:
@@ -190,8 +216,7 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
         runner.close()
         return 3
     t2 = time.perf_counter()
-    print(f"latency: prepare {(t1 - t0) * 1e3:.1f} ms, execute {(t2 - t1) * 1e3:.1f} ms (first execution; "
-          f"nnhal bench {Path(args.model).name} for steady-state figures)")
+    print(prepare_line(args.model, plan_ms, (t1 - t0) * 1e3, (t2 - t1) * 1e3, runner, imports_ms))
     if args.explain:
         print(plan.explain(runner.times))
         for p, e in zip(plan.partitions, runner.engines):
@@ -202,6 +227,36 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
         return _report(args, plan, runner, x, outs, ref)
     finally:
         runner.close()
+
+
+def _start_up(args: argparse.Namespace, device_of: DeviceOf) -> float:
+    """The process's one-time imports with the devices opened (``modelbench.warm_imports``), in ms; an
+    unknown device is left to the plan to report."""
+    from nnhal.tools.bench import modelbench as mb
+
+    def open_devices() -> None:
+        for name in options(args).targets:
+            try:
+                device_of(name)
+            except (UserError, LookupError, OSError):
+                pass  # NOTE: said by plan_model, in its words
+
+    try:
+        return mb.warm_imports(open_devices)["nnhal_ms"]
+    except (ValueError, MissingDependency):
+        return 0.0  # NOTE: a bad option or LiteRT missing: plan_model says so
+
+
+def prepare_line(model: str, plan_ms: float, prepare_ms: float, first_ms: float, runner: Runner,
+                 imports_ms: float = 0.0) -> str:
+    """``nnhal run``'s timing line: what a user waits for before the first result (the process's imports;
+    reading, checking and planning the model; preparing its partitions, or loading them from the
+    compilation cache), then the first execution."""
+    how = sorted({e.how for e in runner.engines if getattr(e, "how", "")} - {"prepared"})
+    return (f"latency: imports {imports_ms:.0f} ms, plan {plan_ms:.1f} ms (read, verified, partitioned), "
+            f"prepare {prepare_ms:.1f} ms"
+            + (f" ({'; '.join(how)})" if how else "") + f", execute {first_ms:.1f} ms (first execution; nnhal bench "
+            f"{Path(model).name} for steady-state figures)")
 
 
 def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs: list,
@@ -396,7 +451,9 @@ def run_engine(path: str, args: argparse.Namespace, device_of: DeviceOf, device:
     if x is None:
         x = make_inputs(IODescription(inputs=input_descs(plan.graph)), seed=getattr(args, "seed", 0))
     runner = open_runner(plan, device_of, threads=getattr(args, "threads", 1))
-    return summary(plan), x, lambda: runner.run(x), runner.close
+    how = sorted({e.how for e in runner.engines if getattr(e, "how", "")}) if plan.options.cache is not None else []
+    return summary(plan) + (f"; NNAPI partitions {', '.join(how)}" if how else ""), x, lambda: runner.run(x), \
+        runner.close
 
 
 def plan_groups(args: argparse.Namespace, device_of: DeviceOf) -> tuple[dict[int, tuple[str, str]], str]:

@@ -250,7 +250,10 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
                          "request read by value, the pools checked, inputs and outputs through shared memory): "
                          "a lower bound for a HAL driver over LiteRT")
     if engine is not None:
+        from nnhal.cli.delegate import add_cache_argument
+
         add_plan_arguments(ap)
+        add_cache_argument(ap)
     if any(a in ("-h", "--help") for a in argv):
         print_bench_help(ap)
         return 0
@@ -272,6 +275,7 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
             raise UserError(str(e)) from None
     status = 0
     args.results = []
+    _warm(args, device_of, baseline)
     for path in args.model:
         try:
             status = max(status, _bench_one(path, args, device_of, None if baseline == "none" else baseline,
@@ -284,6 +288,18 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
         write_json(args.json, {"device": args.device, "threads": args.threads, "models": args.results})
         print(f"wrote {args.json}")
     return status
+
+
+def _warm(args: argparse.Namespace, device_of: DeviceOf, baseline: str) -> None:
+    """The process's one-time imports (and the devices opened) before any init is timed; said in one line."""
+    from nnhal.tools.bench import modelbench as mb
+
+    try:
+        w = mb.warm_imports(lambda: [device_of(d) for d in (args.device, baseline) if d and d != "none"])
+    except (UserError, SystemExit):
+        return  # NOTE: a device that cannot be opened is reported with the first model
+    print(f"one-time imports, not in init: nnhal {w['nnhal_ms']:.0f} ms (devices opened), "
+          f"LiteRT {w['litert_ms']:.0f} ms")
 
 
 def print_bench_help(model_parser: argparse.ArgumentParser) -> None:
@@ -487,6 +503,7 @@ def _time_engines(title: str, engines: list, figs: list, start_rss: float, args:
         fig.warmup, fig.steady = mb.steady(warm[name]), mb.steady(times[name])
         res[name] = fig.steady["median_ms"] / 1e3
     mb.print_figures(figs, start_rss)
+    mb.print_init_ratios(figs)
     ours = res[engines[0][0]]
     for name, _ in engines[1:]:
         label = f"nnhal {args.device}" if name.startswith("nnhal") else "nnhal"
@@ -497,6 +514,9 @@ def _time_engines(title: str, engines: list, figs: list, start_rss: float, args:
         # NOTE: the same engine on the same graph: the difference is what a HAL execution costs
         # around it (request read and checked, pools checked, inputs and outputs through shared memory)
         print(f"  nnhal {args.device} - LiteRT xnnpack: {(ours - res['LiteRT xnnpack']) * 1e6:+.1f} us per execution")
+        if "HAL data path floor" in res:
+            print(f"  nnhal {args.device} - HAL data path floor: {(ours - res['HAL data path floor']) * 1e6:+.1f} us "
+                  f"per execution")
 
 
 def _graph_model(args: argparse.Namespace) -> tuple[Any, str, Optional[list[str]], dict[int, str], Optional[list]]:

@@ -156,11 +156,13 @@ def noncompliant(model: hal.Model, version: HalVersion) -> dict[int, str]:
     return out
 
 
-def prepare(face: Face, model: hal.Model, preference: str = "fast_single_answer",
-            relaxed: bool = False) -> Prepared:
-    """The prepared model (raises RuntimeError with the status when the device refuses)."""
+def prepare(face: Face, model: hal.Model, preference: str = "fast_single_answer", relaxed: bool = False,
+            cache: Optional[tuple] = None) -> Prepared:
+    """The prepared model (raises RuntimeError with the status when the device refuses); ``cache``:
+    (model cache descriptors, data cache descriptors, token) the driver saves into (HAL 1.2 on, AIDL)."""
     model.relaxComputationFloat32toFloat16 = bool(relaxed and face.version >= HalVersion.V1_1)
-    status, prepared = face.prepare(model, _PREFERENCE[preference], hal.Priority.MEDIUM, None, [], [], bytes(32))
+    mc, dc, token = cache if cache is not None else ([], [], bytes(32))
+    status, prepared = face.prepare(model, _PREFERENCE[preference], hal.Priority.MEDIUM, None, mc, dc, token)
     if status != hal.ErrorStatus.NONE or prepared is None:
         raise RuntimeError(f"{face.method('prepareModel')}: {status.name}")
     return prepared

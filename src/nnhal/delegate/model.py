@@ -21,6 +21,8 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from nnhal.tflite import schema as sch
+from nnhal.tflite.loader import verify as loader_verify
+from nnhal.tflite.verify import Verified
 
 # schema TensorType -> numpy dtype name (types nnhal can hold; others keep their schema number)
 TYPE_NAMES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
@@ -82,10 +84,19 @@ class OperatorInfo:
 class Graph:
     """The main subgraph of a .tflite model (see the module docstring)."""
 
-    def __init__(self, source: Union[str, Path, bytes]):
+    def __init__(self, source: Union[str, Path, bytes], checked: Optional[Verified] = None,
+                 batch: Optional[int] = 1):
+        """``checked``: the file's :func:`nnhal.tflite.loader.verify` for ``batch``, when the caller has
+        it: its parse is shared (read only) unless this graph must change the model (buffers stored after
+        the flatbuffer, constant DENSIFYs), and it serves :meth:`verified` for that batch."""
         raw = bytes(source) if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
         self.original = raw
-        self.m = sch.read_model(raw)
+        self._verified: dict[Optional[int], Verified] = {}
+        if checked is not None and not _changes(checked.model):
+            self.m = checked.model
+            self._verified[batch] = checked
+        else:
+            self.m = sch.read_model(raw)
         if not self.m.subgraphs:
             raise ValueError("the model has no subgraph")
         names = sch.builtin_names()
@@ -120,6 +131,13 @@ class Graph:
             for k in dict.fromkeys(op.inputs):
                 if k >= 0:
                     self.consumers.setdefault(k, []).append(op.index)
+
+    def verified(self, batch: Optional[int]) -> Verified:
+        """The working file (:attr:`data`) as the importer's reader checked it for ``batch``, once."""
+        v = self._verified.get(batch)
+        if v is None:
+            v = self._verified[batch] = loader_verify(self.data, batch=batch)
+        return v
 
     # ------------------------------------------------------------------ tensors
 
@@ -175,6 +193,15 @@ class Graph:
         self.tensors[out].densified = True
         self.folded[op.index] = "DENSIFY of a constant: densified at load"
         self.densified += 1
+
+
+def _changes(m: Any) -> bool:
+    """Whether a Graph of model ``m`` changes it (a buffer stored after the flatbuffer, a DENSIFY)."""
+    if any(b.offset > 1 and (b.data is None or len(b.data) == 0) for b in m.buffers or []):
+        return True
+    codes = m.operatorCodes or []
+    dens = sch.builtin_code("DENSIFY")
+    return any(max(int(c.builtinCode), int(c.deprecatedBuiltinCode)) == dens for c in codes)
 
 
 def _ints(a: Any) -> list[int]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import json
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -47,7 +48,7 @@ from nnhal.delegate.partition import Subset, largest, partition
 from nnhal.delegate.rules import decided_by, validate
 from nnhal.hal.types import HalVersion
 from nnhal.runtime.face import Face, interface_name, open_face
-from nnhal.tflite.loader import UnsupportedModelError, free_model, load_operators, operator_failures, verify
+from nnhal.tflite.loader import UnsupportedModelError, free_model, load_operators, operator_failures
 
 DeviceOf = Callable[[str], Any]
 FP16_PARTIAL = ("float16 weights (constant DEQUANTIZE): in a partial delegation the delegate keeps these on the "
@@ -73,6 +74,9 @@ class Options:
     # the TFLite custom operators the target devices implement as extension operations (code -> (extension,
     # operation type)): the max plan maps them through the HAL; the delegate's own rules never delegate one
     custom_ops: dict = field(default_factory=dict)
+    # the delegate's cache_dir with its model_token (nnhal.delegate.compile_cache.CacheDir): NNAPI partitions
+    # load from it, or prepare and save into it
+    cache: Any = None
 
     def __post_init__(self) -> None:
         if self.plan not in ("delegate", "max"):
@@ -124,6 +128,44 @@ class PartitionPlan:
     load_ops: list[int] = field(default_factory=list)  # operators a HAL partition maps (with its fp16 weights)
 
 
+class Prebuilt:
+    """HAL models of NNAPI partitions the planner built while checking them, kept for the runner
+    (:meth:`take`: each once) instead of built again; the rest freed by :meth:`release` or when this
+    goes (their pools are shared memory)."""
+
+    def __init__(self) -> None:
+        self.models: dict[tuple, tuple] = {}
+        self._finalizer = weakref.finalize(self, _free_all, self.models)
+
+    @staticmethod
+    def key(nodes: list[int], inputs: list[int], outputs: list[int]) -> tuple:
+        return tuple(nodes), tuple(inputs), tuple(outputs)
+
+    def put(self, key: tuple, built: tuple) -> None:
+        old = self.models.pop(key, None)
+        if old is not None:
+            free_model(old[0])
+        self.models[key] = built
+
+    def keep(self, keys: set) -> None:
+        """Frees every model but those of ``keys``."""
+        for k in [k for k in self.models if k not in keys]:
+            free_model(self.models.pop(k)[0])
+
+    def take(self, key: tuple) -> Optional[tuple]:
+        """(model, io, unsigned) of ``key``, now the caller's to free, or None."""
+        return self.models.pop(key, None)
+
+    def release(self) -> None:
+        _free_all(self.models)
+
+
+def _free_all(models: dict) -> None:
+    for built in models.values():
+        free_model(built[0])
+    models.clear()
+
+
 @dataclass
 class Plan:
     graph: Graph
@@ -132,6 +174,7 @@ class Plan:
     partitions: list[PartitionPlan]
     levels: Optional[Levels] = None  # the delegate's levels (Validate's, the partitions' interface, ...)
     graph_path: str = ""  # how the commands name the model
+    prebuilt: Prebuilt = field(default_factory=Prebuilt, repr=False, compare=False)
 
     @property
     def version(self) -> HalVersion:
@@ -229,6 +272,7 @@ class Planner:
         self._nn_fail: Optional[dict[int, str]] = None
         self._checked: Any = None
         self._faces: dict[str, Face] = {}
+        self.prebuilt = Prebuilt()
         self.levels = levels.levels(opts.android_api, opts.accelerator_specified,
                                     [self.face(n).version for n in opts.targets])
 
@@ -256,7 +300,7 @@ class Planner:
     def checked(self) -> Any:
         """The file as the importer's reader checked it, once (``nnhal.tflite.loader.verify``)."""
         if self._checked is None:
-            self._checked = verify(self.g.data, batch=self.o.batch)
+            self._checked = self.g.verified(self.o.batch)
         return self._checked
 
     @property
@@ -347,7 +391,8 @@ class Planner:
                 continue
             ins, outs = boundary(g, nodes, set(nodes), set(self.fp16_out))
             try:
-                model, io, _ = self.hal_model(nodes, ins, outs)
+                built = self.hal_model(nodes, ins, outs)
+                model, io, _ = built
             except UnsupportedModelError as e:
                 # NOTE: the root causes only: an operator refused because a refused one feeds it is mapped
                 # again once its input crosses from the CPU
@@ -372,8 +417,10 @@ class Planner:
                         out.add(i)
                 if query and not out and model.main.operations:  # NOTE: all computed at load: nothing to ask
                     out |= self.query(model, io)
-            finally:
+            except BaseException:
                 free_model(model)
+                raise
+            self.prebuilt.put(Prebuilt.key(nodes, ins, outs), built)  # NOTE: the runner's, if the partition stays
         return out
 
     def query(self, model: hal.Model, io: Any) -> set[int]:
@@ -439,6 +486,7 @@ class Planner:
         ops = [OperatorPlan(op.index, op.name, "cpu", reason=self.reasons.get(op.index, ""),
                             rule=self.rules.get(op.index, "")) for op in g.operators]
         parts = []
+        keys: set = set()
         cpu = {i for s in subsets if not s.delegated for i in s.nodes}
         for k, s in enumerate(subsets):
             where = "nnapi" if s.delegated else "cpu"
@@ -447,6 +495,8 @@ class Planner:
             # NOTE: a float16 weight DEQUANTIZE's output goes to CPU readers only: HAL partitions fold it
             ins, outs = boundary(g, load, set(s.nodes), set(self.fp16_out), cpu)
             parts.append(PartitionPlan(k, where, list(s.nodes), dev, ins, outs, load))
+            if s.delegated:
+                keys.add(Prebuilt.key(load, ins, outs))
             for i in s.nodes:
                 ops[i].where, ops[i].partition, ops[i].device = where, k, dev
                 if s.delegated:
@@ -455,7 +505,8 @@ class Planner:
                     ops[i].rule = ""
                     if not ops[i].reason:
                         ops[i].reason = "not delegated"
-        return Plan(g, o, ops, parts, self.levels)
+        self.prebuilt.keep(keys)
+        return Plan(g, o, ops, parts, self.levels, prebuilt=self.prebuilt)
 
 
 def _noncompliant_reason(op_type: int, why: str, version: str) -> str:

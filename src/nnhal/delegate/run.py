@@ -154,7 +154,7 @@ class HalSession:
 
     def _layout_for(self, inputs: Sequence[np.ndarray], dims: Optional[list[list[int]]]) -> PoolLayout:
         lay = self._layout
-        shapes = tuple(a.shape for a in inputs)
+        shapes = tuple([a.shape for a in inputs])
         if lay is not None and lay.shapes == shapes and (dims is None or dims == lay.out_dims):
             return lay
         if dims is None:
@@ -202,13 +202,14 @@ class HalSession:
             if status != hal.ErrorStatus.NONE:
                 raise ExecutionError(f"{_EXECUTE[self.mode](self.prepared)}: {hal.ErrorStatus(status).name}")
             res = []
+            out_dims = lay.out_dims
             for k, (v, (ranked, dt)) in enumerate(zip(lay.out_views, self.out_desc)):
                 got = shapes[k].dimensions if k < len(shapes) else None
-                if got and got != lay.out_dims[k]:  # NOTE: a shape known only once run
+                if got and got != out_dims[k]:  # NOTE: a shape known only once run
                     v = lay.out_view(k, got, self.out_dtypes[k])
-                # NOTE: a copy (astype), the pool is overwritten by the next run; a TFLite
-                # scalar is [1] in the HAL model: given back its own rank
-                res.append(v.astype(dt) if ranked else v.reshape(()).astype(dt))
+                # NOTE: a copy, the pool is overwritten by the next run; a TFLite scalar is [1] in the HAL
+                # model: given back its own rank
+                res.append((v.copy() if v.dtype == dt else v.astype(dt)) if ranked else v.reshape(()).astype(dt))
             return res
         raise ExecutionError("output sizes kept growing")
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from nnhal.delegate import cut, halmodel
+from nnhal.delegate import compile_cache, cut, halmodel
 from nnhal.delegate.model import Graph
-from nnhal.delegate.plan import PartitionPlan, Plan, Planner
+from nnhal.delegate.plan import PartitionPlan, Plan, Planner, Prebuilt
 from nnhal.delegate.run import HalSession, LiteRT
 from nnhal.tflite.loader import TensorDesc, free_model
 from nnhal.tflite.schema import MissingDependency
@@ -68,9 +68,11 @@ def output_descs(g: Graph) -> list[TensorDesc]:
 
 
 class HalPartition:
-    def __init__(self, planner: Planner, p: PartitionPlan):
+    def __init__(self, planner: Planner, p: PartitionPlan, prebuilt: Optional[Prebuilt] = None):
         o = planner.o
-        self.model, io, self.unsigned = planner.hal_model(p.load_ops, p.inputs, p.outputs)
+        built = prebuilt.take(Prebuilt.key(p.load_ops, p.inputs, p.outputs)) if prebuilt is not None else None
+        self.model, io, self.unsigned = built if built is not None else planner.hal_model(p.load_ops, p.inputs,
+                                                                                          p.outputs)
         self.folded = dict(io.folded_outputs)
         self.ins = [d.tensor for d in io.inputs]
         self.outs = [d.tensor for d in io.outputs]
@@ -79,6 +81,7 @@ class HalPartition:
         # NOTE: the dtype each HAL input holds (an int64 TFLite tensor is TENSOR_INT32 in the HAL)
         self.in_dtypes = [halmodel.dtype_of(sg.operands[i].type) for i in sg.inputIndexes]
         self.runtime = self.session = None
+        self.how = "prepared"  # NOTE: or loaded from / saved to the compilation cache (Options.cache)
         if not self.model.main.operations:  # NOTE: every output computed at load (SHAPE, DENSIFY, ...)
             self.run_hal = lambda xs: []
             return
@@ -93,7 +96,11 @@ class HalPartition:
                     io = dataclasses.replace(io, inputs=[_as_u8(d) for d in io.inputs],
                                              outputs=[_as_u8(d) for d in io.outputs])
                 face = planner.face(o.targets[0])
-                prepared = halmodel.prepare(face, self.model, o.preference, o.allow_fp16)
+                if o.cache is not None:
+                    prepared, self.how = compile_cache.prepare(face, self.model, o.preference, o.allow_fp16, o.cache,
+                                                               Prebuilt.key(p.load_ops, p.inputs, p.outputs))
+                else:
+                    prepared = halmodel.prepare(face, self.model, o.preference, o.allow_fp16)
                 self.session = HalSession(face.device, self.model, io, prepared=prepared,
                                           mode=planner.levels.execution)
                 self.run_hal = self.session.run
@@ -109,7 +116,9 @@ class HalPartition:
         xs = [values[k] for k in self.ins]
         if self.unsigned:
             xs = [(a.astype(np.int16) + 128).astype(np.uint8) if a.dtype == np.int8 else a for a in xs]
-        xs = [np.asarray(a).astype(dt, copy=False) if dt is not None else a for a, dt in zip(xs, self.in_dtypes)]
+        # NOTE: converted only where the HAL input's dtype differs (an int64 tensor as TENSOR_INT32)
+        xs = [a if dt is None or (a.__class__ is np.ndarray and a.dtype == dt) else np.asarray(a).astype(dt, copy=False)
+              for a, dt in zip(xs, self.in_dtypes)]
         ys = self.run_hal(xs)
         for k, y in zip(self.outs, ys):
             values[k] = y
@@ -182,13 +191,15 @@ class Runner:
                     written = sorted({k for i in p.load_ops for k in g.operators[i].outputs if k >= 0})
                     p = dataclasses.replace(p, outputs=written)
                 if p.where == "nnapi":
-                    e = HalPartition(planner, p)
+                    e = HalPartition(planner, p, plan.prebuilt)
                 else:
                     e = _Cpu(g, p, kernels, threads, plan)
                 self.engines.append(e)
         except Exception:
             self.close()
             raise
+        finally:
+            plan.prebuilt.release()  # NOTE: what no partition took (another runner of the plan builds its own)
 
     @staticmethod
     def _check_cpu(plan: Plan) -> None:

@@ -118,6 +118,10 @@ class Backend:
     # is never compiled, its executions are the reference's.  False only for the
     # reference itself (it fails such executions on its own).
     reference_checked: bool = True
+    # True when one compiled model (compile's result) serves any number of prepared models at once (its
+    # executions share only read-only state): the front end then compiles an equal model prepared again
+    # once (nnhal.driver.prepared_states)
+    shares_compiled: bool = False
     # NOTE: True when capabilities() times something: the figures are then measured once per machine
     # and driver version and kept (nnhal.driver.capcache; ``nnhal devices --remeasure`` measures again)
     measured_capabilities: bool = False

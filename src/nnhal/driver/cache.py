@@ -42,6 +42,7 @@ import fcntl
 import hashlib
 import hmac
 import logging
+import math
 import os
 import secrets
 import stat
@@ -529,7 +530,7 @@ def restore(record: CacheRecord, data: np.ndarray, extensions: Sequence[Extensio
                 data.size:
             raise CacheError(S.GENERAL_FAILURE, f"blob {k} lies outside the data cache")
         dt = np.dtype(b.dtype)
-        count = int(np.prod(b.shape)) if b.shape else 1
+        count = math.prod(b.shape)  # NOTE: not np.prod: a Python reduction per blob of a small tuple
         if count * dt.itemsize != b.nbytes:
             raise CacheError(S.GENERAL_FAILURE, f"blob {k}: shape {b.shape} of {b.dtype} is not {b.nbytes} bytes")
         if b.nbytes == 0:

@@ -27,6 +27,7 @@ from nnhal.driver.buffers import BufferRegistry, TokenLookup
 from nnhal.driver.guard import hal_methods
 from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.prepared_model import PreparedModel, deadline_ns, deadline_passed, v1_0_status
+from nnhal.driver.prepared_states import PreparedStates
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
 from nnhal.engine.executor import DeadlineMissed
 from nnhal.engine.reference_check import Unchecked, held_to_reference, unheld_operations
@@ -80,6 +81,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
         self._buffers = BufferRegistry()  # driver-managed buffers (memory domains), by token
         self.extensions = _declared_extensions(name, backend)
         self.pool_cache = PoolCache()  # request memories of in-process calls, kept mapped (driver/pool_cache.py)
+        self._states = PreparedStates()  # models validated and compiled lately (driver/prepared_states.py)
 
     # ------------------------------------------------------------------ helpers
     def buffer_lookup(self, prepared: PreparedModel) -> Any:
@@ -125,7 +127,11 @@ class Device(hal.IDevice, hal.INnhalDevice):
         model13 = self._upgrade(model)
         pools = self._map_pools(model13) if isinstance(model13, hal.Model) else []
         try:
-            defs = validate_model(model13, [p.view for p in pools], version, self.extensions)
+            views = [p.view for p in pools]
+            defs = self._states.defs(model13, views, version)  # NOTE: the same model again (prepared_states.py)
+            if defs is None:
+                defs = validate_model(model13, views, version, self.extensions)
+                self._states.add(model13, views, version, defs)
             if self.extensions and model13.extensionNameToPrefix:
                 # NOTE: the types of the extensions this driver declares carry their declarations from here on
                 model13 = resolve_extensions(model13, self.extensions).apply(model13)
@@ -346,7 +352,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
                         executor, cacheable = held_to_reference(
                             model13, views, dl, lambda: self.backend.compile(model13, views, dl))
                     else:
-                        executor, cacheable = self.backend.compile(model13, views, dl), True
+                        executor, cacheable = self._compiled(model13, views, dl, version), True
             except DeadlineMissed:
                 log.error("prepareModel: the deadline passed during the preparation")
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
@@ -396,6 +402,17 @@ class Device(hal.IDevice, hal.INnhalDevice):
             fail(status)
             return status
         return S.NONE
+
+    def _compiled(self, model13: hal.Model, views: list, dl: Optional[int], version: HalVersion) -> Any:
+        """The backend's compiled model, shared with an equal model prepared lately where the backend's
+        compiled models serve any number of prepared models (``Backend.shares_compiled``)."""
+        if not self.backend.shares_compiled:
+            return self.backend.compile(model13, views, dl)
+        compiled = self._states.compiled(model13, views, version)
+        if compiled is None:
+            compiled = self.backend.compile(model13, views, dl)
+            self._states.keep_compiled(model13, views, version, compiled)
+        return compiled
 
     def save_to_cache(self, prepared: PreparedModel, files: driver_cache.CacheFiles) -> S:
         """Writes ``prepared`` to the cache files; never raises (a cache problem is logged)."""

@@ -241,6 +241,15 @@ class PoolInput:
         self.read_into(memoryview(arr).cast("B"))
         return arr.reshape(self.shape)
 
+    def mapped(self) -> Optional[np.ndarray]:
+        """An array over the input's bytes where they stay in the pool (a mapped memory: no copy), valid
+        during this execution only (read it into something of the backend's own at once); None for a
+        memory read with pread (``read_into`` then)."""
+        view = self._view
+        if view.__class__ is not memoryview:
+            return None
+        return np.ndarray(self.shape, self.dtype, view, self._offset)
+
 
 def run_request(model: hal.Model, executor: Executor, request: hal.Request, pools: RequestPools,
                 measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int,

@@ -61,6 +61,7 @@ class SampleBackend(Backend):
     name = "sample"
     caching = True
     reference_checked = False  # NOTE: it is the reference: it fails those executions itself
+    shares_compiled = True  # NOTE: executions share only the Executor's read-only prepared state
 
     def __init__(self, version_string: str = VERSION_STRING):
         self.version_string = version_string

@@ -395,7 +395,38 @@ def _check_location(loc: Any, where: str) -> None:
         raise _fail(f"{where}: location {loc} is not three uint32 values")
 
 
+_INTS = (int, hal.OperandType, hal.OperandLifeTime)  # NOTE: what the fast path takes as ints (no bool)
+
+
+def _plain_operand(o: Any) -> bool:
+    """Whether ``o`` is an Operand whose fields have exactly the expected Python types and ranges (what
+    every well-formed model holds): then :func:`_check_operand_structure` has nothing to say, found in
+    one pass of exact type tests instead of the general (isinstance / ABC) checks."""
+    if type(o) is not hal.Operand:
+        return False
+    t, dims, loc, extra, scale = o.type, o.dimensions, o.location, o.extraParams, o.scale
+    if not (type(t) in _INTS and 0 <= t <= UINT32_MAX and type(o.lifetime) in _INTS
+            and type(o.numberOfConsumers) is int and 0 <= o.numberOfConsumers <= UINT32_MAX
+            and type(o.zeroPoint) is int and -(2**31) <= o.zeroPoint < 2**31
+            and (type(scale) is float and scale == scale or type(scale) is int)
+            and type(dims) is list and all(type(v) is int for v in dims)
+            and (not dims or (min(dims) >= 0 and max(dims) <= UINT32_MAX))):
+        return False
+    if not (type(loc) is hal.DataLocation and type(loc.poolIndex) is int and type(loc.offset) is int
+            and type(loc.length) is int and 0 <= loc.poolIndex <= UINT32_MAX and 0 <= loc.offset <= UINT32_MAX
+            and 0 <= loc.length <= UINT32_MAX):
+        return False
+    if type(extra) is not hal.OperandExtraParams or extra.extension is not None:
+        return False
+    cq = extra.channelQuant
+    return cq is None or (type(cq) is hal.SymmPerChannelQuantParams and type(cq.channelDim) is int
+                          and 0 <= cq.channelDim <= UINT32_MAX and type(cq.scales) in (list, tuple)
+                          and all(type(v) is float for v in cq.scales))
+
+
 def _check_operand_structure(o: Any, where: str) -> None:
+    if _plain_operand(o):
+        return
     if not isinstance(o, hal.Operand):
         raise _fail(f"{where} is not an Operand")
     if not _is_u32(o.type) or not _is_int(o.lifetime):

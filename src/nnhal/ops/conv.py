@@ -42,7 +42,7 @@ from nnhal.ops.base import (
     Tensor,
 )
 from nnhal.ops.prepared import Deferred
-from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier
+from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier, quantize_multipliers
 
 T = OperandType
 F32, F16, I32, B = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
@@ -229,19 +229,25 @@ def _multipliers(in_scale: float, f_type: OperandType, f_scale: float, f_cq: Any
     per output channel; raises ValueError where the reference fails."""
     s_in, s_out = _f32(in_scale), _f32(out_scale)
     if f_type == PC:
-        scales = list(f_cq.scales) if f_cq is not None else []
-        if len(scales) != nch:
-            raise ValueError(f"per-channel filter has {len(scales)} scales for {nch} channels")
+        scales = np.asarray(f_cq.scales if f_cq is not None else [], np.float32)
+        if scales.shape != (nch,):
+            raise ValueError(f"per-channel filter has {scales.size} scales for {nch} channels")
         with np.errstate(over="ignore"):  # NOTE: an infinite product is refused below (the multiplier)
-            products = [_f32(np.float32(s_in) * np.float32(s)) for s in scales]
+            products = (np.float32(s_in) * scales).astype(np.float64)
     else:
         ips = _f32(np.float32(s_in) * np.float32(f_scale))
         bs = _f32(b_scale)
         if not abs(ips - bs) <= 1e-6 * min(ips, bs):
             raise ValueError(f"bias scale {bs} != input scale * filter scale {ips}")
-        products = [ips] * nch
+        products = np.full(nch, ips)
+    if not (np.all(np.isfinite(products)) and np.all(products >= 0) and 0 < s_out < math.inf):
+        return _multipliers_each(products, s_out)  # NOTE: the reference's own failures, in its order
+    return quantize_multipliers(products / s_out)  # NOTE: the same doubles as one by one
+
+
+def _multipliers_each(products: np.ndarray, s_out: float) -> tuple[np.ndarray, np.ndarray]:
     qs, shifts = [], []
-    for ips in products:
+    for ips in products.tolist():
         if ips < 0:
             raise ValueError("negative input * filter scale")
         q, sh = quantize_multiplier(ips / s_out)
@@ -351,21 +357,65 @@ def _prepare(info: OpInfo) -> _State:
                 ai = form.act_input(len(ins), [i.type for i in ins])
                 act = info.constant(ai)
                 if b is not None and act is not None and b.shape == (nch,) and 0 <= int(act) <= 3:
-                    st.requant[int(act)] = _make_requant(st.mult, b, info.outputs[0], int(act), fast32=True)
-                    if form.fold_input_zp and st.filter is not None:
-                        _fold_input_zp(st, ins[0], b, info.outputs[0], int(act))
-                    elif form is DEPTHWISE and st.filter is not None:
-                        _fold_depthwise(st, ins[0], b, info.outputs[0], int(act))
+                    act = int(act)
+                    lay = _plan_layout(info, st)
+                    if lay is not None and lay["act"] == act:
+                        # NOTE: a static plan runs every execution of this layer (its input shape is fixed):
+                        # only the requantization it uses is searched, within the accumulators it can reach
+                        st.requant[act] = _make_requant(st.mult, b, info.outputs[0], act)
+                        _plan_requants(st, form, ins[0], b, info.outputs[0], act)
+                        st.plan = _make_plan(info, st)
+                    if st.plan is None:
+                        st.bounded = {}
+                        _general_requants(st, form, ins[0], b, info.outputs[0], act)
     except (ValueError, ArithmeticError) as e:
         # NOTE: prepare is authoritative: what it computed, executions use and never redo.  Parameters the
         # reference refuses when it runs (a bias scale that does not match, a multiplier out of range...)
         # make every quantized execution fail with this message, where the reference fails
         st.mult_error = str(e) or type(e).__name__
-    if is_q:
+        st.plan = None
+    if is_q and st.plan is None:
         if form in (CONV, DEPTHWISE, FC) and st.filter is not None and not st.mult_error:
             _bounded_requants(st, form, ins[0])
         st.plan = _make_plan(info, st)
     return st
+
+
+def _general_requants(st: _State, form: _Form, x: Any, b: np.ndarray, out: Any, act: int) -> None:
+    """The requantizations of the general path (no static plan), searched for every accumulator:
+    ``st.requant[act]``, and the zero-point folds of CONV_2D / DEPTHWISE_CONV_2D."""
+    st.requant[act] = _make_requant(st.mult, b, out, act, fast32=True)
+    if form.fold_input_zp and st.filter is not None:
+        _fold_input_zp(st, x, b, out, act)
+    elif form is DEPTHWISE and st.filter is not None:
+        _fold_depthwise(st, x, b, out, act)
+
+
+def _plan_requants(st: _State, form: _Form, x: Any, b: np.ndarray, out: Any, act: int) -> None:
+    """``st.bounded`` for a static plan: the requantization of raw input codes (the zero point folded
+    into the bias, CONV_2D and DEPTHWISE_CONV_2D: see _fold_input_zp) where its float32 search finds a
+    fit within the accumulators the layer can reach (:func:`_bounded_requant`), else the plain one's;
+    nothing where neither has a fit (the plan then takes the exact paths).  Depthwise layers take the
+    fold only when every channel fits (its plan has no pass redoing channels)."""
+    qmin, qmax = QUANT_RANGE[x.type]
+    a = np.abs(st.filter[1]).astype(np.float64)
+    l1 = a.sum(axis=(0, 1)) if form is DEPTHWISE else a.sum(axis=0)
+    if l1.shape != st.mult[0].shape:
+        return
+    top = float(l1.max(initial=0.0))
+    zx, raw_max = int(x.zero_point), max(-qmin, qmax)
+    if form in (CONV, DEPTHWISE) and zx != 0 and raw_max * top <= ck.F32_EXACT - 64:
+        colsum = st.filter[1].astype(np.float64).sum(axis=(0, 1) if form is DEPTHWISE else 0).astype(np.int64)
+        rq = _bounded_requant(_make_requant(st.mult, b.astype(np.int64) - zx * colsum, out, act),
+                              (raw_max * l1).astype(np.int64))
+        if rq is not None and (form is CONV or rq.f32_fix is None):
+            st.bounded[("fold", act)] = rq
+            return
+    max_x = max(zx - qmin, qmax - zx)
+    if max_x * top <= ck.F32_EXACT - 64:
+        rq = _bounded_requant(st.requant[act], (max_x * l1).astype(np.int64))
+        if rq is not None:
+            st.bounded[("plain", act)] = rq
 
 
 def _bounded_requants(st: _State, form: _Form, x: Any) -> None:
@@ -783,10 +833,11 @@ def _static_ctx(info: OpInfo) -> Optional[ExecContext]:
     return ExecContext(info.type, ins, outs, info.relaxed, None, None)
 
 
-def _make_plan(info: OpInfo, st: _State) -> Optional[_Plan]:
-    """The static plan of a quantized layer, or None (the general path runs)."""
+def _plan_layout(info: OpInfo, st: _State) -> Optional[dict]:
+    """What a static plan of a quantized layer fixes besides its requantization (geometry, shapes,
+    bounds; "act" its activation), or None where the layer gets none (the general path runs)."""
     form = _FORMS.get(info.type)
-    if form not in (CONV, DEPTHWISE, FC) or st.filter is None or st.mult_error or not st.requant:
+    if form not in (CONV, DEPTHWISE, FC) or st.filter is None or st.mult_error:
         return None
     x = info.inputs[0]
     if x.type not in QUANT8_ASYMM_TYPES:
@@ -796,66 +847,75 @@ def _make_plan(info: OpInfo, st: _State) -> Optional[_Plan]:
         return None
     # NOTE: a state loaded from the cache converts a CONV_2D / FC filter when an execution first needs it
     wm = st.filter[1]
-    mw = st.filter[2]
-    if wm is None and st.l1 is None:
+    if (wm is None and st.l1 is None) or (form is DEPTHWISE and wm is None):
         return None
-    fdims = tuple(info.inputs[1].dimensions)
-    out = info.outputs[0]
     qmin, qmax = QUANT_RANGE[x.type]
-    max_x = max(x.zero_point - qmin, qmax - x.zero_point)
-    l1 = st.l1 if st.l1 is not None else _l1(wm)
-    if form is DEPTHWISE and wm is None:
-        return None
+    lay = {"form": form, "max_x": max(x.zero_point - qmin, qmax - x.zero_point),
+           "l1": st.l1 if st.l1 is not None else _l1(wm), "dtype": NUMPY_DTYPE[info.outputs[0].type]}
     try:
         if form is FC:
             act = ctx.scalar(3)
             xs = ctx.inputs[0].data.shape
-            units, in_size = fdims
-            if _fc_shape_error(xs, ctx.inputs[1].data.shape, ctx.inputs[2].data.shape) or act not in st.requant:
+            units, in_size = tuple(info.inputs[1].dimensions)
+            if _fc_shape_error(xs, ctx.inputs[1].data.shape, ctx.inputs[2].data.shape):
                 return None
             batch = math.prod(xs) // in_size
-            if batch <= 0 or max(batch * units, batch * in_size) > ck.PLAN_MAX_VALUES or max_x * l1 > ck.F32_EXACT:
+            if batch <= 0 or max(batch * units, batch * in_size) > ck.PLAN_MAX_VALUES or \
+                    lay["max_x"] * lay["l1"] > ck.F32_EXACT:
                 return None
-            rq = ck.RequantPlan(st.bounded.get(("plain", act), st.requant[act]), batch, 1)
-            if rq.mode == "apply":
-                return None
-            return _FcPlan(xs, (batch, units), NUMPY_DTYPE[out.type], rq, st, x.zero_point)
+            return {**lay, "act": act, "in_shape": xs, "batch": batch, "units": units}
         p = (_geom_conv if form is CONV else _geom_depthwise)(ctx)
     except OpExecutionError:
         return None  # NOTE: the execution fails the same way on the general path
-    n, oh, ow, cout, act = p["n"], p["oh"], p["ow"], p["cout"], p["act"]
-    if p["nchw"] or act not in st.requant or n * oh * ow == 0:
+    n, oh, ow, cout = p["n"], p["oh"], p["ow"], p["cout"]
+    if p["nchw"] or n * oh * ow == 0:
         return None
     cin = x.dimensions[3]
     cols = n * oh * ow * p["kh"] * p["kw"] * cin if form is CONV else 0
     if max(n * oh * ow * cout, cols, math.prod(x.dimensions)) > ck.PLAN_MAX_VALUES:
         return None  # NOTE: the arena's capacity (ck.arena); beyond, the general path's costs are the arithmetic
-    in_shape = tuple(x.dimensions)
-    out_shape = (n, oh, ow, cout)
+    if form is DEPTHWISE and (n != 1 or p["extra"] != 1 or (p["sw"] > 1 and p["dw"] > 1) or
+                              ck.exact_block(p["kh"] * p["kw"], lay["max_x"], st.filter[2]) is not None):
+        return None
+    return {**lay, "act": p["act"], "p": p, "in_shape": tuple(x.dimensions), "out_shape": (n, oh, ow, cout)}
+
+
+def _make_plan(info: OpInfo, st: _State) -> Optional[_Plan]:
+    """The static plan of a quantized layer (:func:`_plan_layout` and the requantization: the bounded
+    search's where there is one, the zero point folded where that has a float32 fit), or None."""
+    lay = _plan_layout(info, st)
+    if lay is None or lay["act"] not in st.requant:
+        return None
+    form, act, zp = lay["form"], lay["act"], info.inputs[0].zero_point
+    if form is FC:
+        rq = ck.RequantPlan(st.bounded.get(("plain", act), st.requant[act]), lay["batch"], 1)
+        if rq.mode == "apply":
+            return None
+        return _FcPlan(lay["in_shape"], (lay["batch"], lay["units"]), lay["dtype"], rq, st, zp)
+    p, in_shape, out_shape = lay["p"], lay["in_shape"], lay["out_shape"]
+    n, oh, ow, cout = out_shape
     if form is CONV:
-        fold = st.fold.get(act)
+        fold = st.fold.get(act, st.bounded.get(("fold", act)))
         if fold is not None and fold.q.shape[0] == cout:
             rq, raw = fold, True
-        elif max_x * l1 <= ck.F32_EXACT:
+        elif lay["max_x"] * lay["l1"] <= ck.F32_EXACT:
             rq, raw = st.requant[act], False
         else:
             return None
         plan_rq = ck.RequantPlan(st.bounded.get(("fold" if raw else "plain", act), rq), n * oh, ow)
         if plan_rq.mode == "apply":
             return None
-        return _ConvPlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, st, p, x.zero_point, raw)
-    kh, kw = p["kh"], p["kw"]
-    if n != 1 or p["extra"] != 1 or (p["sw"] > 1 and p["dw"] > 1) or ck.exact_block(kh * kw, max_x, mw) is not None:
-        return None
+        return _ConvPlan(in_shape, out_shape, lay["dtype"], plan_rq, st, p, zp, raw)
+    wm = st.filter[1]
     fold = st.bounded.get(("fold", act), st.fold.get(act))
     if fold is not None and fold.q.shape[0] == cout:
         plan_rq = ck.RequantPlan(fold, oh, ow)
         if plan_rq.mode == "f32" and plan_rq.fix is None:
-            return _DepthwisePlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, wm, p, x.zero_point, True)
+            return _DepthwisePlan(in_shape, out_shape, lay["dtype"], plan_rq, wm, p, zp, True)
     plan_rq = ck.RequantPlan(st.bounded.get(("plain", act), st.requant[act]), oh, ow)
     if plan_rq.mode == "apply":
         return None
-    return _DepthwisePlan(in_shape, out_shape, NUMPY_DTYPE[out.type], plan_rq, wm, p, x.zero_point, False)
+    return _DepthwisePlan(in_shape, out_shape, lay["dtype"], plan_rq, wm, p, zp, False)
 
 
 # --------------------------------------------------------------------------

@@ -385,15 +385,19 @@ SEARCH_VALUES = 1 << 20  # float32 values per batch of the search (candidates x 
 
 
 def _neighbours(a: np.ndarray, k: int) -> np.ndarray:
-    """[2k + 1, len(a)]: row k + j is ``a`` moved j float32 steps (j in -k..k)."""
-    rows = [a]
-    up, down = a, a
-    for _ in range(k):
-        up = np.nextafter(up, np.float32(np.inf))
-        down = np.nextafter(down, np.float32(-np.inf))
-        rows.append(up)
-        rows.insert(0, down)
-    return np.stack(rows)
+    """[2k + 1, len(a)]: row k + j is ``a`` moved j float32 steps (j in -k..k), as j nextafter calls
+    would (float32 bit patterns ordered as integers: negative ones mirrored)."""
+    return _step32(a, np.arange(-k, k + 1)[:, None])
+
+
+def _step32(a: np.ndarray, j: Any) -> np.ndarray:
+    """float32 ``a`` moved ``j`` representable steps (broadcast; finite values that stay finite)."""
+    bits = np.asarray(a, np.float32).view(np.int32).astype(np.int64)
+    key = np.where(bits < 0, -(bits & 0x7FFFFFFF), bits) + j
+    out = np.where(key < 0, (-key) | 0x80000000, key).astype(np.uint32).view(np.float32)
+    if np.ndim(j) == 0 or not np.any(np.asarray(j) == 0):
+        return out
+    return np.where(np.asarray(j) == 0, np.asarray(a, np.float32), out)  # NOTE: a itself (-0.0 stays -0.0)
 
 
 def _corr_stage(t: np.ndarray, pivot: np.float32, ncorr: Any, u: np.ndarray) -> None:
@@ -403,6 +407,159 @@ def _corr_stage(t: np.ndarray, pivot: np.float32, ncorr: Any, u: np.ndarray) -> 
     np.subtract(t, pivot, out=u)
     np.clip(u, ncorr, np.float32(0), out=u)
     t += u
+
+
+def _ceil_scaled(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """ceil(2^30 * x / q) exactly in int64, for 0 < q < 2^31 and |x| < 2^52
+    (2^30 * x itself may not fit: x split as q * hi + lo first)."""
+    hi, lo = np.divmod(x, q)
+    return (hi << 30) - ((-(lo << 30)) // q)
+
+
+def exact_steps(q_eff: np.ndarray, r: np.ndarray, bias: np.ndarray, k: np.ndarray, vneg: np.ndarray) -> np.ndarray:
+    """The smallest integer accumulator whose exact requantization
+    (:meth:`Requant._apply_int` before the zero point: the rounding doubling
+    high multiply, then the rounding right shift, as one floor of (v*q + 2^30
+    + 2^(30+r) - [negative tie] 2^31) / 2^(31+r) with v = acc + bias) is at
+    least ``k``; the arguments broadcast (e.g. channels [C, 1] against levels
+    [L]).  Closed form: v >= ceil((k * 2^(31+r) - 2^30 - 2^(30+r)) / q), or,
+    where a negative tie applies (r > 0 and v < vneg), the same with 2^31
+    more; the tie region comes first.  Exact in int64: the numerators are
+    2^30 times numbers below 2^52 (r capped at 40: every step then lies
+    beyond 2^38, outside any accumulator range a float32 path can meet, for
+    |bias| < 2^37)."""
+    rc = np.minimum(r, 40)
+    pos = (rc > 0).astype(np.int64)
+    x = (k << (rc + 1)) - 1 - (pos << rc)  # (k * 2^(31+r) - 2^30 - [r > 0] 2^(30+r)) / 2^30
+    small = q_eff < (1 << 31)
+    qs = np.where(small, q_eff, 1)
+    t1 = _ceil_scaled(x, qs)
+    if not np.all(small):
+        # NOTE: a left shift (r == 0) can make q_eff large; x is then small (|2k - 1|) and 2^30 x fits
+        t1 = np.where(small, t1, -((-(x << 30)) // q_eff))
+    t2 = _ceil_scaled(x + 2, qs)  # NOTE: used where r > 0 only, so q_eff == q < 2^31
+    v = np.where((rc > 0) & (t2 < vneg), t2, np.maximum(t1, np.where(rc > 0, vneg, t1)))
+    return v - bias
+
+
+def _search(groups: list, todo: np.ndarray, pts: np.ndarray, thr: np.ndarray, tau: np.ndarray, m_near: np.ndarray,
+            c_near: np.ndarray, corr32: np.ndarray | None, pivot: np.float32, chosen_m: np.ndarray,
+            chosen_c: np.ndarray) -> np.ndarray:
+    """:func:`_search_each`'s choice, found without trying each c32: for a given m32, every point's
+    condition on t1 = fl(fl(acc * m32) + c32) (below ``tau`` [2, channel, points] at pts[0], at least it
+    at pts[1]; tau: the float32 value t1 needs so that the output, after the negative-tie stage, reaches
+    the level) holds exactly for c32 on one side of a threshold (fl is monotone in c32), so the
+    candidates that pass are those in [max of the lower thresholds, min of the upper ones): one
+    threshold per point and m offset (:func:`_c_thresholds`), then the first candidate of each group in
+    that interval.  Channels where a threshold cannot be pinned down exactly take the search one by one
+    (as do groups of one candidate: one evaluation is cheaper).  Returns the channels no candidate fits
+    (ascending)."""
+    if all(len(kcs) == 1 for _, kcs in groups):
+        return _search_each(groups, todo, pts, thr, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
+    deadline.poll()  # NOTE: a preparation's deadline
+    # NOTE: the thresholds of every m offset of the groups at once ([offset, 2, channel, points])
+    kms = sorted({km for km, _ in groups})
+    m32 = m_near[np.asarray(kms) + 4][:, todo]  # [offset, channel]
+    cmin, bad = _c_thresholds(pts[None] * m32[:, None, :, None], np.broadcast_to(tau, (len(kms), *tau.shape)))
+    lo_all = cmin[:, 1].max(axis=2, initial=-np.inf)  # [offset, channel]
+    hi_all = cmin[:, 0].min(axis=2, initial=np.inf)
+    each = np.logical_or.reduce(bad, axis=0)
+    rows = np.flatnonzero(~each)
+    for km, kcs in groups:
+        if rows.size == 0:
+            break
+        j = kms.index(km)
+        ch = todo[rows]
+        cand = c_near[np.asarray(kcs) + 12][:, ch]  # [candidates, channels]
+        ok = (cand >= lo_all[j, rows]) & (cand < hi_all[j, rows])
+        hit = np.logical_or.reduce(ok, axis=0)
+        first = ok.argmax(axis=0)[hit]
+        chosen_m[ch[hit]] = m32[j, rows[hit]]
+        chosen_c[ch[hit]] = cand[first, np.flatnonzero(hit)]
+        rows = rows[~hit]
+    left = todo[rows]
+    if np.any(each):
+        r = np.flatnonzero(each)
+        left = np.sort(np.concatenate([left, _search_each(groups, todo[r], pts[:, r], thr[:, r], m_near, c_near,
+                                                          corr32, pivot, chosen_m, chosen_c)]))
+    return left
+
+
+def _stage_thresholds(k: np.ndarray, ncorr: np.ndarray, pivot: np.float32) -> np.ndarray:
+    """Per (level, channel) pair (``k``: the level in shifted output units, ``ncorr``: the channel's
+    -2^-r): the smallest float32 t whose negative-tie stage (:func:`_corr_stage`) is at least k, nan where
+    it is not within two floats of k + 2^-r below the pivot (k above: the stage leaves t >= pivot alone).
+    Found by running the stage on the five floats around the estimate (it is monotone)."""
+    base = (k - np.where(k < pivot, ncorr.astype(np.float64), 0.0)).astype(np.float32)
+    lo1 = np.nextafter(base, np.float32(-np.inf))
+    hi1 = np.nextafter(base, np.float32(np.inf))
+    cand = np.stack([np.nextafter(lo1, np.float32(-np.inf)), lo1, base, hi1, np.nextafter(hi1, np.float32(np.inf))])
+    t = cand.copy()
+    _corr_stage(t, pivot, ncorr[None], np.empty_like(t))
+    ok = t >= k.astype(np.float32)
+    first = ok.argmax(axis=0)
+    good = ok[-1] & ~ok[0]
+    out = np.take_along_axis(cand, first[None], axis=0)[0]
+    return np.where(good, out, np.float32(np.nan))
+
+
+def _c_thresholds(p: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For float32 ``p`` and thresholds ``tau`` (same shape [..., 2, channel, points], +-inf: no condition):
+    the smallest float32 c with fl(p + c) >= tau (+-inf where tau is), found as y = tau - h - p rounded up
+    (h half the float32 gap below tau: round to nearest) and then checked exactly with float32 sums
+    (ties, or a y float64 could not hold, move it a step); and per channel whether some threshold
+    stayed unsure (the caller then tries the candidates one by one)."""
+    fin = np.isfinite(tau)
+    unsure = np.isnan(tau)  # NOTE: a stage threshold _stage_thresholds could not pin down
+    t32 = np.where(fin, tau, 0).astype(np.float32)
+    up, down = np.float32(np.inf), np.float32(-np.inf)
+    t64 = t32.astype(np.float64)
+    y = t64 - (t64 - np.nextafter(t32, down)) / 2 - p
+    c = y.astype(np.float32)
+    c = np.where(c < y, np.nextafter(c, up), c)
+    # NOTE: the float32 sums decide: c must reach tau, the float below it must not
+    c = np.where(p + c < t32, np.nextafter(c, up), c)
+    below = np.nextafter(c, down)
+    c = np.where(p + below >= t32, below, c)
+    bad = unsure | (fin & ~((p + c >= t32) & (p + np.nextafter(c, down) < t32)))
+    return np.where(fin, c, tau).astype(np.float32), np.logical_or.reduce(bad, axis=(-3, -1))
+
+
+def _search_each(groups: list, todo: np.ndarray, pts: np.ndarray, thr: np.ndarray, m_near: np.ndarray,
+                 c_near: np.ndarray, corr32: np.ndarray | None, pivot: np.float32, chosen_m: np.ndarray,
+                 chosen_c: np.ndarray) -> np.ndarray:
+    """Tries the float32 candidates of ``groups`` ((m offset, c offsets) in
+    order) for channels ``todo``, checked at their points ``pts`` against the
+    thresholds ``thr`` ([2, channel, points]: the float32 value must be below
+    thr[0] at pts[0] and at least thr[1] at pts[1]).  Each candidate set of one
+    m offset is tried for every channel still failing at once ([candidates,
+    channels, points]) and a channel takes its first candidate that passes
+    (written into ``chosen_m`` / ``chosen_c``): the same choice as trying them
+    one by one.  Returns the channels none fits."""
+    rows = np.arange(todo.size)
+    for km, kcs in groups:
+        if rows.size == 0:
+            break
+        deadline.poll()  # NOTE: a preparation's deadline (the search is the long part of prepare)
+        step = max(1, SEARCH_VALUES // max(1, 2 * len(kcs) * pts.shape[2]))
+        passed = np.zeros(rows.size, bool)
+        for s0 in range(0, rows.size, step):
+            rw = rows[s0:s0 + step]
+            ch = todo[rw]
+            m32 = m_near[km + 4, ch]
+            cand = c_near[np.asarray(kcs) + 12][:, ch]  # [candidates, channels]
+            t = cand[:, None, :, None] + (pts[:, rw] * m32[:, None])[None]  # NOTE: fl(fl(v * m) + c), as applied
+            if corr32 is not None:
+                _corr_stage(t, pivot, corr32[None, None, ch, None], np.empty_like(t))
+            ok = np.logical_and.reduce(t[:, 0] < thr[None, 0, rw], axis=2)
+            ok &= np.logical_and.reduce(t[:, 1] >= thr[None, 1, rw], axis=2)
+            hit = np.logical_or.reduce(ok, axis=0)
+            first = ok.argmax(axis=0)[hit]
+            chosen_m[ch[hit]] = m32[hit]
+            chosen_c[ch[hit]] = cand[first, np.flatnonzero(hit)]
+            passed[s0:s0 + step] = hit
+        rows = rows[~passed]
+    return todo[rows]
 
 
 @dataclass
@@ -447,14 +604,18 @@ class Requant:
 
     def __post_init__(self) -> None:
         q, shift, bias = self.q, self.shift, self.bias
+        # NOTE: array methods rather than np.all / np.any (their Python wrappers cost more than these small
+        # arrays' arithmetic: a cached model rebuilds dozens of these at load)
         left = np.maximum(shift, 0)
         r = np.maximum(-shift, 0)
         self.q_eff = q << left
         self.r = r
-        self.use_float = bool(np.all(r <= 11) and np.all(np.abs(bias) <= (1 << 20)))
+        rmax = int(r.max(initial=0))
+        self.use_float = bool(rmax <= 11 and (bias.size == 0 or max(int(bias.max()), -int(bias.min())) <= (1 << 20)))
         # the rounding of a negative half away from zero (v*q < -2^30)
-        self.vneg = np.where(q > (1 << 30), 0, -1).astype(np.int64)
-        self.need_corr = bool(self.lo < self.zp and np.any(r > 0))
+        self.vneg = (q <= (1 << 30)).astype(np.int64)
+        np.negative(self.vneg, out=self.vneg)
+        self.need_corr = bool(self.lo < self.zp and rmax > 0)
         if self.use_float:
             m1 = self.q_eff.astype(np.float64) * np.exp2(-(31.0 + r))
             c = bias.astype(np.float64) * m1 + 0.5 + np.where(r > 0, np.exp2(-(r + 1.0)), 0.0) + self.zp
@@ -468,114 +629,163 @@ class Requant:
             self._verify_f32()
 
     def _verify_f32(self, bound: np.ndarray | None = None) -> None:
-        """Find float32 (m32, c32) per channel giving floor(acc * m32 + c32)
-        == the exact result for every float32 integer accumulator; sets
-        ``f32`` to (m32, c32, shift) or leaves it None.
+        """Find float32 (m32, c32) per channel such that the float32 path's
+        output (``floor(fl(fl(acc * m32) + c32))``, with the negative-tie stage
+        when in range, clamped to [lo, hi]) equals the exact one for every
+        accumulator; sets ``f32`` to (m32, c32, shift, corr32, pivot) or
+        leaves it None.  Candidates: the rounded constants first, then their
+        neighbouring floats (GRID, then WIDE for a few stubborn channels); a
+        channel takes the first that passes.
 
-        ``bound`` (int64 per channel): only accumulators within [-bound,
-        bound] occur (a layer's static plan knows them): the steps outside
-        are not checked, the two ends are (the clamped outputs compared):
-        both functions are monotone, so agreeing at the ends and around every
-        step between, they agree on the whole interval."""
+        Both are monotone step functions of acc, so they agree everywhere once,
+        for every output level k in lo+1 .. hi, the float32 one is below k just
+        before the exact one's step into k and at least k at it: two points per
+        level, at steps found exactly in int64 (:func:`exact_steps`).  Most
+        levels need no point at all: where the exact step's real position lies
+        farther from every integer than the float32 error of the candidates
+        tried (:meth:`_uncertain`), the float32 function steps at the same
+        integer.  ``bound`` (int64 per channel): only accumulators within
+        [-bound, bound] occur (a layer's static plan knows them); a step
+        outside is checked at the interval's end instead.  Without a bound
+        every accumulator counts, so every step must lie inside (-2^24, 2^24)
+        (beyond, float32 integers are not exact; the outputs there clamp)."""
         nc = self.q.shape[0]
         if nc == 0:
             return
         sh = 128 if self.out_dtype == np.int8 else 0
         m = self.q_eff.astype(np.float64) * np.exp2(-(31.0 + self.r))
-        if np.any(m <= 0) or np.any(m > 1 << 16):
+        if np.any(m <= 0) or np.any(m > 1 << 16) or np.any(np.abs(self.bias) >= 1 << 36):
             return
         c = self.bias.astype(np.float64) * m + 0.5 + np.where(self.r > 0, np.exp2(-(self.r + 1.0)), 0.0) \
             + self.zp + sh
-        levels = np.arange(self.lo + 1 + sh, self.hi + 2 + sh, dtype=np.float64)  # steps into lo+1 .. hi+1
-        # NOTE: the negative-tie correction (outputs <= zp) is floor(t - 2^-r)
-        # below the zero point's region: as t + clip(t - (zp + 1), -2^-r, 0),
-        # exact in real arithmetic since t >= zp + 1/2 wherever no correction
-        # applies; float32 rounding is again left to the check below
-        corr = np.where(self.r > 0, np.exp2(-self.r.astype(np.float64)), 0.0) if self.need_corr else None
+        levels = np.arange(self.lo + 1, self.hi + 1, dtype=np.int64)  # the steps into lo+1 .. hi
+        dist = self._step_distances(m, c, levels, sh, bound is None)
+        if dist is None:
+            return
+        lim = np.full(nc, F32_EXACT - 16, np.int64) if bound is None else bound.astype(np.int64)
+        corr32 = None
+        if self.need_corr:
+            corr32 = (-np.where(self.r > 0, np.exp2(-self.r.astype(np.float64)), 0.0)).astype(np.float32)  # exact
         pivot = np.float32(self.zp + sh + 1)
-        shifted = c[:, None] - (0.0 if corr is None else corr[:, None] * (levels[None, :] <= self.zp + sh))
-        # points around each step of the exact function: [channel, level, point]
-        approx = np.floor((levels[None, :] - shifted) / m[:, None])
-        win = np.arange(-1, 3, dtype=np.float64)
-        rel = None
-        if bound is not None:
-            b = bound.astype(np.float64)[:, None]
-            with np.errstate(invalid="ignore"):
-                rel = (approx >= -b - 4) & (approx <= b + 4)  # the steps inside the interval
-            approx = np.where(rel, approx, 0.0)
-        pts = approx[:, :, None] + win
-        if not np.all(np.abs(pts) < F32_EXACT - 16):
-            return
-        v = pts.reshape(nc, -1).T  # [points, channel] for the int64 reference
-        exact = self._apply_int(v, 1, np.empty(v.shape, np.int64), clamp=False).T.reshape(pts.shape) + sh
-        # each window must contain its step (both sides of it are then checked)
-        inside, above = exact[:, :, 0] < levels, exact[:, :, -1] >= levels
-        if rel is not None:
-            inside, above = inside | ~rel, above | ~rel
-        if not (np.all(inside) and np.all(above)):
-            return
-        v32 = pts.astype(np.float32).reshape(nc, -1)
-        exact = exact.astype(np.float32).reshape(nc, -1)  # |values| <= 2^9: exact
-        if rel is not None:
-            # NOTE: the ends of the interval as two more points; outputs compared clamped (what the path writes)
-            ends = np.stack([-bound, bound], axis=1).astype(np.float64)
-            e_exact = self._apply_int(ends.T, 1, np.empty((2, nc), np.int64), clamp=False).T + sh
-            v32 = np.concatenate([v32, ends.astype(np.float32)], axis=1)
-            exact = np.concatenate([exact, e_exact.astype(np.float64)], axis=1)
-            keep = np.concatenate([np.repeat(rel, win.size, axis=1), np.ones((nc, 2), bool)], axis=1)
-            exact = np.where(keep, np.clip(exact, self.lo + sh, self.hi + sh), np.nan)
-        chosen_m = np.zeros(nc, np.float32)
-        chosen_c = np.zeros(nc, np.float32)
-        corr32 = None if corr is None else (-corr).astype(np.float32)  # exact: powers of two
-
-        # NOTE: the rounded constants first, then their neighbouring floats for the channels still failing (a step
-        # lying within float32 error), in the order of GRID then WIDE; each candidate set of one m offset is tried
-        # for every channel still failing at once ([candidates, channels, points]), and a channel takes its first
-        # candidate that passes: the same choice as trying them one by one
         m_near = _neighbours(m.astype(np.float32), 4)
         c_near = _neighbours(c.astype(np.float32), 12)
+        chosen_m, chosen_c = m_near[4].copy(), c_near[12].copy()
         todo = np.arange(nc)
-        for phase, groups in enumerate((GRID_GROUPS, WIDE_GROUPS)):
-            if phase == 1 and todo.size > 8:
-                break  # NOTE: the wide search only for a few stubborn channels (it is long)
-            for km, kcs in groups:
-                if todo.size == 0:
-                    break
-                deadline.poll()  # NOTE: a preparation's deadline (the search is the long part of prepare)
-                step = max(1, SEARCH_VALUES // max(1, len(kcs) * v32.shape[1]))
-                passed = np.zeros(todo.size, bool)
-                for s0 in range(0, todo.size, step):
-                    ch = todo[s0:s0 + step]
-                    m32 = m_near[km + 4, ch]
-                    cand = c_near[np.asarray(kcs) + 12][:, ch]  # [candidates, channels]
-                    t = cand[:, :, None] + (v32[ch] * m32[:, None])[None]  # NOTE: fl(fl(v * m) + c), as applied
-                    if corr32 is not None:
-                        _corr_stage(t, pivot, corr32[None, ch, None], np.empty_like(t))
-                    np.floor(t, out=t)
-                    want = exact[ch][None]
-                    if rel is not None:
-                        UFUNC_CLIP(t, np.float32(self.lo + sh), np.float32(self.hi + sh), out=t)
-                        ok = np.logical_and.reduce((t == want) | np.isnan(want), axis=2)
-                    else:
-                        ok = np.logical_and.reduce(t == want, axis=2)
-                    hit = np.logical_or.reduce(ok, axis=0)
-                    first = ok.argmax(axis=0)[hit]
-                    chosen_m[ch[hit]] = m32[hit]
-                    chosen_c[ch[hit]] = cand[first, np.flatnonzero(hit)]
-                    passed[s0:s0 + step] = hit
-                todo = todo[~passed]
+        kmax = float(levels.max(initial=0) + sh + 1)
+        tau = None if corr32 is None else (corr32, pivot)
+        for groups, cap in ((GRID_GROUPS[:1], (1, 1)), (GRID_GROUPS[1:], (3, 7)), (WIDE_GROUPS, (9, 25))):
+            # NOTE: the rounded constants, then the GRID (m moved up to 1 float, c up to 3), then the wide search
+            # (m up to 4 floats, c up to 12) for a few stubborn channels: each checked at the levels its error
+            # bound leaves uncertain, for the channels still failing
+            if todo.size == 0 or (groups is WIDE_GROUPS and todo.size > 8):
+                break
+            unsure = self._uncertain(dist[todo], m[todo], c[todo], kmax, cap)
+            pts, thr, tt = self._points(todo, unsure, levels, lim, sh, tau)
+            todo = _search(groups, todo, pts, thr, tt, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
         if todo.size == 0:
             self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
             return
         if todo.size <= nc // 4:
             # NOTE: a few channels without a float32 fit: the float32 pass over
             # everything, then those channels' columns again on the exact paths
-            fail = np.isin(np.arange(nc), todo)
-            chosen_m[fail] = m[fail].astype(np.float32)
-            chosen_c[fail] = c[fail].astype(np.float32)
+            chosen_m[todo] = m[todo].astype(np.float32)
+            chosen_c[todo] = c[todo].astype(np.float32)
             self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
             self.f32_fix = (todo, Requant(q=self.q[todo], shift=self.shift[todo], bias=self.bias[todo], zp=self.zp,
                                           lo=self.lo, hi=self.hi, out_dtype=self.out_dtype))
+
+    def _step_distances(self, m: np.ndarray, c: np.ndarray, levels: np.ndarray, sh: int,
+                        unbounded: bool) -> np.ndarray | None:
+        """[channel, level]: how far (in output units) the exact step's real
+        position acc* lies from the nearest integer, times m; None when a
+        step lies outside (-2^24, 2^24) and ``unbounded``.
+
+        The exact output is floor(g(acc)), g = acc * m + c (c exact, in the
+        shifted output units), less 2^-r where a negative tie applies (r > 0
+        and acc * m + c < zp + 1/2, the float32 path's stage); the step into
+        level k is ceil(acc*), acc* = (k' - c) / m with k' = k, or k + 2^-r for
+        levels at or below the zero point: for r >= 2 (m < 2^-r) the tie holds
+        at both integers around such a step and at neither around a higher
+        one.  At distance d, g is at least d above k at the step and more than
+        d below it just before.  The float64 error of the distances is below
+        2^-45 (|k| + |c| + 2) (see :meth:`_uncertain`).  Channels with m > 1,
+        or r == 1 with the stage, get distance 0 (every level checked)."""
+        kk = (levels + sh).astype(np.float64)
+        inv = 1.0 / m
+        y = np.multiply.outer(inv, kk)
+        y -= (c * inv)[:, None]
+        if self.need_corr:
+            low = levels <= self.zp
+            y[:, low] += (np.where(self.r > 0, np.exp2(-self.r.astype(np.float64)), 0.0) * inv)[:, None]
+        if unbounded and not np.all(np.abs(y) < F32_EXACT - 18):
+            return None
+        f = y - np.floor(y)
+        np.minimum(f, 1.0 - f, out=f)
+        f *= m[:, None]
+        f[(m > 1) | ((self.r == 1) & self.need_corr)] = 0.0
+        return f
+
+    @staticmethod
+    def _uncertain(dist: np.ndarray, m: np.ndarray, c: np.ndarray, kmax: float, cap: tuple) -> np.ndarray:
+        """[channel, level]: the levels where a candidate with m32 within
+        cap[0] / 2 ulps of m and c32 within cap[1] / 2 ulps of c (relative
+        2^-24 per half ulp) may step elsewhere than the exact function.  At the
+        two integers around a step |acc * m| <= A = kmax + |c| + 1, |t| <=
+        kmax + 1, and the float32 value differs from the exact acc * m + c by
+        at most A |m32 - m| / m + 2^-24 |acc m32| (the product's rounding) +
+        |c32 - c| + 2^-24 |t| (the sum's) [+ 2^-24 |t|: the stage's
+        subtraction]; with the float64 terms (c's own error, 2^-50 (|c| +
+        600), and the distances', 2^-45 A) all within the margin below."""
+        a = kmax + np.abs(c) + 1.0
+        err = np.exp2(-24.0) * ((cap[0] + 1.01) * a + cap[1] * 1.01 * np.abs(c) + 2.0 * (kmax + 1.0)) \
+            + np.exp2(-44.0) * (a + 600.0)
+        return dist <= err[:, None]
+
+    def _points(self, todo: np.ndarray, unsure: np.ndarray, levels: np.ndarray, lim: np.ndarray, sh: int,
+                tau: tuple | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For channels ``todo`` and their ``unsure`` levels ([channel,
+        level]): the float32 accumulators [2, channel, points] just below the
+        exact step and at it (clipped to [-lim, lim]), the levels the float32
+        output must be below there and reach at it (inf / -inf: a step outside
+        the interval, or padding: no condition), and the same as thresholds
+        of the value before the negative-tie stage (``tau``: its (-2^-r per channel, pivot), the
+        thresholds from :func:`_stage_thresholds`; the levels themselves without it)."""
+        ri, li = np.nonzero(unsure)
+        ci, k = todo[ri], levels[li]
+        q, r = self.q_eff, self.r
+        if ri.size > levels.size and np.all(q == q[0]) and np.all(r == r[0]):
+            # NOTE: one multiplier for the layer (per-tensor weights): the steps of acc + bias are the same
+            # for every channel, found once per level
+            v = exact_steps(q[:1], r[:1], np.zeros(1, np.int64), levels - self.zp, self.vneg[:1])
+            steps = v[li] - self.bias[ci]
+        else:
+            steps = exact_steps(q[ci], r[ci], self.bias[ci], k - self.zp, self.vneg[ci])
+        b = lim[ci]
+        counts = np.bincount(ri, minlength=todo.size)
+        width = int(counts.max(initial=0))
+        col = np.arange(ri.size) - np.repeat(np.cumsum(counts) - counts, counts)  # NOTE: rank within its channel
+        pts = np.zeros((2, todo.size, width), np.float32)
+        pts[0, ri, col] = np.minimum(steps - 1, b)
+        pts[1, ri, col] = np.maximum(steps, -b)
+        want = (k + sh).astype(np.float32)
+        inf = np.float32(np.inf)
+        thr = np.empty((2, todo.size, width), np.float32)
+        thr[0], thr[1] = inf, -inf
+        thr[0, ri, col] = np.where(steps > -b, want, inf)
+        thr[1, ri, col] = np.where(steps <= b, want, -inf)
+        if tau is None:
+            return pts, thr, thr
+        tt = thr.copy()
+        t = want.copy()
+        low = np.flatnonzero(k + sh < tau[1])  # NOTE: at and above the pivot the stage leaves t alone
+        # NOTE: a function of the level and of r alone: one table per distinct r (a handful), then gathered
+        rs, which = np.unique(r, return_inverse=True)
+        table = _stage_thresholds((levels + sh).astype(np.float64)[None, :],
+                                  (-np.exp2(-rs.astype(np.float64)) * (rs > 0)).astype(np.float32)[:, None], tau[1])
+        t[low] = table[which[ci[low]], li[low]]
+        tt[0, ri, col] = np.where(steps > -b, t, inf)
+        tt[1, ri, col] = np.where(steps <= b, t, -inf)
+        return pts, thr, tt
 
     def acc_mode(self) -> tuple[bool, bool]:
         """(may_round, want32) for :func:`gemm_exact`: the float paths only

@@ -42,13 +42,35 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     if real == 0.0:
         return 0, 0
     mantissa, shift = math.frexp(real)
-    q = round_half_away_int(mantissa * (1 << 31))  # NOTE: std::round (double), not Python's banker's round
+    q = _round_half_away_double(mantissa * (1 << 31))  # NOTE: std::round (double), not Python's banker's round
     if q == (1 << 31):
         q //= 2
         shift += 1
     if shift < -31:
         return 0, 0
     return q, shift
+
+
+def quantize_multipliers(real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`quantize_multiplier` of every value of ``real`` (float64, finite, >= 0): int64 (q, shift)
+    arrays, the same values (frexp and the rounding are exact on doubles)."""
+    real = np.asarray(real, np.float64)
+    mantissa, shift = np.frexp(real)
+    q = round_half_away(mantissa * float(1 << 31)).astype(np.int64)
+    shift = shift.astype(np.int64)
+    top = q == (1 << 31)
+    q = np.where(top, q // 2, q)
+    shift = shift + top
+    zero = (real == 0.0) | (shift < -31)
+    return np.where(zero, 0, q), np.where(zero, 0, shift)
+
+
+def _round_half_away_double(x: float) -> int:
+    """``std::round`` of a double (a Python float), as a Python int: round_half_away_int without numpy."""
+    a = abs(x)
+    f = math.floor(a)
+    r = f + (1 if a - f >= 0.5 else 0)  # NOTE: a - floor(a) is exact; a + 0.5 is not
+    return r if x >= 0 else -r
 
 
 def quantize_multiplier_smaller_than_one(real: float) -> tuple[int, int]:

@@ -117,6 +117,10 @@ class Face:
     def cache_files(self) -> tuple[S, int, int]:
         raise NotImplementedError
 
+    def version_string(self) -> str:
+        """The driver's version string ("" when the device does not give it)."""
+        raise NotImplementedError
+
     def prepare(self, model: hal.Model, preference: hal.ExecutionPreference, priority: hal.Priority,
                 deadline_ns: Optional[int], model_cache: Sequence[int], data_cache: Sequence[int], token: bytes,
                 timeout: Optional[float] = None) -> tuple[S, Optional["Prepared"]]:
@@ -227,6 +231,10 @@ class HidlFace(Face):
         status, n_model, n_data = self.device.getNumberOfCacheFilesNeeded()
         return S(status), int(n_model), int(n_data)
 
+    def version_string(self) -> str:
+        status, version = self.device.getVersionString()
+        return str(version) if status == S.NONE else ""
+
     def prepare(self, model: hal.Model, preference: hal.ExecutionPreference, priority: hal.Priority,
                 deadline_ns: Optional[int], model_cache: Sequence[int], data_cache: Sequence[int], token: bytes,
                 timeout: Optional[float] = None) -> tuple[S, Optional[Prepared]]:
@@ -247,8 +255,11 @@ class HidlFace(Face):
     def prepare_from_cache(self, deadline_ns: Optional[int], model_cache: Sequence[int], data_cache: Sequence[int],
                            token: bytes, timeout: Optional[float] = None) -> tuple[S, Optional[Prepared]]:
         cb = hal.PreparedModelCallback()
-        launch = self.device.prepareModelFromCache_1_3(_time_point(deadline_ns), _handles(model_cache),
-                                                       _handles(data_cache), token, cb)
+        if self.version == V.V1_2:
+            launch = self.device.prepareModelFromCache(_handles(model_cache), _handles(data_cache), token, cb)
+        else:
+            launch = self.device.prepareModelFromCache_1_3(_time_point(deadline_ns), _handles(model_cache),
+                                                           _handles(data_cache), token, cb)
         return self._prepared(launch, cb, timeout)
 
     def _prepared(self, launch: Any, cb: hal.PreparedModelCallback,
@@ -393,6 +404,12 @@ class AidlFace(Face):
         except _AIDL_ERRORS as e:
             return _aidl_status(e), 0, 0
         return S.NONE, int(n.numModelCache), int(n.numDataCache)
+
+    def version_string(self) -> str:
+        try:
+            return str(self.device.getVersionString())
+        except _AIDL_ERRORS:
+            return ""
 
     def prepare(self, model: hal.Model, preference: hal.ExecutionPreference, priority: hal.Priority,
                 deadline_ns: Optional[int], model_cache: Sequence[int], data_cache: Sequence[int], token: bytes,

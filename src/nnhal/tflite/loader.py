@@ -255,19 +255,37 @@ class _Shared:
 
         if self.failures:
             raise UnsupportedModelError(self.failures)
-        values, pool = bytearray(), bytearray()
+        values, pool = bytearray(), _PoolLayout()
         sg = main.finish(values, pool)
         referenced = [ld.finish(values, pool) for ld in self.loaders]
         pools = []
-        if pool:
-            mem = memory.allocate(len(pool))
+        if pool.size:
+            # NOTE: each large constant copied once, straight into the shared memory
+            mem = memory.allocate(pool.size)
             view = memory.map(mem)
-            view[: len(pool)] = bytes(pool)
-            view.release()
+            try:
+                for off, a in pool.items:
+                    np.copyto(np.frombuffer(view, np.uint8, a.nbytes, off).view(a.dtype).reshape(a.shape), a)
+            finally:
+                view.release()
             pools.append(mem)
         return hal.Model(main=sg, referenced=referenced, operandValues=bytes(values), pools=pools,
                          extensionNameToPrefix=[hal.ExtensionNameAndPrefix(name=n, prefix=p)
                                                 for n, p in self.prefixes.items()]), self.io
+
+
+class _PoolLayout:
+    """The large constants of a model, each at its offset (16-byte aligned) of the one shared pool."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.items: list[tuple[int, np.ndarray]] = []
+
+    def add(self, a: np.ndarray) -> int:
+        off = (self.size + 15) // 16 * 16
+        self.items.append((off, a))
+        self.size = off + a.nbytes
+        return off
 
 
 class _Loader:
@@ -324,10 +342,10 @@ class _Loader:
     def shape(self, k: int) -> list[int]:
         """TFLite shape with -1 where the signature says unknown."""
         t = self.tensor(k)
-        shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+        shape = _int_list(t.shape)
         sig = t.shapeSignature
         if sig is not None and len(sig) == len(shape):
-            shape = [-1 if int(s) == -1 else d for d, s in zip(shape, sig)]
+            shape = [-1 if s == -1 else d for d, s in zip(shape, _int_list(sig))]
         return shape
 
     def dims(self, k: int) -> list[int]:
@@ -358,14 +376,14 @@ class _Loader:
         if buf is None:
             raise _Refuse(f"tensor {k} is not a constant")
         if buf.data is not None and len(buf.data) > 0:
-            raw = np.asarray(buf.data, dtype=np.uint8).tobytes()
+            raw = np.asarray(buf.data, dtype=np.uint8)  # NOTE: copied once, below
         elif buf.offset > 1:
             raw = self.data[buf.offset: buf.offset + buf.size]
         elif t.isVariable:
             return np.zeros(self.dims(k), dt)
         else:
             raise _Refuse(f"tensor {k} is not a constant")
-        shape = [int(d) for d in (t.shape if t.shape is not None else [])]
+        shape = _int_list(t.shape)
         if t.sparsity is not None:
             raise _Refuse(f"tensor {k} is sparse (needs DENSIFY)")
         return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
@@ -1408,7 +1426,7 @@ class _Loader:
 
     # ------------------------------------------------------------------ model
 
-    def finish(self, values: bytearray, pool: bytearray) -> hal.Subgraph:
+    def finish(self, values: bytearray, pool: "_PoolLayout") -> hal.Subgraph:
         """This subgraph, its constants appended to the model's shared ``values`` / ``pool``."""
         io = self.io
         for k in self.inputs:
@@ -1441,13 +1459,17 @@ class _Loader:
             elif idx in out_set:
                 o.lifetime = L.SUBGRAPH_OUTPUT
             elif idx in self.values:
-                raw = np.ascontiguousarray(self.values[idx]).tobytes()
-                buf = values if len(raw) <= _INLINE_LIMIT else pool
-                off = (len(buf) + 15) // 16 * 16 if buf is pool else (len(buf) + 3) // 4 * 4
-                buf.extend(b"\0" * (off - len(buf)))
-                buf.extend(raw)
-                o.lifetime = L.CONSTANT_COPY if buf is values else L.CONSTANT_REFERENCE
-                o.location = hal.DataLocation(poolIndex=0, offset=off, length=len(raw))
+                a = self.values[idx]
+                if a.nbytes > _INLINE_LIMIT:
+                    off = pool.add(a)
+                    o.lifetime = L.CONSTANT_REFERENCE
+                else:
+                    raw = np.ascontiguousarray(a).tobytes()
+                    off = (len(values) + 3) // 4 * 4
+                    values.extend(b"\0" * (off - len(values)))
+                    values.extend(raw)
+                    o.lifetime = L.CONSTANT_COPY
+                o.location = hal.DataLocation(poolIndex=0, offset=off, length=a.nbytes)
             else:
                 o.lifetime = L.TEMPORARY_VARIABLE
         return hal.Subgraph(operands=self.operands, operations=self.ops, inputIndexes=in_idx, outputIndexes=outs)
@@ -1458,6 +1480,13 @@ class _Loader:
         p = self.producer.get(k, -1)
         return TensorDesc(self.tname(k), k, self.shape(k), dt, scales[0] if len(scales) == 1 else 0.0,
                           zps[0] if len(zps) == 1 else 0, p, self.io.operator_names[p] if p >= 0 else "")
+
+
+def _int_list(v: Any) -> list[int]:
+    """A schema vector (a numpy array as unpacked, or a list) as Python ints (iterating numpy scalars is slow)."""
+    if v is None:
+        return []
+    return [int(d) for d in (v.tolist() if isinstance(v, np.ndarray) else v)]
 
 
 def verify(data: bytes, *, batch: Optional[int] = 1, max_bytes: Optional[int] = None) -> vfy.Verified:
@@ -1538,7 +1567,7 @@ class _SubsetLoader(_Loader):
                 # NOTE: an operator the mapping did not foresee is this operator's refusal, not the model's
                 raise _Refuse(f"cannot be mapped ({type(e).__name__}: {e})") from None
 
-    def finish(self, values: bytearray, pool: bytearray) -> hal.Subgraph:
+    def finish(self, values: bytearray, pool: "_PoolLayout") -> hal.Subgraph:
         self.io.folded_outputs = {k: self.folded[k] for k in self.outputs if k in self.folded}
         self.outputs = [k for k in self.outputs if k in self.t2o and k not in self.folded]
         return super().finish(values, pool)

@@ -147,6 +147,10 @@ class LiteRTCompiled:
                 for idx, view, x in zip(self._inputs, self._views, inputs):
                     if x.__class__ is np.ndarray:
                         it.set_tensor(idx, x)
+                        continue
+                    a = x.mapped()  # NOTE: the pool's bytes themselves: set_tensor's one copy
+                    if a is not None:
+                        it.set_tensor(idx, a)
                     elif not _read_into_tensor(view, x):
                         it.set_tensor(idx, x.array())
                 it.invoke()

@@ -7,6 +7,7 @@ the same HAL model and input; ``--json FILE``: all of it, machine-readable.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import resource
@@ -20,7 +21,8 @@ import numpy as np
 
 from nnhal import hal
 
-__all__ = ["EngineFigures", "steady", "peak_rss_mb", "hal_profile", "print_profile", "print_figures", "write_json"]
+__all__ = ["EngineFigures", "steady", "peak_rss_mb", "hal_profile", "print_profile", "print_figures", "write_json",
+           "warm_imports", "print_init_ratios"]
 
 
 def peak_rss_mb() -> float:
@@ -46,6 +48,7 @@ class EngineFigures:
     name: str
     init_ms: float = math.nan  # model prepared / interpreter created and allocated
     first_ms: float = math.nan  # the first inference
+    init_cpu_ms: float = math.nan  # the process's CPU time of the init (every thread: a driver prepares on its own)
     warmup: dict = field(default_factory=dict)  # the warm-up runs (steady() of them)
     steady: dict = field(default_factory=dict)  # every timed run
     peak_rss_mb: float = math.nan  # the process's peak after this engine's init and first run
@@ -54,13 +57,51 @@ class EngineFigures:
 def measure_start(name: str, init: Callable[[], Any], first: Callable[[Any], Any]) -> tuple[EngineFigures, Any]:
     """Times ``obj = init()`` and ``first(obj)``; returns the figures and ``obj``."""
     fig = EngineFigures(name)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     obj = init()
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     first(obj)
     t2 = time.perf_counter()
     fig.init_ms, fig.first_ms, fig.peak_rss_mb = (t1 - t0) * 1e3, (t2 - t1) * 1e3, peak_rss_mb()
+    fig.init_cpu_ms = (c1 - c0) * 1e3
     return fig, obj
+
+
+def warm_imports(open_devices: Callable[[], Any]) -> dict[str, float]:
+    """The process's one-time costs, paid before any engine's init is timed, so that init is what each
+    model costs (as LiteRT's interpreter creation after its import): milliseconds of nnhal's modules (the
+    .tflite reader and its schema description, the planner, the operations) with ``open_devices()``
+    (the devices timed, opened as a client connects), and of LiteRT's interpreter module (absent: nan).
+    What exists then is frozen out of the garbage collector's reach (``gc.freeze``), as an application
+    does after its start-up."""
+    t0 = time.perf_counter()
+    from nnhal.delegate import plan, runner  # noqa: F401 - imported for their cost
+    from nnhal.ops import registry  # noqa: F401
+    from nnhal.tflite import schema, verify
+
+    schema.schema()
+    verify.schema_shape()
+    open_devices()
+    # NOTE: the objects made so far (modules, tables) live as long as the process: the garbage collector
+    # need not walk them again at every full collection (a first init paid one, ~20 ms)
+    gc.freeze()
+    t1 = time.perf_counter()
+    try:
+        schema.interpreter_module()
+        litert = (time.perf_counter() - t1) * 1e3
+    except schema.MissingDependency:
+        litert = math.nan
+    return {"nnhal_ms": (t1 - t0) * 1e3, "litert_ms": litert}
+
+
+def print_init_ratios(figs: Sequence[EngineFigures]) -> None:
+    """nnhal's init against LiteRT's, as the execution ratios: wall time (CPU time of the process)."""
+    ours = [f for f in figs if f.name.startswith("nnhal")]
+    theirs = [f for f in figs if f.name.startswith("LiteRT") and f.init_ms > 0]
+    for f in ours:
+        if theirs:
+            print(f"  init {f.name} {f.init_ms:.1f} ms (CPU {f.init_cpu_ms:.1f}): " + ", ".join(
+                f"{f.init_ms / t.init_ms:.0f}x {t.name} ({t.init_ms:.1f} ms)" for t in theirs))
 
 
 def print_figures(figs: Sequence[EngineFigures], start_rss_mb: float) -> None:

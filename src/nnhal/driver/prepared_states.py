@@ -1,0 +1,130 @@
+"""What a device keeps of the models it validated and compiled lately, so
+that the same model given again (``getSupportedOperations`` then
+``prepareModel``, as every NNAPI client does; the same model prepared again
+with another priority or deadline, as VTS and apps relaunching do) is not
+validated, nor compiled, again.
+
+Validation is a function of the model, the bytes of its constant pools, the
+interface version and the operations' definitions (the registry's; a
+definition replaced since, as tests do, is a miss) alone, so a model equal in
+all of them -- the driver's own copies compared: dataclass equality, the
+pools' bytes compared whole -- has the answer validated before.  A
+backend's compiled model is shared only where the backend says one serves
+any number of prepared models at once (``Backend.shares_compiled``: the
+reference executor, whose executions share only read-only prepared state).
+
+Bounded (entries and bytes of constants kept, least recently used first
+out) and thread-safe; a lookup costs a fingerprint (sizes, indexes, the hash
+of the inline constants) and, for a candidate, the equality test.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Optional
+
+from nnhal.ops import registry
+
+MAX_ENTRIES = 32
+MAX_BYTES = 128 << 20  # constants (inline and pools) the entries keep alive at most
+
+
+def _fingerprint(model: Any, views: list, version: Any) -> Optional[tuple]:
+    try:
+        main = model.main
+        return (int(version), len(main.operands), len(main.operations), len(model.referenced),
+                tuple(main.inputIndexes), tuple(main.outputIndexes), len(model.operandValues),
+                hash(bytes(model.operandValues)), tuple(v.nbytes for v in views))
+    except Exception:  # noqa: BLE001 - a value this cannot read is no known model
+        return None
+
+
+class _Entry:
+    __slots__ = ("model", "views", "version", "defs", "compiled", "nbytes")
+
+    def __init__(self, model: Any, views: list, version: Any, defs: list):
+        self.model, self.views, self.version, self.defs = model, list(views), version, tuple(defs)
+        self.compiled: Any = None
+        self.nbytes = len(model.operandValues) + sum(v.nbytes for v in views)
+
+    def same(self, model: Any, views: list, version: Any) -> bool:
+        try:
+            return bool(self.version == version and len(self.views) == len(views)
+                        and all(a.nbytes == b.nbytes and a == b for a, b in zip(self.views, views))
+                        and self.model == model
+                        # NOTE: the operations' definitions are still the registered ones
+                        and all(d is None or registry.find(op.type) is d
+                                for op, d in zip(model.main.operations, self.defs)))
+        except Exception:  # noqa: BLE001 - values that cannot be compared are not the same model
+            return False
+
+
+class PreparedStates:
+    """Recently validated models (and compiled ones, where shareable) of one device (thread-safe)."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES):
+        self._max, self._max_bytes = max_entries, max_bytes
+        self._lru: collections.OrderedDict[int, tuple[tuple, _Entry]] = collections.OrderedDict()  # by age
+        self._by_key: dict[tuple, list[int]] = {}  # fingerprint -> entry numbers
+        self._next = 0
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def _find(self, model: Any, views: list, version: Any) -> Optional[_Entry]:
+        key = _fingerprint(model, views, version)
+        if key is None:
+            return None
+        with self._lock:
+            found = [(n, self._lru[n][1]) for n in self._by_key.get(key, ())]
+        for n, e in found:  # NOTE: compared outside the lock (a large pool takes a while)
+            if e.same(model, views, version):
+                with self._lock:
+                    if n in self._lru:
+                        self._lru.move_to_end(n)
+                return e
+        return None
+
+    def defs(self, model: Any, views: list, version: Any) -> Optional[list]:
+        """The operation definitions validated for an equal model, pools and version, or None."""
+        e = self._find(model, views, version)
+        return None if e is None else list(e.defs)
+
+    def add(self, model: Any, views: list, version: Any, defs: list) -> None:
+        """Remembers a model just validated (the driver's own copy and its pools' private bytes)."""
+        key = _fingerprint(model, views, version)
+        if key is None:
+            return
+        e = _Entry(model, views, version, defs)
+        if e.nbytes > self._max_bytes // 4:
+            return  # NOTE: a model this large is prepared seldom; kept, it would push out many others
+        with self._lock:
+            n, self._next = self._next, self._next + 1
+            self._lru[n] = (key, e)
+            self._by_key.setdefault(key, []).append(n)
+            self._bytes += e.nbytes
+            while len(self._lru) > self._max or self._bytes > self._max_bytes:
+                old, (k, dropped) = self._lru.popitem(last=False)
+                self._bytes -= dropped.nbytes
+                left = [m for m in self._by_key[k] if m != old]
+                if left:
+                    self._by_key[k] = left
+                else:
+                    del self._by_key[k]
+
+    def compiled(self, model: Any, views: list, version: Any) -> Any:
+        """The compiled model kept for an equal model, or None."""
+        e = self._find(model, views, version)
+        return None if e is None else e.compiled
+
+    def keep_compiled(self, model: Any, views: list, version: Any, compiled: Any) -> None:
+        """Keeps ``compiled`` with the entry of an equal model (if it is still here)."""
+        e = self._find(model, views, version)
+        if e is not None and e.compiled is None:
+            e.compiled = compiled
+
+    def clear(self) -> None:
+        with self._lock:
+            self._lru.clear()
+            self._by_key.clear()
+            self._bytes = 0
