@@ -99,12 +99,21 @@ def _inputs(args: argparse.Namespace, g: Graph) -> list[np.ndarray]:
 
     io = IODescription(inputs=input_descs(g))
     if not args.input:
-        return make_inputs(io, batch=args.batch or 1, seed=args.seed)
+        return generated_inputs(args.model, g, args.batch or 1, args.seed)
     arrays = [read_npy(f) for f in args.input]
     try:
         return check_inputs(io, arrays)
     except ValueError as e:
         raise UserError(f"--input: {e}") from None
+
+
+def generated_inputs(path: str, g: Graph, batch: int = 1, seed: int = 0) -> list[np.ndarray]:
+    """``make_inputs`` for the model's inputs; inputs beyond the size limit are one line and exit status 2."""
+    try:
+        return make_inputs(IODescription(inputs=input_descs(g)), batch=batch, seed=seed)
+    except ValueError as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _short(a: np.ndarray) -> str:
@@ -391,7 +400,7 @@ def run_engine(path: str, args: argparse.Namespace, device_of: DeviceOf, device:
     plan = plan_model(path, ns, device_of)
     plan.graph_path = path
     if x is None:
-        x = make_inputs(IODescription(inputs=input_descs(plan.graph)), seed=getattr(args, "seed", 0))
+        x = generated_inputs(path, plan.graph, seed=getattr(args, "seed", 0))
     runner = open_runner(plan, device_of, threads=getattr(args, "threads", 1))
     return summary(plan), x, lambda: runner.run(x), runner.close
 

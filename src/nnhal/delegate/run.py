@@ -38,24 +38,50 @@ class ExecutionError(RuntimeError):
     """The device refused to prepare or failed to execute the model."""
 
 
-def make_inputs(io: IODescription, batch: int = 1, seed: int = 0) -> list[np.ndarray]:
-    """Inputs from the documented distribution (see the module docstring)."""
+def make_inputs(io: IODescription, batch: int = 1, seed: int = 0, max_bytes: Optional[int] = None) -> list[np.ndarray]:
+    """Inputs from the documented distribution (see the module docstring), their sizes checked against
+    ``max_bytes`` (default ``$NNHAL_TFLITE_MAX_BYTES``) before any is made (:func:`check_input_sizes`)."""
     rng = np.random.default_rng(seed)
+    shapes = [[batch if s < 0 else s for s in d.shape] for d in io.inputs]
+    check_input_sizes(io, shapes, max_bytes)
     out = []
-    for d in io.inputs:
-        shape = [batch if s < 0 else s for s in d.shape]
+    for d, shape in zip(io.inputs, shapes):
         dt = np.dtype(d.dtype)
-        if dt.kind == "f":
-            a = rng.uniform(-1.0, 1.0, shape).astype(dt)
-        elif dt == np.bool_:
-            a = rng.integers(0, 2, shape).astype(np.bool_)
-        elif dt in (np.uint8, np.int8, np.int16):
-            info = np.iinfo(dt)
-            a = rng.integers(int(info.min), int(info.max) + 1, shape).astype(dt)
-        else:
-            a = rng.integers(0, 10, shape).astype(dt)
+        a = np.empty(shape, dt)
+        flat = a.reshape(-1)
+        # NOTE: in pieces, so the generator's float64 / int64 draws stay small whatever the input's size;
+        # the same values as one draw of the whole (the generator's stream does not depend on the split)
+        for lo in range(0, flat.size, _DRAW):
+            n = min(_DRAW, flat.size - lo)
+            if dt.kind == "f":
+                flat[lo: lo + n] = rng.uniform(-1.0, 1.0, n)
+            elif dt == np.bool_:
+                flat[lo: lo + n] = rng.integers(0, 2, n)
+            elif dt in (np.uint8, np.int8, np.int16):
+                info = np.iinfo(dt)
+                flat[lo: lo + n] = rng.integers(int(info.min), int(info.max) + 1, n)
+            else:
+                flat[lo: lo + n] = rng.integers(0, 10, n)
         out.append(a)
     return out
+
+
+_DRAW = 1 << 20  # elements drawn at a time by make_inputs
+
+
+def check_input_sizes(io: IODescription, shapes: Sequence[Sequence[int]], max_bytes: Optional[int] = None) -> None:
+    """The model's inputs of ``shapes`` together within ``max_bytes`` (default ``$NNHAL_TFLITE_MAX_BYTES``):
+    ValueError (an :class:`~nnhal.tflite.errors.InvalidModelError`) naming the largest input and its size."""
+    from nnhal.tflite.errors import InvalidModelError
+    from nnhal.tflite.verify import default_max_bytes
+
+    limit = default_max_bytes() if max_bytes is None else max_bytes
+    sizes = [math.prod(s) * np.dtype(d.dtype).itemsize for d, s in zip(io.inputs, shapes)]
+    if sum(sizes) > limit:
+        k = max(range(len(sizes)), key=sizes.__getitem__)
+        d = io.inputs[k]
+        raise InvalidModelError(f"input {k} ({d.name}) of shape {list(shapes[k])} is {sizes[k]} bytes; the inputs "
+                                f"need {sum(sizes)} bytes together, above the limit of {limit} (NNHAL_TFLITE_MAX_BYTES)")
 
 
 def check_inputs(io: IODescription, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -118,6 +144,19 @@ class PoolLayout:
         hal_memory.free(self.memory)
 
 
+def check_output_sizes(dims: Sequence[Sequence[int]], dtypes: Sequence[np.dtype], max_bytes: Optional[int] = None) -> None:
+    """The output sizes a device asks for (OUTPUT_INSUFFICIENT_SIZE) within ``max_bytes`` (default
+    ``$NNHAL_TFLITE_MAX_BYTES``) together, before a pool is made for them: ExecutionError naming the largest."""
+    from nnhal.tflite.verify import default_max_bytes
+
+    limit = default_max_bytes() if max_bytes is None else max_bytes
+    sizes = [math.prod(max(int(x), 0) for x in d) * dt.itemsize for d, dt in zip(dims, dtypes)]
+    if sizes and sum(sizes) > limit:
+        k = max(range(len(sizes)), key=sizes.__getitem__)
+        raise ExecutionError(f"output {k} of dimensions {list(dims[k])} is {sizes[k]} bytes; the outputs need "
+                             f"{sum(sizes)} bytes together, above the limit of {limit} (NNHAL_TFLITE_MAX_BYTES)")
+
+
 class HalSession:
     """A model prepared on ``device``; ``run(inputs)`` executes it synchronously:
     ``executeSynchronously_1_3`` on one shared memory pool (inputs written
@@ -170,6 +209,7 @@ class HalSession:
                 lay.request, hal.MeasureTiming.NO, self._no_deadline, self._no_timeout)
             if status == hal.ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
                 dims = [list(s.dimensions) for s in shapes]
+                check_output_sizes(dims, self.out_dtypes)
                 continue
             if status != hal.ErrorStatus.NONE:
                 raise ExecutionError(f"executeSynchronously_1_3: {hal.ErrorStatus(status).name}")

@@ -158,6 +158,25 @@ class _Cpu:
         self.lite = None
 
 
+def check_dataflow(plan: Plan) -> None:
+    """Every tensor a partition reads is a model input, a constant (or variable) or an earlier partition's
+    output, and every model output a model input, a constant or a partition's output (PlanError, status
+    2, naming the first that is not): what :mod:`nnhal.tflite.graphcheck` says of a verified file, held
+    for any graph a plan is made of."""
+    g = plan.graph
+    ready = set(g.inputs) | {k for k in range(len(g.tensors)) if g.is_const(k)}
+    written: set[int] = set()
+    for p in plan.partitions:
+        for k in p.inputs:
+            if k not in ready:
+                raise PlanError(f"partition {p.index} reads tensor {k} ({g.tensors[k].name}), which nothing writes")
+        ready.update(p.outputs)
+        written.update(p.outputs)
+    for k in g.outputs:
+        if k not in written and k not in g.inputs and not g.tensors[k].const:
+            raise PlanError(f"model output tensor {k} ({g.tensors[k].name}) is written by nothing")
+
+
 class Runner:
     """The plan's partitions ready to run (``per_tensor``: every tensor an operator writes kept in
     :attr:`values` after a run, not only the ones crossing partitions)."""
@@ -173,6 +192,7 @@ class Runner:
         self.times: list[float] = [0.0] * len(plan.partitions)
         self.values: dict[int, np.ndarray] = {}
         self._check_cpu(plan)
+        check_dataflow(plan)
         try:
             for p in plan.partitions:
                 if per_tensor:
