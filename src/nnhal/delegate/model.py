@@ -81,12 +81,17 @@ class OperatorInfo:
 
 
 class Graph:
-    """The main subgraph of a .tflite model (see the module docstring)."""
+    """The main subgraph of a .tflite model (see the module docstring).  The file is checked whole first
+    (:func:`nnhal.tflite.verify.verify`, ``InvalidModelError`` naming its first problem) unless ``checked``
+    is what that check gave for these bytes."""
 
-    def __init__(self, source: Union[str, Path, bytes]):
+    def __init__(self, source: Union[str, Path, bytes], checked: Any = None):
+        from nnhal.tflite.verify import verify
+
         raw = bytes(source) if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
         self.original = raw
-        self.m = sch.read_model(raw)
+        # NOTE: the checked file's unpacked model is this graph's (read once)
+        self.m = (checked if checked is not None else verify(raw, batch=None)).model
         if not self.m.subgraphs:
             raise ValueError("the model has no subgraph")
         names = sch.builtin_names()

@@ -69,6 +69,24 @@ def make_inputs(io: IODescription, batch: int = 1, seed: int = 0, max_bytes: Opt
 _DRAW = 1 << 20  # elements drawn at a time by make_inputs
 
 
+def input_dtypes(io: IODescription) -> list[np.dtype]:
+    """The numpy dtype of each model input; ValueError (a :class:`~nnhal.tflite.errors.ModelError`) for one of
+    a TFLite type no array holds (string, resource, variant, int4, ...)."""
+    from nnhal.tflite.errors import ModelError
+
+    out = []
+    for k, d in enumerate(io.inputs):
+        try:
+            dt = np.dtype(d.dtype)
+        except TypeError:
+            dt = None
+        if dt is None or dt.kind not in "biufc":
+            raise ModelError(f"input {k} ({d.name}) is of TFLite type {d.dtype}: no array nnhal makes or "
+                                        "reads holds it")
+        out.append(dt)
+    return out
+
+
 def check_input_sizes(io: IODescription, shapes: Sequence[Sequence[int]], max_bytes: Optional[int] = None) -> None:
     """The model's inputs of ``shapes`` together within ``max_bytes`` (default ``$NNHAL_TFLITE_MAX_BYTES``):
     ValueError (an :class:`~nnhal.tflite.errors.InvalidModelError`) naming the largest input and its size."""
@@ -76,7 +94,7 @@ def check_input_sizes(io: IODescription, shapes: Sequence[Sequence[int]], max_by
     from nnhal.tflite.verify import default_max_bytes
 
     limit = default_max_bytes() if max_bytes is None else max_bytes
-    sizes = [math.prod(s) * np.dtype(d.dtype).itemsize for d, s in zip(io.inputs, shapes)]
+    sizes = [math.prod(s) * dt.itemsize for dt, s in zip(input_dtypes(io), shapes)]
     if sum(sizes) > limit:
         k = max(range(len(sizes)), key=sizes.__getitem__)
         d = io.inputs[k]
@@ -89,9 +107,9 @@ def check_inputs(io: IODescription, inputs: Sequence[np.ndarray]) -> list[np.nda
     if len(inputs) != len(io.inputs):
         raise ValueError(f"the model has {len(io.inputs)} input(s), {len(inputs)} given")
     res = []
-    for k, (a, d) in enumerate(zip(inputs, io.inputs)):
+    for k, (a, d, dt) in enumerate(zip(inputs, io.inputs, input_dtypes(io))):
         a = np.asarray(a)
-        if a.dtype != np.dtype(d.dtype):
+        if a.dtype != dt:
             raise ValueError(f"input {k} ({d.name}) must be {d.dtype}, got {a.dtype}")
         if len(a.shape) != len(d.shape) or any(s >= 0 and s != x for s, x in zip(d.shape, a.shape)):
             raise ValueError(f"input {k} ({d.name}) must have shape {d.shape}, got {list(a.shape)}")

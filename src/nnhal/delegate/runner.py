@@ -18,14 +18,22 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from nnhal.delegate import cut, halmodel
+from nnhal.delegate.contain import (
+    ContainedLiteRT,
+    LiteRTCrash,
+    LiteRTProcess,
+    describe_operators,
+    in_process,
+    open_litert,
+)
 from nnhal.delegate.model import Graph
 from nnhal.delegate.plan import PartitionPlan, Plan, Planner
-from nnhal.delegate.run import HalSession, LiteRT
+from nnhal.delegate.run import HalSession
 from nnhal.tflite.loader import TensorDesc, free_model
 from nnhal.tflite.schema import MissingDependency
 
@@ -127,19 +135,25 @@ def _as_u8(d: TensorDesc) -> TensorDesc:
 
 
 class _Cpu:
-    def __init__(self, g: Graph, p: PartitionPlan, kernels: str, threads: int, plan: Plan):
+    def __init__(self, g: Graph, p: PartitionPlan, kernels: str, threads: int, plan: Plan,
+                 process: Callable[[], Optional[LiteRTProcess]]):
         self.ins, self.outs = p.inputs, p.outputs
         self.lite = None
+        self.seconds = self.round_trip = 0.0
         if not p.load_ops or not p.outputs:
             return  # NOTE: only float16 weights the HAL partitions fold, or DENSIFYs done at load
         data = cut.submodel(g, p.load_ops, p.inputs, p.outputs)
+        ops = describe_operators([g.operators[i].name for i in p.load_ops], p.load_ops)
         try:
-            self.lite = LiteRT(data, threads=threads, kernels=kernels)
-            self.lite.it.allocate_tensors()  # NOTE: LiteRT resolves custom operators here, not when loading
+            # NOTE: LiteRT resolves custom operators when it allocates the tensors, which creating it does
+            self.lite = open_litert(data, threads=threads, kernels=kernels, label=f"CPU partition {p.index} ({ops})",
+                                    process=process())
             self.ins = [int(d["index"]) for d in self.lite.inputs]
             self.outs = [int(d["index"]) for d in self.lite.outputs]
         except MissingDependency as e:
             raise PlanError(f"LiteRT is required for partition {p.index} on the CPU ({e})") from None
+        except LiteRTCrash as e:
+            raise PlanError(str(e), e.status) from None
         except (RuntimeError, ValueError) as e:
             # NOTE: the root cause once: the custom operators LiteRT lacks, and why each is on the CPU
             why = "; ".join(f"operator {i} {g.operators[i].name} is on the CPU: {plan.operators[i].reason}"
@@ -151,10 +165,17 @@ class _Cpu:
     def run(self, values: dict) -> None:
         if self.lite is None:
             return
-        for k, y in zip(self.outs, self.lite.run([values[k] for k in self.ins])):
+        t0 = time.perf_counter()
+        ys = self.lite.run([values[k] for k in self.ins])
+        self.round_trip = time.perf_counter() - t0
+        # NOTE: a contained LiteRT's own time (its child's timer); in process, the call's
+        self.seconds = self.lite.seconds if isinstance(self.lite, ContainedLiteRT) else self.round_trip
+        for k, y in zip(self.outs, ys):
             values[k] = y
 
     def close(self) -> None:
+        if isinstance(self.lite, ContainedLiteRT):
+            self.lite.close()
         self.lite = None
 
 
@@ -190,10 +211,14 @@ class Runner:
         planner = Planner(g, plan.options, device_of)
         self.engines: list[Any] = []
         self.times: list[float] = [0.0] * len(plan.partitions)
+        self.contained = 0.0  # the last run's round trips to LiteRT's process beyond its own time (s)
         self.values: dict[int, np.ndarray] = {}
         self._check_cpu(plan)
         check_dataflow(plan)
+        self._process: Optional[LiteRTProcess] = None
         try:
+            if any(p.where == "cpu" and p.load_ops and p.outputs for p in plan.partitions):
+                self.litert_process()  # NOTE: started first: it imports LiteRT while the HAL partitions prepare
             for p in plan.partitions:
                 if per_tensor:
                     written = sorted({k for i in p.load_ops for k in g.operators[i].outputs if k >= 0})
@@ -201,7 +226,7 @@ class Runner:
                 if p.where == "nnapi":
                     e = HalPartition(planner, p, device_of)
                 else:
-                    e = _Cpu(g, p, kernels, threads, plan)
+                    e = _Cpu(g, p, kernels, threads, plan, self.litert_process)
                 self.engines.append(e)
         except Exception:
             self.close()
@@ -222,14 +247,26 @@ class Runner:
             raise PlanError(f"{len(cpu)} operator(s) stay on the CPU and LiteRT is not installed "
                             f"(pip install 'nnhal[litert]'); why: {causes}") from None
 
+    def litert_process(self) -> Optional[LiteRTProcess]:
+        """The one child process of this runner's CPU partitions (:mod:`nnhal.delegate.contain`), started
+        when the first needs it; None when LiteRT runs in process."""
+        if self._process is None and not in_process():
+            self._process = LiteRTProcess()
+        return self._process
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """The model's outputs, in its output order."""
+        """The model's outputs, in its output order.  ``times`` per partition: a contained CPU partition's
+        by LiteRT's own timer, its round trip beyond that summed in ``contained``."""
         g = self.plan.graph
         values: dict[int, np.ndarray] = dict(zip(g.inputs, inputs))
+        self.contained = 0.0
         for n, e in enumerate(self.engines):
             t0 = time.perf_counter()
             e.run(values)
             self.times[n] = time.perf_counter() - t0
+            if isinstance(e, _Cpu) and isinstance(e.lite, ContainedLiteRT):
+                self.times[n] -= e.round_trip - e.seconds
+                self.contained += e.round_trip - e.seconds
         self.values = values
         return [values[k] if k in values else g.value(k) for k in g.outputs]
 
@@ -237,6 +274,9 @@ class Runner:
         for e in self.engines:
             e.close()
         self.engines = []
+        if self._process is not None:
+            self._process.close()
+            self._process = None
 
     def __enter__(self) -> "Runner":
         return self
