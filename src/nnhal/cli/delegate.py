@@ -24,7 +24,7 @@ import numpy as np
 from nnhal.cli.app import UserError
 from nnhal.cli.tflite import model_errors
 from nnhal.delegate import cut
-from nnhal.delegate.contain import LiteRTCrash, TimedRuns, open_litert
+from nnhal.delegate.contain import LiteRTCrash, LiteRTError, TimedRuns, open_litert
 from nnhal.delegate.model import Graph
 from nnhal.delegate.plan import Options, Plan, build_plan
 from nnhal.delegate.run import ExecutionError, check_inputs, diff, make_inputs, topk
@@ -258,8 +258,9 @@ def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs:
     except LiteRTCrash:
         raise
     except (RuntimeError, ValueError) as e:  # NOTE: LiteRT's own refusal at invoke: no reference to compare with
-        print(f"{args.model}: --compare: LiteRT cannot run the original model: {str(e).strip().splitlines()[0]}",
-              file=sys.stderr)
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"{args.model}: " + (why if isinstance(e, LiteRTError) else
+                                   f"--compare: LiteRT cannot run the original model: {why}"), file=sys.stderr)
         return 3
     print(f"against LiteRT ({args.kernels} kernels):" if ref.whole else
           f"LiteRT cannot run the original ({ref.why}): comparing what it can compute without "
@@ -373,7 +374,7 @@ class Reference:
         self.lite = None
         try:
             self.lite = open_litert(g.data, threads=threads, kernels=kernels, preserve=per_tensor,
-                                    label="LiteRT on the original model (--compare)")
+                                    label="the original model (--compare)")
             self.tensors = list(g.outputs)
             return
         except LiteRTCrash:
@@ -402,7 +403,7 @@ class Reference:
             without = ", ".join(sorted(self.lacking_names))
             try:
                 self.lite = open_litert(cut.submodel(g, ops, ins, written), threads=threads, kernels=kernels,
-                                        label=f"LiteRT on the original model without {without}")
+                                        label=f"the original model without {without} (--compare)")
             except LiteRTCrash:
                 raise
             except (RuntimeError, ValueError) as e:
@@ -439,7 +440,7 @@ def _litert_has(g: Graph, i: int, kernels: str) -> bool:
     ins = [k for k in dict.fromkeys(op.inputs) if k >= 0 and not g.is_const(k)]
     try:
         open_litert(cut.submodel(g, [i], ins, [k for k in op.outputs if k >= 0]), kernels=kernels,
-                    label=f"operator {i} {op.name} alone").close()
+                    label=f"operator {i} {op.name} alone (--compare)").close()
     except LiteRTCrash:
         return True
     except (RuntimeError, ValueError) as e:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, NoReturn, Optional
 import numpy as np
 
 from nnhal.cli.app import UserError
-from nnhal.delegate.contain import LiteRTCrash, block_times
+from nnhal.delegate.contain import LiteRTCrash, LiteRTError, block_times
 from nnhal.delegate.run import (
     DataPathFloor,
     ExecutionError,
@@ -270,6 +270,9 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
         except LiteRTCrash as e:  # NOTE: LiteRT's process ended (nnhal.delegate.contain): one line, the batch goes on
             print(f"{path}: {e}", file=sys.stderr)
             status = max(status, e.status)
+        except (ExecutionError, LiteRTError) as e:  # NOTE: an execution failed (a device's status, LiteRT's error)
+            print(f"{path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
+            status = max(status, 3)
     if args.json:
         from nnhal.tools.bench.modelbench import write_json
 
@@ -474,7 +477,9 @@ def contained_engine(proc: Any, name: str, path: str, kind: str, threads: int, x
     from nnhal.delegate.contain import ContainedLiteRT, TimedRuns
     from nnhal.tools.bench import modelbench as mb
 
-    lr = ContainedLiteRT(proc, path, threads, "xnnpack" if kind == "floor" else kind, label=f"{name} (nnhal bench)",
+    what = "for the HAL data path floor" if kind == "floor" else f"on LiteRT's {kind} kernels"
+    lr = ContainedLiteRT(proc, path, threads, "xnnpack" if kind == "floor" else kind,
+                         label=f"the model {what} (nnhal bench)",
                          kind="floor" if kind == "floor" else "litert", inputs=x if kind == "floor" else ())
     lr.run(x)
     fig = mb.EngineFigures(name, init_ms=lr.init_seconds * 1e3, first_ms=lr.seconds * 1e3,

@@ -88,7 +88,7 @@ def timeout_seconds() -> float:
 
 def send_frame(sock: socket.socket, header: dict, arrays: Sequence[np.ndarray] = (), payload: bytes = b"") -> None:
     """``header`` (JSON) with ``arrays`` (described in it as ``"arrays"``) and then ``payload`` bytes."""
-    arrays = [np.ascontiguousarray(a) for a in arrays]
+    arrays = [np.asarray(a, order="C") for a in arrays]  # NOTE: not ascontiguousarray, which makes a scalar [1]
     header = dict(header, arrays=[[a.dtype.name, list(a.shape)] for a in arrays],
                   nbytes=sum(a.nbytes for a in arrays) + len(payload))
     head = json.dumps(header).encode()
@@ -206,7 +206,9 @@ class LiteRTProcess:
             except (OSError, EOFError, ValueError, TimeoutError) as e:
                 raise self._ended(e, label, doing, status) from None
         if not reply.get("ok"):
-            raise LiteRTError(str(reply.get("error", "LiteRT failed"))[:2000])
+            why = str(reply.get("error", "") or "LiteRT failed")[:2000]
+            # NOTE: a refusal while preparing is said by the caller, which names the engine its own way
+            raise LiteRTError(why if status == 2 else f"LiteRT failed {doing} {label}: {why}")
         return reply, outs
 
     def _answer(self, wall: float) -> tuple[dict, list[np.ndarray]]:

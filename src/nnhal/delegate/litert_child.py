@@ -42,9 +42,9 @@ def _cap(nbytes: int) -> None:
 
 class _Server:
     def __init__(self, sock: socket.socket, allowance: int, cpu: float):
-        from nnhal.delegate.run import DataPathFloor, LiteRT, timed
+        from nnhal.delegate.litert import LiteRT, timed
 
-        self.LiteRT, self.Floor, self.timed = LiteRT, DataPathFloor, timed
+        self.LiteRT, self.timed = LiteRT, timed
         self.sock, self.cpu = sock, cpu
         self.engines: dict[int, Any] = {}
         self.threads: dict[int, int] = {}
@@ -66,7 +66,9 @@ class _Server:
             self._timer(threads)
             t0 = time.perf_counter()
             if h.get("kind") == "floor":
-                e = self.Floor(src, arrays, threads=threads)
+                from nnhal.delegate.run import DataPathFloor  # NOTE: the rest of nnhal, for nnhal bench --floor only
+
+                e = DataPathFloor(src, arrays, threads=threads)
                 lr = e.lr
             else:
                 e = lr = self.LiteRT(src, threads=threads, kernels=str(h.get("kernels", "builtin")),
@@ -94,8 +96,8 @@ class _Server:
         if op == "tensor":
             return {"ok": True}, [e.tensor(int(h["index"]))]
         if op == "close":
-            if isinstance(e, self.Floor):
-                e.close()
+            if not isinstance(e, self.LiteRT):
+                e.close()  # NOTE: a DataPathFloor's pool
             del self.engines[k], self.threads[k]
             return {"ok": True}, []
         return {"ok": False, "error": f"unknown request {op!r}"}, []
@@ -120,7 +122,11 @@ class _Server:
                                                      "bytes of address space: NNHAL_TFLITE_MAX_BYTES)"}, []
             except (RuntimeError, ValueError, KeyError, IndexError, TypeError) as e:
                 signal.setitimer(signal.ITIMER_PROF, 0)
-                reply, outs = {"ok": False, "error": str(e).strip() or type(e).__name__}, []
+                # NOTE: LiteRT's failed allocations come as a RuntimeError without a message
+                why = str(e).strip() or (f"LiteRT failed without saying why (as it does when an allocation fails: "
+                                         f"this process may use {self.limit} bytes of address space, "
+                                         "NNHAL_TFLITE_MAX_BYTES)")
+                reply, outs = {"ok": False, "error": why}, []
             send_frame(self.sock, reply, outs)
 
 

@@ -15,7 +15,6 @@ import dataclasses
 import fcntl
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -23,10 +22,10 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
+from nnhal.delegate.litert import LiteRT, timed  # noqa: F401 - the public names of this module too
 from nnhal.engine.validation import request_key
 from nnhal.platform import memory as hal_memory
 from nnhal.tflite.loader import IODescription, TensorDesc
-from nnhal.tflite.schema import interpreter_module, make_interpreter
 
 _HAL_DTYPES = {hal.OperandType.TENSOR_FLOAT32: np.float32, hal.OperandType.TENSOR_FLOAT16: np.float16,
                hal.OperandType.TENSOR_INT32: np.int32, hal.OperandType.TENSOR_QUANT8_ASYMM: np.uint8,
@@ -246,41 +245,6 @@ class HalSession:
         self.close_pools()
 
 
-class LiteRT:
-    """LiteRT's interpreter on the same file: ``kernels`` "builtin" (the optimized builtin kernels,
-    no default delegate), "ref" (TFLite's reference kernels) or "xnnpack" (the default delegate)."""
-
-    def __init__(self, path: str | Path | bytes, threads: int = 1, kernels: str = "builtin", preserve: bool = False):
-        mod = interpreter_module()
-        rt = {"builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "ref": mod.OpResolverType.BUILTIN_REF,
-              "xnnpack": mod.OpResolverType.AUTO}[kernels]
-        src = {"model_content": bytes(path)} if isinstance(path, (bytes, bytearray)) else {"model_path": str(path)}
-        self.it = make_interpreter(**src, num_threads=threads, experimental_op_resolver_type=rt,
-                                   experimental_preserve_all_tensors=preserve)
-        self.inputs = self.it.get_input_details()
-        self.outputs = self.it.get_output_details()
-        self.shapes: Optional[list] = None
-
-    def set_inputs(self, inputs: Sequence[np.ndarray]) -> None:
-        shapes = [list(a.shape) for a in inputs]
-        if shapes != self.shapes:
-            for d, s in zip(self.inputs, shapes):
-                if list(d["shape"]) != s:
-                    self.it.resize_tensor_input(d["index"], s)
-            self.it.allocate_tensors()
-            self.shapes = shapes
-        for d, a in zip(self.inputs, inputs):
-            self.it.set_tensor(d["index"], a)
-
-    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        self.set_inputs(inputs)
-        self.it.invoke()
-        return [self.it.get_tensor(d["index"]).copy() for d in self.outputs]
-
-    def tensor(self, k: int) -> np.ndarray:
-        return self.it.get_tensor(k).copy()
-
-
 class DataPathFloor:
     """LiteRT (XNNPACK) on the original file with the least an in-process
     HAL execution must do around it, by value and through shared memory, and
@@ -370,18 +334,6 @@ def topk(ours: np.ndarray, ref: np.ndarray, k: int = 5) -> Optional[tuple[bool, 
     t1 = bool(np.all(np.argmax(ours, 1) == np.argmax(ref, 1)))
     over = np.mean([len(set(np.argsort(-o)[:k]) & set(np.argsort(-r)[:k])) / k for o, r in zip(ours, ref)])
     return t1, float(over)
-
-
-def timed(fn: Any, repeats: int, warmup: int = 2) -> list[float]:
-    """Wall-clock seconds of ``repeats`` calls after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def operator_model(model: hal.Model, io: IODescription, index: int) -> Optional[tuple[hal.Model, IODescription]]:

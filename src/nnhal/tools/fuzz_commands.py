@@ -21,24 +21,23 @@ resident memory (the command's process or a child it waited for) above ``--memor
 behind.  LiteRT crashing or hanging in its own process, said in one line (:mod:`nnhal.delegate.contain`),
 is counted apart as ``contained``, not a finding.
 
-Each command runs in a process forked from the fuzzer (nnhal imported once) in a process group of its
-own, stdout and stderr to files, with its address space capped (``--rlimit-mb``), no core files,
-``NNHAL_TFLITE_MAX_BYTES`` at ``--max-bytes`` and ``NNHAL_LITERT_TIMEOUT`` at ``--timeout``.  A finding's
+Each command runs in a process forked from a process that imported the command line once
+(:mod:`nnhal.cli.forkrun`), in a process group of its own, stdout and stderr to files, with its address
+space capped (``--rlimit-mb``), no core files, ``NNHAL_TFLITE_MAX_BYTES`` at ``--max-bytes`` and
+``NNHAL_LITERT_TIMEOUT`` at ``--timeout``.  A finding's
 input, command, stderr and (for exit 1) the ``-v`` traceback are written to ``--save``.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
-import resource
-import select
-import signal
+import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -68,13 +67,15 @@ def ops_queries(path: str) -> int:
     docstring); 0, or 2 with one line when the model cannot be read or converted."""
     import nnhal
     from nnhal import delegate, hal
-    from nnhal.tflite import ModelError, free_model, load
+    from nnhal.tflite import InvalidModelError, UnsupportedModelError, free_model, load
 
     try:
         model, _ = load(path)
-    except ModelError as e:
-        print(f"{path}: {e}".splitlines()[0], file=sys.stderr)
-        model = None
+    except InvalidModelError as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        return 2
+    except UnsupportedModelError:
+        model = None  # NOTE: no HAL model of the whole: the plan's own queries still ask the devices
     if model is not None:
         try:
             for name in OPS_DEVICES:
@@ -92,12 +93,12 @@ def ops_queries(path: str) -> int:
         for api in (29, 30):
             try:
                 delegate.make_plan(path, accelerator=name, android_api=api)
-            except ValueError as e:  # NOTE: a ModelError, or sparse metadata that does not fit (as nnhal run says)
-                print(f"{path}: {e}".splitlines()[0], file=sys.stderr)
+            except ValueError as e:  # NOTE: sparse metadata that does not fit its shape (as nnhal run says)
+                print(f"{path}: {e}", file=sys.stderr)
                 return 2
             except LookupError:
                 break
-    return 2 if model is None else 0
+    return 0
 
 
 @dataclass
@@ -136,138 +137,46 @@ class Result:
         return f"finding: exit {self.rc}"
 
 
-def _preload() -> None:
-    """Everything the commands import, imported once here so each forked command starts at once."""
-    import nnhal.cli.app
-    import nnhal.cli.delegate
-    import nnhal.cli.tflite
-    import nnhal.delegate.contain
-    import nnhal.drivers.registry
-    import nnhal.tools.bench.modelbench
-    import nnhal.tools.graphview  # noqa: F401
-    from nnhal.tflite import schema
+class CommandRunner:
+    """The fork server (:mod:`nnhal.cli.forkrun`, ``python -m nnhal.cli.forkrun``): commands run in forked
+    processes of a process that imported the command line once; started again if it ends."""
 
-    schema.interpreter_module()
+    def __init__(self) -> None:
+        self.proc: Optional[subprocess.Popen] = None
 
+    def _start(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli.forkrun"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True,
+                                         env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+        return self.proc
 
-def run_forked(fn: Callable[[], int], argv: list[str], env: dict[str, str], rlimit_mb: int, cpu_seconds: float,
-               cwd: str) -> Result:
-    """``fn()`` (its return value the exit status) in a forked process of its own group: see the module
-    docstring."""
-    err_path, out_path = os.path.join(cwd, "stderr"), os.path.join(cwd, "stdout")
-    r, w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    t0 = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the forked command (its exit status is what the parent sees)
-        rc = 70
-        try:
-            os.close(r)
-            os.setpgid(0, 0)
-            for s in (signal.SIGPROF, signal.SIGALRM, signal.SIGINT, signal.SIGTERM):
-                signal.signal(s, signal.SIG_DFL)
-            signal.setitimer(signal.ITIMER_PROF, 0)
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            os.chdir(cwd)
-            for fd, p in ((1, out_path), (2, err_path)):
-                f = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                os.dup2(f, fd)
-                os.close(f)
-            os.environ.update(env)
-            if rlimit_mb:
-                resource.setrlimit(resource.RLIMIT_AS, (rlimit_mb << 20, rlimit_mb << 20))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            cpu = max(1, int(cpu_seconds))
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    def run(self, argv: list[str], cwd: str, env: dict[str, str], rlimit_mb: int, cpu_seconds: float) -> Result:
+        p = self._start()
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write(json.dumps({"argv": argv, "cwd": cwd, "env": env, "rlimit_mb": rlimit_mb,
+                                  "cpu_seconds": cpu_seconds}) + "\n")
+        p.stdin.flush()
+        line = p.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the fork server ended (status {p.wait()})")
+        a = json.loads(line)
+        with open(os.path.join(cwd, "stderr"), errors="replace") as f:
+            stderr = f.read(1 << 16)
+        return Result(argv, a["rc"], a["signal"], stderr, a["seconds"], a["peak_mb"], a["hang"], a["leftover"])
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
             try:
-                rc = fn()
-            except SystemExit as e:
-                rc = e.code if isinstance(e.code, int) else 1
-            except BaseException:  # noqa: BLE001 - escaped the command: its traceback, status 70
-                traceback.print_exc()
-                rc = 70
-            sys.stdout.flush()
-            sys.stderr.flush()
-            peak = max(_vm_hwm_mb(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
-            os.write(w, f"{peak:.1f}".encode())
-        finally:
-            os._exit(rc & 0xFF if isinstance(rc, int) else 1)
-    os.close(w)
-    try:
-        os.setpgid(pid, pid)  # NOTE: both sides set it, whichever runs first
-    except OSError:
-        pass
-    hang = ""
-    wall = max(60.0, 10 * cpu_seconds)
-    pidfd = os.pidfd_open(pid)
-    try:
-        ready, _, _ = select.select([pidfd], [], [], wall)
-        if not ready:
-            hang = f"more than {wall:.0f} s"
-            _killpg(pid)
-    finally:
-        os.close(pidfd)
-    _, status = os.waitpid(pid, 0)
-    seconds = time.monotonic() - t0
-    try:
-        peak = float(os.read(r, 64).decode() or "nan")
-    except ValueError:
-        peak = float("nan")
-    os.close(r)
-    leftover = _group_left(pid)
-    rc = os.waitstatus_to_exitcode(status)
-    sig = ""
-    if rc < 0:
-        sig = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
-        if -rc == signal.SIGXCPU and not hang:
-            hang, sig = f"more than {cpu_seconds:g} s of CPU", ""
-        elif -rc == signal.SIGKILL and hang:
-            sig = ""
-    with open(err_path, errors="replace") as f:
-        stderr = f.read(1 << 16)
-    return Result(argv, None if rc < 0 else rc, sig, stderr, seconds, peak, hang, leftover)
-
-
-def _vm_hwm_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _killpg(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _group_left(pgid: int, grace: float = 3.0) -> bool:
-    """Whether a process of group ``pgid`` is still there ``grace`` seconds after its leader ended (a
-    LiteRT process ends when the command's socket closes: it gets a moment); then killed."""
-    end = time.monotonic() + grace
-    while True:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        if time.monotonic() > end:
-            _killpg(pgid)
-            return True
-        time.sleep(0.02)
-
-
-def _cli(argv: list[str]) -> Callable[[], int]:
-    def go() -> int:
-        if argv[0] == "ops-queries":
-            return ops_queries(argv[1])
-        from nnhal.cli.app import main
-
-        return main(argv)
-
-    return go
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+            self.proc = None
 
 
 def fuzz_commands(families: list[str], seconds: float = 15.0, count: int = 0, seed: int = 0,
@@ -279,74 +188,94 @@ def fuzz_commands(families: list[str], seconds: float = 15.0, count: int = 0, se
     ``contained`` / ``failed``: the most frequent lines of those outcomes)."""
     from nnhal.tools.fuzz import Mutator, seeds
 
-    _preload()
-    corpus = seeds(models, large, real)
-    mutators = [Mutator(n, d) for n, d in corpus.items()]
+    for family in families:
+        commands(family, "x", "")  # NOTE: an unknown family refused before anything runs
+    mutators = [Mutator(n, d) for n, d in seeds(models, large, real).items()]
     env = {"NNHAL_TFLITE_MAX_BYTES": str(max_bytes), "NNHAL_LITERT_TIMEOUT": str(timeout),
            "OPENBLAS_NUM_THREADS": "1"}
     res: dict[str, Any] = {"families": {}, "seeds": {m.name: len(m.data) for m in mutators}}
-    with tempfile.TemporaryDirectory(prefix="nnhal-fuzz-") as tmp:
-        for family in families:
-            commands(family, "x", tmp)  # NOTE: an unknown family refused before anything runs
-            rng = random.Random(f"{seed}:{family}")
-            outcomes: collections.Counter = collections.Counter()
-            contained: collections.Counter = collections.Counter()
-            failed: collections.Counter = collections.Counter()
-            findings: list[dict] = []
-            n = ran = 0
-            t0 = time.monotonic()
-            while (count and n < count) or (not count and time.monotonic() - t0 < seconds):
-                mut = rng.choice(mutators)
-                data, kind = mut.mutate(rng)
-                n += 1
-                if data is None:
-                    outcomes["skipped"] += 1
-                    continue
-                path = os.path.join(tmp, "input.tflite")
-                with open(path, "wb") as f:
-                    f.write(data)
-                for argv in commands(family, path, tmp):
-                    r = run_forked(_cli(argv), argv, env, rlimit_mb, timeout, tmp)
-                    ran += 1
-                    v = r.verdict(memory_mb)
-                    outcomes[v if not v.startswith("finding") else "finding"] += 1
-                    if v == "contained":
-                        line = r.stderr.strip()
-                        contained[line[line.find("LiteRT"):][:140]] += 1
-                    elif v == "failed":
-                        failed[r.stderr.strip().split(": ", 1)[-1][:140]] += 1
-                    if v.startswith("finding"):
-                        f = _finding(r, v, mut.name, kind, data, family, len(findings) + 1, save, env, rlimit_mb,
-                                     timeout, tmp)
-                        findings.append(f)
-                        if progress:
-                            progress(f"{family} finding {len(findings)}: {mut.name} {kind}: {' '.join(argv[:1] + argv[2:])}:"
-                                     f" {v}: {f['error']}")
-            elapsed = time.monotonic() - t0
-            res["families"][family] = {"inputs": n, "commands": ran, "seconds": round(elapsed, 1),
-                                       "outcomes": dict(outcomes), "contained": dict(contained.most_common(20)),
-                                       "failed": dict(failed.most_common(20)),
-                                       "findings": findings}
-            if progress:
-                progress(f"{family}: {n} inputs, {ran} commands in {elapsed:.0f} s: "
-                         + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) + f"; findings {len(findings)}")
+    runner = CommandRunner()
+    try:
+        with tempfile.TemporaryDirectory(prefix="nnhal-fuzz-") as tmp:
+            for family in families:
+                camp = _Campaign(family, runner, tmp, env, rlimit_mb, timeout, memory_mb, save, progress)
+                camp.go(mutators, random.Random(f"{seed}:{family}"), seconds, count)
+                res["families"][family] = camp.result()
+    finally:
+        runner.close()
     return res
 
 
-def _finding(r: Result, verdict: str, seed_name: str, kind: str, data: bytes, family: str, k: int,
-             save: Optional[Path], env: dict, rlimit_mb: int, timeout: float, tmp: str) -> dict:
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    out = {"family": family, "seed": seed_name, "mutation": kind, "command": " ".join(r.argv[:1] + r.argv[2:]),
-           "verdict": verdict, "rc": r.rc, "signal": r.sig, "seconds": round(r.seconds, 2), "peak_mb": r.peak_mb,
-           "error": lines[-1][:300] if lines else ""}
-    if save is not None:
-        save.mkdir(parents=True, exist_ok=True)
-        stem = save / f"{family}_{k:04d}_{seed_name}_{kind}"
-        stem.with_suffix(".tflite").write_bytes(data)
-        text = f"nnhal {' '.join(r.argv)}\n{verdict}\n\n{r.stderr}"
-        if r.rc == 1 and r.argv[0] != "ops-queries":
-            again = run_forked(_cli(["-v"] + r.argv), r.argv, env, rlimit_mb, timeout, tmp)
-            text += "\n-- again with -v:\n" + again.stderr
-        stem.with_suffix(".txt").write_text(text)
-        out["saved"] = str(stem.with_suffix(".tflite"))
-    return out
+class _Campaign:
+    """One family's inputs, each through its commands, and the tallies."""
+
+    def __init__(self, family: str, runner: CommandRunner, tmp: str, env: dict, rlimit_mb: int, timeout: float,
+                 memory_mb: float, save: Optional[Path], progress: Optional[Callable[[str], None]]):
+        self.family, self.runner, self.tmp, self.env = family, runner, tmp, env
+        self.rlimit_mb, self.timeout, self.memory_mb, self.save, self.progress = rlimit_mb, timeout, memory_mb, \
+            save, progress
+        self.outcomes: collections.Counter = collections.Counter()
+        self.contained: collections.Counter = collections.Counter()
+        self.failed: collections.Counter = collections.Counter()
+        self.findings: list[dict] = []
+        self.n = self.ran = 0
+        self.seconds = 0.0
+
+    def go(self, mutators: list, rng: random.Random, seconds: float, count: int) -> None:
+        t0 = time.monotonic()
+        while (count and self.n < count) or (not count and time.monotonic() - t0 < seconds):
+            mut = rng.choice(mutators)
+            data, kind = mut.mutate(rng)
+            self.n += 1
+            if data is None:
+                self.outcomes["skipped"] += 1
+                continue
+            path = os.path.join(self.tmp, "input.tflite")
+            with open(path, "wb") as f:
+                f.write(data)
+            for argv in commands(self.family, path, self.tmp):
+                self.judge(self.runner.run(argv, self.tmp, self.env, self.rlimit_mb, self.timeout), mut.name, kind,
+                           data)
+        self.seconds = time.monotonic() - t0
+        if self.progress:
+            self.progress(f"{self.family}: {self.n} inputs, {self.ran} commands in {self.seconds:.0f} s: "
+                          + ", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items()))
+                          + f"; findings {len(self.findings)}")
+
+    def judge(self, r: Result, seed_name: str, kind: str, data: bytes) -> None:
+        self.ran += 1
+        v = r.verdict(self.memory_mb)
+        self.outcomes[v if not v.startswith("finding") else "finding"] += 1
+        line = r.stderr.strip()
+        if v == "contained":
+            self.contained[line[line.find("LiteRT"):][:140]] += 1
+        elif v == "failed":
+            self.failed[line.split(": ", 1)[-1][:140]] += 1
+        elif v.startswith("finding"):
+            f = self.finding(r, v, seed_name, kind, data)
+            self.findings.append(f)
+            if self.progress:
+                self.progress(f"{self.family} finding {len(self.findings)}: {seed_name} {kind}: {f['command']}: {v}: "
+                              f"{f['error']}")
+
+    def finding(self, r: Result, verdict: str, seed_name: str, kind: str, data: bytes) -> dict:
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        out = {"family": self.family, "seed": seed_name, "mutation": kind,
+               "command": " ".join(r.argv[:1] + r.argv[2:]), "verdict": verdict, "rc": r.rc, "signal": r.sig,
+               "seconds": round(r.seconds, 2), "peak_mb": r.peak_mb, "error": lines[-1][:300] if lines else ""}
+        if self.save is not None:
+            self.save.mkdir(parents=True, exist_ok=True)
+            stem = self.save / f"{self.family}_{len(self.findings) + 1:04d}_{seed_name}_{kind}"
+            stem.with_suffix(".tflite").write_bytes(data)
+            text = f"nnhal {' '.join(r.argv)}\n{verdict}\n\n{r.stderr}"
+            if r.rc == 1 and r.argv[0] != "ops-queries":
+                again = self.runner.run(["-v"] + r.argv, self.tmp, self.env, self.rlimit_mb, self.timeout)
+                text += "\n-- again with -v:\n" + again.stderr
+            stem.with_suffix(".txt").write_text(text)
+            out["saved"] = str(stem.with_suffix(".tflite"))
+        return out
+
+    def result(self) -> dict:
+        return {"inputs": self.n, "commands": self.ran, "seconds": round(self.seconds, 1),
+                "outcomes": dict(self.outcomes), "contained": dict(self.contained.most_common(20)),
+                "failed": dict(self.failed.most_common(20)), "findings": self.findings}
