@@ -291,18 +291,19 @@ def test_a_litert_crash_preparing_is_status_2(capsys):
 
 
 def test_answers_are_read_as_data():
-    """The parent reads what the child says as it reads a file: bounded, typed, nothing allocated first."""
-    def frame(header: dict, data: bytes = b"") -> bytes:
+    """The parent reads what the child says as it reads a file: bounded, typed, inside the shared region,
+    nothing allocated first."""
+    def frame(header, data: bytes = b"") -> bytes:
         h = json.dumps(header).encode()
         return struct.pack("<I", len(h)) + h + data
 
     cases = [
         (struct.pack("<I", contain.MAX_HEADER + 1), "a header of"),
         (frame({"nbytes": 1 << 40, "arrays": []}), "bytes of data"),
-        (frame({"nbytes": 8, "arrays": [["object", [1]]]}, bytes(8)), "an array described as"),
-        (frame({"nbytes": 8, "arrays": [["float32", [-1]]]}, bytes(8)), "an array described as"),
-        # NOTE: a shape of 2^40 elements in 8 bytes: refused before np.empty would allocate 4 TiB
-        (frame({"nbytes": 8, "arrays": [["float32", [1 << 20, 1 << 20]]]}, bytes(8)), "arrays larger than the data"),
+        (frame({"nbytes": 0, "arrays": [["object", [1], 0]]}), "an array described as"),
+        (frame({"nbytes": 0, "arrays": [["float32", [-1], 0]]}), "an array described as"),
+        # NOTE: 2^40 elements: refused before numpy would make 4 TiB of them
+        (frame({"nbytes": 0, "arrays": [["float32", [1 << 20, 1 << 20], 0]]}), "in a region of 0"),
         (frame([1, 2]), "not an object"),
     ]
     for raw, match in cases:
@@ -311,17 +312,27 @@ def test_answers_are_read_as_data():
             a.sendall(raw)
             a.shutdown(socket.SHUT_WR)
             with pytest.raises(ValueError, match=match):
-                contain.recv_frame(b, 1 << 30)
+                contain.Channel(b, 1 << 30).recv(copy=True)
         finally:
             a.close()
             b.close()
     a, b = socket.socketpair()
+    ca, cb = contain.Channel(a, 1 << 30), contain.Channel(b, 1 << 30)
     try:
-        x = [np.arange(6, dtype=np.int16).reshape(2, 3), np.array(True)]
-        contain.send_frame(a, {"ok": True}, x, b"tail")
-        h, arrays, rest = contain.recv_frame(b, 1 << 20)
-        assert h["ok"] and rest == b"tail" and all(np.array_equal(p, q) and p.dtype == q.dtype for p, q in zip(arrays, x))
+        x = [np.arange(6, dtype=np.int16).reshape(2, 3), np.array(True), np.zeros((0, 4), np.float32)]
+        fd = ca.grow(contain.Channel.need(x))
+        ca.send({"ok": True}, x, b"tail", fd)
+        os.close(fd)
+        h, arrays, rest = cb.recv(copy=True)
+        assert h["ok"] and rest == b"tail"
+        assert all(np.array_equal(p, q) and p.dtype == q.dtype and p.shape == q.shape for p, q in zip(arrays, x))
+        # NOTE: the region's bounds hold for an answer too: an offset past its end is refused
+        a.sendall(frame({"nbytes": 0, "arrays": [["int8", [2], cb.size - 1]]}))
+        with pytest.raises(ValueError, match="an array of 2 bytes at"):
+            cb.recv(copy=True)
     finally:
+        ca.close()
+        cb.close()
         a.close()
         b.close()
 

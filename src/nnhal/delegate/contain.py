@@ -17,12 +17,13 @@ then says which engine (the label: the CPU partition and its operators, "LiteRT 
 model", ...), what it was doing, the signal and LiteRT's last line on stderr, with the command's exit
 status: 2 while preparing (the model cannot run), 3 while running (an execution failed).
 
-Frames on a socket pair: a 4-byte length, a JSON header, then the arrays' raw bytes (their dtypes and
-shapes in the header).  Nothing is unpickled either way: the parent reads the child's answers as it
-reads a file (dtypes from a fixed set, shapes, sizes within ``$NNHAL_TFLITE_MAX_BYTES``), since a child
-running a hostile model is not trusted either.
+Frames on a socket pair (a 4-byte length, a JSON header, inline bytes for a model), the arrays in a
+shared memory region the parent sizes (:class:`Channel`).  Nothing is unpickled either way: the parent
+reads the child's answers as it reads a file (dtypes from a fixed set, shapes and offsets inside the
+region, sizes within ``$NNHAL_TFLITE_MAX_BYTES``) and copies the arrays out, since a child running a
+hostile model is not trusted either.
 
-Cost: one round trip per call, the arrays copied through the socket (``python -m
+Cost: one round trip per call, each array copied into the region and out (``python -m
 nnhal.tools.contain_cost`` prints it); the child times LiteRT itself, and benchmarks use that time
 (:class:`TimedRuns`).  ``NNHAL_LITERT_IN_PROCESS=1`` runs LiteRT in nnhal's own process instead
 (models one trusts; the cost's baseline).
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 import select
 import signal
@@ -83,66 +85,134 @@ def timeout_seconds() -> float:
         return 60.0
 
 
-# --------------------------------------------------------------------------- frames (both sides)
+# --------------------------------------------------------------------------- the channel (both sides)
 
 
-def send_frame(sock: socket.socket, header: dict, arrays: Sequence[np.ndarray] = (), payload: bytes = b"") -> None:
-    """``header`` (JSON) with ``arrays`` (described in it as ``"arrays"``) and then ``payload`` bytes."""
-    arrays = [np.asarray(a, order="C") for a in arrays]  # NOTE: not ascontiguousarray, which makes a scalar [1]
-    header = dict(header, arrays=[[a.dtype.name, list(a.shape)] for a in arrays],
-                  nbytes=sum(a.nbytes for a in arrays) + len(payload))
-    head = json.dumps(header).encode()
-    bufs = [struct.pack("<I", len(head)) + head] + [memoryview(a).cast("B") for a in arrays if a.nbytes]
-    if payload:
-        bufs.append(memoryview(payload))
-    for b in bufs:
-        sock.sendall(b)
+def _aligned(n: int) -> int:
+    return (n + 63) // 64 * 64
 
 
-def _recv_into(sock: socket.socket, view: memoryview) -> None:
-    got = 0
-    while got < len(view):
-        n = sock.recv_into(view[got:])
-        if n == 0:
+class Channel:
+    """One side of the socket pair.  A frame: a 4-byte length, a JSON header, then ``nbytes`` inline bytes
+    (a model); arrays travel through a shared memory region (a memfd both sides map, the parent's to size:
+    it sends its descriptor with the frame that first needs it), described in the header as ``[dtype,
+    shape, offset]``.  What is received is checked as a file would be (:meth:`recv`)."""
+
+    def __init__(self, sock: socket.socket, max_bytes: int):
+        self.sock, self.max_bytes = sock, max_bytes
+        self.shm: Optional[mmap.mmap] = None
+
+    @property
+    def size(self) -> int:
+        return len(self.shm) if self.shm is not None else 0
+
+    def grow(self, need: int) -> int:
+        """A new region of at least ``need`` bytes (mapped here): its descriptor, to send and then close."""
+        size = max(1 << 20, 1 << max(0, need - 1).bit_length())
+        fd = os.memfd_create("nnhal-litert", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            self._map(fd, size)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    def _map(self, fd: int, size: int) -> None:
+        self.close()
+        self.shm = mmap.mmap(fd, size)
+
+    @staticmethod
+    def need(arrays: Sequence[np.ndarray]) -> int:
+        return sum(_aligned(np.asarray(a).nbytes) for a in arrays)
+
+    def send(self, header: dict, arrays: Sequence[np.ndarray] = (), payload: bytes = b"", fd: int = -1) -> None:
+        """``header`` with ``arrays`` placed in the region (which must hold :meth:`need` of them), ``payload``
+        inline, ``fd`` (a region's descriptor) passed along."""
+        specs, off = [], 0
+        for a in arrays:
+            a = np.asarray(a)
+            if a.nbytes:
+                assert self.shm is not None and off + a.nbytes <= self.size
+                np.frombuffer(self.shm, a.dtype, a.size, off).reshape(a.shape)[...] = a
+            specs.append([a.dtype.name, list(a.shape), off])
+            off += _aligned(a.nbytes)
+        head = json.dumps(dict(header, arrays=specs, nbytes=len(payload))).encode()
+        first = struct.pack("<I", len(head))
+        if fd >= 0:
+            socket.send_fds(self.sock, [first], [fd])
+        else:
+            self.sock.sendall(first)
+        self.sock.sendall(head)
+        if payload:
+            self.sock.sendall(payload)
+
+    def _exactly(self, view: memoryview) -> None:
+        got = 0
+        while got < len(view):
+            n = self.sock.recv_into(view[got:])
+            if n == 0:
+                raise EOFError("the other side closed")
+            got += n
+
+    def recv(self, copy: bool) -> tuple[dict, list[np.ndarray], bytes]:
+        """(header, arrays, inline bytes) of one frame, adopting a region passed with it; arrays are copies
+        (``copy``) or views of the region.  ValueError for a malformed frame (a header beyond 1 MiB or not an
+        object, inline bytes or a region beyond ``max_bytes``, an unknown dtype, an array outside the
+        region), EOFError when the other side is gone."""
+        first, fds, _, _ = socket.recv_fds(self.sock, 4, 1)
+        if not first:
             raise EOFError("the other side closed")
-        got += n
+        try:
+            if fds:
+                size = os.fstat(fds[0]).st_size
+                if size > self.max_bytes + (1 << 20) or size < 0:
+                    raise ValueError(f"a shared region of {size} bytes")
+                self._map(fds[0], size)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        n = bytearray(first.ljust(4, b"\0"))
+        if len(first) < 4:
+            self._exactly(memoryview(n)[len(first):])
+        size = struct.unpack("<I", n)[0]
+        if size > MAX_HEADER:
+            raise ValueError(f"a header of {size} bytes")
+        raw = bytearray(size)
+        self._exactly(memoryview(raw))
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise ValueError("a header that is not an object")
+        nbytes, specs = header.get("nbytes", 0), header.get("arrays", [])
+        if not isinstance(nbytes, int) or not 0 <= nbytes <= self.max_bytes or not isinstance(specs, list):
+            raise ValueError(f"{nbytes!r} bytes of data")
+        arrays = [self._array(spec, copy) for spec in specs]
+        rest = bytearray(nbytes)
+        if rest:
+            self._exactly(memoryview(rest))
+        return header, arrays, bytes(rest)
 
-
-def recv_frame(sock: socket.socket, max_bytes: int) -> tuple[dict, list[np.ndarray], bytes]:
-    """(header, arrays, the remaining payload bytes) of one frame; ValueError for a malformed one (a size
-    beyond ``max_bytes``, an unknown dtype, a shape that does not add up), EOFError when closed."""
-    n = bytearray(4)
-    _recv_into(sock, memoryview(n))
-    size = struct.unpack("<I", n)[0]
-    if size > MAX_HEADER:
-        raise ValueError(f"a header of {size} bytes")
-    raw = bytearray(size)
-    _recv_into(sock, memoryview(raw))
-    header = json.loads(raw)
-    if not isinstance(header, dict):
-        raise ValueError("a header that is not an object")
-    total = header.get("nbytes", 0)
-    specs = header.get("arrays", [])
-    if not isinstance(total, int) or not 0 <= total <= max_bytes or not isinstance(specs, list):
-        raise ValueError(f"{total!r} bytes of data")
-    arrays, used = [], 0
-    for spec in specs:
-        if not (isinstance(spec, list) and len(spec) == 2 and spec[0] in DTYPES and isinstance(spec[1], list)
-                and all(isinstance(d, int) and 0 <= d <= max_bytes for d in spec[1])):
+    def _array(self, spec: Any, copy: bool) -> np.ndarray:
+        if not (isinstance(spec, list) and len(spec) == 3 and spec[0] in DTYPES and isinstance(spec[1], list)
+                and all(isinstance(d, int) and 0 <= d <= self.max_bytes for d in spec[1])
+                and isinstance(spec[2], int) and spec[2] >= 0):
             raise ValueError(f"an array described as {spec!r}")
         dt = np.dtype(spec[0])
-        size = math.prod(spec[1]) * dt.itemsize
-        if size > total - used:  # NOTE: checked before anything is allocated for it
-            raise ValueError("arrays larger than the data")
-        used += size
-        a = np.empty(spec[1], dt)
-        if a.nbytes:
-            _recv_into(sock, memoryview(a).cast("B"))
-        arrays.append(a)
-    rest = bytearray(total - used)
-    if rest:
-        _recv_into(sock, memoryview(rest))
-    return header, arrays, bytes(rest)
+        n = math.prod(spec[1])
+        if n * dt.itemsize + spec[2] > self.size:  # NOTE: checked before anything is made of it
+            raise ValueError(f"an array of {n * dt.itemsize} bytes at {spec[2]} in a region of {self.size}")
+        if n == 0:
+            return np.zeros(spec[1], dt)
+        view = np.frombuffer(self.shm, dt, n, spec[2]).reshape(spec[1])
+        return view.copy() if copy else view
+
+    def close(self) -> None:
+        if self.shm is not None:
+            try:
+                self.shm.close()
+            except BufferError:
+                pass  # NOTE: a view of it is still held: the mapping goes with the last one
+            self.shm = None
 
 
 # --------------------------------------------------------------------------- the parent's side
@@ -170,6 +240,7 @@ class LiteRTProcess:
         self.dead = ""  # why it ended, once it has
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock = parent
+        self.channel = Channel(parent, self.max_bytes)
         self._err = None if not quiet_litert() else tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(
@@ -201,8 +272,15 @@ class LiteRTProcess:
                 if not self._ready:
                     self._answer(self._wall())
                     self._ready = True
-                send_frame(self.sock, header, arrays, payload)
+                self._send(header, arrays, payload)
                 reply, outs = self._answer(self._wall(runs))
+                if reply.get("ok") and "need" in reply:  # NOTE: the answer's arrays need a larger region
+                    need = reply["need"]
+                    if not isinstance(need, int) or not 0 < need <= self.max_bytes:
+                        raise LiteRTError(f"LiteRT's answer {doing} {label} needs {need!r} bytes, above the limit of "
+                                          f"{self.max_bytes} (NNHAL_TFLITE_MAX_BYTES)")
+                    self._send({"op": "fetch"}, grow=need)
+                    reply, outs = self._answer(self._wall())
             except (OSError, EOFError, ValueError, TimeoutError) as e:
                 raise self._ended(e, label, doing, status) from None
         if not reply.get("ok"):
@@ -211,13 +289,22 @@ class LiteRTProcess:
             raise LiteRTError(why if status == 2 else f"LiteRT failed {doing} {label}: {why}")
         return reply, outs
 
+    def _send(self, header: dict, arrays: Sequence[np.ndarray] = (), payload: bytes = b"", grow: int = 0) -> None:
+        need = max(grow, Channel.need(arrays))
+        fd = self.channel.grow(need) if need > self.channel.size else -1
+        try:
+            self.channel.send(header, arrays, payload, fd)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
     def _answer(self, wall: float) -> tuple[dict, list[np.ndarray]]:
         r, _, _ = select.select([self.sock], [], [], wall)
         if not r:
             raise TimeoutError(f"no answer in {wall:.0f} s")
         self.sock.settimeout(wall)
         try:
-            header, arrays, _ = recv_frame(self.sock, self.max_bytes)
+            header, arrays, _ = self.channel.recv(copy=True)
         finally:
             self.sock.settimeout(None)
         return header, arrays
@@ -281,9 +368,10 @@ class LiteRTProcess:
             self._err = None
 
     def close(self) -> None:
-        """End the child (its interpreters with it) and release the socket and the log file."""
+        """End the child (its interpreters with it) and release the socket, the shared region and the log file."""
         if self.sock.fileno() >= 0:
             self.sock.close()
+        self.channel.close()
         if self.proc.poll() is None:
             try:
                 self.proc.wait(timeout=5)  # NOTE: the child ends when the socket closes

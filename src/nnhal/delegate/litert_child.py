@@ -103,19 +103,28 @@ class _Server:
         return {"ok": False, "error": f"unknown request {op!r}"}, []
 
     def serve(self) -> None:
-        from nnhal.delegate.contain import DTYPES, recv_frame, send_frame
+        from nnhal.delegate.contain import DTYPES, Channel
 
-        send_frame(self.sock, {"ok": True, "ready": True})
+        ch = Channel(self.sock, 1 << 62)
+        ch.send({"ok": True, "ready": True})
+        pending: list[np.ndarray] = []
         while True:
             try:
-                h, arrays, payload = recv_frame(self.sock, 1 << 62)
+                h, arrays, payload = ch.recv(copy=False)
             except EOFError:
                 return
             try:
-                reply, outs = self.handle(h, arrays, payload)
+                if h.get("op") == "fetch":  # NOTE: the last answer's arrays, now that the region holds them
+                    reply, outs = {"ok": True}, pending
+                else:
+                    reply, outs = self.handle(h, arrays, payload)
                 odd = [a.dtype for a in outs if a.dtype.name not in DTYPES]
                 if odd:
                     raise ValueError(f"LiteRT gives a tensor of type {odd[0]}, which nnhal does not read")
+                if Channel.need(outs) > ch.size:
+                    reply, pending, outs = {"ok": True, "need": Channel.need(outs)}, outs, []
+                else:
+                    pending = []
             except MemoryError:
                 signal.setitimer(signal.ITIMER_PROF, 0)
                 reply, outs = {"ok": False, "error": f"LiteRT ran out of the memory it may use ({self.limit} "
@@ -127,7 +136,8 @@ class _Server:
                                          f"this process may use {self.limit} bytes of address space, "
                                          "NNHAL_TFLITE_MAX_BYTES)")
                 reply, outs = {"ok": False, "error": why}, []
-            send_frame(self.sock, reply, outs)
+            arrays = []  # NOTE: no view of the region is left when the next request may replace it
+            ch.send(reply, outs)
 
 
 def _file_size(path: str) -> int:
