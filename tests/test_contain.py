@@ -233,6 +233,20 @@ def _forever() -> bytes:
 FOREVER_INPUTS = [np.array(0, np.int32), np.ones(2, np.float32)]
 
 
+def _forever_between() -> bytes:
+    """ABS, the endless WHILE, NEG: one CPU partition of three operators at API 27 (ABS / NEG from API 29)."""
+    i1, f2, b1 = Tensor([], "int32"), Tensor([2]), Tensor([], "bool")
+    five, zero = Tensor([], "int32", data=np.int32(5)), Tensor([], "int32", data=np.int32(0))
+    main = ([i1, f2, f2, i1, f2, f2], [("ABS", [1], [2], None),
+                                       ("WHILE", [0, 2], [3, 4], options("WhileOptions", condSubgraphIndex=1,
+                                                                         bodySubgraphIndex=2)),
+                                       ("NEG", [4], [5], None)], [0, 1], [5])
+    cond = ([i1, f2, five, b1], [("LESS", [0, 2], [3], None)], [0, 1], [3])
+    body = ([i1, f2, zero, i1, f2], [("ADD", [0, 2], [3], options("AddOptions")), ("ABS", [1], [4], None)], [0, 1],
+            [3, 4])
+    return subgraphs([main, cond, body])
+
+
 def _children() -> set[int]:
     """This process's child processes."""
     out: set[int] = set()
@@ -259,6 +273,18 @@ def test_a_litert_hang_is_one_line_and_exit_3(tmp_path, capsys, monkeypatch):
             "WHILE)") in err[0], err
     assert time.monotonic() - t0 < 60
     assert _children() <= before
+
+
+def test_the_operator_that_ends_litert_is_found(monkeypatch):
+    """In a partition of several operators, each is tried alone (in a process of its own) once LiteRT's
+    process has ended: the message names the first that ends it too."""
+    monkeypatch.setenv(contain.TIMEOUT_ENV, "1")
+    plan = plan_of(_forever_between(), api=27)
+    assert [(p.where, p.operators) for p in plan.partitions] == [("cpu", [0, 1, 2])]
+    with Runner(plan, nnhal.get_device) as r, pytest.raises(contain.LiteRTCrash) as e:
+        r.run(FOREVER_INPUTS)
+    assert str(e.value) == ("LiteRT hung: used more than 1 s of CPU (NNHAL_LITERT_TIMEOUT) running CPU partition 0 "
+                            "(operators 0-2: ABS, WHILE, NEG); operator 1 WHILE alone hangs it too")
 
 
 def test_a_litert_crash_running_is_one_line_and_leaves_nothing(capsys):

@@ -396,8 +396,8 @@ class ContainedLiteRT:
 
     def __init__(self, process: LiteRTProcess, source: str | Path | bytes, threads: int = 1, kernels: str = "builtin",
                  preserve: bool = False, label: str = "LiteRT", kind: str = "litert",
-                 inputs: Sequence[np.ndarray] = ()):
-        self.process, self.label = process, label
+                 inputs: Sequence[np.ndarray] = (), owns_process: bool = False):
+        self.process, self.label, self.owns_process = process, label, owns_process
         self.id = process.new_id()
         is_bytes = isinstance(source, (bytes, bytearray))
         header = {"op": "create", "id": self.id, "kind": kind, "threads": threads, "kernels": kernels,
@@ -443,7 +443,10 @@ class ContainedLiteRT:
         return self._outs(outs, 1, "reading a tensor of")[0]
 
     def close(self) -> None:
-        if not self.process.dead and self.process.sock.fileno() >= 0:
+        """Free the interpreter in its process (and end the process when it is this interpreter's own)."""
+        if self.owns_process:
+            self.process.close()
+        elif not self.process.dead and self.process.sock.fileno() >= 0:
             try:
                 self.process.call({"op": "close", "id": self.id}, label=self.label, doing="closing", status=3)
             except RuntimeError:
@@ -458,23 +461,13 @@ def open_litert(source: str | Path | bytes, threads: int = 1, kernels: str = "bu
 
     if in_process():
         return LiteRT(source, threads=threads, kernels=kernels, preserve=preserve)
-    own = process is None
     proc = process if process is not None else LiteRTProcess()
     try:
-        lr = ContainedLiteRT(proc, source, threads, kernels, preserve, label)
+        return ContainedLiteRT(proc, source, threads, kernels, preserve, label, owns_process=process is None)
     except BaseException:
-        if own:
+        if process is None:
             proc.close()
         raise
-    if own:
-        close = lr.close
-
-        def close_all() -> None:
-            close()
-            proc.close()
-
-        lr.close = close_all  # type: ignore[method-assign]
-    return lr
 
 
 class TimedRuns:

@@ -140,6 +140,7 @@ class _Cpu:
         self.ins, self.outs = p.inputs, p.outputs
         self.lite = None
         self.seconds = self.round_trip = 0.0
+        self.g, self.ops, self.kernels, self.threads = g, p.load_ops, kernels, threads
         if not p.load_ops or not p.outputs:
             return  # NOTE: only float16 weights the HAL partitions fold, or DENSIFYs done at load
         data = cut.submodel(g, p.load_ops, p.inputs, p.outputs)
@@ -153,7 +154,7 @@ class _Cpu:
         except MissingDependency as e:
             raise PlanError(f"LiteRT is required for partition {p.index} on the CPU ({e})") from None
         except LiteRTCrash as e:
-            raise PlanError(str(e), e.status) from None
+            raise PlanError(str(e) + culprit(g, p.load_ops, None, kernels, threads), e.status) from None
         except (RuntimeError, ValueError) as e:
             # NOTE: the root cause once: the custom operators LiteRT lacks, and why each is on the CPU
             why = "; ".join(f"operator {i} {g.operators[i].name} is on the CPU: {plan.operators[i].reason}"
@@ -166,7 +167,10 @@ class _Cpu:
         if self.lite is None:
             return
         t0 = time.perf_counter()
-        ys = self.lite.run([values[k] for k in self.ins])
+        try:
+            ys = self.lite.run([values[k] for k in self.ins])
+        except LiteRTCrash as e:
+            raise LiteRTCrash(str(e) + culprit(self.g, self.ops, values, self.kernels, self.threads), e.status) from None
         self.round_trip = time.perf_counter() - t0
         # NOTE: a contained LiteRT's own time (its child's timer); in process, the call's
         self.seconds = self.lite.seconds if isinstance(self.lite, ContainedLiteRT) else self.round_trip
@@ -177,6 +181,40 @@ class _Cpu:
         if isinstance(self.lite, ContainedLiteRT):
             self.lite.close()
         self.lite = None
+
+
+def culprit(g: Graph, ops: Sequence[int], values: Optional[dict], kernels: str, threads: int) -> str:
+    """After LiteRT's process ended (a signal, a hang) on a partition of several operators: the first of
+    ``ops`` that ends it alone as well, tried in turn in a process of their own (prepared, and unless
+    ``values`` is None, as when it ended preparing, run on ``values`` and what the earlier ones computed),
+    as "; operator i NAME alone ... too"; "" when none does or one cannot be tried alone."""
+    if len(ops) < 2:
+        return ""  # NOTE: its one operator is named already
+    vals = dict(values or {})
+    proc: Optional[LiteRTProcess] = None
+    try:
+        for i in ops:
+            op = g.operators[i]
+            ins = [k for k in dict.fromkeys(op.inputs) if k >= 0 and not g.is_const(k)]
+            outs = [k for k in op.outputs if k >= 0]
+            if values is not None and any(k not in vals for k in ins):
+                return ""
+            proc = proc or LiteRTProcess()
+            try:
+                lr = ContainedLiteRT(proc, cut.submodel(g, [i], ins, outs), threads, kernels,
+                                     label=f"operator {i} {op.name} alone")
+                if values is not None:
+                    vals.update(zip(outs, lr.run([vals[k] for k in ins])))
+                lr.close()
+            except LiteRTCrash as e:
+                how = "crashes" if "crashed" in str(e) else "hangs" if "hung" in str(e) else "ends"
+                return f"; operator {i} {op.name} alone {how} it too"
+            except (RuntimeError, ValueError):
+                return ""  # NOTE: LiteRT refuses it alone: no telling
+    finally:
+        if proc is not None:
+            proc.close()
+    return ""
 
 
 def check_dataflow(plan: Plan) -> None:
