@@ -331,6 +331,7 @@ def test_answers_are_read_as_data():
         # NOTE: 2^40 elements: refused before numpy would make 4 TiB of them
         (frame({"nbytes": 0, "arrays": [["float32", [1 << 20, 1 << 20], 0]]}), "in a region of 0"),
         (frame([1, 2]), "not an object"),
+        (struct.pack("<I", 200000) + b"[" * 200000, "nested too deep"),
     ]
     for raw, match in cases:
         a, b = socket.socketpair()

@@ -180,7 +180,10 @@ class Channel:
             raise ValueError(f"a header of {size} bytes")
         raw = bytearray(size)
         self._exactly(memoryview(raw))
-        header = json.loads(raw)
+        try:
+            header = json.loads(raw)
+        except RecursionError:  # NOTE: nesting deeper than the parser's stack
+            raise ValueError("a header nested too deep") from None
         if not isinstance(header, dict):
             raise ValueError("a header that is not an object")
         nbytes, specs = header.get("nbytes", 0), header.get("arrays", [])
@@ -299,8 +302,9 @@ class LiteRTProcess:
                 os.close(fd)
 
     def _answer(self, wall: float) -> tuple[dict, list[np.ndarray]]:
-        r, _, _ = select.select([self.sock], [], [], wall)
-        if not r:
+        poll = select.poll()
+        poll.register(self.sock, select.POLLIN)
+        if not poll.poll(wall * 1e3):
             raise TimeoutError(f"no answer in {wall:.0f} s")
         self.sock.settimeout(wall)
         try:
