@@ -279,7 +279,7 @@ def test_runs_without_litert_when_no_cpu_partition(monkeypatch):
     def missing():
         raise schema.MissingDependency("no LiteRT here")
 
-    monkeypatch.setattr(runner, "LiteRT", lambda *a, **k: missing())
+    monkeypatch.setattr(runner, "open_litert", lambda *a, **k: missing())
     monkeypatch.setattr(schema, "interpreter_module", missing)
     data = one_op("ADD", [Tensor([2]), Tensor([2])], [Tensor([2])], options("AddOptions"))
     r = runner.Runner(plan_of(data), __import__("nnhal").get_device)

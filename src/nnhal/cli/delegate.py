@@ -24,10 +24,12 @@ import numpy as np
 from nnhal.cli.app import UserError
 from nnhal.cli.tflite import model_errors
 from nnhal.delegate import cut
+from nnhal.delegate.contain import LiteRTCrash, LiteRTError, TimedRuns, open_litert
 from nnhal.delegate.model import Graph
 from nnhal.delegate.plan import Options, Plan, build_plan
-from nnhal.delegate.run import ExecutionError, LiteRT, check_inputs, diff, make_inputs, topk
+from nnhal.delegate.run import ExecutionError, check_inputs, diff, make_inputs, topk
 from nnhal.delegate.runner import PlanError, Runner, input_descs, output_descs
+from nnhal.tflite.errors import ModelError
 from nnhal.tflite.loader import IODescription, TensorDesc, verify
 from nnhal.tflite.schema import MissingDependency
 
@@ -100,8 +102,9 @@ def plan_model(path: str, args: argparse.Namespace, device_of: DeviceOf) -> Plan
             opts.cache = _cache(path, raw, args)
             checked = verify(raw, batch=opts.batch)  # NOTE: the whole flatbuffer checked before anything reads it
             return build_plan(Graph(raw, checked, opts.batch), opts, device_of)
-    except (ValueError, AttributeError, IndexError, TypeError, KeyError) as e:
-        # NOTE: a graph the reader passed but the plan finds inconsistent (a tensor index out of range)
+    except ValueError as e:
+        # NOTE: a file the check passed whose content the plan cannot use (sparse metadata that does not
+        # fit its shape); anything else would be nnhal's bug, shown as such
         print(f"{path}: cannot read the model: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
@@ -122,12 +125,21 @@ def _inputs(args: argparse.Namespace, g: Graph) -> list[np.ndarray]:
 
     io = IODescription(inputs=input_descs(g))
     if not args.input:
-        return make_inputs(io, batch=args.batch or 1, seed=args.seed)
+        return generated_inputs(args.model, g, args.batch or 1, args.seed)
     arrays = [read_npy(f) for f in args.input]
     try:
         return check_inputs(io, arrays)
     except ValueError as e:
         raise UserError(f"--input: {e}") from None
+
+
+def generated_inputs(path: str, g: Graph, batch: int = 1, seed: int = 0) -> list[np.ndarray]:
+    """``make_inputs`` for the model's inputs; inputs beyond the size limit are one line and exit status 2."""
+    try:
+        return make_inputs(IODescription(inputs=input_descs(g)), batch=batch, seed=seed)
+    except ModelError as e:
+        print(f"{path}: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _short(a: np.ndarray) -> str:
@@ -164,7 +176,20 @@ def verdict(args: argparse.Namespace, io: IODescription, failures: list[str], dr
 
 
 def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
-    """``nnhal run``."""
+    """``nnhal run``: LiteRT crashing or hanging in its process (:mod:`nnhal.delegate.contain`) is one line
+    and its exit status (2 preparing, 3 running)."""
+    closing: list[Callable[[], None]] = []
+    try:
+        return _run_main(args, device_of, closing)
+    except LiteRTCrash as e:
+        print(f"{args.model}: {e}", file=sys.stderr)
+        return e.status
+    finally:
+        for close in closing:
+            close()
+
+
+def _run_main(args: argparse.Namespace, device_of: DeviceOf, closing: list[Callable[[], None]]) -> int:
     from nnhal.cli.tflite import check_run_flags
 
     check_run_flags(args)
@@ -187,9 +212,13 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
     if args.compare or args.per_tensor:
         try:
             ref = Reference(plan.graph, args.kernels, args.threads, bool(args.per_tensor))
+            closing.append(ref.close)
         except MissingDependency as e:
             print(f"--compare: {e}", file=sys.stderr)
             return 3
+        except NoReference as e:
+            print(f"{args.model}: --compare: {e}", file=sys.stderr)
+            return 2
     # NOTE: when LiteRT cannot run the original, the tensors it can compute are compared: keep them all
     keep = bool(args.per_tensor) or (ref is not None and not ref.whole)
     devices = [d.strip() for d in (getattr(args, "devices", "") or "").split(",") if d.strip()]
@@ -215,7 +244,7 @@ def run_main(args: argparse.Namespace, device_of: DeviceOf) -> int:
         print(f"{args.model}: {e}", file=sys.stderr)
         runner.close()
         return 3
-    t2 = time.perf_counter()
+    t2 = time.perf_counter() - runner.contained  # NOTE: LiteRT's own time, not the round trips to its process
     print(prepare_line(args.model, plan_ms, (t1 - t0) * 1e3, (t2 - t1) * 1e3, runner, imports_ms))
     if args.explain:
         print(plan.explain(runner.times))
@@ -279,7 +308,15 @@ def _report(args: argparse.Namespace, plan: Plan, runner: Runner, x: list, outs:
     failures: list[str] = []
     drift = ""
     quantized = list(descs)
-    got = ref.run(x)
+    try:
+        got = ref.run(x)
+    except LiteRTCrash:
+        raise
+    except (RuntimeError, ValueError) as e:  # NOTE: LiteRT's own refusal at invoke: no reference to compare with
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"{args.model}: " + (why if isinstance(e, LiteRTError) else
+                                   f"--compare: LiteRT cannot run the original model: {why}"), file=sys.stderr)
+        return 3
     print(f"against LiteRT ({args.kernels} kernels):" if ref.whole else
           f"LiteRT cannot run the original ({ref.why}): comparing what it can compute without "
           f"{', '.join(sorted(ref.lacking_names))} ({len(got)} tensors)")
@@ -380,22 +417,32 @@ def tensor_desc(g: Graph, k: int) -> TensorDesc:
                       t.zero_point if len(t.zero_points) == 1 else 0, p, g.operators[p].name if p >= 0 else "")
 
 
+class NoReference(RuntimeError):
+    """LiteRT refuses the original model for another reason than a custom operator it lacks."""
+
+
 class Reference:
     """LiteRT on the original model; when it lacks a custom operator's kernel, on the operators that
-    do not depend on one (``whole`` False, ``lacking_names``, ``why``)."""
+    do not depend on one (``whole`` False, ``lacking_names``, ``why``).  Contained
+    (:mod:`nnhal.delegate.contain`): a crash or hang is a :class:`LiteRTCrash`."""
 
     def __init__(self, g: Graph, kernels: str, threads: int, per_tensor: bool):
         self.g, self.whole, self.why, self.lacking_names = g, True, "", set()
         self.per_tensor = per_tensor
+        self.lite = None
         try:
-            self.lite = LiteRT(g.data, threads=threads, kernels=kernels, preserve=per_tensor)
-            self.lite.it.allocate_tensors()
+            self.lite = open_litert(g.data, threads=threads, kernels=kernels, preserve=per_tensor,
+                                    label="the original model (--compare)")
             self.tensors = list(g.outputs)
             return
+        except LiteRTCrash:
+            raise
         except (RuntimeError, ValueError) as e:
             self.why = str(e).strip().splitlines()[0]
         self.whole = False
         lacking = {op.index for op in g.operators if op.custom and not _litert_has(g, op.index, kernels)}
+        if not lacking:  # NOTE: LiteRT refuses the model itself, not a kernel it lacks: nothing to compare with
+            raise NoReference(f"LiteRT cannot run the original model: {self.why}")
         self.lacking_names = {g.operators[i].name for i in lacking}
         blocked = set(lacking)
         tainted: set[int] = set()
@@ -411,7 +458,20 @@ class Reference:
             ins = sorted({k for i in ops for k in g.operators[i].inputs
                           if k >= 0 and not g.is_const(k) and k not in set(written)})
             self.ins = ins
-            self.lite = LiteRT(cut.submodel(g, ops, ins, written), threads=threads, kernels=kernels)
+            without = ", ".join(sorted(self.lacking_names))
+            try:
+                self.lite = open_litert(cut.submodel(g, ops, ins, written), threads=threads, kernels=kernels,
+                                        label=f"the original model without {without} (--compare)")
+            except LiteRTCrash:
+                raise
+            except (RuntimeError, ValueError) as e:
+                raise NoReference(f"LiteRT cannot run the original model without {without} either: "
+                                  f"{str(e).strip().splitlines()[0]}") from None
+
+    def close(self) -> None:
+        if self.lite is not None:
+            self.lite.close()
+            self.lite = None
 
     def run(self, x: list) -> dict[int, np.ndarray]:
         if self.whole:
@@ -433,10 +493,14 @@ class Reference:
 
 
 def _litert_has(g: Graph, i: int, kernels: str) -> bool:
+    """Whether LiteRT resolves operator ``i`` (alone, in a process of its own: a crash means it did)."""
     op = g.operators[i]
     ins = [k for k in dict.fromkeys(op.inputs) if k >= 0 and not g.is_const(k)]
     try:
-        LiteRT(cut.submodel(g, [i], ins, [k for k in op.outputs if k >= 0]), kernels=kernels).it.allocate_tensors()
+        open_litert(cut.submodel(g, [i], ins, [k for k in op.outputs if k >= 0]), kernels=kernels,
+                    label=f"operator {i} {op.name} alone (--compare)").close()
+    except LiteRTCrash:
+        return True
     except (RuntimeError, ValueError) as e:
         return "unresolved" not in str(e).lower() and "didn't find op" not in str(e).lower()
     return True
@@ -449,11 +513,24 @@ def run_engine(path: str, args: argparse.Namespace, device_of: DeviceOf, device:
     plan = plan_model(path, ns, device_of)
     plan.graph_path = path
     if x is None:
-        x = make_inputs(IODescription(inputs=input_descs(plan.graph)), seed=getattr(args, "seed", 0))
+        x = generated_inputs(path, plan.graph, seed=getattr(args, "seed", 0))
     runner = open_runner(plan, device_of, threads=getattr(args, "threads", 1))
     how = sorted({e.how for e in runner.engines if getattr(e, "how", "")}) if plan.options.cache is not None else []
-    return summary(plan) + (f"; NNAPI partitions {', '.join(how)}" if how else ""), x, lambda: runner.run(x), \
+    return summary(plan) + (f"; NNAPI partitions {', '.join(how)}" if how else ""), x, plan_runs(runner, x), \
         runner.close
+
+
+def plan_runs(runner: Runner, x: list) -> TimedRuns:
+    """``runner.run(x)`` timed without its round trips to LiteRT's process (LiteRT's own time counted)."""
+    def times(n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            runner.run(x)
+            out.append(time.perf_counter() - t0 - runner.contained)
+        return out
+
+    return TimedRuns(lambda: runner.run(x), times, lambda: runner.contained)
 
 
 def plan_groups(args: argparse.Namespace, device_of: DeviceOf) -> tuple[dict[int, tuple[str, str]], str]:

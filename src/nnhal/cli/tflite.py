@@ -23,13 +23,13 @@ from typing import Any, Callable, Iterator, NoReturn, Optional
 import numpy as np
 
 from nnhal.cli.app import UserError
+from nnhal.delegate.contain import LiteRTCrash, LiteRTError, block_times
 from nnhal.delegate.run import (
     DataPathFloor,
     ExecutionError,
     HalSession,
     LiteRT,
     make_inputs,
-    timed,
 )
 from nnhal.hal.types import HalVersion
 from nnhal.tflite.errors import InvalidModelError, UnsupportedModelError
@@ -282,6 +282,12 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
                                             blas_threads, engine))
         except SystemExit as e:  # NOTE: this model could not run (said on stderr): the batch goes on
             status = max(status, e.code if isinstance(e.code, int) else 2)
+        except LiteRTCrash as e:  # NOTE: LiteRT's process ended (nnhal.delegate.contain): one line, the batch goes on
+            print(f"{path}: {e}", file=sys.stderr)
+            status = max(status, e.status)
+        except (ExecutionError, LiteRTError) as e:  # NOTE: an execution failed (a device's status, LiteRT's error)
+            print(f"{path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
+            status = max(status, 3)
     if args.json:
         from nnhal.tools.bench.modelbench import write_json
 
@@ -356,15 +362,14 @@ def _bench_one(path: str, args: argparse.Namespace, device_of: DeviceOf, baselin
     profile = _hal_profile(model, io, x, args) if args.profile else None
     free_model(model)
     engines: list[tuple[str, Callable[[], Any]]] = [("nnhal " + d, lambda s=s: s.run(x)) for d, s in sessions]
+    closers: list[Callable[[], None]] = [s.close for _, s in sessions]
     try:
-        floor = _litert_engines(path, args, x, engines, figs)
+        _litert_engines(path, args, x, engines, figs, closers)
         _time_engines(f"{Path(path).name}: {summary(io)}; loaded and converted in {load_ms:.0f} ms", engines,
                       figs, start_rss, args, blas_threads)
     finally:
-        for _, s in sessions:
-            s.close()
-    if floor is not None:
-        floor.close()
+        for c in closers:
+            c()
     _finish(path, args, load_ms, figs, profile)
     return 0
 
@@ -417,6 +422,7 @@ def _bench_engines(path: str, args: argparse.Namespace, device_of: DeviceOf, bas
                                                     lambda: engine(path, args, device_of, args.device, None),
                                                     lambda r: r[2]())
     load_ms = (time.perf_counter() - t0) * 1e3 - fig.first_ms
+    fig.first_ms -= uncounted_ms(run)
     engines: list[tuple[str, Callable[[], Any]]] = [(f"nnhal {args.device}", run)]
     figs: list[Any] = [fig]
     closers = [close]
@@ -425,14 +431,17 @@ def _bench_engines(path: str, args: argparse.Namespace, device_of: DeviceOf, bas
             fig_b, (_, _, run_b, close_b) = mb.measure_start(f"nnhal {baseline}",
                                                               lambda: engine(path, args, device_of, baseline, x),
                                                               lambda r: r[2]())
+            fig_b.first_ms -= uncounted_ms(run_b)
             engines.append((f"nnhal {baseline}", run_b))
             figs.append(fig_b)
             closers.append(close_b)
-        floor = _litert_engines(path, args, x, engines, figs)
-        if floor is not None:
-            closers.append(floor.close)
+        _litert_engines(path, args, x, engines, figs, closers)
         _time_engines(f"{Path(path).name}: {title}; planned and prepared in {load_ms:.0f} ms", engines, figs,
                       start_rss, args, blas_threads)
+        for name, fn in engines:
+            if uncounted_ms(fn) > 0:  # NOTE: nnhal.delegate.contain: out of the figures, said here
+                print(f"  {name}: {uncounted_ms(fn):.3f} ms per execution of round trips to LiteRT's process (its "
+                      "CPU partitions), not in the figures")
     finally:
         for c in closers:
             c()
@@ -440,33 +449,73 @@ def _bench_engines(path: str, args: argparse.Namespace, device_of: DeviceOf, bas
     return 0
 
 
-def _litert_engines(path: str, args: argparse.Namespace, x: list, engines: list, figs: list) -> Any:
-    """LiteRT's engines on the original file appended to ``engines`` and their figures to ``figs`` (none,
-    said in one line, when LiteRT is missing or cannot run the model); the data path floor with ``--floor``."""
-    from nnhal.tools.bench import modelbench as mb
+def uncounted_ms(run: Callable[[], Any]) -> float:
+    """Milliseconds of ``run``'s last call its own timing leaves out (round trips to LiteRT's process)."""
+    from nnhal.delegate.contain import TimedRuns
 
-    floor = None
+    return run.overhead() * 1e3 if isinstance(run, TimedRuns) else 0.0
+
+
+def _litert_engines(path: str, args: argparse.Namespace, x: list, engines: list, figs: list,
+                    closers: list[Callable[[], None]]) -> None:
+    """LiteRT's engines on the original file appended to ``engines``, their figures to ``figs`` and their
+    ends to ``closers`` (none, said in one line, when LiteRT is missing or cannot run the model); the data
+    path floor with ``--floor``.  In a process of their own (:mod:`nnhal.delegate.contain`), timed by its
+    clock; in nnhal's with ``$NNHAL_LITERT_IN_PROCESS``."""
+    from nnhal.delegate.contain import LiteRTProcess, in_process
+
     try:
-        for kind in ("xnnpack", "builtin"):
-            # NOTE: an unresolved custom operator shows when the tensors are allocated (the first run)
-            fig, lr = mb.measure_start(f"LiteRT {kind}", lambda k=kind: LiteRT(path, threads=args.threads, kernels=k),
-                                       lambda lr: lr.run(x))
+        # NOTE: one process for them all, each created in turn there as it was in nnhal's own process
+        proc = None if in_process() else LiteRTProcess()
+        if proc is not None:
+            closers.append(proc.close)
+        for kind in ("xnnpack", "builtin") + (("floor",) if args.floor else ()):
+            name = "HAL data path floor" if kind == "floor" else f"LiteRT {kind}"
+            if proc is None:
+                fig, run = inprocess_engine(name, path, kind, args.threads, x, closers)
+            else:
+                fig, run = contained_engine(proc, name, path, kind, args.threads, x)
             figs.append(fig)
-            # NOTE: inputs set and outputs copied on every run, as nnhal's run writes and reads its pools
-            engines.append((f"LiteRT {kind}", lambda lr=lr: lr.run(x)))
-        if args.floor:
-            floor = DataPathFloor(path, x, threads=args.threads)
-            engines.append(("HAL data path floor", lambda: floor.run(x)))
-            figs.append(mb.EngineFigures("HAL data path floor"))
+            engines.append((name, run))
     except ImportError as e:
         print(f"LiteRT not available: {e}", file=sys.stderr)
     except (RuntimeError, ValueError) as e:
-        keep = [k for k, e2 in enumerate(engines) if not e2[0].startswith("LiteRT")]
+        keep = [k for k, e2 in enumerate(engines) if not e2[0].startswith(("LiteRT", "HAL data path"))]
         engines[:] = [engines[k] for k in keep]
-        figs[:] = [f for f in figs if not f.name.startswith("LiteRT")]
+        figs[:] = [f for f in figs if not f.name.startswith(("LiteRT", "HAL data path"))]
         print(f"{Path(path).name}: LiteRT cannot run it ({str(e).strip().splitlines()[0]}): nnhal alone",
               file=sys.stderr)
-    return floor
+
+
+def inprocess_engine(name: str, path: str, kind: str, threads: int, x: list,
+                     closers: list[Callable[[], None]]) -> tuple[Any, Callable[[], Any]]:
+    """(figures, a run) of LiteRT ``kind`` ("xnnpack", "builtin", or "floor": the data path floor) on ``path``
+    in nnhal's own process (``$NNHAL_LITERT_IN_PROCESS``); its end appended to ``closers``."""
+    from nnhal.tools.bench import modelbench as mb
+
+    # NOTE: an unresolved custom operator shows when the tensors are allocated (the first run)
+    fig, lr = mb.measure_start(name, lambda: DataPathFloor(path, x, threads=threads) if kind == "floor"
+                               else LiteRT(path, threads=threads, kernels=kind), lambda lr: lr.run(x))
+    if isinstance(lr, DataPathFloor):
+        closers.append(lr.close)
+    # NOTE: inputs set and outputs copied on every run, as nnhal's run writes and reads its pools
+    return fig, lambda: lr.run(x)
+
+
+def contained_engine(proc: Any, name: str, path: str, kind: str, threads: int, x: list) -> tuple[Any, Any]:
+    """:func:`inprocess_engine` in LiteRT's process ``proc``: the initialization and the first run timed by
+    its own clock, its memory the process's, each run timed by that clock (``TimedRuns``)."""
+    from nnhal.delegate.contain import ContainedLiteRT, TimedRuns
+    from nnhal.tools.bench import modelbench as mb
+
+    what = "for the HAL data path floor" if kind == "floor" else f"on LiteRT's {kind} kernels"
+    lr = ContainedLiteRT(proc, path, threads, "xnnpack" if kind == "floor" else kind,
+                         label=f"the model {what} (nnhal bench)",
+                         kind="floor" if kind == "floor" else "litert", inputs=x if kind == "floor" else ())
+    lr.run(x)
+    fig = mb.EngineFigures(name, init_ms=lr.init_seconds * 1e3, first_ms=lr.seconds * 1e3,
+                           peak_rss_mb=proc.peak_rss_mb())
+    return fig, TimedRuns(lambda: lr.run(x), lambda n: lr.times(x, n))
 
 
 def _time_engines(title: str, engines: list, figs: list, start_rss: float, args: argparse.Namespace,
@@ -477,7 +526,7 @@ def _time_engines(title: str, engines: list, figs: list, start_rss: float, args:
     print(title)
     # NOTE: a warm-up each (two runs after the first inference), which also sizes each engine's default
     # runs (about --seconds of it) and blocks (about 50 ms of it): every engine gets the same number of rounds
-    warm = {name: timed(fn, 2, warmup=0) for name, fn in engines}
+    warm = {name: block_times(fn, 2) for name, fn in engines}
     first = {name: max(min(t), 1e-6) for name, t in warm.items()}
     runs = {name: args.runs if args.runs > 0 else max(10, min(20000, int(args.seconds / t)))
             for name, t in first.items()}
@@ -498,7 +547,7 @@ def _time_engines(title: str, engines: list, figs: list, start_rss: float, args:
         for name, fn in engines:
             n = min(blocks[name], runs[name] - len(times[name]))
             if n > 0:
-                times[name] += timed(fn, n, warmup=0)
+                times[name] += block_times(fn, n)
     for (name, _), fig in zip(engines, figs):
         fig.warmup, fig.steady = mb.steady(warm[name]), mb.steady(times[name])
         res[name] = fig.steady["median_ms"] / 1e3

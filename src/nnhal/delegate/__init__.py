@@ -26,19 +26,34 @@ partitions are TFLite sub-models on LiteRT:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import importlib
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from nnhal.delegate.model import Graph, densify
-from nnhal.delegate.plan import Options, Plan, build_plan
-from nnhal.delegate.runner import PlanError, Runner, run_plan
+if TYPE_CHECKING:
+    from nnhal.delegate.model import Graph, densify
+    from nnhal.delegate.plan import Options, Plan, build_plan
+    from nnhal.delegate.runner import PlanError, Runner, run_plan
+
+# NOTE: the public names, imported when first used: the process that contains LiteRT
+# (nnhal.delegate.litert_child) imports this package and needs none of them
+_LAZY = {"Graph": "model", "densify": "model", "Options": "plan", "Plan": "plan", "build_plan": "plan",
+         "PlanError": "runner", "Runner": "runner", "run_plan": "runner"}
 
 
-def make_plan(model: Any, device_of: Optional[Callable[[str], Any]] = None, **options: Any) -> Plan:
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def make_plan(model: Any, device_of: Optional[Callable[[str], Any]] = None, **options: Any) -> "Plan":
     """The plan of a .tflite model (a path, its bytes or a :class:`Graph`); ``options`` are
     :class:`Options`' fields (``plan``, ``android_api``, ``max_partitions``, ``accelerator``, ``device``,
     ``devices``, ``allow_fp16``, ``allow_nnapi_cpu``, ``preference``, ``batch``); ``device_of``: how a
     device name becomes an ``IDevice`` of either interface (default: the device's face opened by name,
     AIDL from API 31 when it has one: ``nnhal.runtime.face.open_face``)."""
+    from nnhal.delegate.plan import Options, build_plan
+
     return build_plan(model, Options(**options), device_of)
 
 

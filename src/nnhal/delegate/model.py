@@ -14,15 +14,17 @@ DENSIFY left as an operator that computes nothing (``Graph.folded``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
 from nnhal.tflite import schema as sch
-from nnhal.tflite.loader import verify as loader_verify
-from nnhal.tflite.verify import Verified
+
+if TYPE_CHECKING:
+    from nnhal.tflite.verify import Verified
 
 # schema TensorType -> numpy dtype name (types nnhal can hold; others keep their schema number)
 TYPE_NAMES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
@@ -82,17 +84,24 @@ class OperatorInfo:
 
 
 class Graph:
-    """The main subgraph of a .tflite model (see the module docstring)."""
+    """The main subgraph of a .tflite model (see the module docstring).  The file is checked whole first
+    (:func:`nnhal.tflite.verify.verify`, ``InvalidModelError`` naming its first problem) unless ``checked``
+    is what that check gave for these bytes."""
 
     def __init__(self, source: Union[str, Path, bytes], checked: Optional[Verified] = None,
                  batch: Optional[int] = 1):
         """``checked``: the file's :func:`nnhal.tflite.loader.verify` for ``batch``, when the caller has
         it: its parse is shared (read only) unless this graph must change the model (buffers stored after
-        the flatbuffer, constant DENSIFYs), and it serves :meth:`verified` for that batch."""
+        the flatbuffer, constant DENSIFYs), and it serves :meth:`verified` for that batch; without it the
+        file is checked here (for any batch)."""
+        from nnhal.tflite.verify import verify  # NOTE: imported when used (the delegate package stays light to import)
+
         raw = bytes(source) if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
         self.original = raw
         self._verified: dict[Optional[int], Verified] = {}
-        if checked is not None and not _changes(checked.model):
+        if checked is None:
+            checked, batch = verify(raw, batch=None), None
+        if not _changes(checked.model):
             self.m = checked.model
             self._verified[batch] = checked
         else:
@@ -136,7 +145,9 @@ class Graph:
         """The working file (:attr:`data`) as the importer's reader checked it for ``batch``, once."""
         v = self._verified.get(batch)
         if v is None:
-            v = self._verified[batch] = loader_verify(self.data, batch=batch)
+            from nnhal.tflite.verify import verify
+
+            v = self._verified[batch] = verify(self.data, batch=batch)
         return v
 
     # ------------------------------------------------------------------ tensors
@@ -215,12 +226,16 @@ def _vector(v: Any) -> np.ndarray:
     return np.asarray(v.values, np.int64)
 
 
-def densify(values: np.ndarray, shape: list[int], sparsity: Any) -> np.ndarray:
+def densify(values: np.ndarray, shape: list[int], sparsity: Any, max_bytes: Optional[int] = None) -> np.ndarray:
     """The dense array of shape ``shape`` a sparse constant stores (TFLite's SparsityParameters:
     ``traversalOrder`` over the original then the block dimensions, ``blockMap`` naming the original
     dimension of each block dimension, ``dimMetadata`` per traversed dimension: DENSE with
     ``denseSize`` or SPARSE_CSR with ``arraySegments`` / ``arrayIndices``).  Values are stored in
-    traversal order; entries the format leaves out are zero."""
+    traversal order; entries the format leaves out are zero.  The metadata's sizes must be the shape's
+    (a DENSE level's ``denseSize`` its dimension, block sizes dividing theirs), and the indices of every
+    dense entry within ``max_bytes`` (default ``$NNHAL_TFLITE_MAX_BYTES``) before anything is made."""
+    from nnhal.tflite.verify import default_max_bytes
+
     rank = len(shape)
     order = _ints(sparsity.traversalOrder) or list(range(rank))
     block_map = _ints(sparsity.blockMap)
@@ -228,9 +243,25 @@ def densify(values: np.ndarray, shape: list[int], sparsity: Any) -> np.ndarray:
     if len(meta) != len(order) or len(order) != rank + len(block_map):
         raise ValueError(f"sparsity metadata for {len(meta)} dimensions, traversal order {len(order)}, "
                          f"rank {rank} + {len(block_map)} block dimensions")
-    if sorted(order) != list(range(len(order))) or any(not 0 <= d < rank for d in block_map):
+    if sorted(order) != list(range(len(order))) or any(not 0 <= d < rank for d in block_map) \
+            or len(set(block_map)) != len(block_map) or any(d < 0 for d in shape):
         raise ValueError("sparsity traversal order / block map out of range")
     block_size = [int(meta[order.index(rank + j)].denseSize) for j in range(len(block_map))]
+    sizes = list(shape) + block_size  # NOTE: per traversed dimension (original ones, then blocks)
+    for d, b in zip(block_map, block_size):
+        if b < 1 or shape[d] % b:
+            raise ValueError(f"sparsity block of {b} along dimension {d} of {list(shape)}")
+        sizes[d] = shape[d] // b
+    for level, md in enumerate(meta):
+        if int(md.format) == 0 and int(md.denseSize) != sizes[order[level]]:
+            raise ValueError(f"sparse level {level}: dense size {md.denseSize}, the shape {list(shape)} says "
+                             f"{sizes[order[level]]}")
+    # NOTE: a coordinate per level and entry, int64, plus the walk's own arrays
+    need = 8 * (len(meta) + 2) * math.prod(shape)
+    limit = default_max_bytes() if max_bytes is None else max_bytes
+    if need > limit:
+        raise ValueError(f"densifying a tensor of shape {list(shape)} needs {need} bytes of indices, above the limit "
+                         f"of {limit} (NNHAL_TFLITE_MAX_BYTES)")
     # NOTE: level by level, every path so far at once: idx[level] the coordinate per path, prev the
     # position a CSR level's segments are indexed by (the path's flat position at a dense level, the
     # entry index at a sparse one)

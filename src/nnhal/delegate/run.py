@@ -18,7 +18,6 @@ import dataclasses
 import fcntl
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -26,11 +25,11 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from nnhal import hal
+from nnhal.delegate.litert import LiteRT, timed  # noqa: F401 - the public names of this module too
 from nnhal.engine.validation import request_key
 from nnhal.platform import memory as hal_memory
 from nnhal.runtime.face import AidlPrepared, HidlPrepared, Prepared
 from nnhal.tflite.loader import IODescription, TensorDesc
-from nnhal.tflite.schema import interpreter_module, make_interpreter
 
 _HAL_DTYPES = {hal.OperandType.TENSOR_FLOAT32: np.float32, hal.OperandType.TENSOR_FLOAT16: np.float16,
                hal.OperandType.TENSOR_INT32: np.int32, hal.OperandType.TENSOR_QUANT8_ASYMM: np.uint8,
@@ -42,24 +41,68 @@ class ExecutionError(RuntimeError):
     """The device refused to prepare or failed to execute the model."""
 
 
-def make_inputs(io: IODescription, batch: int = 1, seed: int = 0) -> list[np.ndarray]:
-    """Inputs from the documented distribution (see the module docstring)."""
+def make_inputs(io: IODescription, batch: int = 1, seed: int = 0, max_bytes: Optional[int] = None) -> list[np.ndarray]:
+    """Inputs from the documented distribution (see the module docstring), their sizes checked against
+    ``max_bytes`` (default ``$NNHAL_TFLITE_MAX_BYTES``) before any is made (:func:`check_input_sizes`)."""
     rng = np.random.default_rng(seed)
+    shapes = [[batch if s < 0 else s for s in d.shape] for d in io.inputs]
+    check_input_sizes(io, shapes, max_bytes)
     out = []
-    for d in io.inputs:
-        shape = [batch if s < 0 else s for s in d.shape]
+    for d, shape in zip(io.inputs, shapes):
         dt = np.dtype(d.dtype)
-        if dt.kind == "f":
-            a = rng.uniform(-1.0, 1.0, shape).astype(dt)
-        elif dt == np.bool_:
-            a = rng.integers(0, 2, shape).astype(np.bool_)
-        elif dt in (np.uint8, np.int8, np.int16):
-            info = np.iinfo(dt)
-            a = rng.integers(int(info.min), int(info.max) + 1, shape).astype(dt)
-        else:
-            a = rng.integers(0, 10, shape).astype(dt)
+        a = np.empty(shape, dt)
+        flat = a.reshape(-1)
+        # NOTE: in pieces, so the generator's float64 / int64 draws stay small whatever the input's size;
+        # the same values as one draw of the whole (the generator's stream does not depend on the split)
+        for lo in range(0, flat.size, _DRAW):
+            n = min(_DRAW, flat.size - lo)
+            if dt.kind == "f":
+                flat[lo: lo + n] = rng.uniform(-1.0, 1.0, n)
+            elif dt == np.bool_:
+                flat[lo: lo + n] = rng.integers(0, 2, n)
+            elif dt in (np.uint8, np.int8, np.int16):
+                info = np.iinfo(dt)
+                flat[lo: lo + n] = rng.integers(int(info.min), int(info.max) + 1, n)
+            else:
+                flat[lo: lo + n] = rng.integers(0, 10, n)
         out.append(a)
     return out
+
+
+_DRAW = 1 << 20  # elements drawn at a time by make_inputs
+
+
+def input_dtypes(io: IODescription) -> list[np.dtype]:
+    """The numpy dtype of each model input; ValueError (a :class:`~nnhal.tflite.errors.ModelError`) for one of
+    a TFLite type no array holds (string, resource, variant, int4, ...)."""
+    from nnhal.tflite.errors import ModelError
+
+    out = []
+    for k, d in enumerate(io.inputs):
+        try:
+            dt = np.dtype(d.dtype)
+        except TypeError:
+            dt = None
+        if dt is None or dt.kind not in "biufc":
+            raise ModelError(f"input {k} ({d.name}) is of TFLite type {d.dtype}: no array nnhal makes or "
+                                        "reads holds it")
+        out.append(dt)
+    return out
+
+
+def check_input_sizes(io: IODescription, shapes: Sequence[Sequence[int]], max_bytes: Optional[int] = None) -> None:
+    """The model's inputs of ``shapes`` together within ``max_bytes`` (default ``$NNHAL_TFLITE_MAX_BYTES``):
+    ValueError (an :class:`~nnhal.tflite.errors.InvalidModelError`) naming the largest input and its size."""
+    from nnhal.tflite.errors import InvalidModelError
+    from nnhal.tflite.verify import default_max_bytes
+
+    limit = default_max_bytes() if max_bytes is None else max_bytes
+    sizes = [math.prod(s) * dt.itemsize for dt, s in zip(input_dtypes(io), shapes)]
+    if sum(sizes) > limit:
+        k = max(range(len(sizes)), key=sizes.__getitem__)
+        d = io.inputs[k]
+        raise InvalidModelError(f"input {k} ({d.name}) of shape {list(shapes[k])} is {sizes[k]} bytes; the inputs "
+                                f"need {sum(sizes)} bytes together, above the limit of {limit} (NNHAL_TFLITE_MAX_BYTES)")
 
 
 def check_inputs(io: IODescription, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -67,9 +110,9 @@ def check_inputs(io: IODescription, inputs: Sequence[np.ndarray]) -> list[np.nda
     if len(inputs) != len(io.inputs):
         raise ValueError(f"the model has {len(io.inputs)} input(s), {len(inputs)} given")
     res = []
-    for k, (a, d) in enumerate(zip(inputs, io.inputs)):
+    for k, (a, d, dt) in enumerate(zip(inputs, io.inputs, input_dtypes(io))):
         a = np.asarray(a)
-        if a.dtype != np.dtype(d.dtype):
+        if a.dtype != dt:
             raise ValueError(f"input {k} ({d.name}) must be {d.dtype}, got {a.dtype}")
         if len(a.shape) != len(d.shape) or any(s >= 0 and s != x for s, x in zip(d.shape, a.shape)):
             raise ValueError(f"input {k} ({d.name}) must have shape {d.shape}, got {list(a.shape)}")
@@ -120,6 +163,19 @@ class PoolLayout:
         except BufferError:
             pass  # NOTE: a caller still holds a view: the mapping goes with the last one
         hal_memory.free(self.memory)
+
+
+def check_output_sizes(dims: Sequence[Sequence[int]], dtypes: Sequence[np.dtype], max_bytes: Optional[int] = None) -> None:
+    """The output sizes a device asks for (OUTPUT_INSUFFICIENT_SIZE) within ``max_bytes`` (default
+    ``$NNHAL_TFLITE_MAX_BYTES``) together, before a pool is made for them: ExecutionError naming the largest."""
+    from nnhal.tflite.verify import default_max_bytes
+
+    limit = default_max_bytes() if max_bytes is None else max_bytes
+    sizes = [math.prod(max(int(x), 0) for x in d) * dt.itemsize for d, dt in zip(dims, dtypes)]
+    if sizes and sum(sizes) > limit:
+        k = max(range(len(sizes)), key=sizes.__getitem__)
+        raise ExecutionError(f"output {k} of dimensions {list(dims[k])} is {sizes[k]} bytes; the outputs need "
+                             f"{sum(sizes)} bytes together, above the limit of {limit} (NNHAL_TFLITE_MAX_BYTES)")
 
 
 class HalSession:
@@ -198,6 +254,7 @@ class HalSession:
             status, shapes, _ = self._execute(lay.request)
             if status == hal.ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
                 dims = [list(s.dimensions) for s in shapes]
+                check_output_sizes(dims, self.out_dtypes)
                 continue
             if status != hal.ErrorStatus.NONE:
                 raise ExecutionError(f"{_EXECUTE[self.mode](self.prepared)}: {hal.ErrorStatus(status).name}")
@@ -225,41 +282,6 @@ _EXECUTE = {"sync": lambda p: "IPreparedModel.executeSynchronously" if isinstanc
             "burst": lambda p: "IBurst.executeSynchronously" if isinstance(p, AidlPrepared) else "burst execution",
             "reusable": lambda p: "IExecution.executeSynchronously" if isinstance(p, AidlPrepared)
             else "executeSynchronously_1_3"}
-
-
-class LiteRT:
-    """LiteRT's interpreter on the same file: ``kernels`` "builtin" (the optimized builtin kernels,
-    no default delegate), "ref" (TFLite's reference kernels) or "xnnpack" (the default delegate)."""
-
-    def __init__(self, path: str | Path | bytes, threads: int = 1, kernels: str = "builtin", preserve: bool = False):
-        mod = interpreter_module()
-        rt = {"builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "ref": mod.OpResolverType.BUILTIN_REF,
-              "xnnpack": mod.OpResolverType.AUTO}[kernels]
-        src = {"model_content": bytes(path)} if isinstance(path, (bytes, bytearray)) else {"model_path": str(path)}
-        self.it = make_interpreter(**src, num_threads=threads, experimental_op_resolver_type=rt,
-                                   experimental_preserve_all_tensors=preserve)
-        self.inputs = self.it.get_input_details()
-        self.outputs = self.it.get_output_details()
-        self.shapes: Optional[list] = None
-
-    def set_inputs(self, inputs: Sequence[np.ndarray]) -> None:
-        shapes = [list(a.shape) for a in inputs]
-        if shapes != self.shapes:
-            for d, s in zip(self.inputs, shapes):
-                if list(d["shape"]) != s:
-                    self.it.resize_tensor_input(d["index"], s)
-            self.it.allocate_tensors()
-            self.shapes = shapes
-        for d, a in zip(self.inputs, inputs):
-            self.it.set_tensor(d["index"], a)
-
-    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        self.set_inputs(inputs)
-        self.it.invoke()
-        return [self.it.get_tensor(d["index"]).copy() for d in self.outputs]
-
-    def tensor(self, k: int) -> np.ndarray:
-        return self.it.get_tensor(k).copy()
 
 
 class DataPathFloor:
@@ -351,18 +373,6 @@ def topk(ours: np.ndarray, ref: np.ndarray, k: int = 5) -> Optional[tuple[bool, 
     t1 = bool(np.all(np.argmax(ours, 1) == np.argmax(ref, 1)))
     over = np.mean([len(set(np.argsort(-o)[:k]) & set(np.argsort(-r)[:k])) / k for o, r in zip(ours, ref)])
     return t1, float(over)
-
-
-def timed(fn: Any, repeats: int, warmup: int = 2) -> list[float]:
-    """Wall-clock seconds of ``repeats`` calls after ``warmup`` calls."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def operator_model(model: hal.Model, io: IODescription, index: int) -> Optional[tuple[hal.Model, IODescription]]:

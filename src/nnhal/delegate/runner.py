@@ -27,9 +27,17 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from nnhal.delegate import compile_cache, cut, halmodel
+from nnhal.delegate.contain import (
+    ContainedLiteRT,
+    LiteRTCrash,
+    LiteRTProcess,
+    describe_operators,
+    in_process,
+    open_litert,
+)
 from nnhal.delegate.model import Graph
 from nnhal.delegate.plan import PartitionPlan, Plan, Planner, Prebuilt
-from nnhal.delegate.run import HalSession, LiteRT
+from nnhal.delegate.run import HalSession
 from nnhal.tflite.loader import TensorDesc, free_model
 from nnhal.tflite.schema import MissingDependency
 
@@ -141,19 +149,26 @@ def _as_u8(d: TensorDesc) -> TensorDesc:
 
 
 class _Cpu:
-    def __init__(self, g: Graph, p: PartitionPlan, kernels: str, threads: int, plan: Plan):
+    def __init__(self, g: Graph, p: PartitionPlan, kernels: str, threads: int, plan: Plan,
+                 process: Callable[[], Optional[LiteRTProcess]]):
         self.ins, self.outs = p.inputs, p.outputs
         self.lite = None
+        self.seconds = self.round_trip = 0.0
+        self.g, self.ops, self.kernels, self.threads = g, p.load_ops, kernels, threads
         if not p.load_ops or not p.outputs:
             return  # NOTE: only float16 weights the HAL partitions fold, or DENSIFYs done at load
         data = cut.submodel(g, p.load_ops, p.inputs, p.outputs)
+        ops = describe_operators([g.operators[i].name for i in p.load_ops], p.load_ops)
         try:
-            self.lite = LiteRT(data, threads=threads, kernels=kernels)
-            self.lite.it.allocate_tensors()  # NOTE: LiteRT resolves custom operators here, not when loading
+            # NOTE: LiteRT resolves custom operators when it allocates the tensors, which creating it does
+            self.lite = open_litert(data, threads=threads, kernels=kernels, label=f"CPU partition {p.index} ({ops})",
+                                    process=process())
             self.ins = [int(d["index"]) for d in self.lite.inputs]
             self.outs = [int(d["index"]) for d in self.lite.outputs]
         except MissingDependency as e:
             raise PlanError(f"LiteRT is required for partition {p.index} on the CPU ({e})") from None
+        except LiteRTCrash as e:
+            raise PlanError(str(e) + culprit(g, p.load_ops, None, kernels, threads), e.status) from None
         except (RuntimeError, ValueError) as e:
             # NOTE: the root cause once: the custom operators LiteRT lacks, and why each is on the CPU
             why = "; ".join(f"operator {i} {g.operators[i].name} is on the CPU: {plan.operators[i].reason}"
@@ -165,11 +180,74 @@ class _Cpu:
     def run(self, values: dict) -> None:
         if self.lite is None:
             return
-        for k, y in zip(self.outs, self.lite.run([values[k] for k in self.ins])):
+        t0 = time.perf_counter()
+        try:
+            ys = self.lite.run([values[k] for k in self.ins])
+        except LiteRTCrash as e:
+            raise LiteRTCrash(str(e) + culprit(self.g, self.ops, values, self.kernels, self.threads), e.status) from None
+        self.round_trip = time.perf_counter() - t0
+        # NOTE: a contained LiteRT's own time (its child's timer); in process, the call's
+        self.seconds = self.lite.seconds if isinstance(self.lite, ContainedLiteRT) else self.round_trip
+        for k, y in zip(self.outs, ys):
             values[k] = y
 
     def close(self) -> None:
+        if isinstance(self.lite, ContainedLiteRT):
+            self.lite.close()
         self.lite = None
+
+
+def culprit(g: Graph, ops: Sequence[int], values: Optional[dict], kernels: str, threads: int) -> str:
+    """After LiteRT's process ended (a signal, a hang) on a partition of several operators: the first of
+    ``ops`` that ends it alone as well, tried in turn in a process of their own (prepared, and unless
+    ``values`` is None, as when it ended preparing, run on ``values`` and what the earlier ones computed),
+    as "; operator i NAME alone ... too"; "" when none does or one cannot be tried alone."""
+    if len(ops) < 2:
+        return ""  # NOTE: its one operator is named already
+    vals = dict(values or {})
+    proc: Optional[LiteRTProcess] = None
+    try:
+        for i in ops:
+            op = g.operators[i]
+            ins = [k for k in dict.fromkeys(op.inputs) if k >= 0 and not g.is_const(k)]
+            outs = [k for k in op.outputs if k >= 0]
+            if values is not None and any(k not in vals for k in ins):
+                return ""
+            proc = proc or LiteRTProcess()
+            try:
+                lr = ContainedLiteRT(proc, cut.submodel(g, [i], ins, outs), threads, kernels,
+                                     label=f"operator {i} {op.name} alone")
+                if values is not None:
+                    vals.update(zip(outs, lr.run([vals[k] for k in ins])))
+                lr.close()
+            except LiteRTCrash as e:
+                how = "crashes" if "crashed" in str(e) else "hangs" if "hung" in str(e) else "ends"
+                return f"; operator {i} {op.name} alone {how} it too"
+            except (RuntimeError, ValueError):
+                return ""  # NOTE: LiteRT refuses it alone: no telling
+    finally:
+        if proc is not None:
+            proc.close()
+    return ""
+
+
+def check_dataflow(plan: Plan) -> None:
+    """Every tensor a partition reads is a model input, a constant (or variable) or an earlier partition's
+    output, and every model output a model input, a constant or a partition's output (PlanError, status
+    2, naming the first that is not): what :mod:`nnhal.tflite.graphcheck` says of a verified file, held
+    for any graph a plan is made of."""
+    g = plan.graph
+    ready = set(g.inputs) | {k for k in range(len(g.tensors)) if g.is_const(k)}
+    written: set[int] = set()
+    for p in plan.partitions:
+        for k in p.inputs:
+            if k not in ready:
+                raise PlanError(f"partition {p.index} reads tensor {k} ({g.tensors[k].name}), which nothing writes")
+        ready.update(p.outputs)
+        written.update(p.outputs)
+    for k in g.outputs:
+        if k not in written and k not in g.inputs and not g.tensors[k].const:
+            raise PlanError(f"model output tensor {k} ({g.tensors[k].name}) is written by nothing")
 
 
 class Runner:
@@ -183,9 +261,14 @@ class Runner:
         self.planner = planner = Planner(g, plan.options, device_of)
         self.engines: list[Any] = []
         self.times: list[float] = [0.0] * len(plan.partitions)
+        self.contained = 0.0  # the last run's round trips to LiteRT's process beyond its own time (s)
         self.values: dict[int, np.ndarray] = {}
         self._check_cpu(plan)
+        check_dataflow(plan)
+        self._process: Optional[LiteRTProcess] = None
         try:
+            if any(p.where == "cpu" and p.load_ops and p.outputs for p in plan.partitions):
+                self.litert_process()  # NOTE: started first: it imports LiteRT while the HAL partitions prepare
             for p in plan.partitions:
                 if per_tensor:
                     written = sorted({k for i in p.load_ops for k in g.operators[i].outputs if k >= 0})
@@ -193,7 +276,7 @@ class Runner:
                 if p.where == "nnapi":
                     e = HalPartition(planner, p, plan.prebuilt)
                 else:
-                    e = _Cpu(g, p, kernels, threads, plan)
+                    e = _Cpu(g, p, kernels, threads, plan, self.litert_process)
                 self.engines.append(e)
         except Exception:
             self.close()
@@ -216,14 +299,26 @@ class Runner:
             raise PlanError(f"{len(cpu)} operator(s) stay on the CPU and LiteRT is not installed "
                             f"(pip install 'nnhal[litert]'); why: {causes}") from None
 
+    def litert_process(self) -> Optional[LiteRTProcess]:
+        """The one child process of this runner's CPU partitions (:mod:`nnhal.delegate.contain`), started
+        when the first needs it; None when LiteRT runs in process."""
+        if self._process is None and not in_process():
+            self._process = LiteRTProcess()
+        return self._process
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """The model's outputs, in its output order."""
+        """The model's outputs, in its output order.  ``times`` per partition: a contained CPU partition's
+        by LiteRT's own timer, its round trip beyond that summed in ``contained``."""
         g = self.plan.graph
         values: dict[int, np.ndarray] = dict(zip(g.inputs, inputs))
+        self.contained = 0.0
         for n, e in enumerate(self.engines):
             t0 = time.perf_counter()
             e.run(values)
             self.times[n] = time.perf_counter() - t0
+            if isinstance(e, _Cpu) and isinstance(e.lite, ContainedLiteRT):
+                self.times[n] -= e.round_trip - e.seconds
+                self.contained += e.round_trip - e.seconds
         self.values = values
         return [values[k] if k in values else g.value(k) for k in g.outputs]
 
@@ -232,6 +327,9 @@ class Runner:
             e.close()
         self.engines = []
         self.planner.close()
+        if self._process is not None:
+            self._process.close()
+            self._process = None
 
     def __enter__(self) -> "Runner":
         return self

@@ -51,6 +51,7 @@ from nnhal.hal.types import HalVersion
 from nnhal.tflite import schema as sch
 from nnhal.tflite import verify as vfy
 from nnhal.tflite.errors import InvalidModelError, ModelError, UnsupportedModelError
+from nnhal.tflite.graphcheck import DETECTION_OPTIONS, flex_scalars
 from nnhal.tflite.table import ACTIVATIONS, BY_BUILTIN, PADDING, READ_OPTIONS, REFUSED, Arg, Mapping, Native, arity
 
 __all__ = ["load", "free_model", "IODescription", "TensorDesc", "UnsupportedModelError", "InvalidModelError",
@@ -155,43 +156,11 @@ def free_model(model: hal.Model) -> None:
 
 
 def _flex_scalars(raw: bytes, wanted: dict[str, Any]) -> dict[str, Any]:
-    """The scalar entries ``wanted`` (name -> default, whose type says the kind) of a flexbuffer map of
-    custom options.  Read by key, lazily: a hostile buffer (a huge length, entries sharing one nested
-    vector many times) is never expanded as ``flexbuffers.Loads`` would."""
-    if not raw:
-        return dict(wanted)
-    from flatbuffers import flexbuffers  # type: ignore[import-not-found]
-
-    out = {}
+    """:func:`nnhal.tflite.graphcheck.flex_scalars`, a problem being this operator's refusal."""
     try:
-        root = flexbuffers.GetRoot(raw)
-        if not root.IsMap:
-            raise _Refuse("custom options are not a map")
-        m = root.AsMap
-        if len(m) * m.ByteWidth > len(raw):
-            raise _Refuse(f"custom options map of {len(m)} entries in {len(raw)} bytes")
-        for key, default in wanted.items():
-            try:
-                r = m[key]
-            except KeyError:
-                out[key] = default
-                continue
-            if isinstance(default, bool) and (r.IsBool or r.IsInt):
-                out[key] = bool(r.AsInt if r.IsInt else r.AsBool)
-            elif isinstance(default, int) and not isinstance(default, bool) and r.IsInt:
-                v = int(r.AsInt)
-                if not -2**31 <= v < 2**31:
-                    raise _Refuse(f"custom option {key} is {v}")
-                out[key] = v
-            elif isinstance(default, float) and r.IsNumeric:
-                out[key] = float(r.AsFloat if r.IsFloat else r.AsInt)
-            else:
-                raise _Refuse(f"custom option {key} is not a {type(default).__name__}")
-    except _Refuse:
-        raise
-    except Exception as e:  # noqa: BLE001 - a malformed flexbuffer is a refusal, whatever the parser trips on
-        raise _Refuse(f"unreadable custom options ({e})") from None
-    return out
+        return flex_scalars(raw, wanted)
+    except ValueError as e:
+        raise _Refuse(str(e)) from None
 
 
 def _quant(t: Any) -> tuple[list[float], list[int], int]:
@@ -1143,9 +1112,7 @@ class _Loader:
 
     def rw_detection_postprocess(self, op: Any, mp: Mapping) -> bool:
         raw = bytes(np.asarray(op.customOptions, np.uint8)) if op.customOptions is not None else b""
-        o = _flex_scalars(raw, {"num_classes": 0, "y_scale": 0.0, "x_scale": 0.0, "h_scale": 0.0, "w_scale": 0.0,
-                                "use_regular_nms": False, "max_detections": 0, "max_classes_per_detection": 1,
-                                "detections_per_class": 100, "nms_score_threshold": 0.0, "nms_iou_threshold": 0.0})
+        o = _flex_scalars(raw, DETECTION_OPTIONS)
 
         ins = [int(k) for k in op.inputs]
         outs = [int(k) for k in op.outputs]

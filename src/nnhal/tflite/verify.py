@@ -23,6 +23,9 @@ then, on the unpacked model, the semantics the importer relies on:
   points as scales, a per-channel axis inside the shape with one scale per channel), constant data
   exactly ``prod(shape) * itemsize`` bytes;
 - every tensor's size, and all non-constant tensors together, within ``max_bytes``;
+- what TFLite's interpreter assumes and never checks (:mod:`nnhal.tflite.graphcheck`: every tensor
+  written before it is read and by one operator, sparse tensors holding data, the LiteRT kernels that
+  trust the file's options and shapes);
 - IF / WHILE subgraph indexes in range and the subgraphs they reach acyclic; the order in which the
   reachable subgraphs can be mapped without recursion (callees first).
 
@@ -45,6 +48,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Optional
 
+from nnhal.tflite import graphcheck
 from nnhal.tflite import schema as sch
 from nnhal.tflite.errors import InvalidModelError
 
@@ -452,6 +456,7 @@ def _semantic(m: Any, data: bytes, max_bytes: int, batch: Optional[int]) -> list
                 for k in _ints(idx):
                     if not -1 <= k < nt:
                         raise InvalidModelError(f"operator {i}{where} {role} {k} is not one of the {nt} tensors")
+    graphcheck.check(m, max_bytes)
     return _order(m, subgraphs)
 
 

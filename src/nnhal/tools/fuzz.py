@@ -2,6 +2,8 @@
 
     python -m nnhal.tools.fuzz tflite [--minutes 10 | --seconds S | --count N] [--seed 0] [--models DIR]
                                       [--large] [--max-bytes 64M] [--save DIR] [--json]
+    python -m nnhal.tools.fuzz tflite --commands run,bench,graph,ops|all [--minutes N per family] [--memory-mb M]
+                                      (each input end to end through those commands: nnhal.tools.fuzz_commands)
     python -m nnhal.tools.fuzz cache|wire|burst|hal|all --minutes N    (nnhal.tools.fuzz_driver)
 
 Seeds: the real models of ``../shared/models`` (or ``$NNHAL_MODELS``; the two 14-17 MB MobileNets
@@ -495,8 +497,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--run", action="store_true",
                     help="also prepare and execute every model that loads on sample-all, as nnhal run does (an "
                          "error status is an outcome; an exception out of it a finding)")
+    ap.add_argument("--commands", default="",
+                    help="run,bench,graph,ops (or all): each input also through these command families end to end, "
+                         "each command in a process of its own, judged as the command line promises "
+                         "(nnhal.tools.fuzz_commands); --minutes / --seconds / --count per family")
+    ap.add_argument("--memory-mb", type=float, default=2048,
+                    help="with --commands: a command's peak resident memory above this is a finding (default 2048)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
+    if args.commands:
+        return _main_commands(args)
     import logging
 
     logging.disable(logging.CRITICAL)  # NOTE: with --run the driver logs every refusal; the counts say it
@@ -523,6 +533,38 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1 if res["findings"] else 0
     finally:
         logging.disable(logging.NOTSET)  # NOTE: main() may run in a caller's process (tests)
+
+
+def _main_commands(args: argparse.Namespace) -> int:
+    """``--commands``: the families in turn, inputs and findings per family."""
+    from nnhal.tools.fuzz_commands import FAMILIES, fuzz_commands
+
+    families = list(FAMILIES) if args.commands.strip() == "all" else \
+        [f.strip() for f in args.commands.split(",") if f.strip()]
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        print(f"--commands {args.commands}: unknown {', '.join(unknown)}; give {','.join(FAMILIES)} or all",
+              file=sys.stderr)
+        return 2
+    seconds = args.minutes * 60 if args.minutes else (args.seconds or 15.0)
+    res = fuzz_commands(families, seconds=seconds, count=args.count or 0, seed=args.seed, max_bytes=args.max_bytes,
+                        timeout=args.timeout or 60.0, rlimit_mb=args.rlimit_mb or 4096, memory_mb=args.memory_mb,
+                        models=args.models, large=args.large, real=not args.no_real, save=args.save,
+                        progress=None if args.json else (lambda s: print(s, file=sys.stderr)))
+    found = sum(len(f["findings"]) for f in res["families"].values())
+    if args.json:
+        print(json.dumps(res))
+        return 1 if found else 0
+    for fam, f in res["families"].items():
+        print(f"{fam}: {f['inputs']} inputs, {f['commands']} commands in {f['seconds']} s; "
+              + ", ".join(f"{k} {v}" for k, v in sorted(f["outcomes"].items())) + f"; findings {len(f['findings'])}")
+        for kind in ("contained", "failed"):
+            for reason, n in list(f[kind].items())[:5]:
+                print(f"  {kind} x{n}: {reason}")
+        for x in f["findings"][:10]:
+            print(f"  {x['seed']} {x['mutation']}: {x['command']}: {x['verdict']}: {x['error']}")
+    print(f"seeds: {len(res['seeds'])}; findings: {found}")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":
