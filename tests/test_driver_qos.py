@@ -390,24 +390,29 @@ def test_missed_deadline_transient_or_persistent(rnn) -> None:  # noqa: ANN001
 
 
 def test_prepare_deadline_interrupts_a_long_preparation() -> None:
-    """Preparing a quantized MobileNet takes about a second (verified float32
-    requantization constants per layer): a 50 ms deadline ends it early."""
+    """Preparing a quantized MobileNet takes a good part of a second on this
+    machine's CPU-bound path (per-layer requantization plans); a deadline
+    shorter than that ends it early.  The deadline run prepares another
+    model (other calibration ranges): the device serves an equal model it
+    prepared lately from its prepared states, which no deadline interrupts."""
     from nnhal.tools import bench
 
     net = bench.mobilenet_v1(32, 1.0, 1000)
-    x = np.random.default_rng(0).random((1, 32, 32, 3), np.float32)
+    rng = np.random.default_rng(0)
+    x, x2 = rng.random((1, 32, 32, 3), np.float32), rng.random((1, 32, 32, 3), np.float32) * 2
     model = bench.to_model(bench.lower(net, quant=True, ranges=bench.calibrate(net, x)))
+    other = bench.to_model(bench.lower(net, quant=True, ranges=bench.calibrate(net, x2)))
     t0 = time.monotonic()
     launch, status, prepared = prepare(model)
     full = time.monotonic() - t0
     assert status == S.NONE
+    budget_ms = max(1, int(full * 1e3 / 10))
     t0 = time.monotonic()
-    launch, status, prepared = prepare(model, deadline=ms_from_now(50))
+    launch, status, prepared = prepare(other, deadline=ms_from_now(budget_ms))
     elapsed = time.monotonic() - t0
-    print(f"prepare: full {full * 1e3:.0f} ms, with a 50 ms deadline stopped after {elapsed * 1e3:.0f} ms")
+    print(f"prepare: full {full * 1e3:.0f} ms, with a {budget_ms} ms deadline stopped after {elapsed * 1e3:.0f} ms")
     assert launch == S.NONE and status in MISSED and prepared is None
-    if full > 0.4:
-        assert elapsed < full / 2
+    assert elapsed < full * 0.75
 
 
 class _Gate:

@@ -174,10 +174,19 @@ def _run_in_worker(config: Config, unit: Unit) -> list[Case]:
 def _terminate(pool: ProcessPoolExecutor) -> None:
     # NOTE: shutdown() waits for the units running; on Ctrl-C or a broken pool the workers are ended now
     # (the pool keeps its processes in a private attribute: there is no public way)
-    for p in list(getattr(pool, "_processes", {}).values()):
+    procs = list(getattr(pool, "_processes", {}).values())
+    for p in procs:
         if p.is_alive():
             p.terminate()
-    pool.shutdown(wait=True, cancel_futures=True)
+    # NOTE: not shutdown(wait=True): with its workers ended under it, the pool's feeder thread can block on
+    # a full call queue for good (seen once in a loaded test run: Ctrl-C then no exit); each worker is
+    # waited for with a bound instead, and killed if SIGTERM did not end it
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
 
 
 def run_local(units: Sequence[Unit], config: Config, jobs: int,
