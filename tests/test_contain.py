@@ -41,12 +41,16 @@ FINDINGS = Path(os.environ.get("NNHAL_FUZZ_FINDINGS") or ROOT / ".." / "shared" 
 CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z]*(Error|Exception)\b|Traceback")
 
 
-def nnhal_cli(argv: list[str], capsys) -> tuple[int, list[str]]:
+def nnhal_cli(argv: list[str], capsys, out: list | None = None) -> tuple[int, list[str]]:
+    """(exit status, the lines on stderr); ``out`` receives the lines on stdout."""
     try:
         rc = cli.main(argv)
     except SystemExit as e:
         rc = e.code
-    return rc, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    got = capsys.readouterr()
+    if out is not None:
+        out += [ln for ln in got.out.splitlines() if ln.strip()]
+    return rc, [ln for ln in got.err.splitlines() if ln.strip()]
 
 
 def edit(data: bytes, fn) -> bytes:
@@ -70,8 +74,9 @@ def test_shared_findings_are_one_line_and_exit_2(command, tmp_path, capsys):
         pytest.skip(f"no inputs in {FINDINGS} (set NNHAL_FUZZ_FINDINGS)")
     for f in files:
         argv = [command[0], str(f)] + command[1:] + ([str(tmp_path / "g.svg")] if command[-1] == "-o" else [])
-        rc, err = nnhal_cli(argv, capsys)
-        assert rc == 2 and len(err) == 1, (argv, rc, err)
+        out: list[str] = []
+        rc, err = nnhal_cli(argv, capsys, out)
+        assert rc == 2 and len(err) == 1 and not out, (argv, rc, err, out)  # NOTE: one line in all
         assert "not a valid TFLite model" in err[0] and not CLASS_NAME.search(err[0]), err
 
 

@@ -275,7 +275,7 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
             raise UserError(str(e)) from None
     status = 0
     args.results = []
-    _warm(args, device_of, baseline)
+    warm = _warm(args, device_of, baseline)
     for path in args.model:
         try:
             status = max(status, _bench_one(path, args, device_of, None if baseline == "none" else baseline,
@@ -288,6 +288,8 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
         except (ExecutionError, LiteRTError) as e:  # NOTE: an execution failed (a device's status, LiteRT's error)
             print(f"{path}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
             status = max(status, 3)
+    if warm and args.results:  # NOTE: a footnote to figures: a file refused is one line and nothing else
+        print(warm)
     if args.json:
         from nnhal.tools.bench.modelbench import write_json
 
@@ -296,16 +298,17 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
     return status
 
 
-def _warm(args: argparse.Namespace, device_of: DeviceOf, baseline: str) -> None:
-    """The process's one-time imports (and the devices opened) before any init is timed; said in one line."""
+def _warm(args: argparse.Namespace, device_of: DeviceOf, baseline: str) -> str:
+    """The process's one-time imports (and the devices opened) before any init is timed; the line that says
+    it ("" when a device cannot be opened)."""
     from nnhal.tools.bench import modelbench as mb
 
     try:
         w = mb.warm_imports(lambda: [device_of(d) for d in (args.device, baseline) if d and d != "none"])
     except (UserError, SystemExit):
-        return  # NOTE: a device that cannot be opened is reported with the first model
-    print(f"one-time imports, not in init: nnhal {w['nnhal_ms']:.0f} ms (devices opened), "
-          f"LiteRT {w['litert_ms']:.0f} ms")
+        return ""  # NOTE: a device that cannot be opened is reported with the first model
+    return f"one-time imports, not in init: nnhal {w['nnhal_ms']:.0f} ms (devices opened), LiteRT " \
+           f"{w['litert_ms']:.0f} ms"
 
 
 def print_bench_help(model_parser: argparse.ArgumentParser) -> None:
