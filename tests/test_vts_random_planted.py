@@ -69,18 +69,21 @@ def test_the_vectors_do_not_see_the_bug(planted: tuple[str, set[str]], vectors_d
     assert ran > 5 and failed == 0
 
 
+def first_failure(device: object, spec: str, **config: object):
+    """The first failing case of seed 0 on ``device`` (an IDevice or a face), within the budget; shrunk."""
+    claims = probe.claims(device, Options())
+    cfg = RandomConfig(spec, seed=0, claims=tuple(sorted(claims)), shrink_seconds=40, **config)
+    for n in range(BUDGET):
+        (case,) = section.run_cases(device, cfg, n, 1)
+        if case.status == "fail":
+            assert 1 <= case.operations <= 3, case.message
+            return case
+    pytest.fail(f"{spec}: no failure in {BUDGET} cases ({config or 'HIDL'})")
+
+
 def test_the_random_section_finds_it_and_shrinks_it(planted: tuple[str, set[str]]) -> None:
     spec, _ = planted
-    device = nnhal.open_device(spec)
-    claims = probe.claims(device, Options())
-    config = RandomConfig(spec, seed=0, claims=tuple(sorted(claims)), shrink_seconds=40)
-    for n in range(BUDGET):
-        (case,) = section.run_cases(device, config, n, 1)
-        if case.status == "fail":
-            break
-    else:
-        pytest.fail(f"{spec}: no failure in {BUDGET} cases")
-    assert 1 <= case.operations <= 3, case.message
+    case = first_failure(nnhal.open_device(spec), spec)
     assert case.attachment and "shrunk from" in case.message
 
 
@@ -160,16 +163,7 @@ def test_the_aidl_face_finds_it_too(tmp_path: Path) -> None:
     face = open_face(spec, "aidl")
     assert Devices(face, section.reference("AIDL_V4")).executors == (*face.modes, "cache")
     assert "reusable" in face.modes
-    claims = probe.claims(face, Options())
-    config = RandomConfig(spec, seed=0, claims=tuple(sorted(claims)), shrink_seconds=40, version="AIDL_V4",
-                          hal="aidl")
-    for n in range(BUDGET):
-        (case,) = section.run_cases(face, config, n, 1)
-        if case.status == "fail":
-            break
-    else:
-        pytest.fail(f"{spec}: no failure in {BUDGET} cases through the AIDL face")
-    assert 1 <= case.operations <= 3, case.message
+    case = first_failure(face, spec, version="AIDL_V4", hal="aidl")
     assert f"replay: nnhal conformance --device {spec} --hal aidl" in case.message
     assert f"draw again: nnhal vts --device {spec} --hal aidl --section random" in case.message
 
