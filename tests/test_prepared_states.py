@@ -7,6 +7,7 @@ validated again.  Bounded; prepared models sharing a compiled model compute the 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from nnhal import hal
 from nnhal.driver import device as device_mod
@@ -104,3 +105,17 @@ def test_bounded():
     assert kept == [True, True] and states.defs(models[2], [], 3) is None  # NOTE: pushed out by count
     states.add(models[2], [memoryview(bytes(1100))], 3, [])  # NOTE: over a quarter of the bytes: not kept
     assert states.defs(models[2], [memoryview(bytes(1100))], 3) is None
+
+
+@pytest.mark.parametrize("where", [0, 7, 8, (1 << 20) + 3, (3 << 20) - 1])
+def test_pool_bytes_compared_whole(where):
+    """A pool differing in any one byte (first word, word edge, a later 1 MiB chunk, the odd tail) is another
+    pool; one of another length too."""
+    from nnhal.driver.prepared_states import same_bytes
+
+    a = np.random.default_rng(1).integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
+    b = bytearray(a)
+    assert same_bytes(memoryview(a), memoryview(b))
+    b[where] ^= 1
+    assert not same_bytes(memoryview(a), memoryview(b))
+    assert not same_bytes(memoryview(a), memoryview(a)[:-1])

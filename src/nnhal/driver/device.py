@@ -44,6 +44,7 @@ from nnhal.ops import deadline as op_deadline
 from nnhal.ops.base import OpExecutionError
 from nnhal.ops.extension import Extension
 from nnhal.ops.extension import resolve as resolve_extensions
+from nnhal.platform import heap
 from nnhal.platform import memory as hal_memory
 
 log = logging.getLogger("nnhal.driver")
@@ -71,6 +72,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
         device table (``nnhal.get_device``, ``nnhal.drivers.registry``)."""
         if version_string is not None:
             backend.version_string = version_string
+        heap.keep_freed_memory()  # NOTE: executions' buffers reuse heap pages (nnhal/platform/heap.py)
         self.backend = backend
         self.name = name
         self._caps: Optional[hal.Capabilities] = None

@@ -24,10 +24,27 @@ import collections
 import threading
 from typing import Any, Optional
 
+import numpy as np
+
 from nnhal.ops import registry
 
 MAX_ENTRIES = 32
 MAX_BYTES = 128 << 20  # constants (inline and pools) the entries keep alive at most
+_CHUNK = 1 << 17  # 8-byte words compared at a time (1 MiB): bounds the comparison's temporary
+
+
+def same_bytes(a: Any, b: Any) -> bool:
+    """Whether two buffers hold the same bytes, compared as 8-byte words (memoryview's own == compares
+    item by item: ~12 ms for a MobileNet's 16 MB of weights, this ~1 ms)."""
+    x, y = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
+    if x.size != y.size:
+        return False
+    n = x.size // 8 * 8
+    xw, yw = x[:n].view(np.uint64), y[:n].view(np.uint64)
+    for s in range(0, xw.size, _CHUNK):
+        if not np.array_equal(xw[s:s + _CHUNK], yw[s:s + _CHUNK]):
+            return False
+    return bool(np.array_equal(x[n:], y[n:]))
 
 
 def _fingerprint(model: Any, views: list, version: Any) -> Optional[tuple]:
@@ -51,7 +68,7 @@ class _Entry:
     def same(self, model: Any, views: list, version: Any) -> bool:
         try:
             return bool(self.version == version and len(self.views) == len(views)
-                        and all(a.nbytes == b.nbytes and a == b for a, b in zip(self.views, views))
+                        and all(same_bytes(a, b) for a, b in zip(self.views, views))
                         and self.model == model
                         # NOTE: the operations' definitions are still the registered ones
                         and all(d is None or registry.find(op.type) is d

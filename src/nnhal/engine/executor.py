@@ -36,6 +36,7 @@ from nnhal.ops.extension import operand_type
 from nnhal.ops.operands import constant_value as constant_value  # noqa: F401  (re-exported)
 from nnhal.ops.operands import operand_info
 from nnhal.ops.prepared import Deferred
+from nnhal.platform import heap
 
 log = logging.getLogger("nnhal.engine.executor")
 
@@ -208,6 +209,7 @@ class Executor:
         """``states`` (from the compilation cache): per subgraph (main first),
         per operation, the prepared state to use instead of running the
         operation's prepare (:data:`PREPARE` runs it)."""
+        heap.keep_freed_memory()  # NOTE: each run's arrays reuse heap pages (nnhal/platform/heap.py)
         self.model = model
         self.relaxed = bool(model.relaxComputationFloat32toFloat16)
         sgs = [model.main, *model.referenced]

@@ -38,6 +38,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.driver.backend import Backend
+from nnhal.drivers.litert import lower  # NOTE: with the device opened, not at a model's first prepare
 from nnhal.engine.executor import DeadlineMissed
 from nnhal.ops.base import OpExecutionError
 from nnhal.platform.memory import InvalidMemory
@@ -211,7 +212,6 @@ class LiteRTBackend(Backend):
         return measure(self)
 
     def supported(self, model: hal.Model, defs: list) -> list[tuple[bool, str]]:
-        from nnhal.drivers.litert import lower
         from nnhal.platform import memory as hal_memory
 
         pools = []
@@ -250,8 +250,6 @@ class LiteRTBackend(Backend):
     def _trial(self, model: hal.Model, views: list) -> tuple[Optional[int], str]:
         """(operation, why LiteRT refuses it) -- (None, why) for the whole model, (None, "") when it
         prepares; a prepared trial is kept for compile() of the same model."""
-        from nnhal.drivers.litert import lower
-
         if self._kept_for(model, keep=True) is not None:
             return None, ""  # NOTE: getSupportedOperations_1_3 then prepareModel_1_3 of one model: one trial
         try:
@@ -269,8 +267,6 @@ class LiteRTBackend(Backend):
         return None, ""
 
     def compile(self, model: hal.Model, pool_views: list, deadline_ns: Optional[int]) -> LiteRTCompiled:
-        from nnhal.drivers.litert import lower
-
         kept = self._kept_for(model, keep=False)
         if kept is not None:
             return kept  # NOTE: the supported() trial of this model
@@ -294,8 +290,6 @@ class LiteRTBackend(Backend):
 
         r = driver_cache.load_opaque(model_fd, data_fd, key, self.version_string, token)
         # NOTE: the interpreter is rebuilt from the authenticated flatbuffer: no lowering, no validation
-        from nnhal.drivers.litert import lower
-
         compiled = LiteRTCompiled(r.data, self.num_threads, _needs_builtin(r.model),
                                   lower.omitted_input_values(r.model), _output_dims(r.model))
         return driver_cache.Restored(r.model, [], compiled, r.hal_version, r.priority)
