@@ -235,3 +235,18 @@ def test_vector_file_through_the_aidl_face(path: Path) -> None:
     runner = Runner(face, face.all_modes)
     results = [r for vm in vectors.load_file(path) for r in runner.run_model(vm)]
     assert results and not _bad(results), "\n".join(_bad(results)[:20])
+
+
+def test_a_service_through_its_aidl_face(service_process: Any, capsys: pytest.CaptureFixture) -> None:
+    """`nnhal conformance --hal aidl` and `nnhal vts --hal aidl` name a running service as they name an
+    in-process driver (the service serves both faces)."""
+    from nnhal import cli
+
+    rc = cli.main(["conformance", "--hal", "aidl", "--device", service_process.name, "--ops", "ADD",
+                   "--model", "add_v1_2", "--mode", "all", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "0 failed" in out and " passed" in out, out[-2000:]
+    rc = cli.main(["vts", "--hal", "aidl", "--device", service_process.name, "--section", "basic", "--jobs", "1",
+                   "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "0 failed" in out, out[-2000:]

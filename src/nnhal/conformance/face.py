@@ -740,7 +740,8 @@ HALS = ("hidl", "aidl")
 
 def aidl_device(name: str) -> Any:
     """The AIDL ``IDevice`` of ``name``: the one place a conformance run gets a
-    device's AIDL face (in process: ``nnhal.aidl.get_device``)."""
+    device's AIDL face (``nnhal.aidl.open_device``: in process for a name of
+    the device table, a plugin or a spec, else the running service)."""
     from nnhal import aidl
 
-    return aidl.get_device(name)
+    return aidl.open_device(name)
