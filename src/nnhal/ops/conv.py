@@ -313,7 +313,9 @@ def _build_filter(form: _Form, w: np.ndarray, zp: int, is_q: bool, groups: int =
 def _filter_matrix(form: _Form, w: np.ndarray, zp: int, is_q: bool, groups: int) -> np.ndarray:
     if is_q and form.name in ("conv", "fc"):
         return np.subtract(w.reshape(w.shape[0], -1), np.float32(zp), dtype=np.float32).T
-    wf = w.astype(np.float32)
+    # NOTE: float32 weights are re-laid-out straight from the constant (read-only, the driver's own bytes):
+    # one copy, not two; quantized ones are converted (a new array) before the zero point comes off in place
+    wf = w.astype(np.float32, copy=False)
     if is_q and zp:
         wf -= np.float32(zp)
     return np.ascontiguousarray(form.layout(wf, groups))

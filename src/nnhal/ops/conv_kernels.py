@@ -456,11 +456,20 @@ def _search(groups: list, todo: np.ndarray, pts: np.ndarray, thr: np.ndarray, ta
     (ascending)."""
     if all(len(kcs) == 1 for _, kcs in groups):
         return _search_each(groups, todo, pts, thr, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
+    if len(groups[0][1]) == 1:
+        # NOTE: a leading group of one candidate (the rounded constants, which most channels take) evaluated
+        # directly: the thresholds are then found for the channels it leaves only
+        left = _search_each(groups[:1], todo, pts, thr, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
+        if left.size == 0:
+            return left
+        r = np.searchsorted(todo, left)
+        return _search(groups[1:], left, pts[:, r], thr[:, r], tau[:, r], m_near, c_near, corr32, pivot,
+                       chosen_m, chosen_c)
     deadline.poll()  # NOTE: a preparation's deadline
     # NOTE: the thresholds of every m offset of the groups at once ([offset, 2, channel, points])
     kms = sorted({km for km, _ in groups})
     m32 = m_near[np.asarray(kms) + 4][:, todo]  # [offset, channel]
-    cmin, bad = _c_thresholds(pts[None] * m32[:, None, :, None], np.broadcast_to(tau, (len(kms), *tau.shape)))
+    cmin, bad = _c_thresholds(pts[None] * m32[:, None, :, None], tau)
     lo_all = cmin[:, 1].max(axis=2, initial=-np.inf)  # [offset, channel]
     hi_all = cmin[:, 0].min(axis=2, initial=np.inf)
     each = np.logical_or.reduce(bad, axis=0)
@@ -504,15 +513,16 @@ def _stage_thresholds(k: np.ndarray, ncorr: np.ndarray, pivot: np.float32) -> np
 
 
 def _c_thresholds(p: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For float32 ``p`` and thresholds ``tau`` (same shape [..., 2, channel, points], +-inf: no condition):
-    the smallest float32 c with fl(p + c) >= tau (+-inf where tau is), found as y = tau - h - p rounded up
-    (h half the float32 gap below tau: round to nearest) and then checked exactly with float32 sums
-    (ties, or a y float64 could not hold, move it a step); and per channel whether some threshold
-    stayed unsure (the caller then tries the candidates one by one)."""
+    """For float32 ``p`` ([..., 2, channel, points]) and thresholds ``tau`` ([2, channel, points], +-inf: no
+    condition; broadcast against p): the smallest float32 c with fl(p + c) >= tau (+-inf where tau is),
+    found as y = tau - h - p rounded up (h half the float32 gap below tau: round to nearest) and then
+    checked exactly with float32 sums (ties, or a y float64 could not hold, move it a step); and per
+    channel whether some threshold stayed unsure (the caller then tries the candidates one by one)."""
     fin = np.isfinite(tau)
     unsure = np.isnan(tau)  # NOTE: a stage threshold _stage_thresholds could not pin down
     t32 = np.where(fin, tau, 0).astype(np.float32)
     up, down = np.float32(np.inf), np.float32(-np.inf)
+    # NOTE: what depends on tau alone is computed once for every leading index of p (the m offsets)
     t64 = t32.astype(np.float64)
     y = t64 - (t64 - np.nextafter(t32, down)) / 2 - p
     c = y.astype(np.float32)
@@ -673,10 +683,12 @@ class Requant:
         todo = np.arange(nc)
         kmax = float(levels.max(initial=0) + sh + 1)
         tau = None if corr32 is None else (corr32, pivot)
-        for groups, cap in ((GRID_GROUPS[:1], (1, 1)), (GRID_GROUPS[1:], (3, 7)), (WIDE_GROUPS, (9, 25))):
-            # NOTE: the rounded constants, then the GRID (m moved up to 1 float, c up to 3), then the wide search
-            # (m up to 4 floats, c up to 12) for a few stubborn channels: each checked at the levels its error
-            # bound leaves uncertain, for the channels still failing
+        for groups, cap in ((GRID_GROUPS, (3, 7)), (WIDE_GROUPS, (9, 25))):
+            # NOTE: the rounded constants then the rest of the GRID (m moved up to 1 float, c up to 3) in one
+            # pass, then the wide search (m up to 4 floats, c up to 12) for a few stubborn channels: each
+            # checked at the levels the pass's error bound leaves uncertain, for the channels still failing.
+            # The rounded constants are checked at the GRID's uncertain levels (a superset of their own):
+            # the extra levels hold for them by the same bound, so a channel takes the same first candidate
             if todo.size == 0 or (groups is WIDE_GROUPS and todo.size > 8):
                 break
             unsure = self._uncertain(dist[todo], m[todo], c[todo], kmax, cap)
