@@ -445,3 +445,15 @@ def test_fuzz_commands_long(tmp_path):
     _check(res, tmp_path)
     print(json.dumps({fam: {k: f[k] for k in ("inputs", "commands", "seconds", "outcomes")}
                       for fam, f in res["families"].items()}))
+
+
+def test_contain_cost_reads_either_latency_line() -> None:
+    """contain_cost --against compares nnhal run's latency line of two trees: today's (imports, plan, prepare,
+    execute: plan and prepare summed) and an older one (prepare counting the plan, execute)."""
+    from nnhal.tools.contain_cost import _run_latency
+
+    new = ("latency: imports 41 ms, plan 2.5 ms (read, verified, partitioned), prepare 160.0 ms (loaded from the "
+           "compilation cache (d)), execute 1.0 ms (first execution; nnhal bench m.tflite for steady-state figures)")
+    assert _run_latency(new) == (162.5, 1.0)
+    assert _run_latency("latency: prepare 160.2 ms, execute 1.0 ms (first execution)") == (160.2, 1.0)
+    assert all(np.isnan(v) for v in _run_latency("nothing"))

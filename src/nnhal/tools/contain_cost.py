@@ -126,6 +126,18 @@ def per_execution(models: Path, runs: int) -> list[dict]:
     return out
 
 
+def _run_latency(stdout: str) -> tuple[float, float]:
+    """(plan and prepare, first execution) in ms from ``nnhal run``'s latency line: today's ("latency: imports
+    I ms, plan P ms (...), prepare Q ms (...), execute E ms") or an older tree's ("latency: prepare Q ms,
+    execute E ms", its prepare counting the plan); NaN where neither is found."""
+    m = re.search(r"latency: imports [\d.]+ ms, plan ([\d.]+) ms .*?prepare ([\d.]+) ms.*?, execute ([\d.]+) ms",
+                  stdout)
+    if m:
+        return float(m[1]) + float(m[2]), float(m[3])
+    m = re.search(r"latency: prepare ([\d.]+) ms, execute ([\d.]+) ms", stdout)
+    return (float(m[1]), float(m[2])) if m else (np.nan, np.nan)
+
+
 def _tree_env(src: Optional[str]) -> dict:
     env = dict(os.environ)
     env.pop("NNHAL_LITERT_IN_PROCESS", None)
@@ -149,10 +161,8 @@ def against(models: Path, src: str, rounds: int, runs: int) -> list[dict]:
                     p = subprocess.run([sys.executable, "-m", "nnhal", "run", str(path)], capture_output=True,
                                        text=True, env=env)
                     wall = time.perf_counter() - t0
-                    m = re.search(r"latency: prepare ([\d.]+) ms, execute ([\d.]+) ms", p.stdout)
-                    r = rows.setdefault((name, "run"), {})
-                    r.setdefault(tree, []).append((wall * 1e3, float(m[1]) if m else np.nan,
-                                                   float(m[2]) if m else np.nan))
+                    prep, first = _run_latency(p.stdout)
+                    rows.setdefault((name, "run"), {}).setdefault(tree, []).append((wall * 1e3, prep, first))
                     j = os.path.join(tmp, f"{tree}.json")
                     subprocess.run([sys.executable, "-m", "nnhal", "bench", str(path), "--runs", str(runs),
                                     "--json", j], capture_output=True, text=True, env=env)
@@ -207,7 +217,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         for r in doc["against"]:
             if r["command"] == "run":
                 print(f"  {r['model']:22s} nnhal run: wall {r['this_wall_ms']:.0f} vs {r['against_wall_ms']:.0f}; "
-                      f"prepare {r['this_prepare_ms']:.1f} vs {r['against_prepare_ms']:.1f}; execute "
+                      f"plan + prepare {r['this_prepare_ms']:.1f} vs {r['against_prepare_ms']:.1f}; first execution "
                       f"{r['this_execute_ms']:.2f} vs {r['against_execute_ms']:.2f}")
             else:
                 ratio = r["this_median_ms"] / r["against_median_ms"] if r["against_median_ms"] else np.nan
