@@ -243,3 +243,23 @@ def test_aidl_validation_sections_sweep(vm: Any) -> None:
         qos.run_model(face, vm)
     bad = [f"{c.test}: {c.mutation}: {c.message}" for c in cases if c.status != "pass"]
     assert not bad, "\n".join(bad[:40])
+
+
+def test_an_in_process_device_says_why_through_its_aidl_face() -> None:
+    """The AIDL interface has no reasons call: the face asks the same in-process device's nnhal reasons query,
+    so unsupported cases name the driver's reason (a service's AIDL face gives the generic line)."""
+    from nnhal.conformance import vectors
+    from nnhal.conformance.face import NO_REASON
+    from nnhal.conformance.vts.device import open_face
+    from tests.conftest import vectors_root
+
+    try:
+        face = open_face("litert-cpu", "aidl")
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no litert-cpu: {e}")
+    vm = next(iter(vectors.load([vectors_root()], {"LSH_PROJECTION"})))
+    status, flags, why = face.supported(vm.build_model(), reasons=True)
+    assert status == 0 and not all(flags)
+    assert any("LSH_PROJECTION" in w and w != NO_REASON for ok, w in zip(flags, why) if not ok), why
+    bare = AidlFace(face.device)
+    assert [w for ok, w in zip(*bare.supported(vm.build_model(), reasons=True)[1:]) if not ok] == [NO_REASON]

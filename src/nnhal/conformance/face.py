@@ -421,7 +421,10 @@ def _hidl_fenced(prepared: Any, request: hal.Request, measure: Any, deadline: An
 
 class AidlFace(Face):
     """An ``aidl.IDevice`` (``nnhal.aidl.get_device``, a plugin's AIDL face
-    or a service's), at the interface version it reports."""
+    or a service's), at the interface version it reports; ``reasons``: the
+    same device's nnhal ``INnhalDevice`` (its HIDL face, in process), asked
+    why an operation is refused when there is one (the AIDL interface has no
+    such call)."""
 
     name = "aidl"
     vts_prefix = "NeuralNetworksAidlTest"
@@ -429,11 +432,12 @@ class AidlFace(Face):
     burst_takes_tokens = True
     cache_handles_hold_fds = False
 
-    def __init__(self, device: Any):
+    def __init__(self, device: Any, reasons: Any = None):
         from nnhal import aidl
 
         super().__init__(device)
         self.aidl = aidl
+        self.reasons = reasons if isinstance(reasons, hal.INnhalDevice) else None
         self.version = int(device.getInterfaceVersion())
         self.modes = AIDL_MODES if self.has_config else AIDL_MODES[:3]
         self.all_modes = (*self.modes, *AIDL_CONFIG_MODES) if self.has_config else self.modes
@@ -497,7 +501,14 @@ class AidlFace(Face):
     def supported(self, model: hal.Model, reasons: bool = False) -> tuple[int, list[bool], list[str]]:
         status, flags = self.call(self.device.getSupportedOperations, self.model(model))
         flags = [bool(f) for f in flags or []]
-        return status, flags, [("" if ok or not reasons else NO_REASON) for ok in flags]
+        why = [""] * len(flags)
+        if reasons and not all(flags) and self.reasons is not None:
+            import nnhal
+
+            st, _, got = nnhal.supported_operations(self.reasons, model)
+            if st == S.NONE and len(got) == len(flags):
+                why = list(got)
+        return status, flags, [("" if ok or not reasons else w or NO_REASON) for ok, w in zip(flags, why)]
 
     def prepare(self, model: hal.Model, preference: int = FAST, priority: int = MEDIUM,
                 deadline_ns: Optional[int] = None, model_cache: Sequence[hal.Handle] = (),

@@ -30,7 +30,10 @@ def open_face(name: str, hal: str = "hidl") -> Face:
     """The face ``hal`` ("hidl": HAL 1.3; "aidl": the stable AIDL) of the
     device named ``name`` (raises :class:`DeviceNotFound`)."""
     if hal == "aidl":
-        return AidlFace(_open(name, aidl_device))
+        import nnhal
+
+        # NOTE: an in-process device's HIDL face answers nnhal's reasons query for the AIDL face's refusals
+        return AidlFace(_open(name, aidl_device), reasons=nnhal.get_device(name) if nnhal.is_in_process(name) else None)
     return HidlFace(open_device(name))
 
 
