@@ -520,3 +520,21 @@ def test_private_copy_is_a_snapshot():
     with pytest.raises(InvalidMemory, match="beyond the end"):
         memory.PrivateCopy(m)
     memory.free(m)
+
+
+def test_private_copy_of_a_large_pool_is_its_own():
+    """A pool from HUGE_PAGE_MIN_BYTES up is copied into an anonymous mapping (transparent huge pages where
+    the kernel gives them): the same bytes, read-only, unaffected by later writes to the memory."""
+    from nnhal.platform.memory import HUGE_PAGE_MIN_BYTES
+
+    size = HUGE_PAGE_MIN_BYTES + 3
+    data = os.urandom(size)
+    m = memory.allocate_filled(data)
+    copy = memory.PrivateCopy(m)
+    view = memory.map(m)
+    view[:4] = b"\xff\xff\xff\xff"
+    view.release()
+    assert copy.view.readonly and len(copy) == size and bytes(copy.view) == data
+    with pytest.raises(TypeError):
+        copy.view[0] = 1
+    memory.free(m)

@@ -791,6 +791,24 @@ def open_pool(memory: Memory, writable: bool | None = None, map_min_bytes: int =
     return FdPool(memory, writable, (offset, can_write if writable is None else bool(writable)), sealed)
 
 
+HUGE_PAGE_MIN_BYTES = 4 << 20  # private buffers from this size up are asked for in transparent huge pages
+
+
+def private_buffer(size: int) -> bytearray | mmap.mmap:
+    """``size`` zero bytes of this process's own, writable: a bytearray, or from HUGE_PAGE_MIN_BYTES up an
+    anonymous private mapping advised for transparent huge pages (``MADV_HUGEPAGE``): filling it then
+    takes one fault per 2 MiB instead of one per 4 KiB (a 16 MB model pool read ~9.5 -> ~4.5 ms here;
+    where the kernel has no huge page to give, it falls back to small ones)."""
+    if size < HUGE_PAGE_MIN_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return bytearray(size)
+    mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        mm.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:  # NOTE: a kernel without THP: the mapping serves as it is
+        pass
+    return mm
+
+
 class PrivateCopy:
     """The bytes of ``memory`` read once (``pread``, never a mapping that could
     fault) into private, immutable storage: what a driver keeps of a model's
@@ -801,7 +819,7 @@ class PrivateCopy:
 
     def __init__(self, memory: Memory):
         base, _ = _region(memory, False)
-        buf = bytearray(memory.size)
+        buf = private_buffer(memory.size)
         fd = memory.handle.fds[0]
         try:
             got = pread_into(fd, memoryview(buf), base)
@@ -811,7 +829,7 @@ class PrivateCopy:
             raise InvalidMemory(f"{memory.name!r} memory shrank: {memory.size - got} of its {memory.size} bytes are "
                                 f"beyond the end of its file")
         self.memory, self.size = memory, memory.size
-        self.view = memoryview(buf).toreadonly()  # NOTE: the bytearray is private: no one else can change it
+        self.view = memoryview(buf).toreadonly()  # NOTE: the buffer is private: no one else can change it
 
     @classmethod
     def matching(cls, memory: Memory, kept: memoryview) -> PrivateCopy | None:
