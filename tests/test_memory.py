@@ -538,3 +538,15 @@ def test_private_copy_of_a_large_pool_is_its_own():
     with pytest.raises(TypeError):
         copy.view[0] = 1
     memory.free(m)
+
+
+def test_private_array_large_and_small():
+    """private_array: an array of the shape and dtype asked, C-contiguous and writable, from huge-page
+    storage from HUGE_PAGE_MIN_BYTES up and numpy's below."""
+    from nnhal.platform.memory import HUGE_PAGE_MIN_BYTES, private_array
+
+    for n in (16, HUGE_PAGE_MIN_BYTES // 4 + 8):
+        a = private_array((2, n // 2), "float32")
+        assert a.shape == (2, n // 2) and a.dtype == "float32" and a.flags.c_contiguous and a.flags.writeable
+        a[...] = 1.5
+        assert float(a.sum()) == 1.5 * n
