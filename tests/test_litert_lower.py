@@ -111,6 +111,11 @@ def test_float16_model_computes_in_float32_between_casts(built: Any) -> None:
     ops, ins, outs = _flatbuffer_ops(lower.lower(b.model, b.views))
     assert ops == ["CAST", "CAST", "ADD", "CAST"]
     assert ins == [1, 1] and outs == [1]  # NOTE: TensorType FLOAT16: the HAL's own buffers
+    # NOTE: the backend scans the model for float16 once (uses_float16) and hands it to every check
+    op = b.model.main.operations[0]
+    assert lower.uses_float16(b.model) and not lower.uses_float16(built("add", "add").model)
+    assert lower.check_operation(b.model, b.views, op, True) == lower.check_operation(b.model, b.views, op) == ""
+    assert "FLOAT16" in lower.check_operation(b.model, b.views, op, False)  # NOTE: the flag is what decides
 
 
 def test_if_lowers_its_branches(built: Any) -> None:

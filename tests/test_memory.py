@@ -520,3 +520,33 @@ def test_private_copy_is_a_snapshot():
     with pytest.raises(InvalidMemory, match="beyond the end"):
         memory.PrivateCopy(m)
     memory.free(m)
+
+
+def test_private_copy_of_a_large_pool_is_its_own():
+    """A pool from HUGE_PAGE_MIN_BYTES up is copied into an anonymous mapping (transparent huge pages where
+    the kernel gives them): the same bytes, read-only, unaffected by later writes to the memory."""
+    from nnhal.platform.memory import HUGE_PAGE_MIN_BYTES
+
+    size = HUGE_PAGE_MIN_BYTES + 3
+    data = os.urandom(size)
+    m = memory.allocate_filled(data)
+    copy = memory.PrivateCopy(m)
+    view = memory.map(m)
+    view[:4] = b"\xff\xff\xff\xff"
+    view.release()
+    assert copy.view.readonly and len(copy) == size and bytes(copy.view) == data
+    with pytest.raises(TypeError):
+        copy.view[0] = 1
+    memory.free(m)
+
+
+def test_private_array_large_and_small():
+    """private_array: an array of the shape and dtype asked, C-contiguous and writable, from huge-page
+    storage from HUGE_PAGE_MIN_BYTES up and numpy's below."""
+    from nnhal.platform.memory import HUGE_PAGE_MIN_BYTES, private_array
+
+    for n in (16, HUGE_PAGE_MIN_BYTES // 4 + 8):
+        a = private_array((2, n // 2), "float32")
+        assert a.shape == (2, n // 2) and a.dtype == "float32" and a.flags.c_contiguous and a.flags.writeable
+        a[...] = 1.5
+        assert float(a.sum()) == 1.5 * n

@@ -13,7 +13,7 @@ from nnhal import hal
 from nnhal.driver import device as device_mod
 from nnhal.driver.prepared_states import PreparedStates
 from nnhal.drivers.sample import sample_device
-from tests.driver_util import Pools, add_model, execute_sync, prepare
+from tests.driver_util import Pools, add_model, execute_sync, float_output, prepare
 
 S = hal.ErrorStatus
 
@@ -119,3 +119,89 @@ def test_pool_bytes_compared_whole(where):
     b[where] ^= 1
     assert not same_bytes(memoryview(a), memoryview(b))
     assert not same_bytes(memoryview(a), memoryview(a)[:-1])
+
+
+def _pool_model(n: int) -> tuple[hal.Model, np.ndarray]:
+    """out = x + c with c (n float32) a CONSTANT_REFERENCE in a pool of its own."""
+    from nnhal.platform import memory
+
+    model = add_model(dims=(n,))
+    c = np.arange(n, dtype=np.float32)
+    o = model.main.operands[1]
+    o.lifetime = hal.OperandLifeTime.CONSTANT_REFERENCE
+    o.location = hal.DataLocation(poolIndex=0, offset=0, length=c.nbytes)
+    model.main.inputIndexes = [0]
+    model.pools = [memory.allocate_filled(c.tobytes())]
+    return model, c
+
+
+def test_pool_read_again_shares_the_private_copy(monkeypatch):
+    """getSupportedOperations then prepareModel of a model whose pool holds the same bytes: one private
+    copy of the pool (the second read compared, not kept); a pool the client rewrote in between is copied
+    anew and its new bytes are what executions see."""
+    from nnhal.platform import memory
+
+    copies: list = []
+    real = memory.PrivateCopy.__init__
+
+    def counted(self, m):
+        copies.append(m.size)
+        real(self, m)
+
+    monkeypatch.setattr(memory.PrivateCopy, "__init__", counted)
+    n = device_mod.SHARE_POOL_BYTES // 4
+    model, c = _pool_model(n)
+    dev = sample_device("memo-pool")
+    assert dev.getSupportedOperations_1_3(model)[0] == S.NONE
+    _, status, first = prepare(model, dev)
+    assert status == S.NONE and len(copies) == 1
+    x = np.ones(n, np.float32)
+
+    def run(p):
+        pools = Pools([x], [4 * n])
+        assert execute_sync(p, pools.request())[0] == S.NONE
+        return float_output(pools.out_mem)
+
+    assert np.array_equal(run(first), x + c)
+    view = memory.map(model.pools[0])
+    view[4:8] = np.float32(100.0).tobytes()  # NOTE: the client rewrote its constant
+    view.release()
+    _, status, second = prepare(model, dev)
+    assert status == S.NONE and len(copies) == 2
+    want = x + c
+    want[1] += 99.0
+    assert np.array_equal(run(second), want) and np.array_equal(run(first), x + c)
+    memory.free(model.pools[0])
+
+
+def test_private_copy_matching():
+    """PrivateCopy.matching: the kept view shared where the memory holds its bytes (any chunk, the odd
+    tail), None where one byte differs or the size does; a shrunk memory is refused as by the constructor."""
+    import os
+
+    from nnhal.platform import memory
+
+    size = (2 << 20) + 5
+    data = np.random.default_rng(2).integers(0, 256, size, dtype=np.uint8).tobytes()
+    m = memory.allocate_filled(data)
+    kept = memory.PrivateCopy(m).view
+    same = memory.PrivateCopy.matching(m, kept)
+    assert same is not None and same.view is kept and len(same) == size
+    for where in (0, (1 << 20) + 9, size - 1):
+        other = bytearray(data)
+        other[where] ^= 1
+        differs = memory.allocate_filled(bytes(other))
+        assert memory.PrivateCopy.matching(differs, kept) is None
+        memory.free(differs)
+    shorter = memory.allocate_filled(data[:-1])
+    assert memory.PrivateCopy.matching(shorter, kept) is None
+    memory.free(shorter)
+    memory.free(m)
+    fd = os.memfd_create("client", 0)
+    os.write(fd, data)
+    shrunk = hal.Memory(name="ashmem", handle=hal.Handle(fds=[fd]), size=size)
+    assert memory.PrivateCopy.matching(shrunk, kept) is not None
+    os.ftruncate(fd, size - 100)
+    with pytest.raises(memory.InvalidMemory):
+        memory.PrivateCopy.matching(shrunk, kept)
+    os.close(fd)

@@ -295,3 +295,32 @@ def test_data_path_floor_computes_the_model():
             assert got.dtype == want.dtype and np.array_equal(got, want)
     finally:
         floor.close()
+
+
+def test_constants_read_in_place_and_copied_once():
+    """The unpacked file's vectors are read-only views of immutable bytes (no copy of the file); a mutable
+    buffer is copied first (its owner may change it); the HAL model's pool is its own copy."""
+    from nnhal.platform import memory
+    from nnhal.tflite import schema
+
+    raw = model_path("vww_mobilenetv1_int8").read_bytes()
+    m = schema.read_model(raw)
+    data = max((b.data for b in m.buffers if b.data is not None), key=len)
+    assert isinstance(data, np.ndarray) and not data.flags.writeable and np.shares_memory(data, np.frombuffer(raw, np.uint8))
+    mutable = bytearray(raw)
+    m2 = schema.read_model(mutable)
+    d2 = max((b.data for b in m2.buffers if b.data is not None), key=len)
+    before = bytes(d2)
+    mutable[:] = bytes(len(mutable))
+    assert bytes(d2) == before
+    model, _ = load(raw)
+    view = memory.map(model.pools[0])
+    try:
+        pool = np.frombuffer(view, np.uint8)
+        assert not np.shares_memory(pool, np.frombuffer(raw, np.uint8))
+        assert pool.tobytes().find(data[:64].tobytes()) >= 0  # NOTE: the constants' bytes, copied
+        del pool
+    finally:
+        view.release()
+    for p in model.pools:
+        memory.free(p)

@@ -413,3 +413,24 @@ def test_unbounded_float32_search_is_exact_everywhere():
                 np.float64))
             accepted += 1
     assert accepted > 30
+
+
+def test_float32_steps_are_nextafter():
+    """next_up32 / next_down32 (the threshold search's float32 steps) give np.nextafter's bits for every
+    kind of float32: zeros of both signs, subnormals, the largest finite values, infinities, NaN, and
+    random bit patterns."""
+    from nnhal.ops.conv_kernels import next_down32, next_up32
+
+    fi = np.finfo(np.float32)
+    special = np.array([0.0, -0.0, fi.smallest_subnormal, -fi.smallest_subnormal, 3 * fi.smallest_subnormal,
+                        fi.tiny, -fi.tiny, fi.max, -fi.max, 1.0, -1.0], np.float32)
+    bits = np.random.default_rng(0).integers(-2**31, 2**31, 200_000, dtype=np.int64).astype(np.int32)
+    rnd = bits.view(np.float32)
+    rnd = rnd[np.isfinite(rnd)][:4000].reshape(-1, 4)
+    with np.errstate(all="ignore"):
+        for a in (special, rnd, np.array([np.inf, -np.inf, np.nan, 1.0], np.float32)):
+            for step, to in ((next_up32, np.inf), (next_down32, -np.inf)):
+                got, want = step(a), np.nextafter(a, np.float32(to))
+                assert got.dtype == np.float32 and got.shape == a.shape
+                same = (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
+                assert same.all(), (step.__name__, a[~same])

@@ -52,6 +52,10 @@ log = logging.getLogger("nnhal.driver")
 S = hal.ErrorStatus
 __all__ = ["Device", "Notify"]
 
+# model pools of at least this many bytes are compared with the private copies kept of recent models
+# before a new copy is made (Device._private_copy; below, a new copy costs about what a comparison does)
+SHARE_POOL_BYTES = 256 << 10
+
 # how a preparation tells its outcome: notify(status, prepared model or None), called once
 Notify = Callable[[S, Optional[PreparedModel]], None]
 
@@ -113,7 +117,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
                 try:
                     # NOTE: the constants are the driver's own: read once (pread, which cannot fault
                     # on a pool the client shrinks) and kept, whatever the client does to its memory.
-                    pools.append(hal_memory.PrivateCopy(m))
+                    pools.append(self._private_copy(m))
                 except hal_memory.InvalidMemory as e:
                     raise ValidationError(f"model pool {k}: {e}") from None
                 except Exception as e:  # NOTE: junk inside the Memory (handle, fds, size) is a bad argument too
@@ -123,6 +127,17 @@ class Device(hal.IDevice, hal.INnhalDevice):
                 p.close()
             raise
         return pools
+
+    def _private_copy(self, m: hal.Memory) -> Any:
+        """The driver's private copy of model pool ``m``: the copy kept of a recent model when ``m`` holds
+        the same bytes now (the pool of a model sent to getSupportedOperations then to prepareModel, read
+        and compared without new storage), else a new one."""
+        if isinstance(m.size, int) and m.size >= SHARE_POOL_BYTES:
+            for kept in self._states.kept_pools(m.size):
+                p = hal_memory.PrivateCopy.matching(m, kept)
+                if p is not None:
+                    return p
+        return hal_memory.PrivateCopy(m)
 
     def _validated(self, model: Any, version: HalVersion) -> tuple[hal.Model, list, list]:
         """(1.3 model, mapped pools, op defs) or ValidationError."""

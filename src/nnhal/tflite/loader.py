@@ -230,14 +230,8 @@ class _Shared:
         pools = []
         if pool.size:
             # NOTE: each large constant copied once, straight into the shared memory
-            mem = memory.allocate(pool.size)
-            view = memory.map(mem)
-            try:
-                for off, a in pool.items:
-                    np.copyto(np.frombuffer(view, np.uint8, a.nbytes, off).view(a.dtype).reshape(a.shape), a)
-            finally:
-                view.release()
-            pools.append(mem)
+            pools.append(memory.allocate_parts(pool.size, ((off, np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+                                                           for off, a in pool.items)))
         return hal.Model(main=sg, referenced=referenced, operandValues=bytes(values), pools=pools,
                          extensionNameToPrefix=[hal.ExtensionNameAndPrefix(name=n, prefix=p)
                                                 for n, p in self.prefixes.items()]), self.io
@@ -345,7 +339,7 @@ class _Loader:
         if buf is None:
             raise _Refuse(f"tensor {k} is not a constant")
         if buf.data is not None and len(buf.data) > 0:
-            raw = np.asarray(buf.data, dtype=np.uint8)  # NOTE: copied once, below
+            raw = np.asarray(buf.data, dtype=np.uint8)
         elif buf.offset > 1:
             raw = self.data[buf.offset: buf.offset + buf.size]
         elif t.isVariable:
@@ -355,7 +349,12 @@ class _Loader:
         shape = _int_list(t.shape)
         if t.sparsity is not None:
             raise _Refuse(f"tensor {k} is sparse (needs DENSIFY)")
-        return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
+        a = np.frombuffer(raw, dtype=dt).reshape(shape)
+        # NOTE: a read-only view of the file's bytes (never changed after the read): the constant is copied
+        # once, into the model's pool or inline values (finish), not here too; a rewrite that changes a
+        # constant makes its own array (one that writes into this raises)
+        a.flags.writeable = False
+        return a
 
     def hal_type(self, k: int) -> tuple[T, float, int, Optional[hal.SymmPerChannelQuantParams]]:
         c = self.tclass(k)

@@ -174,12 +174,13 @@ class _Ctx:
     virtual operands (indexes past the model's) that the rewrites below add: temporaries and
     constants of the TFLite graph with no HAL operand of their own."""
 
-    def __init__(self, model: hal.Model, pools: Sequence[Any], sub: Optional[int] = None):
+    def __init__(self, model: hal.Model, pools: Sequence[Any], sub: Optional[int] = None,
+                 f16: Optional[bool] = None):
         self.model = model
         self.pools = pools
         self.graph = model.main if sub is None else model.referenced[sub]  # NOTE: the subgraph lowered
         self.base = len(self.graph.operands)
-        self.f16 = any(o.type in _F16_AS_F32 for g in [model.main, *model.referenced] for o in g.operands)
+        self.f16 = uses_float16(model) if f16 is None else f16
         self.virtual: dict[int, hal.Operand] = {}
         self.values: dict[int, np.ndarray] = {}
         self.final: set[int] = set()  # id() of operations a rewrite produced in their final form
@@ -1208,10 +1209,18 @@ def _resize_size(ctx: _Ctx, op: hal.Operation, x: Any, width: bool) -> int:
     return int(v)
 
 
-def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation) -> str:
-    """Why ``op`` of the (validated) model cannot be lowered exactly; "" when it can."""
+def uses_float16(model: hal.Model) -> bool:
+    """Whether some operand of the model is float16 (the lowering then computes in float32 between
+    CASTs): a scan of every operand, done once per model by a caller checking many operations
+    (:func:`check_operation`'s ``f16``)."""
+    return any(o.type in _F16_AS_F32 for g in [model.main, *model.referenced] for o in g.operands)
+
+
+def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation, f16: Optional[bool] = None) -> str:
+    """Why ``op`` of the (validated) model cannot be lowered exactly; "" when it can.  ``f16``:
+    :func:`uses_float16` of the model, when the caller has it (each call otherwise scans the model)."""
     try:
-        _check(_Ctx(model, pools), op)
+        _check(_Ctx(model, pools, f16=f16), op)
     except Unsupported as e:
         return str(e)
     except _LOWERING_ERRORS as e:
