@@ -195,3 +195,24 @@ def test_litert_quantized_resize_bilinear_is_refused(t: T, monkeypatch: pytest.M
     _, got = run_reference(_litert(), vm)
     diff = np.abs(want[0].astype(np.int32) - got[0].astype(np.int32))
     assert diff.max() == 1 and (diff > 0).mean() > 0.05
+
+
+def test_litert_reduction_to_one_value_with_axes_given_at_execution_is_refused() -> None:
+    """Found through the AIDL face (seed 0 case 360 at AIDL_V4: REDUCE_MAX u8[1, 1] over axes given as a model
+    input, then HASHTABLE_LOOKUP): TFLite's result is a scalar where the HAL's is [1], and every execution failed
+    (GENERAL_FAILURE). With the axes unknown until execution the lowering cannot keep the [1]: refused."""
+    x = Operand(T.TENSOR_FLOAT32, (1, 2), kind=INPUT, value=np.array([[0.5, -2.0]], np.float32))
+    axes = Operand(T.TENSOR_INT32, (2,), kind=INPUT, value=np.array([0, 1], np.int32))
+    keep = Operand(T.BOOL, (), kind=CONST, value=np.array(False))
+    g = Graph()
+    ix, ia, ik = g.add(x), g.add(axes), g.add(keep)
+    g.inputs = [ix, ia]
+    r, e = g.add(Operand(T.TENSOR_FLOAT32, (1,))), g.add(Operand(T.TENSOR_FLOAT32, (1, 1)))
+    g.ops = [Op(OT.REDUCE_MAX, [ix, ia, ik], [r]), Op(OT.EXPAND_DIMS, [r, g.add(_i32(0))], [e])]
+    g.outputs = [e]
+    m = RandomModel(g)
+    o = differential(Devices(_litert(), section.reference(), ("sync",)), m)
+    assert o.status == "unsupported" and "axes given at execution" in o.reason, o.reason
+    _agrees(_litert(), _model(OT.REDUCE_MAX, [x, axes, keep], [(T.TENSOR_FLOAT32, (1,))]))  # NOTE: an output only
+    keep_dims = Operand(T.BOOL, (), kind=CONST, value=np.array(True))  # NOTE: the rank is kept: still supported
+    _agrees(_litert(), _model(OT.REDUCE_MAX, [x, axes, keep_dims], [(T.TENSOR_FLOAT32, (1, 1))]))

@@ -1073,6 +1073,15 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if t == Op.SELECT and ctx.operand(op.inputs[1]).type in (U8, I8) and len(
             {(ctx.operand(i).scale, ctx.operand(i).zeroPoint) for i in (*op.inputs[1:3], op.outputs[0])}) > 1:
         raise Unsupported("SELECT of quantized values of different scales / zero points (TFLite copies bytes)")
+    if t in _REDUCTIONS and ctx.operand(op.inputs[1]).lifetime not in _CONST and \
+            len(ctx.operand(op.outputs[0]).dimensions) <= 1 and not (
+                ctx.operand(op.inputs[2]).lifetime in _CONST and bool(ctx.const(op.inputs[2]) > 0)) and \
+            any(op.outputs[0] in o.inputs for o in ctx.graph.operations):
+        # NOTE: found by nnhal vts --section random (a REDUCE_MAX read by HASHTABLE_LOOKUP failed every execution):
+        # with its axes known only at execution, TFLite's result of a reduction to one value is a scalar, which
+        # a later operator reads with the wrong rank (a model output is reported as [1] by the run path)
+        raise Unsupported(f"{t.name} with its axes given at execution and a result of rank 1 read by a later "
+                          "operation (TFLite's result is then a scalar where the HAL's is [1])")
     if t == Op.PRELU and list(x0.dimensions) != list(ctx.operand(op.outputs[0]).dimensions):
         # NOTE: TFLite's PRELU broadcasts the alpha into the input only (it failed to prepare otherwise:
         # found by nnhal vts --section random)
