@@ -216,3 +216,15 @@ def test_litert_reduction_to_one_value_with_axes_given_at_execution_is_refused()
     _agrees(_litert(), _model(OT.REDUCE_MAX, [x, axes, keep], [(T.TENSOR_FLOAT32, (1,))]))  # NOTE: an output only
     keep_dims = Operand(T.BOOL, (), kind=CONST, value=np.array(True))  # NOTE: the rank is kept: still supported
     _agrees(_litert(), _model(OT.REDUCE_MAX, [x, axes, keep_dims], [(T.TENSOR_FLOAT32, (1, 1))]))
+
+
+def test_litert_rounding_tool_measures_each_pair(capsys: pytest.CaptureFixture) -> None:
+    """python -m nnhal.tools.litert_rounding: one row per (operation, quantized type) litert-cpu runs, the share
+    of values off the reference; quantized ADD is exact, MEAN is not (TFLite rounds, the reference truncates)."""
+    from nnhal.tools import litert_rounding
+
+    _litert()
+    assert litert_rounding.main(["--ops", "ADD,MEAN", "--models", "20"]) == 0
+    rows = {tuple(line.split()[:2]): line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows[("ADD", "TENSOR_QUANT8_ASYMM")][4] == "0" and rows[("ADD", "TENSOR_QUANT8_ASYMM_SIGNED")][4] == "0"
+    assert int(rows[("MEAN", "TENSOR_QUANT8_ASYMM")][4]) > 0 and int(rows[("MEAN", "TENSOR_QUANT8_ASYMM")][6]) == 1
