@@ -30,17 +30,21 @@ def _act(b: Build, options: tuple = (0, 1, 2, 3)) -> int:
     return v
 
 
-@recipe(OT.RNN, "recurrent")
-def rnn(b: Build) -> None:
-    x = b.main(ranks=(2,), fits=lambda d: d[1] <= 16, domain="unit")
-    t = b.operand(x).type
-    batch, n_in = b.operand(x).dims
-    units = b.d.integer(1, 6)
+def _rnn_cell(b: Build, t: T, batch: int, n_in: int, units: int) -> None:
+    """An RNN cell's operands after its input: input and recurrent weights, bias, the state, the activation."""
     _weight(b, t, (units, n_in))
     _weight(b, t, (units, units))
     _weight(b, t, (units,))
     _state(b, t, (batch, units))
     _act(b)
+
+
+@recipe(OT.RNN, "recurrent")
+def rnn(b: Build) -> None:
+    x = b.main(ranks=(2,), fits=lambda d: d[1] <= 16, domain="unit")
+    t = b.operand(x).type
+    batch, n_in = b.operand(x).dims
+    _rnn_cell(b, t, batch, n_in, b.d.integer(1, 6))
     b.out(t, None)
     b.out(t, None)
 
@@ -77,12 +81,7 @@ def _sequence(b: Build, time_major: bool) -> tuple[int, T, int, int, int]:
 def unidirectional_sequence_rnn(b: Build) -> None:
     time_major = b.d.flag(0.5)
     _, t, _, batch, n_in = _sequence(b, time_major)
-    units = b.d.integer(1, 5)
-    _weight(b, t, (units, n_in))
-    _weight(b, t, (units, units))
-    _weight(b, t, (units,))
-    _state(b, t, (batch, units))
-    _act(b)
+    _rnn_cell(b, t, batch, n_in, b.d.integer(1, 5))
     b.param("time_major", T.INT32, int(time_major))
     for _ in b.sig.outputs:
         b.out(t, None)
