@@ -151,7 +151,7 @@ KWS_LABELS = ["left", "right", "up", "down", "stop", "go", "_unknown_", "_silenc
 
 def default_models() -> Path:
     """$NNHAL_MODELS, else ../shared/models beside the checkout or the current folder."""
-    here = Path(__file__).resolve().parents[2] / ".." / "shared" / "models"
+    here = Path(__file__).resolve().parents[3] / ".." / "shared" / "models"  # NOTE: src/nnhal/cli/demo.py
     for cand in (os.environ.get("NNHAL_MODELS"), here, Path.cwd() / ".." / "shared" / "models",
                  Path.cwd() / "shared" / "models"):
         if cand and Path(cand).is_dir():
