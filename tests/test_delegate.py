@@ -404,3 +404,30 @@ def test_cache_dir_loads_the_second_time(tmp_path):
         assert r.engines[0].how.startswith("prepared and saved")
     finally:
         r.close()
+
+
+@pytest.mark.parametrize("device", ["sample-all", "litert-cpu"])
+def test_one_hal_partition_runs_as_the_generic_path_does(device):
+    """A plan of one HAL partition (run straight through its session): each run's own outputs, kept
+    after the next run; ``values`` holding the inputs and outputs by tensor; an input of another dtype
+    converted as the general path converts it; the partition's time recorded."""
+    from nnhal.delegate.runner import Runner
+
+    data = one_op("ADD", [Tensor([2, 3]), Tensor([2, 3])], [Tensor([2, 3])], options("AddOptions"))
+    plan = plan_of(data, device=device)
+    assert where(plan) == ["nnapi"]
+    g = plan.graph
+    a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.full((2, 3), 0.5, np.float32)
+    with Runner(plan, __import__("nnhal").get_device) as r:
+        y1 = r.run([a, b])
+        y2 = r.run([b, b])
+        y3 = r.run([a, a])
+        assert sorted(r.values) == sorted(set(g.inputs) | set(g.outputs))
+        np.testing.assert_array_equal(r.values[g.outputs[0]], a + a)
+        assert r.values[g.inputs[0]] is a and r.times[0] > 0
+        y4 = r.run([a.astype(np.float64), b])  # NOTE: not the HAL input's dtype: through the dictionary
+        np.testing.assert_array_equal(r.values[g.outputs[0]], a + b)
+        y5 = r.run([b, a])
+    for y, want in zip((y1, y2, y3, y4, y5), (a + b, b + b, a + a, a + b, b + a)):
+        assert y[0].dtype == np.float32
+        np.testing.assert_array_equal(y[0], want)

@@ -93,6 +93,24 @@ def test_unknown_batch_kept(device):
     assert ours[0].shape == (3, 8) and np.abs(ours[0].astype(int) - ref[0].astype(int)).max() <= 1
 
 
+def test_session_reuses_its_layout_and_changes_it_with_the_batch(device):
+    """The same layout's runs (the common case) and a batch that changes the layout both give what a
+    fresh session gives, and a run's outputs are its own (not the pool the next run overwrites)."""
+    path = model_path("kws_mobilenetv2_int8")
+    model, io = load(path, batch=None)
+    rng = np.random.default_rng(5)
+    xs = [rng.integers(-128, 128, (n, 59, 49, 1)).astype(np.int8) for n in (2, 2, 2, 3, 2)]
+    s = HalSession(device, model, io)
+    ours = [s.run([x]) for x in xs]
+    s.close()
+    for x, got in zip(xs, ours):
+        fresh = HalSession(device, model, io)
+        want = fresh.run([x])
+        fresh.close()
+        assert got[0].shape == (x.shape[0], 8)
+        np.testing.assert_array_equal(got[0], want[0])
+
+
 def test_shape_and_zeros_like_fold(device):
     ts = [Tensor([2, 3]), Tensor([6]), Tensor([2], "int32"), Tensor([2, 3]), Tensor([2, 3]), Tensor([2, 3])]
     data = graph(ts, [("SHAPE", [0], [2], options("ShapeOptions", outType=2)),

@@ -303,8 +303,10 @@ class HidlPrepared(Prepared):
 
     def execute(self, request: hal.Request, measure: bool, deadline_ns: Optional[int],
                 loop_ns: Optional[int]) -> tuple:
-        return self.raw.executeSynchronously_1_3(request, _measure(measure), _time_point(deadline_ns),
-                                                 _duration(loop_ns))
+        # NOTE: the argument objects made here, not through _measure / _time_point / _duration: the
+        # per-execution path of every in-process HIDL session (new objects each call, as by value)
+        return self.raw.executeSynchronously_1_3(request, _YES if measure else _NO,
+                                                 hal.OptionalTimePoint(deadline_ns), hal.OptionalTimeoutDuration(loop_ns))
 
     def execute_async(self, request: hal.Request, measure: bool, deadline_ns: Optional[int],
                       loop_ns: Optional[int], timeout: Optional[float] = None) -> tuple:
@@ -352,6 +354,9 @@ class _HidlBuffer(Buffer):
 
     def copy_to(self, memory: hal.Memory) -> S:
         return S(self.raw.copyTo(memory))
+
+
+_YES, _NO = hal.MeasureTiming.YES, hal.MeasureTiming.NO
 
 
 def _measure(measure: bool) -> hal.MeasureTiming:

@@ -156,7 +156,10 @@ class LiteRTCompiled:
                         it.set_tensor(idx, x.array())
                 it.invoke()
                 # NOTE: get_tensor copies; a TFLite scalar (a reduction to nothing) is the HAL's [1]
-                outs = [o.reshape(1) if o.ndim == 0 else o for o in (it.get_tensor(idx) for idx in self._outputs)]
+                outs = [it.get_tensor(idx) for idx in self._outputs]
+                for k, o in enumerate(outs):
+                    if not o.ndim:
+                        outs[k] = o.reshape(1)
                 if not self._outputs_checked:
                     self._check_output_shapes(outs)
             except InvalidMemory:
