@@ -228,3 +228,18 @@ def test_litert_rounding_tool_measures_each_pair(capsys: pytest.CaptureFixture) 
     rows = {tuple(line.split()[:2]): line.split() for line in capsys.readouterr().out.splitlines()[2:]}
     assert rows[("ADD", "TENSOR_QUANT8_ASYMM")][4] == "0" and rows[("ADD", "TENSOR_QUANT8_ASYMM_SIGNED")][4] == "0"
     assert int(rows[("MEAN", "TENSOR_QUANT8_ASYMM")][4]) > 0 and int(rows[("MEAN", "TENSOR_QUANT8_ASYMM")][6]) == 1
+
+
+def test_litert_squeeze_of_a_constant_into_a_temporary_of_unknown_size() -> None:
+    """Found by the quiet 600 s litert-cpu run (seed 0 case 10568): SQUEEZE of a constant s8[1] (axes omitted) into
+    a temporary declared [0], then EXPAND_DIMS: TFLite's scalar made [1] instead of [1, 1], every execution failed.
+    The RESHAPE to [1] now covers a result of rank 1 whose size is unknown."""
+    x = Operand(T.TENSOR_QUANT8_ASYMM_SIGNED, (1,), scale=0.5, kind=CONST, value=np.array([3], np.int8))
+    g = Graph()
+    ix = g.add(x)
+    sq = g.add(Operand(x.type, (1,), scale=0.5, declared=(0,)))
+    out = g.add(Operand(x.type, (1, 1), scale=0.5))
+    g.ops = [Op(OT.SQUEEZE, [ix, g.add(Operand(T.TENSOR_INT32, (), kind=OMITTED))], [sq]),
+             Op(OT.EXPAND_DIMS, [sq, g.add(_i32(0))], [out])]
+    g.inputs, g.outputs = [], [out]
+    _agrees(_litert(), RandomModel(g))

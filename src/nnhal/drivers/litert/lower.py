@@ -642,7 +642,9 @@ def _squeezed_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operatio
     LiteRT: found by nnhal vts --section random): a RESHAPE to [1]."""
     y = ctx.operand(op.outputs[0])
     x = ctx.operand(op.inputs[0])
-    if list(y.dimensions) != [1] or not x.dimensions or any(d != 1 for d in x.dimensions):
+    # NOTE: a result declared [0] (rank 1, size unknown) is that [1] too (found by the random section: a SQUEEZE
+    # of a constant [1] into such a temporary, then EXPAND_DIMS, failed every execution)
+    if list(y.dimensions) not in ([1], [0]) or not x.dimensions or any(d != 1 for d in x.dimensions):
         return None
     shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1])], op.outputs)
     ctx.byte_moves.add(id(shape))
