@@ -20,13 +20,13 @@ import argparse
 import copy
 import os
 import statistics
-import time
 from typing import Any, Callable
 
 import numpy as np
 
 import nnhal
 from nnhal import hal
+from nnhal.delegate.litert import timed
 from nnhal.engine.validation import own_copy
 from nnhal.platform import memory
 
@@ -35,13 +35,7 @@ L = hal.OperandLifeTime
 
 
 def _median_ms(fn: Callable[[], Any], runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return statistics.median(timed(fn, runs, warmup=1)) * 1e3
 
 
 def _add_model(n: int) -> hal.Model:
