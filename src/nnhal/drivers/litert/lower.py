@@ -168,6 +168,23 @@ _DTYPE = {T.TENSOR_INT32: np.int32, T.INT32: np.int32, T.BOOL: np.bool_, T.FLOAT
           T.TENSOR_QUANT8_SYMM_PER_CHANNEL: np.int8, T.TENSOR_BOOL8: np.bool_}
 
 
+class _Marked:
+    """A set of operations by identity (hal.Operation compares by value: two equal rewrites are two
+    operations).  NOTE: it holds the operations, not only their id(): an id outlives its object, and a
+    rewrite's intermediate operation, once dropped, gave its id to a later one, which then passed for
+    final (found by nnhal vts --section random: a GROUPED_CONV_2D left unexpanded in one lowering in
+    five, failing prepareModel with cache files after a plain prepare had succeeded)."""
+
+    def __init__(self) -> None:
+        self._ops: dict[int, hal.Operation] = {}
+
+    def add(self, op: hal.Operation) -> None:
+        self._ops[id(op)] = op
+
+    def __contains__(self, op: hal.Operation) -> bool:
+        return self._ops.get(id(op)) is op
+
+
 class _Ctx:
     """The model as the lowering sees it: float16 operands read as float32 (a model with float16
     operands computes in float32 between a CAST at each float16 input and output), plus the
@@ -183,8 +200,8 @@ class _Ctx:
         self.f16 = uses_float16(model) if f16 is None else f16
         self.virtual: dict[int, hal.Operand] = {}
         self.values: dict[int, np.ndarray] = {}
-        self.final: set[int] = set()  # id() of operations a rewrite produced in their final form
-        self.byte_moves: set[int] = set()  # id() of data-movement operations a rewrite made, exact on any type
+        self.final = _Marked()  # operations a rewrite produced in their final form
+        self.byte_moves = _Marked()  # data-movement operations a rewrite made, exact on any type
         self._as_f32: dict[int, hal.Operand] = {}
 
     def operand(self, i: int) -> hal.Operand:
@@ -557,7 +574,7 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
     """``op`` as HAL operations each with a direct TFLite form (``[op]`` itself when it has one)."""
     if depth > _MAX_DEPTH:
         raise Unsupported("internal: rewrites nested too deep")
-    if id(op) in ctx.final:
+    if op in ctx.final:
         return [op]
     try:
         t = Op(op.type)
@@ -617,9 +634,9 @@ def _reduced_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation
     kept = ctx.temp(op.outputs[0], [1] * rank)
     red = _op(Op(op.type), [x, axes, ctx.constant(1, T.INT32) if o.type == T.INT32 else ctx.constant(True, T.BOOL)],
               [kept])
-    ctx.final.add(id(red))
+    ctx.final.add(red)
     shape = _op(Op.RESHAPE, [kept, ctx.constant([1])], op.outputs)
-    ctx.byte_moves.add(id(shape))  # NOTE: RESHAPE moves bytes, whatever the element type (REDUCE_ANY's bool)
+    ctx.byte_moves.add(shape)  # NOTE: RESHAPE moves bytes, whatever the element type (REDUCE_ANY's bool)
     return [red, shape]
 
 
@@ -631,9 +648,9 @@ def _arg_of_vector(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]
         return None
     row = ctx.temp(op.inputs[0], [1, x.dimensions[0]])
     shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1, x.dimensions[0]])], [row])
-    ctx.byte_moves.add(id(shape))
+    ctx.byte_moves.add(shape)
     arg = _op(Op(op.type), [row, ctx.constant(1, T.INT32)], op.outputs)
-    ctx.final.add(id(arg))
+    ctx.final.add(arg)
     return [shape, arg]
 
 
@@ -647,7 +664,7 @@ def _squeezed_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operatio
     if list(y.dimensions) not in ([1], [0]) or not x.dimensions or any(d != 1 for d in x.dimensions):
         return None
     shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1])], op.outputs)
-    ctx.byte_moves.add(id(shape))
+    ctx.byte_moves.add(shape)
     return [shape]
 
 
@@ -716,8 +733,8 @@ def _shifted(ctx: _Ctx, i: int, to: Any) -> int:
 
 def _requantize(ctx: _Ctx, src: int, dst: int) -> hal.Operation:
     q = _op(Op.QUANTIZE, [src], [dst])
-    ctx.byte_moves.add(id(q))  # NOTE: a uint8 <-> int8 copy of one scale: each value +- 128, exact
-    ctx.final.add(id(q))
+    ctx.byte_moves.add(q)  # NOTE: a uint8 <-> int8 copy of one scale: each value +- 128, exact
+    ctx.final.add(q)
     return q
 
 
@@ -760,8 +777,8 @@ def _requantized_inputs(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Opera
         v = ctx._add(replace(o, scale=y.scale, zeroPoint=y.zeroPoint, lifetime=L.TEMPORARY_VARIABLE,
                              location=hal.DataLocation()), None)
         q = _op(Op.QUANTIZE, [ins[k]], [v])
-        ctx.byte_moves.add(id(q))
-        ctx.final.add(id(q))
+        ctx.byte_moves.add(q)
+        ctx.final.add(q)
         ops.append(q)
         ins[k] = v
     return ops + [_op(t, ins, op.outputs)] if ops else None
@@ -881,7 +898,7 @@ def _elu_alpha(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
     e, neg, scaled, pos = (ctx.temp(x, dims) for _ in range(4))
     none = ctx.constant(0, T.INT32)
     elu = _op(Op.ELU, [x, ctx.constant(1.0, T.FLOAT32)], [e])
-    ctx.final.add(id(elu))
+    ctx.final.add(elu)
     return [elu, _op(Op.MINIMUM, [e, ctx.constant([0.0], T.TENSOR_FLOAT32)], [neg]),
             _op(Op.MUL, [neg, ctx.constant([alpha], T.TENSOR_FLOAT32), none], [scaled]),
             _op(Op.RELU, [x], [pos]), _op(Op.ADD, [pos, scaled, none], op.outputs)]
@@ -942,7 +959,7 @@ def _grouped_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
             return [ctx.constant(v[k * og:(k + 1) * og], like=like) for k, like in enumerate(likes)]
         outs = [ctx._add(replace(like, lifetime=L.TEMPORARY_VARIABLE), None) for like in likes]
         split = _op(Op.SPLIT, [i, ctx.constant(0, T.INT32), ctx.constant(groups, T.INT32)], outs)
-        ctx.byte_moves.add(id(split))  # NOTE: SPLIT copies bytes, whatever the element type (a bias, weights)
+        ctx.byte_moves.add(split)  # NOTE: SPLIT copies bytes, whatever the element type (a bias, weights)
         ops.append(split)
         return outs
 
@@ -1020,7 +1037,7 @@ def _transpose_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
     y = _op(Op.TRANSPOSE_CONV_2D, ins[:3] + [ctx.constant([n, oh, ow, cout]), ctx.constant(tfl, T.INT32),
                                              ctx.constant(sw, T.INT32), ctx.constant(sh, T.INT32), act,
                                              ctx.constant(False, T.BOOL)], [full])
-    ctx.final.add(id(y))
+    ctx.final.add(y)
     if crop is None:
         return [y]
     top, left, height, width = crop
@@ -1048,7 +1065,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     x0 = ctx.operand(op.inputs[1 if t == Op.PACK else 0]) if len(op.inputs) > (t == Op.PACK) else None
     if x0 is not None and (t, x0.type) in REASONS_BY_TYPE:
         raise Unsupported(f"{t.name} on {T(x0.type).name}: {REASONS_BY_TYPE[(t, x0.type)]}")
-    if x0 is None or (x0.type not in EXACT[t] and id(op) not in ctx.byte_moves):
+    if x0 is None or (x0.type not in EXACT[t] and op not in ctx.byte_moves):
         raise Unsupported(f"{t.name} on {T(x0.type).name if x0 is not None else 'nothing'}: not an exact "
                           f"TFLite kernel here (exact for {sorted(T(v).name for v in EXACT[t])})")
     for i in list(op.inputs) + list(op.outputs):
