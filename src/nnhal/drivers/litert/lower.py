@@ -202,6 +202,7 @@ class _Ctx:
         self.values: dict[int, np.ndarray] = {}
         self.final = _Marked()  # operations a rewrite produced in their final form
         self.byte_moves = _Marked()  # data-movement operations a rewrite made, exact on any type
+        self.integer = _Marked()  # int32 arithmetic a rewrite made, whose TFLite kernel is exact on its values
         self._as_f32: dict[int, hal.Operand] = {}
 
     def operand(self, i: int) -> hal.Operand:
@@ -604,6 +605,8 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
             r = _elu_alpha(ctx, op)
         elif t == Op.TRANSPOSE:
             r = _default_perm(ctx, op)
+        elif t == Op.MEAN and ctx.operand(op.inputs[0]).type in (U8, I8):
+            r = _quantized_mean(ctx, op)
         elif t in _REDUCTIONS:
             r = _reduced_to_one(ctx, op)
         elif t in (Op.ARGMAX, Op.ARGMIN):
@@ -638,6 +641,74 @@ def _reduced_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation
     shape = _op(Op.RESHAPE, [kept, ctx.constant([1])], op.outputs)
     ctx.byte_moves.add(shape)  # NOTE: RESHAPE moves bytes, whatever the element type (REDUCE_ANY's bool)
     return [red, shape]
+
+
+def _quantized_mean(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
+    """Quantized MEAN as the reference computes it (``nnhal.ops.reduce``, Android's ``Mean<T, int32>``): the
+    stored values CAST to int32, their SUM, an int32 DIV by the element count (TFLite's truncates toward zero,
+    as C++ does: the reference's), CAST back to the stored values (a mean of stored values is in their range;
+    the output's quantization, which the spec requires to be the input's, is not applied: nor is it by the
+    reference).  TFLite's quantized MEAN rounds the mean: 20-30% of values 1 off, which a later operation
+    amplified beyond a graph's criteria (found by nnhal vts --section random).  The count is a constant where
+    the axes and the reduced dimensions are known (the sum keeps the dimensions, a SQUEEZE or RESHAPE drops them),
+    else the SUM of a tensor of ones over the same axes."""
+    x, axes, keep = op.inputs[:3]
+    dims = list(ctx.operand(x).dimensions)
+    out = op.outputs[0]
+
+    def i32(d: Sequence[int]) -> int:
+        return ctx._add(replace(ctx.operand(x), type=I32, dimensions=list(d), scale=0.0, zeroPoint=0,
+                                lifetime=L.TEMPORARY_VARIABLE, location=hal.DataLocation()), None)
+
+    def integer(o: hal.Operation) -> hal.Operation:
+        ctx.integer.add(o)
+        ctx.final.add(o)
+        return o
+
+    if ctx.operand(keep).lifetime not in _CONST:
+        raise Unsupported("MEAN with keep_dims given at execution (TFLite takes it as an option)")
+    kept = bool(ctx.const(keep) > 0)
+    xs = i32(dims)
+    none = ctx.constant(0, T.INT32)
+    ops = [_op(Op.CAST, [x], [xs])]
+
+    def count(keep_b: int, d: Sequence[int]) -> int:
+        """The element count of each reduced slice, at execution (a dimension or the axes unknown before)."""
+        zeros, ones, n = i32(dims), i32(dims), i32(d)
+        ops.extend([_op(Op.MUL, [xs, ctx.constant([0]), none], [zeros]),
+                    _op(Op.ADD, [zeros, ctx.constant([1]), none], [ones]),
+                    integer(_op(Op.REDUCE_SUM, [ones, axes, keep_b], [n]))])
+        return n
+
+    rank = len(dims)
+    if ctx.operand(axes).lifetime in _CONST and rank:
+        raw = [int(a) for a in np.asarray(ctx.value(axes)).reshape(-1)]
+        if any(not -rank <= a < rank for a in raw):
+            raise Unsupported(f"MEAN over axes {raw} of a rank-{rank} input (the reference fails the execution)")
+        reduced = sorted({a % rank for a in raw})
+        summed = [1 if d in reduced else n for d, n in enumerate(dims)]
+        s, q = i32(summed), i32(summed)
+        true = ctx.constant(True, T.BOOL)
+        ops.append(integer(_op(Op.REDUCE_SUM, [xs, axes, true], [s])))
+        known = all(dims[d] for d in reduced)
+        n = ctx.constant([int(np.prod([dims[d] for d in reduced]))]) if known else count(true, summed)
+        ops.append(integer(_op(Op.DIV, [s, n, none], [q])))
+        if not kept:
+            # NOTE: without the reduced dimensions; every one reduced: the HAL's [1], not TFLite's scalar
+            shape = [n for d, n in enumerate(dims) if d not in reduced]
+            drop = (_op(Op.RESHAPE, [q, ctx.constant([1])], [q := i32([1])]) if not shape else
+                    _op(Op.SQUEEZE, [q, ctx.constant(reduced)], [q := i32(shape)]))
+            ops.append(drop)
+    else:
+        if _scalar_read_later(ctx, op):
+            raise Unsupported("MEAN with its axes given at execution and a result of rank 1 read by a later "
+                              "operation (TFLite's result is then a scalar where the HAL's is [1])")
+        summed = list(ctx.operand(out).dimensions)
+        keep_b = ctx.constant(kept, T.BOOL)
+        s, q = i32(summed), i32(summed)
+        ops.append(integer(_op(Op.REDUCE_SUM, [xs, axes, keep_b], [s])))
+        ops.append(integer(_op(Op.DIV, [s, count(keep_b, summed), none], [q])))
+    return ops + [integer(_op(Op.CAST, [q], [out]))]
 
 
 def _arg_of_vector(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
@@ -1053,7 +1124,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         raise Unsupported("OEM / extension operation") from None
     if t in REASONS:
         raise Unsupported(f"{t.name}: {REASONS[t]}")
-    if t == Op.DIV and op.inputs and ctx.operand(op.inputs[0]).type == I32:
+    if t == Op.DIV and op.inputs and ctx.operand(op.inputs[0]).type == I32 and op not in ctx.integer:
         raise Unsupported("DIV of int32: TFLite's integer division differs from NNAPI's (measured: "
                           "div_int32_by_zero fails)")
     m = mapping(t)
@@ -1065,7 +1136,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     x0 = ctx.operand(op.inputs[1 if t == Op.PACK else 0]) if len(op.inputs) > (t == Op.PACK) else None
     if x0 is not None and (t, x0.type) in REASONS_BY_TYPE:
         raise Unsupported(f"{t.name} on {T(x0.type).name}: {REASONS_BY_TYPE[(t, x0.type)]}")
-    if x0 is None or (x0.type not in EXACT[t] and op not in ctx.byte_moves):
+    if x0 is None or (x0.type not in EXACT[t] and op not in ctx.byte_moves and op not in ctx.integer):
         raise Unsupported(f"{t.name} on {T(x0.type).name if x0 is not None else 'nothing'}: not an exact "
                           f"TFLite kernel here (exact for {sorted(T(v).name for v in EXACT[t])})")
     for i in list(op.inputs) + list(op.outputs):
@@ -1092,10 +1163,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if t == Op.SELECT and ctx.operand(op.inputs[1]).type in (U8, I8) and len(
             {(ctx.operand(i).scale, ctx.operand(i).zeroPoint) for i in (*op.inputs[1:3], op.outputs[0])}) > 1:
         raise Unsupported("SELECT of quantized values of different scales / zero points (TFLite copies bytes)")
-    if t in _REDUCTIONS and ctx.operand(op.inputs[1]).lifetime not in _CONST and \
-            len(ctx.operand(op.outputs[0]).dimensions) <= 1 and not (
-                ctx.operand(op.inputs[2]).lifetime in _CONST and bool(ctx.const(op.inputs[2]) > 0)) and \
-            any(op.outputs[0] in o.inputs for o in ctx.graph.operations):
+    if t in _REDUCTIONS and ctx.operand(op.inputs[1]).lifetime not in _CONST and _scalar_read_later(ctx, op):
         # NOTE: found by nnhal vts --section random (a REDUCE_MAX read by HASHTABLE_LOOKUP failed every execution):
         # with its axes known only at execution, TFLite's result of a reduction to one value is a scalar, which
         # a later operator reads with the wrong rank (a model output is reported as [1] by the run path)
@@ -1105,7 +1173,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         # NOTE: TFLite's PRELU broadcasts the alpha into the input only (it failed to prepare otherwise:
         # found by nnhal vts --section random)
         raise Unsupported("PRELU whose input is smaller than its result (TFLite broadcasts the alpha only)")
-    if t == Op.CAST and x0.type == I32 and ctx.operand(op.outputs[0]).type in (U8, I8):
+    if t == Op.CAST and x0.type == I32 and ctx.operand(op.outputs[0]).type in (U8, I8) and op not in ctx.integer:
         raise Unsupported("CAST of int32 to quant8 (NNAPI saturates, TFLite wraps)")
     args: list = []
     if t == Op.PACK:
@@ -1222,6 +1290,14 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
                 x0.dimensions[-1] * dm:
             raise Unsupported("depth multiplier inconsistent with the filter")
     return Plan(m, args)
+
+
+def _scalar_read_later(ctx: _Ctx, op: hal.Operation) -> bool:
+    """Whether a reduction's result may be TFLite's scalar (rank <= 1, keep_dims not known true) and a later
+    operation reads it."""
+    return len(ctx.operand(op.outputs[0]).dimensions) <= 1 and not (
+        ctx.operand(op.inputs[2]).lifetime in _CONST and bool(ctx.const(op.inputs[2]) > 0)) and \
+        any(op.outputs[0] in o.inputs for o in ctx.graph.operations)
 
 
 def _resize_size(ctx: _Ctx, op: hal.Operation, x: Any, width: bool) -> int:
