@@ -168,6 +168,23 @@ _DTYPE = {T.TENSOR_INT32: np.int32, T.INT32: np.int32, T.BOOL: np.bool_, T.FLOAT
           T.TENSOR_QUANT8_SYMM_PER_CHANNEL: np.int8, T.TENSOR_BOOL8: np.bool_}
 
 
+class _Marked:
+    """A set of operations by identity (hal.Operation compares by value: two equal rewrites are two
+    operations).  NOTE: it holds the operations, not only their id(): an id outlives its object, and a
+    rewrite's intermediate operation, once dropped, gave its id to a later one, which then passed for
+    final (found by nnhal vts --section random: a GROUPED_CONV_2D left unexpanded in one lowering in
+    five, failing prepareModel with cache files after a plain prepare had succeeded)."""
+
+    def __init__(self) -> None:
+        self._ops: dict[int, hal.Operation] = {}
+
+    def add(self, op: hal.Operation) -> None:
+        self._ops[id(op)] = op
+
+    def __contains__(self, op: hal.Operation) -> bool:
+        return self._ops.get(id(op)) is op
+
+
 class _Ctx:
     """The model as the lowering sees it: float16 operands read as float32 (a model with float16
     operands computes in float32 between a CAST at each float16 input and output), plus the
@@ -183,8 +200,9 @@ class _Ctx:
         self.f16 = uses_float16(model) if f16 is None else f16
         self.virtual: dict[int, hal.Operand] = {}
         self.values: dict[int, np.ndarray] = {}
-        self.final: set[int] = set()  # id() of operations a rewrite produced in their final form
-        self.byte_moves: set[int] = set()  # id() of data-movement operations a rewrite made, exact on any type
+        self.final = _Marked()  # operations a rewrite produced in their final form
+        self.byte_moves = _Marked()  # data-movement operations a rewrite made, exact on any type
+        self.integer = _Marked()  # int32 arithmetic a rewrite made, whose TFLite kernel is exact on its values
         self._as_f32: dict[int, hal.Operand] = {}
 
     def operand(self, i: int) -> hal.Operand:
@@ -557,7 +575,7 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
     """``op`` as HAL operations each with a direct TFLite form (``[op]`` itself when it has one)."""
     if depth > _MAX_DEPTH:
         raise Unsupported("internal: rewrites nested too deep")
-    if id(op) in ctx.final:
+    if op in ctx.final:
         return [op]
     try:
         t = Op(op.type)
@@ -587,6 +605,8 @@ def expand(ctx: _Ctx, op: hal.Operation, depth: int = 0) -> list[hal.Operation]:
             r = _elu_alpha(ctx, op)
         elif t == Op.TRANSPOSE:
             r = _default_perm(ctx, op)
+        elif t == Op.MEAN and ctx.operand(op.inputs[0]).type in (U8, I8):
+            r = _quantized_mean(ctx, op)
         elif t in _REDUCTIONS:
             r = _reduced_to_one(ctx, op)
         elif t in (Op.ARGMAX, Op.ARGMIN):
@@ -617,10 +637,78 @@ def _reduced_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation
     kept = ctx.temp(op.outputs[0], [1] * rank)
     red = _op(Op(op.type), [x, axes, ctx.constant(1, T.INT32) if o.type == T.INT32 else ctx.constant(True, T.BOOL)],
               [kept])
-    ctx.final.add(id(red))
+    ctx.final.add(red)
     shape = _op(Op.RESHAPE, [kept, ctx.constant([1])], op.outputs)
-    ctx.byte_moves.add(id(shape))  # NOTE: RESHAPE moves bytes, whatever the element type (REDUCE_ANY's bool)
+    ctx.byte_moves.add(shape)  # NOTE: RESHAPE moves bytes, whatever the element type (REDUCE_ANY's bool)
     return [red, shape]
+
+
+def _quantized_mean(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
+    """Quantized MEAN as the reference computes it (``nnhal.ops.reduce``, Android's ``Mean<T, int32>``): the
+    stored values CAST to int32, their SUM, an int32 DIV by the element count (TFLite's truncates toward zero,
+    as C++ does: the reference's), CAST back to the stored values (a mean of stored values is in their range;
+    the output's quantization, which the spec requires to be the input's, is not applied: nor is it by the
+    reference).  TFLite's quantized MEAN rounds the mean: 20-30% of values 1 off, which a later operation
+    amplified beyond a graph's criteria (found by nnhal vts --section random).  The count is a constant where
+    the axes and the reduced dimensions are known (the sum keeps the dimensions, a SQUEEZE or RESHAPE drops them),
+    else the SUM of a tensor of ones over the same axes."""
+    x, axes, keep = op.inputs[:3]
+    dims = list(ctx.operand(x).dimensions)
+    out = op.outputs[0]
+
+    def i32(d: Sequence[int]) -> int:
+        return ctx._add(replace(ctx.operand(x), type=I32, dimensions=list(d), scale=0.0, zeroPoint=0,
+                                lifetime=L.TEMPORARY_VARIABLE, location=hal.DataLocation()), None)
+
+    def integer(o: hal.Operation) -> hal.Operation:
+        ctx.integer.add(o)
+        ctx.final.add(o)
+        return o
+
+    if ctx.operand(keep).lifetime not in _CONST:
+        raise Unsupported("MEAN with keep_dims given at execution (TFLite takes it as an option)")
+    kept = bool(ctx.const(keep) > 0)
+    xs = i32(dims)
+    none = ctx.constant(0, T.INT32)
+    ops = [_op(Op.CAST, [x], [xs])]
+
+    def count(keep_b: int, d: Sequence[int]) -> int:
+        """The element count of each reduced slice, at execution (a dimension or the axes unknown before)."""
+        zeros, ones, n = i32(dims), i32(dims), i32(d)
+        ops.extend([_op(Op.MUL, [xs, ctx.constant([0]), none], [zeros]),
+                    _op(Op.ADD, [zeros, ctx.constant([1]), none], [ones]),
+                    integer(_op(Op.REDUCE_SUM, [ones, axes, keep_b], [n]))])
+        return n
+
+    rank = len(dims)
+    if ctx.operand(axes).lifetime in _CONST and rank:
+        raw = [int(a) for a in np.asarray(ctx.value(axes)).reshape(-1)]
+        if any(not -rank <= a < rank for a in raw):
+            raise Unsupported(f"MEAN over axes {raw} of a rank-{rank} input (the reference fails the execution)")
+        reduced = sorted({a % rank for a in raw})
+        summed = [1 if d in reduced else n for d, n in enumerate(dims)]
+        s, q = i32(summed), i32(summed)
+        true = ctx.constant(True, T.BOOL)
+        ops.append(integer(_op(Op.REDUCE_SUM, [xs, axes, true], [s])))
+        known = all(dims[d] for d in reduced)
+        n = ctx.constant([int(np.prod([dims[d] for d in reduced]))]) if known else count(true, summed)
+        ops.append(integer(_op(Op.DIV, [s, n, none], [q])))
+        if not kept:
+            # NOTE: without the reduced dimensions; every one reduced: the HAL's [1], not TFLite's scalar
+            shape = [n for d, n in enumerate(dims) if d not in reduced]
+            drop = (_op(Op.RESHAPE, [q, ctx.constant([1])], [q := i32([1])]) if not shape else
+                    _op(Op.SQUEEZE, [q, ctx.constant(reduced)], [q := i32(shape)]))
+            ops.append(drop)
+    else:
+        if _scalar_read_later(ctx, op):
+            raise Unsupported("MEAN with its axes given at execution and a result of rank 1 read by a later "
+                              "operation (TFLite's result is then a scalar where the HAL's is [1])")
+        summed = list(ctx.operand(out).dimensions)
+        keep_b = ctx.constant(kept, T.BOOL)
+        s, q = i32(summed), i32(summed)
+        ops.append(integer(_op(Op.REDUCE_SUM, [xs, axes, keep_b], [s])))
+        ops.append(integer(_op(Op.DIV, [s, count(keep_b, summed), none], [q])))
+    return ops + [integer(_op(Op.CAST, [q], [out]))]
 
 
 def _arg_of_vector(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
@@ -631,9 +719,9 @@ def _arg_of_vector(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]
         return None
     row = ctx.temp(op.inputs[0], [1, x.dimensions[0]])
     shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1, x.dimensions[0]])], [row])
-    ctx.byte_moves.add(id(shape))
+    ctx.byte_moves.add(shape)
     arg = _op(Op(op.type), [row, ctx.constant(1, T.INT32)], op.outputs)
-    ctx.final.add(id(arg))
+    ctx.final.add(arg)
     return [shape, arg]
 
 
@@ -647,7 +735,7 @@ def _squeezed_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operatio
     if list(y.dimensions) not in ([1], [0]) or not x.dimensions or any(d != 1 for d in x.dimensions):
         return None
     shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1])], op.outputs)
-    ctx.byte_moves.add(id(shape))
+    ctx.byte_moves.add(shape)
     return [shape]
 
 
@@ -716,8 +804,8 @@ def _shifted(ctx: _Ctx, i: int, to: Any) -> int:
 
 def _requantize(ctx: _Ctx, src: int, dst: int) -> hal.Operation:
     q = _op(Op.QUANTIZE, [src], [dst])
-    ctx.byte_moves.add(id(q))  # NOTE: a uint8 <-> int8 copy of one scale: each value +- 128, exact
-    ctx.final.add(id(q))
+    ctx.byte_moves.add(q)  # NOTE: a uint8 <-> int8 copy of one scale: each value +- 128, exact
+    ctx.final.add(q)
     return q
 
 
@@ -760,8 +848,8 @@ def _requantized_inputs(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Opera
         v = ctx._add(replace(o, scale=y.scale, zeroPoint=y.zeroPoint, lifetime=L.TEMPORARY_VARIABLE,
                              location=hal.DataLocation()), None)
         q = _op(Op.QUANTIZE, [ins[k]], [v])
-        ctx.byte_moves.add(id(q))
-        ctx.final.add(id(q))
+        ctx.byte_moves.add(q)
+        ctx.final.add(q)
         ops.append(q)
         ins[k] = v
     return ops + [_op(t, ins, op.outputs)] if ops else None
@@ -881,7 +969,7 @@ def _elu_alpha(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
     e, neg, scaled, pos = (ctx.temp(x, dims) for _ in range(4))
     none = ctx.constant(0, T.INT32)
     elu = _op(Op.ELU, [x, ctx.constant(1.0, T.FLOAT32)], [e])
-    ctx.final.add(id(elu))
+    ctx.final.add(elu)
     return [elu, _op(Op.MINIMUM, [e, ctx.constant([0.0], T.TENSOR_FLOAT32)], [neg]),
             _op(Op.MUL, [neg, ctx.constant([alpha], T.TENSOR_FLOAT32), none], [scaled]),
             _op(Op.RELU, [x], [pos]), _op(Op.ADD, [pos, scaled, none], op.outputs)]
@@ -942,7 +1030,7 @@ def _grouped_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
             return [ctx.constant(v[k * og:(k + 1) * og], like=like) for k, like in enumerate(likes)]
         outs = [ctx._add(replace(like, lifetime=L.TEMPORARY_VARIABLE), None) for like in likes]
         split = _op(Op.SPLIT, [i, ctx.constant(0, T.INT32), ctx.constant(groups, T.INT32)], outs)
-        ctx.byte_moves.add(id(split))  # NOTE: SPLIT copies bytes, whatever the element type (a bias, weights)
+        ctx.byte_moves.add(split)  # NOTE: SPLIT copies bytes, whatever the element type (a bias, weights)
         ops.append(split)
         return outs
 
@@ -1020,7 +1108,7 @@ def _transpose_conv(ctx: _Ctx, op: hal.Operation) -> list[hal.Operation]:
     y = _op(Op.TRANSPOSE_CONV_2D, ins[:3] + [ctx.constant([n, oh, ow, cout]), ctx.constant(tfl, T.INT32),
                                              ctx.constant(sw, T.INT32), ctx.constant(sh, T.INT32), act,
                                              ctx.constant(False, T.BOOL)], [full])
-    ctx.final.add(id(y))
+    ctx.final.add(y)
     if crop is None:
         return [y]
     top, left, height, width = crop
@@ -1036,7 +1124,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         raise Unsupported("OEM / extension operation") from None
     if t in REASONS:
         raise Unsupported(f"{t.name}: {REASONS[t]}")
-    if t == Op.DIV and op.inputs and ctx.operand(op.inputs[0]).type == I32:
+    if t == Op.DIV and op.inputs and ctx.operand(op.inputs[0]).type == I32 and op not in ctx.integer:
         raise Unsupported("DIV of int32: TFLite's integer division differs from NNAPI's (measured: "
                           "div_int32_by_zero fails)")
     m = mapping(t)
@@ -1048,7 +1136,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     x0 = ctx.operand(op.inputs[1 if t == Op.PACK else 0]) if len(op.inputs) > (t == Op.PACK) else None
     if x0 is not None and (t, x0.type) in REASONS_BY_TYPE:
         raise Unsupported(f"{t.name} on {T(x0.type).name}: {REASONS_BY_TYPE[(t, x0.type)]}")
-    if x0 is None or (x0.type not in EXACT[t] and id(op) not in ctx.byte_moves):
+    if x0 is None or (x0.type not in EXACT[t] and op not in ctx.byte_moves and op not in ctx.integer):
         raise Unsupported(f"{t.name} on {T(x0.type).name if x0 is not None else 'nothing'}: not an exact "
                           f"TFLite kernel here (exact for {sorted(T(v).name for v in EXACT[t])})")
     for i in list(op.inputs) + list(op.outputs):
@@ -1075,10 +1163,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
     if t == Op.SELECT and ctx.operand(op.inputs[1]).type in (U8, I8) and len(
             {(ctx.operand(i).scale, ctx.operand(i).zeroPoint) for i in (*op.inputs[1:3], op.outputs[0])}) > 1:
         raise Unsupported("SELECT of quantized values of different scales / zero points (TFLite copies bytes)")
-    if t in _REDUCTIONS and ctx.operand(op.inputs[1]).lifetime not in _CONST and \
-            len(ctx.operand(op.outputs[0]).dimensions) <= 1 and not (
-                ctx.operand(op.inputs[2]).lifetime in _CONST and bool(ctx.const(op.inputs[2]) > 0)) and \
-            any(op.outputs[0] in o.inputs for o in ctx.graph.operations):
+    if t in _REDUCTIONS and ctx.operand(op.inputs[1]).lifetime not in _CONST and _scalar_read_later(ctx, op):
         # NOTE: found by nnhal vts --section random (a REDUCE_MAX read by HASHTABLE_LOOKUP failed every execution):
         # with its axes known only at execution, TFLite's result of a reduction to one value is a scalar, which
         # a later operator reads with the wrong rank (a model output is reported as [1] by the run path)
@@ -1088,7 +1173,7 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         # NOTE: TFLite's PRELU broadcasts the alpha into the input only (it failed to prepare otherwise:
         # found by nnhal vts --section random)
         raise Unsupported("PRELU whose input is smaller than its result (TFLite broadcasts the alpha only)")
-    if t == Op.CAST and x0.type == I32 and ctx.operand(op.outputs[0]).type in (U8, I8):
+    if t == Op.CAST and x0.type == I32 and ctx.operand(op.outputs[0]).type in (U8, I8) and op not in ctx.integer:
         raise Unsupported("CAST of int32 to quant8 (NNAPI saturates, TFLite wraps)")
     args: list = []
     if t == Op.PACK:
@@ -1205,6 +1290,14 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
                 x0.dimensions[-1] * dm:
             raise Unsupported("depth multiplier inconsistent with the filter")
     return Plan(m, args)
+
+
+def _scalar_read_later(ctx: _Ctx, op: hal.Operation) -> bool:
+    """Whether a reduction's result may be TFLite's scalar (rank <= 1, keep_dims not known true) and a later
+    operation reads it."""
+    return len(ctx.operand(op.outputs[0]).dimensions) <= 1 and not (
+        ctx.operand(op.inputs[2]).lifetime in _CONST and bool(ctx.const(op.inputs[2]) > 0)) and \
+        any(op.outputs[0] in o.inputs for o in ctx.graph.operations)
 
 
 def _resize_size(ctx: _Ctx, op: hal.Operation, x: Any, width: bool) -> int:
