@@ -1496,12 +1496,41 @@ def operator_failures(data: bytes, *, batch: Optional[int] = 1, checked: Optiona
     """Per main-subgraph operator that has no HAL form of its own, the reason (each operator judged
     alone: a tensor an unmapped operator writes is taken as given, so no knock-on refusals).
     ``custom_ops``, ``version``: as :func:`load`."""
-    shared = _subset_shared(data, batch, checked, custom_ops, version)
-    with np.errstate(all="ignore"):
-        sub = _SubsetLoader(shared, None, [], [])
-        sub.run()
-    # NOTE: failures inside a referenced subgraph are named "(subgraph N)": they are not main operators
-    return {i: r for i, n, r in shared.failures if i >= 0 and "(subgraph" not in n}
+    return MainMapping(data, [], batch=batch, checked=checked, custom_ops=custom_ops, version=version).failures
+
+
+class MainMapping:
+    """Every operator of the main subgraph mapped once, in order: :attr:`failures` is
+    :func:`operator_failures`, and when nothing failed the same mapping is :func:`load_operators` of
+    every operator with inputs ``inputs`` (:meth:`take`), so that a planner that asks both maps the
+    model once (a mapping does not depend on the outputs asked: they are described at the end)."""
+
+    def __init__(self, data: bytes, inputs: list[int], *, batch: Optional[int] = 1,
+                 checked: Optional[vfy.Verified] = None, custom_ops: Optional[dict[str, tuple[str, int]]] = None,
+                 version: HalVersion = HalVersion.V1_3):
+        self.inputs = list(inputs)
+        self._shared = _subset_shared(data, batch, checked, custom_ops, version)
+        # NOTE: the model's inputs first, as load_operators makes them; a tensor written by no mapped operator
+        # (one whose writer failed) is taken as one more input
+        self._sub: Optional[_SubsetLoader] = _SubsetLoader(self._shared, None, self.inputs, [])
+        with np.errstate(all="ignore"):
+            self._sub.run()
+        # NOTE: failures inside a referenced subgraph are named "(subgraph N)": they are not main operators
+        self.failures = {i: r for i, n, r in self._shared.failures if i >= 0 and "(subgraph" not in n}
+
+    def take(self, operators: list[int], inputs: list[int],
+             outputs: list[int]) -> Optional[tuple[hal.Model, IODescription]]:
+        """``load_operators(data, operators, inputs, outputs)`` (same file, batch, version, custom
+        operators) from this mapping, when it is that one: every operator of the main subgraph, the
+        inputs given here, nothing failed; once (the model is the caller's). None otherwise."""
+        sub = self._sub
+        if sub is None or self._shared.failures or list(inputs) != self.inputs or sub.inputs != self.inputs \
+                or list(operators) != list(range(len(sub.sg.operators or []))):
+            return None
+        self._sub = None
+        sub.outputs = list(outputs)
+        with np.errstate(all="ignore"):
+            return self._shared.finish(sub)
 
 
 class _SubsetLoader(_Loader):
