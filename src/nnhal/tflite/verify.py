@@ -492,6 +492,128 @@ def _table(d: Any, plans: dict, name: str, pos: int) -> Any:
     return obj
 
 
+# --------------------------------------------------------------------------- writing
+
+
+def pack(model: Any) -> bytes:
+    """The bytes of a .tflite file from a ``ModelT`` (object API): what ``model.Pack`` through a
+    flatbuffers ``Builder`` writes (:func:`nnhal.tflite.schema.write_model`), as :func:`unpack` and
+    LiteRT read it, written front to back by the plans of :func:`unpack_plans` (a referenced object
+    always after its referrer: every offset forward; each field aligned to its size, each vector's
+    elements to theirs; fields at their defaults left out, as ``Pack`` does; vtables not shared).
+    A few times faster than the Builder's per-field calls (a 180-tensor model: ~6 ms there)."""
+    plans = _pack_plans()
+    if plans is None:  # pragma: no cover - an object API of another shape
+        return sch.write_model(model)
+    w = _Packer(plans)
+    w.chunks.append(b"\0\0\0\0TFL3")
+    w.size = 8
+    todo: list[tuple[int, int, Any, Any]] = [(0, _TABLE, None, model)]  # (where its offset goes, kind, arg, value)
+    k = 0
+    while k < len(todo):
+        ref, kind, arg, v = todo[k]
+        k += 1
+        if kind == _TABLE:
+            at = w.table(v, todo)
+        elif kind == _VECTOR:  # NOTE: its elements aligned to their size
+            a = np.ascontiguousarray(np.asarray(v, dtype=arg))
+            at = w.pad(max(4, a.itemsize), 4)
+            w.put(_U32.pack(a.size))
+            w.put(memoryview(a.reshape(-1).view(np.uint8)))  # NOTE: copied once, by the join below
+        elif kind == _TABLES:
+            at = w.pad(4, 0)
+            w.put(_U32.pack(len(v)))
+            for i, e in enumerate(v):
+                todo.append((at + 4 + 4 * i, _TABLE, None, e))
+            w.put(bytes(4 * len(v)))
+        else:  # a string
+            raw = v.encode() if isinstance(v, str) else bytes(v)
+            at = w.pad(4, 0)
+            w.put(_U32.pack(len(raw)) + raw + b"\0")
+        w.offsets.append((ref, at - ref))
+    w.pad(16, 0)
+    out = bytearray().join(w.chunks)
+    for ref, off in w.offsets:
+        _U32.pack_into(out, ref, off)
+    return bytes(out)
+
+
+@lru_cache(maxsize=1)
+def _pack_plans() -> Optional[dict[type, tuple]]:
+    """Per object-API class: its fields widest first ``(attribute, vtable entry, kind, arg, default,
+    inline size)``, and its vtable's entry count."""
+    plans = unpack_plans()
+    if plans is None:  # pragma: no cover
+        return None
+    out = {}
+    for cls, defaults, fields in plans.values():
+        rows = []
+        for attr, slot, kind, arg in fields:
+            if kind == _STRINGS:
+                continue  # NOTE: no TFLite table has a vector of strings (unpack reads them; nothing writes one)
+            size = arg.size if kind == _SCALAR else 4
+            rows.append((attr, slot >> 1, _TABLE if kind == _UNION else kind, arg, defaults[attr], size))
+        rows.sort(key=lambda r: -r[5])
+        out[cls] = (tuple(rows), max((r[1] for r in rows), default=1) + 1)
+    return out
+
+
+class _Packer:
+    def __init__(self, plans: dict):
+        self.plans = plans
+        self.chunks: list = []
+        self.size = 0
+        self.offsets: list[tuple[int, int]] = []
+
+    def put(self, b: Any) -> None:
+        self.chunks.append(b)
+        self.size += len(b)
+
+    def pad(self, align: int, before: int) -> int:
+        """Pads so that ``before`` bytes on the position is aligned to ``align``; the position."""
+        n = -(self.size + before) % align
+        if n:
+            self.put(bytes(n))
+        return self.size
+
+    def table(self, obj: Any, todo: list) -> int:
+        rows, nslots = self.plans[type(obj)]
+        od = obj.__dict__
+        present = []
+        top = 1
+        for row in rows:
+            v = od.get(row[0])
+            if v is None or (row[2] == _SCALAR and v == row[4]):
+                continue
+            present.append((row, v))
+            if row[1] > top:
+                top = row[1]
+        vt = self.pad(2, 0)
+        n = top + 1
+        table = vt + 2 * n
+        table += -table % 4
+        entries = [0] * n
+        at = table + 4
+        inline = []
+        for row, v in present:
+            size = row[5]
+            at += -at % size  # NOTE: widest first: aligned where it lands in the file
+            entries[row[1]] = at - table
+            inline.append((at, row, v))
+            at += size
+        entries[0], entries[1] = 2 * n, at - table
+        b = bytearray(at - vt)
+        struct.pack_into(f"<{n}H", b, 0, *entries)
+        _I32.pack_into(b, table - vt, table - vt)
+        for p, row, v in inline:
+            if row[2] == _SCALAR:
+                row[3].pack_into(b, p - vt, v)
+            else:
+                todo.append((p, row[2], row[3], v))
+        self.put(b)
+        return table
+
+
 # --------------------------------------------------------------------------- semantic checks
 
 

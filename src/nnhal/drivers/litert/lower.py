@@ -39,7 +39,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.engine.executor import constant_value
-from nnhal.tflite.schema import builtin_code, schema, write_model
+from nnhal.tflite.schema import builtin_code, schema
 from nnhal.tflite.table import (
     ACTIVATIONS_TO_TFLITE,
     MAPPINGS,
@@ -50,6 +50,7 @@ from nnhal.tflite.table import (
     opt,
     tensor,
 )
+from nnhal.tflite.verify import pack
 
 T = hal.OperandType
 Op = hal.OperationType
@@ -543,7 +544,7 @@ class _Builder:
         sg.outputs = np.asarray(graph_out, dtype=np.int32)
         sg.name = b"main"
         self.m.subgraphs[0] = sg
-        return write_model(self.m)
+        return pack(self.m)  # NOTE: the Builder's per-field calls took ~6 of a 70-operation model's 10 ms
 
 
 @dataclass
