@@ -4,8 +4,8 @@ operators those versions have an operation for (BATCH_MATMUL, PACK,
 MIRROR_PAD, REVERSE_V2: the table's ``native`` forms) become that operation,
 as the delegate maps them from feature level 6 / 7.
 
-Reads the flatbuffer with the schema module of ``ai-edge-litert`` (object API)
-and maps each operator through :data:`nnhal.tflite.table.MAPPINGS`.  Tensors
+Reads the flatbuffer into the object API of the schema module of ``ai-edge-litert``
+(:func:`nnhal.tflite.verify.unpack`) and maps each operator through :data:`nnhal.tflite.table.MAPPINGS`.  Tensors
 become operands: float32 -> ``TENSOR_FLOAT32``, uint8 -> ``TENSOR_QUANT8_ASYMM``,
 int8 -> ``TENSOR_QUANT8_ASYMM_SIGNED`` (one scale) or
 ``TENSOR_QUANT8_SYMM_PER_CHANNEL`` (several scales, zero points 0), int32 ->

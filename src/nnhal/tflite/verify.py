@@ -33,7 +33,9 @@ The first problem found raises :class:`~nnhal.tflite.errors.InvalidModelError` n
 
 The schema's shape (field slots and kinds per table) is read from the generated module itself by
 calling each accessor on a recording stand-in for its flatbuffers table, so the check follows the
-installed schema version.
+installed schema version.  The same shape reads a checked file into the object API's classes
+(:func:`unpack`: what ``ModelT.InitFromPackedBuf`` makes, without its three flatbuffers calls per
+field) and writes one back (:func:`pack`: what ``ModelT.Pack`` through a ``Builder`` writes, as read).
 """
 
 from __future__ import annotations
