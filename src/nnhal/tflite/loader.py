@@ -61,6 +61,7 @@ __all__ = ["load", "free_model", "IODescription", "TensorDesc", "UnsupportedMode
 _TFL_TYPES = {0: ("f32", np.float32), 1: ("f16", np.float16), 2: ("i32", np.int32), 3: ("u8", np.uint8),
               4: ("i64", np.int64), 6: ("bool", np.bool_), 7: ("i16", np.int16), 9: ("i8", np.int8)}
 _INLINE_LIMIT = 128
+_SCALAR_DTYPES = {T.INT32: np.int32, T.FLOAT32: np.float32, T.BOOL: np.bool_, T.FLOAT16: np.float16}
 
 
 class _Refuse(Exception):
@@ -161,6 +162,12 @@ def _flex_scalars(raw: bytes, wanted: dict[str, Any]) -> dict[str, Any]:
         return flex_scalars(raw, wanted)
     except ValueError as e:
         raise _Refuse(str(e)) from None
+
+
+def _n_scales(t: Any) -> int:
+    """How many scales tensor ``t`` has (``len(_quant(t)[0])`` without making the lists)."""
+    q = t.quantization
+    return 0 if q is None or q.scale is None else len(q.scale)
 
 
 def _quant(t: Any) -> tuple[list[float], list[int], int]:
@@ -396,7 +403,7 @@ class _Loader:
         return idx
 
     def scalar(self, type_: T, v: Any) -> int:
-        dt = {T.INT32: np.int32, T.FLOAT32: np.float32, T.BOOL: np.bool_, T.FLOAT16: np.float16}[type_]
+        dt = _SCALAR_DTYPES[type_]
         if type_ == T.INT32 and not -2**31 <= int(v) < 2**31:
             raise _Refuse(f"scalar {v} does not fit in int32")
         return self.add(type_, [], value=np.array(v, dtype=dt))
@@ -545,7 +552,7 @@ class _Loader:
             return
         if not mp.per_channel:
             for k in ins:
-                if k >= 0 and len(_quant(self.tensor(k))[0]) > 1:
+                if k >= 0 and _n_scales(self.tensor(k)) > 1:
                     raise _Refuse(f"tensor {k} is per-channel quantized; NNAPI's {mp.builtin} form takes one scale")
         if mp.check:
             getattr(self, "check_" + mp.check)(op, mp)
@@ -705,7 +712,7 @@ class _Loader:
         return getattr(o, name)
 
     def arg(self, a: Arg, op: Any) -> list[int]:
-        ins = [int(i) for i in op.inputs]
+        ins = op.inputs  # NOTE: a list of ints: map_operator made it one
         if a.kind == "tensor":
             if a.index >= len(ins):
                 if a.optional:
