@@ -528,6 +528,8 @@ def pack(model: Any) -> bytes:
             for i, e in enumerate(v):
                 todo.append((at + 4 + 4 * i, _TABLE, None, e))
             w.put(bytes(4 * len(v)))
+        elif kind == _STRINGS:  # pragma: no cover - no TFLite table has a vector of strings
+            raise ValueError("a vector of strings: not written")
         else:  # a string
             raw = v.encode() if isinstance(v, str) else bytes(v)
             at = w.pad(4, 0)
@@ -551,8 +553,6 @@ def _pack_plans() -> Optional[dict[type, tuple]]:
     for cls, defaults, fields in plans.values():
         rows = []
         for attr, slot, kind, arg in fields:
-            if kind == _STRINGS:
-                continue  # NOTE: no TFLite table has a vector of strings (unpack reads them; nothing writes one)
             size = arg.size if kind == _SCALAR else 4
             rows.append((attr, slot >> 1, _TABLE if kind == _UNION else kind, arg, defaults[attr], size))
         rows.sort(key=lambda r: -r[5])
