@@ -174,8 +174,8 @@ def _quant(t: Any) -> tuple[list[float], list[int], int]:
     q = t.quantization
     if q is None or q.scale is None or len(q.scale) == 0:
         return [], [], 0
-    zps = [int(z) for z in q.zeroPoint] if q.zeroPoint is not None else [0] * len(q.scale)
-    return [float(s) for s in q.scale], zps, int(q.quantizedDimension)
+    zps = vfy.int_list(q.zeroPoint) if q.zeroPoint is not None else [0] * len(q.scale)
+    return vfy.float_list(q.scale), zps, int(q.quantizedDimension)
 
 
 class _Shared:

@@ -627,7 +627,21 @@ class Verified:
 
 
 def _ints(v: Any) -> list[int]:
-    return [] if v is None else [int(x) for x in v]
+    return [] if v is None else int_list(v)
+
+
+def int_list(v: Any) -> list[int]:
+    """``[int(x) for x in v]`` of a schema vector (an integer numpy array as unpacked: one ``tolist``)."""
+    if isinstance(v, np.ndarray) and v.dtype.kind in "iu":
+        return v.tolist()
+    return [int(x) for x in v]
+
+
+def float_list(v: Any) -> list[float]:
+    """``[float(x) for x in v]`` of a schema vector (a float numpy array as unpacked: one ``tolist``)."""
+    if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+        return v.tolist()
+    return [float(x) for x in v]
 
 
 def nbytes(shape: list[int], itemsize: int, batch: Optional[int]) -> int:
@@ -730,14 +744,13 @@ def _check_quant(ten: Any, t: int, where: str, shape: list[int]) -> None:
     q = ten.quantization
     if q is None:
         return
-    scales = [] if q.scale is None else list(q.scale)
-    if scales and q.zeroPoint is not None and len(q.zeroPoint) != len(scales):
-        zps = list(q.zeroPoint)
-        raise InvalidModelError(f"tensor {t}{where} has {len(scales)} scales and {len(zps)} zero points")
-    if len(scales) > 1:
+    n = 0 if q.scale is None else len(q.scale)
+    if n and q.zeroPoint is not None and len(q.zeroPoint) != n:
+        raise InvalidModelError(f"tensor {t}{where} has {n} scales and {len(q.zeroPoint)} zero points")
+    if n > 1:
         qd = int(q.quantizedDimension)
-        if not 0 <= qd < len(shape) or shape[qd] not in (-1, len(scales)):
-            raise InvalidModelError(f"tensor {t}{where} of shape {shape} has {len(scales)} per-channel scales on "
+        if not 0 <= qd < len(shape) or shape[qd] not in (-1, n):
+            raise InvalidModelError(f"tensor {t}{where} of shape {shape} has {n} per-channel scales on "
                                     f"axis {qd}")
 
 
