@@ -205,6 +205,7 @@ class _Ctx:
         self.byte_moves = _Marked()  # data-movement operations a rewrite made, exact on any type
         self.integer = _Marked()  # int32 arithmetic a rewrite made, whose TFLite kernel is exact on its values
         self._as_f32: dict[int, hal.Operand] = {}
+        self._values: dict[int, Optional[np.ndarray]] = {}  # the model's constants read so far (read-only)
 
     def operand(self, i: int) -> hal.Operand:
         if i >= self.base:
@@ -228,8 +229,14 @@ class _Ctx:
         """A constant operand's value (float16 as float32), None for the other lifetimes."""
         if i >= self.base:
             return self.values.get(i)
+        if i in self._values:
+            return self._values[i]  # NOTE: a parameter is read by the rewrites, the padding form and the plan
         v = constant_value(self.model, self.graph.operands[i], self.pools)
-        return v.astype(np.float32) if v is not None and v.dtype == np.float16 else v
+        if v is not None and v.dtype == np.float16:
+            v = v.astype(np.float32)
+            v.flags.writeable = False  # NOTE: shared by every reader, as the model's own constants are
+        self._values[i] = v
+        return v
 
     def const(self, i: int) -> Any:
         o = self.operand(i)
