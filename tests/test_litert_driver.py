@@ -343,3 +343,24 @@ def test_vts_model_mutations_same_statuses_sweep(dev: Any, vm: Any) -> None:
 @pytest.mark.parametrize("vm", REQUEST_SAMPLE, ids=[model_id(vm) for vm in REQUEST_SAMPLE])
 def test_vts_request_mutations_same_statuses_sweep(dev: Any, vm: Any) -> None:
     _request_mutations(dev, vm)
+
+
+def test_supported_then_prepare_checks_and_lowers_once(monkeypatch):
+    """getSupportedOperations then prepareModel of one model: the operations checked and the model lowered
+    once (the front end passes the copy it kept; the backend answers from the trial it kept for it)."""
+    from tests.driver_util import add_model, prepare
+
+    dev = nnhal.get_device("litert-cpu")
+    checks, lowerings = [], []
+    real_check, real_lower = lower.check_operation, lower.lower_traced
+    monkeypatch.setattr(lower, "check_operation", lambda *a, **k: checks.append(1) or real_check(*a, **k))
+    monkeypatch.setattr(lower, "lower_traced", lambda *a, **k: lowerings.append(1) or real_lower(*a, **k))
+    model = add_model()
+    status, ok = dev.getSupportedOperations_1_3(model)
+    assert status == S.NONE and ok == [True] and (len(checks), len(lowerings)) == (1, 1)
+    _, status, prepared = prepare(model, dev)
+    assert status == S.NONE and prepared is not None and (len(checks), len(lowerings)) == (1, 1)
+    model.main.operands[0].dimensions = [2, 3]  # NOTE: another model: checked again
+    model.main.operands[1].dimensions = [2, 3]
+    model.main.operands[3].dimensions = [2, 3]
+    assert dev.getSupportedOperations_1_3(model)[0] == S.NONE and len(checks) == 2

@@ -45,6 +45,30 @@ def test_supported_then_prepare_validates_once(monkeypatch):
         assert execute_sync(p, Pools([a, a], [16]).request())[0] == S.NONE
 
 
+def test_the_same_model_again_is_the_copy_kept(monkeypatch):
+    """On a hit the driver's copy kept serves (no copy made again), and it stays the driver's own: the
+    client's model changed afterwards is another model, the copy kept unchanged."""
+    dev = sample_device("memo-copy")
+    copies: list = []
+    real = device_mod.own_copy
+
+    def counted(x):
+        copies.append(type(x).__name__)
+        return real(x)
+
+    monkeypatch.setattr(device_mod, "own_copy", counted)
+    model = add_model()
+    assert dev.getSupportedOperations_1_3(model)[0] == S.NONE
+    assert copies.count("Model") == 1
+    _, status, prepared = prepare(model, dev)
+    assert status == S.NONE and copies.count("Model") == 1
+    kept = prepared.model
+    assert kept is not model and kept == model
+    model.main.operands[0].dimensions = [2, 3]
+    assert kept.main.operands[0].dimensions == [2, 2]
+    assert dev.getSupportedOperations_1_3(model)[0] == S.NONE and copies.count("Model") == 2
+
+
 def test_a_changed_model_or_version_is_validated_again(monkeypatch):
     dev = sample_device("memo-dev2")
     calls = _count_validations(monkeypatch)

@@ -342,3 +342,39 @@ def test_constants_read_in_place_and_copied_once():
         view.release()
     for p in model.pools:
         memory.free(p)
+
+
+def _model_bytes(model: hal.Model) -> tuple:
+    """What a HAL model holds: its structure and the bytes of its constants (pools read back)."""
+    return (repr(model.main), repr(model.referenced), bytes(model.operandValues), repr(model.extensionNameToPrefix),
+            [os.pread(p.handle.fds[0], p.size, 0) for p in model.pools])
+
+
+def test_main_mapping_is_load_operators_of_every_operator():
+    """The planner maps the model once (MainMapping): its failures are operator_failures', and with none
+    the same mapping is load_operators of every operator, given once, for those inputs only."""
+    from nnhal.tflite.loader import MainMapping, free_model, load_operators, operator_failures, verify
+
+    w = np.arange(3 * 3 * 2 * 4, dtype=np.float32).reshape(4, 3, 3, 2) / 10  # NOTE: > 128 bytes: a pool constant
+    data = graph([Tensor([1, 5, 5, 2]), Tensor(list(w.shape), data=w), Tensor([4], data=np.ones(4, np.float32)),
+                  Tensor([1, 5, 5, 4]), Tensor([1, 5, 5, 4]), Tensor([1, 5, 5, 4])],
+                 [("CONV_2D", [0, 1, 2], [3], options("Conv2DOptions", padding=0, strideW=1, strideH=1)),
+                  ("RELU", [3], [4], None), ("ADD", [4, 3], [5], options("AddOptions"))], [0], [5])
+    checked = verify(data)
+    whole = MainMapping(data, [0], checked=checked)
+    assert whole.failures == operator_failures(data, checked=checked) == {}
+    assert whole.take([0, 1], [0], [4]) is None and whole.take([0, 1, 2], [3], [5]) is None
+    model, io = whole.take([0, 1, 2], [0], [3, 5])
+    again, io2 = load_operators(data, [0, 1, 2], [0], [3, 5], checked=verify(data))
+    try:
+        assert model.pools and _model_bytes(model) == _model_bytes(again) and repr(io) == repr(io2)
+    finally:
+        free_model(model)
+        free_model(again)
+    assert whole.take([0, 1, 2], [0], [3, 5]) is None  # NOTE: given once: the model is the caller's
+    bad = graph([Tensor([2]), Tensor([2]), Tensor([2]), Tensor([2])],
+                [("RELU", [0], [1], None), ("CEIL", [1], [2], None), ("ABS", [2], [3], None)], [0], [3])
+    checked = verify(bad)
+    whole = MainMapping(bad, [0], checked=checked)
+    assert whole.failures == operator_failures(bad, checked=checked) and list(whole.failures) == [1]
+    assert whole.take([0, 1, 2], [0], [3]) is None

@@ -423,6 +423,109 @@ def test_real_models_verify_as_trees():
         assert {k for k, _, _ in lay} == {"uoffset", "veclen", "soffset", "vtentry", "scalar"}
 
 
+def _same_objects(a, b, path: str = "model") -> None:
+    """``a`` and ``b`` the same object-API tree: same classes, attributes, values and value types (numpy
+    vectors of the same dtype and bytes, read-only alike)."""
+    assert type(a) is type(b), f"{path}: {type(a).__name__} vs {type(b).__name__}"
+    if isinstance(a, np.ndarray):
+        assert (a.dtype, a.shape, a.tobytes(), a.flags.writeable) == (b.dtype, b.shape, b.tobytes(), b.flags.writeable), path
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same_objects(x, y, f"{path}[{i}]")
+    elif hasattr(a, "__dict__"):
+        assert list(vars(a)) == list(vars(b)), path
+        for k in vars(a):
+            _same_objects(vars(a)[k], vars(b)[k], f"{path}.{k}")
+    else:
+        assert a == b or (a != a and b != b), f"{path}: {a!r} vs {b!r}"
+
+
+def _every_kind_of_field() -> bytes:
+    """A model with strings, vectors of strings and tables, nested tables, unions of several members (an
+    unknown one too), custom options, sparsity, quantization details, signatures, metadata."""
+    from nnhal.tflite.schema import schema
+
+    s = schema()
+    m = read_model(one_op("CONV_2D", [Tensor([1, 4, 4, 2]), c(np.ones((3, 1, 1, 2)), "float32"), c([0, 0, 0], "float32")],
+                          [Tensor([1, 4, 4, 3])], options("Conv2DOptions", strideW=1, strideH=1, dilationWFactor=2)))
+    m.description = "every kind of field"
+    sg = m.subgraphs[0]
+    t = sg.tensors[0]
+    t.shapeSignature = np.asarray([-1, 4, 4, 2], np.int32)
+    t.quantization = q = s.QuantizationParametersT()
+    q.scale, q.zeroPoint, q.min = np.asarray([0.5], np.float32), np.asarray([3], np.int64), np.asarray([-1.0], np.float32)
+    q.detailsType, q.details = s.QuantizationDetails.CustomQuantization, s.CustomQuantizationT()
+    q.details.custom = np.asarray([1, 2, 3], np.uint8)
+    t.isVariable, t.hasRank = True, True
+    sp = sg.tensors[1].sparsity = s.SparsityParametersT()
+    sp.traversalOrder = np.asarray([0, 1, 2, 3], np.int32)
+    md = s.DimensionMetadataT()
+    md.format, md.denseSize = 1, 3
+    md.arraySegmentsType, md.arraySegments = s.SparseIndexVector.Uint16Vector, s.Uint16VectorT()
+    md.arraySegments.values = np.asarray([0, 3], np.uint16)
+    sp.dimMetadata = [md, s.DimensionMetadataT()]
+    op = sg.operators[0]
+    op.customOptions = np.asarray([9, 8, 7], np.uint8)
+    op.intermediates = np.asarray([], np.int32)
+    sig = s.SignatureDefT()
+    sig.signatureKey = "serving_default"
+    tm = s.TensorMapT()
+    tm.name, tm.tensorIndex = "x", 0
+    sig.inputs, sig.outputs = [tm], []
+    m.signatureDefs = [sig]
+    meta = s.MetadataT()
+    meta.name, meta.buffer = "min_runtime_version", 0
+    m.metadata = [meta]
+    sg.name = "main"
+    # NOTE: a union type no member of the installed schema has: the object API leaves the member out
+    op.builtinOptionsType = 250
+    return write_model(m)
+
+
+def test_unpack_is_the_object_api_field_for_field():
+    """verify.unpack (the reader behind verify) makes what the object API's InitFromPackedBuf makes."""
+    datas = [_every_kind_of_field(), add_model(),
+             subgraphs([([Tensor([1]), Tensor([1]), Tensor([1])],
+                         [("WHILE", [0], [1], options("WhileOptions", condSubgraphIndex=1, bodySubgraphIndex=2))],
+                         [0], [1]),
+                        ([Tensor([1]), Tensor([1], "bool")], [("LESS", [0, 0], [1], None)], [0], [1]),
+                        ([Tensor([1]), Tensor([1])], [("ADD", [0, 0], [1], options("AddOptions"))], [0], [1])])]
+    for name in ("kws_mobilenetv2_int8", "palm_detection_lite"):
+        if (MODELS / f"{name}.tflite").exists():
+            datas.append((MODELS / f"{name}.tflite").read_bytes())
+    for data in datas:
+        verify.layout(data)  # NOTE: unpack reads only what the walk accepted
+        _same_objects(read_model(data), verify.unpack(data))
+        _same_objects(read_model(bytearray(data)), verify.unpack(bytearray(data)))
+
+
+def test_pack_writes_what_the_builder_writes():
+    """verify.pack (the litert-cpu lowering's writer) writes the tree the flatbuffers Builder writes: read
+    back, the same objects; the walk accepts it; LiteRT runs it to the same bits."""
+    from nnhal.tflite.schema import make_interpreter
+
+    datas = [_every_kind_of_field(), add_model()]
+    for name in ("kws_mobilenetv2_int8", "palm_detection_lite"):
+        if (MODELS / f"{name}.tflite").exists():
+            datas.append((MODELS / f"{name}.tflite").read_bytes())
+    for data in datas:
+        m = verify.unpack(data)
+        packed = verify.pack(m)
+        verify.layout(packed)
+        _same_objects(verify.unpack(write_model(m)), verify.unpack(packed))
+        assert verify.pack(verify.unpack(packed)) == packed
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    outs = []
+    for data in (write_model(read_model(add_model())), verify.pack(read_model(add_model()))):
+        it = make_interpreter(model_content=data)
+        for d in it.get_input_details():
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        outs.append(it.get_tensor(it.get_output_details()[0]["index"]))
+    assert outs[0].tobytes() == outs[1].tobytes() == (2 * x).tobytes()
+
+
 # --------------------------------------------------------------------------- the fuzz
 
 

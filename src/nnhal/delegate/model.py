@@ -94,7 +94,8 @@ class Graph:
         it: its parse is shared (read only) unless this graph must change the model (buffers stored after
         the flatbuffer, constant DENSIFYs), and it serves :meth:`verified` for that batch; without it the
         file is checked here (for any batch)."""
-        from nnhal.tflite.verify import verify  # NOTE: imported when used (the delegate package stays light to import)
+        # NOTE: imported when used (the delegate package stays light to import)
+        from nnhal.tflite.verify import unpack, verify
 
         raw = bytes(source) if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
         self.original = raw
@@ -105,7 +106,7 @@ class Graph:
             self.m = checked.model
             self._verified[batch] = checked
         else:
-            self.m = sch.read_model(raw)
+            self.m = unpack(raw)  # NOTE: raw passed the check above (or the caller's)
         if not self.m.subgraphs:
             raise ValueError("the model has no subgraph")
         names = sch.builtin_names()

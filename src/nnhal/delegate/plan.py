@@ -48,7 +48,7 @@ from nnhal.delegate.partition import Subset, largest, partition
 from nnhal.delegate.rules import decided_by, validate
 from nnhal.hal.types import HalVersion
 from nnhal.runtime.face import Face, interface_name, open_face
-from nnhal.tflite.loader import UnsupportedModelError, free_model, load_operators, operator_failures
+from nnhal.tflite.loader import MainMapping, UnsupportedModelError, free_model, load_operators
 
 DeviceOf = Callable[[str], Any]
 FP16_PARTIAL = ("float16 weights (constant DEQUANTIZE): in a partial delegation the delegate keeps these on the "
@@ -270,6 +270,7 @@ class Planner:
         self.rules: dict[int, str] = {}  # operator -> the delegate's rule that took it
         self.device_refused = False
         self._nn_fail: Optional[dict[int, str]] = None
+        self._whole: Optional[MainMapping] = None
         self._checked: Any = None
         self._faces: dict[str, Face] = {}
         self.prebuilt = Prebuilt()
@@ -310,8 +311,14 @@ class Planner:
     @property
     def nn_fail(self) -> dict[int, str]:
         if self._nn_fail is None:
-            self._nn_fail = operator_failures(self.g.data, batch=self.o.batch, checked=self.checked,
-                                              custom_ops=self._custom_ops, version=self.version)
+            # NOTE: mapped with the inputs of the partition of every operator: when that partition is the one
+            # checked first (a model delegated whole), hal_model takes this mapping instead of mapping again
+            g = self.g
+            every = list(range(len(g.operators)))
+            ins, _ = boundary(g, every, set(every), set(self.fp16_out))
+            self._whole = MainMapping(g.data, ins, batch=self.o.batch, checked=self.checked,
+                                      custom_ops=self._custom_ops, version=self.version)
+            self._nn_fail = self._whole.failures
         return self._nn_fail
 
     def subsets(self, delegated: set[int]) -> list[Subset]:
@@ -368,8 +375,10 @@ class Planner:
         before 1.3, pre-1.2 operation forms before 1.2), its io description, and whether its int8 tensors
         became uint8."""
         v = self.version
-        model, io = load_operators(self.g.data, nodes, inputs, outputs, batch=self.o.batch, checked=self.checked,
-                                   custom_ops=self._custom_ops, version=v)
+        built = self._whole.take(nodes, inputs, outputs) if self._whole is not None else None
+        model, io = built if built is not None else \
+            load_operators(self.g.data, nodes, inputs, outputs, batch=self.o.batch, checked=self.checked,
+                           custom_ops=self._custom_ops, version=v)
         unsigned = False
         if v < HalVersion.V1_3:
             unsigned = halmodel.to_unsigned(model)

@@ -94,7 +94,8 @@ class Device(hal.IDevice, hal.INnhalDevice):
         """Resolves the memory tokens (driver-managed buffers) of ``prepared``'s requests."""
         return TokenLookup(self._buffers, prepared)
 
-    def _upgrade(self, model: Any) -> hal.Model:
+    def _canonical(self, model: Any) -> Any:
+        """``model`` as a HAL 1.3 model, not yet the driver's own (see :meth:`_validated`)."""
         if not isinstance(model, hal.Model):
             from nnhal.hal.convert import convert_to_v1_3
 
@@ -102,16 +103,14 @@ class Device(hal.IDevice, hal.INnhalDevice):
                 model = convert_to_v1_3(model)
             except Exception as e:  # noqa: BLE001
                 raise ValidationError(f"not a model: {type(e).__name__}: {e}") from None
-        # NOTE: HIDL passes the model by value: the driver validates and keeps its own copy
-        # (operandValues as bytes), so a client changing its model later changes nothing here.
-        return own_copy(_with_bytes_values(model))
+        return _with_bytes_values(model)
 
-    def _map_pools(self, model: hal.Model) -> list:
+    def _map_pools(self, memories: Any) -> list:
         pools = []
         try:
-            if not isinstance(model.pools, list):
-                raise ValidationError(f"model pools is not a list: {type(model.pools).__name__}")
-            for k, m in enumerate(model.pools):
+            if not isinstance(memories, list):
+                raise ValidationError(f"model pools is not a list: {type(memories).__name__}")
+            for k, m in enumerate(memories):
                 if not isinstance(m, hal.Memory):
                     raise ValidationError(f"model pool {k} is not a Memory")
                 try:
@@ -140,13 +139,23 @@ class Device(hal.IDevice, hal.INnhalDevice):
         return hal_memory.PrivateCopy(m)
 
     def _validated(self, model: Any, version: HalVersion) -> tuple[hal.Model, list, list]:
-        """(1.3 model, mapped pools, op defs) or ValidationError."""
-        model13 = self._upgrade(model)
-        pools = self._map_pools(model13) if isinstance(model13, hal.Model) else []
+        """(1.3 model, mapped pools, op defs) or ValidationError.  The model is the driver's own copy (HIDL
+        passes the model by value: a client changing its model later changes nothing here): a new one, or
+        the one kept of an equal model validated lately (prepared_states.py: getSupportedOperations then
+        prepareModel of one model validate and copy it once)."""
+        model13 = self._canonical(model)
+        # NOTE: the pool descriptors mapped are the driver's own copy too, the very ones its model copy holds
+        memories = own_copy(model13.pools) if isinstance(model13, hal.Model) else []
+        pools = self._map_pools(memories)
         try:
             views = [p.view for p in pools]
-            defs = self._states.defs(model13, views, version)  # NOTE: the same model again (prepared_states.py)
-            if defs is None:
+            kept = self._states.validated(model13, views, version) if isinstance(model13, hal.Model) else None
+            if kept is not None:
+                model13, defs = kept
+            else:
+                model13 = own_copy(model13)
+                if isinstance(model13, hal.Model):
+                    model13.pools = memories
                 defs = validate_model(model13, views, version, self.extensions)
                 self._states.add(model13, views, version, defs)
             if self.extensions and model13.extensionNameToPrefix:

@@ -109,6 +109,13 @@ class PreparedStates:
         e = self._find(model, views, version)
         return None if e is None else list(e.defs)
 
+    def validated(self, model: Any, views: list, version: Any) -> Optional[tuple[Any, list]]:
+        """(the driver's own copy kept, the operation definitions) of an equal model validated with equal
+        pools at ``version``, or None.  ``model`` may be the client's own (it is only compared): on a hit the
+        kept copy serves, so the same model sent again is neither validated nor copied again."""
+        e = self._find(model, views, version)
+        return None if e is None else (e.model, list(e.defs))
+
     def add(self, model: Any, views: list, version: Any, defs: list) -> None:
         """Remembers a model just validated (the driver's own copy and its pools' private bytes)."""
         key = _fingerprint(model, views, version)

@@ -4,8 +4,8 @@ operators those versions have an operation for (BATCH_MATMUL, PACK,
 MIRROR_PAD, REVERSE_V2: the table's ``native`` forms) become that operation,
 as the delegate maps them from feature level 6 / 7.
 
-Reads the flatbuffer with the schema module of ``ai-edge-litert`` (object API)
-and maps each operator through :data:`nnhal.tflite.table.MAPPINGS`.  Tensors
+Reads the flatbuffer into the object API of the schema module of ``ai-edge-litert``
+(:func:`nnhal.tflite.verify.unpack`) and maps each operator through :data:`nnhal.tflite.table.MAPPINGS`.  Tensors
 become operands: float32 -> ``TENSOR_FLOAT32``, uint8 -> ``TENSOR_QUANT8_ASYMM``,
 int8 -> ``TENSOR_QUANT8_ASYMM_SIGNED`` (one scale) or
 ``TENSOR_QUANT8_SYMM_PER_CHANNEL`` (several scales, zero points 0), int32 ->
@@ -61,6 +61,7 @@ __all__ = ["load", "free_model", "IODescription", "TensorDesc", "UnsupportedMode
 _TFL_TYPES = {0: ("f32", np.float32), 1: ("f16", np.float16), 2: ("i32", np.int32), 3: ("u8", np.uint8),
               4: ("i64", np.int64), 6: ("bool", np.bool_), 7: ("i16", np.int16), 9: ("i8", np.int8)}
 _INLINE_LIMIT = 128
+_SCALAR_DTYPES = {T.INT32: np.int32, T.FLOAT32: np.float32, T.BOOL: np.bool_, T.FLOAT16: np.float16}
 
 
 class _Refuse(Exception):
@@ -163,12 +164,18 @@ def _flex_scalars(raw: bytes, wanted: dict[str, Any]) -> dict[str, Any]:
         raise _Refuse(str(e)) from None
 
 
+def _n_scales(t: Any) -> int:
+    """How many scales tensor ``t`` has (``len(_quant(t)[0])`` without making the lists)."""
+    q = t.quantization
+    return 0 if q is None or q.scale is None else len(q.scale)
+
+
 def _quant(t: Any) -> tuple[list[float], list[int], int]:
     q = t.quantization
     if q is None or q.scale is None or len(q.scale) == 0:
         return [], [], 0
-    zps = [int(z) for z in q.zeroPoint] if q.zeroPoint is not None else [0] * len(q.scale)
-    return [float(s) for s in q.scale], zps, int(q.quantizedDimension)
+    zps = vfy.int_list(q.zeroPoint) if q.zeroPoint is not None else [0] * len(q.scale)
+    return vfy.float_list(q.scale), zps, int(q.quantizedDimension)
 
 
 class _Shared:
@@ -396,7 +403,7 @@ class _Loader:
         return idx
 
     def scalar(self, type_: T, v: Any) -> int:
-        dt = {T.INT32: np.int32, T.FLOAT32: np.float32, T.BOOL: np.bool_, T.FLOAT16: np.float16}[type_]
+        dt = _SCALAR_DTYPES[type_]
         if type_ == T.INT32 and not -2**31 <= int(v) < 2**31:
             raise _Refuse(f"scalar {v} does not fit in int32")
         return self.add(type_, [], value=np.array(v, dtype=dt))
@@ -545,7 +552,7 @@ class _Loader:
             return
         if not mp.per_channel:
             for k in ins:
-                if k >= 0 and len(_quant(self.tensor(k))[0]) > 1:
+                if k >= 0 and _n_scales(self.tensor(k)) > 1:
                     raise _Refuse(f"tensor {k} is per-channel quantized; NNAPI's {mp.builtin} form takes one scale")
         if mp.check:
             getattr(self, "check_" + mp.check)(op, mp)
@@ -705,7 +712,7 @@ class _Loader:
         return getattr(o, name)
 
     def arg(self, a: Arg, op: Any) -> list[int]:
-        ins = [int(i) for i in op.inputs]
+        ins = op.inputs  # NOTE: a list of ints: map_operator made it one
         if a.kind == "tensor":
             if a.index >= len(ins):
                 if a.optional:
@@ -1496,12 +1503,41 @@ def operator_failures(data: bytes, *, batch: Optional[int] = 1, checked: Optiona
     """Per main-subgraph operator that has no HAL form of its own, the reason (each operator judged
     alone: a tensor an unmapped operator writes is taken as given, so no knock-on refusals).
     ``custom_ops``, ``version``: as :func:`load`."""
-    shared = _subset_shared(data, batch, checked, custom_ops, version)
-    with np.errstate(all="ignore"):
-        sub = _SubsetLoader(shared, None, [], [])
-        sub.run()
-    # NOTE: failures inside a referenced subgraph are named "(subgraph N)": they are not main operators
-    return {i: r for i, n, r in shared.failures if i >= 0 and "(subgraph" not in n}
+    return MainMapping(data, [], batch=batch, checked=checked, custom_ops=custom_ops, version=version).failures
+
+
+class MainMapping:
+    """Every operator of the main subgraph mapped once, in order: :attr:`failures` is
+    :func:`operator_failures`, and when nothing failed the same mapping is :func:`load_operators` of
+    every operator with inputs ``inputs`` (:meth:`take`), so that a planner that asks both maps the
+    model once (a mapping does not depend on the outputs asked: they are described at the end)."""
+
+    def __init__(self, data: bytes, inputs: list[int], *, batch: Optional[int] = 1,
+                 checked: Optional[vfy.Verified] = None, custom_ops: Optional[dict[str, tuple[str, int]]] = None,
+                 version: HalVersion = HalVersion.V1_3):
+        self.inputs = list(inputs)
+        self._shared = _subset_shared(data, batch, checked, custom_ops, version)
+        # NOTE: the model's inputs first, as load_operators makes them; a tensor written by no mapped operator
+        # (one whose writer failed) is taken as one more input
+        self._sub: Optional[_SubsetLoader] = _SubsetLoader(self._shared, None, self.inputs, [])
+        with np.errstate(all="ignore"):
+            self._sub.run()
+        # NOTE: failures inside a referenced subgraph are named "(subgraph N)": they are not main operators
+        self.failures = {i: r for i, n, r in self._shared.failures if i >= 0 and "(subgraph" not in n}
+
+    def take(self, operators: list[int], inputs: list[int],
+             outputs: list[int]) -> Optional[tuple[hal.Model, IODescription]]:
+        """``load_operators(data, operators, inputs, outputs)`` (same file, batch, version, custom
+        operators) from this mapping, when it is that one: every operator of the main subgraph, the
+        inputs given here, nothing failed; once (the model is the caller's). None otherwise."""
+        sub = self._sub
+        if sub is None or self._shared.failures or list(inputs) != self.inputs or sub.inputs != self.inputs \
+                or list(operators) != list(range(len(sub.sg.operators or []))):
+            return None
+        self._sub = None
+        sub.outputs = list(outputs)
+        with np.errstate(all="ignore"):
+            return self._shared.finish(sub)
 
 
 class _SubsetLoader(_Loader):

@@ -33,7 +33,9 @@ The first problem found raises :class:`~nnhal.tflite.errors.InvalidModelError` n
 
 The schema's shape (field slots and kinds per table) is read from the generated module itself by
 calling each accessor on a recording stand-in for its flatbuffers table, so the check follows the
-installed schema version.
+installed schema version.  The same shape reads a checked file into the object API's classes
+(:func:`unpack`: what ``ModelT.InitFromPackedBuf`` makes, without its three flatbuffers calls per
+field) and writes one back (:func:`pack`: what ``ModelT.Pack`` through a ``Builder`` writes, as read).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Optional
+
+import numpy as np
 
 from nnhal.tflite import graphcheck
 from nnhal.tflite import schema as sch
@@ -85,6 +89,7 @@ class Field:
     size: int = 0  # scalar / vector element size
     table: str = ""  # table / tables: the table's class name
     union: str = ""  # union: the union enum's name
+    flags: Any = field(default=None, compare=False)  # scalar / vector: the flatbuffers number type read
 
 
 class _Probe:
@@ -96,6 +101,7 @@ class _Probe:
     def __init__(self) -> None:
         self.slot = 0
         self.ops: list[tuple[str, int]] = []
+        self.flags: Any = None
 
     def Offset(self, n: int) -> int:  # noqa: N802 - the flatbuffers API
         self.slot = n
@@ -103,6 +109,7 @@ class _Probe:
 
     def Get(self, flags: Any, off: int) -> int:  # noqa: N802
         self.ops.append(("get", flags.bytewidth))
+        self.flags = flags
         return 0
 
     def Vector(self, off: int) -> int:  # noqa: N802
@@ -125,6 +132,16 @@ class _Probe:
 
 
 _SKIP = re.compile(r"(Length|IsNone|AsNumpy|BufferHasIdentifier)$|^(GetRootAs|Init$)")
+_HELPER = re.compile(r"(Length|IsNone|AsNumpy)$")
+
+
+def _skipped(cls: Any, meth: str) -> bool:
+    """Whether method ``meth`` of a generated table class is no field accessor: a vector's helper
+    (``XLength``, ``XIsNone``, ``XAsNumpy`` beside ``X``; a field named ``length`` stays a field)."""
+    m = _HELPER.search(meth)
+    if m is not None:
+        return meth[: m.start()] in vars(cls)
+    return _SKIP.search(meth) is not None
 
 
 def _is_table(cls: Any) -> bool:
@@ -146,7 +163,7 @@ def schema_shape() -> Schema:
     for name, cls in classes.items():
         fields = []
         for meth, fn in vars(cls).items():
-            if meth.startswith("_") or _SKIP.search(meth) or not callable(fn):
+            if meth.startswith("_") or _skipped(cls, meth) or not callable(fn):
                 continue
             code = getattr(fn, "__code__", None)
             nparams = code.co_argcount if code is not None else len(inspect.signature(fn).parameters)
@@ -159,9 +176,9 @@ def schema_shape() -> Schema:
             ops = [k for k, _ in probe.ops]
             sub = type(res).__name__ if _is_table(type(res)) else ""
             if ops == ["get"]:
-                f = Field(meth, probe.slot, "scalar", size=probe.ops[0][1])
+                f = Field(meth, probe.slot, "scalar", size=probe.ops[0][1], flags=probe.flags)
             elif ops == ["vector", "get"]:
-                f = Field(meth, probe.slot, "vector", size=probe.ops[1][1])
+                f = Field(meth, probe.slot, "vector", size=probe.ops[1][1], flags=probe.flags)
             elif ops == ["indirect"] and sub:
                 f = Field(meth, probe.slot, "table", table=sub)
             elif ops == ["vector", "indirect"] and sub:
@@ -360,6 +377,245 @@ def layout(data: bytes) -> list[tuple[str, int, int]]:
     return out
 
 
+# --------------------------------------------------------------------------- unpacking a checked file
+
+_SCALAR, _VECTOR, _TABLE, _TABLES, _STRING, _STRINGS, _UNION = range(7)
+_KINDS = {"scalar": _SCALAR, "vector": _VECTOR, "table": _TABLE, "tables": _TABLES, "string": _STRING,
+          "strings": _STRINGS, "union": _UNION}
+
+
+@lru_cache(maxsize=1)
+def unpack_plans() -> Optional[dict[str, tuple[Any, dict, tuple]]]:
+    """Per table of the schema: its object-API class, the attributes a fresh one holds, and per field in
+    slot order ``(attribute, slot, kind, what to read it with)``; None when the installed object API does
+    not have the shape of :func:`schema_shape` (then :func:`unpack` is the object API's own unpacking)."""
+    from flatbuffers import number_types  # type: ignore[import-not-found]
+
+    s = sch.schema()
+    sc = schema_shape()
+    plans: dict[str, tuple[Any, dict, tuple]] = {}
+    for name, fields in sc.tables.items():
+        cls = getattr(s, name + "T", None)
+        if cls is None:
+            continue
+        defaults = vars(cls())
+        if any(not isinstance(v, (int, float, bool, type(None))) for v in defaults.values()):
+            return None
+        attrs = {a.lower(): a for a in defaults}
+        out, seen = [], set()
+        for f in fields:
+            attr = attrs.get(f.name.lower())
+            if attr is None:
+                return None
+            seen.add(attr)
+            kind = _KINDS[f.kind]
+            arg: Any = None
+            if kind == _SCALAR:
+                arg = f.flags.packer_type
+            elif kind == _VECTOR:
+                arg = number_types.to_numpy_type(f.flags)
+            elif kind in (_TABLE, _TABLES):
+                arg = f.table
+            elif kind == _UNION:
+                tattr = attrs.get(f.name.lower() + "type")
+                tslot = [g.slot for g in fields if g.name.lower() == f.name.lower() + "type"]
+                if tattr is None or tslot != [f.slot - 2]:  # NOTE: the type field is read first, in slot order
+                    return None
+                arg = (tattr, sc.unions[f.union])
+            out.append((attr, f.slot, kind, arg))
+        if seen != set(defaults):
+            return None
+        plans[name] = (cls, defaults, tuple(out))
+    return plans if "Model" in plans else None
+
+
+_VTABLES: dict[int, struct.Struct] = {}
+
+
+def unpack(data: bytes) -> Any:
+    """The ``ModelT`` (object API) of a file :func:`verify`'s structural walk accepted: the same objects,
+    field for field, as the object API's ``ModelT.InitFromPackedBuf`` makes (numeric vectors as numpy
+    views of ``data``, strings as bytes, union members as their tables), read straight from the bytes
+    with one ``struct`` call per vtable (the object API reads each field through three flatbuffers
+    calls: ~10 ms of a 140-operator model's plan, this ~2 ms).  Unchecked bytes must not come here: it
+    relies on the walk's bounds."""
+    plans = unpack_plans()
+    if plans is None:  # pragma: no cover - an object API of another shape
+        return sch.read_model(data)
+    d = data if isinstance(data, bytes) else bytearray(data)
+    return _table(d, plans, "Model", _U32.unpack_from(d, 0)[0])
+
+
+def _table(d: Any, plans: dict, name: str, pos: int) -> Any:
+    cls, defaults, fields = plans[name]
+    obj = cls.__new__(cls)
+    od = obj.__dict__
+    od.update(defaults)
+    vt = pos - _I32.unpack_from(d, pos)[0]
+    vsize = _U16.unpack_from(d, vt)[0]
+    vst = _VTABLES.get(vsize)
+    if vst is None:
+        vst = _VTABLES[vsize] = struct.Struct(f"<{vsize // 2}H")
+    entries = vst.unpack_from(d, vt)
+    n = len(entries)
+    for attr, slot, kind, arg in fields:
+        i = slot >> 1
+        if i >= n:
+            break
+        fo = entries[i]
+        if not fo:
+            continue
+        p = pos + fo
+        if kind == _SCALAR:
+            od[attr] = arg.unpack_from(d, p)[0]
+            continue
+        t = p + _U32.unpack_from(d, p)[0]
+        if kind == _VECTOR:
+            od[attr] = np.frombuffer(d, arg, _U32.unpack_from(d, t)[0], t + 4)
+        elif kind == _TABLE:
+            od[attr] = _table(d, plans, arg, t)
+        elif kind == _TABLES:
+            k = _U32.unpack_from(d, t)[0]
+            od[attr] = [_table(d, plans, arg, e + o) for e, o in
+                        zip(range(t + 4, t + 4 + 4 * k, 4), struct.unpack_from(f"<{k}I", d, t + 4))]
+        elif kind == _STRING:
+            od[attr] = bytes(d[t + 4: t + 4 + _U32.unpack_from(d, t)[0]])
+        elif kind == _STRINGS:
+            k = _U32.unpack_from(d, t)[0]
+            out = []
+            for e, o in zip(range(t + 4, t + 4 + 4 * k, 4), struct.unpack_from(f"<{k}I", d, t + 4)):
+                e += o
+                out.append(bytes(d[e + 4: e + 4 + _U32.unpack_from(d, e)[0]]))
+            od[attr] = out
+        else:  # NOTE: a union: its member's table when the type field (an earlier slot) names one
+            tattr, members = arg
+            member = members.get(od[tattr])
+            od[attr] = None if member is None else _table(d, plans, member, t)
+    return obj
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def pack(model: Any) -> bytes:
+    """The bytes of a .tflite file from a ``ModelT`` (object API): what ``model.Pack`` through a
+    flatbuffers ``Builder`` writes (:func:`nnhal.tflite.schema.write_model`), as :func:`unpack` and
+    LiteRT read it, written front to back by the plans of :func:`unpack_plans` (a referenced object
+    always after its referrer: every offset forward; each field aligned to its size, each vector's
+    elements to theirs; fields at their defaults left out, as ``Pack`` does; vtables not shared).
+    A few times faster than the Builder's per-field calls (a 180-tensor model: ~6 ms there)."""
+    plans = _pack_plans()
+    if plans is None:  # pragma: no cover - an object API of another shape
+        return sch.write_model(model)
+    w = _Packer(plans)
+    w.chunks.append(b"\0\0\0\0TFL3")
+    w.size = 8
+    todo: list[tuple[int, int, Any, Any]] = [(0, _TABLE, None, model)]  # (where its offset goes, kind, arg, value)
+    k = 0
+    while k < len(todo):
+        ref, kind, arg, v = todo[k]
+        k += 1
+        if kind == _TABLE:
+            at = w.table(v, todo)
+        elif kind == _VECTOR:  # NOTE: its elements aligned to their size
+            a = np.ascontiguousarray(np.asarray(v, dtype=arg))
+            at = w.pad(max(4, a.itemsize), 4)
+            w.put(_U32.pack(a.size))
+            w.put(memoryview(a.reshape(-1).view(np.uint8)))  # NOTE: copied once, by the join below
+        elif kind == _TABLES:
+            at = w.pad(4, 0)
+            w.put(_U32.pack(len(v)))
+            for i, e in enumerate(v):
+                todo.append((at + 4 + 4 * i, _TABLE, None, e))
+            w.put(bytes(4 * len(v)))
+        elif kind == _STRINGS:  # pragma: no cover - no TFLite table has a vector of strings
+            raise ValueError("a vector of strings: not written")
+        else:  # a string
+            raw = v.encode() if isinstance(v, str) else bytes(v)
+            at = w.pad(4, 0)
+            w.put(_U32.pack(len(raw)) + raw + b"\0")
+        w.offsets.append((ref, at - ref))
+    w.pad(16, 0)
+    out = bytearray().join(w.chunks)
+    for ref, off in w.offsets:
+        _U32.pack_into(out, ref, off)
+    return bytes(out)
+
+
+@lru_cache(maxsize=1)
+def _pack_plans() -> Optional[dict[type, tuple]]:
+    """Per object-API class: its fields widest first ``(attribute, vtable entry, kind, arg, default,
+    inline size)``, and its vtable's entry count."""
+    plans = unpack_plans()
+    if plans is None:  # pragma: no cover
+        return None
+    out = {}
+    for cls, defaults, fields in plans.values():
+        rows = []
+        for attr, slot, kind, arg in fields:
+            size = arg.size if kind == _SCALAR else 4
+            rows.append((attr, slot >> 1, _TABLE if kind == _UNION else kind, arg, defaults[attr], size))
+        rows.sort(key=lambda r: -r[5])
+        out[cls] = (tuple(rows), max((r[1] for r in rows), default=1) + 1)
+    return out
+
+
+class _Packer:
+    def __init__(self, plans: dict):
+        self.plans = plans
+        self.chunks: list = []
+        self.size = 0
+        self.offsets: list[tuple[int, int]] = []
+
+    def put(self, b: Any) -> None:
+        self.chunks.append(b)
+        self.size += len(b)
+
+    def pad(self, align: int, before: int) -> int:
+        """Pads so that ``before`` bytes on the position is aligned to ``align``; the position."""
+        n = -(self.size + before) % align
+        if n:
+            self.put(bytes(n))
+        return self.size
+
+    def table(self, obj: Any, todo: list) -> int:
+        rows, nslots = self.plans[type(obj)]
+        od = obj.__dict__
+        present = []
+        top = 1
+        for row in rows:
+            v = od.get(row[0])
+            if v is None or (row[2] == _SCALAR and v == row[4]):
+                continue
+            present.append((row, v))
+            if row[1] > top:
+                top = row[1]
+        vt = self.pad(2, 0)
+        n = top + 1
+        table = vt + 2 * n
+        table += -table % 4
+        entries = [0] * n
+        at = table + 4
+        inline = []
+        for row, v in present:
+            size = row[5]
+            at += -at % size  # NOTE: widest first: aligned where it lands in the file
+            entries[row[1]] = at - table
+            inline.append((at, row, v))
+            at += size
+        entries[0], entries[1] = 2 * n, at - table
+        b = bytearray(at - vt)
+        struct.pack_into(f"<{n}H", b, 0, *entries)
+        _I32.pack_into(b, table - vt, table - vt)
+        for p, row, v in inline:
+            if row[2] == _SCALAR:
+                row[3].pack_into(b, p - vt, v)
+            else:
+                todo.append((p, row[2], row[3], v))
+        self.put(b)
+        return table
+
+
 # --------------------------------------------------------------------------- semantic checks
 
 
@@ -371,7 +627,21 @@ class Verified:
 
 
 def _ints(v: Any) -> list[int]:
-    return [] if v is None else [int(x) for x in v]
+    return [] if v is None else int_list(v)
+
+
+def int_list(v: Any) -> list[int]:
+    """``[int(x) for x in v]`` of a schema vector (an integer numpy array as unpacked: one ``tolist``)."""
+    if isinstance(v, np.ndarray) and v.dtype.kind in "iu":
+        return v.tolist()
+    return [int(x) for x in v]
+
+
+def float_list(v: Any) -> list[float]:
+    """``[float(x) for x in v]`` of a schema vector (a float numpy array as unpacked: one ``tolist``)."""
+    if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+        return v.tolist()
+    return [float(x) for x in v]
 
 
 def nbytes(shape: list[int], itemsize: int, batch: Optional[int]) -> int:
@@ -388,7 +658,7 @@ def verify(data: bytes, *, max_bytes: Optional[int] = None, batch: Optional[int]
         raise InvalidModelError("not a TFLite flatbuffer (file identifier TFL3 missing)"
                                 if len(data) >= 8 else f"file truncated: {len(data)} bytes, not even a header")
     _Walk(data, max_bytes=max_bytes).run()
-    m = sch.read_model(data)
+    m = unpack(data)
     order = _semantic(m, data, max_bytes, batch)
     return Verified(m, order, max_bytes)
 
@@ -474,14 +744,13 @@ def _check_quant(ten: Any, t: int, where: str, shape: list[int]) -> None:
     q = ten.quantization
     if q is None:
         return
-    scales = [] if q.scale is None else list(q.scale)
-    if scales and q.zeroPoint is not None and len(q.zeroPoint) != len(scales):
-        zps = list(q.zeroPoint)
-        raise InvalidModelError(f"tensor {t}{where} has {len(scales)} scales and {len(zps)} zero points")
-    if len(scales) > 1:
+    n = 0 if q.scale is None else len(q.scale)
+    if n and q.zeroPoint is not None and len(q.zeroPoint) != n:
+        raise InvalidModelError(f"tensor {t}{where} has {n} scales and {len(q.zeroPoint)} zero points")
+    if n > 1:
         qd = int(q.quantizedDimension)
-        if not 0 <= qd < len(shape) or shape[qd] not in (-1, len(scales)):
-            raise InvalidModelError(f"tensor {t}{where} of shape {shape} has {len(scales)} per-channel scales on "
+        if not 0 <= qd < len(shape) or shape[qd] not in (-1, n):
+            raise InvalidModelError(f"tensor {t}{where} of shape {shape} has {n} per-channel scales on "
                                     f"axis {qd}")
 
 

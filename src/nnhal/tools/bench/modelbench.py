@@ -81,6 +81,7 @@ def warm_imports(open_devices: Callable[[], Any]) -> dict[str, float]:
 
     schema.schema()
     verify.schema_shape()
+    verify.unpack_plans()
     open_devices()
     # NOTE: the objects made so far (modules, tables) live as long as the process: the garbage collector
     # need not walk them again at every full collection (a first init paid one, ~20 ms)
