@@ -6,6 +6,7 @@ compilation cache, and safe to run from several threads at once."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -372,13 +373,13 @@ def test_threshold_search_chooses_as_candidate_by_candidate(monkeypatch):
             fell_back.append(len(todo))  # NOTE: thresholds the float32 sums could not confirm
         return each(groups, todo, *args)
 
-    def both(groups, todo, pts, thr, tau, m_near, c_near, corr32, pivot, cm, cc):
-        cm2, cc2 = cm.copy(), cc.copy()
-        left = fast(groups, todo, pts, thr, tau, m_near, c_near, corr32, pivot, cm, cc)
-        left2 = each(groups, todo, pts, thr, m_near, c_near, corr32, pivot, cm2, cc2)
+    def both(groups, todo, p, k):
+        k2 = dataclasses.replace(k, chosen_m=k.chosen_m.copy(), chosen_c=k.chosen_c.copy())
+        left = fast(groups, todo, p, k)
+        left2 = each(groups, todo, p, k2)
         assert np.array_equal(left, np.sort(left2))
-        assert np.array_equal(cm.view(np.uint32), cm2.view(np.uint32))
-        assert np.array_equal(cc.view(np.uint32), cc2.view(np.uint32))
+        assert np.array_equal(k.chosen_m.view(np.uint32), k2.chosen_m.view(np.uint32))
+        assert np.array_equal(k.chosen_c.view(np.uint32), k2.chosen_c.view(np.uint32))
         compared.append(len(todo))
         return left
 

@@ -26,7 +26,7 @@ Three phases, as in Android's ``OperationResolver``:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol, Sequence, Union
+from typing import Any, Callable, Generator, Optional, Protocol, Sequence, Union
 
 import numpy as np
 
@@ -310,6 +310,42 @@ class ExecContext:
         return OpExecutionError(f"{self.type.name}: {msg}")
 
 
+# A unit of prepare work an operation hands to the executor: ``function(items)`` does it for the items
+# (in place), and gives each the result it would get alone, whatever else is in the list
+PrepareJob = tuple[Callable[[list], None], list]
+
+
+def prepare_now(steps: Generator[PrepareJob, None, Any]) -> Any:
+    """The state a ``prepare_steps`` generator returns, its jobs run one by one as they come."""
+    try:
+        job = next(steps)
+        while True:
+            job[0](job[1])
+            job = steps.send(None)
+    except StopIteration as done:
+        return done.value
+
+
+def run_prepare_jobs(pending: dict[int, tuple[Generator[PrepareJob, None, Any], PrepareJob]]) -> dict[int, Any]:
+    """Drives several ``prepare_steps`` generators (``pending``: key -> (generator, the job it yielded
+    first)) to their states (key -> state): in rounds, each round's jobs of one function in one call."""
+    states: dict[int, Any] = {}
+    while pending:
+        by_fn: dict[Any, list] = {}
+        for _, (fn, items) in pending.values():
+            by_fn.setdefault(fn, []).extend(items)
+        for fn, items in by_fn.items():
+            fn(items)
+        nxt = {}
+        for key, (gen, _) in pending.items():
+            try:
+                nxt[key] = (gen, gen.send(None))
+            except StopIteration as done:
+                states[key] = done.value
+        pending = nxt
+    return states
+
+
 @dataclass
 class OpDef:
     """One operation: declared once, used by validation, the driver's
@@ -343,6 +379,12 @@ class OpDef:
     # outputs, and returns its own outputs; the executor runs it from its own stack (no
     # recursion, any nesting depth).  ``execute`` stays the form for any other runner.
     steps: Optional[Callable[[ExecContext], Any]] = None
+    # Prepare in rounds (optional, beside ``prepare``, which must give the same state): a generator
+    # ``prepare_steps(info)`` that yields jobs (``PrepareJob``: (function, items)), is sent None once the
+    # function has run on them, and returns the state.  The executor runs the jobs of every operation of a
+    # subgraph that share a function in one call (:func:`run_prepare_jobs`): a model's requantization
+    # searches in one numpy pass instead of one per layer.
+    prepare_steps: Optional[Callable[[OpInfo], Generator[PrepareJob, None, Any]]] = None
     # Outputs may have unknown (0) dimensions in the model (dynamic shapes).  All
     # ops allow it since HAL 1.2; IF / WHILE / control flow handle their own.
     name: str = field(default="")
