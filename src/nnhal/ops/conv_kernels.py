@@ -468,8 +468,10 @@ class _Points:
         """The points of channels ``chans`` (of a batch of ``nch``)."""
         member = np.zeros(nch, bool)
         member[chans] = True
-        sel = member[self.pc]
-        return _Points(self.pc[sel], self.pts[:, sel], self.thr[:, sel], self.tau[:, sel])
+        sel = np.flatnonzero(member[self.pc])
+        thr = self.thr.take(sel, axis=1)
+        return _Points(self.pc.take(sel), self.pts.take(sel, axis=1), thr,
+                       thr if self.tau is self.thr else self.tau.take(sel, axis=1))
 
 
 @dataclass
@@ -566,6 +568,15 @@ def next_up32(c: np.ndarray) -> np.ndarray:
     return (b + ((b >> 31) | 1)).view(np.float32)
 
 
+def _up32(c: np.ndarray) -> np.ndarray:
+    """:func:`next_up32` of finite float32 values (no check)."""
+    b = np.add(c, np.float32(0.0), dtype=np.float32).view(np.int32)
+    s = b >> 31
+    s |= 1
+    s += b
+    return s.view(np.float32)
+
+
 def next_down32(c: np.ndarray) -> np.ndarray:
     """``np.nextafter(c, -inf)`` for float32 ``c``, the same bits: -next_up32(-c)."""
     return np.negative(next_up32(np.negative(c)))
@@ -584,12 +595,13 @@ def _c_thresholds(p: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarra
     t64 = t32.astype(np.float64)
     y = t64 - (t64 - next_down32(t32)) / 2 - p
     c = y.astype(np.float32)
-    c = np.where(c < y, next_up32(c), c)
+    # NOTE: c and the values below are finite (p is, tau's infinities were replaced): steps by _up32
+    c = np.where(c < y, _up32(c), c)
     # NOTE: the float32 sums decide: c must reach tau, the float below it must not
-    c = np.where(p + c < t32, next_up32(c), c)
-    below = next_down32(c)
+    c = np.where(p + c < t32, _up32(c), c)
+    below = -_up32(-c)
     c = np.where(p + below >= t32, below, c)
-    bad = unsure | (fin & ~((p + c >= t32) & (p + next_down32(c) < t32)))
+    bad = unsure | (fin & ~((p + c >= t32) & (p - _up32(-c) < t32)))
     return np.where(fin, c, tau).astype(np.float32), bad
 
 
@@ -897,16 +909,19 @@ def verify_f32_batch(items: Sequence[tuple["Requant", np.ndarray | None]]) -> No
     def per(vals: list, dtype: Any = np.int64) -> np.ndarray:
         return np.array(vals, dtype)[item]
 
-    q_eff = np.concatenate([rq.q_eff for rq, _ in rqs])
-    r = np.concatenate([rq.r for rq, _ in rqs])
-    bias = np.concatenate([rq.bias for rq, _ in rqs])
-    vneg = np.concatenate([rq.vneg for rq, _ in rqs])
+    def cat(arrays: list) -> np.ndarray:
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+    q_eff = cat([rq.q_eff for rq, _ in rqs])
+    r = cat([rq.r for rq, _ in rqs])
+    bias = cat([rq.bias for rq, _ in rqs])
+    vneg = cat([rq.vneg for rq, _ in rqs])
     zp = per([rq.zp for rq, _ in rqs])
     sh = per([128 if rq.out_dtype == np.int8 else 0 for rq, _ in rqs])
     lo, hi = per([rq.lo for rq, _ in rqs]), per([rq.hi for rq, _ in rqs])
     stage = per([rq.need_corr for rq, _ in rqs], bool)
     bounded = per([bound is not None for _, bound in rqs], bool)
-    lim = np.concatenate([np.full(rq.q.shape[0], F32_EXACT - 16, np.int64) if bound is None
+    lim = cat([np.full(rq.q.shape[0], F32_EXACT - 16, np.int64) if bound is None
                           else bound.astype(np.int64) for rq, bound in rqs])
     m = q_eff.astype(np.float64) * np.exp2(-(31.0 + r))
     # NOTE: a layer with a multiplier out of the search's range or a huge bias is not searched
@@ -917,9 +932,10 @@ def verify_f32_batch(items: Sequence[tuple["Requant", np.ndarray | None]]) -> No
     levels = lo[:, None] + 1 + np.arange(int(nlev.max(initial=0)))  # [channel, level]: lo+1 .. hi
     valid = np.arange(levels.shape[1]) < nlev[:, None]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        dist, far = _step_distances(m, c, r, levels, zp, sh, stage)
-    # NOTE: without a bound every step must lie inside (-2^24, 2^24)
-    dead |= np.logical_or.reduceat((far & valid).any(axis=1), starts) & ~bounded[starts]
+        dist, far = _step_distances(m, c, r, levels, zp, sh, stage, not bounded.all())
+    if far is not None:
+        # NOTE: without a bound every step must lie inside (-2^24, 2^24)
+        dead |= np.logical_or.reduceat((far & valid).any(axis=1), starts) & ~bounded[starts]
     corr32 = None
     if stage.any():
         corr32 = np.where(stage, -np.where(r > 0, np.exp2(-r.astype(np.float64)), 0.0), 0.0).astype(np.float32)
@@ -965,9 +981,10 @@ def verify_f32_batch(items: Sequence[tuple["Requant", np.ndarray | None]]) -> No
 
 
 def _step_distances(m: np.ndarray, c: np.ndarray, r: np.ndarray, levels: np.ndarray, zp: np.ndarray,
-                    sh: np.ndarray, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                    sh: np.ndarray, stage: np.ndarray, check_far: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """[channel, level]: how far (in output units) the exact step's real position acc* lies from the
-    nearest integer, times m; and whether it lies outside (-2^24, 2^24) (fatal without a bound).
+    nearest integer, times m; and (``check_far``) whether it lies outside (-2^24, 2^24) (fatal without a
+    bound).
 
     The exact output is floor(g(acc)), g = acc * m + c (c exact, in the shifted output units), less 2^-r
     where a negative tie applies (r > 0 and acc * m + c < zp + 1/2, the float32 path's stage); the step
@@ -984,9 +1001,11 @@ def _step_distances(m: np.ndarray, c: np.ndarray, r: np.ndarray, levels: np.ndar
     if stage.any():
         np.add(y, (np.where(r > 0, np.exp2(-r.astype(np.float64)), 0.0) * inv)[:, None], out=y,
                where=stage[:, None] & (levels <= zp[:, None]))
-    far = ~(np.abs(y) < F32_EXACT - 18)
-    f = y - np.floor(y)
-    np.minimum(f, 1.0 - f, out=f)
+    far = ~(np.abs(y) < F32_EXACT - 18) if check_far else None
+    f = np.floor(y)
+    np.subtract(y, f, out=f)
+    np.subtract(1.0, f, out=y)
+    np.minimum(f, y, out=f)
     f *= m[:, None]
     f[(m > 1) | ((r == 1) & stage)] = 0.0
     return f, far
@@ -1029,11 +1048,19 @@ def _points(todo: np.ndarray, unsure: np.ndarray, levels: np.ndarray, args: tupl
     if corr32 is None:
         return _Points(ci, pts, thr, thr)
     # NOTE: the thresholds of the value before the negative-tie stage: at and above the pivot the stage
-    # leaves it alone
+    # leaves it alone.  A function of the level and of the channel's (-2^-r, pivot) alone: one table per
+    # distinct pair (a handful), then gathered
     low = np.flatnonzero(stage[ci] & (ks < pivot[ci]))
     t = want.copy()
-    cl = ci[low]
-    t[low] = _stage_thresholds(ks[low].astype(np.float64), corr32[cl], pivot[cl])
+    if low.size:
+        kl = ks[low]
+        # NOTE: pivot = zp + sh + 1 lies in [1, 2^9): the pair as one integer key per channel
+        key = (corr32.view(np.uint32).astype(np.int64) << 16) + pivot.astype(np.int64)
+        _, rep, which = np.unique(key, return_index=True, return_inverse=True)  # NOTE: rep: a channel of each
+        k0 = int(kl.min())
+        table = _stage_thresholds(np.arange(k0, int(kl.max()) + 1, dtype=np.float64)[None, :],
+                                  corr32[rep][:, None], pivot[rep][:, None])
+        t[low] = table[which[ci[low]], kl - k0]
     tau = np.empty_like(thr)
     tau[0] = np.where(steps > -b, t, inf)
     tau[1] = np.where(steps <= b, t, -inf)
