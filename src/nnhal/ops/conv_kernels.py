@@ -929,13 +929,12 @@ def verify_f32_batch(items: Sequence[tuple["Requant", np.ndarray | None]]) -> No
     c = bias.astype(np.float64) * m + 0.5 + np.where(r > 0, np.exp2(-(r + 1.0)), 0.0) + zp.astype(np.float64) \
         + sh.astype(np.float64)
     nlev = np.maximum(hi - lo, 0)
-    levels = lo[:, None] + 1 + np.arange(int(nlev.max(initial=0)))  # [channel, level]: lo+1 .. hi
-    valid = np.arange(levels.shape[1]) < nlev[:, None]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        dist, far = _step_distances(m, c, r, levels, zp, sh, stage, not bounded.all())
+        # NOTE: [channel, j] stands for level lo + 1 + j (up to hi; beyond, the distance is inf: never checked)
+        dist, far = _step_distances(m, c, r, lo, nlev, zp, sh, stage, not bounded.all())
     if far is not None:
         # NOTE: without a bound every step must lie inside (-2^24, 2^24)
-        dead |= np.logical_or.reduceat((far & valid).any(axis=1), starts) & ~bounded[starts]
+        dead |= np.logical_or.reduceat(far, starts) & ~bounded[starts]
     corr32 = None
     if stage.any():
         corr32 = np.where(stage, -np.where(r > 0, np.exp2(-r.astype(np.float64)), 0.0), 0.0).astype(np.float32)
@@ -957,8 +956,8 @@ def verify_f32_batch(items: Sequence[tuple["Requant", np.ndarray | None]]) -> No
             few = (np.bincount(item[todo], minlength=len(rqs)) <= 8)[item[todo]]
             rest, todo = todo[~few], todo[few]
         if todo.size:
-            unsure = _uncertain(dist[todo], m[todo], c[todo], kmax[todo], cap) & valid[todo]
-            todo = _search(groups, todo, _points(todo, unsure, levels, step_args), k)
+            unsure = _uncertain(dist[todo], m[todo], c[todo], kmax[todo], cap)
+            todo = _search(groups, todo, _points(todo, unsure, step_args), k)
         todo = np.sort(np.concatenate([rest, todo])) if rest.size else todo
     left = np.split(todo - starts[item[todo]], np.searchsorted(item[todo], np.arange(1, len(rqs))))
     for i, (rq, _) in enumerate(rqs):
@@ -980,8 +979,9 @@ def verify_f32_batch(items: Sequence[tuple["Requant", np.ndarray | None]]) -> No
                   k.pivot[starts[i]])
 
 
-def _step_distances(m: np.ndarray, c: np.ndarray, r: np.ndarray, levels: np.ndarray, zp: np.ndarray,
-                    sh: np.ndarray, stage: np.ndarray, check_far: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def _step_distances(m: np.ndarray, c: np.ndarray, r: np.ndarray, lo: np.ndarray, nlev: np.ndarray,
+                    zp: np.ndarray, sh: np.ndarray, stage: np.ndarray,
+                    check_far: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """[channel, level]: how far (in output units) the exact step's real position acc* lies from the
     nearest integer, times m; and (``check_far``) whether it lies outside (-2^24, 2^24) (fatal without a
     bound).
@@ -994,20 +994,24 @@ def _step_distances(m: np.ndarray, c: np.ndarray, r: np.ndarray, levels: np.ndar
     just before.  The float64 error of the distances is below 2^-45 (|k| + |c| + 2) (see
     :func:`_uncertain`).  Channels with m > 1, or r == 1 with the stage, get distance 0 (every level
     checked)."""
-    kk = (levels + sh[:, None]).astype(np.float64)
+    j = np.arange(int(nlev.max(initial=0)))
+    y = (lo + 1 + sh).astype(np.float64)[:, None] + j  # NOTE: the levels (exact integers), shifted
     inv = 1.0 / m
-    y = inv[:, None] * kk
+    y *= inv[:, None]
     y -= (c * inv)[:, None]
     if stage.any():
         np.add(y, (np.where(r > 0, np.exp2(-r.astype(np.float64)), 0.0) * inv)[:, None], out=y,
-               where=stage[:, None] & (levels <= zp[:, None]))
-    far = ~(np.abs(y) < F32_EXACT - 18) if check_far else None
+               where=stage[:, None] & (j <= (zp - lo - 1)[:, None]))
+    valid = j < nlev[:, None]
+    far = (~(np.abs(y) < F32_EXACT - 18) & valid).any(axis=1) if check_far else None
     f = np.floor(y)
     np.subtract(y, f, out=f)
     np.subtract(1.0, f, out=y)
     np.minimum(f, y, out=f)
     f *= m[:, None]
     f[(m > 1) | ((r == 1) & stage)] = 0.0
+    if not valid.all():
+        f[~valid] = np.inf
     return f, far
 
 
@@ -1025,7 +1029,7 @@ def _uncertain(dist: np.ndarray, m: np.ndarray, c: np.ndarray, kmax: np.ndarray,
     return dist <= err[:, None]
 
 
-def _points(todo: np.ndarray, unsure: np.ndarray, levels: np.ndarray, args: tuple) -> _Points:
+def _points(todo: np.ndarray, unsure: np.ndarray, args: tuple) -> _Points:
     """The checks of channels ``todo`` at their ``unsure`` levels ([channel, level]): the exact steps (in
     int64, :func:`exact_steps`) clipped to the channel's accumulator interval [-lim, lim]; a step outside
     it gives no condition (+-inf).  ``args``: the batch's per-channel (q_eff, r, bias, vneg, zp, sh, lo,
@@ -1033,7 +1037,7 @@ def _points(todo: np.ndarray, unsure: np.ndarray, levels: np.ndarray, args: tupl
     q_eff, r, bias, vneg, zp, sh, lo, lim, stage, corr32, pivot = args
     ri, li = np.nonzero(unsure)
     ci = todo[ri]
-    k = levels[ci, li]
+    k = lo[ci] + 1 + li
     steps = exact_steps(q_eff[ci], r[ci], bias[ci], k - zp[ci], vneg[ci])
     b = lim[ci]
     pts = np.empty((2, ci.size), np.float32)
