@@ -476,8 +476,9 @@ def _bounded_requant(rq: ck.Requant, bound: np.ndarray) -> Generator[PrepareJob,
     pivot = np.float32(rq.zp + sh + 1)
     sub = None
     if live.size:
-        sub = ck.Requant(q=rq.q[live], shift=rq.shift[live], bias=rq.bias[live], zp=rq.zp, lo=rq.lo, hi=rq.hi,
-                         out_dtype=rq.out_dtype)
+        sub = rq.fresh() if live.size == nc else ck.Requant(
+            q=rq.q[live], shift=rq.shift[live], bias=rq.bias[live], zp=rq.zp, lo=rq.lo, hi=rq.hi,
+            out_dtype=rq.out_dtype)
         yield ck.verify_f32_batch, [(sub, bound[live])]
         if sub.f32 is None:
             return None
@@ -486,7 +487,7 @@ def _bounded_requant(rq: ck.Requant, bound: np.ndarray) -> Generator[PrepareJob,
         if scorr is not None:
             corr32 = np.zeros(nc, np.float32)  # NOTE: a constant channel's stage adds clip(., 0, 0) = 0
             corr32[live] = scorr
-    out = ck.Requant(q=rq.q, shift=rq.shift, bias=rq.bias, zp=rq.zp, lo=rq.lo, hi=rq.hi, out_dtype=rq.out_dtype)
+    out = rq.fresh()
     out.f32 = (m32, c32, sh, corr32, pivot)
     if sub is not None and sub.f32_fix is not None:
         # NOTE: the live channels without a float32 fit, redone exactly (their Requant as the search made it)

@@ -32,6 +32,7 @@ already overloaded.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import threading
@@ -708,6 +709,15 @@ class Requant:
         self.f32_fix: tuple | None = None  # (channels, Requant) redone after the float32 path
         if self.fast32:
             self._verify_f32()
+
+    def fresh(self) -> "Requant":
+        """This requantization as a new Requant of the same parameters builds it, without the float32
+        search's result: the derived constants shared (read-only), not computed again; a memo of its
+        own."""
+        out = copy.copy(self)
+        out.tiled = memo.Memo(16)
+        out.fast32, out.f32, out.f32_fix = False, None, None
+        return out
 
     def _verify_f32(self, bound: np.ndarray | None = None) -> None:
         """Find float32 (m32, c32) per channel such that the float32 path's
