@@ -537,3 +537,16 @@ def test_prepare_jobs_of_several_layers_give_the_states_of_each_alone():
             assert _choice(rq) == _choice(batched[k].bounded[key])
             compared += rq.f32 is not None
     assert compared > 4
+
+
+@pytest.mark.parametrize("cout", [1, 15, 16, 37])
+def test_float_filter_matrix_is_the_transpose(cout):
+    """The float CONV_2D / FULLY_CONNECTED weights laid out for the GEMM ([K, Cout], copied in blocks of
+    16 output channels) are the transpose, contiguous, bit for bit."""
+    from nnhal.ops import conv as cv
+
+    w = rng.standard_normal((cout, 3, 2, 5)).astype(np.float32)
+    for form, src in ((cv.CONV, w), (cv.FC, w.reshape(cout, -1))):
+        m = cv._filter_matrix(form, src, 0, False, 1)
+        assert m.flags.c_contiguous
+        np.testing.assert_array_equal(m.view(np.uint32), np.ascontiguousarray(src.reshape(cout, -1).T).view(np.uint32))
