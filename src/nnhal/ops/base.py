@@ -317,32 +317,41 @@ PrepareJob = tuple[Callable[[list], None], list]
 
 def prepare_now(steps: Generator[PrepareJob, None, Any]) -> Any:
     """The state a ``prepare_steps`` generator returns, its jobs run one by one as they come."""
-    try:
-        job = next(steps)
-        while True:
-            job[0](job[1])
-            job = steps.send(None)
-    except StopIteration as done:
-        return done.value
+    return run_prepare_jobs({0: (steps, None)})[0]
 
 
-def run_prepare_jobs(pending: dict[int, tuple[Generator[PrepareJob, None, Any], PrepareJob]]) -> dict[int, Any]:
+def run_prepare_jobs(pending: dict[Any, tuple[Generator[PrepareJob, None, Any], Optional[PrepareJob]]]) -> dict:
     """Drives several ``prepare_steps`` generators (``pending``: key -> (generator, the job it yielded
-    first)) to their states (key -> state): in rounds, each round's jobs of one function in one call."""
-    states: dict[int, Any] = {}
-    while pending:
-        by_fn: dict[Any, list] = {}
-        for _, (fn, items) in pending.values():
-            by_fn.setdefault(fn, []).extend(items)
-        for fn, items in by_fn.items():
-            fn(items)
-        nxt = {}
-        for key, (gen, _) in pending.items():
+    first, or None: not started)) to their states (key -> state): in rounds, each round's jobs of one
+    function in one call.  An exception of a job's function is raised inside the generators that gave
+    it (as if each had done the work itself: an operation's prepare handles its own errors)."""
+    states: dict = {}
+    jobs = {}
+    for key, (gen, job) in pending.items():
+        if job is None:
             try:
-                nxt[key] = (gen, gen.send(None))
+                job = next(gen)
             except StopIteration as done:
                 states[key] = done.value
-        pending = nxt
+                continue
+        jobs[key] = (gen, job)
+    while jobs:
+        by_fn: dict[Any, list] = {}
+        for key, (_, (fn, items)) in jobs.items():
+            by_fn.setdefault(fn, []).append((key, items))
+        errors: dict[Any, Exception] = {}
+        for fn, parts in by_fn.items():
+            try:
+                fn([item for _, items in parts for item in items])
+            except Exception as e:  # noqa: BLE001 - handed to the operations, which raise what they do not handle
+                errors.update((key, e) for key, _ in parts)
+        nxt = {}
+        for key, (gen, _) in jobs.items():
+            try:
+                nxt[key] = (gen, gen.throw(errors[key]) if key in errors else gen.send(None))
+            except StopIteration as done:
+                states[key] = done.value
+        jobs = nxt
     return states
 
 
