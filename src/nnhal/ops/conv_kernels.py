@@ -931,8 +931,8 @@ def verify_f32_batch(items: Sequence[tuple["Requant", np.ndarray | None]]) -> No
     lo, hi = per([rq.lo for rq, _ in rqs]), per([rq.hi for rq, _ in rqs])
     stage = per([rq.need_corr for rq, _ in rqs], bool)
     bounded = per([bound is not None for _, bound in rqs], bool)
-    lim = cat([np.full(rq.q.shape[0], F32_EXACT - 16, np.int64) if bound is None
-                          else bound.astype(np.int64) for rq, bound in rqs])
+    lim = cat([np.full(rq.q.shape[0], F32_EXACT - 16, np.int64) if bound is None else bound.astype(np.int64)
+               for rq, bound in rqs])
     m = q_eff.astype(np.float64) * np.exp2(-(31.0 + r))
     # NOTE: a layer with a multiplier out of the search's range or a huge bias is not searched
     dead = np.logical_or.reduceat((m <= 0) | (m > 1 << 16) | (np.abs(bias) >= 1 << 36), starts)
