@@ -31,6 +31,7 @@ from nnhal.ops.base import (
     OpInfo,
     OutputSpec,
     Tensor,
+    run_prepare_jobs,
 )
 from nnhal.ops.extension import operand_type
 from nnhal.ops.operands import constant_value as constant_value  # noqa: F401  (re-exported)
@@ -118,6 +119,7 @@ class _Graph:
                 release.setdefault(k, []).append(i)
         self.infos = [operand_info(o, self.constants.get(i)) for i, o in enumerate(sg.operands)]
         self.steps: list[_Step] = []
+        pending: dict[int, Any] = {}
         for k, op in enumerate(sg.operations):
             opdef = registry.find(op.type)
             if opdef is None:
@@ -133,6 +135,13 @@ class _Graph:
                         state = state.resolve(info)  # NOTE: what the cache rebuilds from the model's constants
                     except ValueError as e:
                         raise OpExecutionError(f"{opdef.name}: cached state: {e}") from None
+            elif opdef.prepare_steps is not None:
+                gen = opdef.prepare_steps(info)
+                try:
+                    pending[k] = (gen, next(gen))  # NOTE: finished below with the other operations' jobs
+                    state = None
+                except StopIteration as done:
+                    state = done.value
             else:
                 state = opdef.prepare(info) if opdef.prepare else None
             specs = [OutputSpec(type=operand_type(sg.operands[i].type), dimensions=tuple(sg.operands[i].dimensions),
@@ -147,6 +156,8 @@ class _Graph:
             step = _Step(op, opdef, state, specs, release.get(k, []), tmpl, [spec.dtype for spec in specs])
             self._plan_checks(step)
             self.steps.append(step)
+        for k, state in run_prepare_jobs(pending).items():
+            self.steps[k].state = state
 
     def _plan_checks(self, step: _Step) -> None:
         """Which of the generic run-time checks can fail for this step (the

@@ -26,7 +26,7 @@ Three phases, as in Android's ``OperationResolver``:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol, Sequence, Union
+from typing import Any, Callable, Generator, Optional, Protocol, Sequence, Union
 
 import numpy as np
 
@@ -310,6 +310,51 @@ class ExecContext:
         return OpExecutionError(f"{self.type.name}: {msg}")
 
 
+# A unit of prepare work an operation hands to the executor: ``function(items)`` does it for the items
+# (in place), and gives each the result it would get alone, whatever else is in the list
+PrepareJob = tuple[Callable[[list], None], list]
+
+
+def prepare_now(steps: Generator[PrepareJob, None, Any]) -> Any:
+    """The state a ``prepare_steps`` generator returns, its jobs run one by one as they come."""
+    return run_prepare_jobs({0: (steps, None)})[0]
+
+
+def run_prepare_jobs(pending: dict[Any, tuple[Generator[PrepareJob, None, Any], Optional[PrepareJob]]]) -> dict:
+    """Drives several ``prepare_steps`` generators (``pending``: key -> (generator, the job it yielded
+    first, or None: not started)) to their states (key -> state): in rounds, each round's jobs of one
+    function in one call.  An exception of a job's function is raised inside the generators that gave
+    it (as if each had done the work itself: an operation's prepare handles its own errors)."""
+    states: dict = {}
+    jobs = {}
+    for key, (gen, job) in pending.items():
+        if job is None:
+            try:
+                job = next(gen)
+            except StopIteration as done:
+                states[key] = done.value
+                continue
+        jobs[key] = (gen, job)
+    while jobs:
+        by_fn: dict[Any, list] = {}
+        for key, (_, (fn, items)) in jobs.items():
+            by_fn.setdefault(fn, []).append((key, items))
+        errors: dict[Any, Exception] = {}
+        for fn, parts in by_fn.items():
+            try:
+                fn([item for _, items in parts for item in items])
+            except Exception as e:  # noqa: BLE001 - handed to the operations, which raise what they do not handle
+                errors.update((key, e) for key, _ in parts)
+        nxt = {}
+        for key, (gen, _) in jobs.items():
+            try:
+                nxt[key] = (gen, gen.throw(errors[key]) if key in errors else gen.send(None))
+            except StopIteration as done:
+                states[key] = done.value
+        jobs = nxt
+    return states
+
+
 @dataclass
 class OpDef:
     """One operation: declared once, used by validation, the driver's
@@ -343,6 +388,12 @@ class OpDef:
     # outputs, and returns its own outputs; the executor runs it from its own stack (no
     # recursion, any nesting depth).  ``execute`` stays the form for any other runner.
     steps: Optional[Callable[[ExecContext], Any]] = None
+    # Prepare in rounds (optional, beside ``prepare``, which must give the same state): a generator
+    # ``prepare_steps(info)`` that yields jobs (``PrepareJob``: (function, items)), is sent None once the
+    # function has run on them, and returns the state.  The executor runs the jobs of every operation of a
+    # subgraph that share a function in one call (:func:`run_prepare_jobs`): a model's requantization
+    # searches in one numpy pass instead of one per layer.
+    prepare_steps: Optional[Callable[[OpInfo], Generator[PrepareJob, None, Any]]] = None
     # Outputs may have unknown (0) dimensions in the model (dynamic shapes).  All
     # ops allow it since HAL 1.2; IF / WHILE / control flow handle their own.
     name: str = field(default="")

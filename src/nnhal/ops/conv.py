@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Generator, Optional
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -38,8 +38,10 @@ from nnhal.ops.base import (
     OpExecutionError,
     OpInfo,
     OutputSpec,
+    PrepareJob,
     Signature,
     Tensor,
+    prepare_now,
 )
 from nnhal.ops.prepared import Deferred
 from nnhal.ops.quant import QUANT_RANGE, activation_range, quantize_multiplier, quantize_multipliers
@@ -323,7 +325,15 @@ def _filter_matrix(form: _Form, w: np.ndarray, zp: int, is_q: bool, groups: int)
     if lay.flags.c_contiguous:
         return lay
     out = private_array(lay.shape, np.float32)  # NOTE: a large one in huge pages: a MobileNet's 16 MB, ~3 ms
-    np.copyto(out, lay)
+    if lay.ndim == 2 and lay.T.flags.c_contiguous:
+        # NOTE: a transpose (CONV_2D, FULLY_CONNECTED: [Cout, K] -> [K, Cout]) copied 16 weight rows at a
+        # time: each block's rows stay in cache while their columns are written (one np.copyto strides
+        # over the whole matrix per output row: a MobileNet v1's float weights 15 -> 4 ms)
+        src = lay.T
+        for i in range(0, src.shape[0], 16):
+            np.copyto(out[:, i:i + 16], src[i:i + 16].T)
+    else:
+        np.copyto(out, lay)
     return out
 
 
@@ -336,6 +346,12 @@ def _out_channels(form: _Form, f_dims: tuple) -> int:
 
 
 def _prepare(info: OpInfo) -> _State:
+    return prepare_now(_prepare_steps(info))
+
+
+def _prepare_steps(info: OpInfo) -> Generator[PrepareJob, None, _State]:
+    """The prepare, its requantization searches handed out as jobs (``OpDef.prepare_steps``: the executor
+    runs a model's together)."""
     st = _State()
     form = _FORMS[info.type]
     ins = info.inputs
@@ -371,7 +387,7 @@ def _prepare(info: OpInfo) -> _State:
                         # NOTE: a static plan runs every execution of this layer (its input shape is fixed):
                         # only the requantization it uses is searched, within the accumulators it can reach
                         st.requant[act] = _make_requant(st.mult, b, info.outputs[0], act)
-                        _plan_requants(st, form, ins[0], b, info.outputs[0], act)
+                        yield from _plan_requants(st, form, ins[0], b, info.outputs[0], act)
                         st.plan = _make_plan(info, st)
                     if st.plan is None:
                         st.bounded = {}
@@ -384,7 +400,7 @@ def _prepare(info: OpInfo) -> _State:
         st.plan = None
     if is_q and st.plan is None:
         if form in (CONV, DEPTHWISE, FC) and st.filter is not None and not st.mult_error:
-            _bounded_requants(st, form, ins[0])
+            yield from _bounded_requants(st, form, ins[0])
         st.plan = _make_plan(info, st)
     return st
 
@@ -399,7 +415,8 @@ def _general_requants(st: _State, form: _Form, x: Any, b: np.ndarray, out: Any, 
         _fold_depthwise(st, x, b, out, act)
 
 
-def _plan_requants(st: _State, form: _Form, x: Any, b: np.ndarray, out: Any, act: int) -> None:
+def _plan_requants(st: _State, form: _Form, x: Any, b: np.ndarray, out: Any,
+                   act: int) -> Generator[PrepareJob, None, None]:
     """``st.bounded`` for a static plan: the requantization of raw input codes (the zero point folded
     into the bias, CONV_2D and DEPTHWISE_CONV_2D: see _fold_input_zp) where its float32 search finds a
     fit within the accumulators the layer can reach (:func:`_bounded_requant`), else the plain one's;
@@ -414,19 +431,19 @@ def _plan_requants(st: _State, form: _Form, x: Any, b: np.ndarray, out: Any, act
     zx, raw_max = int(x.zero_point), max(-qmin, qmax)
     if form in (CONV, DEPTHWISE) and zx != 0 and raw_max * top <= ck.F32_EXACT - 64:
         colsum = st.filter[1].astype(np.float64).sum(axis=(0, 1) if form is DEPTHWISE else 0).astype(np.int64)
-        rq = _bounded_requant(_make_requant(st.mult, b.astype(np.int64) - zx * colsum, out, act),
-                              (raw_max * l1).astype(np.int64))
+        rq = yield from _bounded_requant(_make_requant(st.mult, b.astype(np.int64) - zx * colsum, out, act),
+                                         (raw_max * l1).astype(np.int64))
         if rq is not None and (form is CONV or rq.f32_fix is None):
             st.bounded[("fold", act)] = rq
             return
     max_x = max(zx - qmin, qmax - zx)
     if max_x * top <= ck.F32_EXACT - 64:
-        rq = _bounded_requant(st.requant[act], (max_x * l1).astype(np.int64))
+        rq = yield from _bounded_requant(st.requant[act], (max_x * l1).astype(np.int64))
         if rq is not None:
             st.bounded[("plain", act)] = rq
 
 
-def _bounded_requants(st: _State, form: _Form, x: Any) -> None:
+def _bounded_requants(st: _State, form: _Form, x: Any) -> Generator[PrepareJob, None, None]:
     """``st.bounded``: for each requantization whose float32 search found no
     fit for every channel, the search again knowing which accumulators the
     layer can reach (:meth:`ck.Requant._verify_f32` with a bound): channel c
@@ -446,16 +463,17 @@ def _bounded_requants(st: _State, form: _Form, x: Any) -> None:
                 continue
             if l1.shape != rq.q.shape or max_x * float(l1.max(initial=0.0)) > ck.F32_EXACT - 64:
                 continue
-            b = _bounded_requant(rq, (max_x * l1).astype(np.int64))
+            b = yield from _bounded_requant(rq, (max_x * l1).astype(np.int64))
             if b is not None and (rq.f32 is None or b.f32_fix is None):
                 st.bounded[(kind, act)] = b
 
 
-def _bounded_requant(rq: ck.Requant, bound: np.ndarray) -> Optional[ck.Requant]:
+def _bounded_requant(rq: ck.Requant, bound: np.ndarray) -> Generator[PrepareJob, None, Optional[ck.Requant]]:
     """``rq`` with float32 constants exact for accumulators within
     [-bound, bound] (per channel), or None.  A channel whose exact output is
     the same at both ends (monotone: constant between) gets m = 0, c = that
-    output + 1/2; the others are searched with the bound."""
+    output + 1/2; the others are searched with the bound (a job of
+    :func:`ck.verify_f32_batch`)."""
     nc = rq.q.shape[0]
     ends = rq._apply_int(np.stack([-bound, bound]).astype(np.float64), 1, np.empty((2, nc), np.int64))
     live = np.flatnonzero(ends[0] != ends[1])
@@ -466,9 +484,10 @@ def _bounded_requant(rq: ck.Requant, bound: np.ndarray) -> Optional[ck.Requant]:
     pivot = np.float32(rq.zp + sh + 1)
     sub = None
     if live.size:
-        sub = ck.Requant(q=rq.q[live], shift=rq.shift[live], bias=rq.bias[live], zp=rq.zp, lo=rq.lo, hi=rq.hi,
-                         out_dtype=rq.out_dtype)
-        sub._verify_f32(bound=bound[live])
+        sub = rq.fresh() if live.size == nc else ck.Requant(
+            q=rq.q[live], shift=rq.shift[live], bias=rq.bias[live], zp=rq.zp, lo=rq.lo, hi=rq.hi,
+            out_dtype=rq.out_dtype)
+        yield ck.verify_f32_batch, [(sub, bound[live])]
         if sub.f32 is None:
             return None
         sm, sc, _, scorr, pivot = sub.f32
@@ -476,7 +495,7 @@ def _bounded_requant(rq: ck.Requant, bound: np.ndarray) -> Optional[ck.Requant]:
         if scorr is not None:
             corr32 = np.zeros(nc, np.float32)  # NOTE: a constant channel's stage adds clip(., 0, 0) = 0
             corr32[live] = scorr
-    out = ck.Requant(q=rq.q, shift=rq.shift, bias=rq.bias, zp=rq.zp, lo=rq.lo, hi=rq.hi, out_dtype=rq.out_dtype)
+    out = rq.fresh()
     out.f32 = (m32, c32, sh, corr32, pivot)
     if sub is not None and sub.f32_fix is not None:
         # NOTE: the live channels without a float32 fit, redone exactly (their Requant as the search made it)
@@ -1451,19 +1470,19 @@ def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
 
 OPS: list[OpDef] = [
     OpDef(type=OperationType.CONV_2D, signatures=_conv_signatures(7, 10), execute=_exec_conv,
-          validate=_validate_conv, prepare=_prepare, save_state=_save_state, load_state=_load_state,
+          validate=_validate_conv, prepare=_prepare, prepare_steps=_prepare_steps, save_state=_save_state, load_state=_load_state,
           allow_zero_sized=True),
     OpDef(type=OperationType.DEPTHWISE_CONV_2D, signatures=_conv_signatures(8, 11), execute=_exec_depthwise,
-          validate=_validate_depthwise, prepare=_prepare, save_state=_save_state, load_state=_load_state,
+          validate=_validate_depthwise, prepare=_prepare, prepare_steps=_prepare_steps, save_state=_save_state, load_state=_load_state,
           allow_zero_sized=True),
     # NOTE: GROUPED_CONV_2D runs in the reference's CpuExecutor switch, which rejects zero-sized inputs
     OpDef(type=OperationType.GROUPED_CONV_2D, signatures=_grouped_signatures(), execute=_exec_grouped,
-          validate=_validate_grouped, prepare=_prepare, save_state=_save_state, load_state=_load_state,
+          validate=_validate_grouped, prepare=_prepare, prepare_steps=_prepare_steps, save_state=_save_state, load_state=_load_state,
           allow_zero_sized=False, bad_data_on_missing_operand=True),
     OpDef(type=OperationType.TRANSPOSE_CONV_2D, signatures=_transpose_signatures(), execute=_exec_transpose,
-          validate=_validate_transpose, prepare=_prepare, save_state=_save_state, load_state=_load_state,
+          validate=_validate_transpose, prepare=_prepare, prepare_steps=_prepare_steps, save_state=_save_state, load_state=_load_state,
           allow_zero_sized=True),
     OpDef(type=OperationType.FULLY_CONNECTED, signatures=_FC_SIGNATURES, execute=_exec_fc,
-          validate=_validate_fc, prepare=_prepare, save_state=_save_state, load_state=_load_state,
+          validate=_validate_fc, prepare=_prepare, prepare_steps=_prepare_steps, save_state=_save_state, load_state=_load_state,
           allow_zero_sized=True),
 ]

@@ -32,6 +32,7 @@ already overloaded.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import threading
@@ -39,7 +40,7 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -442,55 +443,98 @@ def exact_steps(q_eff: np.ndarray, r: np.ndarray, bias: np.ndarray, k: np.ndarra
     return v - bias
 
 
-def _search(groups: list, todo: np.ndarray, pts: np.ndarray, thr: np.ndarray, tau: np.ndarray, m_near: np.ndarray,
-            c_near: np.ndarray, corr32: np.ndarray | None, pivot: np.float32, chosen_m: np.ndarray,
-            chosen_c: np.ndarray) -> np.ndarray:
+def _per_channel(vals: np.ndarray, pc: np.ndarray, chans: np.ndarray, fill: Any, ufunc: np.ufunc) -> np.ndarray:
+    """``ufunc`` reduced over each channel's points: ``vals`` [..., points] with the points' channels ``pc``
+    (ascending, each in ``chans``, ascending); [..., len(chans)], ``fill`` for a channel without points."""
+    out = np.full(vals.shape[:-1] + (chans.size,), fill, vals.dtype)
+    if pc.size:
+        starts = np.flatnonzero(np.concatenate(([True], pc[1:] != pc[:-1])))
+        out[..., np.searchsorted(chans, pc[starts])] = ufunc.reduceat(vals, starts, axis=-1)
+    return out
+
+
+@dataclass
+class _Points:
+    """The search's checks, one per (channel, uncertain level), ordered by channel: ``pc`` the channel (in
+    the batch), ``pts`` [2, points] the float32 accumulators just below the exact step and at it, ``thr``
+    [2, points] the value the float32 output must be below there and reach at it (+-inf: no condition),
+    ``tau`` the same as thresholds of the value before the negative-tie stage."""
+
+    pc: np.ndarray
+    pts: np.ndarray
+    thr: np.ndarray
+    tau: np.ndarray
+
+    def of(self, chans: np.ndarray, nch: int) -> "_Points":
+        """The points of channels ``chans`` (of a batch of ``nch``)."""
+        member = np.zeros(nch, bool)
+        member[chans] = True
+        sel = np.flatnonzero(member[self.pc])
+        thr = self.thr.take(sel, axis=1)
+        return _Points(self.pc.take(sel), self.pts.take(sel, axis=1), thr,
+                       thr if self.tau is self.thr else self.tau.take(sel, axis=1))
+
+
+@dataclass
+class _Consts:
+    """A batch's per-channel candidates and negative-tie stage: ``m_near`` [9, channel] / ``c_near`` [25,
+    channel] the float32 multipliers / constants moved -4..4 / -12..12 floats, ``corr32`` -2^-r (0 for a
+    channel without the stage; None: no channel has it), ``pivot`` the stage's pivot; ``chosen_m`` /
+    ``chosen_c`` each channel's choice (written by the search)."""
+
+    m_near: np.ndarray
+    c_near: np.ndarray
+    corr32: np.ndarray | None
+    pivot: np.ndarray
+    chosen_m: np.ndarray
+    chosen_c: np.ndarray
+
+
+def _search(groups: list, todo: np.ndarray, p: _Points, k: _Consts) -> np.ndarray:
     """:func:`_search_each`'s choice, found without trying each c32: for a given m32, every point's
-    condition on t1 = fl(fl(acc * m32) + c32) (below ``tau`` [2, channel, points] at pts[0], at least it
-    at pts[1]; tau: the float32 value t1 needs so that the output, after the negative-tie stage, reaches
-    the level) holds exactly for c32 on one side of a threshold (fl is monotone in c32), so the
-    candidates that pass are those in [max of the lower thresholds, min of the upper ones): one
-    threshold per point and m offset (:func:`_c_thresholds`), then the first candidate of each group in
-    that interval.  Channels where a threshold cannot be pinned down exactly take the search one by one
-    (as do groups of one candidate: one evaluation is cheaper).  Returns the channels no candidate fits
-    (ascending)."""
+    condition on t1 = fl(fl(acc * m32) + c32) (below ``p.tau`` at pts[0], at least it at pts[1]; tau: the
+    float32 value t1 needs so that the output, after the negative-tie stage, reaches the level) holds
+    exactly for c32 on one side of a threshold (fl is monotone in c32), so the candidates that pass are
+    those in [max of the lower thresholds, min of the upper ones): one threshold per point and m offset
+    (:func:`_c_thresholds`), then the first candidate of each group in that interval.  Channels where a
+    threshold cannot be pinned down exactly take the search one by one (as do groups of one candidate:
+    one evaluation is cheaper).  ``p``: the points of the channels ``todo`` (ascending).  Returns the
+    channels no candidate fits (ascending)."""
+    nch = k.m_near.shape[1]
     if all(len(kcs) == 1 for _, kcs in groups):
-        return _search_each(groups, todo, pts, thr, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
+        return _search_each(groups, todo, p, k)
     if len(groups[0][1]) == 1:
         # NOTE: a leading group of one candidate (the rounded constants, which most channels take) evaluated
         # directly: the thresholds are then found for the channels it leaves only
-        left = _search_each(groups[:1], todo, pts, thr, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
+        left = _search_each(groups[:1], todo, p, k)
         if left.size == 0:
             return left
-        r = np.searchsorted(todo, left)
-        return _search(groups[1:], left, pts[:, r], thr[:, r], tau[:, r], m_near, c_near, corr32, pivot,
-                       chosen_m, chosen_c)
+        return _search(groups[1:], left, p.of(left, nch), k)
     deadline.poll()  # NOTE: a preparation's deadline
-    # NOTE: the thresholds of every m offset of the groups at once ([offset, 2, channel, points])
+    # NOTE: the thresholds of every m offset of the groups at once ([offset, 2, points])
     kms = sorted({km for km, _ in groups})
-    m32 = m_near[np.asarray(kms) + 4][:, todo]  # [offset, channel]
-    cmin, bad = _c_thresholds(pts[None] * m32[:, None, :, None], tau)
-    lo_all = cmin[:, 1].max(axis=2, initial=-np.inf)  # [offset, channel]
-    hi_all = cmin[:, 0].min(axis=2, initial=np.inf)
-    each = np.logical_or.reduce(bad, axis=0)
+    m32 = k.m_near[np.asarray(kms) + 4]  # [offset, channel]
+    cmin, bad = _c_thresholds(p.pts[None] * m32[:, None, p.pc], p.tau)
+    lo_all = _per_channel(cmin[:, 1], p.pc, todo, -np.inf, np.maximum)  # [offset, channel of todo]
+    hi_all = _per_channel(cmin[:, 0], p.pc, todo, np.inf, np.minimum)
+    each = _per_channel(np.logical_or.reduce(bad, axis=(0, 1)), p.pc, todo, False, np.logical_or)
     rows = np.flatnonzero(~each)
     for km, kcs in groups:
         if rows.size == 0:
             break
         j = kms.index(km)
         ch = todo[rows]
-        cand = c_near[np.asarray(kcs) + 12][:, ch]  # [candidates, channels]
+        cand = k.c_near[np.asarray(kcs) + 12][:, ch]  # [candidates, channels]
         ok = (cand >= lo_all[j, rows]) & (cand < hi_all[j, rows])
         hit = np.logical_or.reduce(ok, axis=0)
         first = ok.argmax(axis=0)[hit]
-        chosen_m[ch[hit]] = m32[j, rows[hit]]
-        chosen_c[ch[hit]] = cand[first, np.flatnonzero(hit)]
+        k.chosen_m[ch[hit]] = m32[j, ch[hit]]
+        k.chosen_c[ch[hit]] = cand[first, np.flatnonzero(hit)]
         rows = rows[~hit]
     left = todo[rows]
     if np.any(each):
-        r = np.flatnonzero(each)
-        left = np.sort(np.concatenate([left, _search_each(groups, todo[r], pts[:, r], thr[:, r], m_near, c_near,
-                                                          corr32, pivot, chosen_m, chosen_c)]))
+        sub = todo[each]
+        left = np.sort(np.concatenate([left, _search_each(groups, sub, p.of(sub, nch), k)]))
     return left
 
 
@@ -525,17 +569,26 @@ def next_up32(c: np.ndarray) -> np.ndarray:
     return (b + ((b >> 31) | 1)).view(np.float32)
 
 
+def _up32(c: np.ndarray) -> np.ndarray:
+    """:func:`next_up32` of finite float32 values (no check)."""
+    b = np.add(c, np.float32(0.0), dtype=np.float32).view(np.int32)
+    s = b >> 31
+    s |= 1
+    s += b
+    return s.view(np.float32)
+
+
 def next_down32(c: np.ndarray) -> np.ndarray:
     """``np.nextafter(c, -inf)`` for float32 ``c``, the same bits: -next_up32(-c)."""
     return np.negative(next_up32(np.negative(c)))
 
 
 def _c_thresholds(p: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For float32 ``p`` ([..., 2, channel, points]) and thresholds ``tau`` ([2, channel, points], +-inf: no
-    condition; broadcast against p): the smallest float32 c with fl(p + c) >= tau (+-inf where tau is),
-    found as y = tau - h - p rounded up (h half the float32 gap below tau: round to nearest) and then
-    checked exactly with float32 sums (ties, or a y float64 could not hold, move it a step); and per
-    channel whether some threshold stayed unsure (the caller then tries the candidates one by one)."""
+    """For float32 ``p`` ([..., 2, points]) and thresholds ``tau`` ([2, points], +-inf: no condition;
+    broadcast against p): the smallest float32 c with fl(p + c) >= tau (+-inf where tau is), found as y =
+    tau - h - p rounded up (h half the float32 gap below tau: round to nearest) and then checked exactly
+    with float32 sums (ties, or a y float64 could not hold, move it a step); and where a threshold stayed
+    unsure (the caller then tries the candidates one by one)."""
     fin = np.isfinite(tau)
     unsure = np.isnan(tau)  # NOTE: a stage threshold _stage_thresholds could not pin down
     t32 = np.where(fin, tau, 0).astype(np.float32)
@@ -543,50 +596,52 @@ def _c_thresholds(p: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarra
     t64 = t32.astype(np.float64)
     y = t64 - (t64 - next_down32(t32)) / 2 - p
     c = y.astype(np.float32)
-    c = np.where(c < y, next_up32(c), c)
+    # NOTE: c and the values below are finite (p is, tau's infinities were replaced): steps by _up32
+    c = np.where(c < y, _up32(c), c)
     # NOTE: the float32 sums decide: c must reach tau, the float below it must not
-    c = np.where(p + c < t32, next_up32(c), c)
-    below = next_down32(c)
+    c = np.where(p + c < t32, _up32(c), c)
+    below = -_up32(-c)
     c = np.where(p + below >= t32, below, c)
-    bad = unsure | (fin & ~((p + c >= t32) & (p + next_down32(c) < t32)))
-    return np.where(fin, c, tau).astype(np.float32), np.logical_or.reduce(bad, axis=(-3, -1))
+    bad = unsure | (fin & ~((p + c >= t32) & (p - _up32(-c) < t32)))
+    return np.where(fin, c, tau).astype(np.float32), bad
 
 
-def _search_each(groups: list, todo: np.ndarray, pts: np.ndarray, thr: np.ndarray, m_near: np.ndarray,
-                 c_near: np.ndarray, corr32: np.ndarray | None, pivot: np.float32, chosen_m: np.ndarray,
-                 chosen_c: np.ndarray) -> np.ndarray:
-    """Tries the float32 candidates of ``groups`` ((m offset, c offsets) in
-    order) for channels ``todo``, checked at their points ``pts`` against the
-    thresholds ``thr`` ([2, channel, points]: the float32 value must be below
-    thr[0] at pts[0] and at least thr[1] at pts[1]).  Each candidate set of one
-    m offset is tried for every channel still failing at once ([candidates,
-    channels, points]) and a channel takes its first candidate that passes
-    (written into ``chosen_m`` / ``chosen_c``): the same choice as trying them
-    one by one.  Returns the channels none fits."""
-    rows = np.arange(todo.size)
+def _search_each(groups: list, todo: np.ndarray, p: _Points, k: _Consts) -> np.ndarray:
+    """Tries the float32 candidates of ``groups`` ((m offset, c offsets) in order) for channels ``todo``
+    (ascending), checked at their points ``p`` (the float32 value must be below thr[0] at pts[0] and at
+    least thr[1] at pts[1]).  Each candidate set of one m offset is tried for every channel still failing
+    at once ([candidates, 2, points]) and a channel takes its first candidate that passes (written into
+    ``k.chosen_m`` / ``k.chosen_c``): the same choice as trying them one by one.  Returns the channels
+    none fits."""
+    nch = k.m_near.shape[1]
     for km, kcs in groups:
-        if rows.size == 0:
+        if todo.size == 0:
             break
         deadline.poll()  # NOTE: a preparation's deadline (the search is the long part of prepare)
-        step = max(1, SEARCH_VALUES // max(1, 2 * len(kcs) * pts.shape[2]))
-        passed = np.zeros(rows.size, bool)
-        for s0 in range(0, rows.size, step):
-            rw = rows[s0:s0 + step]
-            ch = todo[rw]
-            m32 = m_near[km + 4, ch]
-            cand = c_near[np.asarray(kcs) + 12][:, ch]  # [candidates, channels]
-            t = cand[:, None, :, None] + (pts[:, rw] * m32[:, None])[None]  # NOTE: fl(fl(v * m) + c), as applied
-            if corr32 is not None:
-                _corr_stage(t, pivot, corr32[None, None, ch, None], np.empty_like(t))
-            ok = np.logical_and.reduce(t[:, 0] < thr[None, 0, rw], axis=2)
-            ok &= np.logical_and.reduce(t[:, 1] >= thr[None, 1, rw], axis=2)
+        m32 = k.m_near[km + 4]
+        cand = k.c_near[np.asarray(kcs) + 12]  # [candidates, channel]
+        passed = np.zeros(todo.size, bool)
+        # NOTE: channels in slices of about SEARCH_VALUES float32 values ([candidates, 2, points])
+        width = int(np.bincount(p.pc).max(initial=1)) if p.pc.size else 1
+        step = max(1, SEARCH_VALUES // (2 * len(kcs) * width))
+        for s0 in range(0, todo.size, step):
+            chans = todo[s0:s0 + step]
+            q = p if step >= todo.size else p.of(chans, nch)
+            t = cand[:, None, q.pc] + (q.pts * m32[q.pc])[None]  # NOTE: fl(fl(v * m) + c), as applied
+            if k.corr32 is not None:
+                _corr_stage(t, k.pivot[q.pc], k.corr32[q.pc], np.empty_like(t))
+            fail = (t[:, 0] >= q.thr[0]) | (t[:, 1] < q.thr[1])
+            ok = ~_per_channel(fail, q.pc, chans, False, np.logical_or)  # [candidates, channel]
             hit = np.logical_or.reduce(ok, axis=0)
             first = ok.argmax(axis=0)[hit]
-            chosen_m[ch[hit]] = m32[hit]
-            chosen_c[ch[hit]] = cand[first, np.flatnonzero(hit)]
+            ch = chans[hit]
+            k.chosen_m[ch] = m32[ch]
+            k.chosen_c[ch] = cand[first, ch]
             passed[s0:s0 + step] = hit
-        rows = rows[~passed]
-    return todo[rows]
+        if passed.any():
+            todo = todo[~passed]
+            p = p.of(todo, nch)
+    return todo
 
 
 @dataclass
@@ -655,6 +710,15 @@ class Requant:
         if self.fast32:
             self._verify_f32()
 
+    def fresh(self) -> "Requant":
+        """This requantization as a new Requant of the same parameters builds it, without the float32
+        search's result: the derived constants shared (read-only), not computed again; a memo of its
+        own."""
+        out = copy.copy(self)
+        out.tiled = memo.Memo(16)
+        out.fast32, out.f32, out.f32_fix = False, None, None
+        return out
+
     def _verify_f32(self, bound: np.ndarray | None = None) -> None:
         """Find float32 (m32, c32) per channel such that the float32 path's
         output (``floor(fl(fl(acc * m32) + c32))``, with the negative-tie stage
@@ -670,151 +734,13 @@ class Requant:
         level, at steps found exactly in int64 (:func:`exact_steps`).  Most
         levels need no point at all: where the exact step's real position lies
         farther from every integer than the float32 error of the candidates
-        tried (:meth:`_uncertain`), the float32 function steps at the same
+        tried (:func:`_uncertain`), the float32 function steps at the same
         integer.  ``bound`` (int64 per channel): only accumulators within
         [-bound, bound] occur (a layer's static plan knows them); a step
         outside is checked at the interval's end instead.  Without a bound
         every accumulator counts, so every step must lie inside (-2^24, 2^24)
         (beyond, float32 integers are not exact; the outputs there clamp)."""
-        nc = self.q.shape[0]
-        if nc == 0:
-            return
-        sh = 128 if self.out_dtype == np.int8 else 0
-        m = self.q_eff.astype(np.float64) * np.exp2(-(31.0 + self.r))
-        if np.any(m <= 0) or np.any(m > 1 << 16) or np.any(np.abs(self.bias) >= 1 << 36):
-            return
-        c = self.bias.astype(np.float64) * m + 0.5 + np.where(self.r > 0, np.exp2(-(self.r + 1.0)), 0.0) \
-            + self.zp + sh
-        levels = np.arange(self.lo + 1, self.hi + 1, dtype=np.int64)  # the steps into lo+1 .. hi
-        dist = self._step_distances(m, c, levels, sh, bound is None)
-        if dist is None:
-            return
-        lim = np.full(nc, F32_EXACT - 16, np.int64) if bound is None else bound.astype(np.int64)
-        corr32 = None
-        if self.need_corr:
-            corr32 = (-np.where(self.r > 0, np.exp2(-self.r.astype(np.float64)), 0.0)).astype(np.float32)  # exact
-        pivot = np.float32(self.zp + sh + 1)
-        m_near = _neighbours(m.astype(np.float32), 4)
-        c_near = _neighbours(c.astype(np.float32), 12)
-        chosen_m, chosen_c = m_near[4].copy(), c_near[12].copy()
-        todo = np.arange(nc)
-        kmax = float(levels.max(initial=0) + sh + 1)
-        tau = None if corr32 is None else (corr32, pivot)
-        for groups, cap in ((GRID_GROUPS, (3, 7)), (WIDE_GROUPS, (9, 25))):
-            # NOTE: the rounded constants then the rest of the GRID (m moved up to 1 float, c up to 3) in one
-            # pass, then the wide search (m up to 4 floats, c up to 12) for a few stubborn channels: each
-            # checked at the levels the pass's error bound leaves uncertain, for the channels still failing.
-            # The rounded constants are checked at the GRID's uncertain levels (a superset of their own):
-            # the extra levels hold for them by the same bound, so a channel takes the same first candidate
-            if todo.size == 0 or (groups is WIDE_GROUPS and todo.size > 8):
-                break
-            unsure = self._uncertain(dist[todo], m[todo], c[todo], kmax, cap)
-            pts, thr, tt = self._points(todo, unsure, levels, lim, sh, tau)
-            todo = _search(groups, todo, pts, thr, tt, m_near, c_near, corr32, pivot, chosen_m, chosen_c)
-        if todo.size == 0:
-            self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
-            return
-        if todo.size <= nc // 4:
-            # NOTE: a few channels without a float32 fit: the float32 pass over
-            # everything, then those channels' columns again on the exact paths
-            chosen_m[todo] = m[todo].astype(np.float32)
-            chosen_c[todo] = c[todo].astype(np.float32)
-            self.f32 = (chosen_m, chosen_c, sh, corr32, pivot)
-            self.f32_fix = (todo, Requant(q=self.q[todo], shift=self.shift[todo], bias=self.bias[todo], zp=self.zp,
-                                          lo=self.lo, hi=self.hi, out_dtype=self.out_dtype))
-
-    def _step_distances(self, m: np.ndarray, c: np.ndarray, levels: np.ndarray, sh: int,
-                        unbounded: bool) -> np.ndarray | None:
-        """[channel, level]: how far (in output units) the exact step's real
-        position acc* lies from the nearest integer, times m; None when a
-        step lies outside (-2^24, 2^24) and ``unbounded``.
-
-        The exact output is floor(g(acc)), g = acc * m + c (c exact, in the
-        shifted output units), less 2^-r where a negative tie applies (r > 0
-        and acc * m + c < zp + 1/2, the float32 path's stage); the step into
-        level k is ceil(acc*), acc* = (k' - c) / m with k' = k, or k + 2^-r for
-        levels at or below the zero point: for r >= 2 (m < 2^-r) the tie holds
-        at both integers around such a step and at neither around a higher
-        one.  At distance d, g is at least d above k at the step and more than
-        d below it just before.  The float64 error of the distances is below
-        2^-45 (|k| + |c| + 2) (see :meth:`_uncertain`).  Channels with m > 1,
-        or r == 1 with the stage, get distance 0 (every level checked)."""
-        kk = (levels + sh).astype(np.float64)
-        inv = 1.0 / m
-        y = np.multiply.outer(inv, kk)
-        y -= (c * inv)[:, None]
-        if self.need_corr:
-            low = levels <= self.zp
-            y[:, low] += (np.where(self.r > 0, np.exp2(-self.r.astype(np.float64)), 0.0) * inv)[:, None]
-        if unbounded and not np.all(np.abs(y) < F32_EXACT - 18):
-            return None
-        f = y - np.floor(y)
-        np.minimum(f, 1.0 - f, out=f)
-        f *= m[:, None]
-        f[(m > 1) | ((self.r == 1) & self.need_corr)] = 0.0
-        return f
-
-    @staticmethod
-    def _uncertain(dist: np.ndarray, m: np.ndarray, c: np.ndarray, kmax: float, cap: tuple) -> np.ndarray:
-        """[channel, level]: the levels where a candidate with m32 within
-        cap[0] / 2 ulps of m and c32 within cap[1] / 2 ulps of c (relative
-        2^-24 per half ulp) may step elsewhere than the exact function.  At the
-        two integers around a step |acc * m| <= A = kmax + |c| + 1, |t| <=
-        kmax + 1, and the float32 value differs from the exact acc * m + c by
-        at most A |m32 - m| / m + 2^-24 |acc m32| (the product's rounding) +
-        |c32 - c| + 2^-24 |t| (the sum's) [+ 2^-24 |t|: the stage's
-        subtraction]; with the float64 terms (c's own error, 2^-50 (|c| +
-        600), and the distances', 2^-45 A) all within the margin below."""
-        a = kmax + np.abs(c) + 1.0
-        err = np.exp2(-24.0) * ((cap[0] + 1.01) * a + cap[1] * 1.01 * np.abs(c) + 2.0 * (kmax + 1.0)) \
-            + np.exp2(-44.0) * (a + 600.0)
-        return dist <= err[:, None]
-
-    def _points(self, todo: np.ndarray, unsure: np.ndarray, levels: np.ndarray, lim: np.ndarray, sh: int,
-                tau: tuple | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For channels ``todo`` and their ``unsure`` levels ([channel,
-        level]): the float32 accumulators [2, channel, points] just below the
-        exact step and at it (clipped to [-lim, lim]), the levels the float32
-        output must be below there and reach at it (inf / -inf: a step outside
-        the interval, or padding: no condition), and the same as thresholds
-        of the value before the negative-tie stage (``tau``: its (-2^-r per channel, pivot), the
-        thresholds from :func:`_stage_thresholds`; the levels themselves without it)."""
-        ri, li = np.nonzero(unsure)
-        ci, k = todo[ri], levels[li]
-        q, r = self.q_eff, self.r
-        if ri.size > levels.size and np.all(q == q[0]) and np.all(r == r[0]):
-            # NOTE: one multiplier for the layer (per-tensor weights): the steps of acc + bias are the same
-            # for every channel, found once per level
-            v = exact_steps(q[:1], r[:1], np.zeros(1, np.int64), levels - self.zp, self.vneg[:1])
-            steps = v[li] - self.bias[ci]
-        else:
-            steps = exact_steps(q[ci], r[ci], self.bias[ci], k - self.zp, self.vneg[ci])
-        b = lim[ci]
-        counts = np.bincount(ri, minlength=todo.size)
-        width = int(counts.max(initial=0))
-        col = np.arange(ri.size) - np.repeat(np.cumsum(counts) - counts, counts)  # NOTE: rank within its channel
-        pts = np.zeros((2, todo.size, width), np.float32)
-        pts[0, ri, col] = np.minimum(steps - 1, b)
-        pts[1, ri, col] = np.maximum(steps, -b)
-        want = (k + sh).astype(np.float32)
-        inf = np.float32(np.inf)
-        thr = np.empty((2, todo.size, width), np.float32)
-        thr[0], thr[1] = inf, -inf
-        thr[0, ri, col] = np.where(steps > -b, want, inf)
-        thr[1, ri, col] = np.where(steps <= b, want, -inf)
-        if tau is None:
-            return pts, thr, thr
-        tt = thr.copy()
-        t = want.copy()
-        low = np.flatnonzero(k + sh < tau[1])  # NOTE: at and above the pivot the stage leaves t alone
-        # NOTE: a function of the level and of r alone: one table per distinct r (a handful), then gathered
-        rs, which = np.unique(r, return_inverse=True)
-        table = _stage_thresholds((levels + sh).astype(np.float64)[None, :],
-                                  (-np.exp2(-rs.astype(np.float64)) * (rs > 0)).astype(np.float32)[:, None], tau[1])
-        t[low] = table[which[ci[low]], li[low]]
-        tt[0, ri, col] = np.where(steps > -b, t, inf)
-        tt[1, ri, col] = np.where(steps <= b, t, -inf)
-        return pts, thr, tt
+        verify_f32_batch([(self, bound)])
 
     def acc_mode(self) -> tuple[bool, bool]:
         """(may_round, want32) for :func:`gemm_exact`: the float paths only
@@ -976,6 +902,183 @@ def arena(role: str, shape: tuple, dtype: Any) -> np.ndarray:
 # up to this many values, a layer whose float32 requantization has channels to redo takes the float64 path
 # for all of them (fewer numpy calls); beyond, the float32 pass and the float64 one over those channels
 PLAN_F64_VALUES = 8192
+
+
+def verify_f32_batch(items: Sequence[tuple["Requant", np.ndarray | None]]) -> None:
+    """:meth:`Requant._verify_f32` for several requantizations at once (``items``: (requant, bound or
+    None)), each given the f32 / f32_fix it would get alone: a channel's choice depends on its own
+    constants and its layer's levels only, so the channels of every layer are searched together (one
+    pass of each stage over the batch instead of one per layer: a model's layers at its prepare)."""
+    rqs = [(rq, bound) for rq, bound in items if rq.q.shape[0]]
+    if not rqs:
+        return
+    n = np.array([rq.q.shape[0] for rq, _ in rqs])
+    item = np.repeat(np.arange(len(rqs)), n)
+    starts = np.cumsum(n) - n
+
+    def per(vals: list, dtype: Any = np.int64) -> np.ndarray:
+        return np.array(vals, dtype)[item]
+
+    def cat(arrays: list) -> np.ndarray:
+        return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+    q_eff = cat([rq.q_eff for rq, _ in rqs])
+    r = cat([rq.r for rq, _ in rqs])
+    bias = cat([rq.bias for rq, _ in rqs])
+    vneg = cat([rq.vneg for rq, _ in rqs])
+    zp = per([rq.zp for rq, _ in rqs])
+    sh = per([128 if rq.out_dtype == np.int8 else 0 for rq, _ in rqs])
+    lo, hi = per([rq.lo for rq, _ in rqs]), per([rq.hi for rq, _ in rqs])
+    stage = per([rq.need_corr for rq, _ in rqs], bool)
+    bounded = per([bound is not None for _, bound in rqs], bool)
+    lim = cat([np.full(rq.q.shape[0], F32_EXACT - 16, np.int64) if bound is None else bound.astype(np.int64)
+               for rq, bound in rqs])
+    m = q_eff.astype(np.float64) * np.exp2(-(31.0 + r))
+    # NOTE: a layer with a multiplier out of the search's range or a huge bias is not searched
+    dead = np.logical_or.reduceat((m <= 0) | (m > 1 << 16) | (np.abs(bias) >= 1 << 36), starts)
+    c = bias.astype(np.float64) * m + 0.5 + np.where(r > 0, np.exp2(-(r + 1.0)), 0.0) + zp.astype(np.float64) \
+        + sh.astype(np.float64)
+    nlev = np.maximum(hi - lo, 0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # NOTE: [channel, j] stands for level lo + 1 + j (up to hi; beyond, the distance is inf: never checked)
+        dist, far = _step_distances(m, c, r, lo, nlev, zp, sh, stage, not bounded.all())
+    if far is not None:
+        # NOTE: without a bound every step must lie inside (-2^24, 2^24)
+        dead |= np.logical_or.reduceat(far, starts) & ~bounded[starts]
+    corr32 = None
+    if stage.any():
+        corr32 = np.where(stage, -np.where(r > 0, np.exp2(-r.astype(np.float64)), 0.0), 0.0).astype(np.float32)
+    m_near = _neighbours(m.astype(np.float32), 4)
+    c_near = _neighbours(c.astype(np.float32), 12)
+    k = _Consts(m_near, c_near, corr32, (zp + sh + 1).astype(np.float32), m_near[4].copy(), c_near[12].copy())
+    kmax = (np.where(nlev > 0, hi, 0) + sh + 1).astype(np.float64)
+    step_args = (q_eff, r, bias, vneg, zp, sh, lo, lim, stage, corr32, k.pivot)
+    todo = np.flatnonzero(~dead[item])
+    for groups, cap in ((GRID_GROUPS, (3, 7)), (WIDE_GROUPS, (9, 25))):
+        # NOTE: the rounded constants then the rest of the GRID (m moved up to 1 float, c up to 3) in one
+        # pass, then the wide search (m up to 4 floats, c up to 12) for a few stubborn channels (layers
+        # with at most 8 left): each checked at the levels the pass's error bound leaves uncertain, for
+        # the channels still failing.  The rounded constants are checked at the GRID's uncertain levels (a
+        # superset of their own): the extra levels hold for them by the same bound, so a channel takes the
+        # same first candidate
+        rest = todo[:0]
+        if groups is WIDE_GROUPS:
+            few = (np.bincount(item[todo], minlength=len(rqs)) <= 8)[item[todo]]
+            rest, todo = todo[~few], todo[few]
+        if todo.size:
+            unsure = _uncertain(dist[todo], m[todo], c[todo], kmax[todo], cap)
+            todo = _search(groups, todo, _points(todo, unsure, step_args), k)
+        todo = np.sort(np.concatenate([rest, todo])) if rest.size else todo
+    left = np.split(todo - starts[item[todo]], np.searchsorted(item[todo], np.arange(1, len(rqs))))
+    for i, (rq, _) in enumerate(rqs):
+        if dead[i]:
+            continue
+        s = slice(starts[i], starts[i] + n[i])
+        bad = left[i]
+        if bad.size > n[i] // 4:
+            continue
+        chosen_m, chosen_c = k.chosen_m[s].copy(), k.chosen_c[s].copy()
+        if bad.size:
+            # NOTE: a few channels without a float32 fit: the float32 pass over
+            # everything, then those channels' columns again on the exact paths
+            chosen_m[bad] = m[s][bad].astype(np.float32)
+            chosen_c[bad] = c[s][bad].astype(np.float32)
+            rq.f32_fix = (bad, Requant(q=rq.q[bad], shift=rq.shift[bad], bias=rq.bias[bad], zp=rq.zp, lo=rq.lo,
+                                       hi=rq.hi, out_dtype=rq.out_dtype))
+        rq.f32 = (chosen_m, chosen_c, int(sh[starts[i]]), None if not rq.need_corr else corr32[s].copy(),
+                  k.pivot[starts[i]])
+
+
+def _step_distances(m: np.ndarray, c: np.ndarray, r: np.ndarray, lo: np.ndarray, nlev: np.ndarray,
+                    zp: np.ndarray, sh: np.ndarray, stage: np.ndarray,
+                    check_far: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """[channel, level]: how far (in output units) the exact step's real position acc* lies from the
+    nearest integer, times m; and (``check_far``) whether it lies outside (-2^24, 2^24) (fatal without a
+    bound).
+
+    The exact output is floor(g(acc)), g = acc * m + c (c exact, in the shifted output units), less 2^-r
+    where a negative tie applies (r > 0 and acc * m + c < zp + 1/2, the float32 path's stage); the step
+    into level k is ceil(acc*), acc* = (k' - c) / m with k' = k, or k + 2^-r for levels at or below the
+    zero point: for r >= 2 (m < 2^-r) the tie holds at both integers around such a step and at neither
+    around a higher one.  At distance d, g is at least d above k at the step and more than d below it
+    just before.  The float64 error of the distances is below 2^-45 (|k| + |c| + 2) (see
+    :func:`_uncertain`).  Channels with m > 1, or r == 1 with the stage, get distance 0 (every level
+    checked)."""
+    j = np.arange(int(nlev.max(initial=0)))
+    y = (lo + 1 + sh).astype(np.float64)[:, None] + j  # NOTE: the levels (exact integers), shifted
+    inv = 1.0 / m
+    y *= inv[:, None]
+    y -= (c * inv)[:, None]
+    if stage.any():
+        np.add(y, (np.where(r > 0, np.exp2(-r.astype(np.float64)), 0.0) * inv)[:, None], out=y,
+               where=stage[:, None] & (j <= (zp - lo - 1)[:, None]))
+    valid = j < nlev[:, None]
+    far = (~(np.abs(y) < F32_EXACT - 18) & valid).any(axis=1) if check_far else None
+    f = np.floor(y)
+    np.subtract(y, f, out=f)
+    np.subtract(1.0, f, out=y)
+    np.minimum(f, y, out=f)
+    f *= m[:, None]
+    f[(m > 1) | ((r == 1) & stage)] = 0.0
+    if not valid.all():
+        f[~valid] = np.inf
+    return f, far
+
+
+def _uncertain(dist: np.ndarray, m: np.ndarray, c: np.ndarray, kmax: np.ndarray, cap: tuple) -> np.ndarray:
+    """[channel, level]: the levels where a candidate with m32 within cap[0] / 2 ulps of m and c32 within
+    cap[1] / 2 ulps of c (relative 2^-24 per half ulp) may step elsewhere than the exact function.  At
+    the two integers around a step |acc * m| <= A = kmax + |c| + 1, |t| <= kmax + 1, and the float32
+    value differs from the exact acc * m + c by at most A |m32 - m| / m + 2^-24 |acc m32| (the
+    product's rounding) + |c32 - c| + 2^-24 |t| (the sum's) [+ 2^-24 |t|: the stage's subtraction]; with
+    the float64 terms (c's own error, 2^-50 (|c| + 600), and the distances', 2^-45 A) all within the
+    margin below."""
+    a = kmax + np.abs(c) + 1.0
+    err = np.exp2(-24.0) * ((cap[0] + 1.01) * a + cap[1] * 1.01 * np.abs(c) + 2.0 * (kmax + 1.0)) \
+        + np.exp2(-44.0) * (a + 600.0)
+    return dist <= err[:, None]
+
+
+def _points(todo: np.ndarray, unsure: np.ndarray, args: tuple) -> _Points:
+    """The checks of channels ``todo`` at their ``unsure`` levels ([channel, level]): the exact steps (in
+    int64, :func:`exact_steps`) clipped to the channel's accumulator interval [-lim, lim]; a step outside
+    it gives no condition (+-inf).  ``args``: the batch's per-channel (q_eff, r, bias, vneg, zp, sh, lo,
+    lim, stage, corr32, pivot)."""
+    q_eff, r, bias, vneg, zp, sh, lo, lim, stage, corr32, pivot = args
+    ri, li = np.nonzero(unsure)
+    ci = todo[ri]
+    k = lo[ci] + 1 + li
+    steps = exact_steps(q_eff[ci], r[ci], bias[ci], k - zp[ci], vneg[ci])
+    b = lim[ci]
+    pts = np.empty((2, ci.size), np.float32)
+    pts[0] = np.minimum(steps - 1, b)
+    pts[1] = np.maximum(steps, -b)
+    ks = k + sh[ci]
+    want = ks.astype(np.float32)
+    inf = np.float32(np.inf)
+    thr = np.empty((2, ci.size), np.float32)
+    thr[0] = np.where(steps > -b, want, inf)
+    thr[1] = np.where(steps <= b, want, -inf)
+    if corr32 is None:
+        return _Points(ci, pts, thr, thr)
+    # NOTE: the thresholds of the value before the negative-tie stage: at and above the pivot the stage
+    # leaves it alone.  A function of the level and of the channel's (-2^-r, pivot) alone: one table per
+    # distinct pair (a handful), then gathered
+    low = np.flatnonzero(stage[ci] & (ks < pivot[ci]))
+    t = want.copy()
+    if low.size:
+        kl = ks[low]
+        # NOTE: pivot = zp + sh + 1 lies in [1, 2^9): the pair as one integer key per channel
+        key = (corr32.view(np.uint32).astype(np.int64) << 16) + pivot.astype(np.int64)
+        _, rep, which = np.unique(key, return_index=True, return_inverse=True)  # NOTE: rep: a channel of each
+        k0 = int(kl.min())
+        table = _stage_thresholds(np.arange(k0, int(kl.max()) + 1, dtype=np.float64)[None, :],
+                                  corr32[rep][:, None], pivot[rep][:, None])
+        t[low] = table[which[ci[low]], kl - k0]
+    tau = np.empty_like(thr)
+    tau[0] = np.where(steps > -b, t, inf)
+    tau[1] = np.where(steps <= b, t, -inf)
+    return _Points(ci, pts, thr, tau)
 
 
 class RequantPlan:
