@@ -23,7 +23,7 @@ CHANNEL_SHUFFLE as RESHAPE + TRANSPOSE + RESHAPE, GROUPED_CONV_2D as SPLIT +
 CONV_2D per group + CONCATENATION, TRANSPOSE_CONV_2D in TFLite's padding form
 (or its VALID result and a SLICE), uint8 layers with per-channel weights in
 int8 and int8 layers with asymmetric weights in uint8 (QUANTIZE +-128 around
-them), quantized comparisons of two scales on DEQUANTIZEd values.  IF becomes
+them), quantized comparisons on their real values (a table GATHERed per 8-bit code).  IF becomes
 TFLite's IF over lowered subgraphs; WHILE is refused (LiteRT cannot stop a
 loop at the HAL's loop timeout).  A model with float16 operands computes in
 float32 between a CAST at each float16 input and output (within the VTS
@@ -39,6 +39,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.engine.executor import constant_value
+from nnhal.ops.base import Tensor
 from nnhal.tflite.schema import builtin_code, schema
 from nnhal.tflite.table import (
     ACTIVATIONS_TO_TFLITE,
@@ -864,21 +865,41 @@ def _requantized_inputs(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Opera
 
 
 def _compare_real_values(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
-    """A comparison of quantized inputs of different scales / zero points: NNAPI compares the real
-    values (x - zero point) * scale in float32, TFLite would rescale one input to the other's
-    quantization (rounding): DEQUANTIZE both (the same float32 products), compare in float32.  So too
-    for a scale of 1 or more: LiteRT's quantized comparison (builtin and reference kernels) aborts the
-    process at a scale of 1 and compares wrongly above it (found by nnhal vts --section random)."""
-    a, b = (ctx.operand(i) for i in op.inputs[:2])
-    if a.type not in (U8, I8) or ((a.scale, a.zeroPoint) == (b.scale, b.zeroPoint) and a.scale < 1.0):
+    """A comparison of quantized inputs: NNAPI compares the real values (x - zero point) * scale in float32
+    (each input its own scale), TFLite rescales both to integers with multipliers (found by nnhal vts --section
+    random: wrong at a scale of 1 or more, the process aborted at 1) and its DEQUANTIZE is not that product
+    either (the builtin kernel rounds twice: measured 1 ulp off on almost every scale; XNNPACK's is exact but
+    a model may run on the builtin kernels): each input's real values in float32, compared in float32.  A
+    constant's are computed here; a tensor's are looked up per 8-bit code (CAST to an int32 index, + 128 for
+    int8, GATHER from the table of the 256 real values): every kernel involved copies or adds integers, so the
+    values are the reference's bit for bit."""
+    a = ctx.operand(op.inputs[0])
+    if a.type not in (U8, I8):
         return None
     ops, reals = [], []
     for i in op.inputs[:2]:
         o = ctx.operand(i)
+        if o.lifetime in _CONST:
+            reals.append(ctx.constant(_real_values(o, ctx.value(i)), F))
+            continue
+        index = ctx._add(replace(o, type=I32, scale=0.0, zeroPoint=0, lifetime=L.TEMPORARY_VARIABLE,
+                                 location=hal.DataLocation()), None)
+        ops.append(_op(Op.CAST, [i], [index]))
+        if o.type == I8:  # NOTE: the codes -128..127 as the indexes 0..255
+            shifted = ctx.temp(index, o.dimensions)
+            ops.append(_op(Op.ADD, [index, ctx.constant([128]), ctx.constant(0, T.INT32)], [shifted]))
+            index = shifted
+        codes = np.arange(256, dtype=np.int32) - (128 if o.type == I8 else 0)
         reals.append(ctx._add(replace(o, type=F, scale=0.0, zeroPoint=0, lifetime=L.TEMPORARY_VARIABLE,
                                       location=hal.DataLocation()), None))
-        ops.append(_op(Op.DEQUANTIZE, [i], [reals[-1]]))
+        ops.append(_op(Op.GATHER, [ctx.constant(_real_values(o, codes), F), ctx.constant(0, T.INT32), index],
+                       [reals[-1]]))
     return ops + [_op(Op(op.type), reals, op.outputs)]
+
+
+def _real_values(o: hal.Operand, q: np.ndarray) -> np.ndarray:
+    """The real values of the codes ``q`` of quantized operand ``o``, as the reference computes them."""
+    return Tensor(T(o.type), np.asarray(q), o.scale, o.zeroPoint).dequantize()
 
 
 def _static_dims(ctx: _Ctx, i: int, what: str) -> list[int]:
@@ -1165,9 +1186,8 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         if x0.type != F and len(quants) > 1:
             # NOTE: NNAPI requantizes each input to the output's scale; these TFLite kernels assume one scale
             raise Unsupported(f"{t.name}: quantized inputs and output of different scales / zero points")
-    if t in _COMPARISONS and x0.type in (U8, I8) and len({(ctx.operand(i).scale, ctx.operand(i).zeroPoint)
-                                                         for i in op.inputs[:2]}) > 1:
-        raise Unsupported(f"internal: {t.name} of quantized inputs of different scales / zero points")
+    if t in _COMPARISONS and x0.type in (U8, I8):
+        raise Unsupported(f"internal: a quantized {t.name} not compared on its real values")
     if t == Op.SELECT and ctx.operand(op.inputs[1]).type in (U8, I8) and len(
             {(ctx.operand(i).scale, ctx.operand(i).zeroPoint) for i in (*op.inputs[1:3], op.outputs[0])}) > 1:
         raise Unsupported("SELECT of quantized values of different scales / zero points (TFLite copies bytes)")
