@@ -237,7 +237,7 @@ def test_litert_rounding_tool_measures_each_pair(capsys: pytest.CaptureFixture) 
 def test_litert_squeeze_of_a_constant_into_a_temporary_of_unknown_size() -> None:
     """Found by the quiet 600 s litert-cpu run (seed 0 case 10568): SQUEEZE of a constant s8[1] (axes omitted) into
     a temporary declared [0], then EXPAND_DIMS: TFLite's scalar made [1] instead of [1, 1], every execution failed.
-    The RESHAPE to [1] now covers a result of rank 1 whose size is unknown."""
+    The model fixes that temporary's shape, [1] (static_shapes): the SQUEEZE is the RESHAPE to [1] of a declared [1]."""
     x = Operand(T.TENSOR_QUANT8_ASYMM_SIGNED, (1,), scale=0.5, kind=CONST, value=np.array([3], np.int8))
     g = Graph()
     ix = g.add(x)
@@ -434,3 +434,28 @@ def test_litert_quantized_comparisons_are_the_reference(t: T, qa: tuple, qb: tup
         qa, qb = (qa[0], qa[1] + 128), (qb[0], qb[1] + 128)
     _agrees(_litert(), _comparisons(t, qa, qb, kinds, layout))
 
+
+
+@pytest.mark.parametrize("t,then,quant", [
+    (T.TENSOR_FLOAT16, OT.SLICE, (0.0, 0)),  # NOTE: seed 0 case 6198
+    (T.TENSOR_QUANT8_ASYMM, OT.PAD, (0.5, 128)),  # NOTE: seed 0 case 25669
+], ids=["f16-slice", "u8-pad"])
+def test_litert_select_into_a_temporary_of_unknown_rank(t: T, then: OT, quant: tuple) -> None:
+    """Found by the 600 s run (seed 0 cases 6198, 25669): SELECT of one value each into a temporary declared of
+    unknown rank, then SLICE / PAD: TFLite's SELECT keeps its output's shape when every operand holds one value,
+    the lowering wrote that temporary as a scalar, and the SLICE / PAD failed every execution (1 != 0 dimensions).
+    Temporaries now have the shape the model fixes (the reference's dry run), whatever their declaration."""
+    dtype = np.float16 if t == T.TENSOR_FLOAT16 else np.uint8
+    g = Graph()
+    cond = g.add(Operand(T.TENSOR_BOOL8, (1,), kind=INPUT, value=np.array([False])))
+    x = g.add(Operand(t, (1,), *quant, kind=INPUT, value=np.array([3], dtype)))
+    y = g.add(Operand(t, (1,), *quant, kind=CONST, value=np.array([131 if t == T.TENSOR_QUANT8_ASYMM else 2], dtype)))
+    sel = g.add(Operand(t, (1,), *quant, declared=()))
+    out = g.add(Operand(t, (1,), *quant))
+    if then == OT.SLICE:
+        params = [g.add(Operand(T.TENSOR_INT32, (1,), kind=CONST, value=np.array([v], np.int32))) for v in (0, 1)]
+    else:
+        params = [g.add(Operand(T.TENSOR_INT32, (1, 2), kind=CONST, value=np.zeros((1, 2), np.int32)))]
+    g.ops = [Op(OT.SELECT, [cond, x, y], [sel]), Op(then, [sel, *params], [out])]
+    g.inputs, g.outputs = [cond, x], [out]
+    _agrees(_litert(), RandomModel(g))

@@ -39,6 +39,7 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.engine.executor import constant_value
+from nnhal.engine.reference_check import fixed_shapes
 from nnhal.ops.base import Tensor
 from nnhal.tflite.schema import builtin_code, schema
 from nnhal.tflite.table import (
@@ -194,28 +195,36 @@ class _Ctx:
     constants of the TFLite graph with no HAL operand of their own."""
 
     def __init__(self, model: hal.Model, pools: Sequence[Any], sub: Optional[int] = None,
-                 f16: Optional[bool] = None):
+                 f16: Optional[bool] = None, shapes: Optional[dict[int, tuple[int, ...]]] = None):
         self.model = model
         self.pools = pools
         self.graph = model.main if sub is None else model.referenced[sub]  # NOTE: the subgraph lowered
         self.base = len(self.graph.operands)
         self.f16 = uses_float16(model) if f16 is None else f16
+        # NOTE: the main graph's operands declared of unknown rank or size whose shape the model fixes
+        # (static_shapes): TFLite tensors have the shape they are written with until a kernel resizes them, and
+        # some kernels keep it (SELECT of one value each: a temporary of unknown rank stayed a scalar, a later
+        # SLICE / PAD failed every execution; found by nnhal vts --section random)
+        if sub is not None:
+            shapes = {}
+        self.shapes = static_shapes(model, pools) if shapes is None else shapes
         self.virtual: dict[int, hal.Operand] = {}
         self.values: dict[int, np.ndarray] = {}
         self.final = _Marked()  # operations a rewrite produced in their final form
         self.byte_moves = _Marked()  # data-movement operations a rewrite made, exact on any type
         self.integer = _Marked()  # int32 arithmetic a rewrite made, whose TFLite kernel is exact on its values
-        self._as_f32: dict[int, hal.Operand] = {}
+        self._seen: dict[int, hal.Operand] = {}  # NOTE: operands as read here (float16 as float32, fixed shapes)
         self._values: dict[int, Optional[np.ndarray]] = {}  # the model's constants read so far (read-only)
 
     def operand(self, i: int) -> hal.Operand:
         if i >= self.base:
             return self.virtual[i]
         o = self.graph.operands[i]
-        if self.f16 and o.type in _F16_AS_F32:
-            c = self._as_f32.get(i)
+        if (self.f16 and o.type in _F16_AS_F32) or i in self.shapes:
+            c = self._seen.get(i)
             if c is None:
-                c = self._as_f32[i] = replace(o, type=_F16_AS_F32[T(o.type)])
+                c = self._seen[i] = replace(o, type=_F16_AS_F32.get(T(o.type), o.type),
+                                            dimensions=list(self.shapes.get(i, o.dimensions)))
             return c
         return o
 
@@ -739,9 +748,9 @@ def _squeezed_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operatio
     LiteRT: found by nnhal vts --section random): a RESHAPE to [1]."""
     y = ctx.operand(op.outputs[0])
     x = ctx.operand(op.inputs[0])
-    # NOTE: a result declared [0] (rank 1, size unknown) is that [1] too (found by the random section: a SQUEEZE
-    # of a constant [1] into such a temporary, then EXPAND_DIMS, failed every execution)
-    if list(y.dimensions) not in ([1], [0]) or not x.dimensions or any(d != 1 for d in x.dimensions):
+    # NOTE: a result declared [0] or of unknown rank is that [1] when the model fixes it (static_shapes: found by
+    # the random section, a SQUEEZE of a constant [1] into such a temporary, then EXPAND_DIMS, failed every execution)
+    if list(y.dimensions) != [1] or not x.dimensions or any(d != 1 for d in x.dimensions):
         return None
     shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1])], op.outputs)
     ctx.byte_moves.add(shape)
@@ -1341,6 +1350,19 @@ def _resize_size(ctx: _Ctx, op: hal.Operation, x: Any, width: bool) -> int:
     return int(v)
 
 
+def static_shapes(model: hal.Model, pools: Sequence[Any]) -> dict[int, tuple[int, ...]]:
+    """Per main operand an operation computes whose declared dimensions are incomplete (unknown rank, or a 0):
+    its shape, where the model fixes it (:func:`nnhal.engine.reference_check.fixed_shapes`, the reference's
+    dry run); {} without a dry run when every such operand is declared in full.  Done once per model by a
+    caller checking many operations (:func:`check_operation`'s ``shapes``)."""
+    main = model.main
+    if all(o.dimensions and 0 not in o.dimensions or not hal.is_tensor_type(o.type)
+           for o in (main.operands[i] for op in main.operations for i in op.outputs)):
+        return {}
+    shapes = fixed_shapes(model, pools)
+    return {i: s for i, s in shapes.items() if not main.operands[i].dimensions or 0 in main.operands[i].dimensions}
+
+
 def uses_float16(model: hal.Model) -> bool:
     """Whether some operand of the model is float16 (the lowering then computes in float32 between
     CASTs): a scan of every operand, done once per model by a caller checking many operations
@@ -1348,11 +1370,13 @@ def uses_float16(model: hal.Model) -> bool:
     return any(o.type in _F16_AS_F32 for g in [model.main, *model.referenced] for o in g.operands)
 
 
-def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation, f16: Optional[bool] = None) -> str:
+def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation, f16: Optional[bool] = None,
+                    shapes: Optional[dict[int, tuple[int, ...]]] = None) -> str:
     """Why ``op`` of the (validated) model cannot be lowered exactly; "" when it can.  ``f16``:
-    :func:`uses_float16` of the model, when the caller has it (each call otherwise scans the model)."""
+    :func:`uses_float16` of the model, ``shapes``: its :func:`static_shapes`, when the caller has them (each
+    call otherwise computes them)."""
     try:
-        _check(_Ctx(model, pools, f16=f16), op)
+        _check(_Ctx(model, pools, f16=f16, shapes=shapes), op)
     except Unsupported as e:
         return str(e)
     except _LOWERING_ERRORS as e:
