@@ -422,6 +422,7 @@ def test_litert_quantized_grouped_conv_is_the_references_bit_for_bit(t: T) -> No
     ((3.0, 0), (0.0213, -100), (CONST, INPUT)),
     ((250.0, 10), (0.9, 1), (INPUT, CONST)),
     ((1e-30, 0), (1e-30, 1), (INPUT, INPUT)),
+    ((1.3157025203336372, -1), (0.7, 3), (CONST, CONST)),
 ])
 @pytest.mark.parametrize("layout", ["all", "broadcast", "near"])
 def test_litert_quantized_comparisons_are_the_reference(t: T, qa: tuple, qb: tuple, kinds: tuple,
