@@ -284,3 +284,37 @@ def test_status_diff_command(capsys: pytest.CaptureFixture) -> None:
     assert status_diff.main([str(files[0])]) == 0
     out = capsys.readouterr().out
     assert "litert-cpu vs sample-all:" in out and " 0 disagree" in out
+
+
+def _model(operands: list[hal.Operand], ops: list[hal.Operation], ins: list[int], outs: list[int],
+           values: bytes = b"") -> hal.Model:
+    return hal.Model(main=hal.Subgraph(operands=operands, operations=ops, inputIndexes=ins, outputIndexes=outs),
+                     operandValues=values)
+
+
+def test_fixed_shapes_are_the_reference_dry_run() -> None:
+    """fixed_shapes: an operand declared of unknown rank gets the shape the reference computes where the model
+    fixes it (a RESHAPE to a constant shape; a SELECT whose condition is a model input: TENSOR_BOOL8 data); none
+    where a shape parameter is a model input, or an input's dimensions are left to the request."""
+    from nnhal.engine.reference_check import fixed_shapes
+
+    shape = np.array([3, 2], np.int32).tobytes()
+
+    def op(t: T, dims: list, life: L, loc: Optional[hal.DataLocation] = None) -> hal.Operand:
+        return hal.Operand(type=t, dimensions=dims, lifetime=life, location=loc or hal.DataLocation())
+
+    const = op(T.TENSOR_INT32, [2], L.CONSTANT_COPY, hal.DataLocation(poolIndex=0, offset=0, length=8))
+    reshape = [hal.Operation(OT.RESHAPE, [0, 1], [2]), hal.Operation(OT.RELU, [2], [3])]
+    m = _model([op(T.TENSOR_FLOAT32, [2, 3], L.SUBGRAPH_INPUT), const, op(T.TENSOR_FLOAT32, [], L.TEMPORARY_VARIABLE),
+                op(T.TENSOR_FLOAT32, [0, 0], L.SUBGRAPH_OUTPUT)], reshape, [0], [3], shape)
+    assert fixed_shapes(m, []) == {2: (3, 2), 3: (3, 2)}
+    m.main.operands[1] = op(T.TENSOR_INT32, [2], L.SUBGRAPH_INPUT)
+    m.main.inputIndexes = [0, 1]
+    assert fixed_shapes(m, []) == {}  # NOTE: the shape is the request's
+    m = _model([op(T.TENSOR_FLOAT32, [0, 3], L.SUBGRAPH_INPUT), const, op(T.TENSOR_FLOAT32, [], L.TEMPORARY_VARIABLE),
+                op(T.TENSOR_FLOAT32, [0, 0], L.SUBGRAPH_OUTPUT)], reshape, [0], [3], shape)
+    assert fixed_shapes(m, []) == {}  # NOTE: no dry run: the input's shape is the request's
+    select = _model([op(T.TENSOR_BOOL8, [2], L.SUBGRAPH_INPUT), op(T.TENSOR_FLOAT32, [2], L.SUBGRAPH_INPUT),
+                     op(T.TENSOR_FLOAT32, [2], L.SUBGRAPH_INPUT), op(T.TENSOR_FLOAT32, [], L.SUBGRAPH_OUTPUT)],
+                    [hal.Operation(OT.SELECT, [0, 1, 2], [3])], [0, 1, 2], [3])
+    assert fixed_shapes(select, []) == {3: (2,)}

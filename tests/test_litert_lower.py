@@ -82,7 +82,7 @@ def built() -> Iterator[Any]:
     ("local_response_normalization_v1_2", "local_response_normalization_v1_2_axis_dim2_axis0",
      ["TRANSPOSE", "RESHAPE", "LOCAL_RESPONSE_NORMALIZATION", "RESHAPE", "TRANSPOSE"]),
     ("conv2d_per_channel", "conv2d_per_channel", ["QUANTIZE", "CONV_2D", "QUANTIZE"]),
-    ("less", "less_quantized_different_scale", ["DEQUANTIZE", "DEQUANTIZE", "LESS"]),
+    ("less", "less_quantized_different_scale", ["CAST", "GATHER", "CAST", "GATHER", "LESS"]),
     ("select_v1_2", "select_v1_2_one_dim_quant8", ["QUANTIZE", "QUANTIZE", "SELECT"]),
     ("instance_normalization", "instance_normalization_nhwc",
      ["MEAN", "SUB", "MUL", "MEAN", "ADD", "RSQRT", "MUL", "MUL", "ADD"]),

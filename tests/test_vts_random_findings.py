@@ -237,7 +237,7 @@ def test_litert_rounding_tool_measures_each_pair(capsys: pytest.CaptureFixture) 
 def test_litert_squeeze_of_a_constant_into_a_temporary_of_unknown_size() -> None:
     """Found by the quiet 600 s litert-cpu run (seed 0 case 10568): SQUEEZE of a constant s8[1] (axes omitted) into
     a temporary declared [0], then EXPAND_DIMS: TFLite's scalar made [1] instead of [1, 1], every execution failed.
-    The RESHAPE to [1] now covers a result of rank 1 whose size is unknown."""
+    The model fixes that temporary's shape, [1] (static_shapes): the SQUEEZE is the RESHAPE to [1] of a declared [1]."""
     x = Operand(T.TENSOR_QUANT8_ASYMM_SIGNED, (1,), scale=0.5, kind=CONST, value=np.array([3], np.int8))
     g = Graph()
     ix = g.add(x)
@@ -342,6 +342,30 @@ def _random_mean(rng: np.random.Generator, t: T) -> RandomModel:
     return RandomModel(g)
 
 
+_CMP = (OT.EQUAL, OT.NOT_EQUAL, OT.LESS, OT.LESS_EQUAL, OT.GREATER, OT.GREATER_EQUAL)
+
+
+def _comparisons(t: T, qa: tuple, qb: tuple, kinds: tuple, layout: str) -> RandomModel:
+    """The six comparisons of 8-bit codes, in one model: ``all``, every code (a: rows) with every code (b:
+    columns), [256, 256] each; ``broadcast``, the same as a [256, 1] against b [1, 256]; ``near``, [2, 256]:
+    each code with itself and with the next (the pairs a rounding flips), small enough that LiteRT computes a
+    constant's values itself."""
+    codes = np.arange(256, dtype=np.uint8).view(np.uint8 if t == T.TENSOR_QUANT8_ASYMM else np.int8)
+    if layout == "near":
+        va, vb = np.stack([codes, codes]), np.stack([codes, np.roll(codes, 1)])
+    else:
+        va, vb = codes.reshape(256, 1), codes.reshape(1, 256)
+        if layout == "all":
+            va, vb = np.repeat(va, 256, axis=1), np.repeat(vb, 256, axis=0)
+    g = Graph()
+    a = g.add(Operand(t, va.shape, *qa, kind=kinds[0], value=va))
+    b = g.add(Operand(t, vb.shape, *qb, kind=kinds[1], value=vb))
+    g.inputs = [k for k in (a, b) if g.operands[k].kind == INPUT]
+    g.outputs = [g.add(Operand(T.TENSOR_BOOL8, np.broadcast_shapes(va.shape, vb.shape))) for _ in _CMP]
+    g.ops = [Op(op, [a, b], [y]) for op, y in zip(_CMP, g.outputs)]
+    return RandomModel(g)
+
+
 @pytest.mark.parametrize("t", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
 def test_litert_quantized_mean_is_the_references_bit_for_bit(t: T) -> None:
     """The quantized MEAN lowering (int32 SUM, truncating DIV) against sample-all over random models: equal
@@ -385,3 +409,54 @@ def test_litert_quantized_grouped_conv_is_the_references_bit_for_bit(t: T) -> No
         ran += 1
         assert np.array_equal(got[0], want[0]), describe(m)
     assert ran >= 8
+
+
+@pytest.mark.parametrize("t", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("qa,qb,kinds", [
+    ((1.3157025203336372, -1), (1.3157025203336372, -1), (INPUT, CONST)),  # NOTE: seed 0 case 7673's NOT_EQUAL
+    ((1.8078, 11), (1.8078, 11), (CONST, INPUT)),  # NOTE: as seed 0 case 16938's GREATER_EQUAL
+    ((0.001, 3), (0.001, 3), (INPUT, INPUT)),
+    ((0.5, 0), (0.5, 0), (INPUT, INPUT)),
+    ((1.0, 5), (1.0, 5), (INPUT, CONST)),
+    ((0.25, -7), (0.75, 9), (INPUT, INPUT)),  # NOTE: two scales
+    ((3.0, 0), (0.0213, -100), (CONST, INPUT)),
+    ((250.0, 10), (0.9, 1), (INPUT, CONST)),
+    ((1e-30, 0), (1e-30, 1), (INPUT, INPUT)),
+    ((1.3157025203336372, -1), (0.7, 3), (CONST, CONST)),
+])
+@pytest.mark.parametrize("layout", ["all", "broadcast", "near"])
+def test_litert_quantized_comparisons_are_the_reference(t: T, qa: tuple, qb: tuple, kinds: tuple,
+                                                        layout: str) -> None:
+    """Found by the 600 s run (seed 0 cases 7673, 16938: NOT_EQUAL / GREATER_EQUAL of int8 at scales 1.316 /
+    1.808, one input a constant: 2 / 3 of 8 values wrong): every quantized comparison, swept over scales and zero
+    points (equal and different, below and above 1), constant and variable inputs, both 8-bit types, equals
+    sample-all on all 65536 pairs of codes.  (Zero points are int8's; uint8's are 128 more.)"""
+    if t == T.TENSOR_QUANT8_ASYMM:
+        qa, qb = (qa[0], qa[1] + 128), (qb[0], qb[1] + 128)
+    _agrees(_litert(), _comparisons(t, qa, qb, kinds, layout))
+
+
+
+@pytest.mark.parametrize("t,then,quant", [
+    (T.TENSOR_FLOAT16, OT.SLICE, (0.0, 0)),  # NOTE: seed 0 case 6198
+    (T.TENSOR_QUANT8_ASYMM, OT.PAD, (0.5, 128)),  # NOTE: seed 0 case 25669
+], ids=["f16-slice", "u8-pad"])
+def test_litert_select_into_a_temporary_of_unknown_rank(t: T, then: OT, quant: tuple) -> None:
+    """Found by the 600 s run (seed 0 cases 6198, 25669): SELECT of one value each into a temporary declared of
+    unknown rank, then SLICE / PAD: TFLite's SELECT keeps its output's shape when every operand holds one value,
+    the lowering wrote that temporary as a scalar, and the SLICE / PAD failed every execution (1 != 0 dimensions).
+    Temporaries now have the shape the model fixes (the reference's dry run), whatever their declaration."""
+    dtype = np.float16 if t == T.TENSOR_FLOAT16 else np.uint8
+    g = Graph()
+    cond = g.add(Operand(T.TENSOR_BOOL8, (1,), kind=INPUT, value=np.array([False])))
+    x = g.add(Operand(t, (1,), *quant, kind=INPUT, value=np.array([3], dtype)))
+    y = g.add(Operand(t, (1,), *quant, kind=CONST, value=np.array([131 if t == T.TENSOR_QUANT8_ASYMM else 2], dtype)))
+    sel = g.add(Operand(t, (1,), *quant, declared=()))
+    out = g.add(Operand(t, (1,), *quant))
+    if then == OT.SLICE:
+        params = [g.add(Operand(T.TENSOR_INT32, (1,), kind=CONST, value=np.array([v], np.int32))) for v in (0, 1)]
+    else:
+        params = [g.add(Operand(T.TENSOR_INT32, (1, 2), kind=CONST, value=np.zeros((1, 2), np.int32)))]
+    g.ops = [Op(OT.SELECT, [cond, x, y], [sel]), Op(then, [sel, *params], [out])]
+    g.inputs, g.outputs = [cond, x], [out]
+    _agrees(_litert(), RandomModel(g))

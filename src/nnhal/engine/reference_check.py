@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -65,6 +65,9 @@ Op = hal.OperationType
 # operand types whose values, not only shapes, decide an operation's output shape or failure
 PARAMETER_TYPES = frozenset({T.INT32, T.UINT32, T.FLOAT32, T.FLOAT16, T.BOOL, T.TENSOR_INT32, T.TENSOR_BOOL8,
                              T.SUBGRAPH})
+# the types of the inputs whose values can decide an operation's output shapes: TENSOR_BOOL8 tensors are data
+# there (SELECT's condition, LOGICAL_*'s operands), but for IF's condition (_certain)
+SHAPE_PARAMETER_TYPES = PARAMETER_TYPES - {T.TENSOR_BOOL8}
 # operations whose output shapes or failures depend on the values of their data tensors
 # (IF: unless its branches' operations are certain given what it passes them)
 VALUE_DEPENDENT = frozenset({Op.IF, Op.WHILE, Op.BOX_WITH_NMS_LIMIT, Op.GENERATE_PROPOSALS,
@@ -105,14 +108,18 @@ def certain_operations(model: hal.Model, at_execution: bool = False) -> list[boo
 
 
 def _certain(model: hal.Model, sg: hal.Subgraph, input_values: list[bool], input_shapes: list[bool],
-             omissible: bool, depth: int) -> list[bool]:
-    """certain_operations of one subgraph, given which of its inputs have values / shapes fixed."""
+             omissible: bool, depth: int, param_types: frozenset = PARAMETER_TYPES) -> list[bool]:
+    """certain_operations of one subgraph, given which of its inputs have values / shapes fixed; an input of
+    one of ``param_types`` must have its value fixed too."""
     value_fixed = [o.lifetime in _CONST for o in sg.operands]
     shape_fixed = list(value_fixed)
     for k, i in enumerate(sg.inputIndexes):
         value_fixed[i], shape_fixed[i] = input_values[k], input_shapes[k]
     inputs = set(sg.inputIndexes) if omissible else set()  # NOTE: inputs a request may omit
-    is_param = [o.type in PARAMETER_TYPES for o in sg.operands]
+    is_param = [o.type in param_types for o in sg.operands]
+    for op in sg.operations:
+        if op.type == Op.IF:
+            is_param[op.inputs[0]] = True  # NOTE: the branch it takes decides its verdict and result shapes
     out = []
     for op in sg.operations:
         opdef = registry.find(op.type)
@@ -128,7 +135,7 @@ def _certain(model: hal.Model, sg: hal.Subgraph, input_values: list[bool], input
             passed = op.inputs[3:]
             certain = all(all(_certain(model, model.referenced[int(sg.operands[b].location.offset)],
                                        [value_fixed[i] for i in passed], [shape_fixed[i] for i in passed],
-                                       omissible=False, depth=depth + 1))
+                                       omissible=False, depth=depth + 1, param_types=param_types))
                           for b in op.inputs[1:3] if sg.operands[b].lifetime == L.SUBGRAPH)
         out.append(certain)
         for i in op.outputs:
@@ -153,6 +160,34 @@ def dry_executor(model: hal.Model, pool_views: Sequence[Any]) -> Executor:
     """The reference executor for dry runs: the operations' prepare steps skipped (their states are
     what executions reuse; each execute checks and computes without one), cheap to build."""
     return Executor(model, pool_views, states=[[None] * len(sg.operations) for sg in (model.main, *model.referenced)])
+
+
+def fixed_shapes(model: hal.Model, pool_views: Sequence[Any]) -> dict[int, tuple[int, ...]]:
+    """The shape every execution gives each main operand an operation computes, where the model fixes it (the
+    operation is certain as the module docstring says, with the values of TENSOR_BOOL8 data tensors left to the
+    request: SHAPE_PARAMETER_TYPES), whatever its declared dimensions: from a dry run of the reference on zeros
+    of the declared input shapes, those operands exposed as outputs.  Empty when a main
+    input's shape is left to the request, the model is not the reference's, or the dry run fails (the
+    reference then rejects the model, or its verdict depends on the request).  What a backend lowering the
+    model to an engine of static shapes gives an operand the model declares of unknown rank or size."""
+    if not _checkable(model):
+        return {}
+    xs = dry_run_inputs(model)
+    if xs is None:
+        return {}
+    main = model.main
+    fixed = _certain(model, main, [False] * len(main.inputIndexes), [True] * len(main.inputIndexes), omissible=True,
+                     depth=0, param_types=SHAPE_PARAMETER_TYPES)
+    computed = [i for op, shape_fixed in zip(main.operations, fixed) if shape_fixed for i in op.outputs]
+    if not computed:
+        return {}
+    exposed = replace(model, main=replace(main, outputIndexes=[*main.outputIndexes, *computed]))
+    try:
+        outs = dry_executor(exposed, pool_views).run(xs, None, DRY_RUN_LOOP_TIMEOUT_NS, dry_run=True)
+    except Exception:  # noqa: BLE001  # NOTE: a failure the front end's own check answers for (held_to_reference)
+        log.debug("fixed shapes: the dry run failed", exc_info=True)
+        return {}
+    return {i: tuple(int(d) for d in np.shape(v)) for i, v in zip(computed, outs[len(main.outputIndexes):])}
 
 
 def _rejection(executor: Executor, xs: Sequence[Optional[np.ndarray]], certain: list[bool],

@@ -56,11 +56,12 @@ def operation_support(root: str, ops: set[str] | None = None) -> dict[str, dict[
                 model = v.build_model()
                 try:
                     views = [hal_memory.PrivateCopy(m).view for m in model.pools]
+                    f16, shapes = lower.uses_float16(model), lower.static_shapes(model, views)
                     for op in model.main.operations:
                         name = hal.operation_name(op.type)
                         if ops is None or name in ops:
                             counts = out[name].setdefault(v.operation_data_type(op), [0, 0])
-                            counts[0] += not lower.check_operation(model, views, op)
+                            counts[0] += not lower.check_operation(model, views, op, f16, shapes)
                             counts[1] += 1
                 finally:
                     for m in model.pools:
@@ -78,8 +79,9 @@ def _aidl_reasons(version: hal.HalVersion, model: hal.Model) -> list[str]:
     except aidl.ServiceSpecificError as e:
         return [f"invalid model ({aidl.ErrorStatus(e.status).name})"] * len(model.main.operations)
     views = [hal_memory.PrivateCopy(m).view for m in model.pools]
-    return ["" if ok else lower.check_operation(model, views, op) or "refused (the AIDL face gives no reason)"
-            for ok, op in zip(flags, model.main.operations)]
+    f16, shapes = lower.uses_float16(model), lower.static_shapes(model, views)
+    return ["" if ok else lower.check_operation(model, views, op, f16, shapes) or
+            "refused (the AIDL face gives no reason)" for ok, op in zip(flags, model.main.operations)]
 
 
 def print_operations(support: dict[str, dict[str, list[int]]]) -> None:

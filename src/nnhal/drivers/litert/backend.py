@@ -241,9 +241,10 @@ class LiteRTBackend(Backend):
                 pools.append(hal_memory.PrivateCopy(m))
             views = [p.view for p in pools]
             out = []
-            f16 = lower.uses_float16(model)
+            f16, shapes = lower.uses_float16(model), lower.static_shapes(model, views)
             for op, d in zip(model.main.operations, defs):
-                reason = "not a valid operation" if d is None else lower.check_operation(model, views, op, f16)
+                reason = "not a valid operation" if d is None else lower.check_operation(model, views, op, f16,
+                                                                                         shapes)
                 out.append((not reason, reason))
             if all(ok for ok, _ in out):
                 # NOTE: claimed only where LiteRT also prepares the lowered model (it checks shapes the

@@ -23,7 +23,7 @@ CHANNEL_SHUFFLE as RESHAPE + TRANSPOSE + RESHAPE, GROUPED_CONV_2D as SPLIT +
 CONV_2D per group + CONCATENATION, TRANSPOSE_CONV_2D in TFLite's padding form
 (or its VALID result and a SLICE), uint8 layers with per-channel weights in
 int8 and int8 layers with asymmetric weights in uint8 (QUANTIZE +-128 around
-them), quantized comparisons of two scales on DEQUANTIZEd values.  IF becomes
+them), quantized comparisons on their real values (a table GATHERed per 8-bit code).  IF becomes
 TFLite's IF over lowered subgraphs; WHILE is refused (LiteRT cannot stop a
 loop at the HAL's loop timeout).  A model with float16 operands computes in
 float32 between a CAST at each float16 input and output (within the VTS
@@ -39,6 +39,8 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.engine.executor import constant_value
+from nnhal.engine.reference_check import fixed_shapes
+from nnhal.ops.base import Tensor
 from nnhal.tflite.schema import builtin_code, schema
 from nnhal.tflite.table import (
     ACTIVATIONS_TO_TFLITE,
@@ -193,28 +195,36 @@ class _Ctx:
     constants of the TFLite graph with no HAL operand of their own."""
 
     def __init__(self, model: hal.Model, pools: Sequence[Any], sub: Optional[int] = None,
-                 f16: Optional[bool] = None):
+                 f16: Optional[bool] = None, shapes: Optional[dict[int, tuple[int, ...]]] = None):
         self.model = model
         self.pools = pools
         self.graph = model.main if sub is None else model.referenced[sub]  # NOTE: the subgraph lowered
         self.base = len(self.graph.operands)
         self.f16 = uses_float16(model) if f16 is None else f16
+        # NOTE: the main graph's operands declared of unknown rank or size whose shape the model fixes
+        # (static_shapes): TFLite tensors have the shape they are written with until a kernel resizes them, and
+        # some kernels keep it (SELECT of one value each: a temporary of unknown rank stayed a scalar, a later
+        # SLICE / PAD failed every execution; found by nnhal vts --section random)
+        if sub is not None:
+            shapes = {}
+        self.shapes = static_shapes(model, pools) if shapes is None else shapes
         self.virtual: dict[int, hal.Operand] = {}
         self.values: dict[int, np.ndarray] = {}
         self.final = _Marked()  # operations a rewrite produced in their final form
         self.byte_moves = _Marked()  # data-movement operations a rewrite made, exact on any type
         self.integer = _Marked()  # int32 arithmetic a rewrite made, whose TFLite kernel is exact on its values
-        self._as_f32: dict[int, hal.Operand] = {}
+        self._seen: dict[int, hal.Operand] = {}  # NOTE: operands as read here (float16 as float32, fixed shapes)
         self._values: dict[int, Optional[np.ndarray]] = {}  # the model's constants read so far (read-only)
 
     def operand(self, i: int) -> hal.Operand:
         if i >= self.base:
             return self.virtual[i]
         o = self.graph.operands[i]
-        if self.f16 and o.type in _F16_AS_F32:
-            c = self._as_f32.get(i)
+        if (self.f16 and o.type in _F16_AS_F32) or i in self.shapes:
+            c = self._seen.get(i)
             if c is None:
-                c = self._as_f32[i] = replace(o, type=_F16_AS_F32[T(o.type)])
+                c = self._seen[i] = replace(o, type=_F16_AS_F32.get(T(o.type), o.type),
+                                            dimensions=list(self.shapes.get(i, o.dimensions)))
             return c
         return o
 
@@ -738,9 +748,9 @@ def _squeezed_to_one(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operatio
     LiteRT: found by nnhal vts --section random): a RESHAPE to [1]."""
     y = ctx.operand(op.outputs[0])
     x = ctx.operand(op.inputs[0])
-    # NOTE: a result declared [0] (rank 1, size unknown) is that [1] too (found by the random section: a SQUEEZE
-    # of a constant [1] into such a temporary, then EXPAND_DIMS, failed every execution)
-    if list(y.dimensions) not in ([1], [0]) or not x.dimensions or any(d != 1 for d in x.dimensions):
+    # NOTE: a result declared [0] or of unknown rank is that [1] when the model fixes it (static_shapes: found by
+    # the random section, a SQUEEZE of a constant [1] into such a temporary, then EXPAND_DIMS, failed every execution)
+    if list(y.dimensions) != [1] or not x.dimensions or any(d != 1 for d in x.dimensions):
         return None
     shape = _op(Op.RESHAPE, [op.inputs[0], ctx.constant([1])], op.outputs)
     ctx.byte_moves.add(shape)
@@ -864,21 +874,41 @@ def _requantized_inputs(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Opera
 
 
 def _compare_real_values(ctx: _Ctx, op: hal.Operation) -> Optional[list[hal.Operation]]:
-    """A comparison of quantized inputs of different scales / zero points: NNAPI compares the real
-    values (x - zero point) * scale in float32, TFLite would rescale one input to the other's
-    quantization (rounding): DEQUANTIZE both (the same float32 products), compare in float32.  So too
-    for a scale of 1 or more: LiteRT's quantized comparison (builtin and reference kernels) aborts the
-    process at a scale of 1 and compares wrongly above it (found by nnhal vts --section random)."""
-    a, b = (ctx.operand(i) for i in op.inputs[:2])
-    if a.type not in (U8, I8) or ((a.scale, a.zeroPoint) == (b.scale, b.zeroPoint) and a.scale < 1.0):
+    """A comparison of quantized inputs: NNAPI compares the real values (x - zero point) * scale in float32
+    (each input its own scale), TFLite rescales both to integers with multipliers (found by nnhal vts --section
+    random: wrong at a scale of 1 or more, the process aborted at 1) and its DEQUANTIZE is not that product
+    either (the builtin kernel rounds twice: measured 1 ulp off on almost every scale; XNNPACK's is exact but
+    a model may run on the builtin kernels): each input's real values in float32, compared in float32.  A
+    constant's are computed here; a tensor's are looked up per 8-bit code (CAST to an int32 index, + 128 for
+    int8, GATHER from the table of the 256 real values): every kernel involved copies or adds integers, so the
+    values are the reference's bit for bit."""
+    a = ctx.operand(op.inputs[0])
+    if a.type not in (U8, I8):
         return None
     ops, reals = [], []
     for i in op.inputs[:2]:
         o = ctx.operand(i)
+        if o.lifetime in _CONST:
+            reals.append(ctx.constant(_real_values(o, ctx.value(i)), F))
+            continue
+        index = ctx._add(replace(o, type=I32, scale=0.0, zeroPoint=0, lifetime=L.TEMPORARY_VARIABLE,
+                                 location=hal.DataLocation()), None)
+        ops.append(_op(Op.CAST, [i], [index]))
+        if o.type == I8:  # NOTE: the codes -128..127 as the indexes 0..255
+            shifted = ctx.temp(index, o.dimensions)
+            ops.append(_op(Op.ADD, [index, ctx.constant([128]), ctx.constant(0, T.INT32)], [shifted]))
+            index = shifted
+        codes = np.arange(256, dtype=np.int32) - (128 if o.type == I8 else 0)
         reals.append(ctx._add(replace(o, type=F, scale=0.0, zeroPoint=0, lifetime=L.TEMPORARY_VARIABLE,
                                       location=hal.DataLocation()), None))
-        ops.append(_op(Op.DEQUANTIZE, [i], [reals[-1]]))
+        ops.append(_op(Op.GATHER, [ctx.constant(_real_values(o, codes), F), ctx.constant(0, T.INT32), index],
+                       [reals[-1]]))
     return ops + [_op(Op(op.type), reals, op.outputs)]
+
+
+def _real_values(o: hal.Operand, q: np.ndarray) -> np.ndarray:
+    """The real values of the codes ``q`` of quantized operand ``o``, as the reference computes them."""
+    return Tensor(T(o.type), np.asarray(q), o.scale, o.zeroPoint).dequantize()
 
 
 def _static_dims(ctx: _Ctx, i: int, what: str) -> list[int]:
@@ -1165,9 +1195,8 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         if x0.type != F and len(quants) > 1:
             # NOTE: NNAPI requantizes each input to the output's scale; these TFLite kernels assume one scale
             raise Unsupported(f"{t.name}: quantized inputs and output of different scales / zero points")
-    if t in _COMPARISONS and x0.type in (U8, I8) and len({(ctx.operand(i).scale, ctx.operand(i).zeroPoint)
-                                                         for i in op.inputs[:2]}) > 1:
-        raise Unsupported(f"internal: {t.name} of quantized inputs of different scales / zero points")
+    if t in _COMPARISONS and x0.type in (U8, I8):
+        raise Unsupported(f"internal: a quantized {t.name} not compared on its real values")
     if t == Op.SELECT and ctx.operand(op.inputs[1]).type in (U8, I8) and len(
             {(ctx.operand(i).scale, ctx.operand(i).zeroPoint) for i in (*op.inputs[1:3], op.outputs[0])}) > 1:
         raise Unsupported("SELECT of quantized values of different scales / zero points (TFLite copies bytes)")
@@ -1321,6 +1350,19 @@ def _resize_size(ctx: _Ctx, op: hal.Operation, x: Any, width: bool) -> int:
     return int(v)
 
 
+def static_shapes(model: hal.Model, pools: Sequence[Any]) -> dict[int, tuple[int, ...]]:
+    """Per main operand an operation computes whose declared dimensions are incomplete (unknown rank, or a 0):
+    its shape, where the model fixes it (:func:`nnhal.engine.reference_check.fixed_shapes`, the reference's
+    dry run); {} without a dry run when every such operand is declared in full.  Done once per model by a
+    caller checking many operations (:func:`check_operation`'s ``shapes``)."""
+    main = model.main
+    if all(o.dimensions and 0 not in o.dimensions or not hal.is_tensor_type(o.type)
+           for o in (main.operands[i] for op in main.operations for i in op.outputs)):
+        return {}
+    shapes = fixed_shapes(model, pools)
+    return {i: s for i, s in shapes.items() if not main.operands[i].dimensions or 0 in main.operands[i].dimensions}
+
+
 def uses_float16(model: hal.Model) -> bool:
     """Whether some operand of the model is float16 (the lowering then computes in float32 between
     CASTs): a scan of every operand, done once per model by a caller checking many operations
@@ -1328,11 +1370,13 @@ def uses_float16(model: hal.Model) -> bool:
     return any(o.type in _F16_AS_F32 for g in [model.main, *model.referenced] for o in g.operands)
 
 
-def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation, f16: Optional[bool] = None) -> str:
+def check_operation(model: hal.Model, pools: Sequence[Any], op: hal.Operation, f16: Optional[bool] = None,
+                    shapes: Optional[dict[int, tuple[int, ...]]] = None) -> str:
     """Why ``op`` of the (validated) model cannot be lowered exactly; "" when it can.  ``f16``:
-    :func:`uses_float16` of the model, when the caller has it (each call otherwise scans the model)."""
+    :func:`uses_float16` of the model, ``shapes``: its :func:`static_shapes`, when the caller has them (each
+    call otherwise computes them)."""
     try:
-        _check(_Ctx(model, pools, f16=f16), op)
+        _check(_Ctx(model, pools, f16=f16, shapes=shapes), op)
     except Unsupported as e:
         return str(e)
     except _LOWERING_ERRORS as e:
