@@ -267,7 +267,7 @@ def test_a_memory_freed_inside_the_cache_by_the_garbage_collector() -> None:
     assert cache.lease(kept, False) is not None and cache.lease(victim, False) is not None
 
     class FreeingOnce(collections.OrderedDict):
-        # NOTE: white-box: the lookup the locked fast path makes stands for "the GC ran a finalizer here"
+        # NOTE: white-box: the fast path's lookup stands for "the GC ran a finalizer here"
         def get(self, key: Any, default: Any = None) -> Any:
             if victim.handle.fds:
                 memory.free(victim)
