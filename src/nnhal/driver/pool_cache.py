@@ -120,11 +120,10 @@ class PoolCache:
                 continue
             if (acc != _O_RDWR and (key[4] or acc != _O_RDONLY)) or st.st_ino != entry.ino or st.st_dev != entry.dev:
                 continue
-            pool = entry.pool
-            if pool.closed:
-                continue
             try:
-                found[k] = pool.view[:]
+                # NOTE: a pool closed meanwhile has its view released (a miss); one whose view an export
+                # kept unreleased is still a live mapping of the very file just checked
+                found[k] = entry.pool.view[:]
             except ValueError:  # NOTE: released by a concurrent drop
                 continue
             entry.used = next(self._clock)
