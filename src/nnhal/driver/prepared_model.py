@@ -150,17 +150,14 @@ class PreparedModel(hal.IPreparedModel):
         full, MISSED_DEADLINE_* when the deadline passes while queued."""
         try:
             return self.device.scheduler.call(self.priority, job, job.deadline_ns)
-        except (QueueFull, Expired) as e:
-            return self._not_run(job, e)
-
-    def _not_run(self, job: Any, e: Exception) -> Result:
-        """The result of a job the work queue did not run (:meth:`run_job`)."""
-        job.abandon()
-        if isinstance(e, QueueFull):
+        except QueueFull as e:
             log.error("execution refused: %s", e)
+            job.abandon()
             return Result(S.RESOURCE_EXHAUSTED_TRANSIENT)
-        log.error("execution: %s", e)
-        return Result(missed_deadline_status(job.start_ns, time.monotonic_ns(), job.deadline_ns, self.best_ns))
+        except Expired as e:
+            log.error("execution: %s", e)
+            job.abandon()
+            return Result(missed_deadline_status(job.start_ns, time.monotonic_ns(), job.deadline_ns, self.best_ns))
 
     def _validated_request(self, request: Any, owned: bool,
                            allow_unspecified_output: bool) -> tuple[hal.Request, RequestPlan]:
@@ -355,15 +352,10 @@ class PreparedModel(hal.IPreparedModel):
                 else deadline_ns(deadline)
             lt = _LOOP_DEFAULT_NS if loopTimeoutDuration.__class__ is _DURATION and \
                 loopTimeoutDuration.nanoseconds is None else validate_timeout(loopTimeoutDuration)
-            result, job = self._launch(request, measure, dl, lt)
+            err, job = self._launch(request, measure, dl, lt)
         except ValidationError as e:
-            result = _refused(e)
-        if result is None:
-            try:  # NOTE: run_job inline
-                result = self.device.scheduler.call(self.priority, job, dl)
-            except (QueueFull, Expired) as e:
-                result = self._not_run(job, e)
-        return result.status, result.outputShapes, result.timing
+            err = _refused(e)
+        return (err if err is not None else self.run_job(job)).as_tuple()
 
     # NOTE: the service's entry points (nnhal.service.server): the request was decoded from
     # the wire for this call and no one else holds it, so it is the driver's own already
