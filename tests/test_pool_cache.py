@@ -161,6 +161,45 @@ def test_bounded_by_count_and_bytes() -> None:
     assert len(cache) == 0
 
 
+def test_the_least_recently_leased_memory_goes_first() -> None:
+    """Leases mark recency (the executions' lock-free lookups included): the memory used last stays."""
+    cache = PoolCache(max_entries=3)
+    a, b, c, d = (memory.allocate(4096) for _ in range(4))
+    try:
+        for m in (a, b, c):
+            assert cache.lease(m, False) is not None
+        kept = cache.kept_views((cache_key(a, False),))  # NOTE: an execution's fast path uses a again
+        assert kept[0] is not None
+        del kept
+        assert cache.lease(d, False) is not None
+        assert len(cache) == 3
+        found = cache.kept_views(tuple(cache_key(m, False) for m in (a, b, c, d)))
+        assert [v is not None for v in found] == [True, False, True, True]
+        del found
+    finally:
+        for m in (a, b, c, d):
+            memory.free(m)
+
+
+def test_a_mapping_closed_by_a_concurrent_drop_is_a_miss() -> None:
+    """The fast path reads the cache without its lock: an entry found while another thread drops it (its
+    mapping closed, the entry not yet gone) is a miss, not a view of a released mapping; the caller then
+    opens the memory itself."""
+    cache = PoolCache()
+    m = memory.allocate(4096)
+    try:
+        key = cache_key(m, True)
+        assert cache.lease(m, True) is not None
+        cache._lru[key].pool.close()  # NOTE: white-box: the drop's close, before it removes the entry
+        assert cache.kept_views((key,)) == [None]
+        view, pool = cache.open(m, True, key)  # NOTE: what the execution does then: mapped anew
+        assert pool is None and len(view) == 4096
+        view.release()
+        assert cache.kept_views((key,))[0] is not None
+    finally:
+        memory.free(m)
+
+
 def test_a_view_outlives_its_eviction() -> None:
     cache = PoolCache(max_entries=1)
     a, b = memory.allocate(4096), memory.allocate(4096)
@@ -267,7 +306,7 @@ def test_a_memory_freed_inside_the_cache_by_the_garbage_collector() -> None:
     assert cache.lease(kept, False) is not None and cache.lease(victim, False) is not None
 
     class FreeingOnce(collections.OrderedDict):
-        # NOTE: white-box: the lookup the locked fast path makes stands for "the GC ran a finalizer here"
+        # NOTE: white-box: the fast path's lookup stands for "the GC ran a finalizer here"
         def get(self, key: Any, default: Any = None) -> Any:
             if victim.handle.fds:
                 memory.free(victim)

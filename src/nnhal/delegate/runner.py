@@ -341,7 +341,8 @@ class Runner:
             # NOTE: the HAL partition's own checks of its inputs' dtypes, in a loop of their own
             e = self.engines[0]
             for a, dt in zip(inputs, e.in_dtypes):
-                if a.__class__ is not np.ndarray or (dt is not None and a.dtype != dt):
+                # NOTE: ``is`` first: a builtin dtype is one object, and numpy's == costs a conversion
+                if a.__class__ is not np.ndarray or (dt is not None and a.dtype is not dt and a.dtype != dt):
                     break
             else:
                 t0 = time.perf_counter()

@@ -26,6 +26,9 @@ log = logging.getLogger("nnhal.driver")
 S = hal.ErrorStatus
 
 
+_Timing = hal.Timing
+
+
 def _us(ns: int) -> int:
     return max(0, ns // 1000)
 
@@ -39,12 +42,9 @@ class Result:
                  timing: Optional[hal.Timing] = None):
         self.status = status
         self.outputShapes = [] if outputShapes is None else outputShapes
-        if timing is None:
-            # NOTE: a Timing of the call's own (the client may change what it is given), without the
-            # dataclass's __init__ call
-            timing = object.__new__(hal.Timing)
-            timing.__dict__ = {"timeOnDevice": hal.UINT64_MAX, "timeInDriver": hal.UINT64_MAX}
-        self.timing = timing
+        # NOTE: a Timing of the call's own (the client may change what it is given); the dataclass's own
+        # __init__ with its defaults (measured: cheaper than object.__new__ and a __dict__ of ours)
+        self.timing = _Timing() if timing is None else timing
 
     def as_tuple(self) -> tuple:
         return self.status, self.outputShapes, self.timing
@@ -65,6 +65,7 @@ class Refusal(Result):
 
 _NO_BUFFERS: dict = {}  # NOTE: shared empty dicts of a request with neither (never written to: see RequestPools)
 _NO_IMAGES: dict = {}
+_NO_MAPS: list = []  # NOTE: likewise, the pools of a request whose memories are all kept mapped (nothing to close)
 
 
 class RequestPools:
@@ -74,6 +75,8 @@ class RequestPools:
     non-BLOB hardware buffers (``images``).  ``failure`` is set when a pool
     is well formed but cannot be used by this driver (GENERAL_FAILURE when
     the execution runs, as the memory guide recommends)."""
+
+    __slots__ = ("views", "buffers", "images", "failure", "_maps")
 
     def __init__(self, request: hal.Request, buffer_lookup: Any = None, pool_cache: Any = None,
                  out_pools: Optional[frozenset] = None, keys: Optional[tuple] = None):
@@ -86,17 +89,18 @@ class RequestPools:
         pools' ``cache_key``, :attr:`RequestPlan.pool_keys`).
         ``out_pools``: the pools receiving outputs (:class:`RequestPlan`), when known."""
         opener = kept = None
-        if pool_cache.__class__ is PoolCache:
-            opener = pool_cache.open
-            if keys is not None:
-                kept = pool_cache.kept_views(keys)  # NOTE: the memories kept mapped, checked all at once
         self.buffers: dict[int, buffers.DeviceBuffer] = _NO_BUFFERS
         self.images: dict[int, hardware_buffer.Image] = _NO_IMAGES
         self.failure = ""
-        self._maps: list[hal_memory.MappedPool | hal_memory.FdPool] = []
-        if kept is not None and None not in kept:
-            self.views: list[Optional[memoryview]] = kept  # NOTE: the common case: every pool a memory kept mapped
-            return
+        self._maps: list[hal_memory.MappedPool | hal_memory.FdPool] = _NO_MAPS
+        if pool_cache.__class__ is PoolCache:
+            if keys is not None:
+                kept = pool_cache.kept_views(keys)  # NOTE: the memories kept mapped, checked all at once
+                if None not in kept:
+                    self.views: list[Optional[memoryview]] = kept  # NOTE: the common case: every pool kept mapped
+                    return
+            opener = pool_cache.open
+        self._maps = []
         self.views = []
         self.buffers, self.images = {}, {}
         # NOTE: a pool that receives outputs must be writable (a read-only
@@ -163,9 +167,10 @@ class RequestPools:
                     buf.invalidate()
 
     def close(self) -> None:
-        for mp in self._maps:
-            mp.close()
-        self._maps = []
+        if self._maps:
+            for mp in self._maps:
+                mp.close()
+            self._maps = []
         if self.images:
             for img in self.images.values():
                 img.close()
@@ -346,7 +351,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
         log.exception("reading the execution's inputs failed unexpectedly")
         return Result(S.GENERAL_FAILURE)
 
-    timed = measure == hal.MeasureTiming.YES
+    timed = measure == _YES
     device_start = time.monotonic_ns() if timed else 0
     try:
         outputs = executor.run(inputs, deadline_ns, loop_timeout_ns, plan.omitted)
@@ -428,6 +433,7 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
     return Result(S.NONE, shapes)
 
 
+_YES = hal.MeasureTiming.YES
 _NOTHING_WRITTEN: list = []  # NOTE: never appended to (only requests with driver-managed buffers store any)
 _SMALL_OUTPUT = 4096  # bytes: outputs up to this size are written from a copy (arr.tobytes())
 

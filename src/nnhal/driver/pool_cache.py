@@ -36,8 +36,8 @@ methods called in process; the service and bursts keep memories by slot
 
 from __future__ import annotations
 
-import collections
 import fcntl
+import itertools
 import os
 import threading
 import weakref
@@ -51,11 +51,12 @@ MAX_BYTES = 256 * 1024 * 1024
 
 
 class _Entry:
-    __slots__ = ("ident", "dev", "ino", "pool", "size")
+    __slots__ = ("ident", "dev", "ino", "pool", "size", "used")
 
-    def __init__(self, ident: tuple, pool: hal_memory.MappedPool, size: int):
+    def __init__(self, ident: tuple, pool: hal_memory.MappedPool, size: int, used: int):
         self.ident, self.pool, self.size = ident, pool, size
         self.dev, self.ino = ident
+        self.used = used  # NOTE: when an execution last leased it (the eviction order: least recent first)
 
 
 _fstat, _fcntl, _F_GETFL = os.fstat, fcntl.fcntl, fcntl.F_GETFL
@@ -67,7 +68,10 @@ class PoolCache:
 
     def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES):
         self._max, self._max_bytes = max_entries, max_bytes
-        self._lru: collections.OrderedDict[tuple, _Entry] = collections.OrderedDict()
+        # NOTE: a plain dict read without the lock by :meth:`kept_views` (only the lock's holders add or
+        # remove entries; a lookup marks its entry's ``used`` stamp instead of reordering the dict)
+        self._lru: dict[tuple, _Entry] = {}
+        self._clock = itertools.count()
         self._bytes = 0
         # NOTE: memories found not sealed against shrinking (key -> file): opened per execution
         # without looking here first (bounded like the kept ones)
@@ -96,14 +100,17 @@ class PoolCache:
         kept here), the view of its mapping kept here when its descriptor still
         names the same file with the access it had, else None (the caller
         :meth:`open`-s it).  NOTE: the execution's fast path: two system calls
-        per pool and one lock for all of them."""
+        per kept pool and no lock: the dict's lookup is atomic; an entry another
+        thread drops meanwhile has its pool closed, its view released (the
+        slice raises ValueError: a miss, the caller opens the memory); a lease
+        taken just before stays mapped until the execution lets go of it."""
         found: list = [None] * len(keys)
-        hits = []
-        unsealed = self._unsealed
+        lru = self._lru
         k = -1
         for key in keys:
             k += 1
-            if key is None or (unsealed and key in unsealed):
+            entry = lru.get(key) if key is not None else None
+            if entry is None:
                 continue
             fd = key[1]
             try:
@@ -111,17 +118,15 @@ class PoolCache:
                 acc = _fcntl(fd, _F_GETFL) & _O_ACCMODE  # NOTE: see open()
             except OSError:
                 continue
-            if acc != _O_RDWR and (key[4] or acc != _O_RDONLY):
+            if (acc != _O_RDWR and (key[4] or acc != _O_RDONLY)) or st.st_ino != entry.ino or st.st_dev != entry.dev:
                 continue
-            hits.append((k, key, st.st_dev, st.st_ino))
-        if hits:
-            lru = self._lru
-            with self._lock:
-                for k, key, dev, ino in hits:
-                    entry = lru.get(key)
-                    if entry is not None and entry.dev == dev and entry.ino == ino and not entry.pool.closed:
-                        lru.move_to_end(key)
-                        found[k] = entry.pool.view[:]
+            try:
+                # NOTE: a pool closed meanwhile has its view released (a miss); one whose view an export
+                # kept unreleased is still a live mapping of the very file just checked
+                found[k] = entry.pool.view[:]
+            except ValueError:  # NOTE: released by a concurrent drop
+                continue
+            entry.used = next(self._clock)
         return found
 
     def open(self, memory: Any, writable: bool, key: Optional[tuple] = None) -> tuple[Any, Any]:
@@ -160,7 +165,7 @@ class PoolCache:
             entry = self._lru.get(key)
             if entry is not None:
                 if entry.ident == ident and not entry.pool.closed:
-                    self._lru.move_to_end(key)
+                    entry.used = next(self._clock)
                     return entry.pool.view[:], None
                 self._drop(key)  # NOTE: the number names another file now
         pool = hal_memory.open_pool(memory, writable=writable)
@@ -176,10 +181,12 @@ class PoolCache:
             old = self._lru.pop(key, None)
             if old is not None:
                 self._release(old)
-            self._lru[key] = _Entry(ident, pool, memory.size)
+            self._lru[key] = _Entry(ident, pool, memory.size, next(self._clock))
             self._bytes += memory.size
             while len(self._lru) > self._max or self._bytes > self._max_bytes:
-                self._drop(next(iter(self._lru)))
+                # NOTE: least recently leased first (a scan of at most MAX_ENTRIES, only when a memory is added)
+                lru = self._lru
+                self._drop(min(lru, key=lambda k: lru[k].used))
         return lease, None
 
     def forget(self, ident: tuple) -> None:

@@ -65,6 +65,8 @@ def _upgrade_request(request: Any) -> hal.Request:
     return own_request(request)
 
 
+_TIME_POINT, _DURATION = hal.OptionalTimePoint, hal.OptionalTimeoutDuration
+_LOOP_DEFAULT_NS = loop_timeout_ns(None)
 _MEASURES = dict(hal.MeasureTiming._value2member_map_)  # NOTE: NO / YES by value (an IntEnum member is its value)
 
 
@@ -147,7 +149,7 @@ class PreparedModel(hal.IPreparedModel):
         executions, bursts): RESOURCE_EXHAUSTED_TRANSIENT when the queue is
         full, MISSED_DEADLINE_* when the deadline passes while queued."""
         try:
-            return self.scheduler.call(self.priority, job, job.deadline_ns)
+            return self.device.scheduler.call(self.priority, job, job.deadline_ns)
         except QueueFull as e:
             log.error("execution refused: %s", e)
             job.abandon()
@@ -180,9 +182,8 @@ class PreparedModel(hal.IPreparedModel):
             if owned:
                 return request, plan
             if copy is None:
-                copy = request_from_key(key)
-                memo[mkey] = (copy, plan)
-            return copy, plan
+                hit = memo[mkey] = (request_from_key(key), plan)
+            return hit
         copy = request if owned else request_from_key(key)
         validate_request(copy, self.model, allow_unspecified_output)
         plan = RequestPlan(self.model, copy)  # NOTE: plain values: nothing shared with an owned request
@@ -344,9 +345,14 @@ class PreparedModel(hal.IPreparedModel):
         return self._async(request, measure, deadline, loopTimeoutDuration, callback, "notify_1_3")
 
     def executeSynchronously_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any) -> tuple:
-        # NOTE: _sync inline: the per-execution path of every in-process HIDL client, no call more than it needs
+        # NOTE: _sync inline: the per-execution path of every in-process HIDL client, no call more than it
+        # needs (the safe_unions' "none", the common case, read here; any other value checked by its function)
         try:
-            err, job = self._launch(request, measure, deadline_ns(deadline), validate_timeout(loopTimeoutDuration))
+            dl = None if deadline.__class__ is _TIME_POINT and deadline.nanosecondsSinceEpoch is None \
+                else deadline_ns(deadline)
+            lt = _LOOP_DEFAULT_NS if loopTimeoutDuration.__class__ is _DURATION and \
+                loopTimeoutDuration.nanoseconds is None else validate_timeout(loopTimeoutDuration)
+            err, job = self._launch(request, measure, dl, lt)
         except ValidationError as e:
             err = _refused(e)
         return (err if err is not None else self.run_job(job)).as_tuple()

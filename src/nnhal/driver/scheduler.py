@@ -65,6 +65,8 @@ log = logging.getLogger("nnhal.driver")
 DEFAULT_MAX_QUEUED = 128
 _MAX_WAIT_S = 3600.0  # NOTE: timer waits in bounded steps: a far deadline (2**64 - 1 ns) must not overflow
 
+# NOTE: ``_tls.slot``: (the scheduler, the priority) whose worker slot the thread holds (priority None: a
+# worker between tasks), or None; one attribute, read and set once per synchronous call
 _tls = threading.local()
 
 
@@ -87,8 +89,8 @@ class _Task:
 
 
 def in_worker() -> bool:
-    """True on one of a scheduler's worker threads."""
-    return getattr(_tls, "worker", False)
+    """True on one of a scheduler's worker threads (or a synchronous caller holding a slot)."""
+    return getattr(_tls, "slot", None) is not None
 
 
 class Scheduler:
@@ -151,19 +153,25 @@ class Scheduler:
         Raises :class:`QueueFull` when it would have to queue and the queue is
         full, :class:`Expired` if the deadline passes while it waits."""
         tls = _tls
-        if getattr(tls, "worker", False):
-            return fn()
-        prio = int(priority)
+        if getattr(tls, "slot", None) is not None:
+            return fn()  # NOTE: a worker, or a caller holding a slot already: inline (no one waits for itself)
+        prio = priority if priority.__class__ is int else int(priority)
         with self._lock:
-            if self._stopped:
-                self.rejected += 1
-                raise QueueFull(f"{self.name}: stopped")
-            if not self._heap and self._slot_free(prio):
-                self._take_slot(prio)  # NOTE: the common case: a free slot, nobody waiting
+            if not self._heap and self._running < self.workers and prio >= self.top_active \
+                    and prio > self.top_parked and not self._stopped:
+                # NOTE: the common case, _slot_free and _take_slot inline: a free slot, nobody waiting
+                self._running += 1
+                running = self._running_by_priority
+                running[prio] = running.get(prio, 0) + 1
+                if prio > self.top_active:
+                    self.top_active = prio
             else:
+                if self._stopped:
+                    self.rejected += 1
+                    raise QueueFull(f"{self.name}: stopped")
                 self._wait_for_slot(prio, deadline_ns)
         # NOTE: not a worker (returned above), so this thread had no scheduler context to restore
-        tls.worker, tls.scheduler, tls.priority = True, self, prio
+        tls.slot = (self, prio)
         try:
             if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
                 with self._lock:
@@ -171,7 +179,7 @@ class Scheduler:
                 raise Expired("the deadline passed while waiting for a worker slot")
             return fn()
         finally:
-            tls.worker, tls.scheduler, tls.priority = False, None, None
+            tls.slot = None
             with self._lock:
                 self._release_slot(prio)
 
@@ -275,8 +283,7 @@ class Scheduler:
         return bool(self._heap) and self._slot_free(-self._heap[0].key[0])
 
     def _worker(self) -> None:
-        _tls.worker = True
-        _tls.scheduler = self
+        _tls.slot = (self, None)
         while True:
             with self._lock:
                 self._idle += 1
@@ -289,7 +296,7 @@ class Scheduler:
                 self.top_queued = -self._heap[0].key[0] if self._heap else -(1 << 30)
                 prio = -task.key[0]
                 self._take_slot(prio)
-            _tls.priority = prio
+            _tls.slot = (self, prio)
             try:
                 if task.deadline_ns is not None and time.monotonic_ns() >= task.deadline_ns:
                     with self._lock:
@@ -319,7 +326,8 @@ class Scheduler:
     def yield_to_higher(self) -> None:
         """Called by the running task at a yield point: if work of a higher
         priority is queued, park until it has run (see the module notes)."""
-        prio = getattr(_tls, "priority", None)
+        slot = getattr(_tls, "slot", None)
+        prio = None if slot is None else slot[1]
         if prio is None or (self.top_queued <= prio and self.top_active <= prio):
             return  # NOTE: the common case, without taking the lock
         with self._lock:
@@ -405,19 +413,19 @@ def _top(counts: dict[int, int]) -> int:
 def yield_point() -> None:
     """Lets queued higher-priority work run first if the current thread is a
     scheduler's worker (installed as :data:`nnhal.ops.deadline.YIELD`)."""
-    sched = getattr(_tls, "scheduler", None)
-    if sched is not None:
-        sched.yield_to_higher()
+    slot = getattr(_tls, "slot", None)
+    if slot is not None:
+        slot[0].yield_to_higher()
 
 
 def thread_yield() -> Optional[Callable[[], None]]:
     """The current thread's scheduler's yield (its priority checks), or None
     off the scheduler's workers (installed as
     :data:`nnhal.ops.deadline.YIELD_FOR_THREAD`)."""
-    sched = getattr(_tls, "scheduler", None)
-    if sched is None:
+    slot = getattr(_tls, "slot", None)
+    if slot is None:
         return None
-    prio = getattr(_tls, "priority", None)
+    sched, prio = slot
     return sched.yield_to_higher if prio is None else sched.yielder(prio)
 
 

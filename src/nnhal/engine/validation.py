@@ -1121,6 +1121,8 @@ def validate_timeout(loop_timeout: Any) -> int:
     if not isinstance(loop_timeout, hal.OptionalTimeoutDuration):
         raise _fail(f"loop timeout is not an OptionalTimeoutDuration: {loop_timeout!r}")
     ns = loop_timeout.nanoseconds
-    if ns is not None and (not _is_int(ns) or not 0 <= ns < 2**64):
+    if ns is None:
+        return _LOOP_DEFAULT_NS
+    if not _is_int(ns) or not 0 <= ns < 2**64:
         raise _fail(f"invalid loop timeout {ns!r}")
-    return loop_timeout_ns(ns)
+    return min(ns, _LOOP_MAXIMUM_NS)

@@ -30,6 +30,7 @@ domains, caching.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import re
 import threading
@@ -63,6 +64,8 @@ BUILTIN_ONLY: frozenset = frozenset()
 # (python -m nnhal.tools.litert_rounding --ops GROUPED_CONV_2D --models 100).  CONV_2D, DEPTHWISE_CONV_2D and TRANSPOSE_CONV_2D, as exact there, stay on
 # XNNPACK: the int8 models litert-cpu runs (kws, vww) depend on its speed.
 REFERENCE_KERNELS: frozenset = frozenset({hal.OperationType.GROUPED_CONV_2D})
+
+_SHAPE = operator.attrgetter("shape")  # NOTE: an input's shape without a Python frame per execution
 
 
 def available() -> bool:
@@ -140,10 +143,10 @@ class LiteRTCompiled:
     def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,
             loop_timeout_ns: int = 0, omitted: Sequence[int] = ()) -> list[np.ndarray]:
         try:
-            shapes = [x.shape for x in inputs]  # NOTE: numpy shapes are tuples of ints
+            shapes = list(map(_SHAPE, inputs))  # NOTE: numpy shapes are tuples of ints
         except AttributeError:  # None: an omitted input
             inputs = [self._omitted(k) if x is None else x for k, x in enumerate(inputs)]
-            shapes = [x.shape for x in inputs]
+            shapes = list(map(_SHAPE, inputs))
         if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
             raise DeadlineMissed("the deadline passed before the execution started")
         with self._lock:
@@ -168,7 +171,7 @@ class LiteRTCompiled:
                         it.set_tensor(idx, x.array())
                 it.invoke()
                 # NOTE: get_tensor copies; a TFLite scalar (a reduction to nothing) is the HAL's [1]
-                outs = [it.get_tensor(idx) for idx in self._outputs]
+                outs = list(map(it.get_tensor, self._outputs))
                 for k, o in enumerate(outs):
                     if not o.ndim:
                         outs[k] = o.reshape(1)
