@@ -64,6 +64,15 @@ BUILTIN_ONLY: frozenset = frozenset()
 # (python -m nnhal.tools.litert_rounding --ops GROUPED_CONV_2D --models 100).  CONV_2D, DEPTHWISE_CONV_2D and TRANSPOSE_CONV_2D, as exact there, stay on
 # XNNPACK: the int8 models litert-cpu runs (kws, vww) depend on its speed.
 REFERENCE_KERNELS: frozenset = frozenset({hal.OperationType.GROUPED_CONV_2D})
+# operations TFLite's reference kernels compute otherwise than NNAPI, refused in a model that runs on them (the
+# only ones of every conformance vector run on the reference kernels: 140 of 264 LOCAL_RESPONSE_NORMALIZATION
+# models fail, the window short of its upper channels; found by nnhal vts --section random, seed 0 case 8882)
+WRONG_ON_REFERENCE_KERNELS: dict = {
+    hal.OperationType.LOCAL_RESPONSE_NORMALIZATION:
+        "TFLite's reference LOCAL_RESPONSE_NORMALIZATION sums a window short of NNAPI's (measured: 140 of the 264 "
+        "conformance models fail on it), and this model runs on the reference kernels for its quantized "
+        "GROUPED_CONV_2D",
+}
 
 _SHAPE = operator.attrgetter("shape")  # NOTE: an input's shape without a Python frame per execution
 
@@ -249,6 +258,11 @@ class LiteRTBackend(Backend):
                 reason = "not a valid operation" if d is None else lower.check_operation(model, views, op, f16,
                                                                                          shapes)
                 out.append((not reason, reason))
+            if kernels_for(model) == "ref":
+                for j, op in enumerate(model.main.operations):
+                    why = _wrong_on_reference_kernels(model, op)
+                    if why and out[j][0]:
+                        out[j] = (False, why)
             if all(ok for ok, _ in out):
                 # NOTE: claimed only where LiteRT also prepares the lowered model (it checks shapes the
                 # operation-by-operation check does not): the trial is kept for compile()
@@ -336,6 +350,18 @@ def kernels_for(model: hal.Model) -> str:
            for op in ops if op.inputs):
         return "builtin"
     return "auto"
+
+
+def _wrong_on_reference_kernels(model: hal.Model, op: hal.Operation) -> str:
+    """Why ``op`` (an IF / WHILE: an operation of a graph it calls) cannot run on TFLite's reference kernels."""
+    if op.type in WRONG_ON_REFERENCE_KERNELS:
+        return WRONG_ON_REFERENCE_KERNELS[op.type]
+    if op.type in (hal.OperationType.IF, hal.OperationType.WHILE):
+        for g in model.referenced:  # NOTE: conservative: any graph the model calls
+            for inner in g.operations:
+                if inner.type in WRONG_ON_REFERENCE_KERNELS:
+                    return WRONG_ON_REFERENCE_KERNELS[inner.type]
+    return ""
 
 
 _QUANT8 = (hal.OperandType.TENSOR_QUANT8_ASYMM, hal.OperandType.TENSOR_QUANT8_ASYMM_SIGNED)
