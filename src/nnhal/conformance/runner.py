@@ -37,6 +37,7 @@ arguments 4-byte aligned; AIDL 64-byte aligned, each padded to 64 bytes
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -259,7 +260,7 @@ class RequestPools:
     def output(self, k: int, dtype: Any, shape: Sequence[int]) -> np.ndarray:
         """Output ``k`` read back as ``dtype`` of ``shape``."""
         dt = np.dtype(dtype)
-        n = int(np.prod(shape)) if len(shape) else 1
+        n = math.prod(int(d) for d in shape)  # NOTE: 1 for a scalar's ()
         off, _ = self.out_layout[k]
         raw = bytes(self._outputs()[off: off + n * dt.itemsize])
         if dt == np.bool_:
@@ -381,7 +382,7 @@ class DevicePools:
         if buf is None:
             return self.shared.read_output(k, operand, shape)
         dt = np.dtype(operand_dtype(operand))
-        n = int(np.prod(shape)) if len(shape) else 1
+        n = math.prod(int(d) for d in shape)  # NOTE: 1 for a scalar's ()
         if n == 0:  # NOTE: as VTS, a zero-sized output is not copied back (no memory of size 0)
             return np.zeros(shape, dt)
         tmp = hal_memory.allocate(n * dt.itemsize)
@@ -426,8 +427,7 @@ def operand_dtype(o: VectorOperand) -> Any:
 
 
 def nbytes(o: VectorOperand) -> int:
-    return int(np.prod(o.dimensions)) * np.dtype(operand_dtype(o)).itemsize if o.dimensions else \
-        np.dtype(operand_dtype(o)).itemsize
+    return math.prod(o.dimensions) * np.dtype(operand_dtype(o)).itemsize
 
 
 # --------------------------------------------------------------------------
