@@ -524,8 +524,12 @@ class Runner:
         # to what new pools would hold (inputs written, outputs zeroed): two pools made, mapped and freed per
         # variant rather than per run and per one-byte-short run (device memory stays per run: a driver's
         # buffer cannot be reset)
-        shared = None if self.memory == "device" else \
-            RequestPools(vm.input_values(), _sizes(vm.output_operands()), self.memory, align=self.align)
+        try:
+            shared = None if self.memory == "device" else \
+                RequestPools(vm.input_values(), _sizes(vm.output_operands()), self.memory, align=self.align)
+        except Exception as e:  # noqa: BLE001 - as when each run's own pools could not be made
+            self.close_burst()
+            return [result(m, "fail", f"raised {type(e).__name__}: {e}") for m in self.modes]
         try:
             for mode in self.modes:
                 try:

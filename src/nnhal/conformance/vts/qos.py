@@ -87,8 +87,11 @@ def _judge_prepare(face: Face, model: hal.Model, priority: hal.Priority, bound: 
 
 
 def _judge_execute(face: Face, vm: VectorModel, prepared: Any, executor: str, measure: M,
-                   bound: str, pools: RequestPools) -> tuple[str, str]:
-    """One execution's case, in ``pools`` (the model's, reset here to what new ones would hold)."""
+                   bound: str, pools: RequestPools | Exception) -> tuple[str, str]:
+    """One execution's case, in ``pools`` (the model's, reset here to what new ones would hold; the
+    exception raised making them, raised again)."""
+    if isinstance(pools, Exception):
+        raise pools
     inputs = vm.input_values()
     outs = vm.output_operands()
     pools.reset()
@@ -139,13 +142,18 @@ def run_model(device: Any, vm: VectorModel, sample: Optional[int] = None) -> lis
             rec.add("DeadlineTest.execute", "prepare", "NONE", name(status), False,
                     broken or f"prepareModel{face.method_suffix} without a deadline gave {name(status)}")
             return rec.cases
-        # NOTE: one request's pools for every execution of the model (reset before each)
-        pools = RequestPools(vm.input_values(), [max(nbytes(o), 1) for o in vm.output_operands()])
+        # NOTE: one request's pools for every execution of the model (reset before each); pools that cannot
+        # be made fail each execution's case, as each one's own pools would
+        made: RequestPools | Exception
+        try:
+            made = pools = RequestPools(vm.input_values(), [max(nbytes(o), 1) for o in vm.output_operands()])
+        except Exception as e:  # noqa: BLE001
+            made = e
         for executor, measure in EXECUTIONS[face.name]:
             for bound in BOUNDS:
                 rec.check("DeadlineTest.execute", f"{executor}, timing {measure.name}, deadline {bound}",
                           _expected(bound), lambda e=executor, m=measure, b=bound:
-                          _judge_execute(face, vm, prepared, e, m, b, pools))
+                          _judge_execute(face, vm, prepared, e, m, b, made))
     finally:
         face.close_bursts()
         if pools is not None:
