@@ -124,8 +124,10 @@ def test_unsupported_models_are_reported_unsupported(tmp_path: Path, vectors_dir
 
 
 def test_ctrl_c_reports_what_ran_and_leaves_no_worker(vectors_dir: Path) -> None:
-    p = subprocess.Popen([sys.executable, "-m", "nnhal", "vts", "--device", "sample-all", "--section", "model",
-                          "--ops", "CONV_2D", "--jobs", "2", "--progress"], stdout=subprocess.PIPE,
+    # NOTE: enough work to be still running a second after the first unit ends (the model section alone
+    # can be done by then)
+    p = subprocess.Popen([sys.executable, "-m", "nnhal", "vts", "--device", "sample-all", "--section",
+                          "model,generated,qos", "--ops", "CONV_2D", "--jobs", "2", "--progress"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
