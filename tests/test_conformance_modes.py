@@ -76,8 +76,26 @@ class _Wrap(hal.IPreparedModel):
     def __init__(self, inner: Any, how: str):
         self.inner, self.how = inner, how
 
-    def executeSynchronously_1_3(self, *a: Any) -> tuple:
-        return self.inner.executeSynchronously_1_3(*a)
+    def executeSynchronously_1_3(self, request: Any, *a: Any) -> tuple:
+        if self.how == "sync-writes-no-output":
+            # NOTE: runs into a scratch output pool: success and shapes, the request's outputs left as they were
+            from nnhal.platform import memory
+
+            out = request.pools[1].hidlMemory
+            scratch = memory.allocate(out.size)
+            try:
+                pools = [request.pools[0], hal.MemoryPool(hidlMemory=scratch)]
+                return self.inner.executeSynchronously_1_3(hal.Request(request.inputs, request.outputs, pools), *a)
+            finally:
+                memory.free(scratch)
+        got = self.inner.executeSynchronously_1_3(request, *a)
+        if self.how == "sync-scribbles-on-inputs":
+            from nnhal.platform import memory
+
+            view = memory.map(request.pools[0].hidlMemory)
+            view[:] = b"\x7f" * len(view)
+            view.release()
+        return got
 
     def execute_1_3(self, *a: Any) -> S:
         return self.inner.execute_1_3(*a)
@@ -144,3 +162,13 @@ def test_runner_catches_bad_fenced_timing() -> None:
     runner = Runner(_Device("fenced-timing"), ("fenced",), ("plain",))
     statuses = {r.status for _ in range(2) for r in runner.run_model(vm)}  # timing YES comes on one of the two
     assert "fail" in statuses
+
+
+def test_runner_gives_each_executor_fresh_pools() -> None:
+    """The executors of a variant share one request's pools, reset before each run: outputs a run did not
+    write are zeros again (not the last executor's results), inputs a driver wrote over are the vector's."""
+    vm = _models("V1_0/add", 1)[0]
+    res = Runner(_Device("sync-writes-no-output"), ("async", "sync"), ("plain",)).run_model(vm)
+    assert [r.status for r in res] == ["pass", "fail"], [r.message for r in res]
+    res = Runner(_Device("sync-scribbles-on-inputs"), ("sync", "async"), ("plain", "dynamic")).run_model(vm)
+    assert [r.status for r in res] == ["pass"] * 4, [r.message for r in res]

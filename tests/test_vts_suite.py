@@ -124,8 +124,10 @@ def test_unsupported_models_are_reported_unsupported(tmp_path: Path, vectors_dir
 
 
 def test_ctrl_c_reports_what_ran_and_leaves_no_worker(vectors_dir: Path) -> None:
-    p = subprocess.Popen([sys.executable, "-m", "nnhal", "vts", "--device", "sample-all", "--section", "model",
-                          "--ops", "CONV_2D", "--jobs", "2", "--progress"], stdout=subprocess.PIPE,
+    # NOTE: enough work to be still running a second after the first unit ends (the model section alone
+    # can be done by then)
+    p = subprocess.Popen([sys.executable, "-m", "nnhal", "vts", "--device", "sample-all", "--section",
+                          "model,generated,qos", "--ops", "CONV_2D", "--jobs", "2", "--progress"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -227,3 +229,21 @@ def test_a_worker_that_dies_fails_only_its_model() -> None:
     [dead] = got[1]
     assert dead.status == "fail" and dead.model == "crash/bomb" and "worker process died" in dead.message
     assert "exit status 3" in dead.message or "unknown" in dead.message
+
+
+def test_one_process_runs_a_batch_through_every_section_in_turn():
+    """In one process the per-model sections go batch by batch (a batch's models through generated, model,
+    request, burst and qos while the driver keeps them), the fixed sections before and after as in the
+    plan; every unit once (the report is in unit order, whatever the order they ran in)."""
+    from nnhal.conformance.vts.suite import Unit, in_process_order
+
+    models = [object() for _ in range(6)]
+    units = plan(SECTIONS, models, 4)  # type: ignore[arg-type]
+    order = in_process_order(units)
+    assert sorted(u.index for u in order) == [u.index for u in units]
+    labels = [(u.section, tuple(map(id, u.models))) for u in order]
+    first, second = tuple(map(id, models[:4])), tuple(map(id, models[4:]))
+    assert labels == [("basic", ())] + [(s, first) for s in ("generated", "model", "request", "burst", "qos")] \
+        + [(s, second) for s in ("generated", "model", "request", "burst", "qos")] + [("memory", ()), ("caching", ())]
+    random_unit = Unit(len(units), "random", cases=(0, 8))
+    assert in_process_order([*units, random_unit])[-1] is random_unit

@@ -32,7 +32,7 @@ from nnhal.conformance.vts import report as rep
 from nnhal.conformance.vts.arguments import DEFAULT_CASES, DEFAULT_MAX_OPERATIONS
 from nnhal.conformance.vts.case import Case
 from nnhal.conformance.vts.sections import OPT_IN, PER_MODEL, SECTIONS
-from nnhal.conformance.vts.suite import DIED, Config, Unit, batch_size, plan, run_local, run_unit
+from nnhal.conformance.vts.suite import DIED, Config, Unit, batch_size, in_process_order, plan, run_local, run_unit
 
 RANDOM_BATCH = 8  # NOTE: random cases per unit (a few seconds of work; Ctrl-C loses little)
 PLANNED_RATE = 60  # NOTE: --seconds plans for at most this many cases per second and worker
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace, version: str) -> int:
             except ClusterError as e:
                 raise UserError(str(e)) from None
         elif jobs == 1 or (len(units) <= 1 and random_config is None):  # NOTE: a random case may crash a driver
-            for unit in units:
+            for unit in in_process_order(units):
                 if stop is not None and stop():
                     break
                 done(unit, run_unit(config, unit))

@@ -50,6 +50,8 @@ def compare(actual: np.ndarray, expected: np.ndarray, out_type: int, *, model_ha
         return _multinomial(actual, multinomial_logits, multinomial_tolerance)
     if actual.size == 0:
         return Verdict(True)
+    if actual.dtype == expected.dtype and np.array_equal(actual, expected):
+        return Verdict(True)  # NOTE: equal values (most outputs): every error is 0, no arithmetic needed
     atol, rtol = tolerance(out_type, model_has_fp16, relaxed, name)
     a = actual.astype(np.float64)
     e = expected.astype(np.float64)

@@ -37,6 +37,7 @@ arguments 4-byte aligned; AIDL 64-byte aligned, each padded to 64 bytes
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -193,11 +194,13 @@ class RequestPools:
             in_pads.append(_aligned(n, align) - n)
             off = _aligned(off + n, align)
         self.in_mem = self._alloc(max(off, 4))
-        view = hal_memory.map(self.in_mem)
+        blob = bytearray(off)
         for v, lo in zip(inputs, layout):
             if lo is not None and lo[1]:
-                view[lo[0]: lo[0] + lo[1]] = np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes()
-        view.release()
+                blob[lo[0]: lo[0] + lo[1]] = np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes()
+        self._in_bytes = bytes(blob)  # NOTE: what reset() writes again
+        self._in_view: Optional[memoryview] = None  # NOTE: the pools mapped once each, for their life
+        self._write_inputs()
         self.out_args: list[hal.RequestArgument] = []
         self.out_layout: list[tuple[int, int]] = []
         out_pads: list[int] = []
@@ -210,6 +213,24 @@ class RequestPools:
             off = _aligned(off + n, align)
         self.out_mem = self._alloc(max(off, 4))
         self.paddings = (in_pads, out_pads)
+        self._out_view: Optional[memoryview] = None
+
+    def _write_inputs(self) -> None:
+        if self._in_bytes:
+            if self._in_view is None:
+                self._in_view = hal_memory.map(self.in_mem)
+            self._in_view[:len(self._in_bytes)] = self._in_bytes
+
+    def reset(self) -> None:
+        """The pools as new for another run: the inputs written again, the outputs zeroed (a pool used by
+        several runs holds what a fresh one would, whatever a run did to it)."""
+        self._write_inputs()
+        self.clear_outputs()
+
+    def _outputs(self) -> memoryview:
+        if self._out_view is None:
+            self._out_view = hal_memory.map(self.out_mem)
+        return self._out_view
 
     def _alloc(self, size: int) -> hal.Memory:
         if self.kind == "mmap_fd" and self.offset:
@@ -220,27 +241,28 @@ class RequestPools:
         return hal.Request(inputs=self.in_args, outputs=self.out_args,
                            pools=[hal.MemoryPool(hidlMemory=self.in_mem), hal.MemoryPool(hidlMemory=self.out_mem)])
 
-    def shorten(self, k: int) -> None:
-        """Output ``k`` one byte short, its padding one byte longer (VTS's makeOutputInsufficientSize)."""
-        loc = self.out_args[k].location
-        self.out_args[k] = hal.RequestArgument(location=hal.DataLocation(loc.poolIndex, loc.offset, loc.length - 1),
-                                               dimensions=list(self.out_args[k].dimensions))
-        self.paddings[1][k] += 1
+    def short_request(self, k: int) -> tuple[hal.Request, tuple[list[int], list[int]]]:
+        """(request, paddings) as :meth:`request` and :attr:`paddings` but output ``k`` one byte short, its
+        padding one byte longer (VTS's makeOutputInsufficientSize), in the same pools."""
+        outs, paddings = list(self.out_args), list(self.paddings[1])
+        loc = outs[k].location
+        outs[k] = hal.RequestArgument(location=hal.DataLocation(loc.poolIndex, loc.offset, loc.length - 1),
+                                      dimensions=list(outs[k].dimensions))
+        paddings[k] += 1
+        return (hal.Request(inputs=self.in_args, outputs=outs, pools=self.request().pools),
+                (self.paddings[0], paddings))
 
     def clear_outputs(self) -> None:
-        """Zeroes the output pool (so a second run of an execution must write its outputs again)."""
-        view = hal_memory.map(self.out_mem)
+        """Zeroes the output pool (so a run must write its outputs again: a pool shared by several runs)."""
+        view = self._outputs()
         view[:] = bytes(len(view))
-        view.release()
 
     def output(self, k: int, dtype: Any, shape: Sequence[int]) -> np.ndarray:
         """Output ``k`` read back as ``dtype`` of ``shape``."""
         dt = np.dtype(dtype)
-        n = int(np.prod(shape)) if len(shape) else 1
+        n = math.prod(int(d) for d in shape)  # NOTE: 1 for a scalar's ()
         off, _ = self.out_layout[k]
-        view = hal_memory.map(self.out_mem)
-        raw = bytes(view[off: off + n * dt.itemsize])
-        view.release()
+        raw = bytes(self._outputs()[off: off + n * dt.itemsize])
         if dt == np.bool_:
             return (np.frombuffer(raw, dtype=np.uint8, count=n) != 0).reshape(shape)
         return np.frombuffer(raw, dtype=dt, count=n).reshape(shape)
@@ -249,6 +271,10 @@ class RequestPools:
         return self.output(k, operand_dtype(operand), shape)
 
     def close(self) -> None:
+        for view in (self._in_view, self._out_view):
+            if view is not None:
+                view.release()
+        self._in_view = self._out_view = None
         hal_memory.free(self.in_mem)
         hal_memory.free(self.out_mem)
 
@@ -356,7 +382,7 @@ class DevicePools:
         if buf is None:
             return self.shared.read_output(k, operand, shape)
         dt = np.dtype(operand_dtype(operand))
-        n = int(np.prod(shape)) if len(shape) else 1
+        n = math.prod(int(d) for d in shape)  # NOTE: 1 for a scalar's ()
         if n == 0:  # NOTE: as VTS, a zero-sized output is not copied back (no memory of size 0)
             return np.zeros(shape, dt)
         tmp = hal_memory.allocate(n * dt.itemsize)
@@ -401,8 +427,7 @@ def operand_dtype(o: VectorOperand) -> Any:
 
 
 def nbytes(o: VectorOperand) -> int:
-    return int(np.prod(o.dimensions)) * np.dtype(operand_dtype(o)).itemsize if o.dimensions else \
-        np.dtype(operand_dtype(o)).itemsize
+    return math.prod(o.dimensions) * np.dtype(operand_dtype(o)).itemsize
 
 
 # --------------------------------------------------------------------------
@@ -495,31 +520,48 @@ class Runner:
             kind = "unsupported" if msg.startswith("unsupported") or "not registered" in msg else "fail"
             return [result(m, kind, msg) for m in self.modes]
         out = []
+        # NOTE: shared memory: one request's pools for every executor of the variant, reset before each run
+        # to what new pools would hold (inputs written, outputs zeroed): two pools made, mapped and freed per
+        # variant rather than per run and per one-byte-short run (device memory stays per run: a driver's
+        # buffer cannot be reset)
+        try:
+            shared = None if self.memory == "device" else \
+                RequestPools(vm.input_values(), _sizes(vm.output_operands()), self.memory, align=self.align)
+        except Exception as e:  # noqa: BLE001 - as when each run's own pools could not be made
+            self.close_burst()
+            return [result(m, "fail", f"raised {type(e).__name__}: {e}") for m in self.modes]
         try:
             for mode in self.modes:
                 try:
-                    out.append(self.run_mode(vm, prepared, mode, dynamic, result))
+                    out.append(self.run_mode(vm, prepared, mode, dynamic, result, shared))
                 except Exception as e:  # noqa: BLE001
                     out.append(result(mode, "fail", f"raised {type(e).__name__}: {e}"))
         finally:
             self.close_burst()
+            if shared is not None:
+                shared.close()
         return out
 
-    def _pools(self, prepared: Any, inputs: list, sizes: list[int]) -> Any:
+    def _pools(self, prepared: Any, inputs: list, sizes: list[int], shared: Optional[RequestPools]) -> Any:
         if self.memory == "device":
             return DevicePools(self.face, prepared, inputs, sizes, self.align)
+        if shared is not None:
+            shared.reset()
+            return shared
         return RequestPools(inputs, sizes, self.memory, align=self.align)
 
-    def run_mode(self, vm: VectorModel, prepared: Any, mode: str, dynamic: bool, result: Any) -> CaseResult:
+    def run_mode(self, vm: VectorModel, prepared: Any, mode: str, dynamic: bool, result: Any,
+                 shared: Optional[RequestPools] = None) -> CaseResult:
+        """One executor's case; ``shared``: the variant's request pools (reset here), else new ones."""
         inputs = vm.input_values()
         outs = vm.output_operands()
-        sizes = [max(nbytes(o), 1) for o in outs]  # NOTE: a zero-sized output gets a 1-byte buffer
+        sizes = _sizes(outs)
         self._measure_toggle ^= 1
         measure = bool(self._measure_toggle)
         if self.memory == "device" and mode.startswith("burst") and not self.face.burst_takes_tokens:
             # NOTE: as VTS (no burst in its 1.3 memory-domain runs): a 1.2 burst packet cannot carry a token
             return result(mode, "skip", "a burst cannot carry driver-allocated buffers")
-        pools = self._pools(prepared, inputs, sizes)
+        pools = self._pools(prepared, inputs, sizes, shared)
         if self.memory == "device" and (pools.error or not pools.used):
             pools.close()
             if pools.error:
@@ -547,11 +589,12 @@ class Runner:
                     if verdict[0] != "pass":
                         return result(mode, verdict[0], verdict[1], verdict[2])
         finally:
-            pools.close()
+            if pools is not shared:
+                pools.close()
         # NOTE: as VTS, only when output 0 is larger than one byte (and not in device memory, which
         # takes any output shape: there is no short buffer to give)
         if dynamic and outs and sizes[0] > 1 and self.memory != "device" and not vm.expectFailure:
-            problem = self._insufficient(prepared, mode, inputs, sizes, outs)
+            problem = self._insufficient(prepared, mode, inputs, sizes, outs, shared)
             if problem:
                 return result(mode, "fail", problem, worst)
         return result(mode, "pass", verdict[1], worst)
@@ -595,11 +638,10 @@ class Runner:
         return "pass", "", worst
 
     def _insufficient(self, prepared: Any, mode: str, inputs: list, sizes: list[int],
-                      outs: list[VectorOperand]) -> str:
-        pools = RequestPools(inputs, sizes, self.memory, align=self.align)
-        pools.shorten(0)
+                      outs: list[VectorOperand], shared: Optional[RequestPools] = None) -> str:
+        pools = self._pools(prepared, inputs, sizes, shared)
         try:
-            request = self.face.request(pools.request(), pools.paddings)
+            request = self.face.request(*pools.short_request(0))
             with self.face.execution(prepared, request, mode, False) as run:
                 for _ in range(2 if mode in REUSABLE_MODES else 1):
                     with logs.running(logs.current_model(), expect_failure=True):  # NOTE: the driver must refuse it
@@ -608,8 +650,13 @@ class Runner:
                     if problem:
                         return problem
         finally:
-            pools.close()
+            if pools is not shared:
+                pools.close()
         return ""
+
+
+def _sizes(outs: Sequence[VectorOperand]) -> list[int]:
+    return [max(nbytes(o), 1) for o in outs]  # NOTE: a zero-sized output gets a 1-byte buffer
 
 
 def _insufficient_problem(mode: str, o: Outcome, outs: list[VectorOperand]) -> str:

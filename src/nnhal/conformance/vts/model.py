@@ -29,6 +29,7 @@ VTS binary does.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -191,8 +192,16 @@ class Planned:
 def plan(model: hal.Model, face: str = "hidl") -> list[Planned]:
     """Every mutation of ``model`` in VTS's order, named, none made yet (as
     the VTS of ``face``, "hidl" or "aidl", mutates)."""
+    return list(iter_plan(model, face))
+
+
+def iter_plan(model: hal.Model, face: str = "hidl", kinds: Optional[Sequence[str]] = None) -> Iterator[Planned]:
+    """:func:`plan` one mutation at a time (only those of ``kinds`` when given)."""
     mutators = MUTATORS if face == "hidl" else _aidl_mutators()
-    return [Planned(kind, what, change) for kind, gen in mutators for what, change in gen(model)]
+    for kind, gen in mutators:
+        if kinds is None or kind in kinds:
+            for what, change in gen(model):
+                yield Planned(kind, what, change)
 
 
 def _aidl_mutators() -> list[tuple[str, Generator]]:
@@ -432,39 +441,55 @@ def retype_is_legal(model: hal.Model, i: int, t: int) -> bool:
     """Retypes VTS leaves out: the same type, OEM types, and operand positions
     where several types are legal (the rules of VTS's
     ``mutateOperationOperandTypeSkip``)."""
-    if t == model.main.operands[i].type or t in (T.OEM, T.TENSOR_OEM_BYTE):
-        return True
+    everywhere, at = _legal_retypes(model)
+    return t == model.main.operands[i].type or t in everywhere or t in at.get(i, ())
+
+
+_ALL_TYPES = frozenset(int(t) for t in T)
+
+
+def _legal_retypes(model: hal.Model) -> tuple[set[int], dict[int, set[int]]]:
+    """The retypes :func:`retype_is_legal` skips besides an operand's own type, read from the operations once:
+    (types skipped for every operand, types skipped per operand index)."""
+    everywhere: set[int] = {T.OEM, T.TENSOR_OEM_BYTE}
+    at: dict[int, set[int]] = {}
+
+    def skip(i: Optional[int], types: Any) -> None:
+        if i is not None:
+            at.setdefault(i, set()).update(types)
+
     for op in model.main.operations:
-        is_in0 = bool(op.inputs) and i == op.inputs[0]
-        is_in1 = len(op.inputs) > 1 and i == op.inputs[1]
-        is_out0 = bool(op.outputs) and i == op.outputs[0]
-        if op.type == Op.LSH_PROJECTION and is_in1:
-            return True
-        if op.type in (Op.CAST, Op.ARGMAX, Op.ARGMIN) and t in _FLOATS | _Q8 | {T.TENSOR_INT32}:
-            return True
-        if op.type == Op.QUANTIZE and ((is_in0 and t in _FLOATS) or (is_out0 and t in _Q8)):
-            return True
-        if op.type == Op.RANDOM_MULTINOMIAL and is_in0 and t in _FLOATS:
-            return True
-        if op.type == Op.DEQUANTIZE and (
-                (is_in0 and t in _Q8 | {T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL})
-                or (is_out0 and t in _FLOATS)):
-            return True
-        if op.type in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D) and is_in1 \
-                and t in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL):
-            return True
-        if op.type == Op.AXIS_ALIGNED_BBOX_TRANSFORM and is_in1 and t in _Q8:
-            return True
-        if op.type == Op.RANK and is_in0 and t in _ANY_TENSOR:
-            return True
-    return False
+        in0 = op.inputs[0] if op.inputs else None
+        in1 = op.inputs[1] if len(op.inputs) > 1 else None
+        out0 = op.outputs[0] if op.outputs else None
+        if op.type == Op.LSH_PROJECTION:
+            skip(in1, _ALL_TYPES)
+        elif op.type in (Op.CAST, Op.ARGMAX, Op.ARGMIN):
+            everywhere |= _FLOATS | _Q8 | {T.TENSOR_INT32}  # NOTE: VTS skips these types of any operand here
+        elif op.type == Op.QUANTIZE:
+            skip(in0, _FLOATS)
+            skip(out0, _Q8)
+        elif op.type == Op.RANDOM_MULTINOMIAL:
+            skip(in0, _FLOATS)
+        elif op.type == Op.DEQUANTIZE:
+            skip(in0, _Q8 | {T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL})
+            skip(out0, _FLOATS)
+        elif op.type in (Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D):
+            skip(in1, (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL))
+        elif op.type == Op.AXIS_ALIGNED_BBOX_TRANSFORM:
+            skip(in1, _Q8)
+        elif op.type == Op.RANK:
+            skip(in0, _ANY_TENSOR)
+    return everywhere, at
 
 
 @mutator("operation operand type")
 def _operation_operand_type(model: hal.Model):
-    for i in range(len(model.main.operands)):
+    everywhere, at = _legal_retypes(model)  # NOTE: once per model, not per operand and type
+    for i, o in enumerate(model.main.operands):
+        legal = at.get(i, ())
         for t in T:
-            if retype_is_legal(model, i, t):
+            if t == o.type or t in everywhere or t in legal:
                 continue
 
             def change(m: hal.Model, i: int = i, t: T = t) -> None:
@@ -801,7 +826,8 @@ def run_model(device: Any, vm: VectorModel, sample: Optional[int] = None,
     model = vm.build_model()
     rec = Recorder(SECTION, model_id(vm))
     try:
-        planned = [p for p in plan(model, face.name) if kinds is None or p.kind in kinds]
+        # NOTE: a sample of one is the first mutation (sample_indexes): the others need not be planned
+        planned = list(itertools.islice(iter_plan(model, face.name, kinds), 1 if sample == 1 else None))
         for k in sample_indexes(len(planned), sample):
             p = planned[k]
             test = "ValidationTest." + VTS_TESTS[p.kind]

@@ -87,36 +87,40 @@ def _judge_prepare(face: Face, model: hal.Model, priority: hal.Priority, bound: 
 
 
 def _judge_execute(face: Face, vm: VectorModel, prepared: Any, executor: str, measure: M,
-                   bound: str) -> tuple[str, str]:
+                   bound: str, pools: RequestPools | Exception) -> tuple[str, str]:
+    """One execution's case, in ``pools`` (the model's, reset here to what new ones would hold; the
+    exception raised making them, raised again)."""
+    if isinstance(pools, Exception):
+        raise pools
     inputs = vm.input_values()
     outs = vm.output_operands()
-    with RequestPools(inputs, [max(nbytes(o), 1) for o in outs]) as pools:
-        status, shapes, timing, launch = face.execute(prepared, face.request(pools.request()), executor.lower(),
-                                                      measure == M.YES, deadline(bound))
-        if launch is not None and launch != S.NONE:
-            return name(launch), f"execute_1_3 launch gave {name(launch)}"
-        if not _status_ok(status, bound):
-            return name(status), f"gave {name(status)}"
-        if status != S.NONE:
-            if shapes or timing != hal.Timing():
-                return name(status), f"{name(status)} with {len(shapes)} shapes and timing {timing}"
-            return name(status), ""
-        if measure == M.NO and timing != hal.Timing():
-            return "NONE", f"timing {timing} with MeasureTiming.NO"
-        if measure == M.YES and timing.timeOnDevice != hal.UINT64_MAX and timing.timeInDriver != hal.UINT64_MAX \
-                and timing.timeOnDevice > timing.timeInDriver:
-            return "NONE", f"timeOnDevice {timing.timeOnDevice} > timeInDriver {timing.timeInDriver}"
-        if len(shapes) != len(outs):
-            return "NONE", f"{len(shapes)} output shapes for {len(outs)} outputs"
-        has_fp16 = any(o.type in (T.TENSOR_FLOAT16, T.FLOAT16) for sg in [vm.main, *vm.referenced] for o in sg.operands)
-        for k, o in enumerate(outs):
-            got = pools.read_output(k, o, list(shapes[k].dimensions))
-            expected = o.data if o.data is not None else np.zeros(o.dimensions)
-            v = compare(got, expected, o.type, model_has_fp16=has_fp16, relaxed=vm.isRelaxed, name=vm.name,
-                        ignored=o.isIgnored, multinomial_tolerance=vm.multinomialTolerance,
-                        multinomial_logits=inputs[0] if vm.multinomialTolerance > 0 else None)
-            if not v.ok:
-                return "NONE", f"output {k}: {v.message}"
+    pools.reset()
+    status, shapes, timing, launch = face.execute(prepared, face.request(pools.request()), executor.lower(),
+                                                  measure == M.YES, deadline(bound))
+    if launch is not None and launch != S.NONE:
+        return name(launch), f"execute_1_3 launch gave {name(launch)}"
+    if not _status_ok(status, bound):
+        return name(status), f"gave {name(status)}"
+    if status != S.NONE:
+        if shapes or timing != hal.Timing():
+            return name(status), f"{name(status)} with {len(shapes)} shapes and timing {timing}"
+        return name(status), ""
+    if measure == M.NO and timing != hal.Timing():
+        return "NONE", f"timing {timing} with MeasureTiming.NO"
+    if measure == M.YES and timing.timeOnDevice != hal.UINT64_MAX and timing.timeInDriver != hal.UINT64_MAX \
+            and timing.timeOnDevice > timing.timeInDriver:
+        return "NONE", f"timeOnDevice {timing.timeOnDevice} > timeInDriver {timing.timeInDriver}"
+    if len(shapes) != len(outs):
+        return "NONE", f"{len(shapes)} output shapes for {len(outs)} outputs"
+    has_fp16 = any(o.type in (T.TENSOR_FLOAT16, T.FLOAT16) for sg in [vm.main, *vm.referenced] for o in sg.operands)
+    for k, o in enumerate(outs):
+        got = pools.read_output(k, o, list(shapes[k].dimensions))
+        expected = o.data if o.data is not None else np.zeros(o.dimensions)
+        v = compare(got, expected, o.type, model_has_fp16=has_fp16, relaxed=vm.isRelaxed, name=vm.name,
+                    ignored=o.isIgnored, multinomial_tolerance=vm.multinomialTolerance,
+                    multinomial_logits=inputs[0] if vm.multinomialTolerance > 0 else None)
+        if not v.ok:
+            return "NONE", f"output {k}: {v.message}"
     return "NONE", ""
 
 
@@ -126,6 +130,7 @@ def run_model(device: Any, vm: VectorModel, sample: Optional[int] = None) -> lis
     if vm.expectFailure:
         return rec.cases  # NOTE: as VTS: DeadlineTest is instantiated for the models expected to succeed
     model = vm.build_model()
+    pools: Optional[RequestPools] = None
     try:
         if not gate(rec, "DeadlineTest", "NONE or MISSED_DEADLINE_*", face, model, vm):
             return rec.cases
@@ -137,13 +142,22 @@ def run_model(device: Any, vm: VectorModel, sample: Optional[int] = None) -> lis
             rec.add("DeadlineTest.execute", "prepare", "NONE", name(status), False,
                     broken or f"prepareModel{face.method_suffix} without a deadline gave {name(status)}")
             return rec.cases
+        # NOTE: one request's pools for every execution of the model (reset before each); pools that cannot
+        # be made fail each execution's case, as each one's own pools would
+        made: RequestPools | Exception
+        try:
+            made = pools = RequestPools(vm.input_values(), [max(nbytes(o), 1) for o in vm.output_operands()])
+        except Exception as e:  # noqa: BLE001
+            made = e
         for executor, measure in EXECUTIONS[face.name]:
             for bound in BOUNDS:
                 rec.check("DeadlineTest.execute", f"{executor}, timing {measure.name}, deadline {bound}",
                           _expected(bound), lambda e=executor, m=measure, b=bound:
-                          _judge_execute(face, vm, prepared, e, m, b))
+                          _judge_execute(face, vm, prepared, e, m, b, made))
     finally:
         face.close_bursts()
+        if pools is not None:
+            pools.close()
         for p in model.pools:
             hal_memory.free(p)
     return rec.cases

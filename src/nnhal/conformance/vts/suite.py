@@ -85,12 +85,37 @@ def plan(sections: Sequence[str], models: Sequence[VectorModel], batch: int,
     return units
 
 
+# NOTE: models per unit in one process: few enough that the driver still keeps every variant of a batch's models
+# (nnhal.driver.prepared_states: 32 models) when the next section of the batch asks for them (in_process_order)
+ONE_PROCESS_BATCH = 4
+
+
 def batch_size(n_models: int, workers: int) -> int:
-    """Models per unit: about 8 units per worker (so the work balances), at
-    most 64 models (so a unit takes seconds, and Ctrl-C loses little)."""
+    """Models per unit: in one process :data:`ONE_PROCESS_BATCH`; else about 8 units per worker (so the
+    work balances), at most 64 models (so a unit takes seconds, and Ctrl-C loses little)."""
     if workers <= 1:
-        return 16
+        return ONE_PROCESS_BATCH
     return max(1, min(64, math.ceil(n_models / (8 * workers))))
+
+
+def in_process_order(units: Sequence[Unit]) -> list[Unit]:
+    """The order one process runs ``units`` in (their cases are still reported in unit order): the
+    per-model sections batch by batch -- a batch's models through generated, model, request, burst and
+    qos one after another, while the device still keeps what it validated and compiled of them, rather
+    than every model through a section before the next section starts -- then the fixed sections, in
+    their order."""
+    batches: dict[tuple, list[Unit]] = {}
+    before: list[Unit] = []
+    after: list[Unit] = []
+    start = SECTIONS.index(PER_MODEL[0])
+    for u in units:
+        if u.section in PER_MODEL and u.models:
+            batches.setdefault(tuple(id(vm) for vm in u.models), []).append(u)
+        elif u.section in SECTIONS and SECTIONS.index(u.section) < start:
+            before.append(u)
+        else:
+            after.append(u)
+    return before + [u for batch in batches.values() for u in batch] + after
 
 
 # --------------------------------------------------------------------------
