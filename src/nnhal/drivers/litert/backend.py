@@ -252,6 +252,14 @@ class LiteRTBackend(Backend):
             for m in model.pools:
                 pools.append(hal_memory.PrivateCopy(m))
             views = [p.view for p in pools]
+            trial = None
+            if not model.referenced and all(d is not None for d in defs):
+                # NOTE: the trial lowering plans every operation as check_operation does (without IF, which
+                # check_operation judges beyond what lowering it checks): when it prepares, each operation
+                # passes and none is planned twice; otherwise the per-operation checks below give the reasons
+                trial = self._trial(model, views)
+                if not trial[1]:
+                    return [(True, "")] * len(model.main.operations)
             out = []
             f16, shapes = lower.uses_float16(model), lower.static_shapes(model, views)
             for op, d in zip(model.main.operations, defs):
@@ -266,7 +274,7 @@ class LiteRTBackend(Backend):
             if all(ok for ok, _ in out):
                 # NOTE: claimed only where LiteRT also prepares the lowered model (it checks shapes the
                 # operation-by-operation check does not): the trial is kept for compile()
-                k, reason = self._trial(model, views)
+                k, reason = self._trial(model, views) if trial is None else trial
                 if reason:
                     for j in range(len(out)) if k is None else [k]:
                         out[j] = (False, reason)
