@@ -318,3 +318,36 @@ def test_fixed_shapes_are_the_reference_dry_run() -> None:
                      op(T.TENSOR_FLOAT32, [2], L.SUBGRAPH_INPUT), op(T.TENSOR_FLOAT32, [], L.SUBGRAPH_OUTPUT)],
                     [hal.Operation(OT.SELECT, [0, 1, 2], [3])], [0, 1, 2], [3])
     assert fixed_shapes(select, []) == {3: (2,)}
+
+
+@pytest.mark.parametrize("op", [OT.ADD, OT.SUB, OT.MUL])
+@pytest.mark.parametrize("out_scale", [1e-9, 2.0], ids=["multiplier_over_one", "fine"])
+def test_dry_run_checks_quantization_without_tables(devices: tuple[Any, Any], op: OT, out_scale: float) -> None:
+    """The dry run checks a quantized ADD / SUB / MUL's multipliers without building its table: a
+    requantization the reference refuses is the same refusal, with the message of a real run."""
+    from nnhal.engine.executor import Executor
+    from nnhal.ops.base import OpExecutionError
+
+    x = np.array([[1, 2]], np.uint8)
+    ops = [operand(T.TENSOR_QUANT8_ASYMM, [1, 2], L.SUBGRAPH_INPUT, x, 1.0),
+           operand(T.TENSOR_QUANT8_ASYMM, [1, 2], L.CONSTANT_COPY, np.array([[3, 4]], np.uint8), 1.0),
+           scalar(T.INT32, 0),
+           operand(T.TENSOR_QUANT8_ASYMM, [1, 2], L.SUBGRAPH_OUTPUT, np.zeros((1, 2), np.uint8), out_scale)]
+    vm = one_op("arith", ops, op, out_scale < 1e-3)
+    model = vm.build_model()
+    rejection = reference_rejection(model, [])
+    try:
+        Executor(model, []).run([x])
+        real = None
+    except OpExecutionError as e:
+        real = str(e)
+    if op == OT.MUL and out_scale < 1e-3:
+        return  # NOTE: the validation refuses it (output scale <= the input scales' product): no run to compare
+    assert (None if rejection is None else rejection.message) == real
+    assert (real is not None) == (out_scale < 1e-3)
+    if op == OT.ADD and real:
+        # NOTE: LiteRT aborts the process preparing it: refused (nnhal.drivers.litert.lower)
+        assert status_diff.outcome(devices[0], vm).refused
+        return
+    dev, _ = _same(devices, vm)
+    assert dev.execute == (S.GENERAL_FAILURE if real else S.NONE)

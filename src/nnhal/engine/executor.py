@@ -117,33 +117,40 @@ class _Graph:
         for i, k in last_reader.items():
             if sg.operands[i].lifetime == L.TEMPORARY_VARIABLE and i not in outputs:
                 release.setdefault(k, []).append(i)
-        self.infos = [operand_info(o, self.constants.get(i)) for i, o in enumerate(sg.operands)]
+        # NOTE: the operands' infos only where an operation's state is prepared or resolved here (not for
+        # given states: a dry run's executor, nnhal.engine.reference_check)
+        infos: list = []
+
+        def op_info(op: hal.Operation, opdef: Any) -> OpInfo:
+            if not infos:
+                infos.extend(operand_info(o, self.constants.get(i)) for i, o in enumerate(sg.operands))
+            return OpInfo(type=opdef.type, inputs=[infos[i] for i in op.inputs], outputs=[infos[i] for i in op.outputs],
+                          relaxed=relaxed, subgraphs=model.referenced)
+
         self.steps: list[_Step] = []
         pending: dict[int, Any] = {}
         for k, op in enumerate(sg.operations):
             opdef = registry.find(op.type)
             if opdef is None:
                 raise OpExecutionError(f"operation {op.type} is not supported")
-            info = OpInfo(type=opdef.type, inputs=[self.infos[i] for i in op.inputs],
-                          outputs=[self.infos[i] for i in op.outputs], relaxed=relaxed,
-                          subgraphs=model.referenced)
             op_deadline.poll()  # NOTE: a preparation's deadline (set by the driver) ends it between operations
             if states is not None and states[k] is not PREPARE:
                 state = states[k]  # restored from the compilation cache
                 if isinstance(state, Deferred):
                     try:
-                        state = state.resolve(info)  # NOTE: what the cache rebuilds from the model's constants
+                        # NOTE: what the cache rebuilds from the model's constants
+                        state = state.resolve(op_info(op, opdef))
                     except ValueError as e:
                         raise OpExecutionError(f"{opdef.name}: cached state: {e}") from None
             elif opdef.prepare_steps is not None:
-                gen = opdef.prepare_steps(info)
+                gen = opdef.prepare_steps(op_info(op, opdef))
                 try:
                     pending[k] = (gen, next(gen))  # NOTE: finished below with the other operations' jobs
                     state = None
                 except StopIteration as done:
                     state = done.value
             else:
-                state = opdef.prepare(info) if opdef.prepare else None
+                state = opdef.prepare(op_info(op, opdef)) if opdef.prepare else None
             specs = [OutputSpec(type=operand_type(sg.operands[i].type), dimensions=tuple(sg.operands[i].dimensions),
                                 scale=sg.operands[i].scale, zero_point=sg.operands[i].zeroPoint,
                                 channel_quant=sg.operands[i].extraParams.channelQuant) for i in op.outputs]

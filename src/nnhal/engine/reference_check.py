@@ -221,11 +221,12 @@ def _checkable(model: hal.Model) -> bool:
     return all(registry.find(op.type) is not None for sg in (model.main, *model.referenced) for op in sg.operations)
 
 
-def reference_rejection(model: hal.Model, pool_views: Sequence[Any],
-                        deadline_ns: Optional[int] = None) -> Optional[Rejection]:
+def reference_rejection(model: hal.Model, pool_views: Sequence[Any], deadline_ns: Optional[int] = None,
+                        certain: Optional[list[bool]] = None) -> Optional[Rejection]:
     """The main operation the reference rejects at every execution of the
     validated ``model`` (its constants in ``pool_views``), or None (it accepts
-    the model, or its verdict could depend on the request).
+    the model, or its verdict could depend on the request).  ``certain``:
+    ``certain_operations(model)`` where the caller has it.
 
     Raises DeadlineMissed when ``deadline_ns`` passes."""
     if not _checkable(model):
@@ -233,7 +234,11 @@ def reference_rejection(model: hal.Model, pool_views: Sequence[Any],
     xs = dry_run_inputs(model)
     if xs is None:
         return None
-    found = _rejection(dry_executor(model, pool_views), xs, certain_operations(model), deadline_ns)
+    if certain is None:
+        certain = certain_operations(model)
+    if not any(certain):
+        return None  # NOTE: decided without a run: a failure counts only at a certain operation
+    found = _rejection(dry_executor(model, pool_views), xs, certain, deadline_ns)
     # NOTE: executions are the prepared reference's (the operations' prepare steps, as sample-all's compile)
     return None if found is None else Rejection(*found, Executor(model, pool_views))
 
@@ -308,13 +313,16 @@ class GatedCompiled:
         return self.inner.run(inputs, deadline_ns, loop_timeout_ns, omitted)
 
 
-def execution_gate(model: hal.Model, pool_views: Sequence[Any]) -> Optional[Gate]:
+def execution_gate(model: hal.Model, pool_views: Sequence[Any],
+                   certain: Optional[list[bool]] = None) -> Optional[Gate]:
     """A :class:`Gate` for a validated model the preparation's check
     (:func:`reference_rejection`) accepted, None when its verdict holds for
     every request.  Raises Unchecked when the reference's verdict on some
     operation could depend on data values no key holds (a parameter computed
-    from data)."""
-    if not _checkable(model) or (dry_run_inputs(model) is not None and all(certain_operations(model))):
+    from data).  ``certain``: ``certain_operations(model)`` where the caller has it."""
+    if not _checkable(model):
+        return None
+    if dry_run_inputs(model) is not None and all(certain_operations(model) if certain is None else certain):
         return None
     if not all(certain_operations(model, at_execution=True)):
         bad = certain_operations(model, at_execution=True).index(False)
@@ -348,11 +356,12 @@ def held_to_reference(model: hal.Model, pool_views: Sequence[Any], deadline_ns: 
     Raises what the reference's preparation raises, DeadlineMissed, and
     Unchecked (module docstring); the front end answers GENERAL_FAILURE /
     MISSED_DEADLINE_* for them."""
-    rejection = reference_rejection(model, pool_views, deadline_ns)
+    certain = certain_operations(model) if _checkable(model) else None
+    rejection = reference_rejection(model, pool_views, deadline_ns, certain)
     if rejection is not None:
         log.info("the reference rejects every execution at operation %d (%s): executions are the reference's",
                  rejection.operation, rejection.message)
         return rejection.executor, False
-    gate = execution_gate(model, pool_views)
+    gate = execution_gate(model, pool_views, certain)
     compiled = compile()
     return (compiled, True) if gate is None else (GatedCompiled(compiled, gate), False)

@@ -198,14 +198,21 @@ def _add_sub_table(a: object, b: object, out: object, act: int, negate_b: bool) 
 _PAIR_TABLES = memo.Memo(64)
 
 
-def _pair_table(a: object, b: object, out: object, lo: int, hi: int, negate_b: bool) -> np.ndarray:
-    left_shift = 20
+_ADD_LEFT_SHIFT = 20
+
+
+def _add_sub_multipliers(a: object, b: object, out: object) -> tuple[tuple[int, int], ...]:
+    """The reference's three ADD / SUB multipliers (input 1, input 2, output); ValueError where it fails."""
     # NOTE: the reference computes these in double from float scales
     s1, s2, so = float(np.float32(a.scale)), float(np.float32(b.scale)), float(np.float32(out.scale))
     twice_max = 2.0 * max(s1, s2)
-    m1, sh1 = _multiplier_below_one(s1 / twice_max)
-    m2, sh2 = _multiplier_below_one(s2 / twice_max)
-    mo, sho = _multiplier_below_one(twice_max / ((1 << left_shift) * so))
+    return (_multiplier_below_one(s1 / twice_max), _multiplier_below_one(s2 / twice_max),
+            _multiplier_below_one(twice_max / ((1 << _ADD_LEFT_SHIFT) * so)))
+
+
+def _pair_table(a: object, b: object, out: object, lo: int, hi: int, negate_b: bool) -> np.ndarray:
+    left_shift = _ADD_LEFT_SHIFT
+    (m1, sh1), (m2, sh2), (mo, sho) = _add_sub_multipliers(a, b, out)
     if negate_b:
         m2 = -m2  # SUB: the reference negates input 2's multiplier and adds
     x1 = _rescale_table(a, m1, sh1, left_shift)
@@ -276,11 +283,20 @@ def _mul_table(a: object, b: object, out: object, act: int) -> np.ndarray:
     return _PAIR_TABLES.get_or_compute(key, build)
 
 
-def _quant_params(op: OperationType, a: object, b: object, out: object, act: int) -> object:
+def _quant_params(op: OperationType, a: object, b: object, out: object, act: int, tables: bool = True) -> object:
     """The prepared arithmetic of a quantized ADD / SUB / MUL: the table of its
     exact result for every pair of 8-bit codes, or the reference's refusal as
-    a string (raised after the shape checks, as the reference does)."""
+    a string (raised after the shape checks, as the reference does).
+    ``tables`` False (a dry run's: only the verdict matters): True for the
+    table, the multipliers checked and no table built."""
     try:
+        if not tables:
+            if op == OperationType.MUL:
+                _mul_params(a, b, out, act)
+            else:
+                activation_range(act, out.scale, out.zero_point, out.type)  # NOTE: _add_sub_table's order
+                _add_sub_multipliers(a, b, out)
+            return True
         if op == OperationType.MUL:
             return _mul_table(a, b, out, act)
         return _add_sub_table(a, b, out, act, op == OperationType.SUB)
@@ -288,15 +304,15 @@ def _quant_params(op: OperationType, a: object, b: object, out: object, act: int
         return str(e)
 
 
-def _arith_params(op: OperationType, a: object, b: object, out: object, act: int) -> tuple:
-    """(activation, quantized parameters or None); ValueError for a bad activation."""
+def _arith_params(op: OperationType, a: object, b: object, out: object, act: int, tables: bool = True) -> tuple:
+    """(activation, quantized parameters or None); ValueError for a bad activation (``tables``: _quant_params)."""
     if act not in (0, 1, 2, 3):
         raise ValueError(f"unsupported fused activation {act}")
     if a.type == T.TENSOR_INT32 and act != 0:
         raise ValueError("the fused activation must be NONE for TENSOR_INT32")
     q = None
     if a.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED) and op != OperationType.DIV:
-        q = _quant_params(op, a, b, out, act)
+        q = _quant_params(op, a, b, out, act, tables)
     return act, q
 
 
@@ -339,7 +355,10 @@ def _execute_arith(ctx: ExecContext) -> list[np.ndarray]:
     shape = ad.shape if ad.shape == bd.shape else broadcast_shape(ctx, ad.shape, bd.shape)
     st = ctx.state
     if st is None:
-        st = prepared(lambda: _arith_params(ctx.type, a, b, out, int(ctx.scalar(2))))
+        # NOTE: a dry run of the reference (nnhal.engine.reference_check) checks the quantization without
+        # building the 64K-entry table it would not use
+        tables = not getattr(ctx.executor, "dry_run", False)
+        st = prepared(lambda: _arith_params(ctx.type, a, b, out, int(ctx.scalar(2)), tables))
     act, q = st.value(ctx)
     if 0 in shape:
         return [np.zeros(shape, dtype=out.dtype)]
@@ -347,6 +366,8 @@ def _execute_arith(ctx: ExecContext) -> list[np.ndarray]:
     if q is not None:
         if q.__class__ is str:
             raise ctx.fail(q)
+        if q is True:
+            return [np.zeros(shape, dtype=out.dtype)]  # NOTE: the dry run's (above): only the verdict matters
         return [_add_sub_quant(q, ad, bd)]  # NOTE: already the output's shape and type
     elif t == T.TENSOR_INT32:
         res = _int32_op(ctx.type, ad, bd)

@@ -1021,7 +1021,12 @@ class _Common:
             rq = self._rq[key] = self._requant(act, nch)
         return rq
 
-    def _requant(self, act: int, nch: int) -> ck.Requant:
+    def check_requant(self, act: int, nch: int) -> None:
+        """The checks :meth:`requant` makes, without building the requantization (a dry run's: only the
+        verdict matters)."""
+        self._requant(act, nch, check_only=True)
+
+    def _requant(self, act: int, nch: int, check_only: bool = False) -> Optional[ck.Requant]:
         if act > 3:
             raise self.ctx.fail(f"unsupported fused activation {act}")
         st = self.st
@@ -1036,6 +1041,9 @@ class _Common:
                                     self.out.scale, nch)
             except ValueError as e:
                 raise self.ctx.fail(str(e)) from None
+        if check_only:
+            activation_range(act, self.out.scale, self.out.zero_point, self.out.type)  # NOTE: _make_requant's
+            return None
         return _make_requant(mult, self.b.data, self.out, act)
 
     def finish(self, acc: np.ndarray, rows: int, width: int, nch: int, act: int) -> np.ndarray:
@@ -1094,7 +1102,7 @@ def _dry_run(ctx: ExecContext, c: "_Common", out_shape: tuple, act: int, nch: in
     if not getattr(ctx.executor, "dry_run", False):
         return None
     if c.is_q:
-        c.requant(act, nch)
+        c.check_requant(act, nch)
     elif act not in (0, 1, 2, 3):
         raise ctx.fail(f"unsupported fused activation {act}")
     return [np.zeros(out_shape, c.out.dtype)]

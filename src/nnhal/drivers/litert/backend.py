@@ -252,21 +252,29 @@ class LiteRTBackend(Backend):
             for m in model.pools:
                 pools.append(hal_memory.PrivateCopy(m))
             views = [p.view for p in pools]
+            ops = model.main.operations
+            wrong = [_wrong_on_reference_kernels(model, op) for op in ops] if kernels_for(model) == "ref" else []
+            trial = None
+            if not model.referenced and not any(wrong) and all(d is not None for d in defs):
+                # NOTE: the trial lowering plans every operation as check_operation does (without IF, which
+                # check_operation judges beyond what lowering it checks): when it prepares, each operation
+                # passes and none is planned twice; otherwise the per-operation checks below give the reasons
+                trial = self._trial(model, views)
+                if not trial[1]:
+                    return [(True, "")] * len(ops)
             out = []
             f16, shapes = lower.uses_float16(model), lower.static_shapes(model, views)
-            for op, d in zip(model.main.operations, defs):
+            for op, d in zip(ops, defs):
                 reason = "not a valid operation" if d is None else lower.check_operation(model, views, op, f16,
                                                                                          shapes)
                 out.append((not reason, reason))
-            if kernels_for(model) == "ref":
-                for j, op in enumerate(model.main.operations):
-                    why = _wrong_on_reference_kernels(model, op)
-                    if why and out[j][0]:
-                        out[j] = (False, why)
+            for j, why in enumerate(wrong):
+                if why and out[j][0]:
+                    out[j] = (False, why)
             if all(ok for ok, _ in out):
                 # NOTE: claimed only where LiteRT also prepares the lowered model (it checks shapes the
                 # operation-by-operation check does not): the trial is kept for compile()
-                k, reason = self._trial(model, views)
+                k, reason = self._trial(model, views) if trial is None else trial
                 if reason:
                     for j in range(len(out)) if k is None else [k]:
                         out[j] = (False, reason)
