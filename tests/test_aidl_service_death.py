@@ -76,7 +76,7 @@ def test_sigkill_mid_work_answers_everyone(service_factory: Any) -> None:
         # NOTE: preparations launched just before the kill, while the executions run: some are pending then
         # (models built first, so the launches follow each other closely; enough that some are pending even when
         # this process is starved while the suite runs two tests at once)
-        models = [convert.from_canonical(slow_model(400 + k)) for k in range(12)]
+        models = [convert.from_canonical(slow_model(1500 + k)) for k in range(12)]
         cbs = []
         for m in models:
             cb = CountingCallback()
