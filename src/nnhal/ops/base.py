@@ -274,6 +274,9 @@ class SubgraphRunner(Protocol):
     them; the executor implements it, so ops never import the executor."""
 
     loop_timeout_ns: int
+    # only the verdict matters (a dry run of the reference: nnhal.engine.reference_check): kernels may check
+    # their parameters, then skip their arithmetic and tables (outputs of the right shape suffice)
+    dry_run: bool
 
     def run_subgraph(self, index: int, inputs: Sequence[Optional[np.ndarray]]) -> list[np.ndarray]:
         """Runs referenced subgraph ``index`` (a SUBGRAPH operand's value) on ``inputs``."""
@@ -295,6 +298,11 @@ class ExecContext:
     state: Any = None
     # control flow (IF / WHILE): the running execution, which runs referenced subgraphs
     executor: Optional[SubgraphRunner] = None
+
+    @property
+    def dry_run(self) -> bool:
+        """Whether this is a dry run of the reference (:attr:`SubgraphRunner.dry_run`)."""
+        return self.executor is not None and self.executor.dry_run
 
     def has(self, i: int) -> bool:
         """True if input i is present and not omitted."""

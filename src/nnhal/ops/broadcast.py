@@ -357,7 +357,7 @@ def _execute_arith(ctx: ExecContext) -> list[np.ndarray]:
     if st is None:
         # NOTE: a dry run of the reference (nnhal.engine.reference_check) checks the quantization without
         # building the 64K-entry table it would not use
-        tables = not getattr(ctx.executor, "dry_run", False)
+        tables = not ctx.dry_run
         st = prepared(lambda: _arith_params(ctx.type, a, b, out, int(ctx.scalar(2)), tables))
     act, q = st.value(ctx)
     if 0 in shape:

@@ -1099,7 +1099,7 @@ def _dry_run(ctx: ExecContext, c: "_Common", out_shape: tuple, act: int, nch: in
     """In a dry run of the reference (``nnhal.engine.reference_check``: only the verdict matters), the
     checks the arithmetic below would still make (activation, requantization), then zeros of the
     output's shape: None in a real execution."""
-    if not getattr(ctx.executor, "dry_run", False):
+    if not ctx.dry_run:
         return None
     if c.is_q:
         c.check_requant(act, nch)
@@ -1240,7 +1240,7 @@ def _exec_conv(ctx: ExecContext) -> list[np.ndarray]:
     plan = ctx.state.plan if ctx.state.__class__ is _State else None
     if plan is not None:
         x = ctx.inputs[0].data
-        if x.shape == plan.in_shape and not getattr(ctx.executor, "dry_run", False):
+        if x.shape == plan.in_shape and not ctx.dry_run:
             return [plan.run(x)]
     p = _geometry(ctx, _geom_conv)
     x = ctx.inputs[0].data
@@ -1304,7 +1304,7 @@ def _exec_depthwise(ctx: ExecContext) -> list[np.ndarray]:
     plan = ctx.state.plan if ctx.state.__class__ is _State else None
     if plan is not None:
         x = ctx.inputs[0].data
-        if x.shape == plan.in_shape and not getattr(ctx.executor, "dry_run", False):
+        if x.shape == plan.in_shape and not ctx.dry_run:
             return [plan.run(x)]
     p = _geometry(ctx, _geom_depthwise)
     x = ctx.inputs[0].data
@@ -1451,7 +1451,7 @@ def _exec_fc(ctx: ExecContext) -> list[np.ndarray]:
     plan = ctx.state.plan if ctx.state.__class__ is _State else None
     if plan is not None:
         x = ctx.inputs[0].data
-        if x.shape == plan.in_shape and not getattr(ctx.executor, "dry_run", False):
+        if x.shape == plan.in_shape and not ctx.dry_run:
             return [plan.run(x)]
     x = ctx.inputs[0].data
     wt = ctx.inputs[1].data
