@@ -201,7 +201,7 @@ _PAIR_TABLES = memo.Memo(64)
 _ADD_LEFT_SHIFT = 20
 
 
-def _add_sub_multipliers(a: object, b: object, out: object) -> tuple[tuple[int, int], ...]:
+def add_sub_multipliers(a: object, b: object, out: object) -> tuple[tuple[int, int], ...]:
     """The reference's three ADD / SUB multipliers (input 1, input 2, output); ValueError where it fails."""
     # NOTE: the reference computes these in double from float scales
     s1, s2, so = float(np.float32(a.scale)), float(np.float32(b.scale)), float(np.float32(out.scale))
@@ -212,7 +212,7 @@ def _add_sub_multipliers(a: object, b: object, out: object) -> tuple[tuple[int, 
 
 def _pair_table(a: object, b: object, out: object, lo: int, hi: int, negate_b: bool) -> np.ndarray:
     left_shift = _ADD_LEFT_SHIFT
-    (m1, sh1), (m2, sh2), (mo, sho) = _add_sub_multipliers(a, b, out)
+    (m1, sh1), (m2, sh2), (mo, sho) = add_sub_multipliers(a, b, out)
     if negate_b:
         m2 = -m2  # SUB: the reference negates input 2's multiplier and adds
     x1 = _rescale_table(a, m1, sh1, left_shift)
@@ -295,7 +295,7 @@ def _quant_params(op: OperationType, a: object, b: object, out: object, act: int
                 _mul_params(a, b, out, act)
             else:
                 activation_range(act, out.scale, out.zero_point, out.type)  # NOTE: _add_sub_table's order
-                _add_sub_multipliers(a, b, out)
+                add_sub_multipliers(a, b, out)
             return True
         if op == OperationType.MUL:
             return _mul_table(a, b, out, act)

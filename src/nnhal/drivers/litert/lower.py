@@ -41,6 +41,7 @@ from nnhal import hal
 from nnhal.engine.executor import constant_value
 from nnhal.engine.reference_check import fixed_shapes
 from nnhal.ops.base import Tensor
+from nnhal.ops.broadcast import add_sub_multipliers
 from nnhal.tflite.schema import builtin_code, schema
 from nnhal.tflite.table import (
     ACTIVATIONS_TO_TFLITE,
@@ -1207,12 +1208,10 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
         # a later operator reads with the wrong rank (a model output is reported as [1] by the run path)
         raise Unsupported(f"{t.name} with its axes given at execution and a result of rank 1 read by a later "
                           "operation (TFLite's result is then a scalar where the HAL's is [1])")
-    if t == Op.ADD and x0.type in (U8, I8) and not 2.0 * max(
-            float(np.float32(ctx.operand(i).scale)) for i in op.inputs[:2]) < (1 << 20) * float(
-            np.float32(ctx.operand(op.outputs[0]).scale)):
+    if t == Op.ADD and x0.type in (U8, I8) and not _add_multipliers_valid(ctx, op):
         # NOTE: LiteRT's ADD checks its output multiplier is below one with an assertion that aborts the
         # process at prepare (found writing tests/test_litert_held_to_reference.py); the reference fails
-        # such a model's executions (its multiplier check)
+        # such a model's executions (the same multipliers' check, nnhal.ops.broadcast.add_sub_multipliers)
         raise Unsupported("quantized ADD whose output requantization multiplier is not below one (LiteRT aborts "
                           "the process preparing it)")
     if t == Op.PRELU and list(x0.dimensions) != list(ctx.operand(op.outputs[0]).dimensions):
@@ -1336,6 +1335,14 @@ def plan_operation(ctx: _Ctx, op: hal.Operation) -> Plan:
                 x0.dimensions[-1] * dm:
             raise Unsupported("depth multiplier inconsistent with the filter")
     return Plan(m, args)
+
+
+def _add_multipliers_valid(ctx: _Ctx, op: hal.Operation) -> bool:
+    try:
+        add_sub_multipliers(*(ctx.operand(i) for i in (op.inputs[0], op.inputs[1], op.outputs[0])))
+    except ValueError:
+        return False
+    return True
 
 
 def _scalar_read_later(ctx: _Ctx, op: hal.Operation) -> bool:
