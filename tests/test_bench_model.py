@@ -72,9 +72,14 @@ def test_initbench_phases_and_litert(capsys):
     r = initbench.measure(str(path), "sample-all", 2)
     assert len(r["inits"]) == 2 and r["litert_ms"] > 0
     for init in r["inits"]:
-        assert set(init) == {"plan", "prepare", "total"}
-        assert all(w > 0 and c > 0 for w, c in init.values())
+        assert set(init) == {"plan", "prepare", "total", "usage"}
+        assert all(w > 0 and c > 0 for w, c in (init[k] for k in ("plan", "prepare", "total")))
         assert abs(init["total"][1] - init["plan"][1] - init["prepare"][1]) < 1.0
+        # NOTE: getrusage's user and system time and minor faults per phase (the first init touches pages)
+        assert set(init["usage"]) == {"plan", "prepare"}
+        assert all(len(u) == 3 and u[0] >= 0 and u[1] >= 0 and u[2] >= 0 for u in init["usage"].values())
+    assert sum(u[2] for u in r["inits"][0]["usage"].values()) > 0
     initbench.report([r])
     out = capsys.readouterr().out
     assert "vww_mobilenetv1_int8.tflite" in out and "sample-all" in out and "x)" in out
+    assert "minor faults" in out

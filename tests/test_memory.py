@@ -550,3 +550,47 @@ def test_private_array_large_and_small():
         assert a.shape == (2, n // 2) and a.dtype == "float32" and a.flags.c_contiguous and a.flags.writeable
         a[...] = 1.5
         assert float(a.sum()) == 1.5 * n
+
+
+def test_freeze_makes_the_bytes_final():
+    """memory.freeze: the memfd sealed against writing, shrinking and growing, as a read-only mmap_fd
+    memory owning the fd (the old one freed closes nothing); frozen_key names it, FrozenPool maps it
+    read-only.  Not frozen: a memory with a writable mapping alive (the kernel refuses the seal), a file
+    that is no memfd, a memfd sealed only against shrinking."""
+    import errno
+    import fcntl
+
+    data = bytes(range(256)) * 64
+    m = memory.allocate_filled(data)
+    assert memory.frozen_key(m) is None  # NOTE: allocate's seal (shrinking) alone: still writable
+    f = memory.freeze(m)
+    assert f.name == "mmap_fd" and f.size == len(data) and m.handle.fds == []
+    memory.free(m)  # NOTE: nothing to close
+    fd = f.handle.fds[0]
+    assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & (fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW) \
+        == fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+    for act in (lambda: os.pwrite(fd, b"x", 0), lambda: os.ftruncate(fd, 1), lambda: os.ftruncate(fd, 1 << 20)):
+        with pytest.raises(OSError) as e:
+            act()
+        assert e.value.errno == errno.EPERM
+    with pytest.raises(memory.InvalidMemory):
+        memory.map(f, writable=True)
+    key = memory.frozen_key(f)
+    assert key is not None and key[2:] == (0, len(data))
+    pool = memory.FrozenPool(f, key)
+    assert pool.view.readonly and bytes(pool.view) == data and len(pool) == len(data)
+    assert memory.FrozenPool(f, key, pool.view).view is pool.view
+    memory.free(f)
+    assert bytes(pool.view[:4]) == data[:4]  # NOTE: the mapping outlives the fd
+
+    busy = memory.allocate_filled(data)
+    view = memory.map(busy)
+    assert memory.freeze(busy) is busy and memory.frozen_key(busy) is None  # NOTE: EBUSY: left as it is
+    view.release()
+    memory.free(busy)
+    with tempfile.TemporaryFile() as t:
+        t.write(data)
+        t.flush()
+        plain = memory.from_fd(t.fileno(), len(data), prot=memory.PROT_READ)
+        assert memory.freeze(plain) is plain and memory.frozen_key(plain) is None
+        memory.free(plain)

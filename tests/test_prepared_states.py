@@ -159,10 +159,15 @@ def _pool_model(n: int) -> tuple[hal.Model, np.ndarray]:
     return model, c
 
 
-def test_pool_read_again_shares_the_private_copy(monkeypatch):
-    """getSupportedOperations then prepareModel of a model whose pool holds the same bytes: one private
-    copy of the pool (the second read compared, not kept); a pool the client rewrote in between is copied
-    anew and its new bytes are what executions see."""
+def _run_pool_model(prepared, x: np.ndarray) -> np.ndarray:
+    """The output of a prepared :func:`_pool_model` on input ``x``."""
+    pools = Pools([x], [4 * x.size])
+    assert execute_sync(prepared, pools.request())[0] == S.NONE
+    return float_output(pools.out_mem)
+
+
+def _count_private_copies(monkeypatch) -> list:
+    """The sizes of the PrivateCopy objects made from now on."""
     from nnhal.platform import memory
 
     copies: list = []
@@ -173,6 +178,16 @@ def test_pool_read_again_shares_the_private_copy(monkeypatch):
         real(self, m)
 
     monkeypatch.setattr(memory.PrivateCopy, "__init__", counted)
+    return copies
+
+
+def test_pool_read_again_shares_the_private_copy(monkeypatch):
+    """getSupportedOperations then prepareModel of a model whose pool holds the same bytes: one private
+    copy of the pool (the second read compared, not kept); a pool the client rewrote in between is copied
+    anew and its new bytes are what executions see."""
+    from nnhal.platform import memory
+
+    copies = _count_private_copies(monkeypatch)
     n = device_mod.SHARE_POOL_BYTES // 4
     model, c = _pool_model(n)
     dev = sample_device("memo-pool")
@@ -182,9 +197,7 @@ def test_pool_read_again_shares_the_private_copy(monkeypatch):
     x = np.ones(n, np.float32)
 
     def run(p):
-        pools = Pools([x], [4 * n])
-        assert execute_sync(p, pools.request())[0] == S.NONE
-        return float_output(pools.out_mem)
+        return _run_pool_model(p, x)
 
     assert np.array_equal(run(first), x + c)
     view = memory.map(model.pools[0])
@@ -229,3 +242,55 @@ def test_private_copy_matching():
     with pytest.raises(memory.InvalidMemory):
         memory.PrivateCopy.matching(shrunk, kept)
     os.close(fd)
+
+
+def test_frozen_pool_is_mapped_once_not_copied(monkeypatch):
+    """A pool sealed read-only (memory.freeze: what the NNAPI delegate's plan hands the driver) is mapped,
+    not copied: getSupportedOperations then prepareModel share one mapping (the equality test finds the
+    views identical), and executions read the right constants, also after the client closed its fd; a pool
+    sealed only against shrinking and future writes (F_SEAL_FUTURE_WRITE: a mapping made before still
+    writes) is copied as any client's."""
+    import fcntl
+
+    from nnhal.platform import memory
+
+    copies = _count_private_copies(monkeypatch)
+    maps: list = []
+    real_map = memory.FrozenPool.__init__
+
+    def mapped(self, m, key, view=None):
+        maps.append(view is None)
+        real_map(self, m, key, view)
+
+    monkeypatch.setattr(memory.FrozenPool, "__init__", mapped)
+    n = device_mod.SHARE_POOL_BYTES // 4
+    model, c = _pool_model(n)
+    model.pools = [memory.freeze(model.pools[0])]
+    assert model.pools[0].name == "mmap_fd" and memory.frozen_key(model.pools[0]) is not None
+    dev = sample_device("memo-frozen")
+    assert dev.getSupportedOperations_1_3(model)[0] == S.NONE
+    _, status, first = prepare(model, dev)
+    assert status == S.NONE and copies == [] and maps == [True, False]  # NOTE: mapped once, then shared
+    x = np.ones(n, np.float32)
+
+    def run(p):
+        return _run_pool_model(p, x)
+
+    assert np.array_equal(run(first), x + c)
+    memory.free(model.pools[0])  # NOTE: the client's fd closed: the driver's mapping stays valid
+    assert np.array_equal(run(first), x + c)
+
+    other, _ = _pool_model(n)
+    writer = memory.map(other.pools[0])  # NOTE: a writable shared mapping made before the seals
+    writer[:] = (2 * c).tobytes()
+    fd = other.pools[0].handle.fds[0]
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0x0010 | fcntl.F_SEAL_SHRINK)  # NOTE: F_SEAL_FUTURE_WRITE
+    other.pools[0] = hal.Memory(name="mmap_fd", handle=hal.Handle(fds=[fd], ints=[memory.PROT_READ, 0, 0]),
+                                size=4 * n)
+    assert memory.frozen_key(other.pools[0]) is None
+    _, status, second = prepare(other, dev)
+    assert status == S.NONE and copies == [4 * n]
+    writer[0:4] = np.float32(7.0).tobytes()  # NOTE: still possible: the driver's copy must not see it
+    writer.release()
+    assert np.array_equal(run(second), x + 2 * c)
+    memory.free(other.pools[0])

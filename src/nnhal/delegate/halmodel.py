@@ -145,6 +145,14 @@ def decompose_hard_swish(model: hal.Model, hal_to_tflite: list[int]) -> None:
         vals.close()
 
 
+def freeze_constants(model: hal.Model) -> None:
+    """The model's pools (the shared memory ``load_operators`` made, rewritten by the functions above if at
+    all) sealed read-only (``nnhal.platform.memory.freeze``), in place: no one can change or shrink them
+    any more, so the driver maps them where it would copy a client's pool (the copy guards against a client
+    that changes or shrinks its memory after handing it over)."""
+    model.pools = [hal_memory.freeze(m) for m in model.pools]
+
+
 def noncompliant(model: hal.Model, version: HalVersion) -> dict[int, str]:
     """Main-subgraph operations (index -> why) with no form at HAL ``version``."""
     out = {}

@@ -386,6 +386,7 @@ class Planner:
             if v < HalVersion.V1_2:
                 halmodel.older_forms(model)
                 halmodel.compact(model)
+        halmodel.freeze_constants(model)  # NOTE: final from here on
         return model, io, unsigned
 
     def check(self, subsets: list[Subset], query: bool) -> set[int]:

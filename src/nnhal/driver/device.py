@@ -128,9 +128,16 @@ class Device(hal.IDevice, hal.INnhalDevice):
         return pools
 
     def _private_copy(self, m: hal.Memory) -> Any:
-        """The driver's private copy of model pool ``m``: the copy kept of a recent model when ``m`` holds
+        """The driver's private copy of model pool ``m``: for a memory whose bytes are final (sealed against
+        writing and shrinking: ``memory.frozen_key``) a read-only mapping of it, the one kept of a recent
+        model where that maps the same file region; else the copy kept of a recent model when ``m`` holds
         the same bytes now (the pool of a model sent to getSupportedOperations then to prepareModel, read
         and compared without new storage), else a new one."""
+        key = hal_memory.frozen_key(m)
+        if key is not None:
+            # NOTE: no holder of the fd can change or shrink these bytes: mapped, not copied (the pool of a
+            # model the NNAPI delegate planned from a .tflite file: nnhal.delegate.plan freezes it)
+            return hal_memory.private_bytes(m, self._states.kept_frozen(key))
         if isinstance(m.size, int) and m.size >= SHARE_POOL_BYTES:
             for kept in self._states.kept_pools(m.size):
                 p = hal_memory.PrivateCopy.matching(m, kept)
@@ -157,7 +164,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
                 if isinstance(model13, hal.Model):
                     model13.pools = memories
                 defs = validate_model(model13, views, version, self.extensions)
-                self._states.add(model13, views, version, defs)
+                self._states.add(model13, views, version, defs, [p.key for p in pools])
             if self.extensions and model13.extensionNameToPrefix:
                 # NOTE: the types of the extensions this driver declares carry their declarations from here on
                 model13 = resolve_extensions(model13, self.extensions).apply(model13)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -60,10 +60,11 @@ def _fingerprint(model: Any, views: list, version: Any) -> Optional[tuple]:
 
 
 class _Entry:
-    __slots__ = ("model", "views", "version", "defs", "compiled", "nbytes")
+    __slots__ = ("model", "views", "keys", "version", "defs", "compiled", "nbytes")
 
-    def __init__(self, model: Any, views: list, version: Any, defs: list):
+    def __init__(self, model: Any, views: list, version: Any, defs: list, keys: Sequence = ()):
         self.model, self.views, self.version, self.defs = model, list(views), version, tuple(defs)
+        self.keys = tuple(keys) or (None,) * len(self.views)
         self.compiled: Any = None
         self.nbytes = len(model.operandValues) + sum(v.nbytes for v in views)
 
@@ -116,12 +117,13 @@ class PreparedStates:
         e = self._find(model, views, version)
         return None if e is None else (e.model, list(e.defs))
 
-    def add(self, model: Any, views: list, version: Any, defs: list) -> None:
-        """Remembers a model just validated (the driver's own copy and its pools' private bytes)."""
+    def add(self, model: Any, views: list, version: Any, defs: list, keys: Sequence = ()) -> None:
+        """Remembers a model just validated (the driver's own copy and its pools' private bytes; ``keys``:
+        per pool, the identity of a mapping of final bytes, ``memory.FrozenPool.key``, or None)."""
         key = _fingerprint(model, views, version)
         if key is None:
             return
-        e = _Entry(model, views, version, defs)
+        e = _Entry(model, views, version, defs, keys)
         if e.nbytes > self._max_bytes // 4:
             return  # NOTE: a model this large is prepared seldom; kept, it would push out many others
         with self._lock:
@@ -150,6 +152,17 @@ class PreparedStates:
                         if len(out) >= limit:
                             return out
         return out
+
+    def kept_frozen(self, key: tuple) -> Optional[memoryview]:
+        """The view kept of a pool mapped from final bytes with this identity (``memory.FrozenPool.key``),
+        newest first, or None: the same model's pool mapped by getSupportedOperations then by prepareModel
+        is one mapping, so that the equality test finds the views identical without reading them."""
+        with self._lock:
+            for _, e in reversed(self._lru.values()):
+                for v, k in zip(e.views, e.keys):
+                    if k is not None and k == key:
+                        return v
+        return None
 
     def compiled(self, model: Any, views: list, version: Any) -> Any:
         """The compiled model kept for an equal model, or None."""

@@ -33,7 +33,14 @@ from nnhal.hal import HalVersion
 from nnhal.hal.aidl.types import TokenValuePair
 from nnhal.ops import registry
 from nnhal.ops.base import MAX_RANK, OpDef, OpInfo, OpValidationError, match_signature
-from nnhal.ops.extension import Extension, ExtensionOperandType, ModelExtensions, check_params, type_name
+from nnhal.ops.extension import (
+    Extension,
+    ExtensionOperandType,
+    ModelExtensions,
+    check_params,
+    operand_type,
+    type_name,
+)
 from nnhal.ops.extension import resolve as resolve_extensions
 from nnhal.ops.operands import constant_value, operand_info
 
@@ -562,7 +569,7 @@ def _check_operand(model: hal.Model, sg: hal.Subgraph, index: int, version: HalV
         raise _fail(f"{where}: invalid operand type {t} for HAL {version.name}")
     ext = is_extension_type(t)
     if not ext:
-        t = T(t)
+        t = operand_type(t)
         if t in _SCALAR and len(o.dimensions) != 0:
             raise _fail(f"{where}: scalar {t.name} has dimensions of rank {len(o.dimensions)}")
         if t in _TENSOR and len(o.dimensions) == 0 and (

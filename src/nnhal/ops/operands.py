@@ -17,6 +17,7 @@ from nnhal.ops.base import OperandInfo
 from nnhal.ops.extension import operand_type, storage_dtype
 
 L = hal.OperandLifeTime
+_LIFETIMES = {int(x): x for x in L}  # NOTE: as extension.operand_type: a lookup, not an Enum call
 
 
 def operand_array(operand: hal.Operand, raw: bytes | memoryview) -> np.ndarray:
@@ -46,9 +47,14 @@ def constant_value(model: hal.Model, operand: hal.Operand, pools: Sequence[Any])
     return None
 
 
+def _lifetime(v: int) -> Any:
+    m = _LIFETIMES.get(v) if v.__class__ is int or v.__class__ is L else None
+    return m if m is not None else L(v)
+
+
 def operand_info(operand: hal.Operand, value: Optional[np.ndarray]) -> OperandInfo:
     """What an operation's validate / prepare sees of an operand (``value`` for constants)."""
     return OperandInfo(type=operand_type(operand.type), dimensions=tuple(operand.dimensions), scale=operand.scale,
                        zero_point=operand.zeroPoint, channel_quant=operand.extraParams.channelQuant,
-                       lifetime=hal.OperandLifeTime(operand.lifetime), value=value,
+                       lifetime=_lifetime(operand.lifetime), value=value,
                        extension=operand.extraParams.extension)

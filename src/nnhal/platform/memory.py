@@ -29,7 +29,9 @@ fd carries that seal (or is not a regular file, which cannot shrink) and
 otherwise returns an :class:`FdPool` that reads and writes with
 ``pread``/``pwrite`` (a shrunk region is an error, never a fault);
 :class:`PrivateCopy` reads a memory once into private bytes (a driver's
-copy of a model's constants).
+copy of a model's constants), :class:`FrozenPool` maps one whose bytes no one
+can change any more (sealed against writing and shrinking: :func:`freeze`)
+instead of copying it.
 
 Mappings are real ``MAP_SHARED`` mmaps of the file descriptor, so every
 mapping of the same memory, in this process or another one holding the fd,
@@ -78,6 +80,10 @@ __all__ = [
     "FdPool",
     "MappedPool",
     "PrivateCopy",
+    "FrozenPool",
+    "freeze",
+    "frozen_key",
+    "private_bytes",
     "allocate",
     "allocate_hardware_buffer",
     "dup",
@@ -497,16 +503,16 @@ class _Mapping:
             pass
 
 
-def map_fd(fd: int, length: int, offset: int = 0, writable: bool = True) -> memoryview:
+def map_fd(fd: int, length: int, offset: int = 0, writable: bool = True, private: bool = False) -> memoryview:
     """``length`` bytes of ``fd`` from ``offset`` (a multiple of the page
-    size) mapped ``MAP_SHARED``: a memoryview, read-only unless
-    ``writable``.  No descriptor is kept (see the module notes); the mapping
-    lives as long as the view or any view or array made from it.  Raises
-    OSError."""
+    size) mapped ``MAP_SHARED`` (``MAP_PRIVATE`` with ``private``): a
+    memoryview, read-only unless ``writable``.  No descriptor is kept (see
+    the module notes); the mapping lives as long as the view or any view or
+    array made from it.  Raises OSError."""
     if length <= 0:
         raise ValueError(f"cannot map {length} bytes")
     prot = PROT_READ | (PROT_WRITE if writable else 0)
-    addr = _libc.mmap(None, length, prot, mmap.MAP_SHARED, fd, offset)
+    addr = _libc.mmap(None, length, prot, mmap.MAP_PRIVATE if private else mmap.MAP_SHARED, fd, offset)
     if addr is None or addr == _MAP_FAILED:
         e = ctypes.get_errno()
         raise OSError(e, f"mmap: {os.strerror(e)}")
@@ -827,6 +833,7 @@ class PrivateCopy:
     memory later.  ``view`` is a read-only memoryview."""
 
     __slots__ = ("memory", "size", "view")
+    key = None  # NOTE: no identity beyond its bytes (FrozenPool.key)
 
     def __init__(self, memory: Memory):
         base, _ = _region(memory, False)
@@ -882,6 +889,77 @@ class PrivateCopy:
 
 
 _MATCH_CHUNK = 1 << 20  # PrivateCopy.matching's read buffer (bytes): stays in the cache while compared
+
+# NOTE: the seals that make a memory's bytes final: no write (write(2), a writable shared mapping: the kernel
+# refuses F_SEAL_WRITE while one exists, and every later one) and no shrinking (a mapping cannot fault)
+_FROZEN_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK
+
+
+def freeze(memory: Memory) -> Memory:
+    """An ``"ashmem"`` memory this process made (:func:`allocate`, :func:`allocate_parts`) and writes no
+    more, sealed against writing, shrinking and growing: a read-only ``"mmap_fd"`` memory of the same fd
+    (the caller's to :func:`free` instead of ``memory``), whose bytes no holder of the fd can change
+    again, so that a driver maps it instead of copying it (:class:`FrozenPool`).  ``memory`` itself when
+    it cannot be sealed (another kind of memory, a file without seals, a writable mapping of it alive)."""
+    fds = memory.handle.fds if memory.name == "ashmem" and memory.handle is not None else []
+    if len(fds) != 1:
+        return memory
+    try:
+        fcntl.fcntl(fds[0], fcntl.F_ADD_SEALS, _FROZEN_SEALS | fcntl.F_SEAL_GROW)
+    except OSError:  # NOTE: EBUSY (mapped writable), EPERM (sealed against new seals), EINVAL (no memfd)
+        return memory
+    fd, memory.handle.fds = fds[0], []  # NOTE: the fd moves to the new memory: freeing the old closes nothing
+    return Memory(name="mmap_fd", handle=Handle(fds=[fd], ints=[PROT_READ, 0, 0]), size=memory.size)
+
+
+def frozen_key(memory: Memory) -> tuple | None:
+    """(device, inode, offset, size) of a memory whose bytes no one can change any more (a file sealed
+    against writing and shrinking: :func:`freeze`), None for any other.  Two memories with one key hold
+    the same bytes as long as a mapping of either is alive (the mapping holds the file: its inode number
+    cannot name another file meanwhile).  Raises InvalidMemory for a memory :func:`validate` refuses."""
+    if memory.name == "hardware_buffer":
+        return None  # NOTE: no flat bytes (PrivateCopy says why)
+    _, st, seals, offset, _ = _validate(memory, False)
+    if not stat.S_ISREG(st.st_mode) or seals & _FROZEN_SEALS != _FROZEN_SEALS:
+        return None
+    return (st.st_dev, st.st_ino, offset, memory.size)
+
+
+def private_bytes(memory: Memory, kept: memoryview | None = None) -> PrivateCopy | FrozenPool:
+    """A driver's own immutable bytes of a model pool: a :class:`FrozenPool` where the memory's bytes are
+    final (``kept``: the view of an earlier FrozenPool of the same key, shared), else a new
+    :class:`PrivateCopy`.  Raises InvalidMemory."""
+    key = frozen_key(memory)
+    return PrivateCopy(memory) if key is None else FrozenPool(memory, key, kept)
+
+
+class FrozenPool:
+    """What :class:`PrivateCopy` is (the driver's own, immutable bytes of a model pool, ``view`` a read-only
+    memoryview) for a memory whose bytes are final (:func:`frozen_key`): a read-only private mapping of it,
+    no copy (its pages are read where they are: a MobileNet's 16 MB of weights neither copied nor touched
+    until the kernels' prepare reads them), or ``view``, the mapping of an earlier FrozenPool with the same
+    ``key`` (:attr:`key`: the same bytes, compared by identity)."""
+
+    __slots__ = ("memory", "size", "view", "key")
+
+    def __init__(self, memory: Memory, key: tuple, view: memoryview | None = None):
+        if view is None or len(view) != memory.size:
+            offset = key[2]
+            delta = offset % mmap.ALLOCATIONGRANULARITY
+            try:
+                # NOTE: MAP_PRIVATE: a kernel before 6.7 refuses a shared mapping, even read-only, of a
+                # write-sealed memfd; a private read-only one reads the same pages
+                mm = map_fd(memory.handle.fds[0], memory.size + delta, offset - delta, False, private=True)
+            except (OSError, ValueError, OverflowError, ctypes.ArgumentError) as e:
+                raise InvalidMemory(f"cannot map {memory.name!r} memory: {e}") from e
+            view = mm[delta:delta + memory.size]
+        self.memory, self.size, self.view, self.key = memory, memory.size, view, key
+
+    def close(self) -> None:
+        """Nothing to release (the mapping goes with the last view)."""
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def map(memory: Memory, writable: bool | None = None) -> memoryview:

@@ -5,7 +5,9 @@ phases, *plan* (read, verify, map to the HAL, partition, ask the device what
 it supports) and *prepare* (the device validates and compiles each
 partition), each in wall and CPU time (the process's, every thread: a
 driver prepares on its own worker), beside LiteRT's interpreter creation on
-the same file.
+the same file; then the first init's user and system time and minor page
+faults (``getrusage``: the kernel's time to give the process new pages is
+most of its system time).
 
 Each model is measured in a fresh process (``--runs`` inits there, the first
 one apart: a process's first init also pays what the process keeps, such as
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -76,14 +79,15 @@ def measure(path: str, device: str, runs: int, cache_dir: str = "") -> dict[str,
     warm = mb.warm_imports(lambda: device_of(device)) if hasattr(mb, "warm_imports") else _warm(device)
     out: dict[str, Any] = {"model": path, "device": device, "imports_ms": warm["nnhal_ms"], "inits": []}
     for _ in range(runs):
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, r0 = time.perf_counter(), time.process_time(), _usage()
         plan = _plan(path, device, cache_dir, device_of)
-        t1, c1 = time.perf_counter(), time.process_time()
+        t1, c1, r1 = time.perf_counter(), time.process_time(), _usage()
         runner = Runner(plan, device_of, threads=1)
-        t2, c2 = time.perf_counter(), time.process_time()
+        t2, c2, r2 = time.perf_counter(), time.process_time(), _usage()
         runner.close()
         out["inits"].append({"plan": ((t1 - t0) * 1e3, (c1 - c0) * 1e3), "prepare": ((t2 - t1) * 1e3, (c2 - c1) * 1e3),
-                             "total": ((t2 - t0) * 1e3, (c2 - c0) * 1e3)})
+                             "total": ((t2 - t0) * 1e3, (c2 - c0) * 1e3),
+                             "usage": {"plan": _minus(r1, r0), "prepare": _minus(r2, r1)}})
     try:
         from nnhal.delegate.run import LiteRT
 
@@ -93,6 +97,16 @@ def measure(path: str, device: str, runs: int, cache_dir: str = "") -> dict[str,
     except Exception:  # noqa: BLE001 - LiteRT missing or refusing the file: no ratio
         out["litert_ms"] = None
     return out
+
+
+def _usage() -> tuple[float, float, int]:
+    """The process's (user ms, system ms, minor page faults) so far, every thread's."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime * 1e3, r.ru_stime * 1e3, r.ru_minflt
+
+
+def _minus(a: tuple, b: tuple) -> list:
+    return [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
 
 
 def _warm(device: str) -> dict[str, float]:
@@ -142,6 +156,15 @@ def report(results: list[dict[str, Any]]) -> None:
               f"{_fmt([i['prepare'] for i in rest]):>16s}  {ratio}")
     print(f"load average {os.getloadavg()[0]:.1f}; one process per model, its imports and the device opened "
           f"before the first init")
+    if all("usage" in r["inits"][0] for r in results):
+        print(f"\n{'first init':40s} {'user ms':>8s} {'sys ms':>8s} {'minor faults':>13s}  (plan + prepare)")
+        for r in results:
+            u = r["inits"][0]["usage"]
+            p, q = u["plan"], u["prepare"]
+            print(f"{Path(r['model']).name:28s} {r['device']:11s} {p[0] + q[0]:8.1f} {p[1] + q[1]:8.1f} "
+                  f"{p[2] + q[2]:13d}  ({p[2]} + {q[2]}; sys {p[1]:.1f} + {q[1]:.1f})")
+        print("the system time is the kernel's: mostly first touches of new pages (the minor faults); the process's "
+              "own, its clock ticks (a few ms each) shared out between user and system")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

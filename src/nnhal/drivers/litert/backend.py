@@ -250,7 +250,7 @@ class LiteRTBackend(Backend):
         pools = []
         try:
             for m in model.pools:
-                pools.append(hal_memory.PrivateCopy(m))
+                pools.append(hal_memory.private_bytes(m))  # NOTE: a frozen pool mapped, not copied
             views = [p.view for p in pools]
             ops = model.main.operations
             wrong = [_wrong_on_reference_kernels(model, op) for op in ops] if kernels_for(model) == "ref" else []

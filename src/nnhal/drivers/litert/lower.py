@@ -397,7 +397,9 @@ class _Builder:
         tt.buffer = 0
         if data is not None:
             b = self.s.BufferT()
-            b.data = np.frombuffer(np.ascontiguousarray(data).tobytes(), np.uint8)
+            # NOTE: the constant's bytes as they are (a view of the driver's read-only pool): pack copies them
+            # once into the file, no bytes object of them first
+            b.data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
             self.m.buffers.append(b)
             tt.buffer = len(self.m.buffers) - 1
         q = None
@@ -429,7 +431,7 @@ class _Builder:
         tt.type = 2
         tt.name = f"nnhal_const_{len(self.tensors)}".encode()
         b = self.s.BufferT()
-        b.data = np.frombuffer(np.ascontiguousarray(arr, dtype=np.int32).tobytes(), np.uint8)
+        b.data = np.ascontiguousarray(arr, dtype=np.int32).reshape(-1).view(np.uint8)
         self.m.buffers.append(b)
         tt.buffer = len(self.m.buffers) - 1
         self.tensors.append(tt)
