@@ -782,3 +782,29 @@ def test_a_driver_without_caching_refuses_prepare_from_cache_with_general_failur
     cb = hal.PreparedModelCallback()
     assert d.prepareModelFromCache_1_3(hal.OptionalTimePoint(), [], [], bytes(32), cb) == S.GENERAL_FAILURE
     assert cb.wait(5) == (S.GENERAL_FAILURE, None)
+
+
+@pytest.mark.parametrize("size", [0, 1, driver_cache.DIGEST_PIECE - 1, driver_cache.DIGEST_PIECE,
+                                  driver_cache.DIGEST_PIECE + 1, 5 * driver_cache.DIGEST_PIECE + 7,
+                                  9 * driver_cache.DIGEST_PIECE])
+def test_data_digest_is_the_digest_of_the_pieces_digests(size: int) -> None:
+    """The data cache's digest: SHA-256 over each 1 MiB piece's SHA-256, the same whether the data comes in
+    one buffer (a load; two threads from 4 MiB on) or in arbitrary chunks (a save), and it changes with
+    any byte."""
+    data = np.random.default_rng(size).integers(0, 256, size, np.uint8).tobytes()
+    piece = driver_cache.DIGEST_PIECE
+    pieces = [data[i:i + piece] for i in range(0, len(data), piece)] or [b""]
+    want = hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in pieces)).digest()
+    assert driver_cache.data_digest(data) == want
+    assert driver_cache.data_digest(np.frombuffer(data, np.uint8)) == want
+    for cuts in ([], [3], [piece - 5, piece + 9], list(range(0, size, 333_333))):
+        d = driver_cache.DataDigest()
+        edges = [0, *[c for c in cuts if 0 < c < size], size]
+        for a, b in zip(edges, edges[1:]):
+            d.update(data[a:b])
+        assert d.digest() == want, cuts
+    if size:
+        flipped = bytearray(data)
+        flipped[size // 2] ^= 1
+        assert driver_cache.data_digest(flipped) != want
+    assert not [t for t in threading.enumerate() if t.name == "nnhal-cache-digest"]

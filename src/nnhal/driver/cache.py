@@ -70,11 +70,13 @@ NUM_DATA_CACHE = 1
 TOKEN_SIZE = int(hal.Constant.BYTE_SIZE_OF_CACHE_TOKEN)
 
 MAGIC = b"NNHALMC\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # NOTE: 2: data_sha256 is data_digest (the SHA-256 of the pieces' SHA-256)
 _HEADER = struct.Struct("<8sIIQ")  # magic, format version, reserved (0), payload length
 _TAG_SIZE = 32
 _DOMAIN = b"nnhal compilation cache\x00"
 _ALIGN = 64
+DIGEST_PIECE = 1 << 20  # NOTE: data_digest's piece (bytes)
+_PARALLEL_DIGEST = 4 << 20  # NOTE: data from this size on is hashed by two threads (thread start ~0.1 ms)
 MAX_MODEL_CACHE_BYTES = 256 << 20  # NOTE: bounds what a hostile file can make the driver read before the tag check
 KEY_ENV = "NNHAL_CACHE_KEY_DIR"
 KEY_FILE = "cache-hmac.key"
@@ -122,7 +124,7 @@ class CacheRecord(msgspec.Struct, forbid_unknown_fields=True):
     states: list[list[OpState]]  # per subgraph (main first), per operation
     blobs: list[BlobRef]
     data_size: int
-    data_sha256: bytes
+    data_sha256: bytes  # NOTE: data_digest of the data cache (the name kept from format 1)
 
 
 _DECODER = msgspec.msgpack.Decoder(CacheRecord)
@@ -367,6 +369,60 @@ def _read_data_file(fd: int, size: int) -> np.ndarray:
 # saving
 
 
+class DataDigest:
+    """:func:`data_digest` of bytes fed in any chunks (saving: the data cache is written as a list of arrays)."""
+
+    def __init__(self) -> None:
+        self._outer = hashlib.sha256()
+        self._piece = hashlib.sha256()
+        self._left = DIGEST_PIECE
+        self._any = False
+
+    def update(self, chunk: Any) -> None:
+        mv = memoryview(chunk).cast("B")
+        while len(mv):
+            n = min(self._left, len(mv))
+            self._piece.update(mv[:n])
+            self._any = True
+            mv = mv[n:]
+            self._left -= n
+            if not self._left:
+                self._outer.update(self._piece.digest())
+                self._piece, self._left = hashlib.sha256(), DIGEST_PIECE
+
+    def digest(self) -> bytes:
+        if self._left != DIGEST_PIECE or not self._any:
+            self._outer.update(self._piece.digest())  # NOTE: the last, shorter piece (or the empty data's one)
+        return self._outer.digest()
+
+
+def _piece_digests(mv: memoryview, first: int, last: int, out: list) -> None:
+    for i in range(first, last):
+        out[i] = hashlib.sha256(mv[i * DIGEST_PIECE:(i + 1) * DIGEST_PIECE]).digest()
+
+
+def data_digest(data: Any) -> bytes:
+    """The data cache's digest: SHA-256 over the concatenated SHA-256 of each ``DIGEST_PIECE`` bytes of
+    ``data`` (the last piece shorter; empty data: the digest of one empty piece).  Data of
+    ``_PARALLEL_DIGEST`` bytes or more is hashed by two threads (hashlib releases the GIL over large
+    buffers): a load authenticates 10 MB in half the time on two cores; the same digest on one."""
+    mv = memoryview(data).cast("B")
+    n = max(1, -(-len(mv) // DIGEST_PIECE))
+    out: list = [b""] * n
+    if len(mv) < _PARALLEL_DIGEST:
+        _piece_digests(mv, 0, n, out)
+    else:
+        half = n // 2
+        t = threading.Thread(target=_piece_digests, args=(mv, half, n, out), name="nnhal-cache-digest", daemon=True)
+        t.start()
+        try:
+            _piece_digests(mv, 0, half, out)
+        finally:
+            t.join()
+    return hashlib.sha256(b"".join(out)).digest()
+
+
+
 class _Blobs:
     """Collects arrays for the data cache (one copy of each array object)."""
 
@@ -442,7 +498,7 @@ def encode(model: hal.Model, pool_views: list, executor: Executor, hal_version: 
             else:
                 row.append(OpState("prepare"))  # NOTE: a state this op cannot save: recomputed on load
         states.append(row)
-    digest = hashlib.sha256()
+    digest = DataDigest()
     for c in blobs.chunks:
         digest.update(c)
     shell = dataclasses.replace(plain_model(model), operandValues=b"", pools=[])
@@ -519,7 +575,7 @@ def restore(record: CacheRecord, data: np.ndarray, extensions: Sequence[Extensio
     """Rebuilds the prepared model from a verified record and data (no
     validation, no prepare work: both are what the cache holds);
     ``extensions``: the driver's, whose types the model's resolve to."""
-    if hashlib.sha256(data).digest() != record.data_sha256:
+    if data_digest(data) != record.data_sha256:
         raise CacheError(S.GENERAL_FAILURE, "the data cache does not match the model cache (modified or replaced)")
     data.flags.writeable = False
     views: list[np.ndarray] = []
@@ -624,7 +680,7 @@ def encode_opaque(model: hal.Model, data: bytes, hal_version: int, priority: int
     as the one blob and no operation states."""
     blobs = _Blobs()
     values = blobs.put(bytes(data))
-    digest = hashlib.sha256()
+    digest = DataDigest()
     for c in blobs.chunks:
         digest.update(c)
     shell = dataclasses.replace(plain_model(model), operandValues=b"", pools=[])
@@ -639,7 +695,7 @@ def encode_opaque(model: hal.Model, data: bytes, hal_version: int, priority: int
 def load_opaque(model_fd: int, data_fd: int, key: bytes, version: str, token: bytes) -> OpaqueRestored:
     """Reads and authenticates what :func:`encode_opaque` wrote; CacheError on any problem."""
     record, data = _read_verified(model_fd, data_fd, key, version, token)
-    if hashlib.sha256(data).digest() != record.data_sha256:
+    if data_digest(data) != record.data_sha256:
         raise CacheError(S.GENERAL_FAILURE, "the data cache does not match the model cache (modified or replaced)")
     if record.states or record.pools or len(record.blobs) != 1 or record.operand_values != 0:
         raise CacheError(S.GENERAL_FAILURE, "not an opaque compiled model")

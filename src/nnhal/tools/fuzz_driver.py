@@ -36,7 +36,6 @@ import argparse
 import collections
 import contextlib
 import copy
-import hashlib
 import json
 import logging
 import os
@@ -790,7 +789,7 @@ def fuzz_cache(rng: random.Random, end: float, report: Report) -> None:
                 if rng.random() < 0.4:
                     dbytes = mutate_bytes(rng, dbytes, 1 << 20)
                     tree["data_size"] = len(dbytes)
-                    tree["data_sha256"] = hashlib.sha256(dbytes).digest()
+                    tree["data_sha256"] = dc.data_digest(dbytes)
                 if mode < 0.9 or rng.random() < 0.5:
                     tree = mutate_tree(rng, tree)
                 payload = msgspec.msgpack.encode(tree) if mode < 0.95 else mutate_bytes(rng, payload, 1 << 20)
