@@ -13,7 +13,7 @@ from typing import Any, Optional, Protocol
 from nnhal import hal
 from nnhal.driver.backend import Compiled
 from nnhal.driver.execution import Refusal, RequestPlan, RequestPools, Result, output_sizes_known, run_request
-from nnhal.driver.guard import hal_methods
+from nnhal.driver.guard import answer_bug, guards_itself, hal_methods
 from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.scheduler import Expired, QueueFull, Scheduler, missed_deadline_status
 from nnhal.engine.validation import (
@@ -30,6 +30,7 @@ from nnhal.engine.validation import (
 log = logging.getLogger("nnhal.driver")
 
 S = hal.ErrorStatus
+_NONE = S.NONE  # NOTE: read per execution: a module name, not EnumType.__getattr__ (see execution.py)
 _MEMO_SIZE = 16  # validated request structures remembered per prepared model
 
 
@@ -98,7 +99,7 @@ class _Job:
         finally:
             pools.close()
         status = result.status
-        if status == S.NONE:
+        if status == _NONE:
             took = time.monotonic_ns() - t0
             best = pm.best_ns
             if best is None or took < best:
@@ -344,18 +345,24 @@ class PreparedModel(hal.IPreparedModel):
     def execute_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any, callback: Any) -> S:
         return self._async(request, measure, deadline, loopTimeoutDuration, callback, "notify_1_3")
 
+    @guards_itself
     def executeSynchronously_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any) -> tuple:
         # NOTE: _sync inline: the per-execution path of every in-process HIDL client, no call more than it
-        # needs (the safe_unions' "none", the common case, read here; any other value checked by its function)
+        # needs (the safe_unions' "none", the common case, read here; any other value checked by its function);
+        # its own never-raise guard (guard.guards_itself), without the wrapper's frame
         try:
-            dl = None if deadline.__class__ is _TIME_POINT and deadline.nanosecondsSinceEpoch is None \
-                else deadline_ns(deadline)
-            lt = _LOOP_DEFAULT_NS if loopTimeoutDuration.__class__ is _DURATION and \
-                loopTimeoutDuration.nanoseconds is None else validate_timeout(loopTimeoutDuration)
-            err, job = self._launch(request, measure, dl, lt)
-        except ValidationError as e:
-            err = _refused(e)
-        return (err if err is not None else self.run_job(job)).as_tuple()
+            try:
+                dl = None if deadline.__class__ is _TIME_POINT and deadline.nanosecondsSinceEpoch is None \
+                    else deadline_ns(deadline)
+                lt = _LOOP_DEFAULT_NS if loopTimeoutDuration.__class__ is _DURATION and \
+                    loopTimeoutDuration.nanoseconds is None else validate_timeout(loopTimeoutDuration)
+                err, job = self._launch(request, measure, dl, lt)
+            except ValidationError as e:
+                err = _refused(e)
+            r = err if err is not None else self.run_job(job)
+            return r.status, r.outputShapes, r.timing  # NOTE: Result.as_tuple, without its call
+        except Exception:  # noqa: BLE001 - the point: a HAL method never raises
+            return answer_bug("executeSynchronously_1_3")
 
     # NOTE: the service's entry points (nnhal.service.server): the request was decoded from
     # the wire for this call and no one else holds it, so it is the driver's own already
