@@ -153,7 +153,8 @@ def guards_itself(fn: Callable) -> Callable:
     it unwrapped.  NOTE: for the per-execution path of in-process clients,
     where the wrapper's frame and argument packing cost as much as a tenth
     of the front end's own work."""
-    assert _ERRORS[fn.__name__][1] is None, "a method with a callback keeps the wrapper (it notifies the callback)"
+    if _ERRORS[fn.__name__][1] is not None:
+        raise TypeError(f"{fn.__name__} has a callback: it keeps the wrapper (which notifies the callback)")
     fn._hal_guarded = True  # type: ignore[attr-defined]
     return fn
 
