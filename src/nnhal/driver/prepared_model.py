@@ -69,6 +69,7 @@ def _upgrade_request(request: Any) -> hal.Request:
 _TIME_POINT, _DURATION = hal.OptionalTimePoint, hal.OptionalTimeoutDuration
 _LOOP_DEFAULT_NS = loop_timeout_ns(None)
 _MEASURES = dict(hal.MeasureTiming._value2member_map_)  # NOTE: NO / YES by value (an IntEnum member is its value)
+_new = object.__new__
 
 
 class _Job:
@@ -79,11 +80,8 @@ class _Job:
 
     __slots__ = ("prepared", "request", "plan", "pools", "measure", "deadline_ns", "loop_timeout_ns", "start_ns")
 
-    def __init__(self, prepared: "PreparedModel", request: hal.Request, plan: RequestPlan, pools: RequestPools,
-                 measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int, start_ns: int):
-        self.prepared, self.request, self.plan, self.pools = prepared, request, plan, pools
-        self.measure, self.deadline_ns, self.loop_timeout_ns, self.start_ns = measure, deadline_ns, loop_timeout_ns, \
-            start_ns
+    # NOTE: made by PreparedModel._launch, every slot set there (object.__new__ and the stores, without the
+    # class call and an __init__ frame: one job per execution)
 
     def abandon(self) -> None:
         self.pools.close()
@@ -235,7 +233,10 @@ class PreparedModel(hal.IPreparedModel):
                           (dl - start) / 1e6, best / 1e6)
                 pools.close()
                 return Result(S.MISSED_DEADLINE_PERSISTENT), None
-        return None, _Job(self, request, plan, pools, timing, dl, lt, start)
+        job = _new(_Job)  # NOTE: see _Job
+        job.prepared, job.request, job.plan, job.pools = self, request, plan, pools
+        job.measure, job.deadline_ns, job.loop_timeout_ns, job.start_ns = timing, dl, lt, start
+        return None, job
 
     # ------------------------------------------------------------------ the canonical entry points
     def execute_sync(self, request: Any, measure: Any, dl: Optional[int], lt: int, owned: bool = False,
