@@ -72,6 +72,7 @@ def test_validation_runs_once_per_structure(add_pm: Any, pools: ipcbench.Pools,
 
     monkeypatch.setattr(prepared_model, "validate_request", counting)
     add_pm._validated.clear()
+    add_pm._last_validated = None
     req = pools.request
     for _ in range(3):
         assert _run(add_pm, req) == S.NONE

@@ -29,7 +29,7 @@ S = hal.ErrorStatus
 _NONE = S.NONE
 
 
-_Timing = hal.Timing
+_Timing, _OutputShape = hal.Timing, hal.OutputShape
 _new = object.__new__
 
 
@@ -407,8 +407,8 @@ def run_request(model: hal.Model, executor: Executor, request: hal.Request, pool
         if not ok:
             log.error("output %d needs %d bytes, the request gives %d", k, arr.nbytes, _capacity(pools, p, length))
         sufficient &= ok
-        shape = object.__new__(hal.OutputShape)  # NOTE: the dataclass's __init__, without its call overhead
-        shape.__dict__ = {"dimensions": dims, "isSufficient": bool(ok)}
+        shape = _new(_OutputShape)  # NOTE: the dataclass's __init__, without its call overhead
+        shape.__dict__ = {"dimensions": dims, "isSufficient": ok is True or bool(ok)}
         shapes.append(shape)
     if not sufficient:
         return _failed(request, pools, S.OUTPUT_INSUFFICIENT_SIZE, shapes)

@@ -133,6 +133,7 @@ class PreparedModel(hal.IPreparedModel):
         self.priority = int(priority)  # given at prepare time: every execution of this model runs with it
         self.best_ns: Optional[int] = None  # fastest successful execution seen (MISSED_DEADLINE_* choice)
         self._validated: dict[tuple, tuple] = {}  # request key -> (our copy, its plan) (_validated_request)
+        self._last_validated: Optional[tuple] = None  # NOTE: (key, allow, (copy, plan)) of the last memo hit
 
     def constant_pools(self) -> list:
         """The bytes of the model's pools (for the compilation cache)."""
@@ -173,6 +174,15 @@ class PreparedModel(hal.IPreparedModel):
             request = request if owned and type(request) is hal.Request else _upgrade_request(request)
             validate_request(request, self.model, allow_unspecified_output)
             return request, RequestPlan(self.model, request)
+        # NOTE: the last request remembered first: its key compared (as a dict lookup compares it) without
+        # hashing the nested key; (key, allow, (copy, plan)), replaced as a whole (no lock needed)
+        last = self._last_validated
+        if last is not None and last[1] is allow_unspecified_output and last[0] == key:
+            hit = last[2]
+            if owned:
+                return request, hit[1]
+            if hit[0] is not None:
+                return hit
         memo = self._validated
         mkey = (key, allow_unspecified_output)
         hit = memo.get(mkey)
@@ -182,6 +192,7 @@ class PreparedModel(hal.IPreparedModel):
                 return request, plan
             if copy is None:
                 hit = memo[mkey] = (request_from_key(key), plan)
+            self._last_validated = (key, allow_unspecified_output, hit)
             return hit
         copy = request if owned else request_from_key(key)
         validate_request(copy, self.model, allow_unspecified_output)
