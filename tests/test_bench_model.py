@@ -96,6 +96,8 @@ def test_bench_instructions_refusals(monkeypatch, capsys):
     assert "--runs -1" in capsys.readouterr().err
     assert cli.main(["bench", str(path.parent / "no_such_model.tflite"), "--instructions"]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert cli.main(["bench", str(path), "--device", "no-such-device", "--instructions"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
     monkeypatch.setattr(floorcount.shutil, "which", lambda name: None)
     assert cli.main(["bench", str(path), "--instructions"]) == 2
     err = capsys.readouterr().err

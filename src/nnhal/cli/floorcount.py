@@ -31,9 +31,9 @@ TIMEOUT_S = 1800.0
 
 def _engines(path: str, device: str, threads: int) -> tuple[Callable[[], Any], Callable[[], Any], Callable[[], None]]:
     """(a run on ``device``, a run of the floor, close) on the same generated input, in this process."""
-    from nnhal.cli.app import _device
     from nnhal.cli.delegate import add_cache_argument, run_engine
     from nnhal.cli.tflite import add_plan_arguments
+    from nnhal.conformance.vts.device import open_device
     from nnhal.delegate.run import DataPathFloor
 
     ap = argparse.ArgumentParser()
@@ -41,7 +41,7 @@ def _engines(path: str, device: str, threads: int) -> tuple[Callable[[], Any], C
     add_cache_argument(ap)
     args = ap.parse_args([])
     args.threads, args.seed = threads, 0
-    _, x, run, close = run_engine(path, args, _device, device)
+    _, x, run, close = run_engine(path, args, open_device, device)
     try:
         floor = DataPathFloor(path, x, threads=threads)
     except BaseException:
@@ -103,6 +103,12 @@ def main(paths: list[str], device: str, runs: int, threads: int) -> int:
         raise UserError("--instructions counts with valgrind's callgrind: valgrind is not installed")
     if runs < 1:
         raise UserError(f"--runs {runs}: give at least one execution to count")
+    from nnhal.conformance.vts.device import DeviceNotFound, open_device
+
+    try:
+        open_device(device)  # NOTE: a wrong name is one line here, not a failed valgrind run
+    except DeviceNotFound as e:
+        raise UserError(str(e)) from None
     for path in paths:
         if not os.path.isfile(path):
             raise UserError(f"{path}: no such file")
