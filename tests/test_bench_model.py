@@ -83,3 +83,53 @@ def test_initbench_phases_and_litert(capsys):
     out = capsys.readouterr().out
     assert "vww_mobilenetv1_int8.tflite" in out and "sample-all" in out and "x)" in out
     assert "minor faults" in out
+
+
+def test_bench_instructions_refusals(monkeypatch, capsys):
+    """``--instructions``: what it cannot count is one line and exit status 2, before any valgrind run."""
+    from nnhal.cli import floorcount
+
+    path = MODELS / "kws_mobilenetv2_int8.tflite"
+    if not path.exists():
+        pytest.skip("no models")
+    assert cli.main(["bench", str(path), "--device", "litert-cpu", "--instructions", "--runs", "-1"]) == 2
+    assert "--runs -1" in capsys.readouterr().err
+    assert cli.main(["bench", str(path.parent / "no_such_model.tflite"), "--instructions"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert cli.main(["bench", str(path), "--device", "no-such-device", "--instructions"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    monkeypatch.setattr(floorcount.shutil, "which", lambda name: None)
+    assert cli.main(["bench", str(path), "--instructions"]) == 2
+    err = capsys.readouterr().err
+    assert "valgrind is not installed" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_instructions_child_runs_each_side():
+    """The process callgrind counts: the plan on the device and the floor built alike, either side run."""
+    from nnhal.cli import floorcount
+    from nnhal.drivers import litert
+
+    path = MODELS / "kws_mobilenetv2_int8.tflite"
+    if not path.exists() or not litert.available():
+        pytest.skip("no models or no LiteRT")
+    for side in ("device", "floor"):
+        floorcount.child(str(path), "litert-cpu", side, 2, 1)
+
+
+@pytest.mark.valgrind
+def test_bench_instructions_counts_the_device_beyond_the_floor(capsys):
+    """Counted under callgrind (about a minute): the floor does less than litert-cpu, and both run LiteRT's
+    same kernels, so the difference is far below either count."""
+    import re
+    import shutil
+
+    from nnhal.drivers import litert
+
+    path = MODELS / "kws_mobilenetv2_int8.tflite"
+    if not path.exists() or not litert.available() or shutil.which("valgrind") is None:
+        pytest.skip("no models, LiteRT or valgrind")
+    assert cli.main(["bench", str(path), "--device", "litert-cpu", "--instructions", "--runs", "5"]) == 0
+    m = re.search(r"litert-cpu (\d+), HAL data path floor (\d+); .*: \+(\d+)", capsys.readouterr().out)
+    assert m, "no counts"
+    dev, floor, diff = map(int, m.groups())
+    assert dev - floor == diff and 0 < diff < floor // 4

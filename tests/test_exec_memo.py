@@ -72,6 +72,7 @@ def test_validation_runs_once_per_structure(add_pm: Any, pools: ipcbench.Pools,
 
     monkeypatch.setattr(prepared_model, "validate_request", counting)
     add_pm._validated.clear()
+    add_pm._last_validated = None
     req = pools.request
     for _ in range(3):
         assert _run(add_pm, req) == S.NONE
@@ -253,6 +254,61 @@ def test_a_backend_that_cannot_read_its_pool_input_answers_invalid_argument(add_
     finally:
         rp.close()
     assert res.status == S.INVALID_ARGUMENT
+
+
+def test_a_request_plan_proves_plain_inputs_once(add_pm: Any, pools: ipcbench.Pools) -> None:
+    """RequestPlan.simple_inputs: what each execution of a remembered request reads of its inputs, only
+    when every input is present, of a known non-boolean dtype and fits its location; else None (the
+    general path checks each input, every execution)."""
+    from nnhal.driver.execution import RequestPlan
+
+    req = pools.request
+    plan = RequestPlan(add_pm.model, req)
+    f32 = np.dtype(np.float32)
+    assert plan.simple_inputs == [(0, 0, (4,), f32, 16), (0, 16, (4,), f32, 16)]
+    short = request_from_key(request_key(req))
+    short.inputs[1].location.length = 12
+    assert RequestPlan(add_pm.model, short).simple_inputs is None
+    assert _run(add_pm, short) == S.INVALID_ARGUMENT  # validation, or the general path's check
+    omitted = request_from_key(request_key(req))
+    omitted.inputs[0].hasNoValue = True
+    assert RequestPlan(add_pm.model, omitted).simple_inputs is None
+
+
+class _Capture:
+    """A backend's compiled model that reads its inputs itself: records what it is given."""
+
+    reads_inputs = True
+
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    def run(self, inputs: list, deadline_ns: Any = None, loop_timeout_ns: int = 0, omitted: Any = ()) -> list:
+        from nnhal.driver.execution import PoolInput
+
+        self.seen = [(type(x), bytes(x.array() if isinstance(x, PoolInput) else x)) for x in inputs]
+        return [np.zeros(4, np.float32)]
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_backend_reading_its_inputs_gets_arrays_over_mapped_pools(add_pm: Any, pools: ipcbench.Pools,
+                                                                    kept: bool) -> None:
+    """A memory the device keeps mapped: arrays over the pool's bytes (no PoolInput, no copy of ours); a
+    memory opened for the execution (read with pread): PoolInputs."""
+    from nnhal.driver.execution import PoolInput, RequestPlan, RequestPools, run_request
+
+    req = pools.request
+    plan = RequestPlan(add_pm.model, req)
+    cache = add_pm.device.pool_cache if kept else None
+    rp = RequestPools(req, None, cache, plan.out_pools, plan.pool_keys if kept else None)
+    backend = _Capture()
+    try:
+        assert run_request(add_pm.model, backend, req, rp, NO, None, 0, 0, plan).status == S.NONE
+    finally:
+        rp.close()
+    want = np.arange(8, dtype=np.float32).tobytes()
+    assert [b for _, b in backend.seen] == [want[:16], want[16:]]
+    assert {t for t, _ in backend.seen} == ({np.ndarray} if kept else {PoolInput})
 
 
 def test_litert_reads_pool_inputs_into_its_tensors() -> None:

@@ -252,6 +252,32 @@ def test_prepared_model_methods_never_raise(monkeypatch: pytest.MonkeyPatch, mem
     pools.close()
 
 
+def test_a_method_guarding_itself_is_not_wrapped_and_still_logs_the_bug(monkeypatch: pytest.MonkeyPatch,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """executeSynchronously_1_3 catches its own bugs (guard.guards_itself: no wrapper frame per execution):
+    hal_methods leaves it as written, its answer and log line are the wrapper's; a method with a callback
+    cannot opt out of the wrapper (the wrapper notifies the callback)."""
+    from nnhal.driver import guard
+
+    assert getattr(PreparedModel.executeSynchronously_1_3, "__wrapped__", None) is None
+    pm = prepared_model(add_model())
+    monkeypatch.setattr(PreparedModel, "run_job", _boom)
+    pools = Pools([np.ones((2, 2), np.float32)] * 2, [16])
+    try:
+        with caplog.at_level("ERROR", logger="nnhal.driver"):
+            assert pm.executeSynchronously_1_3(pools.request(), hal.MeasureTiming.NO, None, None) == \
+                (S.GENERAL_FAILURE, [], hal.Timing())
+        assert "executeSynchronously_1_3 raised (a driver bug)" in caplog.text
+    finally:
+        pools.close()
+
+    def execute_1_3(self: Any, request: Any, measure: Any, deadline: Any, loop: Any, callback: Any) -> Any:
+        return S.NONE
+
+    with pytest.raises(TypeError):
+        guard.guards_itself(execute_1_3)
+
+
 def test_a_no_value_operand_where_an_operation_requires_one_is_refused_at_launch(mem: hal.Memory) -> None:
     """Known from the model alone: ADD's activation given NO_VALUE.  The
     model prepares (as Android's reference); every execution is refused at

@@ -249,6 +249,10 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
                     help="also time LiteRT with only what any in-process HAL execution must do around it (the "
                          "request read by value, the pools checked, inputs and outputs through shared memory): "
                          "a lower bound for a HAL driver over LiteRT")
+    ap.add_argument("--instructions", action="store_true",
+                    help="instead of timing: machine instructions per execution of --device and of the HAL data "
+                         "path floor (see --floor), and their difference, counted by valgrind's callgrind (the "
+                         "steadiest measure on a busy machine; --runs executions each, default 200)")
     if engine is not None:
         from nnhal.cli.delegate import add_cache_argument
 
@@ -262,6 +266,10 @@ def bench_main(argv: list[str], device_of: DeviceOf, engine: Optional[Engine] = 
 
     if not set_blas_threads(args.threads):
         print("cannot set the BLAS thread count", file=sys.stderr)
+    if args.instructions:
+        from nnhal.cli import floorcount
+
+        return floorcount.main(args.model, args.device, args.runs or 200, args.threads)
     if args.device.startswith("litert-"):
         os.environ.setdefault("NNHAL_LITERT_THREADS", str(args.threads))  # NOTE: read when the driver is created
     baseline = args.baseline or ("sample-all" if args.device != "sample-all" else "none")

@@ -93,8 +93,10 @@ class Compiled(Protocol):
     the front end checks what ``compile`` returns and refuses the model
     (GENERAL_FAILURE, logged) if it is not one."""
 
-    # NOTE: True: ``run`` gets ``nnhal.driver.execution.PoolInput`` objects for the inputs in request pools and
-    # copies each straight into its own buffer (``PoolInput.copy_into``); False: numpy arrays
+    # NOTE: True: ``run`` gets, for the inputs in request pools, numpy arrays over the bytes of the mapped ones
+    # (valid during ``run`` only, never written) and ``nnhal.driver.execution.PoolInput`` objects for the
+    # others, and copies each straight into its own buffer (``PoolInput.read_into``); False: numpy arrays
+    # of their own
     reads_inputs: bool = False
 
     def run(self, inputs: Sequence[Optional[np.ndarray]], deadline_ns: Optional[int] = None,

@@ -24,9 +24,13 @@ from nnhal.platform import memory as hal_memory
 log = logging.getLogger("nnhal.driver")
 
 S = hal.ErrorStatus
+# NOTE: a member read from an Enum class goes through EnumType.__getattr__ (Python 3.11), ~0.1 us each:
+# the per-execution path reads the module's own name
+_NONE = S.NONE
 
 
-_Timing = hal.Timing
+_Timing, _OutputShape = hal.Timing, hal.OutputShape
+_new = object.__new__
 
 
 def _us(ns: int) -> int:
@@ -96,7 +100,12 @@ class RequestPools:
         if pool_cache.__class__ is PoolCache:
             if keys is not None:
                 kept = pool_cache.kept_views(keys)  # NOTE: the memories kept mapped, checked all at once
-                if None not in kept:
+                # NOTE: ``is`` tests, not ``None in kept``: that compares None with each memoryview (==), whose
+                # failed buffer request formats an exception message per pool
+                for v in kept:
+                    if v is None:
+                        break
+                else:
                     self.views: list[Optional[memoryview]] = kept  # NOTE: the common case: every pool kept mapped
                     return
             opener = pool_cache.open
@@ -188,7 +197,7 @@ class RequestPlan:
     structure it validated (``PreparedModel._validated_request``), so
     an execution of a known structure reads nothing twice."""
 
-    __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens", "pool_keys")
+    __slots__ = ("inputs", "outputs", "omitted", "out_pools", "tokens", "pool_keys", "simple_inputs")
 
     def __init__(self, model: hal.Model, request: hal.Request):
         main = model.main
@@ -216,6 +225,12 @@ class RequestPlan:
         # NOTE: each pool's key in a device's PoolCache (None: not a memory it keeps), read once
         self.pool_keys = tuple(None if p.hidlMemory is None else cache_key(p.hidlMemory, k in self.out_pools)
                                for k, p in enumerate(request.pools))
+        # NOTE: what a remembered request has proven once for all its executions: every input present, of a
+        # known dtype other than bool, its location long enough: then per input (pool index, offset, shape,
+        # dtype, bytes), all an execution reads of it (None: the general path checks each input)
+        simple = [(p, off, shape, dtype, need) for p, off, length, _, _, _, dtype, need, shape, boolean
+                  in filter(None, self.inputs) if dtype is not None and not boolean and length >= need]
+        self.simple_inputs = simple if len(simple) == len(self.inputs) else None
 
 
 class PoolInput:
@@ -246,26 +261,34 @@ class PoolInput:
         self.read_into(memoryview(arr).cast("B"))
         return arr.reshape(self.shape)
 
-    def mapped(self) -> Optional[np.ndarray]:
-        """An array over the input's bytes where they stay in the pool (a mapped memory: no copy), valid
-        during this execution only (read it into something of the backend's own at once); None for a
-        memory read with pread (``read_into`` then)."""
-        view = self._view
-        if view.__class__ is not memoryview:
-            return None
-        return np.ndarray(self.shape, self.dtype, view, self._offset)
+
+def _failed(request: hal.Request, pools: RequestPools, status: hal.ErrorStatus,
+            shapes: Optional[list[hal.OutputShape]] = None) -> Result:
+    """The result of an execution that did not succeed, its output buffers made uninitialized (settled)."""
+    pools.settle(request, status)
+    return Result(status, shapes)
 
 
-def run_request(model: hal.Model, executor: Executor, request: hal.Request, pools: RequestPools,
-                measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int,
-                driver_start_ns: int, plan: Optional[RequestPlan] = None) -> Result:
-    """Runs a validated request (``plan``: its :class:`RequestPlan`, made here
-    when not given); never raises."""
-    result = _run_request(model, executor, plan or RequestPlan(model, request), pools, measure, deadline_ns,
-                          loop_timeout_ns, driver_start_ns)
-    if result.status != S.NONE:
-        pools.settle(request, result.status)
-    return result
+def _pool_input(view: Any, offset: int, shape: tuple, dtype: np.dtype, need: int, direct: bool) -> Any:
+    """The input of ``need`` bytes at ``offset`` of a request pool's ``view`` (its dtype not bool): for a
+    backend that reads its inputs itself (``direct``), an array over the bytes of a mapped pool (valid
+    during the execution only: the backend copies it at once) or a :class:`PoolInput` of another; else
+    an array of its own (the client may reuse its buffer at once)."""
+    if view.__class__ is memoryview:
+        # NOTE: one array over the pool's bytes (then a copy of its own): no intermediate slice nor byte array
+        arr = np.ndarray(shape, dtype, view, offset)
+        return arr if direct else arr.copy()
+    if direct:
+        return PoolInput(view, offset, shape, dtype, need)
+    if view.__class__ is hal_memory.FdPool:
+        # NOTE: pread straight into the input array (no intermediate buffer)
+        arr = np.empty(need // dtype.itemsize, dtype)
+        view.read_into(offset, memoryview(arr).cast("B"))
+        return arr.reshape(shape)
+    chunk = view[offset: offset + need]
+    raw = np.frombuffer(chunk, dtype=np.uint8)
+    # NOTE: a slice of a mapping is copied; anything else read is a private copy already (pread)
+    return (raw.view(dtype).copy() if chunk.__class__ is memoryview else raw.view(dtype)).reshape(shape)
 
 
 def _special_input(pools: RequestPools, p: int, given: list, o: hal.Operand, k: int) -> Optional[np.ndarray]:
@@ -291,65 +314,59 @@ def _special_input(pools: RequestPools, p: int, given: list, o: hal.Operand, k: 
     return (raw != 0 if dtype == np.bool_ else raw.view(dtype).copy()).reshape(dims)
 
 
-def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools: RequestPools,
-                 measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int,
-                 driver_start_ns: int) -> Result:
+def run_request(model: hal.Model, executor: Executor, request: hal.Request, pools: RequestPools,
+                measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int,
+                driver_start_ns: int, plan: Optional[RequestPlan] = None) -> Result:
+    """Runs a validated request (``plan``: its :class:`RequestPlan`, made here
+    when not given); never raises.  An execution that does not succeed leaves
+    its output buffers uninitialized (:func:`_failed`)."""
+    if plan is None:
+        plan = RequestPlan(model, request)
     if pools.failure:
         log.error("execution failed: %s", pools.failure)
-        return Result(S.GENERAL_FAILURE)
+        return _failed(request, pools, S.GENERAL_FAILURE)
     views = pools.views
     special = pools.buffers or pools.images  # NOTE: the common case has neither: one test per request
-    # NOTE: a backend that reads its inputs itself (``reads_inputs``) is given PoolInputs: it copies
-    # each straight into its own buffer (one copy, no array of ours in between)
+    # NOTE: a backend that reads its inputs itself (``reads_inputs``) is given arrays over the mapped
+    # pools' bytes and PoolInputs of the others: it copies each straight into its own buffer (one copy,
+    # no array of ours in between)
     direct = executor.reads_inputs
+    simple = plan.simple_inputs if not special else None
     try:
-        inputs: list[Optional[np.ndarray]] = []
-        for k, spec in enumerate(plan.inputs):
-            if spec is None:
-                inputs.append(None)
-                continue
-            p, offset, length, o, given, dims, dtype, need, shape, boolean = spec
-            if special and (p in pools.buffers or p in pools.images):
-                arr = _special_input(pools, p, given, o, k)
-                if arr is None:
-                    return Result(S.GENERAL_FAILURE)
-                inputs.append(arr)
-                continue
-            if dtype is None:
-                dtype = storage_dtype(operand_type(o.type))
-            if length < need:
-                raise ValidationError(f"request input {k}: {need} bytes needed for {type_name(o.type)} "
-                                      f"{dims}, the location has {length}")
-            view = views[p]
-            if direct and not boolean:
-                inputs.append(PoolInput(view, offset, shape, dtype, need))  # type: ignore[arg-type]
-                continue
-            if view.__class__ is memoryview and not boolean:
-                # NOTE: one array over the pool's bytes, then a copy of its own (the client may reuse its
-                # buffer at once): no intermediate slice nor byte array
-                inputs.append(np.ndarray(shape, dtype, view, offset).copy())
-                continue
-            if view.__class__ is hal_memory.FdPool and not boolean:
-                # NOTE: pread straight into the input array (no intermediate buffer)
-                arr = np.empty(need // dtype.itemsize, dtype)
-                view.read_into(offset, memoryview(arr).cast("B"))
-                inputs.append(arr.reshape(dims))
-                continue
-            chunk = view[offset: offset + need]  # NOTE: an FdPool (unsealed memory) reads it here
-            raw = np.frombuffer(chunk, dtype=np.uint8)
-            if boolean:
-                arr = raw != 0
-            elif chunk.__class__ is memoryview:
-                arr = raw.view(dtype).copy()  # NOTE: a copy, so the client may reuse its buffer at once
-            else:
-                arr = raw.view(dtype)  # already a private copy (pread)
-            inputs.append(arr.reshape(dims))
+        inputs: list[Any] = []
+        if simple is not None:
+            # NOTE: a request whose inputs the plan proved plain (RequestPlan.simple_inputs): only the reads
+            for p, offset, shape, dtype, need in simple:
+                inputs.append(_pool_input(views[p], offset, shape, dtype, need, direct))
+        else:
+            for k, spec in enumerate(plan.inputs):
+                if spec is None:
+                    inputs.append(None)
+                    continue
+                p, offset, length, o, given, dims, dtype, need, shape, boolean = spec
+                if special and (p in pools.buffers or p in pools.images):
+                    arr = _special_input(pools, p, given, o, k)
+                    if arr is None:
+                        return _failed(request, pools, S.GENERAL_FAILURE)
+                    inputs.append(arr)
+                    continue
+                if dtype is None:
+                    dtype = storage_dtype(operand_type(o.type))
+                if length < need:
+                    raise ValidationError(f"request input {k}: {need} bytes needed for {type_name(o.type)} "
+                                          f"{dims}, the location has {length}")
+                view = views[p]
+                if not boolean:
+                    inputs.append(_pool_input(view, offset, shape, dtype, need, direct))
+                    continue
+                raw = np.frombuffer(view[offset: offset + need], dtype=np.uint8)  # NOTE: an FdPool reads it here
+                inputs.append((raw != 0).reshape(dims))
     except (ValidationError, hal_memory.InvalidMemory) as e:  # NOTE: InvalidMemory: a pool shrunk since the launch
         log.error("execution rejected: %s", e)
-        return Result(S.INVALID_ARGUMENT)
+        return _failed(request, pools, S.INVALID_ARGUMENT)
     except Exception:  # NOTE: a driver bug reading the inputs: logged, never raised to the client
         log.exception("reading the execution's inputs failed unexpectedly")
-        return Result(S.GENERAL_FAILURE)
+        return _failed(request, pools, S.GENERAL_FAILURE)
 
     timed = measure == _YES
     device_start = time.monotonic_ns() if timed else 0
@@ -357,19 +374,19 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
         outputs = executor.run(inputs, deadline_ns, loop_timeout_ns, plan.omitted)
     except hal_memory.InvalidMemory as e:  # NOTE: a PoolInput's pool shrunk since the launch
         log.error("execution rejected: %s", e)
-        return Result(S.INVALID_ARGUMENT)
+        return _failed(request, pools, S.INVALID_ARGUMENT)
     except DeadlineMissed as e:
         log.error("execution: %s", e)
-        return Result(S.MISSED_DEADLINE_TRANSIENT)
+        return _failed(request, pools, S.MISSED_DEADLINE_TRANSIENT)
     except BadData as e:
         log.error("execution failed: %s", e)
-        return Result(S.INVALID_ARGUMENT)
+        return _failed(request, pools, S.INVALID_ARGUMENT)
     except OpExecutionError as e:
         log.error("execution failed: %s", e)
-        return Result(S.GENERAL_FAILURE)
+        return _failed(request, pools, S.GENERAL_FAILURE)
     except Exception:  # never let a bug reach the client as an exception
         log.exception("execution failed unexpectedly")
-        return Result(S.GENERAL_FAILURE)
+        return _failed(request, pools, S.GENERAL_FAILURE)
     device_end = time.monotonic_ns() if timed else 0
 
     shapes: list[hal.OutputShape] = []
@@ -382,19 +399,19 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
             # driver's GENERAL_FAILURE, not OUTPUT_INSUFFICIENT_SIZE (the client cannot grow it)
             log.error("output %d has shape %s, the buffer of token %d is fixed to %s", k, dims, buf.token,
                       list(buf.fixed_dims))
-            return Result(S.GENERAL_FAILURE)
+            return _failed(request, pools, S.GENERAL_FAILURE)
         ok = none or buf is not None or arr.nbytes <= (_capacity(pools, p, length) if special else length)
         if given and any(d and d != a for d, a in zip(given, dims)):
             log.error("output %d has shape %s, the request said %s", k, dims, given)
-            return Result(S.GENERAL_FAILURE)
+            return _failed(request, pools, S.GENERAL_FAILURE)
         if not ok:
             log.error("output %d needs %d bytes, the request gives %d", k, arr.nbytes, _capacity(pools, p, length))
         sufficient &= ok
-        shape = object.__new__(hal.OutputShape)  # NOTE: the dataclass's __init__, without its call overhead
-        shape.__dict__ = {"dimensions": dims, "isSufficient": bool(ok)}
+        shape = _new(_OutputShape)  # NOTE: the dataclass's __init__, without its call overhead
+        shape.__dict__ = {"dimensions": dims, "isSufficient": ok is True or bool(ok)}
         shapes.append(shape)
     if not sufficient:
-        return Result(S.OUTPUT_INSUFFICIENT_SIZE, shapes)
+        return _failed(request, pools, S.OUTPUT_INSUFFICIENT_SIZE, shapes)
     written: list[tuple[buffers.DeviceBuffer, bytes, list[int]]] = [] if special else _NOTHING_WRITTEN
     try:
         for (none, p, off, _, _), arr, shape in zip(plan.outputs, outputs, shapes):
@@ -423,14 +440,18 @@ def _run_request(model: hal.Model, executor: Executor, plan: RequestPlan, pools:
                 view[off: off + n] = data
     except (TypeError, ValueError, IndexError, OSError) as e:  # never let a bad pool reach the client as an exception
         log.error("writing the outputs failed: %s", e)
-        return Result(S.GENERAL_FAILURE)
+        return _failed(request, pools, S.GENERAL_FAILURE)
     for buf, data, dims in written:
         buf.store(data, dims)
+    # NOTE: the success made with object.__new__ and its slots set (no class call, no __init__ frame)
+    result = _new(Result)
+    result.status, result.outputShapes = _NONE, shapes
     if timed:
         end = time.monotonic_ns()
-        return Result(S.NONE, shapes, hal.Timing(timeOnDevice=_us(device_end - device_start),
-                                                 timeInDriver=_us(end - driver_start_ns)))
-    return Result(S.NONE, shapes)
+        result.timing = hal.Timing(timeOnDevice=_us(device_end - device_start), timeInDriver=_us(end - driver_start_ns))
+    else:
+        result.timing = _Timing()  # NOTE: the call's own (the client may change what it is given)
+    return result
 
 
 _YES = hal.MeasureTiming.YES

@@ -13,7 +13,7 @@ from typing import Any, Optional, Protocol
 from nnhal import hal
 from nnhal.driver.backend import Compiled
 from nnhal.driver.execution import Refusal, RequestPlan, RequestPools, Result, output_sizes_known, run_request
-from nnhal.driver.guard import hal_methods
+from nnhal.driver.guard import answer_bug, guards_itself, hal_methods
 from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.scheduler import Expired, QueueFull, Scheduler, missed_deadline_status
 from nnhal.engine.validation import (
@@ -30,6 +30,7 @@ from nnhal.engine.validation import (
 log = logging.getLogger("nnhal.driver")
 
 S = hal.ErrorStatus
+_NONE = S.NONE  # NOTE: read per execution: a module name, not EnumType.__getattr__ (see execution.py)
 _MEMO_SIZE = 16  # validated request structures remembered per prepared model
 
 
@@ -68,6 +69,7 @@ def _upgrade_request(request: Any) -> hal.Request:
 _TIME_POINT, _DURATION = hal.OptionalTimePoint, hal.OptionalTimeoutDuration
 _LOOP_DEFAULT_NS = loop_timeout_ns(None)
 _MEASURES = dict(hal.MeasureTiming._value2member_map_)  # NOTE: NO / YES by value (an IntEnum member is its value)
+_new = object.__new__
 
 
 class _Job:
@@ -78,11 +80,8 @@ class _Job:
 
     __slots__ = ("prepared", "request", "plan", "pools", "measure", "deadline_ns", "loop_timeout_ns", "start_ns")
 
-    def __init__(self, prepared: "PreparedModel", request: hal.Request, plan: RequestPlan, pools: RequestPools,
-                 measure: hal.MeasureTiming, deadline_ns: Optional[int], loop_timeout_ns: int, start_ns: int):
-        self.prepared, self.request, self.plan, self.pools = prepared, request, plan, pools
-        self.measure, self.deadline_ns, self.loop_timeout_ns, self.start_ns = measure, deadline_ns, loop_timeout_ns, \
-            start_ns
+    # NOTE: made by PreparedModel._launch, every slot set there (object.__new__ and the stores, without the
+    # class call and an __init__ frame: one job per execution)
 
     def abandon(self) -> None:
         self.pools.close()
@@ -98,7 +97,7 @@ class _Job:
         finally:
             pools.close()
         status = result.status
-        if status == S.NONE:
+        if status == _NONE:
             took = time.monotonic_ns() - t0
             best = pm.best_ns
             if best is None or took < best:
@@ -134,6 +133,7 @@ class PreparedModel(hal.IPreparedModel):
         self.priority = int(priority)  # given at prepare time: every execution of this model runs with it
         self.best_ns: Optional[int] = None  # fastest successful execution seen (MISSED_DEADLINE_* choice)
         self._validated: dict[tuple, tuple] = {}  # request key -> (our copy, its plan) (_validated_request)
+        self._last_validated: Optional[tuple] = None  # NOTE: (key, allow, (copy, plan)) of the last memo hit
 
     def constant_pools(self) -> list:
         """The bytes of the model's pools (for the compilation cache)."""
@@ -174,6 +174,15 @@ class PreparedModel(hal.IPreparedModel):
             request = request if owned and type(request) is hal.Request else _upgrade_request(request)
             validate_request(request, self.model, allow_unspecified_output)
             return request, RequestPlan(self.model, request)
+        # NOTE: the last request remembered first: its key compared (as a dict lookup compares it) without
+        # hashing the nested key; (key, allow, (copy, plan)), replaced as a whole (no lock needed)
+        last = self._last_validated
+        if last is not None and last[1] is allow_unspecified_output and last[0] == key:
+            hit = last[2]
+            if owned:
+                return request, hit[1]
+            if hit[0] is not None:
+                return hit
         memo = self._validated
         mkey = (key, allow_unspecified_output)
         hit = memo.get(mkey)
@@ -183,6 +192,7 @@ class PreparedModel(hal.IPreparedModel):
                 return request, plan
             if copy is None:
                 hit = memo[mkey] = (request_from_key(key), plan)
+            self._last_validated = (key, allow_unspecified_output, hit)
             return hit
         copy = request if owned else request_from_key(key)
         validate_request(copy, self.model, allow_unspecified_output)
@@ -234,7 +244,10 @@ class PreparedModel(hal.IPreparedModel):
                           (dl - start) / 1e6, best / 1e6)
                 pools.close()
                 return Result(S.MISSED_DEADLINE_PERSISTENT), None
-        return None, _Job(self, request, plan, pools, timing, dl, lt, start)
+        job = _new(_Job)  # NOTE: see _Job
+        job.prepared, job.request, job.plan, job.pools = self, request, plan, pools
+        job.measure, job.deadline_ns, job.loop_timeout_ns, job.start_ns = timing, dl, lt, start
+        return None, job
 
     # ------------------------------------------------------------------ the canonical entry points
     def execute_sync(self, request: Any, measure: Any, dl: Optional[int], lt: int, owned: bool = False,
@@ -344,18 +357,24 @@ class PreparedModel(hal.IPreparedModel):
     def execute_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any, callback: Any) -> S:
         return self._async(request, measure, deadline, loopTimeoutDuration, callback, "notify_1_3")
 
+    @guards_itself
     def executeSynchronously_1_3(self, request: Any, measure: Any, deadline: Any, loopTimeoutDuration: Any) -> tuple:
         # NOTE: _sync inline: the per-execution path of every in-process HIDL client, no call more than it
-        # needs (the safe_unions' "none", the common case, read here; any other value checked by its function)
+        # needs (the safe_unions' "none", the common case, read here; any other value checked by its function);
+        # its own never-raise guard (guard.guards_itself), without the wrapper's frame
         try:
-            dl = None if deadline.__class__ is _TIME_POINT and deadline.nanosecondsSinceEpoch is None \
-                else deadline_ns(deadline)
-            lt = _LOOP_DEFAULT_NS if loopTimeoutDuration.__class__ is _DURATION and \
-                loopTimeoutDuration.nanoseconds is None else validate_timeout(loopTimeoutDuration)
-            err, job = self._launch(request, measure, dl, lt)
-        except ValidationError as e:
-            err = _refused(e)
-        return (err if err is not None else self.run_job(job)).as_tuple()
+            try:
+                dl = None if deadline.__class__ is _TIME_POINT and deadline.nanosecondsSinceEpoch is None \
+                    else deadline_ns(deadline)
+                lt = _LOOP_DEFAULT_NS if loopTimeoutDuration.__class__ is _DURATION and \
+                    loopTimeoutDuration.nanoseconds is None else validate_timeout(loopTimeoutDuration)
+                err, job = self._launch(request, measure, dl, lt)
+            except ValidationError as e:
+                err = _refused(e)
+            r = err if err is not None else self.run_job(job)
+            return r.status, r.outputShapes, r.timing  # NOTE: Result.as_tuple, without its call
+        except Exception:  # noqa: BLE001 - the point: a HAL method never raises
+            return answer_bug("executeSynchronously_1_3")
 
     # NOTE: the service's entry points (nnhal.service.server): the request was decoded from
     # the wire for this call and no one else holds it, so it is the driver's own already

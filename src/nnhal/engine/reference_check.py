@@ -309,7 +309,10 @@ class GatedCompiled:
             loop_timeout_ns: int = hal.LoopTimeoutDurationNs.DEFAULT, omitted: Sequence[int] = ()) -> list:
         rejection = self.gate.check(inputs, deadline_ns)
         if rejection is not None:
-            return rejection.executor.run([_array(x) for x in inputs], deadline_ns, loop_timeout_ns, omitted)
+            # NOTE: arrays of its own: an input of a reads_inputs backend may be an array over a request pool's
+            # bytes (nnhal.driver.execution), which the reference's outputs must not alias
+            return rejection.executor.run([x if x is None else x.copy() if x.__class__ is np.ndarray else x.array()
+                                           for x in inputs], deadline_ns, loop_timeout_ns, omitted)
         return self.inner.run(inputs, deadline_ns, loop_timeout_ns, omitted)
 
 

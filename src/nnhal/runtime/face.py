@@ -304,9 +304,12 @@ class HidlPrepared(Prepared):
     def execute(self, request: hal.Request, measure: bool, deadline_ns: Optional[int],
                 loop_ns: Optional[int]) -> tuple:
         # NOTE: the argument objects made here, not through _measure / _time_point / _duration: the
-        # per-execution path of every in-process HIDL session (new objects each call, as by value)
-        return self.raw.executeSynchronously_1_3(request, _YES if measure else _NO,
-                                                 hal.OptionalTimePoint(deadline_ns), hal.OptionalTimeoutDuration(loop_ns))
+        # per-execution path of every in-process HIDL session; "none" (the common case) is one object of
+        # this module's, never changed (a HAL method reads its arguments, by value, and changes none)
+        return self.raw.executeSynchronously_1_3(
+            request, _YES if measure else _NO,
+            _NO_TIME_POINT if deadline_ns is None else hal.OptionalTimePoint(deadline_ns),
+            _NO_DURATION if loop_ns is None else hal.OptionalTimeoutDuration(loop_ns))
 
     def execute_async(self, request: hal.Request, measure: bool, deadline_ns: Optional[int],
                       loop_ns: Optional[int], timeout: Optional[float] = None) -> tuple:
@@ -357,6 +360,7 @@ class _HidlBuffer(Buffer):
 
 
 _YES, _NO = hal.MeasureTiming.YES, hal.MeasureTiming.NO
+_NO_TIME_POINT, _NO_DURATION = hal.OptionalTimePoint(), hal.OptionalTimeoutDuration()
 
 
 def _measure(measure: bool) -> hal.MeasureTiming:

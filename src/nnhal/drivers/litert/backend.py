@@ -20,7 +20,8 @@ domains, caching.
   interpreter is not reentrant); inputs of other shapes than the last
   execution resize the interpreter (dynamic shapes); the deadline is checked
   before and after ``invoke`` (LiteRT cannot be interrupted).  Inputs come
-  as the front end's ``PoolInput``: read (``pread``) from the request pool
+  still in their request pools (arrays over a mapped pool's bytes, the front
+  end's ``PoolInput`` of the others, read with ``pread``) and are copied
   straight into the interpreter's input tensors, one copy.
 * caching: the lowered flatbuffer is the data cache, with the HAL model
   (types and shapes, for request validation) in the authenticated model cache
@@ -89,8 +90,9 @@ def available() -> bool:
 class LiteRTCompiled:
     """A lowered model and its interpreter."""
 
-    # NOTE: the front end hands over the inputs still in their request pools (PoolInput): each is
-    # read straight into the interpreter's input tensor (one copy, pread into the tensor's memory)
+    # NOTE: the front end hands over the inputs still in their request pools (arrays over a mapped pool's
+    # bytes, PoolInputs of the others): each is copied straight into the interpreter's input tensor (one
+    # copy: set_tensor, or pread into the tensor's memory)
     reads_inputs = True
 
     def __init__(self, flatbuffer: bytes, num_threads: int, kernels: str,
@@ -158,39 +160,41 @@ class LiteRTCompiled:
             shapes = list(map(_SHAPE, inputs))
         if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
             raise DeadlineMissed("the deadline passed before the execution started")
-        with self._lock:
-            it = self._it
-            try:
-                if shapes != self._shapes:
-                    if any(0 in s for s in shapes):
-                        raise OpExecutionError("a zero-sized input (LiteRT does not run zero-sized tensors)")
-                    for idx, s in zip(self._inputs, shapes):
-                        it.resize_tensor_input(idx, list(s), strict=False)
-                    it.allocate_tensors()
-                    self._shapes = shapes
-                    self._outputs_checked = False
-                for idx, view, x in zip(self._inputs, self._views, inputs):
-                    if x.__class__ is np.ndarray:
-                        it.set_tensor(idx, x)
-                        continue
-                    a = x.mapped()  # NOTE: the pool's bytes themselves: set_tensor's one copy
-                    if a is not None:
-                        it.set_tensor(idx, a)
-                    elif not _read_into_tensor(view, x):
-                        it.set_tensor(idx, x.array())
-                it.invoke()
-                # NOTE: get_tensor copies; a TFLite scalar (a reduction to nothing) is the HAL's [1]
-                outs = list(map(it.get_tensor, self._outputs))
-                for k, o in enumerate(outs):
-                    if not o.ndim:
-                        outs[k] = o.reshape(1)
-                if not self._outputs_checked:
-                    self._check_output_shapes(outs)
-            except InvalidMemory:
-                raise  # NOTE: a request pool that cannot be read: the front end answers INVALID_ARGUMENT
-            except (ValueError, RuntimeError) as e:
-                self._shapes = []  # NOTE: the next execution resizes again
-                raise OpExecutionError(f"LiteRT: {e}") from None
+        # NOTE: acquire / release rather than ``with`` (half its cost, per execution); the finally releases it
+        lock = self._lock
+        lock.acquire()
+        it = self._it
+        try:
+            if shapes != self._shapes:
+                if any(0 in s for s in shapes):
+                    raise OpExecutionError("a zero-sized input (LiteRT does not run zero-sized tensors)")
+                for idx, s in zip(self._inputs, shapes):
+                    it.resize_tensor_input(idx, list(s), strict=False)
+                it.allocate_tensors()
+                self._shapes = shapes
+                self._outputs_checked = False
+            for idx, view, x in zip(self._inputs, self._views, inputs):
+                # NOTE: an array (over a mapped pool's bytes, or an omitted input's value): set_tensor's one copy
+                if x.__class__ is np.ndarray:
+                    it.set_tensor(idx, x)
+                elif not _read_into_tensor(view, x):  # NOTE: a PoolInput of an unmapped pool: pread
+                    it.set_tensor(idx, x.array())
+            it.invoke()
+            # NOTE: get_tensor copies; a TFLite scalar (a reduction to nothing) is the HAL's [1]
+            outs = list(map(it.get_tensor, self._outputs))
+            for o in outs:
+                if not o.ndim:
+                    outs = [y.reshape(1) if not y.ndim else y for y in outs]
+                    break
+            if not self._outputs_checked:
+                self._check_output_shapes(outs)
+        except InvalidMemory:
+            raise  # NOTE: a request pool that cannot be read: the front end answers INVALID_ARGUMENT
+        except (ValueError, RuntimeError) as e:
+            self._shapes = []  # NOTE: the next execution resizes again
+            raise OpExecutionError(f"LiteRT: {e}") from None
+        finally:
+            lock.release()
         if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
             raise DeadlineMissed("the deadline passed during the execution")
         return outs
