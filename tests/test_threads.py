@@ -31,7 +31,7 @@ def test_jobs_one_after_another_run_on_one_thread_which_then_ends() -> None:
     for _ in range(5):
         done = threading.Event()
 
-        def job() -> None:
+        def job(done: threading.Event = done) -> None:
             idents.append(threading.get_ident())
             names.append(threading.current_thread().name)
             done.set()
