@@ -83,6 +83,42 @@ def test_validation_runs_once_per_structure(add_pm: Any, pools: ipcbench.Pools,
     assert len(calls) == 2
 
 
+def _fenced(pm: Any, req: Any) -> Any:
+    from nnhal.platform import fence
+
+    status, sync, cb = pm.executeFenced(req, [], NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
+                                        hal.OptionalTimeoutDuration())
+    if status != S.NONE:
+        assert sync is None and cb is None
+        return status
+    assert fence.sync_wait(sync, 30) == fence.FenceState.SIGNALED
+    fence.close(sync)
+    return cb.getExecutionInfo()[0]
+
+
+def test_fenced_validation_runs_once_per_structure(add_pm: Any, pools: ipcbench.Pools,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fenced executions of one request structure validate it once too (their own memo entry: unspecified
+    outputs refused); a structure changed after a good call is validated again and refused."""
+    calls: list[Any] = []
+
+    def counting(request: Any, model: Any, allow: bool = True) -> None:
+        calls.append(allow)
+        validate_request(request, model, allow)
+
+    monkeypatch.setattr(prepared_model, "validate_request", counting)
+    add_pm._validated.clear()
+    req = pools.request
+    for _ in range(3):
+        assert _fenced(add_pm, req) == S.NONE
+        pools.check()
+    assert calls == [False]
+    req.inputs[1].location.offset = 24  # [24, 40) is beyond the 32-byte pool
+    assert _fenced(add_pm, req) == S.INVALID_ARGUMENT
+    assert _fenced(add_pm, req) == S.INVALID_ARGUMENT
+    assert calls == [False, False, False]
+
+
 @pytest.mark.parametrize("change", ["offset", "length", "pool_index", "dims", "float_offset", "no_value_int",
                                     "size", "fds", "extra_input"])
 def test_a_request_changed_after_a_good_call_is_validated_again(add_pm: Any, pools: ipcbench.Pools,
