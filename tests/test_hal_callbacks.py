@@ -1,5 +1,5 @@
 """The ready callbacks of the HAL binding (nnhal.hal.interfaces: PreparedModelCallback, ExecutionCallback):
-notified once (a later notification logged and ignored), every waiter sees the value, a wait bounded by its
+notified once (a later notification ignored), every waiter sees the value, a wait bounded by its
 timeout."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from nnhal import hal
 S = hal.ErrorStatus
 
 
-def test_every_waiter_sees_the_first_notification(caplog: pytest.LogCaptureFixture) -> None:
+def test_every_waiter_sees_the_first_notification() -> None:
     cb = hal.ExecutionCallback()
     assert not cb.notified
     got: list = []
@@ -29,7 +29,6 @@ def test_every_waiter_sees_the_first_notification(caplog: pytest.LogCaptureFixtu
         t.join(10)
     assert cb.notified and len(got) == 4 and all(g[0] == S.NONE and g[1] == shapes for g in got)
     assert cb.wait(0)[0] == S.NONE and cb.wait(None)[0] == S.NONE  # NOTE: and after, without blocking
-    assert "more than once" in caplog.text
 
 
 @pytest.mark.parametrize("timeout", [0, -1, 0.05])
