@@ -197,9 +197,8 @@ def sections(against: list[str], rounds: int, vts_args: list[str]) -> int:
     results: dict[str, list[dict]] = {t: [] for t in trees}
     for _ in range(rounds):
         for t in trees:
-            r = run_sections(t, vts_args)
-            results[t].append(r)
-            print(sections_report({t: [r]})[0], flush=True)
+            results[t].append(run_sections(t, vts_args))
+            print(sections_report({t: results[t]})[len(results[t]) - 1], flush=True)
     print("\n".join(sections_report(results)[len(trees) * rounds:]))
     return 0 if all(r["code"] == 0 for runs in results.values() for r in runs) else 1
 
