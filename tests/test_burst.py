@@ -45,8 +45,9 @@ def _expected(a: float = 1.0, b: float = 2.0) -> np.ndarray:
     return np.full((2, 2), a, np.float32) + np.arange(4, dtype=np.float32).reshape(2, 2) * b
 
 
-def _burst_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "nnhal-burst"]
+def _burst_threads(idle: bool = False) -> list[threading.Thread]:
+    """The threads serving a burst (``idle``: and those waiting for the next one)."""
+    return [t for t in threading.enumerate() if t.name == "nnhal-burst" or (idle and t.name == "nnhal-burst-idle")]
 
 
 def _wait_for(cond: Any, timeout: float = 5.0) -> bool:
@@ -456,7 +457,7 @@ def test_close_leaks_no_thread_or_fd(add_pm: Any) -> None:
         # warm up lazily created things (logging, the driver's workers)
         with BurstController(add_pm) as b:
             b.execute(pools.request())
-        assert _wait_for(lambda: not _burst_threads())
+        assert _wait_for(lambda: not _burst_threads(idle=True))
         fds = len(os.listdir("/proc/self/fd"))
         threads = threading.active_count()
         for _ in range(20):
@@ -467,7 +468,23 @@ def test_close_leaks_no_thread_or_fd(add_pm: Any) -> None:
             assert b.execute(pools.request())[0] != S.NONE  # closed
         assert _wait_for(lambda: not _burst_threads())
         assert _wait_for(lambda: len(os.listdir("/proc/self/fd")) == fds), (len(os.listdir("/proc/self/fd")), fds)
+        # NOTE: a server thread waits half a second for the next burst, then ends
+        assert _wait_for(lambda: not _burst_threads(idle=True))
         assert threading.active_count() == threads
+
+
+def test_bursts_one_after_another_run_on_one_server_thread(add_pm: Any) -> None:
+    """A burst configured after another one ended is served by the thread that served it (no thread started
+    per burst); the thread ends half a second after its last burst."""
+    with _add_pools() as pools:
+        seen = set()
+        for _ in range(5):
+            assert _wait_for(lambda: not _burst_threads())  # the last burst's thread has gone idle
+            with BurstController(add_pm) as b:
+                assert b.execute(pools.request())[0] == S.NONE
+                seen.update(_burst_threads())
+        assert len(seen) == 1
+        assert _wait_for(lambda: not _burst_threads(idle=True))
 
 
 def test_context_close_and_driver_death(add_pm: Any) -> None:

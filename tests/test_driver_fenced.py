@@ -407,7 +407,8 @@ def test_client_closes_its_handles_after_the_call(prepared, fences) -> None:  # 
 
 def test_pending_fenced_executions_cost_no_thread_each(prepared, fences) -> None:  # noqa: ANN001
     """50 executions waiting for fences that are not signaled yet: at most one
-    extra thread (the fence watcher), which ends when nothing is pending."""
+    extra thread (the fence watcher), which ends shortly after nothing is pending
+    (it waits half a second for the next watch)."""
     _, make = fences
     gates = [make() for _ in range(50)]
     time.sleep(0.05)
@@ -424,8 +425,10 @@ def test_pending_fenced_executions_cost_no_thread_each(prepared, fences) -> None
     deadline = time.monotonic() + 5
     while fence.watching() and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.05)
     assert fence.watching() == 0
+    deadline = time.monotonic() + 5
+    while [t for t in threading.enumerate() if t.name == "nnhal-fence-watcher"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert not [t for t in threading.enumerate() if t.name == "nnhal-fence-watcher"]
 
 

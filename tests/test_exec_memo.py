@@ -62,25 +62,60 @@ def test_the_key_is_exact_and_rebuilds_an_equal_unshared_request(pools: ipcbench
     assert request_key(bad) is None
 
 
-def test_validation_runs_once_per_structure(add_pm: Any, pools: ipcbench.Pools,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[Any] = []
+def _validations(add_pm: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, bool]]:
+    """(request, allow_unspecified_output) of each validation of a request from now on (the memo emptied)."""
+    calls: list[tuple[Any, bool]] = []
 
     def counting(request: Any, model: Any, allow: bool = True) -> None:
-        calls.append(request)
+        calls.append((request, allow))
         validate_request(request, model, allow)
 
     monkeypatch.setattr(prepared_model, "validate_request", counting)
     add_pm._validated.clear()
     add_pm._last_validated = None
+    return calls
+
+
+def test_validation_runs_once_per_structure(add_pm: Any, pools: ipcbench.Pools,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _validations(add_pm, monkeypatch)
     req = pools.request
     for _ in range(3):
         assert _run(add_pm, req) == S.NONE
-    assert len(calls) == 1 and calls[0] is not req  # validated once, on the driver's own copy
+    assert len(calls) == 1 and calls[0][0] is not req  # validated once, on the driver's own copy
     pools.check()
     req.inputs[0].location.offset = 16  # a new structure: validated again
     assert _run(add_pm, req) == S.NONE
     assert len(calls) == 2
+
+
+def _fenced(pm: Any, req: Any) -> Any:
+    from nnhal.platform import fence
+
+    status, sync, cb = pm.executeFenced(req, [], NO, hal.OptionalTimePoint(), hal.OptionalTimeoutDuration(),
+                                        hal.OptionalTimeoutDuration())
+    if status != S.NONE:
+        assert sync is None and cb is None
+        return status
+    assert fence.sync_wait(sync, 30) == fence.FenceState.SIGNALED
+    fence.close(sync)
+    return cb.getExecutionInfo()[0]
+
+
+def test_fenced_validation_runs_once_per_structure(add_pm: Any, pools: ipcbench.Pools,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fenced executions of one request structure validate it once too (their own memo entry: unspecified
+    outputs refused); a structure changed after a good call is validated again and refused."""
+    calls = _validations(add_pm, monkeypatch)
+    req = pools.request
+    for _ in range(3):
+        assert _fenced(add_pm, req) == S.NONE
+        pools.check()
+    assert [allow for _, allow in calls] == [False]
+    req.inputs[1].location.offset = 24  # [24, 40) is beyond the 32-byte pool
+    assert _fenced(add_pm, req) == S.INVALID_ARGUMENT
+    assert _fenced(add_pm, req) == S.INVALID_ARGUMENT
+    assert [allow for _, allow in calls] == [False, False, False]
 
 
 @pytest.mark.parametrize("change", ["offset", "length", "pool_index", "dims", "float_offset", "no_value_int",

@@ -294,3 +294,38 @@ def test_frozen_pool_is_mapped_once_not_copied(monkeypatch):
     writer.release()
     assert np.array_equal(run(second), x + 2 * c)
     memory.free(other.pools[0])
+
+
+def test_variants_of_a_model_compare_one_candidate(monkeypatch):
+    """A model, its dynamic-shape variant (output dimensions 0), its relaxed variant and one with another
+    operand type, all kept: a lookup of each compares the one entry that is its own (the fingerprint tells
+    them apart), and finds it."""
+    import copy
+
+    from nnhal.driver import prepared_states
+    from nnhal.engine.validation import validate_model
+    from nnhal.hal.types import HalVersion
+
+    base = add_model()
+    dynamic = copy.deepcopy(base)
+    dynamic.main.operands[dynamic.main.outputIndexes[0]].dimensions = [0, 0]
+    relaxed = copy.deepcopy(base)
+    relaxed.relaxComputationFloat32toFloat16 = True
+    other_type = copy.deepcopy(base)
+    other_type.main.operands[0].type = hal.OperandType.TENSOR_FLOAT16
+    variants = [base, dynamic, relaxed, other_type]
+    states = PreparedStates()
+    for m in variants:
+        states.add(m, [], 3, validate_model(base, [], HalVersion.V1_3))
+    compared: list = []
+    real = prepared_states._Entry.same
+
+    def counted(self, *a):
+        compared.append(self.model)
+        return real(self, *a)
+
+    monkeypatch.setattr(prepared_states._Entry, "same", counted)
+    for m in variants:
+        compared.clear()
+        assert states.defs(copy.deepcopy(m), [], 3) is not None
+        assert compared == [m]

@@ -289,6 +289,26 @@ def _aligned(n: int, align: int) -> int:
     return (n + align - 1) // align * align
 
 
+class Scratch:
+    """Shared memories by size, for the copies in and out of device buffers (``IBuffer.copyFrom`` /
+    ``copyTo`` want a memory of the buffer's exact size): one per size for the runs of a variant, written
+    whole before each copyFrom and read whole after each copyTo, rather than one made and freed per copy."""
+
+    def __init__(self) -> None:
+        self._memories: dict[int, hal.Memory] = {}
+
+    def get(self, size: int) -> hal.Memory:
+        m = self._memories.get(size)
+        if m is None:
+            m = self._memories[size] = hal_memory.allocate(size)
+        return m
+
+    def close(self) -> None:
+        memories, self._memories = list(self._memories.values()), {}
+        for m in memories:
+            hal_memory.free(m)
+
+
 class DevicePools:
     """The request layout of VTS's memory-domain runs (GeneratedTestHarness,
     MemoryType::DEVICE): pools 0 and 1 are shared memory (inputs, outputs),
@@ -304,9 +324,10 @@ class DevicePools:
     BEGIN = 2
 
     def __init__(self, face: Face, prepared: Any, inputs: Sequence[Optional[np.ndarray]], out_sizes: Sequence[int],
-                 align: int = 4):
+                 align: int = 4, scratch: Optional[Scratch] = None):
         self.face = face
         self.error = ""
+        self._scratch = scratch
         self.buffers: list[Any] = []
         tokens: list[int] = []
         in_dev: dict[int, tuple[Any, int]] = {}
@@ -359,8 +380,15 @@ class DevicePools:
                          "GENERAL_FAILURE with no buffer and token 0)"
         return None
 
+    def _temporary(self, size: int) -> hal.Memory:
+        return self._scratch.get(size) if self._scratch is not None else hal_memory.allocate(size)
+
+    def _done_with(self, tmp: hal.Memory) -> None:
+        if self._scratch is None:
+            hal_memory.free(tmp)
+
     def _load(self, buf: Any, v: np.ndarray, k: int) -> None:
-        tmp = hal_memory.allocate(v.nbytes)
+        tmp = self._temporary(v.nbytes)
         try:
             view = hal_memory.map(tmp)
             view[:] = np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes()
@@ -369,7 +397,7 @@ class DevicePools:
             if status != S.NONE:
                 self.error = f"copyFrom for input {k} returned {S(status).name}"
         finally:
-            hal_memory.free(tmp)
+            self._done_with(tmp)
 
     def request(self) -> hal.Request:
         return hal.Request(inputs=self.in_args, outputs=self.out_args, pools=self.pools)
@@ -385,7 +413,7 @@ class DevicePools:
         n = math.prod(int(d) for d in shape)  # NOTE: 1 for a scalar's ()
         if n == 0:  # NOTE: as VTS, a zero-sized output is not copied back (no memory of size 0)
             return np.zeros(shape, dt)
-        tmp = hal_memory.allocate(n * dt.itemsize)
+        tmp = self._temporary(n * dt.itemsize)
         try:
             status = self.face.copy_to(buf, tmp)
             if status != S.NONE:
@@ -394,7 +422,7 @@ class DevicePools:
             raw = bytes(view)
             view.release()
         finally:
-            hal_memory.free(tmp)
+            self._done_with(tmp)
         if dt == np.bool_:
             return (np.frombuffer(raw, dtype=np.uint8) != 0).reshape(shape)
         return np.frombuffer(raw, dtype=dt).reshape(shape)
@@ -460,6 +488,7 @@ class Runner:
         # NOTE: the pools as the face's VTS lays them out (AIDL: nn::kDefaultRequestMemoryAlignment / Padding)
         self.align = 4 if self.face.name == "hidl" else 64
         self._measure_toggle = 0
+        self._scratch: Optional[Scratch] = None
 
     def prepare(self, vm: VectorModel, dynamic: bool) -> tuple[S, Any, str]:
         model = vm.build_model()
@@ -530,6 +559,8 @@ class Runner:
         except Exception as e:  # noqa: BLE001 - as when each run's own pools could not be made
             self.close_burst()
             return [result(m, "fail", f"raised {type(e).__name__}: {e}") for m in self.modes]
+        # NOTE: device memory: the copies in and out of the buffers go through memories shared by the runs
+        self._scratch = Scratch() if self.memory == "device" else None
         try:
             for mode in self.modes:
                 try:
@@ -540,11 +571,14 @@ class Runner:
             self.close_burst()
             if shared is not None:
                 shared.close()
+            if self._scratch is not None:
+                self._scratch.close()
+                self._scratch = None
         return out
 
     def _pools(self, prepared: Any, inputs: list, sizes: list[int], shared: Optional[RequestPools]) -> Any:
         if self.memory == "device":
-            return DevicePools(self.face, prepared, inputs, sizes, self.align)
+            return DevicePools(self.face, prepared, inputs, sizes, self.align, self._scratch)
         if shared is not None:
             shared.reset()
             return shared

@@ -5,7 +5,8 @@ memory cache of Android's AIDL adapter ``utils/adapter/aidl/src/Burst.cpp``).
 Both keep the client's memories as the driver's own duplicates by key
 (:class:`KeptMemories`: a slot, a memory identifier token), bounded.
 
-A server thread per burst reads request packets from the request queue,
+A server thread per burst (one whose last burst ended lately, else a new
+one: :mod:`nnhal.platform.threads`) reads request packets from the request queue,
 resolves their pool slots through a per-burst memory cache (asking the
 client's ``IBurstCallback.getMemories`` for slots it does not know), runs the
 request through the prepared model's synchronous execution path, and writes
@@ -22,8 +23,9 @@ What the server guarantees, whatever the client does:
   when it says a slot is unknown) or GENERAL_FAILURE, never an exception;
 - an idle burst blocks in ``poll`` on the queue's socket (after polling the
   queue for up to :data:`SPIN_US` following each result: :mod:`nnhal.platform.spin`); the
-  thread ends, and every fd is closed, when the client closes its queues or
-  dies (end of file), when a queue turns out corrupt, or on :meth:`close`.
+  burst ends, and every fd is closed, when the client closes its queues or
+  dies (end of file), when a queue turns out corrupt, or on :meth:`close`
+  (its thread then waits half a second for another burst to serve, and ends).
 
 Every descriptor and memory it keeps is its own duplicate: the caller keeps
 ownership of what it passed in or returned from ``getMemories``.
@@ -55,6 +57,7 @@ from nnhal.platform import burst_packets as bp
 from nnhal.platform import memory as hal_memory
 from nnhal.platform.fmq import FmqError, FmqPeerGone, FmqTimeout, MessageQueue
 from nnhal.platform.spin import Spin, spin_limit_ns
+from nnhal.platform.threads import Lingering
 
 log = logging.getLogger("nnhal.driver")
 
@@ -71,6 +74,10 @@ _JOIN_TIMEOUT_S = 5.0
 # NOTE: after a result, the server polls the request queue this long before it blocks (nnhal.platform.spin),
 # as the reference's ExecutionBurstServer does: a client executing in a loop is not woken each time
 SPIN_US = 200
+
+# NOTE: the server threads: a burst ended and another configured within half a second (VTS, a client
+# preparing model after model) runs on the same thread (nnhal.platform.threads)
+_THREADS = Lingering("nnhal-burst", linger=0.5)
 
 Execute = Callable[[hal.Request, Any, Callable[[hal.Memory, bool], Any]], tuple]
 
@@ -173,8 +180,9 @@ class ExecutionBurstServer(hal.IBurstContext):
         self._last_packet: Any = None
         self._last_request: Any = None
         self._closing = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
+        self._done = threading.Event()  # NOTE: set once the server has cleaned up (its thread may serve on)
+        self._serving: Optional[int] = None  # the ident of the thread serving
+        (_THREADS if name == _THREADS.name else Lingering(name, linger=0)).run(self._serve)
 
     # ------------------------------------------------------------------ HAL
     def freeMemory(self, slot: int) -> None:
@@ -192,18 +200,25 @@ class ExecutionBurstServer(hal.IBurstContext):
         self._closing.set()
         self._requests.interrupt()
         self._results.interrupt()
-        if self._thread is not threading.current_thread():
-            self._thread.join(_JOIN_TIMEOUT_S)
-            if self._thread.is_alive():
+        if self._serving != threading.get_ident():
+            if not self._done.wait(_JOIN_TIMEOUT_S):
                 # NOTE: stuck in a client's getMemories or a long execution: it cleans up itself when it returns
                 log.error("burst: the server thread did not stop within %.0f s", _JOIN_TIMEOUT_S)
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return not self._done.is_set()
 
     # ------------------------------------------------------------------ the thread
     def _serve(self) -> None:
+        self._serving = threading.get_ident()
+        try:
+            self._serve_queue()
+        finally:
+            self._serving = None
+            self._done.set()
+
+    def _serve_queue(self) -> None:
         # NOTE: only a client in another process is polled for: a controller thread of this process
         # would have to take the interpreter lock from the polling thread to send its next request
         spin = Spin(spin_limit_ns(SPIN_US) if self._requests.created_elsewhere() else 0)

@@ -403,6 +403,10 @@ class PreparedModel(hal.IPreparedModel):
         its location (there is no OUTPUT_INSUFFICIENT_SIZE to report after the
         fence).  Raises ValidationError."""
         validate_request(request, self.model, allow_unspecified_output=False)
+        self._check_fenced_outputs(request)
+
+    def _check_fenced_outputs(self, request: hal.Request) -> None:
+        """:meth:`check_fenced` of a request validated already (with unspecified outputs refused)."""
         if not output_sizes_known(self.model, request, self.device.buffer_lookup(self)):
             raise ValidationError("fenced execution needs fully specified, non-zero-sized outputs")
         _check_output_room(self.model, request)
@@ -428,10 +432,11 @@ class PreparedModel(hal.IPreparedModel):
             if measure not in hal.MeasureTiming._value2member_map_:
                 raise ValidationError(f"invalid MeasureTiming {measure!r}")
             if validated is None:
-                req = _upgrade_request(request)
-                self.check_fenced(req)
-            else:
-                req = validated[0]
+                # NOTE: through the validated requests remembered (a request validated before is not validated
+                # again, as every execution path): the driver's own copy and its plan, handed to _launch
+                validated = self._validated_request(request, False, False)
+                self._check_fenced_outputs(validated[0])
+            req = validated[0]
             if waitFor is not None and not isinstance(waitFor, (list, tuple)):
                 raise ValidationError("waitFor is not a list of handles")
             pending = []

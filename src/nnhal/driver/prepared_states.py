@@ -50,11 +50,19 @@ def same_bytes(a: Any, b: Any) -> bool:
 
 
 def _fingerprint(model: Any, views: list, version: Any) -> Optional[tuple]:
+    # NOTE: the operand types, the outputs' dimensions and the relaxed flag tell apart the variants of one model
+    # a client prepares one after another (quant8 and its signed coupling, fixed and dynamic output shapes,
+    # float32 and relaxed): each lookup then compares one candidate, not every variant kept
     try:
         main = model.main
-        return (int(version), len(main.operands), len(main.operations), len(model.referenced),
-                tuple(main.inputIndexes), tuple(main.outputIndexes), len(model.operandValues),
-                hash(bytes(model.operandValues)), tuple(v.nbytes for v in views))
+        operands = main.operands
+        key = (int(version), len(operands), len(main.operations), len(model.referenced),
+               tuple(main.inputIndexes), tuple(main.outputIndexes), len(model.operandValues),
+               hash(bytes(model.operandValues)), tuple(v.nbytes for v in views),
+               tuple([o.type for o in operands]), tuple([tuple(operands[i].dimensions) for i in main.outputIndexes]),
+               model.relaxComputationFloat32toFloat16)
+        hash(key)
+        return key
     except Exception:  # noqa: BLE001 - a value this cannot read is no known model
         return None
 
@@ -97,7 +105,7 @@ class PreparedStates:
             return None
         with self._lock:
             found = [(n, self._lru[n][1]) for n in self._by_key.get(key, ())]
-        for n, e in found:  # NOTE: compared outside the lock (a large pool takes a while)
+        for n, e in reversed(found):  # NOTE: newest first; compared outside the lock (a large pool takes a while)
             if e.same(model, views, version):
                 with self._lock:
                     if n in self._lru:

@@ -101,8 +101,14 @@ class Scheduler:
         self.max_queued = max(0, int(max_queued))
         self.name = name
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
+        # NOTE: one condition per kind of waiter, so that a change wakes only those it may let go on:
+        # idle workers (one woken per task that may start), synchronous callers waiting with a ticket,
+        # parked tasks, and the deadline timer (see _wake_next)
+        self._workers_cv = threading.Condition(self._lock)
+        self._tickets_cv = threading.Condition(self._lock)
+        self._parked_cv = threading.Condition(self._lock)
         self._timer = threading.Condition(self._lock)
+        self._timer_due = 0  # NOTE: when the timer wakes next by itself (ns); an earlier deadline wakes it now
         self._heap: list[_Task] = []
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
@@ -142,8 +148,8 @@ class Scheduler:
                 return False
             heapq.heappush(self._heap, _Task((-int(priority), next(self._seq)), run, expire, deadline_ns))
             self.top_queued = -self._heap[0].key[0]
-            self._work.notify_all()
-            if deadline_ns is not None:
+            self._wake_next()
+            if deadline_ns is not None and deadline_ns < self._timer_due:
                 self._timer.notify()
         return True
 
@@ -209,11 +215,11 @@ class Scheduler:
                        deadline_ns, ticket=True)
         heapq.heappush(self._heap, ticket)
         self.top_queued = -self._heap[0].key[0]
-        if deadline_ns is not None:
+        if deadline_ns is not None and deadline_ns < self._timer_due:
             self._timer.notify()
         while "expired" not in box and not self._stopped and not (
                 self._heap and self._heap[0] is ticket and self._can_start()):
-            self._work.wait()
+            self._tickets_cv.wait()
         if self._stopped:
             box.setdefault("expired", "shutdown")
         if "expired" in box:
@@ -221,6 +227,7 @@ class Scheduler:
         heapq.heappop(self._heap)
         self.top_queued = -self._heap[0].key[0] if self._heap else -(1 << 30)
         self._take_slot(prio)
+        self._wake_next()  # NOTE: the task behind this ticket may start too (a slot left)
 
     def stats(self) -> dict:
         with self._lock:
@@ -237,13 +244,13 @@ class Scheduler:
             dropped = list(self._heap)
             self._heap.clear()
             self.top_queued = -(1 << 30)
-            self._work.notify_all()
+            self._notify_everyone()
             self._timer.notify_all()
             threads = list(self._threads) + ([self._timer_thread] if self._timer_thread else [])
         for t in dropped:
             _drop(t, "shutdown")
         with self._lock:
-            self._work.notify_all()  # NOTE: synchronous callers whose tickets were dropped
+            self._notify_everyone()  # NOTE: synchronous callers whose tickets were dropped
         if wait:
             for th in threads:
                 if th is not threading.current_thread():
@@ -272,7 +279,7 @@ class Scheduler:
         if prio > self.top_active:  # NOTE: top_active is the highest priority holding a slot: no scan needed
             self.top_active = prio
 
-    def _release_slot(self, prio: int) -> None:
+    def _release_slot(self, prio: int, wake_worker: bool = True) -> None:
         self._running -= 1
         running = self._running_by_priority
         left = running[prio] - 1
@@ -281,9 +288,28 @@ class Scheduler:
             self.top_active = _top(running) if self._running else -(1 << 30)
         self.completed += 1
         if self._heap or self.top_parked > -(1 << 30):
-            # NOTE: workers, tickets and parked tasks held back by this one may start now
-            # (nobody else waits for a slot: idle workers wait for a task, not woken in vain)
-            self._work.notify_all()
+            # NOTE: a queued task, a ticket or a parked task held back by this one may go on now
+            # (a worker releasing its slot looks at the queue itself next: no other worker woken for it)
+            self._wake_next(wake_worker)
+
+    def _wake_next(self, wake_worker: bool = True) -> None:
+        """Wakes whoever may go on after a change (lock held): every parked task (few; each checks its own
+        turn), and for the task at the head of the queue, if it may take a slot now, the synchronous
+        callers when it is a ticket, else one idle worker.  NOTE: one worker per task: the one taking it
+        wakes the next (this again), so no lost wake-up, and no worker woken for a task another takes."""
+        if self.top_parked > -(1 << 30):
+            self._parked_cv.notify_all()
+        heap = self._heap
+        if heap and self._slot_free(-heap[0].key[0]):
+            if heap[0].ticket:
+                self._tickets_cv.notify_all()
+            elif wake_worker:
+                self._workers_cv.notify()
+
+    def _notify_everyone(self) -> None:
+        self._workers_cv.notify_all()
+        self._tickets_cv.notify_all()
+        self._parked_cv.notify_all()
 
     def _can_start(self) -> bool:
         """A queued task may take a worker slot now (lock held): a slot is free,
@@ -297,7 +323,7 @@ class Scheduler:
             with self._lock:
                 self._idle += 1
                 while not self._stopped and not (self._can_start() and not self._heap[0].ticket):
-                    self._work.wait()
+                    self._workers_cv.wait()
                 self._idle -= 1
                 if self._stopped:
                     return
@@ -305,6 +331,8 @@ class Scheduler:
                 self.top_queued = -self._heap[0].key[0] if self._heap else -(1 << 30)
                 prio = -task.key[0]
                 self._take_slot(prio)
+                if self._heap:
+                    self._wake_next()  # NOTE: the next task may start on another worker
             _tls.slot = (self, prio)
             try:
                 if task.deadline_ns is not None and time.monotonic_ns() >= task.deadline_ns:
@@ -317,7 +345,7 @@ class Scheduler:
                 log.exception("scheduler: a task raised")
             finally:
                 with self._lock:
-                    self._release_slot(prio)
+                    self._release_slot(prio, wake_worker=False)
 
     def yielder(self, prio: int) -> Callable[[], None]:
         """:meth:`yield_to_higher` for a task of priority ``prio`` (what a yield
@@ -359,14 +387,14 @@ class Scheduler:
             self.top_active = _top(self._running_by_priority)
             self._parked_by_priority[prio] = self._parked_by_priority.get(prio, 0) + 1
             self.top_parked = _top(self._parked_by_priority)
-            self._work.notify_all()
+            self._wake_next()
             dl = op_deadline.current()
             late = False
             while not self._stopped and not (
                     self._running < self.workers and (not self._heap or -self._heap[0].key[0] <= prio)
                     and self.top_active <= prio and self.top_parked <= prio):
                 if dl is None:
-                    self._work.wait()
+                    self._parked_cv.wait()
                     continue
                 remaining = (dl - time.monotonic_ns()) / 1e9
                 if remaining <= 0:
@@ -374,12 +402,13 @@ class Scheduler:
                     # (holding a slot again for the moment it takes to unwind)
                     late = True
                     break
-                self._work.wait(min(remaining, _MAX_WAIT_S))
+                self._parked_cv.wait(min(remaining, _MAX_WAIT_S))
             self._parked_by_priority[prio] -= 1
             self.top_parked = _top(self._parked_by_priority)
             self._running += 1
             self._running_by_priority[prio] += 1
             self.top_active = _top(self._running_by_priority)
+            self._wake_next()  # NOTE: the resumed task no longer holds its priority back (top_parked)
         if late:
             raise op_deadline.DeadlineMissed("the deadline passed while waiting for higher-priority work")
 
@@ -399,12 +428,17 @@ class Scheduler:
                 else:
                     pending = [t.deadline_ns for t in self._heap if t.deadline_ns is not None]
                     wait = _MAX_WAIT_S if not pending else min(_MAX_WAIT_S, (min(pending) - now) / 1e9)
-                    self._timer.wait(max(wait, 0.0))
+                    wait = max(wait, 0.0)
+                    # NOTE: a deadline submitted from now on wakes the timer only if it is due before this
+                    self._timer_due = now + int(wait * 1e9)
+                    self._timer.wait(wait)
+                    self._timer_due = 0  # NOTE: awake: a deadline submitted meanwhile is seen at the next scan
                     continue
             for t in due:  # NOTE: outside the lock: expire notifies a client's callback
                 _drop(t, "deadline")
             with self._lock:
-                self._work.notify_all()  # NOTE: a synchronous caller whose ticket expired is waiting
+                self._tickets_cv.notify_all()  # NOTE: a synchronous caller whose ticket expired is waiting
+                self._wake_next()  # NOTE: the head of the queue changed
 
 
 def _no_run() -> None:

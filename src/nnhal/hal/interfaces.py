@@ -222,30 +222,44 @@ class IBurstContext:
 
 
 class _Once:
-    """Stores the first notification, wakes waiters; later ones are logged and ignored."""
+    """Stores the first notification, wakes waiters; later ones are logged and ignored.
+
+    NOTE: a latch (one lock held until the notification, which every waiter then takes and hands on)
+    rather than a ``threading.Event``: its Condition costs a lock, a waiter lock and a deque per wait,
+    and this is every asynchronous execution's and preparation's hand-off."""
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._latch = threading.Lock()
+        self._latch.acquire()
         self._lock = threading.Lock()
         self._value: Optional[tuple] = None
 
     def _set(self, value: tuple, method: str) -> None:
         with self._lock:
-            if self._event.is_set():
+            if self._value is not None:
                 log.error("%s called more than once on %s; ignored", method, type(self).__name__)
                 return
             self._value = value
-            self._event.set()
+            self._latch.release()
 
     @property
     def notified(self) -> bool:
-        return self._event.is_set()
+        return self._value is not None
 
     def _wait(self, timeout: Optional[float]) -> tuple:
-        if not self._event.wait(timeout):
-            raise TimeoutError(f"{type(self).__name__} not notified within {timeout} s")
-        assert self._value is not None
-        return self._value
+        if self._value is None:
+            if timeout is None:
+                got = self._latch.acquire()
+            elif timeout > 0:
+                got = self._latch.acquire(timeout=timeout)
+            else:
+                got = self._latch.acquire(blocking=False)
+            if not got:
+                raise TimeoutError(f"{type(self).__name__} not notified within {timeout} s")
+            self._latch.release()  # NOTE: handed on to the next waiter
+        value = self._value
+        assert value is not None
+        return value
 
 
 class PreparedModelCallback(_Once, IPreparedModelCallback):

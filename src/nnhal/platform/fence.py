@@ -20,7 +20,7 @@ All functions are thread-safe.
 :func:`watch` waits for fences without blocking its caller (what
 ``executeFenced`` needs: launch, return at once, start once every ``waitFor``
 fence is signaled): one watcher thread per process polls every watched fence
-(started on demand, gone when nothing is watched), so pending fenced
+(started on demand, gone half a second after the last watch ended), so pending fenced
 executions cost file descriptors, not threads, and their number is bounded
 (:data:`MAX_WATCHES`).
 """
@@ -121,15 +121,26 @@ def signal(handle: Handle, error: bool = False) -> None:
 
 
 def _eventfd_count(fd: int) -> int | None:
-    """The eventfd counter, read without consuming it (None if unknown)."""
+    """The eventfd counter, read without consuming it (None if unknown).  NOTE: one read of the small
+    fdinfo file through the descriptor calls (a buffered file object and its lines cost half again)."""
     try:
-        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
-            for line in f:
-                if line.startswith(b"eventfd-count:"):
-                    return int(line.split(b":", 1)[1].strip(), 16)
-    except (OSError, ValueError):
-        pass
-    return None
+        info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(info, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(info)
+    at = data.find(b"\neventfd-count:")
+    if at < 0:
+        return None
+    end = data.find(b"\n", at + 1)
+    try:
+        return int(data[at + 15:end if end > 0 else len(data)].strip(), 16)
+    except ValueError:
+        return None
 
 
 def sync_wait(handle: Handle | None, timeout_s: float | None = None) -> FenceState:
@@ -197,6 +208,8 @@ def close(handle: Handle) -> None:
 MAX_WATCHES = 1024  # NOTE: each pending watch holds fds; beyond this watch() refuses
 _MAX_POLL_MS = 3_600_000  # NOTE: poll in bounded steps: a far deadline must not overflow the C int
 
+_LINGER_NS = 500_000_000  # NOTE: how long the watcher thread outlives its last watch
+
 log = logging.getLogger("nnhal.fence")
 
 
@@ -235,14 +248,22 @@ class _Watcher:
         return True
 
     def _run(self) -> None:
+        idle_since: Optional[int] = None
         while True:
+            now = time.monotonic_ns()
             with self._lock:
-                if not self._watches:
-                    self._thread = None  # NOTE: nothing to watch: the thread ends (add() starts another)
+                if self._watches:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = now
+                elif now - idle_since >= _LINGER_NS:
+                    self._thread = None  # NOTE: nothing watched for a while: the thread ends (add() starts another)
                     return
                 watches = list(self._watches)
-            now = time.monotonic_ns()
-            timeout = _MAX_POLL_MS
+            # NOTE: idle, the thread waits a moment for the next watch (chained fenced executions come one
+            # after another: one thread serves them all rather than one started for each)
+            timeout = _MAX_POLL_MS if idle_since is None else \
+                max(1, math.ceil((_LINGER_NS - (now - idle_since)) / 1e6))
             for w in watches:
                 if w.deadline_ns is not None:
                     timeout = min(timeout, max(0, math.ceil((w.deadline_ns - now) / 1e6)))
@@ -259,6 +280,8 @@ class _Watcher:
                 os.eventfd_read(self._wake)
             except BlockingIOError:
                 pass
+            if not watches:
+                continue
             now = time.monotonic_ns()
             finished: list[tuple[_Watch, FenceState]] = []
             for w in watches:

@@ -9,11 +9,25 @@ worker pool and through ``concurrent.futures.ProcessPoolExecutor``.
 
     python -m nnhal.tools.vts_bench --ops CONV_2D --sample 100
     python -m nnhal.tools.vts_bench --pools --ops CONV_2D
+
+``--sections`` instead times a whole in-process run (default: ``nnhal vts
+--device sample-all --sample 1 --jobs 1``, every section; other ``nnhal
+vts`` options after ``--``), section by section: the wall and CPU time of
+each section's units (the in-process run interleaves them, model batch by
+model batch), the run's wall and CPU time, its cases and failures.
+``--against SRC`` (repeatable) runs the same command on other source trees
+too (another checkout's ``src``), alternating with this one ``--rounds``
+times, so that trees are compared in one window (the machine's load moves
+every figure: the load is printed with each run):
+
+    python -m nnhal.tools.vts_bench --sections --against /path/to/main/src --rounds 2
+    python -m nnhal.tools.vts_bench --sections -- --section qos --ops CONV_2D
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import multiprocessing
 import os
@@ -21,8 +35,10 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 _LINE = re.compile(r"^(\d+) cases in ([\d.]+) s")
@@ -93,6 +109,100 @@ def pools(ops: set[str], jobs: int, rounds: int) -> None:
             print(f"round {k}: {name}: {n} models in {time.perf_counter() - t:.2f} s", flush=True)
 
 
+# --------------------------------------------------------------------------
+# a whole in-process run, section by section
+
+DEFAULT_RUN = ["--device", "sample-all", "--sample", "1", "--jobs", "1"]
+
+# NOTE: run in a child process (the tree under test first on its path): the CLI's own run, each unit's wall and
+# CPU time (the process's: every thread of the driver counts) added to its section
+_CHILD = r"""
+import json, os, sys, time
+import nnhal.cli.vts as cli_vts
+from nnhal.cli.app import main
+real = cli_vts.run_unit
+sections = {}
+def timed(config, unit):
+    t, c = time.perf_counter(), time.process_time()
+    try:
+        return real(config, unit)
+    finally:
+        w = sections.setdefault(unit.section, [0.0, 0.0])
+        w[0] += time.perf_counter() - t
+        w[1] += time.process_time() - c
+cli_vts.run_unit = timed
+out = sys.argv[1]
+t0 = time.perf_counter()
+code = main(["vts", "--no-progress", *sys.argv[2:]])
+wall = time.perf_counter() - t0
+tm = os.times()
+with open(out, "w") as f:
+    json.dump({"code": code, "wall": wall, "user": tm.user, "sys": tm.system, "sections": sections}, f)
+"""
+
+
+def run_sections(src: str, vts_args: list[str]) -> dict:
+    """One in-process run of ``nnhal vts`` on the source tree ``src``: {code, wall, user, sys, sections: {name:
+    [wall, cpu]}, cases, failed, load} (``cases`` / ``failed`` from the report's closing lines)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "times.json"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        r = subprocess.run([sys.executable, "-c", _CHILD, str(out), *vts_args], capture_output=True, text=True,
+                           env=env)
+        if not out.exists():
+            raise RuntimeError(f"the run on {src} ended without figures (exit {r.returncode}): "
+                               f"{(r.stderr.strip() or r.stdout.strip())[-500:]}")
+        res = json.loads(out.read_text())
+    m = next((m for m in map(_LINE.match, r.stdout.splitlines()) if m), None)
+    counts = re.search(r"^(\d+) passed, (\d+) failed", r.stdout, re.M)
+    res.update(cases=int(m[1]) if m else 0, failed=int(counts[2]) if counts else -1, load=os.getloadavg()[0])
+    return res
+
+
+def sections_report(results: dict[str, list[dict]]) -> list[str]:
+    """The runs of each tree, then per section the median wall time of each tree's runs."""
+    lines = []
+    for src, runs in results.items():
+        for k, r in enumerate(runs):
+            lines.append(f"{src} run {k + 1}: {r['cases']} cases, {r['failed']} failed (exit {r['code']}); "
+                         f"{r['wall']:.1f} s wall, {r['user'] + r['sys']:.1f} s CPU (user {r['user']:.1f}, sys "
+                         f"{r['sys']:.1f}); load {r['load']:.1f}")
+    names = [s for src in results for r in results[src] for s in r["sections"]]
+    order = list(dict.fromkeys(names))
+    trees = list(results)
+    lines.append("median wall (CPU) seconds: " + " | ".join(f"[{k + 1}] {t}" for k, t in enumerate(trees)))
+    lines.append(f"  {'':12s}" + "".join(f"{f'[{k + 1}]':>20s}" for k in range(len(trees))))
+
+    def med(xs: list[float]) -> float:
+        xs = sorted(xs)
+        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else 0.0
+
+    for name in order + ["(run)"]:
+        cells = []
+        for t in trees:
+            if name == "(run)":
+                w, c = med([r["wall"] for r in results[t]]), med([r["user"] + r["sys"] for r in results[t]])
+            else:
+                w = med([r["sections"].get(name, [0, 0])[0] for r in results[t]])
+                c = med([r["sections"].get(name, [0, 0])[1] for r in results[t]])
+            cells.append(f"{w:9.1f} ({c:6.1f})")
+        lines.append(f"  {name:12s}" + "".join(f"{c:>20s}" for c in cells))
+    return lines
+
+
+def sections(against: list[str], rounds: int, vts_args: list[str]) -> int:
+    here = str(Path(__file__).resolve().parents[2])
+    trees = [here, *[str(Path(a).resolve()) for a in against]]
+    print(f"nnhal vts {' '.join(vts_args)}: {rounds} round(s), trees alternating: {', '.join(trees)}", flush=True)
+    results: dict[str, list[dict]] = {t: [] for t in trees}
+    for _ in range(rounds):
+        for t in trees:
+            results[t].append(run_sections(t, vts_args))
+            print(sections_report({t: results[t]})[len(results[t]) - 1], flush=True)
+    print("\n".join(sections_report(results)[len(trees) * rounds:]))
+    return 0 if all(r["code"] == 0 for runs in results.values() for r in runs) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m nnhal.tools.vts_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--ops", default="CONV_2D", help="the models (default CONV_2D: 141 models, 46155 mutations)")
@@ -100,7 +210,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-cluster", action="store_true", help="leave out the Ray cluster")
     p.add_argument("--pools", action="store_true", help="time the two worker pools instead")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--sections", action="store_true",
+                   help="time a whole in-process run section by section (nnhal vts options after --)")
+    p.add_argument("--against", action="append", default=[], metavar="SRC",
+                   help="with --sections: also run another source tree (its src folder), alternating")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest: list[str] = []
+    if "--" in argv:
+        k = argv.index("--")
+        argv, rest = argv[:k], argv[k + 1:]
     a = p.parse_args(argv)
+    if a.sections:
+        return sections(a.against, a.rounds, DEFAULT_RUN + rest)
     if a.pools:
         pools({o.strip() for o in a.ops.split(",")}, 2, a.rounds)
         return 0

@@ -21,7 +21,8 @@ the padding bytes of a result must be zero (``validateBurstSanitized``).
 from __future__ import annotations
 
 import struct
-from typing import Any, Optional
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
 
 from nnhal import hal
 from nnhal.conformance.face import AidlFace, as_face
@@ -107,22 +108,35 @@ def _kind(d: bytes) -> str:
     return _KINDS.get(d[0], f"discriminator {d[0]}")
 
 
-def serialization_mutations(good: bytes) -> list[tuple[str, str, bytes]]:
-    """(VTS test, description, packet) for every remove / add / mutate of one datum."""
-    d = datums(good)
-    bad = bad_entries()
-    out = [("removeDatumTest", f"datum {k} ({_kind(d[k])}) removed", b"".join(d[:k] + d[k + 1:]))
-           for k in range(len(d))]
-    out += [("addDatumTest", f"bad {_kind(e)} inserted at {k}", b"".join(d[:k] + [e] + d[k:]))
-            for k in range(len(d) + 1) for e in bad]
+def _mutation_specs(d: list[bytes], bad: list[bytes]) -> list[tuple[str, int, int]]:
+    """(VTS test, datum position, bad entry or -1) of every remove / add / mutate of one datum of the
+    packet of datums ``d``, in VTS's order; no packet built (:func:`_mutation` builds one)."""
+    out = [("removeDatumTest", k, -1) for k in range(len(d))]
+    out += [("addDatumTest", k, j) for k in range(len(d) + 1) for j in range(len(bad))]
     for k in range(len(d)):
-        for e in bad:
+        for j, e in enumerate(bad):
             # NOTE: VTS leaves out replacing a dimension by a dimension (it may still be valid)
             same_dim = e[0] == d[k][0] and e[0] in (bp.REQ_INPUT_DIMENSION, bp.REQ_OUTPUT_DIMENSION)
             if e != d[k] and not same_dim:
-                out.append(("mutateDatumTest", f"datum {k} ({_kind(d[k])}) replaced by a bad {_kind(e)}",
-                            b"".join(d[:k] + [e] + d[k + 1:])))
+                out.append(("mutateDatumTest", k, j))
     return out
+
+
+def _mutation(d: list[bytes], bad: list[bytes], spec: tuple[str, int, int]) -> tuple[str, str, bytes]:
+    """(VTS test, description, packet) of one mutation of :func:`_mutation_specs`."""
+    test, k, j = spec
+    if test == "removeDatumTest":
+        return test, f"datum {k} ({_kind(d[k])}) removed", b"".join(d[:k] + d[k + 1:])
+    e = bad[j]
+    if test == "addDatumTest":
+        return test, f"bad {_kind(e)} inserted at {k}", b"".join(d[:k] + [e] + d[k:])
+    return test, f"datum {k} ({_kind(d[k])}) replaced by a bad {_kind(e)}", b"".join(d[:k] + [e] + d[k + 1:])
+
+
+def serialization_mutations(good: bytes) -> list[tuple[str, str, bytes]]:
+    """(VTS test, description, packet) for every remove / add / mutate of one datum."""
+    d, bad = datums(good), bad_entries()
+    return [_mutation(d, bad, spec) for spec in _mutation_specs(d, bad)]
 
 
 NO_TIMING = hal.Timing()
@@ -170,7 +184,23 @@ class _NoBurst(Exception):
         self.test, self.status = test, status
 
 
-def _packet_plan(prepared: Any, pools: RequestPools, closers: list) -> list[tuple[str, str, Any]]:
+class _Planned(Sequence):
+    """The checks of a plan, each (VTS test, mutation, judge) made when asked for: a sampled run builds
+    only the packets it sends."""
+
+    def __init__(self, n: int, make: Callable[[int], tuple[str, str, Any]]):
+        self._n, self._make = n, make
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, k: Any) -> Any:
+        if not isinstance(k, int) or not -self._n <= k < self._n:
+            raise IndexError(k)
+        return self._make(k % self._n)
+
+
+def _packet_plan(prepared: Any, pools: RequestPools, closers: list) -> Sequence[tuple[str, str, Any]]:
     """(VTS test, mutation, judge) of every HAL 1.3 burst packet check (ValidateBurst.cpp)."""
     request = pools.request()
     good = bp.encode_request(request.inputs, request.outputs, [0, 1], hal.MeasureTiming.YES)
@@ -178,13 +208,19 @@ def _packet_plan(prepared: Any, pools: RequestPools, closers: list) -> list[tupl
     closers.append(raw.close)
     if raw.status != S.NONE:
         raise _NoBurst("ValidationTest.configureExecutionBurst", raw.status)
-    planned = [(f"ValidationTest.validateBurstSerialization.{t}", what,
-                lambda p=p: _judge_error(raw, p)) for t, what, p in serialization_mutations(good)]
-    planned.append(("ValidationTest.validateBurstFmqLength", "result larger than the result queue",
-                    lambda: _judge_fmq_length(prepared, pools, good, len(request.outputs))))
-    planned.append(("ValidationTest.validateBurstSanitized", "padding of the result",
-                    lambda: _judge_sanitized(raw, good)))
-    return planned
+    d, bad = datums(good), bad_entries()
+    specs = _mutation_specs(d, bad)
+
+    def make(k: int) -> tuple[str, str, Any]:
+        if k < len(specs):
+            t, what, p = _mutation(d, bad, specs[k])
+            return f"ValidationTest.validateBurstSerialization.{t}", what, lambda: _judge_error(raw, p)
+        if k == len(specs):
+            return ("ValidationTest.validateBurstFmqLength", "result larger than the result queue",
+                    lambda: _judge_fmq_length(prepared, pools, good, len(request.outputs)))
+        return "ValidationTest.validateBurstSanitized", "padding of the result", lambda: _judge_sanitized(raw, good)
+
+    return _Planned(len(specs) + 2, make)
 
 
 def _token_plan(face: AidlFace, prepared: Any, pools: RequestPools) -> list[tuple[str, str, Any]]:
