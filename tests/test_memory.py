@@ -594,3 +594,47 @@ def test_freeze_makes_the_bytes_final():
         plain = memory.from_fd(t.fileno(), len(data), prot=memory.PROT_READ)
         assert memory.freeze(plain) is plain and memory.frozen_key(plain) is None
         memory.free(plain)
+
+
+def test_small_pages_switches_numpy_hugepage_advice_for_the_section_only() -> None:
+    """numpy's MADV_HUGEPAGE advice is off inside ``small_pages`` (nested and concurrent sections counted)
+    and back to what it was when the last one ends, even through an exception."""
+    switch = pytest.importorskip("numpy._core.multiarray")._set_madvise_hugepage
+
+    def advice() -> bool:
+        now = switch(True)
+        switch(now)
+        return bool(now)
+
+    before = advice()
+    try:
+        for start in (True, False):
+            switch(start)
+            with memory.small_pages():
+                assert advice() is False
+                with memory.small_pages():
+                    assert advice() is False
+                assert advice() is False
+            assert advice() is start
+            with pytest.raises(RuntimeError), memory.small_pages():
+                raise RuntimeError("inside")
+            assert advice() is start
+        switch(True)
+        inside, go = threading.Barrier(3), threading.Barrier(3)
+
+        def section() -> None:
+            with memory.small_pages():
+                inside.wait(5)
+                go.wait(5)
+
+        threads = [threading.Thread(target=section) for _ in range(2)]
+        for t in threads:
+            t.start()
+        inside.wait(5)
+        assert advice() is False
+        go.wait(5)
+        for t in threads:
+            t.join(5)
+        assert advice() is True
+    finally:
+        switch(before)

@@ -47,6 +47,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from nnhal.ops import deadline, memo
 from nnhal.ops.base import OpExecutionError
+from nnhal.platform.memory import small_pages
 
 F32_EXACT = 1 << 24  # largest magnitude up to which every integer is a float32
 REQUANT_CHUNK = 65536  # values per requantization chunk (float64 temporaries stay in cache)
@@ -909,6 +910,11 @@ def verify_f32_batch(items: Sequence[tuple["Requant", np.ndarray | None]]) -> No
     None)), each given the f32 / f32_fix it would get alone: a channel's choice depends on its own
     constants and its layer's levels only, so the channels of every layer are searched together (one
     pass of each stage over the batch instead of one per layer: a model's layers at its prepare)."""
+    with small_pages():  # NOTE: its temporaries (tens of MB for a model's layers) are read once
+        _verify_f32_batch(items)
+
+
+def _verify_f32_batch(items: Sequence[tuple["Requant", np.ndarray | None]]) -> None:
     rqs = [(rq, bound) for rq, bound in items if rq.q.shape[0]]
     if not rqs:
         return

@@ -48,13 +48,15 @@ unmapped when the last view of it goes.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
 import mmap
 import os
 import stat
-from typing import Callable, Iterable
+import threading
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -84,6 +86,7 @@ __all__ = [
     "freeze",
     "frozen_key",
     "private_bytes",
+    "small_pages",
     "allocate",
     "allocate_hardware_buffer",
     "dup",
@@ -809,6 +812,47 @@ def private_array(shape: tuple, dtype: object) -> np.ndarray:
     if n < HUGE_PAGE_MIN_BYTES:
         return np.empty(shape, dt)
     return np.frombuffer(private_buffer(n), dt).reshape(shape)
+
+
+def _numpy_hugepage_switch() -> Callable[[bool], bool] | None:
+    # NOTE: numpy's documented switch of its MADV_HUGEPAGE advice (1.20 release notes; also
+    # $NUMPY_MADVISE_HUGEPAGE at import), in numpy._core from 2.0 and numpy.core before
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        try:
+            from numpy.core.multiarray import _set_madvise_hugepage
+        except ImportError:
+            return None
+    return _set_madvise_hugepage
+
+
+_np_hugepage = _numpy_hugepage_switch()
+_small_pages_lock = threading.Lock()
+_small_pages_users = [0, True]  # NOTE: [sections inside small_pages, numpy's advice before the first]
+
+
+@contextlib.contextmanager
+def small_pages() -> Iterator[None]:
+    """A section whose large numpy temporaries (numpy advises MADV_HUGEPAGE from 4 MiB up) take small
+    pages: a temporary read once gains nothing from a huge page, and where the kernel compacts memory on a
+    huge-page fault (THP ``defrag`` = ``madvise``, as here) a first prepare stalled 20-35 ms in one run of
+    three (keyword spotting's requantization search: init 78-82 ms or 100-115 ms).  Counted: nested and
+    concurrent sections restore numpy's advice when the last one ends; outside them numpy is unchanged."""
+    if _np_hugepage is None:
+        yield
+        return
+    with _small_pages_lock:
+        if not _small_pages_users[0]:
+            _small_pages_users[1] = _np_hugepage(False)
+        _small_pages_users[0] += 1
+    try:
+        yield
+    finally:
+        with _small_pages_lock:
+            _small_pages_users[0] -= 1
+            if not _small_pages_users[0]:
+                _np_hugepage(_small_pages_users[1])
 
 
 def private_buffer(size: int) -> bytearray | mmap.mmap:
