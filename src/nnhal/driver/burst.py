@@ -166,8 +166,7 @@ class ExecutionBurstServer(hal.IBurstContext):
     """An ``IBurstContext`` serving one burst; :meth:`close` (not in the HAL)
     stops it and frees everything it holds."""
 
-    def __init__(self, callback: Any, request_queue: MessageQueue, result_queue: MessageQueue, execute: Execute,
-                 name: str = "nnhal-burst"):
+    def __init__(self, callback: Any, request_queue: MessageQueue, result_queue: MessageQueue, execute: Execute):
         self._callback = callback
         self._requests, self._results = request_queue, result_queue
         self._execute = execute
@@ -182,7 +181,7 @@ class ExecutionBurstServer(hal.IBurstContext):
         self._closing = threading.Event()
         self._done = threading.Event()  # NOTE: set once the server has cleaned up (its thread may serve on)
         self._serving: Optional[int] = None  # the ident of the thread serving
-        (_THREADS if name == _THREADS.name else Lingering(name, linger=0)).run(self._serve)
+        _THREADS.run(self._serve)
 
     # ------------------------------------------------------------------ HAL
     def freeMemory(self, slot: int) -> None:

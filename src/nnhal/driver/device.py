@@ -137,7 +137,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
         if key is not None:
             # NOTE: no holder of the fd can change or shrink these bytes: mapped, not copied (the pool of a
             # model the NNAPI delegate planned from a .tflite file: nnhal.delegate.plan freezes it)
-            return hal_memory.private_bytes(m, self._states.kept_frozen(key))
+            return hal_memory.FrozenPool(m, key, self._states.kept_frozen(key))
         if isinstance(m.size, int) and m.size >= SHARE_POOL_BYTES:
             for kept in self._states.kept_pools(m.size):
                 p = hal_memory.PrivateCopy.matching(m, kept)

@@ -17,7 +17,7 @@ from nnhal.ops.base import OperandInfo
 from nnhal.ops.extension import operand_type, storage_dtype
 
 L = hal.OperandLifeTime
-_LIFETIMES = {int(x): x for x in L}  # NOTE: as extension.operand_type: a lookup, not an Enum call
+_LIFETIMES = L._value2member_map_  # NOTE: as extension.operand_type: a lookup, not an Enum call
 
 
 def operand_array(operand: hal.Operand, raw: bytes | memoryview) -> np.ndarray:
@@ -48,7 +48,10 @@ def constant_value(model: hal.Model, operand: hal.Operand, pools: Sequence[Any])
 
 
 def _lifetime(v: int) -> Any:
-    m = _LIFETIMES.get(v) if v.__class__ is int or v.__class__ is L else None
+    try:
+        m = _LIFETIMES.get(v)
+    except TypeError:  # NOTE: unhashable: the Enum call says ValueError
+        m = None
     return m if m is not None else L(v)
 
 
