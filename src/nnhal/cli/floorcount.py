@@ -128,5 +128,5 @@ def main(paths: list[str], device: str, runs: int, threads: int) -> int:
     return 0
 
 
-if __name__ == "__main__":  # NOTE: the process callgrind counts (see _count)
+if __name__ == "__main__":  # NOTE: the process callgrind counts (see _start)
     child(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))

@@ -39,6 +39,7 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 _LINE = re.compile(r"^(\d+) cases in ([\d.]+) s")
@@ -173,18 +174,14 @@ def sections_report(results: dict[str, list[dict]]) -> list[str]:
     lines.append("median wall (CPU) seconds: " + " | ".join(f"[{k + 1}] {t}" for k, t in enumerate(trees)))
     lines.append(f"  {'':12s}" + "".join(f"{f'[{k + 1}]':>20s}" for k in range(len(trees))))
 
-    def med(xs: list[float]) -> float:
-        xs = sorted(xs)
-        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else 0.0
-
     for name in order + ["(run)"]:
         cells = []
         for t in trees:
             if name == "(run)":
-                w, c = med([r["wall"] for r in results[t]]), med([r["user"] + r["sys"] for r in results[t]])
+                w, c = median([r["wall"] for r in results[t]]), median([r["user"] + r["sys"] for r in results[t]])
             else:
-                w = med([r["sections"].get(name, [0, 0])[0] for r in results[t]])
-                c = med([r["sections"].get(name, [0, 0])[1] for r in results[t]])
+                w = median([r["sections"].get(name, [0, 0])[0] for r in results[t]])
+                c = median([r["sections"].get(name, [0, 0])[1] for r in results[t]])
             cells.append(f"{w:9.1f} ({c:6.1f})")
         lines.append(f"  {name:12s}" + "".join(f"{c:>20s}" for c in cells))
     return lines
