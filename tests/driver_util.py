@@ -4,7 +4,8 @@ over shared-memory pools, preparing and running through the public HAL API."""
 from __future__ import annotations
 
 import struct
-from typing import Any, Optional, Sequence
+import time
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -309,3 +310,13 @@ def float_output(memory_: hal.Memory) -> np.ndarray:
 
     return np.frombuffer(bytes(memory.map(memory_)), np.float32)
 
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Whether ``cond()`` holds within ``timeout`` seconds (asked every 5 ms, and once more at the end)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return cond()

@@ -23,7 +23,7 @@ from nnhal.burst import BurstController, BurstError
 from nnhal.conformance.vts.burst import RawBurst, datums, serialization_mutations
 from nnhal.platform import burst_packets as bp
 from nnhal.platform.fmq import MessageQueue
-from tests.driver_util import Pools, add_model, prepared_model
+from tests.driver_util import Pools, add_model, prepared_model, wait_until
 
 S = hal.ErrorStatus
 NO_TIMING = hal.Timing()
@@ -48,15 +48,6 @@ def _expected(a: float = 1.0, b: float = 2.0) -> np.ndarray:
 def _burst_threads(idle: bool = False) -> list[threading.Thread]:
     """The threads serving a burst (``idle``: and those waiting for the next one)."""
     return [t for t in threading.enumerate() if t.name == "nnhal-burst" or (idle and t.name == "nnhal-burst-idle")]
-
-
-def _wait_for(cond: Any, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
 
 
 # ---------------------------------------------------------------------------
@@ -414,7 +405,7 @@ def test_configure_rejects_bad_arguments(add_pm: Any, quiet_driver: None) -> Non
     cb = hal.IBurstCallback()
     cb.getMemories = lambda slots: (S.INVALID_ARGUMENT, [])  # type: ignore[method-assign]
     try:
-        assert _wait_for(lambda: not _burst_threads())  # the bursts of earlier tests have ended
+        assert wait_until(lambda: not _burst_threads())  # the bursts of earlier tests have ended
         before = len(os.listdir("/proc/self/fd"))
         rd, sd = req.descriptor(), res.descriptor()
         for args in [(None, rd, sd), (object(), rd, sd), (cb, None, sd), (cb, rd, None), (cb, rd, hal.Handle()),
@@ -457,7 +448,7 @@ def test_close_leaks_no_thread_or_fd(add_pm: Any) -> None:
         # warm up lazily created things (logging, the driver's workers)
         with BurstController(add_pm) as b:
             b.execute(pools.request())
-        assert _wait_for(lambda: not _burst_threads(idle=True))
+        assert wait_until(lambda: not _burst_threads(idle=True))
         fds = len(os.listdir("/proc/self/fd"))
         threads = threading.active_count()
         for _ in range(20):
@@ -466,10 +457,10 @@ def test_close_leaks_no_thread_or_fd(add_pm: Any) -> None:
             b.close()
             b.close()  # idempotent
             assert b.execute(pools.request())[0] != S.NONE  # closed
-        assert _wait_for(lambda: not _burst_threads())
-        assert _wait_for(lambda: len(os.listdir("/proc/self/fd")) == fds), (len(os.listdir("/proc/self/fd")), fds)
+        assert wait_until(lambda: not _burst_threads())
+        assert wait_until(lambda: len(os.listdir("/proc/self/fd")) == fds), (len(os.listdir("/proc/self/fd")), fds)
         # NOTE: a server thread waits half a second for the next burst, then ends
-        assert _wait_for(lambda: not _burst_threads(idle=True))
+        assert wait_until(lambda: not _burst_threads(idle=True))
         assert threading.active_count() == threads
 
 
@@ -479,12 +470,12 @@ def test_bursts_one_after_another_run_on_one_server_thread(add_pm: Any) -> None:
     with _add_pools() as pools:
         seen = set()
         for _ in range(5):
-            assert _wait_for(lambda: not _burst_threads())  # the last burst's thread has gone idle
+            assert wait_until(lambda: not _burst_threads())  # the last burst's thread has gone idle
             with BurstController(add_pm) as b:
                 assert b.execute(pools.request())[0] == S.NONE
                 seen.update(_burst_threads())
         assert len(seen) == 1
-        assert _wait_for(lambda: not _burst_threads(idle=True))
+        assert wait_until(lambda: not _burst_threads(idle=True))
 
 
 def test_context_close_and_driver_death(add_pm: Any) -> None:
@@ -543,7 +534,7 @@ def test_corrupt_request_queue_ends_only_that_burst(add_pm: Any, quiet_driver: N
         struct.pack_into("=Q", hdr, 16, 10**6)  # write counter far beyond the capacity
         hdr.release()
         evil._requests._signal(b"\x01")  # noqa: SLF001
-        assert _wait_for(lambda: not evil.context.alive)
+        assert wait_until(lambda: not evil.context.alive)
         assert evil.execute(pools.request())[0] in (S.DEVICE_UNAVAILABLE, S.GENERAL_FAILURE)
         evil.close()
         assert good.execute(pools.request())[0] == S.NONE

@@ -6,20 +6,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 
 import pytest
 
 from nnhal.platform.threads import Lingering
-
-
-def _until(cond, timeout: float = 5.0) -> bool:  # noqa: ANN001
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.005)
-    return cond()
+from tests.driver_util import wait_until
 
 
 def _named(name: str) -> list[threading.Thread]:
@@ -39,10 +30,10 @@ def test_jobs_one_after_another_run_on_one_thread_which_then_ends() -> None:
 
         pool.run(job)
         assert done.wait(5)
-        assert _until(lambda: pool.idle() == 1)
+        assert wait_until(lambda: pool.idle() == 1)
     assert len(set(idents)) == 1 and set(names) == {"test-linger-a"}
     assert [t.name for t in _named("test-linger-a")] == ["test-linger-a-idle"]
-    assert _until(lambda: not _named("test-linger-a"))
+    assert wait_until(lambda: not _named("test-linger-a"))
     assert pool.idle() == 0
 
 
@@ -61,11 +52,11 @@ def test_concurrent_jobs_get_threads_of_their_own_and_at_most_max_idle_wait() ->
         assert started.acquire(timeout=5)  # NOTE: all four run at once: none waits for another
     assert len(_named("test-linger-b")) == 4
     gate.set()
-    assert _until(lambda: len(_named("test-linger-b")) == 2 and pool.idle() == 2)
+    assert wait_until(lambda: len(_named("test-linger-b")) == 2 and pool.idle() == 2)
     pool.linger = 0.0  # NOTE: the two waiting take their next job, if any, then end
     for _ in range(2):
         pool.run(lambda: None)
-    assert _until(lambda: not _named("test-linger-b"))
+    assert wait_until(lambda: not _named("test-linger-b"))
 
 
 def test_a_job_that_raises_is_logged_and_the_thread_serves_on() -> None:
@@ -85,12 +76,12 @@ def test_a_job_that_raises_is_logged_and_the_thread_serves_on() -> None:
             raise ValueError("a job's bug")
 
         pool.run(bad)
-        assert _until(lambda: pool.idle() == 1)
+        assert wait_until(lambda: pool.idle() == 1)
         pool.run(done.set)
         assert done.wait(5)
         assert any("a job raised" in r.getMessage() and r.exc_info and "a job's bug" in str(r.exc_info[1])
                    for r in records)
-        assert _until(lambda: not _named("test-linger-c"))
+        assert wait_until(lambda: not _named("test-linger-c"))
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -100,7 +91,7 @@ def test_a_job_that_raises_is_logged_and_the_thread_serves_on() -> None:
 def test_a_forked_child_starts_its_own_threads() -> None:
     pool = Lingering("test-linger-d", linger=5.0)
     pool.run(lambda: None)
-    assert _until(lambda: pool.idle() == 1)
+    assert wait_until(lambda: pool.idle() == 1)
     pid = os.fork()
     if pid == 0:  # NOTE: the child: its parent's idle thread does not exist here
         ok = threading.Event()
@@ -114,4 +105,4 @@ def test_a_forked_child_starts_its_own_threads() -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     pool.linger = 0.0
     pool.run(lambda: None)
-    assert _until(lambda: not _named("test-linger-d"))
+    assert wait_until(lambda: not _named("test-linger-d"))
