@@ -120,12 +120,18 @@ class PoolCache:
                 continue
             if (acc != _O_RDWR and (key[4] or acc != _O_RDONLY)) or st.st_ino != entry.ino or st.st_dev != entry.dev:
                 continue
+            pool = entry.pool
             try:
                 # NOTE: a pool closed meanwhile has its view released (a miss); one whose view an export
                 # kept unreleased is still a live mapping of the very file just checked
-                found[k] = entry.pool.view[:]
+                view = pool.view[:]
             except ValueError:  # NOTE: released by a concurrent drop
                 continue
+            if pool.closed:
+                # NOTE: closed while the slice was made: a finalizer the GC ran at its allocation (a dropped
+                # reusable execution freeing its duplicate of this memory) released the mapping under it
+                continue
+            found[k] = view
             entry.used = next(self._clock)
         return found
 
