@@ -629,3 +629,41 @@ def test_preemption_at_operation_boundaries(one_worker) -> None:  # noqa: ANN001
             assert sched.stats()["preempted"] >= 1
     finally:
         rnn_pools.close()
+
+
+def test_executions_of_large_models_take_small_pages(rnn, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """A model with a large operand runs with numpy's huge-page advice off (a worker's first touch of an
+    advised huge page stalled executions 40-70 ms in 3 runs of 40 here, past a 20 ms deadline by 70 ms);
+    a small model runs with numpy as it was (no cost per execution); the advice is back after either."""
+    from nnhal.driver import prepared_model as pm_module
+    from nnhal.tools import ipcbench
+    from tests.driver_util import ipc_pools
+
+    switch = pytest.importorskip("numpy._core.multiarray")._set_madvise_hugepage
+
+    def advice() -> bool:
+        now = switch(True)
+        switch(now)
+        return bool(now)
+
+    seen: list[bool] = []
+    run = pm_module.run_request
+
+    def watched(*args: object) -> object:
+        seen.append(advice())
+        return run(*args)
+
+    monkeypatch.setattr(pm_module, "run_request", watched)
+    big, pools, _ = rnn
+    small = prepared_model(ipcbench.add_model())
+    assert big.large_temporaries and not small.large_temporaries
+    before = switch(True)
+    try:
+        big.best_ns = None
+        assert execute_sync(big, pools.request())[0] == S.NONE
+        assert execute_async(big, pools.request())[1] == S.NONE
+        with ipc_pools() as p:
+            assert execute_sync(small, p.request)[0] == S.NONE
+        assert seen == [False, False, True] and advice() is True
+    finally:
+        switch(before)

@@ -26,6 +26,7 @@ from nnhal.engine.validation import (
     validate_request,
     validate_timeout,
 )
+from nnhal.platform.memory import small_pages
 
 log = logging.getLogger("nnhal.driver")
 
@@ -72,6 +73,23 @@ _MEASURES = dict(hal.MeasureTiming._value2member_map_)  # NOTE: NO / YES by valu
 _new = object.__new__
 
 
+LARGE_OPERAND_ELEMENTS = 1 << 16
+
+
+def large_temporaries(model: hal.Model) -> bool:
+    """Whether an execution of ``model`` may make numpy temporaries of 4 MiB and more (numpy advises those
+    for huge pages): an operand of :data:`LARGE_OPERAND_ELEMENTS` elements or more (a kernel's float64
+    copy, a convolution's patches: several times its bytes), or of dimensions unknown until it runs."""
+    for sg in (model.main, *model.referenced):
+        for o in sg.operands:
+            n = 1
+            for d in o.dimensions:
+                n *= d
+            if o.dimensions and (n == 0 or n >= LARGE_OPERAND_ELEMENTS):
+                return True
+    return False
+
+
 class _Job:
     """One launched execution (validated, its pools open): called once to run
     it (on the thread holding a worker slot), or ``abandon``-ed when it will
@@ -92,8 +110,16 @@ class _Job:
         dl = self.deadline_ns
         pools = self.pools
         try:
-            result = run_request(pm.model, pm.executor, self.request, pools, self.measure, dl, self.loop_timeout_ns,
-                                 self.start_ns, self.plan)
+            if pm.large_temporaries:
+                # NOTE: numpy's huge-page advice off while it runs: where a first touch of a huge page stalls
+                # (THP defrag = madvise, as here), an execution on a worker thread stalled 40-70 ms in 3 runs
+                # of 40 (a 100000-step RNN: 20 ms deadline, stopped after 90 ms); 0 of 40 without
+                with small_pages():
+                    result = run_request(pm.model, pm.executor, self.request, pools, self.measure, dl,
+                                         self.loop_timeout_ns, self.start_ns, self.plan)
+            else:
+                result = run_request(pm.model, pm.executor, self.request, pools, self.measure, dl,
+                                     self.loop_timeout_ns, self.start_ns, self.plan)
         finally:
             pools.close()
         status = result.status
@@ -134,6 +160,7 @@ class PreparedModel(hal.IPreparedModel):
         self.best_ns: Optional[int] = None  # fastest successful execution seen (MISSED_DEADLINE_* choice)
         self._validated: dict[tuple, tuple] = {}  # request key -> (our copy, its plan) (_validated_request)
         self._last_validated: Optional[tuple] = None  # NOTE: (key, allow, (copy, plan)) of the last memo hit
+        self.large_temporaries = large_temporaries(model)  # NOTE: executions run in memory.small_pages()
 
     def constant_pools(self) -> list:
         """The bytes of the model's pools (for the compilation cache)."""
