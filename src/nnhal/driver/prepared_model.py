@@ -7,6 +7,7 @@ arguments and delegate (the AIDL face: ``nnhal.driver.aidl``)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any, Optional, Protocol
 
@@ -82,10 +83,8 @@ def large_temporaries(model: hal.Model) -> bool:
     copy, a convolution's patches: several times its bytes), or of dimensions unknown until it runs."""
     for sg in (model.main, *model.referenced):
         for o in sg.operands:
-            n = 1
-            for d in o.dimensions:
-                n *= d
-            if o.dimensions and (n == 0 or n >= LARGE_OPERAND_ELEMENTS):
+            dims = o.dimensions
+            if dims and (0 in dims or math.prod(dims) >= LARGE_OPERAND_ELEMENTS):
                 return True
     return False
 

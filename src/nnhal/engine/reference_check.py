@@ -247,6 +247,12 @@ def _array(x: Any) -> Optional[np.ndarray]:
     return x if x is None or x.__class__ is np.ndarray else x.array()  # NOTE: a PoolInput reads its bytes
 
 
+def _own_array(x: Any) -> Optional[np.ndarray]:
+    """:func:`_array`, an array of its own: an input of a reads_inputs backend may be an array over a request
+    pool's bytes (nnhal.driver.execution), which the reference's outputs must not alias."""
+    return x.copy() if x.__class__ is np.ndarray else _array(x)
+
+
 class Gate:
     """The reference's checks at execution, for a model whose verdict the
     preparation could not settle (input shapes, parameter-like inputs or
@@ -309,10 +315,7 @@ class GatedCompiled:
             loop_timeout_ns: int = hal.LoopTimeoutDurationNs.DEFAULT, omitted: Sequence[int] = ()) -> list:
         rejection = self.gate.check(inputs, deadline_ns)
         if rejection is not None:
-            # NOTE: arrays of its own: an input of a reads_inputs backend may be an array over a request pool's
-            # bytes (nnhal.driver.execution), which the reference's outputs must not alias
-            return rejection.executor.run([x if x is None else x.copy() if x.__class__ is np.ndarray else x.array()
-                                           for x in inputs], deadline_ns, loop_timeout_ns, omitted)
+            return rejection.executor.run(list(map(_own_array, inputs)), deadline_ns, loop_timeout_ns, omitted)
         return self.inner.run(inputs, deadline_ns, loop_timeout_ns, omitted)
 
 

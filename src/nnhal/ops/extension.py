@@ -199,21 +199,29 @@ def storage_dtype(t: Any) -> np.dtype:
     return NUMPY_DTYPE[t]
 
 
-# NOTE: the members by value (the Enum's own table): a dict lookup (~50 ns) where the Enum call costs ~1 us,
-# and a model's prepare or cache load asks for every operand's type several times (~2,000 for a MobileNet)
-_OPERAND_TYPES = hal.OperandType._value2member_map_
+def member_lookup(enum: Any) -> Callable[[Any], Any]:
+    """``enum(v)`` as a function (ValueError for a value that names no member) that looks in the Enum's own
+    table of members by value first: a dict lookup (~50 ns) where the Enum call costs ~250 ns, and a
+    model's prepare asks for every operand's type and lifetime several times (~6,500 for kws)."""
+    table = enum._value2member_map_
+
+    def member(v: Any) -> Any:
+        try:
+            m = table.get(v)
+        except TypeError:  # NOTE: unhashable: the Enum call says ValueError
+            m = None
+        return m if m is not None else enum(v)
+
+    return member
+
+
+_operand_type = member_lookup(hal.OperandType)
 
 
 def operand_type(t: int) -> Any:
     """``hal.OperandType(t)`` (ValueError for a number that names none), or ``t`` itself when it is a
     resolved extension type."""
-    if t.__class__ is ExtensionOperandType:
-        return t
-    try:
-        m = _OPERAND_TYPES.get(t)
-    except TypeError:  # NOTE: unhashable: the Enum call says ValueError, as before
-        m = None
-    return m if m is not None else hal.OperandType(t)
+    return t if t.__class__ is ExtensionOperandType else _operand_type(t)
 
 
 def type_name(t: Any) -> str:

@@ -14,10 +14,10 @@ import numpy as np
 
 from nnhal import hal
 from nnhal.ops.base import OperandInfo
-from nnhal.ops.extension import operand_type, storage_dtype
+from nnhal.ops.extension import member_lookup, operand_type, storage_dtype
 
 L = hal.OperandLifeTime
-_LIFETIMES = L._value2member_map_  # NOTE: as extension.operand_type: a lookup, not an Enum call
+_lifetime = member_lookup(L)
 
 
 def operand_array(operand: hal.Operand, raw: bytes | memoryview) -> np.ndarray:
@@ -45,14 +45,6 @@ def constant_value(model: hal.Model, operand: hal.Operand, pools: Sequence[Any])
     if operand.lifetime == L.SUBGRAPH:
         return np.array(loc.offset, dtype=np.uint32)
     return None
-
-
-def _lifetime(v: int) -> Any:
-    try:
-        m = _LIFETIMES.get(v)
-    except TypeError:  # NOTE: unhashable: the Enum call says ValueError
-        m = None
-    return m if m is not None else L(v)
 
 
 def operand_info(operand: hal.Operand, value: Optional[np.ndarray]) -> OperandInfo:
