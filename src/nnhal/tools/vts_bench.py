@@ -160,14 +160,19 @@ def run_sections(src: str, vts_args: list[str]) -> dict:
     return res
 
 
+def _run_line(src: str, k: int, r: dict) -> str:
+    return (f"{src} run {k + 1}: {r['cases']} cases, {r['failed']} failed (exit {r['code']}); {r['wall']:.1f} s wall, "
+            f"{r['user'] + r['sys']:.1f} s CPU (user {r['user']:.1f}, sys {r['sys']:.1f}); load {r['load']:.1f}")
+
+
 def sections_report(results: dict[str, list[dict]]) -> list[str]:
     """The runs of each tree, then per section the median wall time of each tree's runs."""
+    return [_run_line(src, k, r) for src, runs in results.items() for k, r in enumerate(runs)] + \
+        _sections_table(results)
+
+
+def _sections_table(results: dict[str, list[dict]]) -> list[str]:
     lines = []
-    for src, runs in results.items():
-        for k, r in enumerate(runs):
-            lines.append(f"{src} run {k + 1}: {r['cases']} cases, {r['failed']} failed (exit {r['code']}); "
-                         f"{r['wall']:.1f} s wall, {r['user'] + r['sys']:.1f} s CPU (user {r['user']:.1f}, sys "
-                         f"{r['sys']:.1f}); load {r['load']:.1f}")
     names = [s for src in results for r in results[src] for s in r["sections"]]
     order = list(dict.fromkeys(names))
     trees = list(results)
@@ -195,8 +200,8 @@ def sections(against: list[str], rounds: int, vts_args: list[str]) -> int:
     for _ in range(rounds):
         for t in trees:
             results[t].append(run_sections(t, vts_args))
-            print(sections_report({t: results[t]})[len(results[t]) - 1], flush=True)
-    print("\n".join(sections_report(results)[len(trees) * rounds:]))
+            print(_run_line(t, len(results[t]) - 1, results[t][-1]), flush=True)
+    print("\n".join(_sections_table(results)))
     return 0 if all(r["code"] == 0 for runs in results.values() for r in runs) else 1
 
 
