@@ -48,3 +48,37 @@ def test_freed_arrays_reuse_heap_pages() -> None:
 def test_a_policy_of_the_environment_is_kept(env: dict[str, str]) -> None:
     on, _ = _probe(env)
     assert on == 0
+
+
+def test_frozen_leaves_the_objects_alive_at_its_start_out_of_collections_for_the_block_only():
+    import gc
+
+    from nnhal.platform import heap
+
+    assert gc.get_freeze_count() == 0
+    kept = [[k] for k in range(1000)]  # NOTE: long-lived data, tracked by the collector
+    with heap.frozen():
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(kept)
+        with heap.frozen():  # NOTE: nested: the inner block neither freezes again nor unfreezes
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+        garbage = []
+        garbage.append(garbage)  # NOTE: a cycle made within the block is collected as always
+        del garbage
+        assert gc.collect() >= 1
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError):
+        with heap.frozen():
+            raise RuntimeError("the block failed")
+    assert gc.get_freeze_count() == 0  # NOTE: unfrozen on the way out of a failure too
+    del kept
+
+
+def test_vts_cases_are_not_tracked_by_the_collector():
+    import gc
+
+    from nnhal.conformance.vts.case import Case
+
+    c = Case("model", "ValidationTest.x", "add", "", "NONE", "NONE", "pass", "", 0.5)
+    assert not gc.is_tracked(c)

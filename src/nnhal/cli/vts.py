@@ -33,6 +33,7 @@ from nnhal.conformance.vts.arguments import DEFAULT_CASES, DEFAULT_MAX_OPERATION
 from nnhal.conformance.vts.case import Case
 from nnhal.conformance.vts.sections import OPT_IN, PER_MODEL, SECTIONS
 from nnhal.conformance.vts.suite import DIED, Config, Unit, batch_size, in_process_order, plan, run_local, run_unit
+from nnhal.platform import heap
 
 RANDOM_BATCH = 8  # NOTE: random cases per unit (a few seconds of work; Ctrl-C loses little)
 PLANNED_RATE = 60  # NOTE: --seconds plans for at most this many cases per second and worker
@@ -185,10 +186,12 @@ def run(args: argparse.Namespace, version: str) -> int:
             except ClusterError as e:
                 raise UserError(str(e)) from None
         elif jobs == 1 or (len(units) <= 1 and random_config is None):  # NOTE: a random case may crash a driver
-            for unit in in_process_order(units):
-                if stop is not None and stop():
-                    break
-                done(unit, run_unit(config, unit))
+            # NOTE: the vector models loaded are left out of the collector's full passes while the units run
+            with heap.frozen():
+                for unit in in_process_order(units):
+                    if stop is not None and stop():
+                        break
+                    done(unit, run_unit(config, unit))
         else:
             run_local(units, config, jobs, done, stop)
     except KeyboardInterrupt:

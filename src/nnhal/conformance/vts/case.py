@@ -14,7 +14,7 @@ S = hal.ErrorStatus
 STATUSES = ("pass", "fail", "unsupported")
 
 
-class Case(msgspec.Struct, array_like=True):
+class Case(msgspec.Struct, array_like=True, gc=False):
     """A case as VTS names it: ``section`` (``model``, ``request``, ...), the
     VTS ``test`` (``ValidationTest.mutateOperandTypeTest``,
     ``MemoryDomainCopyTest.CopyTo_UninitializedMemory``...), the ``model``
@@ -26,7 +26,9 @@ class Case(msgspec.Struct, array_like=True):
     carries ``operations`` (the operations of its shrunk model) and
     ``reproducer`` (the path of that model's vector file); ``attachment``
     carries the file's bytes from the worker to the command, which writes
-    it (never reported)."""
+    it (never reported).  NOTE: ``gc=False``: strings and numbers only, never
+    in a reference cycle, so the collector need not track the hundreds of
+    thousands of cases a full run keeps."""
     section: str
     test: str
     model: str
