@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -106,3 +109,115 @@ def test_a_forked_child_starts_its_own_threads() -> None:
     pool.linger = 0.0
     pool.run(lambda: None)
     assert wait_until(lambda: not _named("test-linger-d"))
+
+
+# --------------------------------------------------------------------------
+# one_cpu
+
+_TWO_CPUS = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) > 1
+
+
+def _thread_cpus() -> dict[int, set[int]]:
+    return {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+
+
+@pytest.mark.skipif(not _TWO_CPUS, reason="needs two CPUs allowed")
+def test_one_cpu_pins_every_thread_for_the_block_and_restores_them_after():
+    from nnhal.platform.threads import one_cpu
+
+    allowed = os.sched_getaffinity(0)
+    release = threading.Event()
+    started_before = threading.Thread(target=release.wait, daemon=True)
+    started_before.start()
+    try:
+        with one_cpu() as cpu:
+            assert cpu in allowed
+            seen: dict[str, set[int]] = {}
+            within = threading.Thread(target=lambda: seen.setdefault("cpus", os.sched_getaffinity(0)))
+            within.start()
+            within.join()
+            assert seen["cpus"] == {cpu}  # NOTE: a thread started in the block inherits the one CPU
+            assert set(map(frozenset, _thread_cpus().values())) == {frozenset({cpu})}
+            with one_cpu() as inner:  # NOTE: nested: the same CPU, nothing restored at its end
+                assert inner == cpu
+            assert os.sched_getaffinity(started_before.native_id) == {cpu}
+        assert all(cpus == allowed for cpus in _thread_cpus().values())
+        with pytest.raises(RuntimeError):
+            with one_cpu():
+                raise RuntimeError("the block failed")
+        assert all(cpus == allowed for cpus in _thread_cpus().values())  # NOTE: restored after a failure too
+    finally:
+        release.set()
+        started_before.join()
+
+
+@pytest.mark.skipif(not _TWO_CPUS, reason="needs two CPUs allowed")
+def test_one_cpu_changes_nothing_with_one_cpu_allowed_and_a_forked_child_starts_unpinned():
+    code = textwrap.dedent("""
+        import os
+        from nnhal.platform.threads import one_cpu
+        allowed = os.sched_getaffinity(0)
+        with one_cpu() as cpu:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.write(w, repr(sorted(os.sched_getaffinity(0))).encode())
+                os._exit(0)
+            os.waitpid(pid, 0)
+            child = os.read(r, 100).decode()
+        os.sched_setaffinity(0, {min(allowed)})
+        with one_cpu() as none:
+            pass
+        print(cpu is not None, child == repr(sorted(allowed)), none, os.sched_getaffinity(0) == {min(allowed)})
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "None", "True"]
+
+
+@pytest.mark.skipif(not _TWO_CPUS, reason="needs two CPUs allowed")
+def test_vts_in_process_runs_on_one_cpu_unless_all_cpus_and_gives_the_cpus_back(monkeypatch):
+    from nnhal.cli import app
+    from nnhal.conformance.vts import suite
+
+    allowed = os.sched_getaffinity(0)
+    seen: list[set[int]] = []
+    run_unit = suite.run_unit
+
+    def spy(config, unit):
+        seen.append(os.sched_getaffinity(0))
+        return run_unit(config, unit)
+
+    monkeypatch.setattr("nnhal.cli.vts.run_unit", spy)
+    for extra, pinned in (([], True), (["--all-cpus"], False)):
+        seen.clear()
+        rc = app.main(["vts", "--device", "sample-all", "--ops", "ADD", "--section", "request", "--sample", "1",
+                       "--jobs", "1", "--no-progress", *extra])
+        assert rc == 0
+        assert seen
+        assert all(len(s) == 1 for s in seen) if pinned else all(s == allowed for s in seen)
+        assert all(cpus == allowed for cpus in _thread_cpus().values())  # NOTE: given back after the run
+
+
+@pytest.mark.skipif(not _TWO_CPUS, reason="needs two CPUs allowed")
+def test_conformance_in_process_runs_on_one_cpu_unless_all_cpus(monkeypatch):
+    from nnhal.cli import app
+    from nnhal.conformance.runner import Runner
+
+    allowed = os.sched_getaffinity(0)
+    seen: list[set[int]] = []
+    run_model = Runner.run_model
+
+    def spy(self, vm):
+        seen.append(os.sched_getaffinity(0))
+        return run_model(self, vm)
+
+    monkeypatch.setattr(Runner, "run_model", spy)
+    for extra, pinned in (([], True), (["--all-cpus"], False)):
+        seen.clear()
+        rc = app.main(["conformance", "--ops", "ADD", "--model", "add_quant8", "--mode", "sync", "--jobs", "1",
+                       "--no-progress", "--plain", *extra])
+        assert rc == 0
+        assert seen
+        assert all(len(s) == 1 for s in seen) if pinned else all(s == allowed for s in seen)
+        assert all(cpus == allowed for cpus in _thread_cpus().values())

@@ -335,6 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, default=None,
                    help="run the models in N worker processes, each with its own device or connection "
                         "(default: the number of cores; 1: in this process)")
+    s.add_argument("--all-cpus", action="store_true",
+                   help="with --jobs 1: leave the run's threads on every CPU (by default they share the one the run "
+                        "starts on: in one process they take turns at the interpreter lock, and a hand-over then "
+                        "wakes no idle CPU; a backend running native threads of its own may want them all)")
     s.add_argument("--progress", action="store_true", help="progress display even when not on a terminal "
                                                            "(plain lines with an ETA)")
     s.add_argument("--no-progress", action="store_true", help="no progress display")
