@@ -318,14 +318,50 @@ def test_variants_of_a_model_compare_one_candidate(monkeypatch):
     for m in variants:
         states.add(m, [], 3, validate_model(base, [], HalVersion.V1_3))
     compared: list = []
-    real = prepared_states._Entry.same
+    real = prepared_states.Entry.same
 
     def counted(self, *a):
         compared.append(self.model)
         return real(self, *a)
 
-    monkeypatch.setattr(prepared_states._Entry, "same", counted)
+    monkeypatch.setattr(prepared_states.Entry, "same", counted)
     for m in variants:
         compared.clear()
         assert states.defs(copy.deepcopy(m), [], 3) is not None
         assert compared == [m]
+
+
+def test_a_compiled_model_is_kept_only_once_it_is_one(monkeypatch):
+    """A backend sharing its compiled models: what compile returns is kept with the model's entry only once
+    the front end has checked it is a Compiled (a wrong result fails that preparation, GENERAL_FAILURE, and is
+    not served to the next one); the next preparations of an equal model take the one kept, unchecked again,
+    without compiling."""
+    from nnhal.driver.device import Device
+    from nnhal.drivers.sample import SampleBackend
+
+    results: list = ["not a compiled model"]
+    calls: list = []
+
+    class Flaky(SampleBackend):
+        def compile(self, model, pool_views, deadline_ns):
+            calls.append(1)
+            return results.pop(0) if results else super().compile(model, pool_views, deadline_ns)
+
+    dev = Device("memo-flaky", Flaky())
+    model = add_model()
+    assert prepare(model, dev)[1] == S.GENERAL_FAILURE and len(calls) == 1
+    _, status, first = prepare(model, dev)
+    assert status == S.NONE and len(calls) == 2  # NOTE: compiled again: the wrong result was not kept
+    checks: list = []
+    real = device_mod.Compiled
+
+    class Counting(type(real)):
+        def __instancecheck__(cls, obj):
+            checks.append(1)
+            return super().__instancecheck__(obj)
+
+    monkeypatch.setattr(device_mod, "Compiled", Counting("C", (real,), {}))
+    for _ in range(2):
+        _, status, again = prepare(model, dev)
+        assert status == S.NONE and again.executor is first.executor
+    assert len(calls) == 2 and not checks  # NOTE: neither compiled nor checked again

@@ -27,7 +27,7 @@ from nnhal.driver.buffers import BufferRegistry, TokenLookup
 from nnhal.driver.guard import hal_methods
 from nnhal.driver.pool_cache import PoolCache
 from nnhal.driver.prepared_model import PreparedModel, deadline_ns, deadline_passed, v1_0_status
-from nnhal.driver.prepared_states import PreparedStates
+from nnhal.driver.prepared_states import Entry, PreparedStates
 from nnhal.driver.scheduler import Scheduler, get_scheduler, missed_deadline_status
 from nnhal.engine.executor import DeadlineMissed
 from nnhal.engine.reference_check import Unchecked, held_to_reference, unheld_operations
@@ -145,26 +145,27 @@ class Device(hal.IDevice, hal.INnhalDevice):
                     return p
         return hal_memory.PrivateCopy(m)
 
-    def _validated(self, model: Any, version: HalVersion) -> tuple[hal.Model, list, list]:
-        """(1.3 model, mapped pools, op defs) or ValidationError.  The model is the driver's own copy (HIDL
-        passes the model by value: a client changing its model later changes nothing here): a new one, or
-        the one kept of an equal model validated lately (prepared_states.py: getSupportedOperations then
-        prepareModel of one model validate and copy it once)."""
+    def _validated(self, model: Any, version: HalVersion) -> tuple[hal.Model, list, list, Optional[Entry]]:
+        """(1.3 model, mapped pools, op defs, the model's entry in the prepared states or None) or
+        ValidationError.  The model is the driver's own copy (HIDL passes the model by value: a client
+        changing its model later changes nothing here): a new one, or the one kept of an equal model
+        validated lately (prepared_states.py: getSupportedOperations then prepareModel of one model validate
+        and copy it once)."""
         model13 = self._canonical(model)
         # NOTE: the pool descriptors mapped are the driver's own copy too, the very ones its model copy holds
         memories = own_copy(model13.pools) if isinstance(model13, hal.Model) else []
         pools = self._map_pools(memories)
         try:
             views = [p.view for p in pools]
-            kept = self._states.validated(model13, views, version) if isinstance(model13, hal.Model) else None
-            if kept is not None:
-                model13, defs = kept
+            entry = self._states.validated(model13, views, version) if isinstance(model13, hal.Model) else None
+            if entry is not None:
+                model13, defs = entry.model, list(entry.defs)
             else:
                 model13 = own_copy(model13)
                 if isinstance(model13, hal.Model):
                     model13.pools = memories
                 defs = validate_model(model13, views, version, self.extensions)
-                self._states.add(model13, views, version, defs, [p.key for p in pools])
+                entry = self._states.add(model13, views, version, defs, [p.key for p in pools])
             if self.extensions and model13.extensionNameToPrefix:
                 # NOTE: the types of the extensions this driver declares carry their declarations from here on
                 model13 = resolve_extensions(model13, self.extensions).apply(model13)
@@ -176,7 +177,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
             for p in pools:
                 p.close()
             raise ValidationError(f"malformed model: {type(e).__name__}: {e}") from None
-        return model13, pools, defs
+        return model13, pools, defs, entry
 
     # ------------------------------------------------------------------ capabilities
     def getCapabilities_1_3(self) -> tuple:
@@ -236,7 +237,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
     def supported_operations(self, model: Any, version: HalVersion) -> tuple:
         """(status, one bool per main operation) for a model sent at ``version``."""
         try:
-            model13, pools, defs = self._validated(model, version)
+            model13, pools, defs, _ = self._validated(model, version)
         except ValidationError as e:
             log.error("getSupportedOperations: invalid model: %s", e)
             return S.INVALID_ARGUMENT, []
@@ -275,7 +276,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
         (validated as of the newest: the question is asked after a face at some version has answered false,
         so an AIDL v2 model with BATCH_MATMUL gets its reasons too)."""
         try:
-            model13, pools, defs = self._validated(model, max(HalVersion))
+            model13, pools, defs, _ = self._validated(model, max(HalVersion))
         except ValidationError:
             return S.INVALID_ARGUMENT, []
         except Exception:  # noqa: BLE001 - never an exception out of a device method
@@ -343,7 +344,7 @@ class Device(hal.IDevice, hal.INnhalDevice):
             validate_preference(preference)
             validate_priority(priority)
             validate_hints(hints, hint_extensions)
-            model13, pools, defs = self._validated(model, version)
+            model13, pools, defs, entry = self._validated(model, version)
         except ValidationError as e:
             log.error("prepareModel: %s", e)
             _tell(notify, S.INVALID_ARGUMENT, None)
@@ -380,12 +381,13 @@ class Device(hal.IDevice, hal.INnhalDevice):
             try:
                 with op_deadline.scope(dl):  # NOTE: polled between operations' prepare steps
                     views = [p.view for p in pools]
+                    kept = False
                     if self.backend.reference_checked:
                         # NOTE: never accept what the reference rejects (nnhal.engine.reference_check)
                         executor, cacheable = held_to_reference(
                             model13, views, dl, lambda: self.backend.compile(model13, views, dl))
                     else:
-                        executor, cacheable = self._compiled(model13, views, dl, version), True
+                        (executor, kept), cacheable = self._compiled(model13, views, dl, entry), True
             except DeadlineMissed:
                 log.error("prepareModel: the deadline passed during the preparation")
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
@@ -402,11 +404,14 @@ class Device(hal.IDevice, hal.INnhalDevice):
                 log.exception("prepareModel failed unexpectedly")
                 fail(S.GENERAL_FAILURE)
                 return
-            if not isinstance(executor, Compiled):
-                log.error("prepareModel: the backend's compile returned %s, not a nnhal.driver.backend.Compiled",
-                          type(executor).__name__)
-                fail(S.GENERAL_FAILURE)
-                return
+            if not kept:  # NOTE: a compiled model kept for an equal model passed this check before it was kept
+                if not isinstance(executor, Compiled):
+                    log.error("prepareModel: the backend's compile returned %s, not a nnhal.driver.backend."
+                              "Compiled", type(executor).__name__)
+                    fail(S.GENERAL_FAILURE)
+                    return
+                if entry is not None and self.backend.shares_compiled and not self.backend.reference_checked:
+                    entry.keep_compiled(executor)
             if deadline_passed(dl):
                 del executor
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
@@ -436,16 +441,14 @@ class Device(hal.IDevice, hal.INnhalDevice):
             return status
         return S.NONE
 
-    def _compiled(self, model13: hal.Model, views: list, dl: Optional[int], version: HalVersion) -> Any:
-        """The backend's compiled model, shared with an equal model prepared lately where the backend's
-        compiled models serve any number of prepared models (``Backend.shares_compiled``)."""
-        if not self.backend.shares_compiled:
-            return self.backend.compile(model13, views, dl)
-        compiled = self._states.compiled(model13, views, version)
-        if compiled is None:
-            compiled = self.backend.compile(model13, views, dl)
-            self._states.keep_compiled(model13, views, version, compiled)
-        return compiled
+    def _compiled(self, model13: hal.Model, views: list, dl: Optional[int], entry: Optional[Entry]) -> tuple[Any, bool]:
+        """(the backend's compiled model, whether it is the one kept): the one kept with the model's entry in
+        the prepared states (an equal model prepared lately) where the backend's compiled models serve any
+        number of prepared models (``Backend.shares_compiled``), else compiled now (the caller keeps it with
+        the entry once checked)."""
+        if self.backend.shares_compiled and entry is not None and entry.compiled is not None:
+            return entry.compiled, True
+        return self.backend.compile(model13, views, dl), False
 
     def save_to_cache(self, prepared: PreparedModel, files: driver_cache.CacheFiles) -> S:
         """Writes ``prepared`` to the cache files; never raises (a cache problem is logged)."""

@@ -67,7 +67,10 @@ def _fingerprint(model: Any, views: list, version: Any) -> Optional[tuple]:
         return None
 
 
-class _Entry:
+class Entry:
+    """A model validated lately: ``model`` (the driver's own copy), its pools' ``views``, the operation
+    definitions ``defs`` and, once one is kept (:meth:`keep_compiled`), its ``compiled`` model."""
+
     __slots__ = ("model", "views", "keys", "version", "defs", "compiled", "nbytes")
 
     def __init__(self, model: Any, views: list, version: Any, defs: list, keys: Sequence = ()):
@@ -87,19 +90,25 @@ class _Entry:
         except Exception:  # noqa: BLE001 - values that cannot be compared are not the same model
             return False
 
+    def keep_compiled(self, compiled: Any) -> None:
+        """Keeps the backend's compiled model for the next preparation of an equal model (the first kept
+        stays: two preparations compiling at once both serve)."""
+        if self.compiled is None:
+            self.compiled = compiled
+
 
 class PreparedStates:
     """Recently validated models (and compiled ones, where shareable) of one device (thread-safe)."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES):
         self._max, self._max_bytes = max_entries, max_bytes
-        self._lru: collections.OrderedDict[int, tuple[tuple, _Entry]] = collections.OrderedDict()  # by age
+        self._lru: collections.OrderedDict[int, tuple[tuple, Entry]] = collections.OrderedDict()  # by age
         self._by_key: dict[tuple, list[int]] = {}  # fingerprint -> entry numbers
         self._next = 0
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def _find(self, model: Any, views: list, version: Any) -> Optional[_Entry]:
+    def _find(self, model: Any, views: list, version: Any) -> Optional[Entry]:
         key = _fingerprint(model, views, version)
         if key is None:
             return None
@@ -118,22 +127,24 @@ class PreparedStates:
         e = self._find(model, views, version)
         return None if e is None else list(e.defs)
 
-    def validated(self, model: Any, views: list, version: Any) -> Optional[tuple[Any, list]]:
-        """(the driver's own copy kept, the operation definitions) of an equal model validated with equal
-        pools at ``version``, or None.  ``model`` may be the client's own (it is only compared): on a hit the
-        kept copy serves, so the same model sent again is neither validated nor copied again."""
-        e = self._find(model, views, version)
-        return None if e is None else (e.model, list(e.defs))
+    def validated(self, model: Any, views: list, version: Any) -> Optional[Entry]:
+        """The entry of an equal model validated with equal pools at ``version`` (its ``model``: the driver's
+        own copy kept; its ``defs``; its ``compiled`` model, if one is kept), or None.  ``model`` may be the
+        client's own (it is only compared): on a hit the kept copy serves, so the same model sent again is
+        neither validated nor copied again, and a preparation takes the compiled model from the entry
+        without looking it up again."""
+        return self._find(model, views, version)
 
-    def add(self, model: Any, views: list, version: Any, defs: list, keys: Sequence = ()) -> None:
+    def add(self, model: Any, views: list, version: Any, defs: list, keys: Sequence = ()) -> Optional[Entry]:
         """Remembers a model just validated (the driver's own copy and its pools' private bytes; ``keys``:
-        per pool, the identity of a mapping of final bytes, ``memory.FrozenPool.key``, or None)."""
+        per pool, the identity of a mapping of final bytes, ``memory.FrozenPool.key``, or None): its entry,
+        or None when it is not kept."""
         key = _fingerprint(model, views, version)
         if key is None:
-            return
-        e = _Entry(model, views, version, defs, keys)
+            return None
+        e = Entry(model, views, version, defs, keys)
         if e.nbytes > self._max_bytes // 4:
-            return  # NOTE: a model this large is prepared seldom; kept, it would push out many others
+            return None  # NOTE: a model this large is prepared seldom; kept, it would push out many others
         with self._lock:
             n, self._next = self._next, self._next + 1
             self._lru[n] = (key, e)
@@ -147,6 +158,7 @@ class PreparedStates:
                     self._by_key[k] = left
                 else:
                     del self._by_key[k]
+        return e
 
     def kept_pools(self, nbytes: int, limit: int = 2) -> list:
         """The pools' private bytes (read-only views) of the latest entries holding a pool of ``nbytes``
@@ -171,17 +183,6 @@ class PreparedStates:
                     if k is not None and k == key:
                         return v
         return None
-
-    def compiled(self, model: Any, views: list, version: Any) -> Any:
-        """The compiled model kept for an equal model, or None."""
-        e = self._find(model, views, version)
-        return None if e is None else e.compiled
-
-    def keep_compiled(self, model: Any, views: list, version: Any, compiled: Any) -> None:
-        """Keeps ``compiled`` with the entry of an equal model (if it is still here)."""
-        e = self._find(model, views, version)
-        if e is not None and e.compiled is None:
-            e.compiled = compiled
 
     def clear(self) -> None:
         with self._lock:
