@@ -81,6 +81,26 @@ def test_prepare_deadline_already_passed_is_missed(vm) -> None:  # noqa: ANN001
     assert launch == S.NONE and status in MISSED and prepared is None
 
 
+def test_prepare_deadline_already_passed_is_told_at_launch_without_a_task() -> None:
+    """As Android's sample driver: the callback is told MISSED_DEADLINE_PERSISTENT before the launch returns
+    NONE, and nothing is queued on the device's work queue."""
+    from nnhal.drivers.sample import sample_device
+
+    dev = sample_device("qos-passed")
+    submitted: list = []
+    real = dev.scheduler.submit
+    dev.scheduler.submit = lambda *a, **k: submitted.append(1) or real(*a, **k)  # type: ignore[method-assign]
+    cb = hal.PreparedModelCallback()
+    past = hal.OptionalTimePoint(nanosecondsSinceEpoch=max(0, time.monotonic_ns() - 10**9))
+    launch = dev.prepareModel_1_3(add_model(), hal.ExecutionPreference.FAST_SINGLE_ANSWER, hal.Priority.MEDIUM,
+                                  past, [], [], bytes(32), cb)
+    assert launch == S.NONE and cb.notified  # NOTE: already told when the launch returns
+    assert cb.wait(0) == (S.MISSED_DEADLINE_PERSISTENT, None)
+    assert not submitted
+    launch, status, prepared = prepare(add_model(), dev)  # NOTE: without a deadline: queued and prepared
+    assert launch == status == S.NONE and prepared is not None and submitted == [1]
+
+
 def _check_execution(vm, pools, status, shapes, timing, kind: str, measure) -> None:  # noqa: ANN001
     if kind == "unlimited":
         assert status == S.NONE

@@ -373,6 +373,12 @@ class Device(hal.IDevice, hal.INnhalDevice):
                 save_to.close()
             _tell(notify, status, None)
 
+        if deadline_passed(dl):
+            # NOTE: as Android's sample driver: a deadline passed already is the preparation's outcome, told
+            # through the callback at once, without a task queued (the launch itself succeeded)
+            fail(S.MISSED_DEADLINE_PERSISTENT)
+            return S.NONE
+
         def work() -> None:
             start_ns = time.monotonic_ns()
             if deadline_passed(dl):
