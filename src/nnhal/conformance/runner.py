@@ -292,20 +292,30 @@ def _aligned(n: int, align: int) -> int:
 class Scratch:
     """Shared memories by size, for the copies in and out of device buffers (``IBuffer.copyFrom`` /
     ``copyTo`` want a memory of the buffer's exact size): one per size for the runs of a variant, written
-    whole before each copyFrom and read whole after each copyTo, rather than one made and freed per copy."""
+    whole before each copyFrom and read whole after each copyTo, rather than one made and freed per copy;
+    the harness maps each once (``view``), not at every copy."""
 
     def __init__(self) -> None:
-        self._memories: dict[int, hal.Memory] = {}
+        self._memories: dict[int, tuple[hal.Memory, memoryview]] = {}
 
     def get(self, size: int) -> hal.Memory:
-        m = self._memories.get(size)
-        if m is None:
-            m = self._memories[size] = hal_memory.allocate(size)
-        return m
+        return self._get(size)[0]
+
+    def view(self, memory: hal.Memory) -> memoryview:
+        """The harness's own mapping of a scratch memory (mapped once, with the memory)."""
+        return self._get(memory.size)[1]
+
+    def _get(self, size: int) -> tuple[hal.Memory, memoryview]:
+        got = self._memories.get(size)
+        if got is None:
+            m = hal_memory.allocate(size)
+            got = self._memories[size] = (m, hal_memory.map(m))
+        return got
 
     def close(self) -> None:
         memories, self._memories = list(self._memories.values()), {}
-        for m in memories:
+        for m, view in memories:
+            view.release()
             hal_memory.free(m)
 
 
@@ -387,12 +397,26 @@ class DevicePools:
         if self._scratch is None:
             hal_memory.free(tmp)
 
+    def _write(self, tmp: hal.Memory, data: bytes) -> None:
+        if self._scratch is not None:
+            self._scratch.view(tmp)[:] = data
+            return
+        view = hal_memory.map(tmp)
+        view[:] = data
+        view.release()
+
+    def _read(self, tmp: hal.Memory) -> bytes:
+        if self._scratch is not None:
+            return bytes(self._scratch.view(tmp))
+        view = hal_memory.map(tmp)
+        raw = bytes(view)
+        view.release()
+        return raw
+
     def _load(self, buf: Any, v: np.ndarray, k: int) -> None:
         tmp = self._temporary(v.nbytes)
         try:
-            view = hal_memory.map(tmp)
-            view[:] = np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes()
-            view.release()
+            self._write(tmp, np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes())
             status = self.face.copy_from(buf, tmp, [])
             if status != S.NONE:
                 self.error = f"copyFrom for input {k} returned {S(status).name}"
@@ -418,9 +442,7 @@ class DevicePools:
             status = self.face.copy_to(buf, tmp)
             if status != S.NONE:
                 raise AssertionError(f"copyTo for output {k} returned {S(status).name}")
-            view = hal_memory.map(tmp)
-            raw = bytes(view)
-            view.release()
+            raw = self._read(tmp)
         finally:
             self._done_with(tmp)
         if dt == np.bool_:
