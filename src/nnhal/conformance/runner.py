@@ -148,11 +148,12 @@ def case_result(vm: VectorModel, variant: str) -> Callable[..., CaseResult]:
     """``result(mode, status, msg="", err=0.0)``: a CaseResult of one variant's
     run, its time counted from this call."""
     ops = sorted(vm.operation_types)
+    data_type = vm.data_type  # NOTE: once per variant, not per case
     t0 = time.perf_counter()
 
     def result(mode: str, status: str, msg: str = "", err: float = 0.0) -> CaseResult:
         return CaseResult(vm.spec, vm.name, ops, mode, variant, status, msg, time.perf_counter() - t0, err,
-                          vm.data_type)
+                          data_type)
 
     return result
 
