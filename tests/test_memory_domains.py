@@ -306,6 +306,25 @@ def test_copy_round_trip(t: T, kind: str) -> None:
     M.free(dst)
 
 
+def test_copies_read_and_write_the_client_memory_without_mapping_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy touches the client's memory once: pread / pwrite, no mapping made and torn down per copy."""
+    from nnhal.platform import memory as platform_memory
+
+    buf, _ = allocate(twice())
+    data = value(next(iter(TYPES)))
+    src = shared(data)
+    dst = M.allocate(src.size)
+    maps: list = []
+    real = platform_memory.map_fd
+    monkeypatch.setattr(platform_memory, "map_fd", lambda *a, **k: maps.append(a) or real(*a, **k))
+    assert buf.copyFrom(src, []) == S.NONE and buf.copyTo(dst) == S.NONE
+    assert maps == []
+    monkeypatch.undo()
+    np.testing.assert_array_equal(read(dst, TYPES[next(iter(TYPES))][0], DIMS), data)
+    M.free(src)
+    M.free(dst)
+
+
 def test_copy_with_an_mmap_fd_offset() -> None:
     buf, _ = allocate(twice())
     data = value()

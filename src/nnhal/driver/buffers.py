@@ -307,8 +307,9 @@ class _Mapped:
             self._image = open_image(memory, writable)
             self.size = self._image.capacity
         else:
-            # NOTE: mapped only when the client cannot shrink it, else pread/pwrite (no SIGBUS)
-            self._pool = hal_memory.open_pool(memory, writable=writable)
+            # NOTE: read or written once: pread/pwrite (no SIGBUS, no mapping made and torn down per copy), as a
+            # request pool used once; a memory of MAP_MIN_BYTES and more, mapped when the client cannot shrink it
+            self._pool = hal_memory.open_pool(memory, writable=writable, map_min_bytes=hal_memory.MAP_MIN_BYTES)
             self.size = self._pool.size
 
     def read(self, n: int) -> bytes:
