@@ -226,3 +226,55 @@ def test_signatures():
         sig(Op.MAX_POOL_2D, [T.TENSOR_FLOAT32] + imp, T.TENSOR_FLOAT16, V1_2)
     with pytest.raises(OpValidationError):  # float scalar parameter
         sig(Op.MAX_POOL_2D, [T.TENSOR_FLOAT32] + [T.FLOAT32] + imp[1:], T.TENSOR_FLOAT32, V1_2)
+
+
+# --------------------------------------------------------------------------
+# the float window sum: one add per window position, numpy's reduction's bits
+
+
+def test_window_sum_has_the_bits_of_numpys_reduction():
+    """window_sum_f32 replaces ``win.sum(axis=(-2, -1), dtype=float32)`` where it is faster; on every layout,
+    window, stride and value (negative zeros, infinities, NaNs) the bytes must be the same."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    from nnhal.ops.pooling import _SUM_BY_POSITION_MIN, window_sum_f32
+
+    rng = np.random.default_rng(1)
+    fast = 0
+    for _ in range(300):
+        b, h, w, c = (int(rng.integers(1, 4)), int(rng.integers(1, 60)), int(rng.integers(1, 60)),
+                      int(rng.integers(1, 9)))
+        fh, fw = int(rng.integers(1, min(h, 12) + 1)), int(rng.integers(1, min(w, 12) + 1))
+        sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        x = (rng.standard_normal((b, h, w, c)) * 10.0 ** int(rng.integers(-3, 6))).astype(np.float32)
+        kind = int(rng.integers(0, 4))
+        if kind == 1:
+            x[x > 0.5] = -0.0
+        elif kind == 2:
+            x[rng.random(x.shape) < 0.01] = np.inf
+        elif kind == 3:
+            x[rng.random(x.shape) < 0.01] = np.nan
+        for nchw in (False, True):
+            xx = np.ascontiguousarray(x.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1) if nchw else x
+            win = sliding_window_view(xx, (fh, fw), axis=(1, 2))[:, ::sh, ::sw]
+            assert window_sum_f32(win).tobytes() == win.sum(axis=(-2, -1), dtype=np.float32).tobytes()
+            fast += (not nchw and c > 1 and fh * fw > 1 and win[..., 0, 0, 0].size >= _SUM_BY_POSITION_MIN)
+    assert fast >= 50  # NOTE: the by-position path was taken often enough to mean something
+
+
+def test_large_float_average_pool_is_numpys_reduction_bit_for_bit():
+    """A large window over many positions (avg_pool_float_2's form) through validate, prepare and execute:
+    the bytes of numpy's reduction over the window view, divided by the count."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 40, 44, 3)).astype(np.float32) * 100
+    pads, strides, filt = (5, 5, 5, 5), (2, 2), (20, 20)
+    ins = [tensor(x)] + [i32(v) for v in (*pads, *strides, *filt, 0)]
+    got = run(OPS["avg"], ins)
+    padded = np.zeros((2, 50, 54, 3), np.float32)
+    padded[:, 5:45, 5:49] = x
+    win = sliding_window_view(padded, (20, 20), axis=(1, 2))[:, ::2, ::2]
+    counts = sliding_window_view(np.pad(np.ones((40, 44), np.float32), 5), (20, 20))[::2, ::2].sum(axis=(-2, -1))
+    want = (win.sum(axis=(-2, -1), dtype=np.float32) / counts[None, :, :, None].astype(np.float32))
+    assert got.shape == want.shape and got.tobytes() == want.astype(np.float32).tobytes()
