@@ -75,7 +75,7 @@ def _apply() -> bool:
 # the garbage collector and long-lived data
 
 
-_frozen_depth = 0
+_frozen = {"depth": 0, "unfreeze": False}
 
 
 @contextlib.contextmanager
@@ -87,17 +87,19 @@ def frozen() -> Iterator[None]:
     collection over them took ~120 ms, 30 of them in one section).  The
     objects become collectable again after the block (``gc.unfreeze``, by
     the outermost block of nested ones): a process calling the command
-    in-process (tests) keeps nothing for good.  Objects made within the block
-    are collected as always."""
-    global _frozen_depth
+    in-process (tests) keeps nothing for good -- unless the process had
+    frozen objects of its own before (``nnhal bench`` freezes what its
+    start-up made): those stay frozen, and so do the block's.  Objects made
+    within the block are collected as always."""
     with _lock:
-        if _frozen_depth == 0:
+        if _frozen["depth"] == 0:
+            _frozen["unfreeze"] = gc.get_freeze_count() == 0
             gc.freeze()
-        _frozen_depth += 1
+        _frozen["depth"] += 1
     try:
         yield
     finally:
         with _lock:
-            _frozen_depth -= 1
-            if _frozen_depth == 0:
+            _frozen["depth"] -= 1
+            if _frozen["depth"] == 0 and _frozen["unfreeze"]:
                 gc.unfreeze()
