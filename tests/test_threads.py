@@ -123,9 +123,11 @@ def _thread_cpus() -> dict[int, set[int]]:
 
 @pytest.mark.skipif(not _TWO_CPUS, reason="needs two CPUs allowed")
 def test_one_cpu_pins_every_thread_for_the_block_and_restores_them_after():
+    from nnhal.platform import blas
     from nnhal.platform.threads import one_cpu
 
     allowed = os.sched_getaffinity(0)
+    blas_before = blas.threads()
     release = threading.Event()
     started_before = threading.Thread(target=release.wait, daemon=True)
     started_before.start()
@@ -141,7 +143,10 @@ def test_one_cpu_pins_every_thread_for_the_block_and_restores_them_after():
             with one_cpu() as inner:  # NOTE: nested: the same CPU, nothing restored at its end
                 assert inner == cpu
             assert os.sched_getaffinity(started_before.native_id) == {cpu}
+            if blas_before is not None:
+                assert blas.threads() == 1  # NOTE: numpy's OpenBLAS threads would only wait for the one CPU
         assert all(cpus == allowed for cpus in _thread_cpus().values())
+        assert blas.threads() == blas_before
         with pytest.raises(RuntimeError):
             with one_cpu():
                 raise RuntimeError("the block failed")

@@ -28,6 +28,8 @@ import threading
 import weakref
 from typing import Callable, Iterator, Optional
 
+from nnhal.platform import blas
+
 __all__ = ["Lingering", "one_cpu"]
 
 log = logging.getLogger("nnhal.threads")
@@ -125,6 +127,7 @@ class _Pin:
     depth = 0
     cpu: Optional[int] = None
     allowed: set[int] = set()
+    blas: Optional[int] = None  # numpy's OpenBLAS threads before the block
 
 
 def _current_cpu(allowed: set[int]) -> int:
@@ -166,8 +169,9 @@ def one_cpu() -> Iterator[Optional[int]]:
     set-up 245 -> 107 us, a burst execution 93 -> 61 us on one CPU; the whole
     ``nnhal vts --jobs 1`` 109 -> 93 s).  Not for work that runs native
     threads in parallel (a backend's own thread pool would share the CPU
-    too).  Nested blocks keep the outermost one's CPU; a child forked within
-    the block starts on the CPUs the process had."""
+    too: numpy's OpenBLAS runs one thread within the block).  Nested blocks
+    keep the outermost one's CPU; a child forked within the block starts on
+    the CPUs the process had."""
     if not hasattr(os, "sched_setaffinity"):
         yield None
         return
@@ -181,6 +185,11 @@ def one_cpu() -> Iterator[Optional[int]]:
             _Pin.allowed = allowed if _Pin.cpu is not None else set()
             if _Pin.cpu is not None:
                 _set_every_thread({_Pin.cpu})
+                # NOTE: numpy's OpenBLAS threads would share the one CPU too, each product's work handed to
+                # threads that wait for their turn (VTS's memory section 0.1 -> 0.5 s): one thread meanwhile
+                _Pin.blas = blas.threads()
+                if _Pin.blas is not None and _Pin.blas > 1:
+                    blas.set_threads(1)
         _Pin.depth += 1
         cpu = _Pin.cpu
     try:
@@ -190,14 +199,16 @@ def one_cpu() -> Iterator[Optional[int]]:
             _Pin.depth -= 1
             if _Pin.depth == 0 and _Pin.allowed:
                 _set_every_thread(_Pin.allowed)
-                _Pin.allowed, _Pin.cpu = set(), None
+                if _Pin.blas is not None and _Pin.blas > 1:
+                    blas.set_threads(_Pin.blas)
+                _Pin.allowed, _Pin.cpu, _Pin.blas = set(), None, None
 
 
 def _after_fork_unpin() -> None:
     """In a forked child: the CPUs the parent had before its block (the block is the parent's)."""
     allowed = _Pin.allowed
     _Pin.lock = threading.Lock()
-    _Pin.depth, _Pin.cpu, _Pin.allowed = 0, None, set()
+    _Pin.depth, _Pin.cpu, _Pin.allowed, _Pin.blas = 0, None, set(), None
     if allowed:
         try:
             os.sched_setaffinity(0, allowed)

@@ -2,54 +2,11 @@
 
 from __future__ import annotations
 
-import os
-from typing import Any
+# NOTE: numpy's OpenBLAS threads are the platform layer's (nnhal.platform.blas), named here as bench has them
+from nnhal.platform.blas import set_threads as set_blas_threads
+from nnhal.platform.blas import threads as blas_threads
 
-import numpy as np
-
-# --------------------------------------------------------------------------
-# BLAS threads
-
-
-def _openblas() -> Any:
-    """numpy's bundled OpenBLAS through ctypes (None if not found)."""
-    import ctypes
-    import glob
-
-    here = os.path.dirname(np.__file__)
-    for path in sorted(glob.glob(os.path.join(here, "..", "numpy.libs", "*openblas*"))) + \
-            sorted(glob.glob(os.path.join(here, ".dylibs", "*openblas*"))):
-        try:
-            return ctypes.CDLL(path)
-        except OSError:
-            continue
-    return None
-
-
-def _blas_fn(suffix: str) -> Any:
-    lib = _openblas()
-    if lib is None:
-        return None
-    for name in (f"scipy_openblas_{suffix}64_", f"openblas_{suffix}64_", f"openblas_{suffix}"):
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            return fn
-    return None
-
-
-def blas_threads() -> int | None:
-    """The number of threads numpy's OpenBLAS uses (None if unknown)."""
-    fn = _blas_fn("get_num_threads")
-    return int(fn()) if fn is not None else None
-
-
-def set_blas_threads(n: int) -> bool:
-    """Set numpy's OpenBLAS thread count; False if it cannot be set."""
-    fn = _blas_fn("set_num_threads")
-    if fn is None:
-        return False
-    fn(int(n))
-    return True
+__all__ = ["blas_threads", "set_blas_threads", "tune_malloc"]
 
 
 def tune_malloc() -> bool:
