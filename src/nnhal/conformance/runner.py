@@ -681,8 +681,7 @@ class Runner:
         if problem:
             return "fail", problem, 0.0
         worst = 0.0
-        has_fp16 = any(o.type in (T.TENSOR_FLOAT16, T.FLOAT16) for sg in [vm.main, *vm.referenced]
-                       for o in sg.operands)
+        has_fp16 = vm.has_fp16
         for k, o in enumerate(outs):
             got = pools.read_output(k, o, list(shapes[k].dimensions))
             expected = o.data if o.data is not None else np.zeros(o.dimensions, _dtype(o.type))

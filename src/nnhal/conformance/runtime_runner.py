@@ -106,8 +106,7 @@ class RuntimeRunner:
         timing = ex.timing
         if timing is not None and timing.timeOnDevice != hal.UINT64_MAX and timing.timeOnDevice > timing.timeInDriver:
             return result(mode, "fail", f"timeOnDevice {timing.timeOnDevice} > timeInDriver {timing.timeInDriver}")
-        has_fp16 = any(o.type in (T.TENSOR_FLOAT16, T.FLOAT16) for sg in [vm.main, *vm.referenced]
-                       for o in sg.operands)
+        has_fp16 = vm.has_fp16
         worst = 0.0
         for k, o in enumerate(outs):
             name = comp.output_names[k]

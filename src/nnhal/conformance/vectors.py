@@ -12,6 +12,7 @@ import gzip
 import json
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -92,6 +93,13 @@ class VectorModel:
     extensionNameToPrefix: list[hal.ExtensionNameAndPrefix] = field(default_factory=list)
 
     # ------------------------------------------------------------------
+    @cached_property
+    def has_fp16(self) -> bool:
+        """Whether any operand of any subgraph is float16 (VTS's comparison tolerance widens then); looked up
+        once per model (every execution's judgement asks)."""
+        return any(o.type in (hal.OperandType.TENSOR_FLOAT16, hal.OperandType.FLOAT16)
+                   for sg in [self.main, *self.referenced] for o in sg.operands)
+
     @property
     def version(self) -> Optional[hal.HalVersion]:
         """``minSupportedVersion`` as a HalVersion (V1_0..V1_3, AIDL_V1..AIDL_V4: the interface version a

@@ -65,8 +65,7 @@ def run_model(vm: vectors.VectorModel) -> tuple[bool, str, float]:
         return False, f"{type(e).__name__}: {e}" + ("\n" + traceback.format_exc() if VERBOSE > 1 else ""), 0.0
     if vm.expectFailure:
         return False, "expected a failure, got success", 0.0
-    has_fp16 = any(o.type in (hal.OperandType.TENSOR_FLOAT16, hal.OperandType.FLOAT16)
-                   for sg in [vm.main, *vm.referenced] for o in sg.operands)
+    has_fp16 = vm.has_fp16
     worst = 0.0
     for j, (a, o) in enumerate(zip(outs, vm.output_operands())):
         logits = None

@@ -112,7 +112,7 @@ def _judge_execute(face: Face, vm: VectorModel, prepared: Any, executor: str, me
         return "NONE", f"timeOnDevice {timing.timeOnDevice} > timeInDriver {timing.timeInDriver}"
     if len(shapes) != len(outs):
         return "NONE", f"{len(shapes)} output shapes for {len(outs)} outputs"
-    has_fp16 = any(o.type in (T.TENSOR_FLOAT16, T.FLOAT16) for sg in [vm.main, *vm.referenced] for o in sg.operands)
+    has_fp16 = vm.has_fp16
     for k, o in enumerate(outs):
         got = pools.read_output(k, o, list(shapes[k].dimensions))
         expected = o.data if o.data is not None else np.zeros(o.dimensions)
