@@ -180,49 +180,40 @@ def test_one_cpu_changes_nothing_with_one_cpu_allowed_and_a_forked_child_starts_
     assert out.stdout.split() == ["True", "True", "None", "True"]
 
 
-@pytest.mark.skipif(not _TWO_CPUS, reason="needs two CPUs allowed")
-def test_vts_in_process_runs_on_one_cpu_unless_all_cpus_and_gives_the_cpus_back(monkeypatch):
-    from nnhal.cli import app
-    from nnhal.conformance.vts import suite
+_IN_PROCESS_RUNS = {  # the command line, and what runs each unit / model (module or class, attribute)
+    "vts": (("nnhal.cli.vts", None, "run_unit"), ["vts", "--device", "sample-all", "--ops", "ADD", "--section",
+                                                   "request", "--sample", "1", "--jobs", "1", "--no-progress"]),
+    "conformance": (("nnhal.conformance.runner", "Runner", "run_model"),
+                    ["conformance", "--ops", "ADD", "--model", "add_quant8", "--mode", "sync", "--jobs", "1",
+                     "--no-progress", "--plain"]),
+}
 
+
+@pytest.mark.skipif(not _TWO_CPUS, reason="needs two CPUs allowed")
+@pytest.mark.parametrize("command", sorted(_IN_PROCESS_RUNS))
+def test_in_process_runs_take_one_cpu_unless_all_cpus_and_give_the_cpus_back(monkeypatch, command):
+    """``nnhal vts`` / ``nnhal conformance`` with --jobs 1: each unit (model) runs on one CPU, or on every CPU
+    with --all-cpus; every thread has the process's CPUs back after the run."""
+    import importlib
+
+    from nnhal.cli import app
+
+    (module, cls, attr), argv = _IN_PROCESS_RUNS[command]
+    owner: object = importlib.import_module(module)
+    if cls is not None:
+        owner = getattr(owner, cls)
+    real = getattr(owner, attr)
     allowed = os.sched_getaffinity(0)
     seen: list[set[int]] = []
-    run_unit = suite.run_unit
 
-    def spy(config, unit):
+    def spy(*args):
         seen.append(os.sched_getaffinity(0))
-        return run_unit(config, unit)
+        return real(*args)
 
-    monkeypatch.setattr("nnhal.cli.vts.run_unit", spy)
+    monkeypatch.setattr(owner, attr, spy)
     for extra, pinned in (([], True), (["--all-cpus"], False)):
         seen.clear()
-        rc = app.main(["vts", "--device", "sample-all", "--ops", "ADD", "--section", "request", "--sample", "1",
-                       "--jobs", "1", "--no-progress", *extra])
-        assert rc == 0
+        assert app.main([*argv, *extra]) == 0
         assert seen
         assert all(len(s) == 1 for s in seen) if pinned else all(s == allowed for s in seen)
         assert all(cpus == allowed for cpus in _thread_cpus().values())  # NOTE: given back after the run
-
-
-@pytest.mark.skipif(not _TWO_CPUS, reason="needs two CPUs allowed")
-def test_conformance_in_process_runs_on_one_cpu_unless_all_cpus(monkeypatch):
-    from nnhal.cli import app
-    from nnhal.conformance.runner import Runner
-
-    allowed = os.sched_getaffinity(0)
-    seen: list[set[int]] = []
-    run_model = Runner.run_model
-
-    def spy(self, vm):
-        seen.append(os.sched_getaffinity(0))
-        return run_model(self, vm)
-
-    monkeypatch.setattr(Runner, "run_model", spy)
-    for extra, pinned in (([], True), (["--all-cpus"], False)):
-        seen.clear()
-        rc = app.main(["conformance", "--ops", "ADD", "--model", "add_quant8", "--mode", "sync", "--jobs", "1",
-                       "--no-progress", "--plain", *extra])
-        assert rc == 0
-        assert seen
-        assert all(len(s) == 1 for s in seen) if pinned else all(s == allowed for s in seen)
-        assert all(cpus == allowed for cpus in _thread_cpus().values())
