@@ -298,6 +298,20 @@ class Scratch:
 
     def __init__(self) -> None:
         self._memories: dict[int, tuple[hal.Memory, memoryview]] = {}
+        self._pools: dict[tuple, RequestPools] = {}
+
+    def request_pools(self, inputs: Sequence[Optional[np.ndarray]], out_sizes: Sequence[int],
+                      align: int) -> RequestPools:
+        """The shared pools (0 and 1) of a memory-domain run laid out for these arguments: made once per
+        layout and contents for the runs of a variant, reset before each (as new ones would hold)."""
+        key = (tuple(None if v is None else (v.dtype.str, v.shape, v.tobytes()) for v in inputs), tuple(out_sizes),
+               align)
+        pools = self._pools.get(key)
+        if pools is None:
+            pools = self._pools[key] = RequestPools(inputs, out_sizes, align=align)
+        else:
+            pools.reset()
+        return pools
 
     def get(self, size: int) -> hal.Memory:
         return self._get(size)[0]
@@ -315,9 +329,12 @@ class Scratch:
 
     def close(self) -> None:
         memories, self._memories = list(self._memories.values()), {}
+        pools, self._pools = list(self._pools.values()), {}
         for m, view in memories:
             view.release()
             hal_memory.free(m)
+        for p in pools:
+            p.close()
 
 
 class DevicePools:
@@ -354,12 +371,15 @@ class DevicePools:
                 got = self._allocate(prepared, k, hal.BufferRole(0, k, 1.0), False)
                 if got is not None:
                     out_dev[k] = got
-        # NOTE: the shared pools hold what is not in device memory, at the offsets VTS uses
-        self.shared = RequestPools([None if k in in_dev else v for k, v in enumerate(inputs)],
-                                   [1 if k in out_dev else n for k, n in enumerate(out_sizes)], align=align)
+        # NOTE: the shared pools hold what is not in device memory, at the offsets VTS uses (the variant's
+        # scratch keeps them for its next runs)
+        shared_in = [None if k in in_dev else v for k, v in enumerate(inputs)]
+        shared_out = [1 if k in out_dev else n for k, n in enumerate(out_sizes)]
+        self.shared = scratch.request_pools(shared_in, shared_out, align) if scratch is not None else \
+            RequestPools(shared_in, shared_out, align=align)
         self.in_args = list(self.shared.in_args)
         self.out_args = list(self.shared.out_args)
-        self.paddings = self.shared.paddings
+        self.paddings = (list(self.shared.paddings[0]), list(self.shared.paddings[1]))  # NOTE: ours to change
         self.pools = [hal.MemoryPool(hidlMemory=self.shared.in_mem), hal.MemoryPool(hidlMemory=self.shared.out_mem)]
         self.out_buffers: dict[int, Any] = {}
         for args, dev, pads in ((self.in_args, in_dev, self.paddings[0]), (self.out_args, out_dev, self.paddings[1])):
@@ -451,7 +471,8 @@ class DevicePools:
         return np.frombuffer(raw, dtype=dt).reshape(shape)
 
     def close(self) -> None:
-        self.shared.close()
+        if self._scratch is None:
+            self.shared.close()  # NOTE: else the scratch's, closed with it
         for buf in self.buffers:
             close = getattr(buf, "close", None)  # NOTE: frees the driver's buffer now (else when collected)
             if close is not None:
