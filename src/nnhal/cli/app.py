@@ -9,6 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+# NOTE: `nnhal conformance` and `nnhal vts` both (nnhal.cli.conformance.in_process)
+ALL_CPUS_HELP = ("with --jobs 1: leave the run's threads on every CPU (by default they share the one the run starts "
+                 "on: in one process they take turns at the interpreter lock, and a hand-over then wakes no idle "
+                 "CPU; a backend running native threads of its own may want them all)")
+
 
 def _default_vectors() -> str:
     from nnhal.conformance.vectors import default_vectors  # NOTE: lazily: `nnhal --help` loads no numpy
@@ -335,10 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, default=None,
                    help="run the models in N worker processes, each with its own device or connection "
                         "(default: the number of cores; 1: in this process)")
-    s.add_argument("--all-cpus", action="store_true",
-                   help="with --jobs 1: leave the run's threads on every CPU (by default they share the one the run "
-                        "starts on: in one process they take turns at the interpreter lock, and a hand-over then "
-                        "wakes no idle CPU; a backend running native threads of its own may want them all)")
+    s.add_argument("--all-cpus", action="store_true", help=ALL_CPUS_HELP)
     s.add_argument("--progress", action="store_true", help="progress display even when not on a terminal "
                                                            "(plain lines with an ETA)")
     s.add_argument("--no-progress", action="store_true", help="no progress display")
@@ -352,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     from nnhal.conformance.vts.arguments import add_arguments
 
     add_arguments(s)
+    s.add_argument("--all-cpus", action="store_true", help=ALL_CPUS_HELP)
     s.set_defaults(fn=cmd_vts)
 
     s = command("serve", "run a driver as a service process (foreground, until SIGTERM / SIGINT)",

@@ -17,13 +17,23 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from nnhal.conformance import report as rep
 from nnhal.conformance import vectors
 from nnhal.conformance.parallel import WorkerConfig, make_runner, run_parallel
 from nnhal.conformance.runner import MODES, VARIANTS, CaseResult, Report
 from nnhal.platform import heap, threads
+
+
+@contextlib.contextmanager
+def in_process(args: argparse.Namespace) -> Iterator[None]:
+    """What a run in this process (``--jobs 1``) of ``nnhal conformance`` or ``nnhal vts`` runs within: the
+    vector models loaded left out of the collector's full passes (``heap.frozen``) and, unless
+    ``--all-cpus``, every thread on one CPU (``threads.one_cpu``: they take turns at the interpreter lock
+    anyway, and a hand-over then wakes no idle CPU)."""
+    with heap.frozen(), (contextlib.nullcontext() if getattr(args, "all_cpus", False) else threads.one_cpu()):
+        yield
 
 
 class UserError(Exception):
@@ -219,9 +229,7 @@ def run(args: argparse.Namespace, open_face: Callable[[str], Any], version: str)
     try:
         if jobs == 1 or len(found) <= 1:
             runner = make_runner(face, settings.modes, settings.variants, args.memory, devices)
-            # NOTE: the vector models loaded are left out of the collector's full passes; the threads take turns
-            # at the interpreter lock: on one CPU a hand-over wakes no idle CPU (nnhal.platform.threads.one_cpu)
-            with heap.frozen(), (contextlib.nullcontext() if getattr(args, "all_cpus", False) else threads.one_cpu()):
+            with in_process(args):
                 for k, (_, _, vm) in enumerate(found):
                     done(k, runner.run_model(vm))
         else:

@@ -12,7 +12,6 @@ the exit status is 0 exactly when every case passed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import difflib
 import os
@@ -26,6 +25,7 @@ from nnhal.cli.conformance import (
     UserError,
     check_operations,
     check_writable,
+    in_process,
     vector_paths,
 )
 from nnhal.conformance import vectors
@@ -34,7 +34,6 @@ from nnhal.conformance.vts.arguments import DEFAULT_CASES, DEFAULT_MAX_OPERATION
 from nnhal.conformance.vts.case import Case
 from nnhal.conformance.vts.sections import OPT_IN, PER_MODEL, SECTIONS
 from nnhal.conformance.vts.suite import DIED, Config, Unit, batch_size, in_process_order, plan, run_local, run_unit
-from nnhal.platform import heap, threads
 
 RANDOM_BATCH = 8  # NOTE: random cases per unit (a few seconds of work; Ctrl-C loses little)
 PLANNED_RATE = 60  # NOTE: --seconds plans for at most this many cases per second and worker
@@ -187,9 +186,7 @@ def run(args: argparse.Namespace, version: str) -> int:
             except ClusterError as e:
                 raise UserError(str(e)) from None
         elif jobs == 1 or (len(units) <= 1 and random_config is None):  # NOTE: a random case may crash a driver
-            # NOTE: the vector models loaded are left out of the collector's full passes while the units run;
-            # the threads take turns at the interpreter lock: on one CPU a hand-over wakes no idle CPU
-            with heap.frozen(), (contextlib.nullcontext() if getattr(args, "all_cpus", False) else threads.one_cpu()):
+            with in_process(args):
                 for unit in in_process_order(units):
                     if stop is not None and stop():
                         break

@@ -294,7 +294,8 @@ class Scratch:
     """Shared memories by size, for the copies in and out of device buffers (``IBuffer.copyFrom`` /
     ``copyTo`` want a memory of the buffer's exact size): one per size for the runs of a variant, written
     whole before each copyFrom and read whole after each copyTo, rather than one made and freed per copy;
-    the harness maps each once (``view``), not at every copy."""
+    the harness maps each once, not at every copy.  The memory-domain runs' shared pools too
+    (:meth:`request_pools`)."""
 
     def __init__(self) -> None:
         self._memories: dict[int, tuple[hal.Memory, memoryview]] = {}
@@ -313,14 +314,8 @@ class Scratch:
             pools.reset()
         return pools
 
-    def get(self, size: int) -> hal.Memory:
-        return self._get(size)[0]
-
-    def view(self, memory: hal.Memory) -> memoryview:
-        """The harness's own mapping of a scratch memory (mapped once, with the memory)."""
-        return self._get(memory.size)[1]
-
-    def _get(self, size: int) -> tuple[hal.Memory, memoryview]:
+    def get(self, size: int) -> tuple[hal.Memory, memoryview]:
+        """(the memory of ``size`` bytes, the harness's own mapping of it, made once with it)."""
         got = self._memories.get(size)
         if got is None:
             m = hal_memory.allocate(size)
@@ -352,7 +347,7 @@ class DevicePools:
     BEGIN = 2
 
     def __init__(self, face: Face, prepared: Any, inputs: Sequence[Optional[np.ndarray]], out_sizes: Sequence[int],
-                 align: int = 4, scratch: Optional[Scratch] = None):
+                 scratch: Scratch, align: int = 4):
         self.face = face
         self.error = ""
         self._scratch = scratch
@@ -375,8 +370,7 @@ class DevicePools:
         # scratch keeps them for its next runs)
         shared_in = [None if k in in_dev else v for k, v in enumerate(inputs)]
         shared_out = [1 if k in out_dev else n for k, n in enumerate(out_sizes)]
-        self.shared = scratch.request_pools(shared_in, shared_out, align) if scratch is not None else \
-            RequestPools(shared_in, shared_out, align=align)
+        self.shared = scratch.request_pools(shared_in, shared_out, align)
         self.in_args = list(self.shared.in_args)
         self.out_args = list(self.shared.out_args)
         self.paddings = (list(self.shared.paddings[0]), list(self.shared.paddings[1]))  # NOTE: ours to change
@@ -411,38 +405,12 @@ class DevicePools:
                          "GENERAL_FAILURE with no buffer and token 0)"
         return None
 
-    def _temporary(self, size: int) -> hal.Memory:
-        return self._scratch.get(size) if self._scratch is not None else hal_memory.allocate(size)
-
-    def _done_with(self, tmp: hal.Memory) -> None:
-        if self._scratch is None:
-            hal_memory.free(tmp)
-
-    def _write(self, tmp: hal.Memory, data: bytes) -> None:
-        if self._scratch is not None:
-            self._scratch.view(tmp)[:] = data
-            return
-        view = hal_memory.map(tmp)
-        view[:] = data
-        view.release()
-
-    def _read(self, tmp: hal.Memory) -> bytes:
-        if self._scratch is not None:
-            return bytes(self._scratch.view(tmp))
-        view = hal_memory.map(tmp)
-        raw = bytes(view)
-        view.release()
-        return raw
-
     def _load(self, buf: Any, v: np.ndarray, k: int) -> None:
-        tmp = self._temporary(v.nbytes)
-        try:
-            self._write(tmp, np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes())
-            status = self.face.copy_from(buf, tmp, [])
-            if status != S.NONE:
-                self.error = f"copyFrom for input {k} returned {S(status).name}"
-        finally:
-            self._done_with(tmp)
+        tmp, view = self._scratch.get(v.nbytes)
+        view[:] = np.ascontiguousarray(v).view(np.uint8).reshape(-1).tobytes()
+        status = self.face.copy_from(buf, tmp, [])
+        if status != S.NONE:
+            self.error = f"copyFrom for input {k} returned {S(status).name}"
 
     def request(self) -> hal.Request:
         return hal.Request(inputs=self.in_args, outputs=self.out_args, pools=self.pools)
@@ -458,21 +426,17 @@ class DevicePools:
         n = math.prod(int(d) for d in shape)  # NOTE: 1 for a scalar's ()
         if n == 0:  # NOTE: as VTS, a zero-sized output is not copied back (no memory of size 0)
             return np.zeros(shape, dt)
-        tmp = self._temporary(n * dt.itemsize)
-        try:
-            status = self.face.copy_to(buf, tmp)
-            if status != S.NONE:
-                raise AssertionError(f"copyTo for output {k} returned {S(status).name}")
-            raw = self._read(tmp)
-        finally:
-            self._done_with(tmp)
+        tmp, view = self._scratch.get(n * dt.itemsize)
+        status = self.face.copy_to(buf, tmp)
+        if status != S.NONE:
+            raise AssertionError(f"copyTo for output {k} returned {S(status).name}")
+        raw = bytes(view)
         if dt == np.bool_:
             return (np.frombuffer(raw, dtype=np.uint8) != 0).reshape(shape)
         return np.frombuffer(raw, dtype=dt).reshape(shape)
 
     def close(self) -> None:
-        if self._scratch is None:
-            self.shared.close()  # NOTE: else the scratch's, closed with it
+        # NOTE: the shared pools are the scratch's, closed with it
         for buf in self.buffers:
             close = getattr(buf, "close", None)  # NOTE: frees the driver's buffer now (else when collected)
             if close is not None:
@@ -622,7 +586,8 @@ class Runner:
 
     def _pools(self, prepared: Any, inputs: list, sizes: list[int], shared: Optional[RequestPools]) -> Any:
         if self.memory == "device":
-            return DevicePools(self.face, prepared, inputs, sizes, self.align, self._scratch)
+            assert self._scratch is not None  # NOTE: made with the variant's runs in device memory
+            return DevicePools(self.face, prepared, inputs, sizes, self._scratch, self.align)
         if shared is not None:
             shared.reset()
             return shared

@@ -33,10 +33,6 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     where.add_argument("--cluster", metavar="ADDRESS", help="run as Ray tasks on the cluster at ADDRESS (auto: the "
                                                             "one this machine belongs to); pip install "
                                                             "'nnhal[cluster]'")
-    s.add_argument("--all-cpus", action="store_true",
-                   help="with --jobs 1: leave the run's threads on every CPU (by default they share the one the "
-                        "run starts on: in one process they take turns at the interpreter lock, and a hand-over "
-                        "then wakes no idle CPU; a backend running native threads of its own may want them all)")
     s.add_argument("--json", help="write a JSON report here (every case)")
     s.add_argument("--html", help="write an HTML report here (a table per section; failures; unsupported cases)")
     s.add_argument("--junit-xml", help="write a JUnit XML report here (a testsuite per section, a testcase per case)")
