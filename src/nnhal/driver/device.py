@@ -379,21 +379,27 @@ class Device(hal.IDevice, hal.INnhalDevice):
             fail(S.MISSED_DEADLINE_PERSISTENT)
             return S.NONE
 
+        # NOTE: the entry whose compiled model an equal model's preparations share (Backend.shares_compiled; a
+        # backend held to the reference gets a gated one of its own each time)
+        sharing = entry if self.backend.shares_compiled and not self.backend.reference_checked else None
+
         def work() -> None:
             start_ns = time.monotonic_ns()
             if deadline_passed(dl):
                 fail(S.MISSED_DEADLINE_PERSISTENT)
                 return
+            # NOTE: one kept passed the check below before it was kept
+            executor = kept = sharing.compiled if sharing is not None else None
             try:
                 with op_deadline.scope(dl):  # NOTE: polled between operations' prepare steps
                     views = [p.view for p in pools]
-                    kept = False
+                    cacheable = True
                     if self.backend.reference_checked:
                         # NOTE: never accept what the reference rejects (nnhal.engine.reference_check)
                         executor, cacheable = held_to_reference(
                             model13, views, dl, lambda: self.backend.compile(model13, views, dl))
-                    else:
-                        (executor, kept), cacheable = self._compiled(model13, views, dl, entry), True
+                    elif kept is None:
+                        executor = self.backend.compile(model13, views, dl)
             except DeadlineMissed:
                 log.error("prepareModel: the deadline passed during the preparation")
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
@@ -410,14 +416,14 @@ class Device(hal.IDevice, hal.INnhalDevice):
                 log.exception("prepareModel failed unexpectedly")
                 fail(S.GENERAL_FAILURE)
                 return
-            if not kept:  # NOTE: a compiled model kept for an equal model passed this check before it was kept
+            if kept is None:
                 if not isinstance(executor, Compiled):
                     log.error("prepareModel: the backend's compile returned %s, not a nnhal.driver.backend."
                               "Compiled", type(executor).__name__)
                     fail(S.GENERAL_FAILURE)
                     return
-                if entry is not None and self.backend.shares_compiled and not self.backend.reference_checked:
-                    entry.keep_compiled(executor)
+                if sharing is not None:
+                    sharing.keep_compiled(executor)
             if deadline_passed(dl):
                 del executor
                 fail(missed_deadline_status(launch_ns, start_ns, dl))
@@ -446,15 +452,6 @@ class Device(hal.IDevice, hal.INnhalDevice):
             fail(status)
             return status
         return S.NONE
-
-    def _compiled(self, model13: hal.Model, views: list, dl: Optional[int], entry: Optional[Entry]) -> tuple[Any, bool]:
-        """(the backend's compiled model, whether it is the one kept): the one kept with the model's entry in
-        the prepared states (an equal model prepared lately) where the backend's compiled models serve any
-        number of prepared models (``Backend.shares_compiled``), else compiled now (the caller keeps it with
-        the entry once checked)."""
-        if self.backend.shares_compiled and entry is not None and entry.compiled is not None:
-            return entry.compiled, True
-        return self.backend.compile(model13, views, dl), False
 
     def save_to_cache(self, prepared: PreparedModel, files: driver_cache.CacheFiles) -> S:
         """Writes ``prepared`` to the cache files; never raises (a cache problem is logged)."""
