@@ -9,6 +9,7 @@ the average's element count), as in the TFLite kernels the reference uses.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -245,13 +246,13 @@ def window_sum_f32(win: np.ndarray) -> np.ndarray:
     there are two or more (NHWC): each output value then receives its window's values one by one, filter
     rows outer and columns inner, added to 0.0 -- its loop of adds per value, which this runs as one array
     add per window position in the same order (avg_pool_float_2's 100 x 100 windows over 715 positions of
-    3 channels: ~76 -> ~35 ms).  Any other layout (one channel: numpy sums each window row pairwise; NCHW) is numpy's
-    own reduction."""
-    fh, fw = win.shape[-2:]
+    3 channels: ~76 -> ~35 ms).  Any other layout (one channel: numpy sums each window row pairwise; NCHW)
+    is numpy's own reduction."""
     st = [abs(v) for v in win.strides]
     if (win.ndim != 6 or win.shape[3] < 2 or not st[3] < st[5] <= st[4]
-            or win[..., 0, 0, 0].size < _SUM_BY_POSITION_MIN or fh * fw < 2):
+            or math.prod(win.shape[:3]) < _SUM_BY_POSITION_MIN or win.shape[4] * win.shape[5] < 2):
         return win.sum(axis=(-2, -1), dtype=np.float32)
+    fh, fw = win.shape[-2:]
     acc = np.zeros(win.shape[:4], np.float32)
     add = np.add
     for i in range(fh):
