@@ -217,3 +217,57 @@ def test_in_process_runs_take_one_cpu_unless_all_cpus_and_give_the_cpus_back(mon
         assert seen
         assert all(len(s) == 1 for s in seen) if pinned else all(s == allowed for s in seen)
         assert all(cpus == allowed for cpus in _thread_cpus().values())  # NOTE: given back after the run
+
+
+def test_counted_section_changes_the_state_once_and_restores_it_once():
+    from nnhal.platform.threads import CountedSection
+
+    calls: list = []
+    section = CountedSection(lambda: calls.append("enter") or len(calls), lambda saved: calls.append(("leave", saved)))
+    with section() as a:
+        with section() as b:  # NOTE: nested: the outer block's saved state, nothing entered again
+            assert a == b == 1
+        assert calls == ["enter"]
+    assert calls == ["enter", ("leave", 1)]
+    with pytest.raises(RuntimeError):
+        with section():
+            raise RuntimeError("the block failed")
+    assert calls[-1] == ("leave", 3)  # NOTE: left on a failure too
+    gate, inside = threading.Barrier(2), []
+
+    def worker() -> None:
+        with section():
+            gate.wait()
+            inside.append(1)
+            gate.wait()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    with section():
+        gate.wait()  # NOTE: both blocks open at once: one enter, one leave
+        gate.wait()
+    t.join()
+    assert calls[-2:] == ["enter", ("leave", 5)] and inside == [1]
+
+
+def test_counted_section_in_a_child_forked_within_a_block():
+    code = textwrap.dedent("""
+        import os
+        from nnhal.platform.threads import CountedSection
+        seen = []
+        section = CountedSection(lambda: "saved", lambda s: seen.append("leave"), lambda s: seen.append(("forked", s)))
+        with section():
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                with section():  # the child starts outside the parent's block: this one enters afresh
+                    pass
+                os.write(w, repr(seen).encode())
+                os._exit(0)
+            os.waitpid(pid, 0)
+            child = os.read(r, 200).decode()
+        print(child, seen)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[('forked', 'saved'), 'leave'] ['leave']"

@@ -30,6 +30,8 @@ import os
 import threading
 from typing import Iterator
 
+from nnhal.platform.threads import CountedSection
+
 M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20  # NOTE: DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: the dynamic rule's own upper bound
@@ -75,7 +77,20 @@ def _apply() -> bool:
 # the garbage collector and long-lived data
 
 
-_frozen = {"depth": 0, "unfreeze": False}
+def _freeze() -> bool:
+    """Freezes what exists; whether the section's end unfreezes (not when the process had frozen objects of
+    its own already: those stay frozen, and so do the section's)."""
+    unfreeze = gc.get_freeze_count() == 0
+    gc.freeze()
+    return unfreeze
+
+
+def _unfreeze(unfreeze: bool) -> None:
+    if unfreeze:
+        gc.unfreeze()
+
+
+_frozen = CountedSection(_freeze, _unfreeze)
 
 
 @contextlib.contextmanager
@@ -91,15 +106,5 @@ def frozen() -> Iterator[None]:
     frozen objects of its own before (``nnhal bench`` freezes what its
     start-up made): those stay frozen, and so do the block's.  Objects made
     within the block are collected as always."""
-    with _lock:
-        if _frozen["depth"] == 0:
-            _frozen["unfreeze"] = gc.get_freeze_count() == 0
-            gc.freeze()
-        _frozen["depth"] += 1
-    try:
+    with _frozen():
         yield
-    finally:
-        with _lock:
-            _frozen["depth"] -= 1
-            if _frozen["depth"] == 0 and _frozen["unfreeze"]:
-                gc.unfreeze()

@@ -55,12 +55,12 @@ import fcntl
 import mmap
 import os
 import stat
-import threading
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
 from nnhal.hal import Handle, Memory
+from nnhal.platform.threads import CountedSection
 
 __all__ = [
     "allocate_filled",
@@ -828,8 +828,9 @@ def _numpy_hugepage_switch() -> Callable[[bool], bool] | None:
 
 
 _np_hugepage = _numpy_hugepage_switch()
-_small_pages_lock = threading.Lock()
-_small_pages_users = [0, True]  # NOTE: [sections inside small_pages, numpy's advice before the first]
+# NOTE: numpy's advice off from the first section to the last (the advice before, restored then)
+_small_pages = CountedSection(lambda: _np_hugepage(False), lambda before: _np_hugepage(before)) \
+    if _np_hugepage is not None else None
 
 
 @contextlib.contextmanager
@@ -839,20 +840,11 @@ def small_pages() -> Iterator[None]:
     huge-page fault (THP ``defrag`` = ``madvise``, as here) a first prepare stalled 20-35 ms in one run of
     three (keyword spotting's requantization search: init 78-82 ms or 100-115 ms).  Counted: nested and
     concurrent sections restore numpy's advice when the last one ends; outside them numpy is unchanged."""
-    if _np_hugepage is None:
+    if _small_pages is None:
         yield
         return
-    with _small_pages_lock:
-        if not _small_pages_users[0]:
-            _small_pages_users[1] = _np_hugepage(False)
-        _small_pages_users[0] += 1
-    try:
+    with _small_pages():
         yield
-    finally:
-        with _small_pages_lock:
-            _small_pages_users[0] -= 1
-            if not _small_pages_users[0]:
-                _np_hugepage(_small_pages_users[1])
 
 
 def private_buffer(size: int) -> bytearray | mmap.mmap:

@@ -26,11 +26,11 @@ import logging
 import os
 import threading
 import weakref
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from nnhal.platform import blas
 
-__all__ = ["Lingering", "one_cpu"]
+__all__ = ["CountedSection", "Lingering", "one_cpu"]
 
 log = logging.getLogger("nnhal.threads")
 
@@ -117,17 +117,56 @@ def _after_fork() -> None:
 
 
 # --------------------------------------------------------------------------
+# process-wide sections
+
+
+class CountedSection:
+    """A change of process-wide state for the length of a ``with`` block,
+    counted: ``enter()`` runs when the first of any number of nested or
+    concurrent blocks begins (what it returns is the saved state, which each
+    block gets as its ``as`` value), ``leave(saved)`` when the last one ends,
+    so the state is changed once and restored once.  ``forked(saved)`` runs in
+    a child forked while a block is open (the block is the parent's: the child
+    starts outside it).  Used for numpy's huge-page advice
+    (``memory.small_pages``), the collector's frozen objects
+    (``heap.frozen``) and the CPUs of the process (:func:`one_cpu`)."""
+
+    def __init__(self, enter: Callable[[], Any], leave: Callable[[Any], None],
+                 forked: Optional[Callable[[Any], None]] = None):
+        self._enter, self._leave, self._forked = enter, leave, forked
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved: Any = None
+        _SECTIONS.add(self)
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[Any]:
+        with self._lock:
+            if self._depth == 0:
+                self._saved = self._enter()
+            self._depth += 1
+            saved = self._saved
+        try:
+            yield saved
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    saved, self._saved = self._saved, None
+                    self._leave(saved)
+
+    def _after_fork(self) -> None:
+        saved, open_ = self._saved, self._depth > 0
+        self._lock, self._depth, self._saved = threading.Lock(), 0, None
+        if open_ and self._forked is not None:
+            self._forked(saved)
+
+
+_SECTIONS: "weakref.WeakSet[CountedSection]" = weakref.WeakSet()
+
+
+# --------------------------------------------------------------------------
 # one CPU for a process whose threads take turns
-
-
-class _Pin:
-    """The process's one-CPU block: nesting depth, its CPU, the CPUs the process had before."""
-
-    lock = threading.Lock()
-    depth = 0
-    cpu: Optional[int] = None
-    allowed: set[int] = set()
-    blas: Optional[int] = None  # numpy's OpenBLAS threads before the block
 
 
 def _current_cpu(allowed: set[int]) -> int:
@@ -152,6 +191,46 @@ def _set_every_thread(cpus: set[int]) -> None:
             pass
 
 
+def _pin() -> Optional[tuple[int, set[int], Optional[int]]]:
+    """(the one CPU, the CPUs the process had, numpy's OpenBLAS threads before), or None: nothing changed."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        allowed = set(os.sched_getaffinity(0))
+    except OSError:
+        return None
+    if len(allowed) <= 1:
+        return None
+    cpu = _current_cpu(allowed)
+    _set_every_thread({cpu})
+    # NOTE: numpy's OpenBLAS threads would share the one CPU too, each product's work handed to threads that
+    # wait for their turn (VTS's memory section 0.1 -> 0.5 s): one thread meanwhile
+    threads = blas.threads()
+    if threads is not None and threads > 1:
+        blas.set_threads(1)
+    return cpu, allowed, threads
+
+
+def _unpin(saved: Optional[tuple[int, set[int], Optional[int]]]) -> None:
+    if saved is None:
+        return
+    _, allowed, threads = saved
+    _set_every_thread(allowed)
+    if threads is not None and threads > 1:
+        blas.set_threads(threads)
+
+
+def _unpin_child(saved: Optional[tuple[int, set[int], Optional[int]]]) -> None:
+    if saved is not None:
+        try:
+            os.sched_setaffinity(0, saved[1])
+        except OSError:
+            pass
+
+
+_one_cpu = CountedSection(_pin, _unpin, _unpin_child)
+
+
 @contextlib.contextmanager
 def one_cpu() -> Iterator[Optional[int]]:
     """Within the block every thread of the process (those that exist and
@@ -172,50 +251,15 @@ def one_cpu() -> Iterator[Optional[int]]:
     too: numpy's OpenBLAS runs one thread within the block).  Nested blocks
     keep the outermost one's CPU; a child forked within the block starts on
     the CPUs the process had."""
-    if not hasattr(os, "sched_setaffinity"):
-        yield None
-        return
-    with _Pin.lock:
-        if _Pin.depth == 0:
-            try:
-                allowed = set(os.sched_getaffinity(0))
-            except OSError:
-                allowed = set()
-            _Pin.cpu = _current_cpu(allowed) if len(allowed) > 1 else None
-            _Pin.allowed = allowed if _Pin.cpu is not None else set()
-            if _Pin.cpu is not None:
-                _set_every_thread({_Pin.cpu})
-                # NOTE: numpy's OpenBLAS threads would share the one CPU too, each product's work handed to
-                # threads that wait for their turn (VTS's memory section 0.1 -> 0.5 s): one thread meanwhile
-                _Pin.blas = blas.threads()
-                if _Pin.blas is not None and _Pin.blas > 1:
-                    blas.set_threads(1)
-        _Pin.depth += 1
-        cpu = _Pin.cpu
-    try:
-        yield cpu
-    finally:
-        with _Pin.lock:
-            _Pin.depth -= 1
-            if _Pin.depth == 0 and _Pin.allowed:
-                _set_every_thread(_Pin.allowed)
-                if _Pin.blas is not None and _Pin.blas > 1:
-                    blas.set_threads(_Pin.blas)
-                _Pin.allowed, _Pin.cpu, _Pin.blas = set(), None, None
+    with _one_cpu() as saved:
+        yield None if saved is None else saved[0]
 
 
-def _after_fork_unpin() -> None:
-    """In a forked child: the CPUs the parent had before its block (the block is the parent's)."""
-    allowed = _Pin.allowed
-    _Pin.lock = threading.Lock()
-    _Pin.depth, _Pin.cpu, _Pin.allowed, _Pin.blas = 0, None, set(), None
-    if allowed:
-        try:
-            os.sched_setaffinity(0, allowed)
-        except OSError:
-            pass
+def _after_fork_sections() -> None:
+    for section in list(_SECTIONS):
+        section._after_fork()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
-    os.register_at_fork(after_in_child=_after_fork_unpin)
+    os.register_at_fork(after_in_child=_after_fork_sections)
