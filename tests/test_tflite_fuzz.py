@@ -573,3 +573,17 @@ def test_fuzz_long(tmp_path):
                  "--save", str(tmp_path)], 6144, minutes * 60 + 300)
     _check(res, tmp_path)
     print(json.dumps({k: res[k] for k in ("inputs", "seconds", "per_second", "outcomes", "peak_rss_mb")}))
+
+
+@pytest.mark.parametrize("shape", [[1970302569, 959537012, 0, 2, 2, 4, 1048592, 12], [2, 1 << 30]])
+def test_a_variable_tensor_numpy_cannot_make_is_an_invalid_model(shape):
+    """A fuzz finding (seed lstm, a field mutation): an LSTM state whose shape has a 0 among dimensions that
+    multiply past numpy's largest size made np.zeros raise ValueError out of load; such a state (and one
+    above max_bytes) is an InvalidModelError, before anything is allocated."""
+    from nnhal.tools.fuzz import written_seeds
+
+    m = read_model(written_seeds()["lstm"])
+    state = next(t for t in m.subgraphs[0].tensors if t.isVariable)
+    state.shape = np.asarray(shape, np.int32)
+    with pytest.raises(InvalidModelError):
+        load(write_model(m))

@@ -211,6 +211,15 @@ class _Shared:
             raise InvalidModelError(f"{what}: the constants made at load need {self.folded_bytes} bytes, above the "
                                     f"limit of {self.max_bytes} (NNHAL_TFLITE_MAX_BYTES)")
 
+    def zeros(self, dims: list[int], dt: np.dtype, what: str) -> np.ndarray:
+        """Zeros of a shape the file gives, made at load: counted first (:meth:`reserve`); a shape numpy
+        cannot make (its dimensions but a 0 multiply past numpy's largest size) is an invalid model too."""
+        self.reserve(math.prod(dims) * dt.itemsize, what)
+        try:
+            return np.zeros(dims, dt)
+        except (ValueError, MemoryError) as e:
+            raise InvalidModelError(f"{what}: a tensor of shape {dims} cannot be made ({e})") from None
+
     def map_subgraph(self, index: int) -> None:
         """Map TFLite subgraph ``index`` (every subgraph it refers to is already mapped)."""
         sub = _Loader(self, index, False, IODescription())
@@ -350,7 +359,7 @@ class _Loader:
         elif buf.offset > 1:
             raw = self.data[buf.offset: buf.offset + buf.size]
         elif t.isVariable:
-            return np.zeros(self.dims(k), dt)
+            return self.shared.zeros(self.dims(k), dt, f"variable tensor {k}")  # NOTE: sized by the file alone
         else:
             raise _Refuse(f"tensor {k} is not a constant")
         shape = _int_list(t.shape)
@@ -1203,8 +1212,7 @@ class _Loader:
         if any(d < 0 for d in self.shape(o)) and self.batch is None:
             raise _Refuse("ZEROS_LIKE of a tensor with an unknown dimension")
         dt = np.dtype(self.np_type(o))
-        self.shared.reserve(math.prod(self.dims(o)) * dt.itemsize, "ZEROS_LIKE")
-        self.folded[o] = np.zeros(self.dims(o), dt)
+        self.folded[o] = self.shared.zeros(self.dims(o), dt, "ZEROS_LIKE")
         return True
 
     def rw_pack(self, op: Any, mp: Mapping) -> bool:
